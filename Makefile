@@ -1,0 +1,31 @@
+# The two commands a new user needs: `make demo` and `make test`.
+.PHONY: demo test lint bootstrap clean
+
+export AWS_ACCESS_KEY_ID ?= testing
+export AWS_SECRET_ACCESS_KEY ?= testing
+export AWS_DEFAULT_REGION ?= us-east-1
+export AWS_EC2_METADATA_DISABLED = true
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
+export CDK_DISABLE_VERSION_CHECK = 1
+export CDK_DISABLE_CLI_TELEMETRY = true
+export SPARK_LOCAL_IP = 127.0.0.1
+export POWERTOOLS_TRACE_DISABLED = true
+export POWERTOOLS_METRICS_NAMESPACE = DelayedDelivery
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+demo: bootstrap  ## the main job: the local demo
+	.venv/bin/delayed-delivery demo $(ARGS)
+
+test: bootstrap  ## every test; emulators are started by the test fixtures
+	.venv/bin/python -m pytest $(ARGS)
+
+lint: bootstrap  ## ruff (lint + format), mypy --strict, import contracts
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
+	.venv/bin/lint-imports
+
+clean:
+	rm -rf .venv node_modules cdk.out build

@@ -1,0 +1,181 @@
+"""The ``delayed-delivery`` command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from . import __version__
+from .cost import SCHEDULER_PRICE_PER_INVOCATION, estimate_sqs_cost, fifo_cycle_cost
+from .demo import DemoProgress, run_core_demo
+from .durations import format_duration, to_seconds
+from .errors import DelayedDeliveryError
+from .logjson import JsonFormatter
+
+app = typer.Typer(
+    name="delayed-delivery",
+    help="Unrestricted delayed delivery for cloud queues: any delay, on time, never lost.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"delayed-delivery {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Unrestricted delayed delivery for cloud queues."""
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code=2)
+
+
+@app.command()
+def cost(
+    delay: Annotated[str, typer.Option("--delay", "-d", help="Delay, e.g. 90s, 2h, 30d, 365d.")],
+    messages: Annotated[int, typer.Option(help="Number of messages to price.")] = 1_000_000,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+) -> None:
+    """Price SQS delayed delivery for DELAY: the seed's formula beside our plan and EventBridge Scheduler.
+
+    Example: delayed-delivery cost --delay 365d
+    """
+    try:
+        seconds = to_seconds(delay)
+    except DelayedDeliveryError as exc:
+        raise _fail(str(exc)) from None
+    if messages < 1:
+        raise _fail("--messages must be at least 1")
+    seed = fifo_cycle_cost(seconds)
+    ours = estimate_sqs_cost(seconds, requests_per_hop=2.0)
+    rows = {
+        "delay_seconds": seconds,
+        "seed_formula_usd_per_message": seed,
+        "seed_formula_usd_total": seed * messages,
+        "our_plan_fifo_cycles": ours.fifo_cycles,
+        "our_plan_requests_per_message": ours.requests,
+        "our_plan_usd_total": ours.dollars * messages,
+        "our_measured_requests_per_hop": None,
+        "eventbridge_scheduler_usd_total": SCHEDULER_PRICE_PER_INVOCATION * messages,
+        "messages": messages,
+    }
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    table = Table(title=f"SQS cost of {messages:,} messages delayed {format_duration(seconds)}")
+    table.add_column("approach")
+    table.add_column("requests / message", justify="right")
+    table.add_column("USD total", justify="right")
+    table.add_row(
+        "seed formula (delay/900 × 2 × $0.50/M)",
+        f"{seconds / 900 * 2:,.1f}",
+        f"${seed * messages:,.2f}",
+    )
+    table.add_row(
+        f"our plan: {ours.fifo_cycles:,} FIFO hops × 2 + 1 native send",
+        f"{ours.requests:,.1f}",
+        f"${ours.dollars * messages:,.2f}",
+    )
+    table.add_row("our measured requests per hop", "not measured yet (AWS path pending)", "-")
+    table.add_row(
+        "EventBridge Scheduler ($1.00/M)", "1 invocation", f"${SCHEDULER_PRICE_PER_INVOCATION * messages:,.2f}"
+    )
+    console.print(table)
+
+
+def _progress_table(p: DemoProgress) -> Table:
+    t = Table(title="delayed-delivery local demo (SQLite store, 2 dispatchers)")
+    for col in ("sent", "pending", "delivered", "error queue"):
+        t.add_column(col, justify="right")
+    t.add_row(str(p.sent), str(p.pending), str(p.delivered), str(p.error_queue))
+    return t
+
+
+@app.command()
+def demo(
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer messages, shorter run.")] = False,
+    messages: Annotated[int | None, typer.Option(help="Messages to send (default 240, quick 80).")] = None,
+    span: Annotated[float | None, typer.Option(help="Real seconds that 2 years are compressed into.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream the dispatchers' JSON logs.")] = False,
+) -> None:
+    """Run the local demo: delays from 0 s to 2 years, compressed, through the embedded store.
+
+    Exits 1 if any message was lost. The cloud demo (moto server + Azurite) arrives with the AWS and Azure paths.
+    """
+    count = messages if messages is not None else (80 if quick else 240)
+    seconds = span if span is not None else (6.0 if quick else 12.0)
+    if count < 1 or seconds <= 0:
+        raise _fail("--messages and --span must be positive")
+    _configure_logging(verbose)
+    quiet = as_json or verbose or not sys.stdout.isatty()
+    if quiet:
+        result = run_core_demo(messages=count, span_seconds=seconds)
+    else:
+        with Live(_progress_table(DemoProgress()), console=console, refresh_per_second=8) as live:
+            result = run_core_demo(
+                messages=count, span_seconds=seconds, on_progress=lambda p: live.update(_progress_table(p))
+            )
+    if as_json:
+        console.print_json(json.dumps(asdict(result)))
+    else:
+        summary = Table(title="demo summary")
+        summary.add_column("measure")
+        summary.add_column("value", justify="right")
+        for name, value in (
+            ("sent", result.sent),
+            ("delivered", result.delivered),
+            ("lost (must be 0)", result.lost),
+            ("duplicates", result.duplicates),
+            ("error queue (poison, expected)", f"{result.error_queue} ({result.expected_error_queue})"),
+            ("lateness p50 (real s)", f"{result.lateness_p50:.3f}"),
+            ("lateness p99 (real s)", f"{result.lateness_p99:.3f}"),
+            ("lateness max (real s)", f"{result.lateness_max:.3f}"),
+            ("time compression", f"1 s = {format_duration(result.compression)}"),
+            ("sent by dispatcher", ", ".join(f"{k}: {v}" for k, v in sorted(result.by_dispatcher.items()))),
+            ("run time (s)", f"{result.seconds:.1f}"),
+        ):
+            summary.add_row(name, str(value))
+        console.print(summary)
+    if result.lost or result.error_queue != result.expected_error_queue:
+        raise typer.Exit(code=1)
+
+
+def _configure_logging(verbose: bool) -> None:
+    """JSON lines on stderr when verbose; otherwise only critical errors."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger("delayed_delivery")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO if verbose else logging.CRITICAL)
+    root.propagate = False
+
+
+def main() -> None:
+    """Console-script entry point: user mistakes print one line and exit 2, never a traceback."""
+    try:
+        app()
+    except DelayedDeliveryError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(2)

@@ -1,0 +1,289 @@
+"""The dispatcher: fetch due messages, send each to its destination, then remove it.
+
+Failures are counted per message; past ``number_of_retries`` the message goes to the
+error queue with the reason in a header. Store, fetch and dispatch each sit behind a
+breaker that raises a critical error after failing continuously for its configured time,
+and a rate breaker watches failed deliveries (the seed's recovery breaker).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from . import headers as hdr
+from . import logfields as lf
+from .breaker import FailureRateCircuitBreaker, RepeatedFailuresCircuitBreaker
+from .clock import Clock, SystemClock
+from .errors import CircuitBreakerTrippedError, DelayedDeliveryDisabledError, PermanentError
+from .model import DelayedMessage
+from .ports import CriticalErrorCallback, DelayedMessageStore, ReschedulableStore, Transport
+from .settings import DelayedDeliverySettings
+
+__all__ = ["DispatchReport", "Dispatcher"]
+
+_log = logging.getLogger("delayed_delivery.dispatcher")
+
+
+@dataclass(slots=True)
+class DispatchReport:
+    """What one ``dispatch_due`` call did."""
+
+    dispatched: int = 0
+    failed_attempts: int = 0
+    moved_to_error_queue: int = 0
+    already_removed: int = 0
+    fetch_failures: int = 0
+    batches: int = 0
+    lateness_seconds: list[float] = field(default_factory=list)
+
+    def merge(self, other: DispatchReport) -> None:
+        """Add ``other``'s counts to this report."""
+        self.dispatched += other.dispatched
+        self.failed_attempts += other.failed_attempts
+        self.moved_to_error_queue += other.moved_to_error_queue
+        self.already_removed += other.already_removed
+        self.fetch_failures += other.fetch_failures
+        self.batches += other.batches
+        self.lateness_seconds.extend(other.lateness_seconds)
+
+
+def _log_critical(error: CircuitBreakerTrippedError) -> None:
+    _log.critical("critical error: %s", error, extra={lf.BREAKER: error.breaker})
+
+
+class Dispatcher:
+    """Moves due messages from a store to their destinations."""
+
+    def __init__(
+        self,
+        store: DelayedMessageStore,
+        transport: Transport,
+        settings: DelayedDeliverySettings | None = None,
+        *,
+        clock: Clock | None = None,
+        on_critical_error: CriticalErrorCallback | None = None,
+    ) -> None:
+        self.store_port = store
+        self.transport = transport
+        self.settings = settings or DelayedDeliverySettings()
+        self.clock = clock or SystemClock()
+        self._critical = on_critical_error or _log_critical
+        s = self.settings
+        delays = {"armed_delay": s.failure_delay, "tripped_delay": s.tripped_failure_delay}
+        self.store_breaker = RepeatedFailuresCircuitBreaker(
+            "store", s.time_to_trigger_store_circuit_breaker, self.clock, self._critical, **delays
+        )
+        self.fetch_breaker = RepeatedFailuresCircuitBreaker(
+            "fetch", s.time_to_trigger_fetch_circuit_breaker, self.clock, self._critical, **delays
+        )
+        self.dispatch_breaker = RepeatedFailuresCircuitBreaker(
+            "dispatch", s.time_to_trigger_dispatch_circuit_breaker, self.clock, self._critical, **delays
+        )
+        self.recovery_breaker = FailureRateCircuitBreaker(
+            "recovery",
+            s.maximum_recovery_failures_per_second,
+            s.time_to_trigger_dispatch_circuit_breaker,
+            self.clock,
+            self._critical,
+        )
+        self._wakeup = threading.Event()
+        self._next_due: datetime | None = None
+        self._pool = ThreadPoolExecutor(s.max_concurrency) if s.max_concurrency > 1 else None
+
+    # -- ingress ---------------------------------------------------------
+
+    def store(self, message: DelayedMessage) -> None:
+        """Store ``message`` through the store breaker and wake the loop if it is due sooner than known."""
+        try:
+            self.store_port.store(message)
+        except Exception as exc:
+            self.store_breaker.failure(exc)
+            raise
+        self.store_breaker.success()
+        self.notify(message.due_at)
+
+    def notify(self, due_at: datetime) -> None:
+        """Tell the loop a message due at ``due_at`` exists (e.g. stored by another process)."""
+        if self._next_due is None or due_at < self._next_due:
+            self._next_due = due_at
+            self._wakeup.set()
+
+    # -- one-shot --------------------------------------------------------
+
+    def dispatch_due(self, budget: float | None = None, *, wait_for_due: bool = False) -> DispatchReport:
+        """Dispatch until nothing is due or ``budget`` seconds have passed.
+
+        With ``wait_for_due`` the call sleeps until the next due message instead of
+        returning when idle, so a timer-triggered function can keep lateness near one
+        poll for its whole run.
+        """
+        report = DispatchReport()
+        if not self.settings.enabled:
+            return report
+        start = self.clock.now()
+        deadline = start + timedelta(seconds=budget) if budget is not None else None
+        while True:
+            now = self.clock.now()
+            if deadline is not None and now >= deadline:
+                return report
+            try:
+                batch = self.store_port.fetch_due(now, self.settings.batch_size)
+            except Exception as exc:
+                report.fetch_failures += 1
+                self.fetch_breaker.failure(exc)
+                _log.warning("fetching due messages failed: %r", exc, extra={lf.REASON: repr(exc)})
+                self.clock.sleep(self._bounded(self.fetch_breaker.failure_delay, deadline))
+                continue
+            self.fetch_breaker.success()
+            if batch:
+                report.batches += 1
+                part = self.dispatch_batch(batch, now)
+                report.merge(part)
+                if part.failed_attempts and not part.dispatched:
+                    # every send in the batch failed: pause as the seed does (1 s armed, 10 s tripped)
+                    self.clock.sleep(self._bounded(self.dispatch_breaker.failure_delay, deadline))
+                continue
+            if not wait_for_due:
+                return report
+            self._sleep_until_next_due(deadline)
+
+    def dispatch_batch(self, batch: Sequence[DelayedMessage], now: datetime) -> DispatchReport:
+        """Send a claimed batch (concurrently when ``max_concurrency`` > 1) and settle each message."""
+        if self._pool is None or len(batch) == 1:
+            parts = [self._dispatch_one(m, now) for m in batch]
+        else:
+            parts = list(self._pool.map(lambda m: self._dispatch_one(m, now), batch))
+        total = DispatchReport()
+        for part in parts:
+            total.merge(part)
+        return total
+
+    # -- long-running ----------------------------------------------------
+
+    def run(self, stop: threading.Event) -> DispatchReport:
+        """Dispatch until ``stop`` is set, sleeping until the next due message in between."""
+        report = DispatchReport()
+        while not stop.is_set():
+            report.merge(self.dispatch_due())
+            if stop.is_set():
+                break
+            self._sleep_until_next_due(None, stop)
+        return report
+
+    def close(self) -> None:
+        """Release the worker threads."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    # -- internals -------------------------------------------------------
+
+    def _sleep_until_next_due(self, deadline: datetime | None, stop: threading.Event | None = None) -> None:
+        now = self.clock.now()
+        try:
+            next_due = self.store_port.next_due()
+            self.fetch_breaker.success()
+        except Exception as exc:
+            self.fetch_breaker.failure(exc)
+            next_due = now + timedelta(seconds=self.fetch_breaker.failure_delay)
+        self._wakeup.clear()
+        self._next_due = next_due
+        wait = self.settings.max_idle_sleep
+        if next_due is not None:
+            wait = min(wait, max(0.0, (next_due - now).total_seconds()))
+        wait = self._bounded(wait, deadline)
+        if stop is not None and stop.is_set():
+            return
+        self.clock.wait(self._wakeup, wait)
+
+    def _bounded(self, seconds: float, deadline: datetime | None) -> float:
+        if deadline is None:
+            return seconds
+        return max(0.0, min(seconds, (deadline - self.clock.now()).total_seconds()))
+
+    def _dispatch_one(self, message: DelayedMessage, now: datetime) -> DispatchReport:
+        report = DispatchReport()
+        base = {lf.MESSAGE_ID: message.message_id, lf.DESTINATION: message.destination}
+        try:
+            self.transport.send(message)
+        except Exception as exc:
+            report.failed_attempts += 1
+            self._on_send_failure(message, exc, report)
+            return report
+        self.dispatch_breaker.success()
+        lateness = max(0.0, (now - message.due_at).total_seconds())
+        report.lateness_seconds.append(lateness)
+        report.dispatched += 1
+        if self.store_port.remove(message.message_id):
+            _log.info("dispatched", extra={**base, lf.EVENT: lf.EVENT_DISPATCHED, lf.LATENESS_S: round(lateness, 3)})
+        else:
+            report.already_removed += 1
+            _log.warning(
+                "dispatched a message that another dispatcher had already removed (possible duplicate)",
+                extra={**base, lf.EVENT: lf.EVENT_DUPLICATE},
+            )
+        return report
+
+    def _on_send_failure(self, message: DelayedMessage, exc: Exception, report: DispatchReport) -> None:
+        base = {lf.MESSAGE_ID: message.message_id, lf.DESTINATION: message.destination, lf.REASON: repr(exc)}
+        permanent = isinstance(exc, PermanentError)
+        if not permanent:
+            self.dispatch_breaker.failure(exc)
+        self.recovery_breaker.record(exc)
+        if not self.store_port.increment_failure_count(message.message_id):
+            return
+        failures = message.failure_count + 1
+        if permanent or failures > self.settings.number_of_retries:
+            if self._move_to_error_queue(message, exc, failures):
+                report.moved_to_error_queue += 1
+            return
+        _log.warning(
+            "delivery failed; will retry",
+            extra={**base, lf.EVENT: lf.EVENT_RETRY, lf.FAILURE_COUNT: failures},
+        )
+        self._back_off(message.message_id, failures)
+
+    def _back_off(self, message_id: str, failures: int) -> None:
+        """Push a failed message's due time forward so it cannot block the head of the store."""
+        if isinstance(self.store_port, ReschedulableStore):
+            backoff = min(self.settings.max_retry_backoff, self.settings.retry_backoff * 2 ** (failures - 1))
+            self.store_port.reschedule(message_id, self.clock.now() + timedelta(seconds=backoff))
+
+    def _move_to_error_queue(self, message: DelayedMessage, exc: Exception, failures: int) -> bool:
+        error_queue = self.settings.error_queue
+        failed = message.redirected(error_queue).with_headers(
+            {
+                hdr.FAILURE_REASON: f"{type(exc).__name__}: {exc}"[:1024],
+                hdr.ORIGINAL_DESTINATION: message.destination,
+                hdr.FAILED_AT: self.clock.now().isoformat(),
+                hdr.FAILURE_COUNT: str(failures),
+            }
+        )
+        base = {lf.MESSAGE_ID: message.message_id, lf.DESTINATION: message.destination, lf.REASON: repr(exc)}
+        try:
+            self.transport.send(failed)
+        except Exception as forward_exc:
+            _log.error(
+                "could not move message to the error queue; it stays in the store",
+                extra={**base, lf.EVENT: lf.EVENT_RETRY, "error_queue_reason": repr(forward_exc)},
+            )
+            self._back_off(message.message_id, failures)
+            return False
+        self.store_port.remove(message.message_id)
+        _log.error(
+            "moved to the error queue",
+            extra={**base, lf.EVENT: lf.EVENT_ERROR_QUEUE, lf.FAILURE_COUNT: failures},
+        )
+        return True
+
+
+def ensure_enabled(settings: DelayedDeliverySettings) -> None:
+    """Raise ``DelayedDeliveryDisabledError`` when the settings switch delayed delivery off."""
+    if not settings.enabled:
+        raise DelayedDeliveryDisabledError(
+            "delayed delivery is disabled (DELAYED_DELIVERY_ENABLED=false): only native delays are allowed"
+        )

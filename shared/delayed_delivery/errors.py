@@ -1,0 +1,60 @@
+"""One error hierarchy for delayed delivery; retryability is a type, never parsed from text."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CircuitBreakerTrippedError",
+    "ConfigurationError",
+    "DelayedDeliveryDisabledError",
+    "DelayedDeliveryError",
+    "DestinationNotFoundError",
+    "InvalidMessageError",
+    "PermanentError",
+    "TransientError",
+]
+
+
+class DelayedDeliveryError(Exception):
+    """Root of every error this package raises on purpose."""
+
+    #: Whether repeating the same operation later may succeed.
+    retryable: bool = False
+
+
+class ConfigurationError(DelayedDeliveryError, ValueError):
+    """A setting, name or deployment does not meet the documented rules."""
+
+
+class InvalidMessageError(DelayedDeliveryError, ValueError):
+    """The caller passed a message, delay or time that cannot be delivered."""
+
+
+class DelayedDeliveryDisabledError(ConfigurationError):
+    """The delay needs the delayed-delivery infrastructure, which is switched off."""
+
+
+class TransientError(DelayedDeliveryError):
+    """A failure that may go away: throttling, timeouts, a service briefly down."""
+
+    retryable = True
+
+
+class PermanentError(DelayedDeliveryError):
+    """A failure that repeating will not fix: the message goes to the error queue."""
+
+
+class DestinationNotFoundError(PermanentError):
+    """The destination queue does not exist."""
+
+
+class CircuitBreakerTrippedError(DelayedDeliveryError):
+    """A circuit breaker saw failures for longer than its configured time."""
+
+    def __init__(self, breaker: str, failing_for_seconds: float, last_error: BaseException | None) -> None:
+        self.breaker = breaker
+        self.failing_for_seconds = failing_for_seconds
+        self.last_error = last_error
+        super().__init__(
+            f"{breaker} circuit breaker tripped after {failing_for_seconds:.1f} s of failures"
+            + (f": {last_error!r}" if last_error is not None else "")
+        )

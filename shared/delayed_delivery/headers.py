@@ -1,0 +1,25 @@
+"""Header and attribute names the product writes; fixed so operators can search for them."""
+
+from __future__ import annotations
+
+__all__ = [
+    "DELAY_SECONDS_ATTRIBUTE",
+    "FAILED_AT",
+    "FAILURE_COUNT",
+    "FAILURE_REASON",
+    "HEADER_PREFIX",
+    "ORIGINAL_DESTINATION",
+]
+
+#: Prefix reserved for the product's own headers and attributes.
+HEADER_PREFIX = "DelayedDelivery."
+#: Why a message went to the error queue.
+FAILURE_REASON = "DelayedDelivery.FailureReason"
+#: Where the message was meant to go before it went to the error queue.
+ORIGINAL_DESTINATION = "DelayedDelivery.OriginalDestination"
+#: ISO-8601 UTC time the message was moved to the error queue.
+FAILED_AT = "DelayedDelivery.FailedAt"
+#: How many delivery attempts failed.
+FAILURE_COUNT = "DelayedDelivery.FailureCount"
+#: SQS message attribute on ``-delay.fifo`` messages: total delay in whole seconds.
+DELAY_SECONDS_ATTRIBUTE = "DelayedDelivery.DelaySeconds"

@@ -1,0 +1,139 @@
+"""In-memory store and transport: first-class fakes for tests, demos and custom-store authors."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from .clock import Clock, SystemClock, utc
+from .errors import DestinationNotFoundError, TransientError
+from .model import DelayedMessage
+
+__all__ = ["InMemoryDelayedMessageStore", "InMemoryTransport", "SentMessage"]
+
+
+@dataclass(slots=True)
+class _Row:
+    message: DelayedMessage
+    claimed_until: datetime | None = None
+
+    def available_at(self) -> datetime:
+        if self.claimed_until is None:
+            return self.message.due_at
+        return max(self.message.due_at, self.claimed_until)
+
+
+class InMemoryDelayedMessageStore:
+    """A thread-safe store in a dict; a claim hides a message for ``claim_timeout`` seconds."""
+
+    def __init__(self, claim_timeout: float = 60.0) -> None:
+        self.claim_timeout = timedelta(seconds=claim_timeout)
+        self._rows: dict[str, _Row] = {}
+        self._lock = threading.Lock()
+
+    def setup_infrastructure(self) -> None:
+        """Nothing to create."""
+
+    def store(self, message: DelayedMessage) -> None:
+        """Keep ``message``, replacing one with the same id."""
+        with self._lock:
+            self._rows[message.message_id] = _Row(message)
+
+    def remove(self, message_id: str) -> bool:
+        """Forget a message; False when already gone."""
+        with self._lock:
+            return self._rows.pop(message_id, None) is not None
+
+    def increment_failure_count(self, message_id: str) -> bool:
+        """Count a failure and release the claim."""
+        with self._lock:
+            row = self._rows.get(message_id)
+            if row is None:
+                return False
+            row.message = replace(row.message, failure_count=row.message.failure_count + 1)
+            row.claimed_until = None
+            return True
+
+    def reschedule(self, message_id: str, due_at: datetime) -> bool:
+        """Move the due time and release the claim."""
+        with self._lock:
+            row = self._rows.get(message_id)
+            if row is None:
+                return False
+            row.message = replace(row.message, due_at=utc(due_at))
+            row.claimed_until = None
+            return True
+
+    def next_due(self) -> datetime | None:
+        """Earliest time something becomes fetchable."""
+        with self._lock:
+            return min((r.available_at() for r in self._rows.values()), default=None)
+
+    def fetch_next_due(self, at: datetime) -> DelayedMessage | None:
+        """Claim the earliest due message."""
+        found = self.fetch_due(at, 1)
+        return found[0] if found else None
+
+    def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
+        """Claim up to ``limit`` due messages, earliest first."""
+        at = utc(at)
+        with self._lock:
+            due = sorted(
+                (r for r in self._rows.values() if r.available_at() <= at),
+                key=lambda r: (r.message.due_at, r.message.message_id),
+            )[: max(0, limit)]
+            for row in due:
+                row.claimed_until = at + self.claim_timeout
+            return [r.message for r in due]
+
+    def get(self, message_id: str) -> DelayedMessage | None:
+        """The stored message with this id, claimed or not."""
+        with self._lock:
+            row = self._rows.get(message_id)
+            return row.message if row else None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._rows)
+
+
+@dataclass(frozen=True, slots=True)
+class SentMessage:
+    """A message as the in-memory transport received it, with the time it arrived."""
+
+    message: DelayedMessage
+    sent_at: datetime
+
+
+class InMemoryTransport:
+    """Records sends; can be told which destinations exist and when to fail."""
+
+    def __init__(self, clock: Clock | None = None, destinations: set[str] | None = None) -> None:
+        self.clock = clock or SystemClock()
+        self.destinations = destinations
+        self.sent: list[SentMessage] = []
+        self._failures: dict[str, list[Callable[[], Exception]]] = {}
+        self._lock = threading.Lock()
+
+    def fail(self, destination: str, times: int = 1, error: Callable[[], Exception] | None = None) -> None:
+        """Make the next ``times`` sends to ``destination`` raise (a TransientError by default)."""
+        make = error or (lambda: TransientError(f"injected failure sending to {destination}"))
+        with self._lock:
+            self._failures.setdefault(destination, []).extend([make] * times)
+
+    def send(self, message: DelayedMessage) -> None:
+        """Record ``message`` or raise the injected/missing-destination error."""
+        with self._lock:
+            pending = self._failures.get(message.destination)
+            if pending:
+                raise pending.pop(0)()
+            if self.destinations is not None and message.destination not in self.destinations:
+                raise DestinationNotFoundError(f"queue {message.destination!r} does not exist")
+            self.sent.append(SentMessage(message, self.clock.now()))
+
+    def to(self, destination: str) -> list[DelayedMessage]:
+        """Messages sent to ``destination`` in order."""
+        with self._lock:
+            return [s.message for s in self.sent if s.message.destination == destination]

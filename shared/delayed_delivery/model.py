@@ -1,0 +1,129 @@
+"""The message model: what is delayed, where it goes and when it is due."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from .clock import Clock, SystemClock, utc
+from .durations import Delay, to_seconds
+from .errors import InvalidMessageError
+
+__all__ = ["MAX_MESSAGE_ID_LENGTH", "DelayedMessage", "Headers"]
+
+#: Longest accepted message id (the seed's SQL column is nvarchar(250); SQS group ids allow 128).
+MAX_MESSAGE_ID_LENGTH = 128
+
+
+class Headers(Mapping[str, str]):
+    """An immutable, hashable, picklable str-to-str mapping."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, str] | None = None) -> None:
+        self._items: dict[str, str] = dict(items or {})
+
+    def __getitem__(self, key: str) -> str:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._items.items()))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self._items) == dict(other)
+
+    def __repr__(self) -> str:
+        return f"Headers({self._items!r})"
+
+    def __reduce__(self) -> tuple[type[Headers], tuple[dict[str, str]]]:
+        return (Headers, (self._items,))
+
+
+@dataclass(frozen=True, slots=True)
+class DelayedMessage:
+    """A message to deliver to ``destination`` once ``due_at`` has passed."""
+
+    message_id: str
+    destination: str
+    body: bytes
+    due_at: datetime
+    headers: Mapping[str, str] = field(default_factory=Headers)
+    failure_count: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.message_id, str) or not self.message_id.strip():
+            raise InvalidMessageError("message_id must be a non-empty string")
+        if len(self.message_id) > MAX_MESSAGE_ID_LENGTH:
+            raise InvalidMessageError(f"message_id is longer than {MAX_MESSAGE_ID_LENGTH} characters")
+        if not isinstance(self.destination, str) or not self.destination.strip():
+            raise InvalidMessageError("destination must be a non-empty queue name")
+        if isinstance(self.body, bytearray | memoryview):
+            object.__setattr__(self, "body", bytes(self.body))
+        elif not isinstance(self.body, bytes):
+            raise InvalidMessageError(
+                f"body must be bytes, not {type(self.body).__name__} (encode text first, e.g. text.encode())"
+            )
+        object.__setattr__(self, "due_at", utc(self.due_at))
+        object.__setattr__(self, "headers", _frozen_headers(self.headers))
+        if isinstance(self.failure_count, bool) or not isinstance(self.failure_count, int) or self.failure_count < 0:
+            raise InvalidMessageError("failure_count must be a non-negative integer")
+
+    @classmethod
+    def create(
+        cls,
+        destination: str,
+        body: bytes,
+        *,
+        delay: Delay | None = None,
+        at: datetime | None = None,
+        headers: Mapping[str, str] | None = None,
+        message_id: str | None = None,
+        clock: Clock | None = None,
+    ) -> DelayedMessage:
+        """Build a message due after ``delay`` or at ``at`` (exactly one), with a fresh id unless given."""
+        if (delay is None) == (at is None):
+            raise InvalidMessageError("give exactly one of delay= or at=")
+        if at is not None:
+            due_at = utc(at)
+        else:
+            assert delay is not None
+            now = (clock or SystemClock()).now()
+            due_at = now + timedelta(seconds=to_seconds(delay))
+        return cls(
+            message_id=message_id if message_id is not None else str(uuid.uuid4()),
+            destination=destination,
+            body=body,
+            due_at=due_at,
+            headers=headers or {},
+        )
+
+    def delay_from(self, now: datetime) -> float:
+        """Seconds from ``now`` until due (0 when already due)."""
+        return max(0.0, (self.due_at - utc(now)).total_seconds())
+
+    def with_headers(self, extra: Mapping[str, str]) -> DelayedMessage:
+        """A copy with ``extra`` headers added (overriding same-named ones)."""
+        return replace(self, headers={**self.headers, **extra})
+
+    def redirected(self, destination: str) -> DelayedMessage:
+        """A copy addressed to ``destination``."""
+        return replace(self, destination=destination)
+
+
+def _frozen_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
+    if not isinstance(headers, Mapping):
+        raise InvalidMessageError(f"headers must be a mapping of str to str, not {type(headers).__name__}")
+    for key, value in headers.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidMessageError(f"header names must be non-empty strings, got {key!r}")
+        if not isinstance(value, str):
+            raise InvalidMessageError(f"header {key!r} must have a str value, not {type(value).__name__}")
+    return headers if isinstance(headers, Headers) else Headers(headers)

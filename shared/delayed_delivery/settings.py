@@ -1,0 +1,108 @@
+"""Settings for the dispatcher and the planners, with defaults from the seeds and env parsing."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from .errors import ConfigurationError
+
+__all__ = ["ENV_PREFIX", "DelayedDeliverySettings"]
+
+#: Environment variables are ``ENV_PREFIX`` + the upper-cased field name.
+ENV_PREFIX = "DELAYED_DELIVERY_"
+
+_DOCS = {
+    "enabled": "Master switch; when off, delays beyond the native cap are refused and dispatchers do nothing.",
+    "error_queue": "Queue that receives messages that could not be delivered.",
+    "number_of_retries": "Retries after the first failed delivery before a message goes to the error queue.",
+    "time_to_trigger_store_circuit_breaker": "Seconds of continuous store failures before a critical error.",
+    "time_to_trigger_fetch_circuit_breaker": "Seconds of continuous fetch failures before a critical error.",
+    "time_to_trigger_dispatch_circuit_breaker": "Seconds of continuous send failures before a critical error.",
+    "maximum_recovery_failures_per_second": "Failed deliveries per second (averaged over the dispatch window) "
+    "that trip the recovery breaker.",
+    "batch_size": "Messages claimed per fetch.",
+    "max_concurrency": "Parallel sends within one batch.",
+    "max_idle_sleep": "Longest sleep between polls when nothing is known to be due (seconds).",
+    "failure_delay": "Pause after a failed fetch while a breaker is armed (seconds).",
+    "tripped_failure_delay": "Pause after a failed fetch once a breaker has tripped (seconds).",
+    "retry_backoff": "First retry delay after a failed delivery; doubles per failure (seconds).",
+    "max_retry_backoff": "Cap on the retry delay (seconds).",
+    "max_native_delay": "Longest delay the queue holds natively (SQS: 900 s).",
+    "fifo_queue_delay": "Queue-level delay of each -delay.fifo hop (SQS: 900 s).",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DelayedDeliverySettings:
+    """Tunable behaviour; defaults follow the seeds (retries 0, breakers 30 s, 1 recovery failure/s)."""
+
+    enabled: bool = True
+    error_queue: str = "error"
+    number_of_retries: int = 0
+    time_to_trigger_store_circuit_breaker: float = 30.0
+    time_to_trigger_fetch_circuit_breaker: float = 30.0
+    time_to_trigger_dispatch_circuit_breaker: float = 30.0
+    maximum_recovery_failures_per_second: float = 1.0
+    batch_size: int = 100
+    max_concurrency: int = 1
+    max_idle_sleep: float = 60.0
+    failure_delay: float = 1.0
+    tripped_failure_delay: float = 10.0
+    retry_backoff: float = 1.0
+    max_retry_backoff: float = 60.0
+    max_native_delay: int = 900
+    fifo_queue_delay: int = 900
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", "float") and (
+                isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or value < 0
+            ):
+                raise ConfigurationError(f"setting {f.name} must be a non-negative number, got {value!r}")
+        if not self.error_queue.strip():
+            raise ConfigurationError("setting error_queue must name a queue")
+        if self.batch_size < 1 or self.max_concurrency < 1:
+            raise ConfigurationError("batch_size and max_concurrency must be at least 1")
+        if self.max_native_delay < 1 or self.fifo_queue_delay < 1:
+            raise ConfigurationError("max_native_delay and fifo_queue_delay must be at least 1 second")
+        if self.max_idle_sleep <= 0:
+            raise ConfigurationError("max_idle_sleep must be positive")
+
+    def with_(self, **changes: Any) -> DelayedDeliverySettings:
+        """A copy with ``changes`` applied (validated)."""
+        return replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], prefix: str = ENV_PREFIX) -> DelayedDeliverySettings:
+        """Build settings from ``env`` (e.g. ``os.environ``), reading ``<prefix><FIELD>`` names."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            name = prefix + f.name.upper()
+            if name not in env:
+                continue
+            raw = env[name].strip()
+            try:
+                if f.type == "bool":
+                    if raw.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                        raise ValueError(raw)
+                    values[f.name] = raw.lower() in ("1", "true", "yes", "on")
+                elif f.type == "int":
+                    values[f.name] = int(raw)
+                elif f.type == "float":
+                    values[f.name] = float(raw)
+                else:
+                    values[f.name] = raw
+            except ValueError:
+                raise ConfigurationError(f"{name}={raw!r} is not a valid {f.type}") from None
+        return cls(**values)
+
+    @classmethod
+    def reference(cls) -> Iterator[tuple[str, str, str, str]]:
+        """Rows of (field, environment variable, default, description) for documentation."""
+        defaults = cls()
+        for f in fields(cls):
+            yield f.name, ENV_PREFIX + f.name.upper(), repr(getattr(defaults, f.name)), _DOCS[f.name]

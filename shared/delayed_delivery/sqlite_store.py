@@ -1,0 +1,250 @@
+"""The embedded default store: one SQLite file, safe for many threads and processes.
+
+Guarantees: claims are atomic (``BEGIN IMMEDIATE`` serialises writers across processes),
+so no two dispatchers fetch the same message while its claim lasts; a claim that is not
+settled (dispatcher crashed) expires after ``claim_timeout`` seconds and the message is
+fetched again, so nothing is lost (at-least-once). WAL journal, ``synchronous=FULL``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+
+from .clock import utc
+from .errors import ConfigurationError, TransientError
+from .model import DelayedMessage, Headers
+
+__all__ = ["SqliteDelayedMessageStore"]
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _to_us(value: datetime) -> int:
+    delta = utc(value) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _from_us(value: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=value)
+
+
+class SqliteDelayedMessageStore:
+    """Delayed messages in a SQLite table (default ``delayed_messages``) in the file at ``path``."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        table: str = "delayed_messages",
+        claim_timeout: float = 60.0,
+        busy_timeout: float = 30.0,
+    ) -> None:
+        if not _IDENTIFIER.match(table):
+            raise ConfigurationError(
+                f"invalid SQLite table name {table!r}: use letters, digits and underscores, up to 63 characters"
+            )
+        self.path = os.fspath(path)
+        self.table = table
+        self.claim_timeout_us = int(claim_timeout * 1_000_000)
+        self._busy_ms = int(busy_timeout * 1000)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._q = f'"{table}"'
+
+    def __getstate__(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "table": self.table,
+            "claim_timeout": self.claim_timeout_us / 1e6,
+            "busy_timeout": self._busy_ms / 1000,
+        }
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        path, table = state.pop("path"), state.pop("table")
+        self.__init__(path, table=table, **state)  # type: ignore[misc]
+
+    # -- connection handling --------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(
+                    self.path, isolation_level=None, timeout=self._busy_ms / 1000, check_same_thread=False
+                )
+                conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+            except sqlite3.Error as exc:
+                raise ConfigurationError(f"cannot open SQLite store at {self.path!r}: {exc}") from exc
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise TransientError(f"SQLite store busy: {exc}") from exc
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close every connection this object opened."""
+        with self._all_lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+        self._local = threading.local()
+
+    # -- the store protocol ----------------------------------------------
+
+    def setup_infrastructure(self) -> None:
+        """Create the table and its indexes if missing."""
+        q = self._q
+        with self._tx() as conn:
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {q} ("
+                " message_id TEXT PRIMARY KEY,"
+                " destination TEXT NOT NULL,"
+                " body BLOB NOT NULL,"
+                " headers TEXT NOT NULL,"
+                " due_at_us INTEGER NOT NULL,"
+                " available_at_us INTEGER NOT NULL,"
+                " failure_count INTEGER NOT NULL DEFAULT 0)"
+            )
+            conn.execute(f'CREATE INDEX IF NOT EXISTS "ix_{self.table}_due" ON {q}(due_at_us)')
+            conn.execute(f'CREATE INDEX IF NOT EXISTS "ix_{self.table}_available" ON {q}(available_at_us)')
+
+    def store(self, message: DelayedMessage) -> None:
+        """Insert or replace ``message``."""
+        due = _to_us(message.due_at)
+        with self._tx() as conn:
+            conn.execute(
+                f"INSERT OR REPLACE INTO {self._q} VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    message.message_id,
+                    message.destination,
+                    message.body,
+                    json.dumps(dict(message.headers), ensure_ascii=False),
+                    due,
+                    due,
+                    message.failure_count,
+                ),
+            )
+
+    def store_many(self, messages: Sequence[DelayedMessage]) -> None:
+        """Insert or replace many messages in one transaction."""
+        rows = [
+            (
+                m.message_id,
+                m.destination,
+                m.body,
+                json.dumps(dict(m.headers), ensure_ascii=False),
+                _to_us(m.due_at),
+                _to_us(m.due_at),
+                m.failure_count,
+            )
+            for m in messages
+        ]
+        with self._tx() as conn:
+            conn.executemany(f"INSERT OR REPLACE INTO {self._q} VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+
+    def remove(self, message_id: str) -> bool:
+        """Delete; False when already gone."""
+        with self._tx() as conn:
+            return conn.execute(f"DELETE FROM {self._q} WHERE message_id = ?", (message_id,)).rowcount > 0
+
+    def increment_failure_count(self, message_id: str) -> bool:
+        """Count a failure and release the claim."""
+        with self._tx() as conn:
+            cur = conn.execute(
+                f"UPDATE {self._q} SET failure_count = failure_count + 1, available_at_us = due_at_us"
+                " WHERE message_id = ?",
+                (message_id,),
+            )
+            return cur.rowcount > 0
+
+    def reschedule(self, message_id: str, due_at: datetime) -> bool:
+        """Move the due time and release the claim."""
+        due = _to_us(due_at)
+        with self._tx() as conn:
+            cur = conn.execute(
+                f"UPDATE {self._q} SET due_at_us = ?, available_at_us = ? WHERE message_id = ?",
+                (due, due, message_id),
+            )
+            return cur.rowcount > 0
+
+    def next_due(self) -> datetime | None:
+        """Earliest time a message becomes fetchable."""
+        row = self._conn().execute(f"SELECT MIN(available_at_us) FROM {self._q}").fetchone()
+        return None if row is None or row[0] is None else _from_us(row[0])
+
+    def fetch_next_due(self, at: datetime) -> DelayedMessage | None:
+        """Claim the earliest due message."""
+        found = self.fetch_due(at, 1)
+        return found[0] if found else None
+
+    def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
+        """Atomically claim up to ``limit`` due messages, earliest first."""
+        if limit < 1:
+            return []
+        now = _to_us(at)
+        with self._tx() as conn:
+            rows = conn.execute(
+                f"UPDATE {self._q} SET available_at_us = ? WHERE message_id IN ("
+                f" SELECT message_id FROM {self._q} WHERE due_at_us <= ? AND available_at_us <= ?"
+                " ORDER BY due_at_us LIMIT ?)"
+                " RETURNING message_id, destination, body, headers, due_at_us, failure_count",
+                (now + self.claim_timeout_us, now, now, limit),
+            ).fetchall()
+        rows.sort(key=lambda r: (r[4], r[0]))
+        return [self._message(r) for r in rows]
+
+    # -- operator helpers --------------------------------------------------
+
+    def get(self, message_id: str) -> DelayedMessage | None:
+        """The stored message with this id, claimed or not."""
+        row = (
+            self._conn()
+            .execute(
+                f"SELECT message_id, destination, body, headers, due_at_us, failure_count FROM {self._q}"
+                " WHERE message_id = ?",
+                (message_id,),
+            )
+            .fetchone()
+        )
+        return None if row is None else self._message(row)
+
+    def __len__(self) -> int:
+        row = self._conn().execute(f"SELECT COUNT(*) FROM {self._q}").fetchone()
+        return int(row[0])
+
+    @staticmethod
+    def _message(row: tuple[str, str, bytes, str, int, int]) -> DelayedMessage:
+        message_id, destination, body, headers, due_us, failures = row
+        return DelayedMessage(
+            message_id=message_id,
+            destination=destination,
+            body=bytes(body),
+            headers=Headers(json.loads(headers)),
+            due_at=_from_us(due_us),
+            failure_count=failures,
+        )

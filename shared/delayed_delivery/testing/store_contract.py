@@ -1,0 +1,263 @@
+"""The store contract: every ``DelayedMessageStore`` must pass these tests.
+
+Use it from your own test module::
+
+    from delayed_delivery.testing import StoreContract
+
+    class TestMyStore(StoreContract):
+        claim_timeout = 60.0            # the claim timeout your fixture configures
+
+        @pytest.fixture
+        def store(self):
+            s = MyStore(..., claim_timeout=self.claim_timeout)
+            s.setup_infrastructure()
+            yield s
+            s.drop_everything()
+
+Add ``MultiProcessStoreContract`` (and a picklable ``store_factory`` fixture) when several
+processes share the store, and ``ReschedulableStoreContract`` when it implements ``reschedule``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from ..model import DelayedMessage
+from ..ports import DelayedMessageStore, ReschedulableStore
+
+__all__ = ["MultiProcessStoreContract", "ReschedulableStoreContract", "StoreContract"]
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def _msg(i: int | str, due: datetime, **kw: Any) -> DelayedMessage:
+    return DelayedMessage(
+        message_id=f"m-{i}",
+        destination=kw.pop("destination", "orders"),
+        body=kw.pop("body", f"body {i}".encode()),
+        due_at=due,
+        **kw,
+    )
+
+
+def _s(seconds: float) -> timedelta:
+    return timedelta(seconds=seconds)
+
+
+class StoreContract:
+    """Behaviour shared by all stores; subclasses provide a ``store`` fixture yielding an empty store."""
+
+    #: The claim timeout (seconds) the ``store`` fixture configures.
+    claim_timeout: float = 60.0
+    #: Largest body the store promises to keep.
+    max_body_bytes: int = 1024 * 1024
+
+    @pytest.fixture
+    def store(self) -> DelayedMessageStore:
+        raise NotImplementedError("define a `store` fixture that yields a fresh, empty store")
+
+    def test_empty_store_has_nothing_due(self, store: DelayedMessageStore) -> None:
+        assert store.next_due() is None
+        assert store.fetch_next_due(T0) is None
+        assert list(store.fetch_due(T0 + _s(10**6), 10)) == []
+
+    def test_message_is_not_fetched_before_it_is_due(self, store: DelayedMessageStore) -> None:
+        store.store(_msg(1, T0 + _s(10)))
+        assert store.fetch_next_due(T0 + _s(9.999)) is None
+        assert store.next_due() == T0 + _s(10)
+
+    def test_due_message_round_trips_every_field(self, store: DelayedMessageStore) -> None:
+        original = _msg(1, T0 + _s(10.123456), headers={"a": "1", "content-type": "application/json"}, failure_count=2)
+        store.store(original)
+        fetched = store.fetch_next_due(T0 + _s(10.123456))
+        assert fetched == original
+
+    def test_fetch_returns_earliest_first(self, store: DelayedMessageStore) -> None:
+        dues = list(range(30))
+        random.Random(7).shuffle(dues)
+        for d in dues:
+            store.store(_msg(d, T0 + _s(d)))
+        fetched = store.fetch_due(T0 + _s(100), 100)
+        assert [m.message_id for m in fetched] == [f"m-{d}" for d in range(30)]
+
+    def test_fetch_respects_limit_and_claims(self, store: DelayedMessageStore) -> None:
+        for d in range(10):
+            store.store(_msg(d, T0 + _s(d)))
+        first = store.fetch_due(T0 + _s(100), 4)
+        second = store.fetch_due(T0 + _s(100), 4)
+        third = store.fetch_due(T0 + _s(100), 4)
+        assert [m.message_id for m in first] == ["m-0", "m-1", "m-2", "m-3"]
+        assert [m.message_id for m in second] == ["m-4", "m-5", "m-6", "m-7"]
+        assert [m.message_id for m in third] == ["m-8", "m-9"]
+        assert list(store.fetch_due(T0 + _s(100), 4)) == []
+
+    def test_only_due_messages_are_fetched(self, store: DelayedMessageStore) -> None:
+        for d in (1, 2, 50, 60):
+            store.store(_msg(d, T0 + _s(d)))
+        assert [m.message_id for m in store.fetch_due(T0 + _s(10), 10)] == ["m-1", "m-2"]
+
+    def test_remove_reports_whether_it_removed(self, store: DelayedMessageStore) -> None:
+        store.store(_msg(1, T0))
+        assert store.remove("m-1") is True
+        assert store.remove("m-1") is False
+        assert store.remove("never-stored") is False
+        assert store.fetch_next_due(T0 + _s(10**6)) is None
+
+    def test_increment_failure_count_counts_and_releases_the_claim(self, store: DelayedMessageStore) -> None:
+        store.store(_msg(1, T0))
+        assert store.fetch_next_due(T0) is not None
+        assert store.increment_failure_count("m-1") is True
+        again = store.fetch_next_due(T0)
+        assert again is not None and again.failure_count == 1
+        assert store.increment_failure_count("m-1") is True
+        assert store.remove("m-1") is True
+        assert store.increment_failure_count("m-1") is False
+
+    def test_claim_expires_so_a_crashed_dispatcher_loses_nothing(self, store: DelayedMessageStore) -> None:
+        store.store(_msg(1, T0))
+        assert store.fetch_next_due(T0) is not None
+        assert store.fetch_next_due(T0 + _s(self.claim_timeout / 2)) is None
+        later = store.fetch_next_due(T0 + _s(self.claim_timeout + 1))
+        assert later is not None and later.message_id == "m-1"
+
+    def test_next_due_is_the_earliest_and_follows_removals(self, store: DelayedMessageStore) -> None:
+        store.store(_msg(2, T0 + _s(20)))
+        store.store(_msg(1, T0 + _s(10)))
+        store.store(_msg(3, T0 + _s(30)))
+        assert store.next_due() == T0 + _s(10)
+        store.remove("m-1")
+        assert store.next_due() == T0 + _s(20)
+
+    def test_next_due_skips_past_claimed_messages(self, store: DelayedMessageStore) -> None:
+        store.store(_msg(1, T0))
+        store.fetch_due(T0, 10)
+        nxt = store.next_due()
+        assert nxt is not None and nxt > T0
+
+    def test_storing_the_same_id_replaces(self, store: DelayedMessageStore) -> None:
+        store.store(_msg(1, T0 + _s(10), body=b"old"))
+        store.store(_msg(1, T0 + _s(20), body=b"new"))
+        assert store.fetch_due(T0 + _s(15), 10) == []
+        fetched = store.fetch_due(T0 + _s(20), 10)
+        assert [m.body for m in fetched] == [b"new"]
+
+    def test_large_binary_body(self, store: DelayedMessageStore) -> None:
+        body = bytes(range(256)) * (self.max_body_bytes // 256)
+        store.store(_msg(1, T0, body=body))
+        fetched = store.fetch_next_due(T0)
+        assert fetched is not None and fetched.body == body
+
+    def test_empty_body(self, store: DelayedMessageStore) -> None:
+        store.store(_msg(1, T0, body=b""))
+        fetched = store.fetch_next_due(T0)
+        assert fetched is not None and fetched.body == b""
+
+    def test_unicode_headers_and_ids(self, store: DelayedMessageStore) -> None:
+        headers = {"ключ": "значение", "emoji": "⏰🚀", "quote": 'it\'s "x"', "nul-ish": "a\u0001b"}
+        original = DelayedMessage("id-ü-⏰", "queue-é", b"\x00\xff", T0, headers)
+        store.store(original)
+        assert store.fetch_next_due(T0) == original
+
+    def test_threads_never_claim_the_same_message(self, store: DelayedMessageStore) -> None:
+        total = 200
+        for i in range(total):
+            store.store(_msg(i, T0 + _s(i % 17)))
+        seen: list[str] = []
+        lock = threading.Lock()
+        start = threading.Barrier(8)
+
+        def worker() -> None:
+            start.wait()
+            while True:
+                batch = store.fetch_due(T0 + _s(100), 5)
+                if not batch:
+                    return
+                with lock:
+                    seen.extend(m.message_id for m in batch)
+                for m in batch:
+                    store.remove(m.message_id)
+
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(seen) == total, "every message is claimed"
+        assert len(set(seen)) == total, "no message is claimed twice"
+
+
+class ReschedulableStoreContract:
+    """Extra behaviour for stores implementing ``reschedule``."""
+
+    @pytest.fixture
+    def store(self) -> ReschedulableStore:
+        raise NotImplementedError
+
+    def test_reschedule_moves_the_due_time_and_releases_the_claim(self, store: Any) -> None:
+        store.store(_msg(1, T0))
+        assert store.fetch_next_due(T0) is not None
+        assert store.reschedule("m-1", T0 + _s(30)) is True
+        assert store.fetch_next_due(T0 + _s(29)) is None
+        assert store.next_due() == T0 + _s(30)
+        assert store.fetch_next_due(T0 + _s(30)) is not None
+        assert store.reschedule("missing", T0) is False
+
+
+def _claim_worker(
+    factory: Callable[[], DelayedMessageStore], at: datetime, start: Any, results: Any, worker: int
+) -> None:
+    store = factory()
+    start.wait(60)  # every process is up and connected before anyone claims
+    claimed: list[str] = []
+    while True:
+        batch = store.fetch_due(at, 5)
+        if not batch:
+            break
+        claimed.extend(m.message_id for m in batch)
+        for m in batch:
+            store.remove(m.message_id)
+    results.put((worker, claimed))
+
+
+class MultiProcessStoreContract:
+    """For stores shared across processes; provide ``store`` and a picklable ``store_factory`` fixture."""
+
+    #: How many processes race for claims.
+    processes: int = 4
+    #: How many messages they share.
+    messages: int = 400
+
+    @pytest.fixture
+    def store_factory(self) -> Callable[[], DelayedMessageStore]:
+        raise NotImplementedError("define a `store_factory` fixture: a picklable callable returning the store")
+
+    def test_processes_never_claim_the_same_message(
+        self, store: DelayedMessageStore, store_factory: Callable[[], DelayedMessageStore]
+    ) -> None:
+        for i in range(self.messages):
+            store.store(_msg(i, T0 + _s(i % 23)))
+        ctx = multiprocessing.get_context("spawn")
+        start = ctx.Barrier(self.processes)
+        queue = ctx.Queue()
+        procs = [
+            ctx.Process(target=_claim_worker, args=(store_factory, T0 + _s(100), start, queue, n))
+            for n in range(self.processes)
+        ]
+        for p in procs:
+            p.start()
+        results = [queue.get(timeout=120)[1] for _ in procs]
+        for p in procs:
+            p.join(30)
+            assert p.exitcode == 0
+        everything = [i for r in results for i in r]
+        assert len(everything) == self.messages, "every message is claimed once"
+        assert len(set(everything)) == self.messages, "no message is claimed by two processes"
+        assert sum(1 for r in results if r) >= 2, f"the processes really competed: {[len(r) for r in results]}"
+        assert store.next_due() is None

@@ -1,0 +1,295 @@
+"""The dispatcher under a manual clock: order, wake-up, retries, error queue, breakers, recovery."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from delayed_delivery import (
+    CircuitBreakerTrippedError,
+    DelayedDeliverySettings,
+    DelayedMessage,
+    DestinationNotFoundError,
+    Dispatcher,
+    InMemoryDelayedMessageStore,
+    InMemoryTransport,
+    ManualClock,
+    SystemClock,
+    TransientError,
+)
+from delayed_delivery import headers as hdr
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def msg(i: int, due_s: float, destination: str = "orders") -> DelayedMessage:
+    return DelayedMessage(f"m-{i}", destination, f"{i}".encode(), T0 + timedelta(seconds=due_s))
+
+
+class FlakyStore(InMemoryDelayedMessageStore):
+    """An in-memory store whose fetch/store can be switched to fail."""
+
+    def __init__(self) -> None:
+        super().__init__(claim_timeout=60)
+        self.fail_fetch = False
+        self.fail_store = False
+
+    def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
+        if self.fail_fetch:
+            raise TransientError("database down")
+        return super().fetch_due(at, limit)
+
+    def next_due(self) -> datetime | None:
+        if self.fail_fetch:
+            raise TransientError("database down")
+        return super().next_due()
+
+    def store(self, message: DelayedMessage) -> None:
+        if self.fail_store:
+            raise TransientError("database down")
+        super().store(message)
+
+
+class Harness:
+    def __init__(self, **settings: object) -> None:
+        self.clock = ManualClock(T0)
+        self.store = FlakyStore()
+        self.transport = InMemoryTransport(self.clock)
+        self.critical: list[CircuitBreakerTrippedError] = []
+        self.dispatcher = Dispatcher(
+            self.store,
+            self.transport,
+            DelayedDeliverySettings(**settings),  # type: ignore[arg-type]
+            clock=self.clock,
+            on_critical_error=self.critical.append,
+        )
+
+
+def test_dispatches_in_due_order_and_only_when_due() -> None:
+    h = Harness()
+    for i, due in enumerate([30, 10, 20, 0]):
+        h.dispatcher.store(msg(i, due))
+    report = h.dispatcher.dispatch_due()
+    assert [m.message_id for m in h.transport.to("orders")] == ["m-3"]
+    assert report.dispatched == 1
+    h.clock.advance(30)
+    h.dispatcher.dispatch_due()
+    assert [m.message_id for m in h.transport.to("orders")] == ["m-3", "m-1", "m-2", "m-0"]
+    assert len(h.store) == 0
+
+
+def test_wait_for_due_sleeps_until_each_message_and_is_never_late() -> None:
+    h = Harness()
+    for i, due in enumerate([10, 25, 40]):
+        h.dispatcher.store(msg(i, due))
+    report = h.dispatcher.dispatch_due(budget=60, wait_for_due=True)
+    assert report.dispatched == 3
+    assert report.lateness_seconds == [0.0, 0.0, 0.0]
+    assert [s.sent_at for s in h.transport.sent] == [T0 + timedelta(seconds=d) for d in (10, 25, 40)]
+    assert h.clock.now() == T0 + timedelta(seconds=60), "the budget bounds the run"
+
+
+def test_idle_sleep_is_capped() -> None:
+    h = Harness(max_idle_sleep=5)
+    h.dispatcher.store(msg(1, 3600))
+    h.dispatcher.dispatch_due(budget=12, wait_for_due=True)
+    assert h.clock.slept[:2] == [5, 5]
+
+
+def test_store_of_an_earlier_message_wakes_the_loop() -> None:
+    clock = SystemClock()
+    store = InMemoryDelayedMessageStore()
+    transport = InMemoryTransport(clock)
+    dispatcher = Dispatcher(store, transport, DelayedDeliverySettings(max_idle_sleep=60), clock=clock)
+    now = clock.now()
+    dispatcher.store(DelayedMessage("later", "q", b"", now + timedelta(seconds=3600)))
+    stop = threading.Event()
+    loop = threading.Thread(target=dispatcher.run, args=(stop,))
+    loop.start()
+    time.sleep(0.2)  # the loop is now asleep until the 1-hour message
+    dispatcher.store(DelayedMessage("soon", "q", b"", clock.now()))
+    deadline = time.monotonic() + 5
+    while not transport.sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    dispatcher.notify(clock.now())
+    loop.join(5)
+    assert [s.message.message_id for s in transport.sent] == ["soon"]
+    assert not loop.is_alive()
+
+
+def test_retries_then_error_queue_with_reason() -> None:
+    h = Harness(number_of_retries=2, retry_backoff=1, error_queue="errors")
+    h.transport.fail("orders", times=3)
+    h.dispatcher.store(msg(1, 0))
+    report = h.dispatcher.dispatch_due(budget=30, wait_for_due=True)
+    assert report.failed_attempts == 3
+    assert report.moved_to_error_queue == 1
+    assert h.transport.to("orders") == []
+    [failed] = h.transport.to("errors")
+    assert failed.body == b"1"
+    assert failed.headers[hdr.ORIGINAL_DESTINATION] == "orders"
+    assert failed.headers[hdr.FAILURE_COUNT] == "3"
+    assert "injected failure" in failed.headers[hdr.FAILURE_REASON]
+    assert len(h.store) == 0
+
+
+def test_default_zero_retries_means_the_first_failure_goes_to_the_error_queue() -> None:
+    h = Harness()
+    h.transport.fail("orders", times=1)
+    h.dispatcher.store(msg(1, 0))
+    h.dispatcher.dispatch_due()
+    assert [m.message_id for m in h.transport.to("error")] == ["m-1"]
+
+
+def test_a_transient_failure_within_the_retry_budget_is_delivered_later() -> None:
+    h = Harness(number_of_retries=3, retry_backoff=2)
+    h.transport.fail("orders", times=2)
+    h.dispatcher.store(msg(1, 0))
+    h.dispatcher.dispatch_due(budget=60, wait_for_due=True)
+    [sent] = h.transport.sent
+    assert sent.message.destination == "orders"
+    assert sent.sent_at == T0 + timedelta(seconds=2 + 4), "backoff doubles: 2 s then 4 s"
+
+
+def test_a_failing_message_does_not_block_the_ones_behind_it() -> None:
+    h = Harness(number_of_retries=5, retry_backoff=10, batch_size=1)
+    h.transport.fail("broken", times=1)
+    h.dispatcher.store(msg(1, 0, destination="broken"))
+    h.dispatcher.store(msg(2, 1))
+    h.clock.advance(1)
+    h.dispatcher.dispatch_due()
+    assert [s.message.message_id for s in h.transport.sent] == ["m-2"]
+
+
+def test_missing_destination_goes_to_the_error_queue_at_once() -> None:
+    h = Harness(number_of_retries=5)
+    h.transport.destinations = {"orders", "error"}
+    h.dispatcher.store(msg(1, 0, destination="nowhere"))
+    report = h.dispatcher.dispatch_due()
+    assert report.moved_to_error_queue == 1
+    [failed] = h.transport.to("error")
+    assert DestinationNotFoundError.__name__ in failed.headers[hdr.FAILURE_REASON]
+    assert h.critical == [], "a permanent error is not an outage"
+
+
+def test_when_the_error_queue_also_fails_the_message_stays() -> None:
+    h = Harness(retry_backoff=5)
+    h.transport.fail("orders", times=2)
+    h.transport.fail("error", times=1)
+    h.dispatcher.store(msg(1, 0))
+    h.dispatcher.dispatch_due(budget=4, wait_for_due=True)
+    kept = h.store.get("m-1")
+    assert kept is not None and kept.failure_count == 1, "kept, not lost"
+    assert kept.due_at == T0 + timedelta(seconds=5), "backed off instead of spinning"
+    assert h.transport.sent == []
+    h.dispatcher.dispatch_due(budget=10, wait_for_due=True)
+    assert [m.message_id for m in h.transport.to("error")] == ["m-1"]
+    assert len(h.store) == 0
+
+
+def test_remove_returning_false_is_counted_as_a_possible_duplicate() -> None:
+    h = Harness()
+    h.dispatcher.store(msg(1, 0))
+    [claimed] = h.store.fetch_due(T0, 10)
+    h.store.remove("m-1")  # another dispatcher finished it first
+    report = h.dispatcher.dispatch_batch([claimed], T0)
+    assert report.dispatched == 1 and report.already_removed == 1
+
+
+def test_fetch_breaker_trips_after_its_time_and_recovers() -> None:
+    h = Harness(time_to_trigger_fetch_circuit_breaker=30, failure_delay=1)
+    h.store.fail_fetch = True
+    h.dispatcher.dispatch_due(budget=29.5)
+    assert h.critical == [] and h.dispatcher.fetch_breaker.armed
+    h.dispatcher.dispatch_due(budget=5)
+    assert [e.breaker for e in h.critical] == ["fetch"]
+    assert h.dispatcher.fetch_breaker.tripped
+    assert h.dispatcher.fetch_breaker.failure_delay == 10, "the seed slows to 10 s once tripped"
+    h.dispatcher.dispatch_due(budget=60)
+    assert len(h.critical) == 1, "the callback fires once per outage"
+    h.store.fail_fetch = False
+    h.dispatcher.store(msg(1, 0))
+    h.dispatcher.dispatch_due()
+    assert not h.dispatcher.fetch_breaker.armed and h.transport.sent
+    h.store.fail_fetch = True
+    h.dispatcher.dispatch_due(budget=31)
+    assert [e.breaker for e in h.critical] == ["fetch", "fetch"], "a new outage trips again"
+
+
+def test_dispatch_breaker_trips_when_sends_keep_failing() -> None:
+    h = Harness(
+        time_to_trigger_dispatch_circuit_breaker=20,
+        number_of_retries=1000,
+        retry_backoff=1,
+        max_retry_backoff=1,
+        maximum_recovery_failures_per_second=100,
+    )
+    h.transport.fail("orders", times=10_000)
+    h.dispatcher.store(msg(1, 0))
+    h.dispatcher.dispatch_due(budget=19, wait_for_due=True)
+    assert h.critical == []
+    h.dispatcher.dispatch_due(budget=3, wait_for_due=True)
+    assert [e.breaker for e in h.critical] == ["dispatch"]
+    assert isinstance(h.critical[0].last_error, TransientError)
+
+
+def test_store_breaker_trips_when_storing_keeps_failing() -> None:
+    h = Harness(time_to_trigger_store_circuit_breaker=10)
+    h.store.fail_store = True
+    for _ in range(11):
+        with pytest.raises(TransientError):
+            h.dispatcher.store(msg(1, 0))
+        h.clock.advance(1)
+    assert [e.breaker for e in h.critical] == ["store"]
+    h.store.fail_store = False
+    h.dispatcher.store(msg(1, 0))
+    assert not h.dispatcher.store_breaker.armed
+
+
+def test_recovery_breaker_trips_above_the_failure_rate() -> None:
+    h = Harness(
+        maximum_recovery_failures_per_second=1,
+        time_to_trigger_dispatch_circuit_breaker=30,
+        number_of_retries=5,
+        batch_size=100,
+    )
+    h.transport.fail("orders", times=31)
+    for i in range(31):
+        h.dispatcher.store(msg(i, 0))
+    h.dispatcher.dispatch_due()
+    assert "recovery" in [e.breaker for e in h.critical]
+
+
+def test_recovery_breaker_stays_quiet_under_the_rate() -> None:
+    h = Harness(maximum_recovery_failures_per_second=1, number_of_retries=5)
+    h.transport.fail("orders", times=30)
+    for i in range(30):
+        h.dispatcher.store(msg(i, 0))
+    h.dispatcher.dispatch_due()
+    assert "recovery" not in [e.breaker for e in h.critical]
+
+
+def test_disabled_dispatcher_does_nothing() -> None:
+    h = Harness(enabled=False)
+    h.dispatcher.store(msg(1, 0))
+    assert h.dispatcher.dispatch_due().dispatched == 0
+    assert h.transport.sent == []
+
+
+def test_concurrent_sends_deliver_every_message_once() -> None:
+    clock = ManualClock(T0)
+    store = InMemoryDelayedMessageStore()
+    transport = InMemoryTransport(clock)
+    d = Dispatcher(store, transport, DelayedDeliverySettings(max_concurrency=8, batch_size=50), clock=clock)
+    for i in range(500):
+        store.store(msg(i, i % 5))
+    clock.advance(10)
+    report = d.dispatch_due()
+    d.close()
+    ids = [s.message.message_id for s in transport.sent]
+    assert report.dispatched == 500 and len(set(ids)) == 500

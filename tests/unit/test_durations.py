@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from delayed_delivery import InvalidMessageError, format_duration, parse_duration, to_seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90", 90),
+        ("90s", 90),
+        ("15m", 900),
+        ("2h30m", 9000),
+        ("40d", 40 * 86400),
+        ("365d", 31_536_000),
+        ("1y", 31_536_000),
+        ("1.5h", 5400),
+        ("500ms", 0.5),
+        (" 2W ", 14 * 86400),
+    ],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text).total_seconds() == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bad", ["", "abc", "5x", "h", "1h-2m", "-5", "nan", "inf", "200y"])
+def test_bad_durations_have_clear_errors(bad: str) -> None:
+    with pytest.raises(InvalidMessageError):
+        parse_duration(bad)
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), float("-inf"), True, 10**12, timedelta(days=-1)])
+def test_to_seconds_rejects_bad_numbers(bad: object) -> None:
+    with pytest.raises(InvalidMessageError):
+        to_seconds(bad)  # type: ignore[arg-type]
+
+
+@given(st.floats(min_value=0, max_value=3_000_000_000, allow_nan=False))
+def test_numbers_and_timedeltas_agree(seconds: float) -> None:
+    assert to_seconds(seconds) == pytest.approx(to_seconds(timedelta(seconds=seconds)), abs=1e-6)
+
+
+def test_format_duration() -> None:
+    assert format_duration(845) == "14m 5s"
+    assert format_duration(31_536_000) == "365d"
+    assert format_duration(5) == "5s"

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import pickle
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from delayed_delivery import DelayedMessage, InvalidMessageError, ManualClock
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def test_due_at_is_normalised_to_utc() -> None:
+    plus2 = timezone(timedelta(hours=2))
+    m = DelayedMessage("id", "q", b"x", datetime(2030, 1, 1, 12, tzinfo=plus2))
+    assert m.due_at == datetime(2030, 1, 1, 10, tzinfo=UTC)
+    assert m.due_at.utcoffset() == timedelta(0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"due_at": datetime(2030, 1, 1)}, "naive"),
+        ({"destination": ""}, "destination"),
+        ({"destination": "   "}, "destination"),
+        ({"body": "text"}, "bytes"),
+        ({"message_id": ""}, "message_id"),
+        ({"message_id": "x" * 129}, "128"),
+        ({"headers": {"a": 1}}, "str value"),
+        ({"headers": {"": "x"}}, "non-empty"),
+        ({"failure_count": -1}, "failure_count"),
+    ],
+)
+def test_bad_input_raises_a_clear_error(kwargs: dict[str, object], needle: str) -> None:
+    base: dict[str, object] = {"message_id": "id", "destination": "q", "body": b"x", "due_at": T0}
+    with pytest.raises(InvalidMessageError, match=needle):
+        DelayedMessage(**{**base, **kwargs})  # type: ignore[arg-type]
+
+
+def test_message_is_frozen_hashable_and_picklable() -> None:
+    m = DelayedMessage("id", "q", bytearray(b"x"), T0, {"k": "v"})  # type: ignore[arg-type]
+    assert m.body == b"x"
+    with pytest.raises(AttributeError):
+        m.destination = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        m.headers["k"] = "w"  # type: ignore[index]
+    assert pickle.loads(pickle.dumps(m)) == m
+    assert hash(m) == hash(pickle.loads(pickle.dumps(m)))
+
+
+def test_create_from_delay_uses_the_injected_clock() -> None:
+    clock = ManualClock(T0)
+    m = DelayedMessage.create("q", b"x", delay="2h", clock=clock)
+    assert m.due_at == T0 + timedelta(hours=2)
+    assert m.delay_from(T0) == 7200
+    assert m.delay_from(T0 + timedelta(hours=3)) == 0
+    assert len(m.message_id) == 36
+
+
+def test_create_needs_exactly_one_of_delay_and_at() -> None:
+    with pytest.raises(InvalidMessageError, match="exactly one"):
+        DelayedMessage.create("q", b"x")
+    with pytest.raises(InvalidMessageError, match="exactly one"):
+        DelayedMessage.create("q", b"x", delay=1, at=T0)
+
+
+def test_with_headers_and_redirected_return_copies() -> None:
+    m = DelayedMessage("id", "q", b"x", T0, {"a": "1"})
+    n = m.with_headers({"b": "2"}).redirected("error")
+    assert dict(n.headers) == {"a": "1", "b": "2"} and n.destination == "error"
+    assert dict(m.headers) == {"a": "1"} and m.destination == "q"
