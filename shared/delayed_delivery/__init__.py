@@ -32,6 +32,16 @@ from .sqlite_store import SqliteDelayedMessageStore
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    """Import optional adapters lazily so the package root stays stdlib-only."""
+    if name == "PostgresDelayedMessageStore":
+        from .postgres.store import PostgresDelayedMessageStore
+
+        return PostgresDelayedMessageStore
+    raise AttributeError(f"module 'delayed_delivery' has no attribute {name!r}")
+
+
 __all__ = [
     "CircuitBreakerTrippedError",
     "Clock",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -21,7 +21,7 @@ from .breaker import FailureRateCircuitBreaker, RepeatedFailuresCircuitBreaker
 from .clock import Clock, SystemClock
 from .errors import CircuitBreakerTrippedError, DelayedDeliveryDisabledError, PermanentError
 from .model import DelayedMessage
-from .ports import CriticalErrorCallback, DelayedMessageStore, ReschedulableStore, Transport
+from .ports import BatchRemovingStore, CriticalErrorCallback, DelayedMessageStore, ReschedulableStore, Transport
 from .settings import DelayedDeliverySettings
 
 __all__ = ["DispatchReport", "Dispatcher"]
@@ -115,12 +115,20 @@ class Dispatcher:
 
     # -- one-shot --------------------------------------------------------
 
-    def dispatch_due(self, budget: float | None = None, *, wait_for_due: bool = False) -> DispatchReport:
+    def dispatch_due(
+        self,
+        budget: float | None = None,
+        *,
+        wait_for_due: bool = False,
+        keep_going: Callable[[], bool] | None = None,
+    ) -> DispatchReport:
         """Dispatch until nothing is due or ``budget`` seconds have passed.
 
         With ``wait_for_due`` the call sleeps until the next due message instead of
         returning when idle, so a timer-triggered function can keep lateness near one
-        poll for its whole run.
+        poll for its whole run. ``keep_going`` is asked before every fetch and every
+        send; when it returns False (e.g. a lease was lost) the call stops at once and
+        unsent claimed messages are left for their claims to expire.
         """
         report = DispatchReport()
         if not self.settings.enabled:
@@ -130,6 +138,8 @@ class Dispatcher:
         while True:
             now = self.clock.now()
             if deadline is not None and now >= deadline:
+                return report
+            if keep_going is not None and not keep_going():
                 return report
             try:
                 batch = self.store_port.fetch_due(now, self.settings.batch_size)
@@ -142,7 +152,7 @@ class Dispatcher:
             self.fetch_breaker.success()
             if batch:
                 report.batches += 1
-                part = self.dispatch_batch(batch, now)
+                part = self.dispatch_batch(batch, now, keep_going)
                 report.merge(part)
                 if part.failed_attempts and not part.dispatched:
                     # every send in the batch failed: pause as the seed does (1 s armed, 10 s tripped)
@@ -152,15 +162,36 @@ class Dispatcher:
                 return report
             self._sleep_until_next_due(deadline)
 
-    def dispatch_batch(self, batch: Sequence[DelayedMessage], now: datetime) -> DispatchReport:
-        """Send a claimed batch (concurrently when ``max_concurrency`` > 1) and settle each message."""
-        if self._pool is None or len(batch) == 1:
-            parts = [self._dispatch_one(m, now) for m in batch]
-        else:
-            parts = list(self._pool.map(lambda m: self._dispatch_one(m, now), batch))
+    def dispatch_batch(
+        self, batch: Sequence[DelayedMessage], now: datetime, keep_going: Callable[[], bool] | None = None
+    ) -> DispatchReport:
+        """Send a claimed batch (concurrently when ``max_concurrency`` > 1) and settle each message.
+
+        Stores that implement ``remove_many`` get one removal call for the whole batch.
+        """
+        batched = isinstance(self.store_port, BatchRemovingStore)
+        sent: list[tuple[DelayedMessage, float]] = []
+        sent_lock = threading.Lock()
+
+        def one(message: DelayedMessage) -> DispatchReport:
+            if keep_going is not None and not keep_going():
+                return DispatchReport()
+            part = self._dispatch_one(message, now, remove=not batched)
+            if batched and part.dispatched:
+                with sent_lock:
+                    sent.append((message, part.lateness_seconds[-1]))
+            return part
+
+        sequential = self._pool is None or len(batch) == 1
+        parts = [one(m) for m in batch] if sequential or self._pool is None else list(self._pool.map(one, batch))
         total = DispatchReport()
         for part in parts:
             total.merge(part)
+        if batched and sent:
+            assert isinstance(self.store_port, BatchRemovingStore)
+            flags = self.store_port.remove_many([m.message_id for m, _ in sent])
+            for (message, lateness), removed in zip(sent, flags, strict=True):
+                total.already_removed += self._log_removal(message, lateness, removed)
         return total
 
     # -- long-running ----------------------------------------------------
@@ -205,9 +236,8 @@ class Dispatcher:
             return seconds
         return max(0.0, min(seconds, (deadline - self.clock.now()).total_seconds()))
 
-    def _dispatch_one(self, message: DelayedMessage, now: datetime) -> DispatchReport:
+    def _dispatch_one(self, message: DelayedMessage, now: datetime, *, remove: bool = True) -> DispatchReport:
         report = DispatchReport()
-        base = {lf.MESSAGE_ID: message.message_id, lf.DESTINATION: message.destination}
         try:
             self.transport.send(message)
         except Exception as exc:
@@ -218,15 +248,21 @@ class Dispatcher:
         lateness = max(0.0, (now - message.due_at).total_seconds())
         report.lateness_seconds.append(lateness)
         report.dispatched += 1
-        if self.store_port.remove(message.message_id):
-            _log.info("dispatched", extra={**base, lf.EVENT: lf.EVENT_DISPATCHED, lf.LATENESS_S: round(lateness, 3)})
-        else:
-            report.already_removed += 1
-            _log.warning(
-                "dispatched a message that another dispatcher had already removed (possible duplicate)",
-                extra={**base, lf.EVENT: lf.EVENT_DUPLICATE},
-            )
+        if remove:
+            report.already_removed += self._log_removal(message, lateness, self.store_port.remove(message.message_id))
         return report
+
+    def _log_removal(self, message: DelayedMessage, lateness: float, removed: bool) -> int:
+        """Log the outcome of removing a dispatched message; 1 when it was already gone."""
+        base = {lf.MESSAGE_ID: message.message_id, lf.DESTINATION: message.destination}
+        if removed:
+            _log.info("dispatched", extra={**base, lf.EVENT: lf.EVENT_DISPATCHED, lf.LATENESS_S: round(lateness, 3)})
+            return 0
+        _log.warning(
+            "dispatched a message that another dispatcher had already removed (possible duplicate)",
+            extra={**base, lf.EVENT: lf.EVENT_DUPLICATE},
+        )
+        return 1
 
     def _on_send_failure(self, message: DelayedMessage, exc: Exception, report: DispatchReport) -> None:
         base = {lf.MESSAGE_ID: message.message_id, lf.DESTINATION: message.destination, lf.REASON: repr(exc)}

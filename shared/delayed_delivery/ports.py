@@ -10,6 +10,7 @@ from .errors import CircuitBreakerTrippedError
 from .model import DelayedMessage
 
 __all__ = [
+    "BatchRemovingStore",
     "CriticalErrorCallback",
     "DelayedMessageStore",
     "DelayedMessageStoreWithInfrastructure",
@@ -65,6 +66,15 @@ class ReschedulableStore(Protocol):
 
     def reschedule(self, message_id: str, due_at: datetime) -> bool:
         """Set a new due time and release any claim; False when the message is gone."""
+        ...
+
+
+@runtime_checkable
+class BatchRemovingStore(Protocol):
+    """A store that removes many messages in one round trip (e.g. one table transaction)."""
+
+    def remove_many(self, message_ids: Sequence[str]) -> Sequence[bool]:
+        """Delete each message; one flag per id, False when that message was already gone."""
         ...
 
 

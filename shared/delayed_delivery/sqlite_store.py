@@ -172,6 +172,13 @@ class SqliteDelayedMessageStore:
         with self._tx() as conn:
             return conn.execute(f"DELETE FROM {self._q} WHERE message_id = ?", (message_id,)).rowcount > 0
 
+    def remove_many(self, message_ids: Sequence[str]) -> Sequence[bool]:
+        """Delete many in one transaction; one flag per id."""
+        with self._tx() as conn:
+            return [
+                conn.execute(f"DELETE FROM {self._q} WHERE message_id = ?", (mid,)).rowcount > 0 for mid in message_ids
+            ]
+
     def increment_failure_count(self, message_id: str) -> bool:
         """Count a failure and release the claim."""
         with self._tx() as conn:

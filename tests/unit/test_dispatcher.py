@@ -293,3 +293,39 @@ def test_concurrent_sends_deliver_every_message_once() -> None:
     d.close()
     ids = [s.message.message_id for s in transport.sent]
     assert report.dispatched == 500 and len(set(ids)) == 500
+
+
+class BatchRemovingStore(InMemoryDelayedMessageStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.remove_calls: list[list[str]] = []
+
+    def remove_many(self, message_ids: Sequence[str]) -> list[bool]:
+        self.remove_calls.append(list(message_ids))
+        return [self.remove(m) for m in message_ids]
+
+
+def test_batch_removing_stores_get_one_removal_per_batch() -> None:
+    clock = ManualClock(T0)
+    store = BatchRemovingStore()
+    transport = InMemoryTransport(clock)
+    d = Dispatcher(store, transport, DelayedDeliverySettings(batch_size=10, max_concurrency=4), clock=clock)
+    for i in range(25):
+        store.store(msg(i, 0))
+    store.store(msg(99, 0, destination="flaky"))
+    transport.fail("flaky", times=1)
+    report = d.dispatch_due()
+    d.close()
+    assert report.dispatched == 25 and report.moved_to_error_queue == 1
+    assert len(store) == 0
+    assert [len(c) for c in store.remove_calls] == [10, 10, 5]
+
+
+def test_keep_going_false_stops_before_the_next_send() -> None:
+    h = Harness(batch_size=10)
+    for i in range(10):
+        h.dispatcher.store(msg(i, 0))
+    budget = iter([True, True, True, False])
+    report = h.dispatcher.dispatch_due(keep_going=lambda: next(budget, False))
+    assert report.dispatched == 2, "one check before the fetch, then one before each send"
+    assert len(h.store) == 8, "unsent messages stay in the store"

@@ -1,0 +1,1 @@
+"""Thin AWS Lambda entry points."""

@@ -1,0 +1,1 @@
+"""Thin Azure Functions entry points."""

@@ -1,0 +1,1 @@
+"""AWS adapters (extra ``aws``): SQS sender, requeue logic and the SQS transport."""

@@ -1,0 +1,1 @@
+"""Azure adapters (extra ``azure``): Table store, blob lease and Storage Queue transport."""

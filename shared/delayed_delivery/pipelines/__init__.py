@@ -1,0 +1,1 @@
+"""Spark pipelines (extra ``spark``): timeout migration and delivery reports."""

@@ -1,0 +1,1 @@
+"""PostgreSQL store and batch mover (extra ``postgres``)."""
