@@ -11,3 +11,6 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+# Service fixtures live one file per service; each starts its emulator on a free loopback port.
+pytest_plugins = ["tests.fixtures.moto", "tests.fixtures.azurite", "tests.fixtures.postgres", "tests.fixtures.spark"]
