@@ -23,6 +23,7 @@ from __future__ import annotations
 import multiprocessing
 import random
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -221,6 +222,7 @@ def _claim_worker(
         if not batch:
             break
         claimed.extend(m.message_id for m in batch)
+        time.sleep(0.005)  # a real dispatcher sends between claim and remove; let the others in
         for m in batch:
             store.remove(m.message_id)
     results.put((worker, claimed))
