@@ -101,8 +101,19 @@ class DelayedDeliverySettings:
         return cls(**values)
 
     @classmethod
+    def markdown_reference(cls) -> str:
+        """The configuration reference as a Markdown table (embedded in the README; a test checks it)."""
+        lines = ["| setting | environment variable | default | meaning |", "|---|---|---|---|"]
+        lines += [f"| {name} | `{env}` | `{default}` | {doc} |" for name, env, default, doc in cls.reference()]
+        return "\n".join(lines)
+
+    @classmethod
     def reference(cls) -> Iterator[tuple[str, str, str, str]]:
         """Rows of (field, environment variable, default, description) for documentation."""
         defaults = cls()
         for f in fields(cls):
             yield f.name, ENV_PREFIX + f.name.upper(), repr(getattr(defaults, f.name)), _DOCS[f.name]
+
+
+if __name__ == "__main__":
+    print(DelayedDeliverySettings.markdown_reference())

@@ -84,3 +84,15 @@ def test_cli_demo_loses_nothing() -> None:
     data = json.loads(result.output)
     assert data["lost"] == 0 and data["duplicates"] == 0
     assert data["delivered"] == 40 and data["error_queue"] == 4
+
+
+def test_readme_configuration_table_matches_the_settings() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("<!-- settings:start")
+    start = readme.index("\n", start) + 1
+    end = readme.index("<!-- settings:end -->")
+    assert readme[start:end].strip() == DelayedDeliverySettings.markdown_reference(), (
+        "README configuration table is stale: regenerate it with `python -m delayed_delivery.settings`"
+    )
