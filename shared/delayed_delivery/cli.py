@@ -19,6 +19,7 @@ from .demo import DemoProgress, run_core_demo
 from .durations import format_duration, to_seconds
 from .errors import DelayedDeliveryError
 from .logjson import JsonFormatter
+from .ops_cli import register_operator_commands
 
 app = typer.Typer(
     name="delayed-delivery",
@@ -160,6 +161,9 @@ def demo(
         console.print(summary)
     if result.lost or result.error_queue != result.expected_error_queue:
         raise typer.Exit(code=1)
+
+
+register_operator_commands(app)
 
 
 def _configure_logging(verbose: bool) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from .clock import Clock, SystemClock, utc
 from .errors import DestinationNotFoundError, TransientError
@@ -93,6 +93,22 @@ class InMemoryDelayedMessageStore:
         with self._lock:
             row = self._rows.get(message_id)
             return row.message if row else None
+
+    def earliest_due(self) -> datetime | None:
+        """The earliest due time, claimed or not."""
+        with self._lock:
+            return min((r.message.due_at for r in self._rows.values()), default=None)
+
+    def backlog(self, bucket_seconds: int) -> Sequence[tuple[datetime, int]]:
+        """Pending counts per due-time bucket, earliest first."""
+        size = max(1, int(bucket_seconds))
+        counts: dict[datetime, int] = {}
+        with self._lock:
+            for row in self._rows.values():
+                ts = row.message.due_at.timestamp()
+                start = datetime.fromtimestamp(ts - ts % size, UTC)
+                counts[start] = counts.get(start, 0) + 1
+        return sorted(counts.items())
 
     def __len__(self) -> int:
         with self._lock:

@@ -14,6 +14,7 @@ __all__ = [
     "CriticalErrorCallback",
     "DelayedMessageStore",
     "DelayedMessageStoreWithInfrastructure",
+    "InspectableStore",
     "ReschedulableStore",
     "Transport",
 ]
@@ -75,6 +76,27 @@ class BatchRemovingStore(Protocol):
 
     def remove_many(self, message_ids: Sequence[str]) -> Sequence[bool]:
         """Delete each message; one flag per id, False when that message was already gone."""
+        ...
+
+
+@runtime_checkable
+class InspectableStore(Protocol):
+    """A store operators can look into: backlog by time bucket and single messages."""
+
+    def backlog(self, bucket_seconds: int) -> Sequence[tuple[datetime, int]]:
+        """Pending message counts per due-time bucket (bucket start, count), earliest first."""
+        ...
+
+    def get(self, message_id: str) -> DelayedMessage | None:
+        """The stored message with this id, or None."""
+        ...
+
+    def earliest_due(self) -> datetime | None:
+        """The earliest due time of any pending message, claimed or not."""
+        ...
+
+    def __len__(self) -> int:
+        """How many messages are pending."""
         ...
 
 

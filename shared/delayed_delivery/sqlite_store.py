@@ -240,6 +240,24 @@ class SqliteDelayedMessageStore:
         )
         return None if row is None else self._message(row)
 
+    def earliest_due(self) -> datetime | None:
+        """The earliest due time, claimed or not."""
+        row = self._conn().execute(f"SELECT MIN(due_at_us) FROM {self._q}").fetchone()
+        return None if row is None or row[0] is None else _from_us(row[0])
+
+    def backlog(self, bucket_seconds: int) -> Sequence[tuple[datetime, int]]:
+        """Pending counts per due-time bucket, earliest first."""
+        size = max(1, int(bucket_seconds)) * 1_000_000
+        rows = (
+            self._conn()
+            .execute(
+                f"SELECT (due_at_us / ?) * ? AS bucket, COUNT(*) FROM {self._q} GROUP BY bucket ORDER BY bucket",
+                (size, size),
+            )
+            .fetchall()
+        )
+        return [(_from_us(int(b)), int(n)) for b, n in rows]
+
     def __len__(self) -> int:
         row = self._conn().execute(f"SELECT COUNT(*) FROM {self._q}").fetchone()
         return int(row[0])

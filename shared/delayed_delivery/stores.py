@@ -1,0 +1,41 @@
+"""Open a delayed-message store from a URL: ``sqlite:///path/to.db`` or ``postgresql://…``."""
+
+from __future__ import annotations
+
+import importlib
+from urllib.parse import urlparse
+
+from .errors import ConfigurationError
+from .ports import DelayedMessageStore
+from .sqlite_store import SqliteDelayedMessageStore
+
+__all__ = ["open_store"]
+
+
+def open_store(url: str, *, setup: bool = True) -> DelayedMessageStore:
+    """Return the store a URL names, creating its tables when ``setup`` is true."""
+    parsed = urlparse(url)
+    store: DelayedMessageStore
+    if parsed.scheme == "sqlite":
+        # SQLAlchemy's convention: sqlite:///relative/file.db, sqlite:////absolute/file.db
+        path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
+        if not path:
+            raise ConfigurationError("sqlite store URL needs a file: sqlite:///relative.db or sqlite:////abs/path.db")
+        store = SqliteDelayedMessageStore(path)
+    elif parsed.scheme in ("postgres", "postgresql"):
+        try:
+            module = importlib.import_module(".postgres.store", __package__)
+        except ImportError as exc:
+            raise ConfigurationError(
+                "PostgreSQL support needs the postgres extra: pip install 'delayed-delivery[postgres]'"
+            ) from exc
+        store = module.PostgresDelayedMessageStore(url)
+    else:
+        raise ConfigurationError(
+            f"unknown store URL {url!r}: use sqlite:///file.db (relative), sqlite:////abs/file.db or postgresql://…"
+        )
+    if setup:
+        setup_infrastructure = getattr(store, "setup_infrastructure", None)
+        if callable(setup_infrastructure):
+            setup_infrastructure()
+    return store
