@@ -1,0 +1,366 @@
+"""The PostgreSQL delayed-message store (extra ``postgres``, driver psycopg 3).
+
+Settings: ``conninfo`` (libpq string or ``postgresql://`` URL); ``endpoint`` (table
+``<endpoint>_delayed``) or ``table``; ``schema`` (default ``public``); ``claim_timeout``
+(seconds, default 60); ``notify_channel`` (default ``<table>_due``); ``connect_timeout`` and
+``statement_timeout`` (seconds). Names are validated and always quoted.
+
+Guarantees:
+
+- ``fetch_due`` claims with ``FOR UPDATE SKIP LOCKED`` ordered by due time, so any number of
+  dispatchers share one table with no leader and no message claimed twice while its claim lasts.
+- A claim that is not settled (dispatcher crashed) expires after ``claim_timeout`` and the
+  message is fetched again: nothing is lost (at-least-once).
+- ``store_after`` fixes the due time on the **database clock** (``now() + delay``), so a sender
+  whose clock is wrong cannot make a message due early; ``claim_due`` compares with the
+  database clock too.
+- Storing a message due before every other one sends ``NOTIFY <channel>`` (payload: due time
+  in epoch microseconds) in the same statement, so listening dispatchers wake at once.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from psycopg import sql
+
+from ..clock import utc
+from ..durations import Delay, to_seconds
+from ..errors import ConfigurationError, InvalidMessageError
+from ..model import DelayedMessage, Headers
+from .connection import ConnectionSet, derived_name, validate_identifier
+
+__all__ = ["PostgresDelayedMessageStore"]
+
+_COLUMNS = "message_id, destination, body, headers, due_at, failure_count"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _check_text(message: DelayedMessage) -> None:
+    """PostgreSQL ``text`` cannot hold NUL; say so before the database does."""
+    if "\x00" in message.message_id or "\x00" in message.destination:
+        raise InvalidMessageError("message_id and destination must not contain NUL characters for PostgreSQL")
+
+
+class PostgresDelayedMessageStore:
+    """Delayed messages in the PostgreSQL table ``<endpoint>_delayed`` (or ``table``)."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        endpoint: str | None = None,
+        table: str | None = None,
+        schema: str = "public",
+        claim_timeout: float = 60.0,
+        notify_channel: str | None = None,
+        connect_timeout: float = 10.0,
+        statement_timeout: float = 30.0,
+    ) -> None:
+        if table is None:
+            if endpoint is None:
+                raise ConfigurationError("give endpoint= (table <endpoint>_delayed) or table=")
+            validate_identifier("endpoint", endpoint)
+            table = derived_name(endpoint, "_delayed")
+        self.endpoint = endpoint
+        self.table = validate_identifier("table", table)
+        self.schema = validate_identifier("schema", schema)
+        if isinstance(claim_timeout, bool) or not isinstance(claim_timeout, int | float) or claim_timeout <= 0:
+            raise ConfigurationError(f"claim_timeout must be a positive number of seconds, got {claim_timeout!r}")
+        self.claim_timeout = float(claim_timeout)
+        self.notify_channel = validate_identifier(
+            "notify channel", notify_channel if notify_channel is not None else derived_name(table, "_due")
+        )
+        self.conninfo = conninfo
+        self._connect_timeout = connect_timeout
+        self._statement_timeout = statement_timeout
+        self.qualified_name = f'"{self.schema}"."{self.table}"'
+        self._db = ConnectionSet(
+            conninfo,
+            what=f"delayed-message table {self.qualified_name}",
+            connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout,
+        )
+        self._t = sql.Identifier(self.schema, self.table)
+        self._claim = timedelta(seconds=self.claim_timeout)
+        self._build_statements()
+
+    def _build_statements(self) -> None:
+        t = self._t
+        upsert = sql.SQL(
+            "INSERT INTO {t} AS d (message_id, destination, body, headers, due_at, available_at, failure_count)"
+            " VALUES (%(id)s, %(dest)s, %(body)s, %(headers)s::json, {due}, {due}, %(failures)s)"
+            " ON CONFLICT (message_id) DO UPDATE SET destination = EXCLUDED.destination, body = EXCLUDED.body,"
+            " headers = EXCLUDED.headers, due_at = EXCLUDED.due_at, available_at = EXCLUDED.available_at,"
+            " failure_count = EXCLUDED.failure_count, stored_at = now()"
+            " RETURNING d.due_at"
+        )
+        notify_if_earliest = sql.SQL(
+            "WITH prev AS (SELECT min(available_at) AS m FROM {t}), up AS ({upsert})"
+            " SELECT up.due_at, CASE WHEN prev.m IS NULL OR up.due_at < prev.m THEN pg_notify(%(channel)s,"
+            " (extract(epoch FROM up.due_at) * 1000000)::bigint::text) END FROM up, prev"
+        )
+        self._sql_store = notify_if_earliest.format(t=t, upsert=upsert.format(t=t, due=sql.SQL("%(due)s")))
+        self._sql_store_after = notify_if_earliest.format(
+            t=t, upsert=upsert.format(t=t, due=sql.SQL("now() + %(delay)s::interval"))
+        )
+        self._sql_remove = sql.SQL("DELETE FROM {t} WHERE message_id = %s").format(t=t)
+        self._sql_remove_many = sql.SQL("DELETE FROM {t} WHERE message_id = ANY(%s) RETURNING message_id").format(t=t)
+        self._sql_fail = sql.SQL(
+            "UPDATE {t} SET failure_count = failure_count + 1, available_at = due_at WHERE message_id = %s"
+        ).format(t=t)
+        self._sql_reschedule = sql.SQL(
+            "UPDATE {t} SET due_at = %(due)s, available_at = %(due)s WHERE message_id = %(id)s"
+        ).format(t=t)
+        self._sql_next_due = sql.SQL("SELECT min(available_at) FROM {t}").format(t=t)
+        self._sql_until_next_due = sql.SQL(
+            "SELECT extract(epoch FROM min(available_at) - clock_timestamp())::float8 FROM {t}"
+        ).format(t=t)
+        claim = (
+            "UPDATE {t} AS d SET available_at = {until} FROM ("
+            " SELECT message_id FROM {t} WHERE due_at <= {at} AND available_at <= {at}"
+            " ORDER BY due_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS due"
+            " WHERE d.message_id = due.message_id"
+            " RETURNING d.message_id, d.destination, d.body, d.headers, d.due_at, d.failure_count, {now}"
+        )
+        self._sql_fetch = sql.SQL(claim).format(
+            t=t, until=sql.SQL("%(until)s"), at=sql.SQL("%(at)s"), now=sql.SQL("%(at)s")
+        )
+        self._sql_claim_now = sql.SQL(claim).format(
+            t=t,
+            until=sql.SQL("now() + %(claim)s::interval"),
+            at=sql.SQL("now() + %(ahead)s::interval"),
+            now=sql.SQL("now()"),
+        )
+        self._sql_get = sql.SQL("SELECT " + _COLUMNS + " FROM {t} WHERE message_id = %s").format(t=t)
+        self._sql_count = sql.SQL("SELECT count(*) FROM {t}").format(t=t)
+
+    # -- pickling (a factory for other processes) ---------------------------
+
+    def __getstate__(self) -> dict[str, object]:
+        return {
+            "conninfo": self.conninfo,
+            "table": self.table,
+            "schema": self.schema,
+            "claim_timeout": self.claim_timeout,
+            "notify_channel": self.notify_channel,
+            "connect_timeout": self._connect_timeout,
+            "statement_timeout": self._statement_timeout,
+            "endpoint": self.endpoint,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        conninfo = state.pop("conninfo")
+        endpoint = state.pop("endpoint")
+        self.__init__(conninfo, **state)  # type: ignore[misc]
+        self.endpoint = endpoint
+
+    def __repr__(self) -> str:
+        return f"PostgresDelayedMessageStore(table={self.qualified_name}, claim_timeout={self.claim_timeout})"
+
+    # -- infrastructure ------------------------------------------------------
+
+    def setup_infrastructure(self) -> None:
+        """Create the schema, the table and its indexes if missing (safe to run concurrently)."""
+        t = self._t
+        with self._db.cursor(transaction=True) as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.qualified_name,))
+            if self.schema != "public":
+                cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+            cur.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {t} ("
+                    " message_id text PRIMARY KEY,"
+                    " destination text NOT NULL,"
+                    " body bytea NOT NULL,"
+                    " headers json NOT NULL,"
+                    " due_at timestamptz NOT NULL,"
+                    " available_at timestamptz NOT NULL,"
+                    " failure_count integer NOT NULL DEFAULT 0 CHECK (failure_count >= 0),"
+                    " stored_at timestamptz NOT NULL DEFAULT now())"
+                ).format(t=t)
+            )
+            for suffix, column in (("_due_ix", "due_at"), ("_available_ix", "available_at")):
+                cur.execute(
+                    sql.SQL("CREATE INDEX IF NOT EXISTS {ix} ON {t} ({col})").format(
+                        ix=sql.Identifier(derived_name(self.table, suffix)), t=t, col=sql.Identifier(column)
+                    )
+                )
+
+    def drop_infrastructure(self) -> None:
+        """Drop the table and everything in it (tests and teardown)."""
+        with self._db.cursor() as cur:
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(t=self._t))
+
+    def close(self) -> None:
+        """Close every connection this object opened."""
+        self._db.close()
+
+    # -- the store protocol --------------------------------------------------
+
+    def store(self, message: DelayedMessage) -> None:
+        """Insert or replace ``message`` (due at its own ``due_at``); NOTIFY when it is now the earliest."""
+        _check_text(message)
+        with self._db.cursor() as cur:
+            cur.execute(self._sql_store, self._params(message, due=message.due_at))
+
+    def store_after(
+        self,
+        delay: Delay,
+        destination: str,
+        body: bytes,
+        *,
+        headers: Mapping[str, str] | None = None,
+        message_id: str | None = None,
+    ) -> DelayedMessage:
+        """Store a message due ``delay`` after the database's ``now()``; returns it with that due time."""
+        seconds = to_seconds(delay)
+        if seconds < 0:
+            raise InvalidMessageError(f"delay must not be negative, got {seconds} s")
+        draft = DelayedMessage(
+            message_id=message_id if message_id is not None else str(uuid.uuid4()),
+            destination=destination,
+            body=body,
+            due_at=_EPOCH,
+            headers=headers or {},
+        )
+        _check_text(draft)
+        with self._db.cursor() as cur:
+            cur.execute(self._sql_store_after, self._params(draft, delay=timedelta(seconds=seconds)))
+            row = cur.fetchone()
+        assert row is not None
+        return DelayedMessage(draft.message_id, draft.destination, draft.body, utc(row[0]), draft.headers)
+
+    def store_many(self, messages: Sequence[DelayedMessage]) -> None:
+        """Insert or replace many messages in one transaction (one NOTIFY at most)."""
+        for m in messages:
+            _check_text(m)
+        with self._db.cursor(transaction=True) as cur:
+            cur.executemany(self._sql_store, [self._params(m, due=m.due_at) for m in messages])
+
+    def remove(self, message_id: str) -> bool:
+        """Delete; False when already gone."""
+        with self._db.cursor() as cur:
+            cur.execute(self._sql_remove, (message_id,))
+            return cur.rowcount > 0
+
+    def remove_many(self, message_ids: Sequence[str]) -> Sequence[bool]:
+        """Delete many in one statement; one flag per id (a repeated id counts once)."""
+        if not message_ids:
+            return []
+        with self._db.cursor() as cur:
+            cur.execute(self._sql_remove_many, (list(message_ids),))
+            gone = {row[0] for row in cur.fetchall()}
+        flags: list[bool] = []
+        for mid in message_ids:
+            flags.append(mid in gone)
+            gone.discard(mid)
+        return flags
+
+    def increment_failure_count(self, message_id: str) -> bool:
+        """Count a failure and release the claim; False when the message is gone."""
+        with self._db.cursor() as cur:
+            cur.execute(self._sql_fail, (message_id,))
+            return cur.rowcount > 0
+
+    def reschedule(self, message_id: str, due_at: datetime) -> bool:
+        """Move the due time and release the claim; False when the message is gone."""
+        with self._db.cursor() as cur:
+            cur.execute(self._sql_reschedule, {"due": utc(due_at), "id": message_id})
+            return cur.rowcount > 0
+
+    def next_due(self) -> datetime | None:
+        """Earliest time a message becomes fetchable (claimed ones: when their claim expires)."""
+        with self._db.cursor() as cur:
+            cur.execute(self._sql_next_due)
+            row = cur.fetchone()
+        return None if row is None or row[0] is None else utc(row[0])
+
+    def seconds_until_next_due(self) -> float | None:
+        """Seconds from the database clock's now until ``next_due`` (negative when overdue), or None."""
+        with self._db.cursor() as cur:
+            cur.execute(self._sql_until_next_due)
+            row = cur.fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def fetch_next_due(self, at: datetime) -> DelayedMessage | None:
+        """Claim the earliest message due at ``at``."""
+        found = self.fetch_due(at, 1)
+        return found[0] if found else None
+
+    def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
+        """Claim up to ``limit`` messages due at ``at`` (caller's clock), earliest first."""
+        if limit < 1:
+            return []
+        at = utc(at)
+        params = {"at": at, "until": at + self._claim, "limit": limit}
+        return self._claim_rows(self._sql_fetch, params)[1]
+
+    def claim_due(self, limit: int, *, look_ahead: float = 0.0) -> tuple[datetime, list[DelayedMessage]]:
+        """Claim up to ``limit`` messages due by the database's ``now() + look_ahead``; returns (db now, batch)."""
+        if look_ahead < 0:
+            raise ConfigurationError("look_ahead must not be negative")
+        if limit < 1:
+            return self.database_now(), []
+        params = {"claim": self._claim, "ahead": timedelta(seconds=look_ahead), "limit": limit}
+        now, batch = self._claim_rows(self._sql_claim_now, params)
+        return (now if now is not None else self.database_now()), batch
+
+    def _claim_rows(self, query: sql.Composed, params: dict[str, Any]) -> tuple[datetime | None, list[DelayedMessage]]:
+        with self._db.cursor() as cur:
+            cur.execute(query, params)
+            rows = cur.fetchall()
+        rows.sort(key=lambda r: (r[4], r[0]))
+        return (utc(rows[0][6]) if rows else None), [self._message(r[:6]) for r in rows]
+
+    def database_now(self) -> datetime:
+        """The database clock (``clock_timestamp()``)."""
+        with self._db.cursor() as cur:
+            cur.execute("SELECT clock_timestamp()")
+            row = cur.fetchone()
+        assert row is not None
+        return utc(row[0])
+
+    # -- operator helpers ------------------------------------------------------
+
+    def get(self, message_id: str) -> DelayedMessage | None:
+        """The stored message with this id, claimed or not."""
+        with self._db.cursor() as cur:
+            cur.execute(self._sql_get, (message_id,))
+            row = cur.fetchone()
+        return None if row is None else self._message(row)
+
+    def __len__(self) -> int:
+        with self._db.cursor() as cur:
+            cur.execute(self._sql_count)
+            row = cur.fetchone()
+        return 0 if row is None else int(row[0])
+
+    # -- internals ----------------------------------------------------------------
+
+    def _params(self, message: DelayedMessage, **extra: object) -> dict[str, object]:
+        return {
+            "id": message.message_id,
+            "dest": message.destination,
+            "body": message.body,
+            "headers": json.dumps(dict(message.headers)),
+            "failures": message.failure_count,
+            "channel": self.notify_channel,
+            **extra,
+        }
+
+    @staticmethod
+    def _message(row: Sequence[Any]) -> DelayedMessage:
+        message_id, destination, body, headers, due_at, failures = row
+        return DelayedMessage(
+            message_id=message_id,
+            destination=destination,
+            body=bytes(body),
+            headers=Headers(headers if isinstance(headers, dict) else json.loads(headers)),
+            due_at=utc(due_at),
+            failure_count=int(failures),
+        )
