@@ -1,0 +1,56 @@
+"""Run every benchmark: ``python -m benchmarks [--smoke] [--only NAME]``; prints one table, writes results/all.json.
+
+A benchmark is a module ``benchmarks/<name>.py`` with ``run(smoke: bool = False) -> list[Row]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+import time
+import traceback
+
+import benchmarks
+from benchmarks.common import Row, print_table, write_json
+
+SKIP = {"common"}
+
+
+def discover() -> list[str]:
+    """Names of benchmark modules."""
+    return sorted(m.name for m in pkgutil.iter_modules(benchmarks.__path__) if m.name not in SKIP and not m.ispkg)
+
+
+def main() -> int:
+    """Run the selected benchmarks; exit non-zero if any failed."""
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, one run each (what CI runs)")
+    p.add_argument("--only", action="append", default=[], help="run only these benchmark modules")
+    a = p.parse_args()
+    rows: list[Row] = []
+    failures: list[str] = []
+    timings: dict[str, float] = {}
+    for name in a.only or discover():
+        module = importlib.import_module(f"benchmarks.{name}")
+        if not hasattr(module, "run"):
+            continue
+        print(f"== {name}", file=sys.stderr, flush=True)
+        start = time.monotonic()
+        try:
+            rows.extend(module.run(smoke=a.smoke))
+        except Exception:
+            failures.append(name)
+            traceback.print_exc()
+        timings[name] = round(time.monotonic() - start, 1)
+    print_table(rows, "delayed-delivery benchmarks" + (" (smoke)" if a.smoke else ""))
+    path = write_json("all-smoke" if a.smoke else "all", rows, {"seconds": timings, "failed": failures})
+    print(f"wrote {path}")
+    if failures:
+        print(f"failed: {', '.join(failures)}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
