@@ -1,0 +1,250 @@
+"""Row design of the delays table: keys, properties, body chunks and the entity size limit.
+
+Every shard is one partition, ``PartitionKey = "s" + 3-digit shard``. It holds two kinds of row:
+
+* due rows, ``RowKey = "d_" + due time + "_" + SHA-1(message id)``. The due time is UTC, zero-padded,
+  culture-invariant ``YYYYMMDDhhmmssffffff`` (20 digits), so the RowKey order is the due order and
+  "everything due at T" is the range ``"d_" <= RowKey < "d_" + key(T + 1 µs)`` inside one partition.
+  The service seeks to the start of that range and stops at its end: rows due later are never read,
+  whether there are ten of them or ten million.
+* index rows, ``RowKey = "i_" + SHA-1(message id)``, pointing at the message's due row. They let
+  ``remove``, ``reschedule`` and re-``store`` find a message by id. A message's index row and due row
+  share a partition, so both are written in one entity-group transaction (never one without the other).
+
+Due-row properties: ``MessageId``, ``Destination``, ``Headers`` (JSON), ``FailureCount`` (Int32),
+``AvailableAt`` (same 20-digit format: the claim; a row is fetchable when ``AvailableAt <= now``),
+``BodyChunks`` (Int32) and ``Body00``, ``Body01``, … binary properties of at most 64 KiB each.
+The entity, counted as the service counts it, must stay within 1 MiB; beyond that the message is
+refused with ``InvalidMessageError`` before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..clock import utc
+from ..errors import ConfigurationError, InvalidMessageError
+from ..model import DelayedMessage, Headers
+
+__all__ = [
+    "CHUNK_BYTES",
+    "MAX_ENTITY_BYTES",
+    "DueRow",
+    "body_capacity",
+    "due_key",
+    "due_range",
+    "due_row_key",
+    "entity_size",
+    "from_due_key",
+    "id_hash",
+    "index_row_key",
+    "message_from_entity",
+    "partition_key",
+    "shard_of",
+    "stored_size",
+    "to_entities",
+]
+
+#: Largest binary or string property the Table service stores.
+CHUNK_BYTES = 64 * 1024
+#: Largest entity the Table service stores.
+MAX_ENTITY_BYTES = 1024 * 1024
+#: Most shards a table supports (3-digit partition keys).
+MAX_SHARDS = 1000
+DUE_PREFIX = "d_"
+INDEX_PREFIX = "i_"
+#: One character after ``_``: ``"d_" <= RowKey < "d`"`` selects every due row.
+DUE_END = "d`"
+_KEY_LEN = 20
+
+
+def due_key(when: datetime) -> str:
+    """``YYYYMMDDhhmmssffffff`` in UTC, built from integers (no locale, no strftime)."""
+    t = utc(when)
+    return f"{t.year:04d}{t.month:02d}{t.day:02d}{t.hour:02d}{t.minute:02d}{t.second:02d}{t.microsecond:06d}"
+
+
+def from_due_key(key: str) -> datetime:
+    """Inverse of ``due_key``."""
+    if len(key) != _KEY_LEN or not key.isdigit():
+        raise ValueError(f"not a due key: {key!r}")
+    return datetime(
+        int(key[0:4]),
+        int(key[4:6]),
+        int(key[6:8]),
+        int(key[8:10]),
+        int(key[10:12]),
+        int(key[12:14]),
+        int(key[14:20]),
+        tzinfo=UTC,
+    )
+
+
+def id_hash(message_id: str) -> str:
+    """Lowercase hex SHA-1 of the UTF-8 message id: safe in keys whatever characters the id uses."""
+    return hashlib.sha1(message_id.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def shard_of(message_id: str, shards: int) -> int:
+    """The shard a message id belongs to (stable across processes and restarts)."""
+    return int(id_hash(message_id)[:8], 16) % shards
+
+
+def partition_key(shard: int) -> str:
+    """``s000``, ``s001``, …"""
+    if not 0 <= shard < MAX_SHARDS:
+        raise ConfigurationError(f"shard must be between 0 and {MAX_SHARDS - 1}, got {shard}")
+    return f"s{shard:03d}"
+
+
+def due_row_key(due_at: datetime, message_id: str) -> str:
+    """RowKey of a due row."""
+    return f"{DUE_PREFIX}{due_key(due_at)}_{id_hash(message_id)}"
+
+
+def index_row_key(message_id: str) -> str:
+    """RowKey of a message's index row."""
+    return INDEX_PREFIX + id_hash(message_id)
+
+
+def due_range(at: datetime) -> tuple[str, str]:
+    """``(lo, hi)`` such that due rows with ``lo <= RowKey < hi`` are exactly those due at or before ``at``."""
+    return DUE_PREFIX, DUE_PREFIX + due_key(utc(at) + timedelta(microseconds=1))
+
+
+def due_of_row_key(row_key: str) -> datetime:
+    """The due time encoded in a due row's RowKey."""
+    return from_due_key(row_key[len(DUE_PREFIX) : len(DUE_PREFIX) + _KEY_LEN])
+
+
+def _str_size(value: str) -> int:
+    return 4 + len(value.encode("utf-16-le"))
+
+
+def _prop_size(name: str, value: Any) -> int:
+    size = 8 + 2 * len(name)
+    if isinstance(value, bytes):
+        return size + 4 + len(value)
+    if isinstance(value, str):
+        return size + _str_size(value)
+    return size + 8
+
+
+def entity_size(entity: Mapping[str, Any]) -> int:
+    """Size of ``entity`` as the Table service counts it (4 + keys as UTF-16 + per-property overhead)."""
+    pk, rk = str(entity["PartitionKey"]), str(entity["RowKey"])
+    size = 4 + len((pk + rk).encode("utf-16-le"))
+    for name, value in entity.items():
+        if name not in ("PartitionKey", "RowKey"):
+            size += _prop_size(name, value)
+    return size
+
+
+def wire_size(entity: Mapping[str, Any]) -> int:
+    """Bytes of the entity as the JSON request body (binary as base64 with its type annotation)."""
+    size = 2
+    for name, value in entity.items():
+        if isinstance(value, bytes):
+            size += len(name) + 6 + (len(value) + 2) // 3 * 4
+            size += len(name) + len('"@odata.type":"Edm.Binary",') + 1
+        elif isinstance(value, str):
+            size += len(name) + 6 + len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+        else:
+            size += len(name) + 6 + 20 + len(name) + len('"@odata.type":"Edm.Int64",')
+    return size
+
+
+#: Room left for what the SDK adds to the request body (odata annotations, separators).
+_WIRE_SLACK = 1024
+
+
+def stored_size(entity: Mapping[str, Any]) -> int:
+    """The size the Table service (counting properties) and Azurite (counting the JSON body) would see."""
+    return max(entity_size(entity), wire_size(entity) + _WIRE_SLACK)
+
+
+@dataclass(frozen=True, slots=True)
+class DueRow:
+    """A due row read back from the table, with its ETag for conditional updates."""
+
+    partition_key: str
+    row_key: str
+    etag: str
+    available_at: str
+    message: DelayedMessage
+
+
+def to_entities(message: DelayedMessage, shard: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(due_row, index_row)`` for ``message``; ``InvalidMessageError`` when it cannot fit one entity."""
+    due = _due_entity(message, shard)
+    size = stored_size(due)
+    if size > MAX_ENTITY_BYTES:
+        raise InvalidMessageError(
+            f"message {message.message_id!r} needs a {size}-byte table entity (body {len(message.body)} bytes); "
+            f"the Table service stores at most {MAX_ENTITY_BYTES} bytes per entity: keep the body within "
+            f"{body_capacity(message)} bytes"
+        )
+    index = {
+        "PartitionKey": due["PartitionKey"],
+        "RowKey": index_row_key(message.message_id),
+        "DueRowKey": due["RowKey"],
+    }
+    return due, index
+
+
+def _due_entity(message: DelayedMessage, shard: int) -> dict[str, Any]:
+    pk = partition_key(shard)
+    rk = due_row_key(message.due_at, message.message_id)
+    headers = json.dumps(dict(message.headers), ensure_ascii=False, separators=(",", ":"))
+    if len(headers.encode("utf-16-le")) > CHUNK_BYTES:
+        raise InvalidMessageError(
+            f"message {message.message_id!r}: headers take {len(headers)} characters as JSON; "
+            f"the Table service stores at most {CHUNK_BYTES // 2} characters in one property"
+        )
+    body = message.body
+    chunks = [body[i : i + CHUNK_BYTES] for i in range(0, len(body), CHUNK_BYTES)]
+    due: dict[str, Any] = {
+        "PartitionKey": pk,
+        "RowKey": rk,
+        "MessageId": message.message_id,
+        "Destination": message.destination,
+        "Headers": headers,
+        "FailureCount": message.failure_count,
+        "AvailableAt": due_key(message.due_at),
+        "BodyChunks": len(chunks),
+    }
+    for i, chunk in enumerate(chunks):
+        due[f"Body{i:02d}"] = chunk
+    return due
+
+
+def body_capacity(message: DelayedMessage) -> int:
+    """Largest body that fits one entity together with ``message``'s id, destination and headers."""
+    lo, hi = 0, MAX_ENTITY_BYTES
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        probe = DelayedMessage(message.message_id, message.destination, bytes(mid), message.due_at, message.headers)
+        if stored_size(_due_entity(probe, 0)) <= MAX_ENTITY_BYTES:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def message_from_entity(entity: Mapping[str, Any]) -> DelayedMessage:
+    """Rebuild the message stored in a due row."""
+    chunks = int(entity.get("BodyChunks", 0))
+    body = b"".join(bytes(entity[f"Body{i:02d}"]) for i in range(chunks))
+    return DelayedMessage(
+        message_id=str(entity["MessageId"]),
+        destination=str(entity["Destination"]),
+        body=body,
+        due_at=due_of_row_key(str(entity["RowKey"])),
+        headers=Headers(json.loads(str(entity["Headers"]))),
+        failure_count=int(entity.get("FailureCount", 0)),
+    )

@@ -1,0 +1,51 @@
+"""Translate azure.core exceptions into the package's one error hierarchy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from azure.core.exceptions import (
+    AzureError,
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+
+from ..errors import ConfigurationError, DelayedDeliveryError, PermanentError, TransientError
+
+__all__ = ["is_status", "sdk_errors", "translate"]
+
+_RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def is_status(exc: BaseException, *statuses: int) -> bool:
+    """True when ``exc`` is an HTTP error with one of ``statuses``."""
+    return isinstance(exc, HttpResponseError) and exc.status_code in statuses
+
+
+def translate(exc: AzureError, what: str) -> DelayedDeliveryError:
+    """The core error for an Azure SDK exception raised while doing ``what``."""
+    if isinstance(exc, ServiceRequestError | ServiceResponseError):
+        return TransientError(f"{what}: storage unreachable: {exc.message}")
+    if isinstance(exc, ClientAuthenticationError):
+        return ConfigurationError(f"{what}: not authorised (check the identity's role assignments): {exc.message}")
+    if isinstance(exc, ResourceNotFoundError):
+        return ConfigurationError(f"{what}: resource not found (run setup_infrastructure first?): {exc.message}")
+    if isinstance(exc, HttpResponseError):
+        status = exc.status_code or 0
+        if status in _RETRYABLE_STATUS:
+            return TransientError(f"{what}: storage returned {status}: {exc.message}")
+        return PermanentError(f"{what}: storage returned {status}: {exc.message}")
+    return TransientError(f"{what}: {exc}")
+
+
+@contextmanager
+def sdk_errors(what: str) -> Iterator[None]:
+    """Re-raise any Azure SDK error inside the block as a core error (``raise … from exc``)."""
+    try:
+        yield
+    except AzureError as exc:
+        raise translate(exc, what) from exc

@@ -1,0 +1,132 @@
+"""Send delayed messages to Azure Storage Queues (the dispatcher's ``Transport``).
+
+Wire format: every message (sent natively or by the dispatcher) is one JSON text envelope,
+``{"v": 1, "id": …, "headers": {…}, "body": base64}``, ASCII only, at most 64 KiB (the queue's limit),
+so a receiver reads both routes the same way (``decode_envelope``).
+
+Errors: a missing queue raises ``DestinationNotFoundError``; other 4xx ``PermanentError`` (that message
+goes to the error queue); throttling, 5xx and network failures ``TransientError``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
+from azure.storage.queue import QueueClient, QueueServiceClient
+
+from ..errors import DestinationNotFoundError, InvalidMessageError
+from ..model import DelayedMessage, Headers
+from ..naming import validate_azure_queue_name
+from .sdk_errors import translate
+
+__all__ = [
+    "MAX_NATIVE_DELAY_SECONDS",
+    "MAX_QUEUE_MESSAGE_BYTES",
+    "Envelope",
+    "StorageQueueTransport",
+    "decode_envelope",
+    "encode_envelope",
+]
+
+#: Put Message's longest visibility timeout: 7 days.
+MAX_NATIVE_DELAY_SECONDS = 7 * 24 * 3600
+#: Largest queue message.
+MAX_QUEUE_MESSAGE_BYTES = 64 * 1024
+#: Time-to-live of natively delayed messages: never expire (always outlasts the visibility timeout).
+NEVER_EXPIRE = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A received message: id, headers and body."""
+
+    message_id: str
+    headers: Mapping[str, str]
+    body: bytes
+
+
+def encode_envelope(message: DelayedMessage) -> str:
+    """The queue text for ``message``; ``InvalidMessageError`` when it exceeds 64 KiB."""
+    text = json.dumps(
+        {
+            "v": 1,
+            "id": message.message_id,
+            "headers": dict(message.headers),
+            "body": base64.b64encode(message.body).decode("ascii"),
+        },
+        ensure_ascii=True,
+        separators=(",", ":"),
+    )
+    if len(text) > MAX_QUEUE_MESSAGE_BYTES:
+        raise InvalidMessageError(
+            f"message {message.message_id!r} is {len(text)} bytes as a queue message; Azure Storage Queues "
+            f"take at most {MAX_QUEUE_MESSAGE_BYTES} (keep the body under about 48 KiB, or store it in a blob "
+            "and send a reference)"
+        )
+    return text
+
+
+def decode_envelope(text: str | bytes) -> Envelope:
+    """Read a queue message written by this package."""
+    try:
+        data = json.loads(text)
+        return Envelope(str(data["id"]), Headers(data.get("headers") or {}), base64.b64decode(data["body"]))
+    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        raise InvalidMessageError(f"not a delayed-delivery envelope: {exc}") from exc
+
+
+class StorageQueueTransport:
+    """``Transport`` that puts each message on the Storage Queue named by its destination."""
+
+    def __init__(self, service: QueueServiceClient) -> None:
+        self.service = service
+        self._queues: dict[str, QueueClient] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_connection_string(cls, connection_string: str) -> StorageQueueTransport:
+        """A transport on the account of ``connection_string``."""
+        return cls(QueueServiceClient.from_connection_string(connection_string))
+
+    def queue(self, name: str) -> QueueClient:
+        """A cached client for queue ``name`` (validated)."""
+        with self._lock:
+            client = self._queues.get(name)
+            if client is None:
+                validate_azure_queue_name(name)
+                client = self._queues[name] = self.service.get_queue_client(name)
+            return client
+
+    def create_queue(self, name: str) -> None:
+        """Create queue ``name`` if missing."""
+        try:
+            self.queue(name).create_queue()
+        except ResourceExistsError:
+            pass
+        except AzureError as exc:
+            raise translate(exc, f"creating queue {name}") from exc
+
+    def send(self, message: DelayedMessage, *, visibility_timeout: int = 0) -> None:
+        """Put ``message`` on its destination queue, invisible for ``visibility_timeout`` seconds."""
+        text = encode_envelope(message)
+        if not 0 <= visibility_timeout <= MAX_NATIVE_DELAY_SECONDS:
+            raise InvalidMessageError(
+                f"visibility timeout {visibility_timeout} s is outside 0..{MAX_NATIVE_DELAY_SECONDS} s"
+            )
+        queue = self.queue(message.destination)
+        try:
+            queue.send_message(
+                text,
+                visibility_timeout=visibility_timeout or None,
+                time_to_live=NEVER_EXPIRE,
+            )
+        except ResourceNotFoundError as exc:
+            raise DestinationNotFoundError(f"queue {message.destination!r} does not exist") from exc
+        except AzureError as exc:
+            raise translate(exc, f"sending to queue {message.destination!r}") from exc
