@@ -1,7 +1,7 @@
 """The PostgreSQL delayed-message store (extra ``postgres``, driver psycopg 3).
 
 Settings: ``conninfo`` (libpq string or ``postgresql://`` URL); ``endpoint`` (table
-``<endpoint>_delayed``) or ``table``; ``schema`` (default ``public``); ``claim_timeout``
+``<endpoint>_delayed``) or ``table`` (default ``delayed_messages``); ``schema`` (default ``public``); ``claim_timeout``
 (seconds, default 60); ``notify_channel`` (default ``<table>_due``); ``connect_timeout`` and
 ``statement_timeout`` (seconds). Names are validated and always quoted.
 
@@ -23,9 +23,11 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 from psycopg import sql
 
 from ..clock import utc
@@ -34,7 +36,10 @@ from ..errors import ConfigurationError, InvalidMessageError
 from ..model import DelayedMessage, Headers
 from .connection import ConnectionSet, derived_name, validate_identifier
 
-__all__ = ["PostgresDelayedMessageStore"]
+__all__ = ["DEFAULT_TABLE", "PostgresDelayedMessageStore"]
+
+#: Table used when neither ``endpoint`` nor ``table`` is given (same default as the SQLite store).
+DEFAULT_TABLE = "delayed_messages"
 
 _COLUMNS = "message_id, destination, body, headers, due_at, failure_count"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -63,9 +68,10 @@ class PostgresDelayedMessageStore:
     ) -> None:
         if table is None:
             if endpoint is None:
-                raise ConfigurationError("give endpoint= (table <endpoint>_delayed) or table=")
-            validate_identifier("endpoint", endpoint)
-            table = derived_name(endpoint, "_delayed")
+                table = DEFAULT_TABLE
+            else:
+                validate_identifier("endpoint", endpoint)
+                table = derived_name(endpoint, "_delayed")
         self.endpoint = endpoint
         self.table = validate_identifier("table", table)
         self.schema = validate_identifier("schema", schema)
@@ -138,6 +144,11 @@ class PostgresDelayedMessageStore:
         )
         self._sql_get = sql.SQL("SELECT " + _COLUMNS + " FROM {t} WHERE message_id = %s").format(t=t)
         self._sql_count = sql.SQL("SELECT count(*) FROM {t}").format(t=t)
+        self._sql_earliest = sql.SQL("SELECT min(due_at) FROM {t}").format(t=t)
+        self._sql_backlog = sql.SQL(
+            "SELECT to_timestamp(floor(extract(epoch FROM due_at) / %(size)s) * %(size)s) AS bucket, count(*)"
+            " FROM {t} GROUP BY bucket ORDER BY bucket"
+        ).format(t=t)
 
     # -- pickling (a factory for other processes) ---------------------------
 
@@ -199,6 +210,10 @@ class PostgresDelayedMessageStore:
     def close(self) -> None:
         """Close every connection this object opened."""
         self._db.close()
+
+    def cursor(self, *, transaction: bool = False) -> AbstractContextManager[psycopg.Cursor[Any]]:
+        """A cursor on this thread's connection with errors translated (for same-database moves)."""
+        return self._db.cursor(transaction=transaction)
 
     # -- the store protocol --------------------------------------------------
 
@@ -333,6 +348,20 @@ class PostgresDelayedMessageStore:
             cur.execute(self._sql_get, (message_id,))
             row = cur.fetchone()
         return None if row is None else self._message(row)
+
+    def earliest_due(self) -> datetime | None:
+        """The earliest due time of any pending message, claimed or not."""
+        with self._db.cursor() as cur:
+            cur.execute(self._sql_earliest)
+            row = cur.fetchone()
+        return None if row is None or row[0] is None else utc(row[0])
+
+    def backlog(self, bucket_seconds: int) -> Sequence[tuple[datetime, int]]:
+        """Pending counts per due-time bucket (bucket start, count), earliest first."""
+        with self._db.cursor() as cur:
+            cur.execute(self._sql_backlog, {"size": max(1, int(bucket_seconds))})
+            rows = cur.fetchall()
+        return [(utc(bucket), int(n)) for bucket, n in rows]
 
     def __len__(self) -> int:
         with self._db.cursor() as cur:

@@ -1,0 +1,301 @@
+"""The batch mover: moves due rows out of the PostgreSQL store in batches, by the database clock.
+
+Settings: ``batch_size`` (default ``settings.batch_size``, 100); ``look_ahead`` (seconds, default
+0; up to ``max_native_delay``); ``schedule`` (poll backoff 500 ms doubling to
+``settings.max_idle_sleep``); the core ``DelayedDeliverySettings`` for retries and breakers.
+
+Guarantees:
+
+- Same database (``PostgresQueueTransport`` on the store's database): one statement claims up to
+  ``batch_size`` due rows with ``FOR UPDATE SKIP LOCKED``, deletes them and inserts them into the
+  queue table, in one transaction: **exactly once**, any number of movers, no leader.
+- Any other transport: claim a batch (the store's claim, on the database clock), send each
+  message, then remove the sent ones in one statement: **at-least-once** (a crash between send
+  and removal re-sends after the claim expires). Failures are counted, backed off and sent to
+  the error queue by the core dispatcher.
+- Look-ahead (for SQS): with ``look_ahead=900`` the mover also claims rows due within the next
+  900 s and hands each to a ``DelayingTransport`` with ``delay_seconds`` = the time left on the
+  database clock, rounded up, so a timer firing once a minute still delivers to the second and
+  never early.
+- ``run`` polls with a backoff from 500 ms up to a cap, never sleeping past the next due time,
+  and wakes at once on the store's ``NOTIFY`` (a separate listening connection).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from psycopg import sql
+
+from .. import logfields as lf
+from ..clock import Clock, SystemClock
+from ..dispatcher import Dispatcher
+from ..errors import ConfigurationError
+from ..model import DelayedMessage
+from ..ports import CriticalErrorCallback, Transport
+from ..settings import DelayedDeliverySettings
+from .connection import same_database
+from .notify import DueListener
+from .queue import PostgresQueueTransport
+from .store import PostgresDelayedMessageStore
+
+__all__ = ["DelayingTransport", "MoveReport", "PollSchedule", "PostgresBatchMover", "native_delay_seconds"]
+
+_log = logging.getLogger("delayed_delivery.postgres.mover")
+
+
+@runtime_checkable
+class DelayingTransport(Protocol):
+    """A transport that can hold a message for a short native delay (SQS ``DelaySeconds``)."""
+
+    def send_delayed(self, message: DelayedMessage, delay_seconds: int) -> None:
+        """Deliver ``message`` to its destination after ``delay_seconds`` (0 = now)."""
+        ...
+
+
+def native_delay_seconds(due_at: datetime, now: datetime, cap: int) -> int:
+    """Whole seconds to hold a message due at ``due_at`` (rounded up: never early), clamped to ``[0, cap]``."""
+    return min(cap, max(0, math.ceil((due_at - now).total_seconds())))
+
+
+@dataclass(frozen=True, slots=True)
+class PollSchedule:
+    """Polling backoff: ``initial`` seconds, doubling while idle up to ``cap``."""
+
+    initial: float = 0.5
+    cap: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.initial <= self.cap:
+            raise ConfigurationError("poll schedule needs 0 < initial <= cap")
+
+    def next_interval(self, previous: float | None, moved: int) -> float:
+        """The interval after a poll that moved ``moved`` rows: reset when busy, double when idle."""
+        if previous is None or moved > 0:
+            return self.initial
+        return min(self.cap, previous * 2)
+
+    def sleep_for(self, interval: float, until_next_due: float | None) -> float:
+        """How long to sleep: the interval, but never past the known next due time."""
+        if until_next_due is None:
+            return interval
+        return max(0.0, min(interval, until_next_due))
+
+
+@dataclass(frozen=True, slots=True)
+class MoveReport:
+    """What one or more mover calls did."""
+
+    moved: int = 0
+    failed_attempts: int = 0
+    moved_to_error_queue: int = 0
+    batches: int = 0
+    full_batch: bool = False
+    exactly_once: bool = False
+    lateness_seconds: tuple[float, ...] = ()
+
+    def __add__(self, other: MoveReport) -> MoveReport:
+        return MoveReport(
+            moved=self.moved + other.moved,
+            failed_attempts=self.failed_attempts + other.failed_attempts,
+            moved_to_error_queue=self.moved_to_error_queue + other.moved_to_error_queue,
+            batches=self.batches + other.batches,
+            full_batch=other.full_batch,
+            exactly_once=self.exactly_once or other.exactly_once,
+            lateness_seconds=self.lateness_seconds + other.lateness_seconds,
+        )
+
+
+class _LookAheadSender:
+    """Adapts a ``DelayingTransport`` to ``Transport``: each claimed message gets its remaining delay."""
+
+    def __init__(self, transport: DelayingTransport) -> None:
+        self.transport = transport
+        self.delays: dict[str, tuple[str, int]] = {}
+
+    def send(self, message: DelayedMessage) -> None:
+        destination, delay = self.delays.get(message.message_id, (message.destination, 0))
+        self.transport.send_delayed(message, delay if destination == message.destination else 0)
+
+
+class PostgresBatchMover:
+    """Moves due messages from a ``PostgresDelayedMessageStore`` to their destinations, a batch per call."""
+
+    def __init__(
+        self,
+        store: PostgresDelayedMessageStore,
+        transport: Transport | DelayingTransport,
+        *,
+        settings: DelayedDeliverySettings | None = None,
+        batch_size: int | None = None,
+        look_ahead: float = 0.0,
+        exactly_once: bool | None = None,
+        schedule: PollSchedule | None = None,
+        clock: Clock | None = None,
+        on_critical_error: CriticalErrorCallback | None = None,
+    ) -> None:
+        self.settings = settings or DelayedDeliverySettings()
+        self.batch_size = batch_size if batch_size is not None else self.settings.batch_size
+        if self.batch_size < 1:
+            raise ConfigurationError("batch_size must be at least 1")
+        if not 0 <= look_ahead <= self.settings.max_native_delay:
+            raise ConfigurationError(
+                f"look_ahead must be between 0 and max_native_delay ({self.settings.max_native_delay} s)"
+            )
+        self.store = store
+        self.transport = transport
+        self.look_ahead = float(look_ahead)
+        self.schedule = schedule or PollSchedule(cap=self.settings.max_idle_sleep)
+        self.clock = clock or SystemClock()
+        same_db = isinstance(transport, PostgresQueueTransport) and same_database(store.conninfo, transport.conninfo)
+        if exactly_once and not same_db:
+            raise ConfigurationError("exactly_once needs a PostgresQueueTransport on the store's own database")
+        self.exactly_once = same_db if exactly_once is None else exactly_once
+        if self.exactly_once and look_ahead:
+            raise ConfigurationError("look_ahead needs a transport with native delays, not the queue table")
+        self._sender: _LookAheadSender | None = None
+        sending: Transport
+        if look_ahead:
+            if not isinstance(transport, DelayingTransport):
+                raise ConfigurationError("look_ahead needs a transport with send_delayed(message, delay_seconds)")
+            self._sender = sending = _LookAheadSender(transport)
+        elif isinstance(transport, Transport):
+            sending = transport
+        else:
+            raise ConfigurationError(f"{type(transport).__name__} has no send(message)")
+        self.dispatcher = Dispatcher(
+            store,
+            sending,
+            self.settings.with_(batch_size=self.batch_size),
+            clock=self.clock,
+            on_critical_error=on_critical_error,
+        )
+        self._wake = threading.Event()
+        if self.exactly_once:
+            assert isinstance(transport, PostgresQueueTransport)
+            self._sql_move = sql.SQL(
+                "WITH due AS ("
+                " SELECT message_id FROM {d} WHERE due_at <= now() AND available_at <= now()"
+                " ORDER BY due_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED),"
+                " moved AS (DELETE FROM {d} AS d USING due WHERE d.message_id = due.message_id"
+                " RETURNING d.message_id, d.destination, d.body, d.headers, d.due_at)"
+                " INSERT INTO {q} (message_id, destination, body, headers, due_at)"
+                " SELECT message_id, destination, body, headers, due_at FROM moved ORDER BY due_at"
+                " RETURNING extract(epoch FROM now() - due_at)::float8"
+            ).format(d=sql.Identifier(store.schema, store.table), q=transport.identifier)
+
+    # -- one batch -------------------------------------------------------------
+
+    def move_once(self) -> MoveReport:
+        """Move up to ``batch_size`` due rows (one transaction when exactly-once)."""
+        if self.exactly_once:
+            with self.store.cursor() as cur:
+                cur.execute(self._sql_move, {"limit": self.batch_size})
+                lateness = tuple(max(0.0, float(r[0])) for r in cur.fetchall())
+            report = MoveReport(
+                moved=len(lateness),
+                batches=1 if lateness else 0,
+                full_batch=len(lateness) >= self.batch_size,
+                exactly_once=True,
+                lateness_seconds=lateness,
+            )
+        else:
+            now, batch = self.store.claim_due(self.batch_size, look_ahead=self.look_ahead)
+            if not batch:
+                return MoveReport()
+            if self._sender is not None:
+                cap = self.settings.max_native_delay
+                self._sender.delays = {
+                    m.message_id: (m.destination, native_delay_seconds(m.due_at, now, cap)) for m in batch
+                }
+            part = self.dispatcher.dispatch_batch(batch, now)
+            report = MoveReport(
+                moved=part.dispatched,
+                failed_attempts=part.failed_attempts,
+                moved_to_error_queue=part.moved_to_error_queue,
+                batches=1,
+                full_batch=len(batch) >= self.batch_size,
+                lateness_seconds=tuple(part.lateness_seconds),
+            )
+        if report.moved:
+            _log.info(
+                "moved a batch of due messages",
+                extra={lf.EVENT: lf.EVENT_FORWARDED, lf.BATCH_SIZE: report.moved},
+            )
+        return report
+
+    def drain(self, budget: float | None = None) -> MoveReport:
+        """Move batches until one is not full or ``budget`` seconds pass (a timer-triggered function's run)."""
+        deadline = None if budget is None else time.monotonic() + budget
+        total = MoveReport()
+        while True:
+            part = self.move_once()
+            total += part
+            if not part.full_batch or (deadline is not None and time.monotonic() >= deadline):
+                return total
+
+    # -- long-running --------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Make a sleeping ``run`` poll at once."""
+        self._wake.set()
+
+    def run(self, stop: threading.Event, *, listen: bool = True, budget: float | None = None) -> MoveReport:
+        """Poll and move until ``stop`` is set (or ``budget`` seconds pass), waking on the store's NOTIFY."""
+        listener: DueListener | None = None
+        if listen:
+            listener = DueListener(self.store.conninfo, self.store.notify_channel)
+            listener.subscribe(lambda _due: self._wake.set())
+            listener.start()
+        try:
+            return self._loop(stop, budget)
+        finally:
+            if listener is not None:
+                listener.stop()
+
+    def _loop(self, stop: threading.Event, budget: float | None) -> MoveReport:
+        deadline = None if budget is None else time.monotonic() + budget
+        breaker = self.dispatcher.fetch_breaker
+        total = MoveReport()
+        interval: float | None = None
+        while not stop.is_set():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            self._wake.clear()
+            try:
+                part = self.move_once()
+            except Exception as exc:
+                breaker.failure(exc)
+                _log.warning("moving due messages failed: %r", exc, extra={lf.REASON: repr(exc)})
+                self._sleep(stop, breaker.failure_delay, left)
+                continue
+            breaker.success()
+            total += part
+            interval = self.schedule.next_interval(interval, part.moved)
+            if part.full_batch:
+                continue
+            try:
+                until = self.store.seconds_until_next_due()
+            except Exception:
+                until = None
+            if until is not None:
+                until -= self.look_ahead
+            self._sleep(stop, self.schedule.sleep_for(interval, until), left)
+        return total
+
+    def _sleep(self, stop: threading.Event, seconds: float, left: float | None) -> None:
+        """Sleep up to ``seconds`` in short slices, returning early on ``wake`` or ``stop``."""
+        if left is not None:
+            seconds = min(seconds, max(0.0, left))
+        end = time.monotonic() + seconds
+        while not stop.is_set():
+            remaining = end - time.monotonic()
+            if remaining <= 0 or self._wake.wait(min(remaining, 0.25)):
+                return

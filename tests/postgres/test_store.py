@@ -1,0 +1,249 @@
+"""PostgreSQL-specific store behaviour: database clock, NOTIFY, names, errors, operator helpers."""
+
+from __future__ import annotations
+
+import pickle
+import select
+import threading
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+from delayed_delivery import ManualClock, PostgresDelayedMessageStore
+from delayed_delivery.errors import ConfigurationError, InvalidMessageError, TransientError
+from delayed_delivery.model import DelayedMessage
+from delayed_delivery.postgres.notify import DueListener, parse_due_payload
+from delayed_delivery.stores import open_store
+
+pytestmark = pytest.mark.postgres
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def _msg(i: int, due: datetime) -> DelayedMessage:
+    return DelayedMessage(f"m-{i}", "orders", f"body {i}".encode(), due)
+
+
+# -- the database clock ---------------------------------------------------------
+
+
+def test_a_sender_whose_clock_is_behind_cannot_make_a_message_early(pg_store: PostgresDelayedMessageStore) -> None:
+    db_now = pg_store.database_now()
+    sender = ManualClock(db_now - timedelta(minutes=10))  # the sender's clock is 10 minutes slow
+
+    # The hazard: a due time computed on the sender's clock is already in the past.
+    naive = DelayedMessage.create("orders", b"x", delay=60, clock=sender, message_id="naive")
+    assert naive.due_at < db_now
+    # The fix: the relative delay is turned into a due time by the database.
+    before = pg_store.database_now()
+    stored = pg_store.store_after(60, "orders", b"y", message_id="safe")
+    after = pg_store.database_now()
+    assert before + timedelta(seconds=60) <= stored.due_at <= after + timedelta(seconds=60)
+    assert pg_store.get("safe") == stored
+
+    # A dispatcher claiming by the database clock gets nothing early...
+    _, batch = pg_store.claim_due(10)
+    assert [m.message_id for m in batch] == []  # "naive" was never stored; "safe" is not due
+    # ...and the wait until it is due is measured on the database clock too.
+    until = pg_store.seconds_until_next_due()
+    assert until is not None and 55 < until <= 60
+
+
+def test_store_after_message_is_claimed_by_the_database_clock_once_due(
+    pg_store: PostgresDelayedMessageStore,
+) -> None:
+    stored = pg_store.store_after(timedelta(milliseconds=300), "orders", b"soon", headers={"k": "v"})
+    now, batch = pg_store.claim_due(10)
+    assert batch == [] and now < stored.due_at
+    deadline = datetime.now(UTC) + timedelta(seconds=30)
+    while not batch and datetime.now(UTC) < deadline:
+        now, batch = pg_store.claim_due(10)
+    assert [m.message_id for m in batch] == [stored.message_id]
+    assert batch[0].headers == {"k": "v"} and now >= stored.due_at
+
+
+def test_store_after_rejects_a_negative_delay(pg_store: PostgresDelayedMessageStore) -> None:
+    with pytest.raises(InvalidMessageError):
+        pg_store.store_after(-1, "orders", b"x")
+
+
+def test_claim_due_with_look_ahead_returns_the_database_now(pg_store: PostgresDelayedMessageStore) -> None:
+    pg_store.store_after(120, "orders", b"later", message_id="later")
+    pg_store.store_after(2000, "orders", b"far", message_id="far")
+    now, batch = pg_store.claim_due(10, look_ahead=900)
+    assert [m.message_id for m in batch] == ["later"]
+    assert 119 <= (batch[0].due_at - now).total_seconds() <= 120
+    with pytest.raises(ConfigurationError):
+        pg_store.claim_due(10, look_ahead=-1)
+
+
+# -- NOTIFY ---------------------------------------------------------------------------
+
+
+def _notifications(conn: psycopg.Connection[object], timeout: float = 5.0) -> list[str]:
+    select.select([conn.fileno()], [], [], timeout)
+    return [n.payload for n in conn.notifies(timeout=0.2)]
+
+
+def test_store_notifies_only_when_the_message_is_the_earliest(
+    pg_store: PostgresDelayedMessageStore, postgres_conninfo: str
+) -> None:
+    with psycopg.connect(postgres_conninfo, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{pg_store.notify_channel}"')
+        pg_store.store(_msg(1, T0 + timedelta(seconds=10)))
+        first = _notifications(listener)
+        assert [parse_due_payload(p) for p in first] == [T0 + timedelta(seconds=10)]
+        pg_store.store(_msg(2, T0 + timedelta(seconds=20)))  # later: nobody needs waking
+        pg_store.store(_msg(3, T0 + timedelta(seconds=5)))  # earlier: wake
+        later = _notifications(listener)
+        assert [parse_due_payload(p) for p in later] == [T0 + timedelta(seconds=5)]
+
+
+def test_due_listener_calls_subscribers(pg_store: PostgresDelayedMessageStore, postgres_conninfo: str) -> None:
+    seen: list[datetime | None] = []
+    got = threading.Event()
+
+    def on_due(due: datetime | None) -> None:
+        seen.append(due)
+        got.set()
+
+    with DueListener(postgres_conninfo, pg_store.notify_channel, poll_interval=0.2) as listener:
+        listener.subscribe(on_due)
+        assert listener.listening
+        pg_store.store(_msg(1, T0))
+        assert got.wait(10)
+    assert seen == [T0]
+
+
+def test_parse_due_payload_ignores_garbage() -> None:
+    assert parse_due_payload("nope") is None
+    assert parse_due_payload("0") == datetime(1970, 1, 1, tzinfo=UTC)
+
+
+# -- names, configuration and errors ----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["", "1abc", 'a"b', "a;drop table x", "a b", "x" * 64])
+def test_unsafe_table_names_are_refused(name: str) -> None:
+    with pytest.raises(ConfigurationError, match="invalid PostgreSQL table name"):
+        PostgresDelayedMessageStore("host=127.0.0.1", table=name)
+
+
+def test_endpoint_names_the_table_and_long_names_stay_distinct() -> None:
+    s = PostgresDelayedMessageStore("host=127.0.0.1", endpoint="Sales.Orders-v2")
+    assert s.table == "Sales.Orders-v2_delayed"
+    assert s.qualified_name == '"public"."Sales.Orders-v2_delayed"'
+    a = PostgresDelayedMessageStore("host=127.0.0.1", endpoint="e" * 60 + "a")
+    b = PostgresDelayedMessageStore("host=127.0.0.1", endpoint="e" * 60 + "b")
+    assert a.table != b.table and len(a.table) <= 63 and a.table.endswith("_delayed")
+    assert PostgresDelayedMessageStore("host=127.0.0.1").table == "delayed_messages"
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ConfigurationError):
+        PostgresDelayedMessageStore("host=127.0.0.1", table="t", claim_timeout=0)
+    with pytest.raises(ConfigurationError):
+        PostgresDelayedMessageStore("", table="t")
+    with pytest.raises(ConfigurationError):
+        PostgresDelayedMessageStore("not a = valid = conninfo", table="t")
+
+
+def test_quoted_names_with_mixed_case_and_a_schema_work(postgres_conninfo: str) -> None:
+    s = PostgresDelayedMessageStore(postgres_conninfo, endpoint="Mixed.Case-Endpoint", schema="Delays")
+    s.setup_infrastructure()
+    s.setup_infrastructure()  # idempotent
+    try:
+        s.store(_msg(1, T0))
+        assert s.fetch_next_due(T0) == _msg(1, T0)
+    finally:
+        s.drop_infrastructure()
+        s.close()
+
+
+def test_missing_table_is_a_configuration_error(postgres_conninfo: str) -> None:
+    s = PostgresDelayedMessageStore(postgres_conninfo, table="never_set_up")
+    with pytest.raises(ConfigurationError, match="setup_infrastructure"):
+        s.store(_msg(1, T0))
+    s.close()
+
+
+def test_unreachable_database_is_transient() -> None:
+    from tests.fixtures.services import free_port
+
+    s = PostgresDelayedMessageStore(f"host=127.0.0.1 port={free_port()} user=x", table="t", connect_timeout=2)
+    with pytest.raises(TransientError) as info:
+        s.next_due()
+    assert isinstance(info.value.__cause__, psycopg.OperationalError)
+
+
+def test_nul_in_ids_is_an_invalid_message(pg_store: PostgresDelayedMessageStore) -> None:
+    with pytest.raises(InvalidMessageError):
+        pg_store.store(DelayedMessage("a\x00b", "orders", b"", T0))
+
+
+def test_header_values_with_nul_survive(pg_store: PostgresDelayedMessageStore) -> None:
+    m = DelayedMessage("m", "orders", b"", T0, {"h": "a\x00b"})
+    pg_store.store(m)
+    assert pg_store.get("m") == m
+
+
+def test_a_killed_connection_is_replaced(pg_store: PostgresDelayedMessageStore, postgres_conninfo: str) -> None:
+    pg_store.store(_msg(1, T0))
+    with psycopg.connect(postgres_conninfo, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE pid <> pg_backend_pid() AND datname = current_database() AND application_name = ''"
+            " AND backend_type = 'client backend' AND query NOT ILIKE '%%LISTEN%%'"
+        )
+    with pytest.raises(TransientError):
+        pg_store.next_due()
+    assert pg_store.next_due() == T0  # reconnected
+
+
+# -- pickling, operator helpers, store URL ----------------------------------------------------------
+
+
+def test_pickled_store_reconnects_with_the_same_settings(pg_store: PostgresDelayedMessageStore) -> None:
+    pg_store.store(_msg(1, T0))
+    copy = pickle.loads(pickle.dumps(pg_store))
+    try:
+        assert copy.table == pg_store.table and copy.claim_timeout == pg_store.claim_timeout
+        assert copy.get("m-1") == _msg(1, T0)
+    finally:
+        copy.close()
+
+
+def test_backlog_earliest_due_and_len(pg_store: PostgresDelayedMessageStore) -> None:
+    for i, seconds in enumerate((0, 30, 59, 60, 3600)):
+        pg_store.store(_msg(i, T0 + timedelta(seconds=seconds)))
+    pg_store.fetch_due(T0, 10)  # claiming does not hide a message from operators
+    assert len(pg_store) == 5
+    assert pg_store.earliest_due() == T0
+    assert list(pg_store.backlog(60)) == [
+        (T0, 3),
+        (T0 + timedelta(seconds=60), 1),
+        (T0 + timedelta(seconds=3600), 1),
+    ]
+
+
+def test_store_many_and_remove_many(pg_store: PostgresDelayedMessageStore) -> None:
+    pg_store.store_many([_msg(i, T0 + timedelta(seconds=i)) for i in range(5)])
+    assert len(pg_store) == 5
+    assert list(pg_store.remove_many(["m-0", "m-0", "nope", "m-3"])) == [True, False, False, True]
+    assert list(pg_store.remove_many([])) == []
+    assert len(pg_store) == 3
+
+
+def test_open_store_accepts_a_postgresql_url(pg_store: PostgresDelayedMessageStore) -> None:
+    params = psycopg.conninfo.conninfo_to_dict(pg_store.conninfo)
+    url = f"postgresql://{params['user']}@{params['host']}:{params['port']}/{params['dbname']}"
+    s = open_store(url)
+    try:
+        assert isinstance(s, PostgresDelayedMessageStore) and s.table == "delayed_messages"
+        s.store(_msg(1, T0))
+        assert s.next_due() == T0
+    finally:
+        assert isinstance(s, PostgresDelayedMessageStore)
+        s.drop_infrastructure()
+        s.close()
