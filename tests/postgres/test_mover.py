@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from delayed_delivery import InMemoryTransport
+from delayed_delivery import Dispatcher, InMemoryTransport
 from delayed_delivery.errors import ConfigurationError, DelayedDeliveryError
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.postgres.mover import (
@@ -19,6 +19,7 @@ from delayed_delivery.postgres.mover import (
     PostgresBatchMover,
     native_delay_seconds,
 )
+from delayed_delivery.postgres.notify import DueListener, waking
 from delayed_delivery.postgres.queue import PostgresQueueTransport
 from delayed_delivery.postgres.store import PostgresDelayedMessageStore
 from delayed_delivery.settings import DelayedDeliverySettings
@@ -271,4 +272,29 @@ def test_run_never_sleeps_past_the_next_due_time(
     finally:
         stop.set()
         thread.join(10)
+    assert not thread.is_alive()
+
+
+@pytest.mark.postgres
+def test_a_core_dispatcher_is_woken_by_notify_from_another_connection(
+    pg_store: PostgresDelayedMessageStore, postgres_conninfo: str
+) -> None:
+    transport = InMemoryTransport()
+    dispatcher = Dispatcher(pg_store, transport, DelayedDeliverySettings(max_idle_sleep=60))
+    stop = threading.Event()
+    with DueListener(postgres_conninfo, pg_store.notify_channel, poll_interval=0.2) as listener:
+        listener.subscribe(waking(dispatcher))
+        thread = threading.Thread(target=dispatcher.run, args=(stop,), daemon=True)
+        thread.start()
+        try:
+            time.sleep(0.5)  # idle: sleeping up to 60 s
+            other = PostgresDelayedMessageStore(postgres_conninfo, table=pg_store.table)
+            other.store_after(0, "orders", b"x", message_id="from-elsewhere")
+            other.close()
+            took = _wait_for(lambda: len(transport.to("orders")) == 1, 30)
+            assert took is not None and took < 30
+        finally:
+            stop.set()
+            dispatcher.notify(PAST)
+            thread.join(10)
     assert not thread.is_alive()

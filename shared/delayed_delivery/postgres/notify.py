@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 import psycopg
 from psycopg import sql
@@ -20,7 +21,7 @@ from .. import logfields as lf
 from ..errors import DelayedDeliveryError
 from .connection import ConnectionSet, validate_identifier
 
-__all__ = ["DueListener", "parse_due_payload"]
+__all__ = ["DueListener", "parse_due_payload", "waking"]
 
 _log = logging.getLogger("delayed_delivery.postgres.notify")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -35,6 +36,19 @@ def parse_due_payload(payload: str) -> datetime | None:
         return _EPOCH + timedelta(microseconds=int(payload))
     except (ValueError, OverflowError):
         return None
+
+
+def waking(dispatcher: _Notifiable) -> Subscriber:
+    """A subscriber that wakes a core ``Dispatcher`` (a reconnect wakes it unconditionally)."""
+
+    def on_due(due_at: datetime | None) -> None:
+        dispatcher.notify(due_at if due_at is not None else _EPOCH)
+
+    return on_due
+
+
+class _Notifiable(Protocol):
+    def notify(self, due_at: datetime) -> None: ...
 
 
 class DueListener:
