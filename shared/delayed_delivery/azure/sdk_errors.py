@@ -36,6 +36,8 @@ def translate(exc: AzureError, what: str) -> DelayedDeliveryError:
         return ConfigurationError(f"{what}: resource not found (run setup_infrastructure first?): {exc.message}")
     if isinstance(exc, HttpResponseError):
         status = exc.status_code or 0
+        if status == 404:
+            return ConfigurationError(f"{what}: not found (run setup_infrastructure first?): {exc.message}")
         if status in _RETRYABLE_STATUS:
             return TransientError(f"{what}: storage returned {status}: {exc.message}")
         return PermanentError(f"{what}: storage returned {status}: {exc.message}")

@@ -1,0 +1,34 @@
+"""Azure Functions (Python v2 model): a timer that runs the delayed-message dispatcher every minute.
+
+Nothing is read from the environment and no SDK client is built at import time: ``host()`` does that on
+the first run and caches the result for the life of the worker.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+
+import azure.functions as func
+
+from delayed_delivery.azure.config import AzureDelayedDeliveryConfig
+from delayed_delivery.azure.runner import AzureDispatcherHost
+from delayed_delivery.azure.telemetry import configure_telemetry
+
+app = func.FunctionApp()
+
+#: Every minute, at second 0 (NCRONTAB: second minute hour day month day-of-week).
+SCHEDULE = "0 * * * * *"
+
+
+@cache
+def host() -> AzureDispatcherHost:
+    """The dispatcher host for this worker, built from app settings on first use."""
+    configure_telemetry(os.environ)
+    return AzureDispatcherHost(AzureDelayedDeliveryConfig.from_env(os.environ))
+
+
+@app.timer_trigger(schedule=SCHEDULE, arg_name="timer", run_on_startup=False, use_monitor=True)
+def dispatch_delayed_messages(timer: func.TimerRequest) -> None:
+    """Dispatch due delayed messages until this run's time budget ends."""
+    host().run()

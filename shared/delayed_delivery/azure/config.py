@@ -1,0 +1,167 @@
+"""Azure configuration from app settings, and the SDK clients it implies.
+
+App settings (all optional unless noted):
+
+| variable | default | meaning |
+|---|---|---|
+| ``DELAYED_DELIVERY_ENDPOINT`` | required unless the table name is given | endpoint whose delays table this is |
+| ``DELAYED_DELIVERY_TABLE_NAME`` / ``..._CONTAINER_NAME`` | ``delays`` + SHA-1(endpoint) | overrides |
+| ``DELAYED_DELIVERY_STORAGE_CONNECTION_STRING`` | none | connection string (local / Azurite) |
+| ``DELAYED_DELIVERY_STORAGE_ACCOUNT`` | none | account name for identity-based access (managed identity) |
+| ``AZURE_CLIENT_ID`` | none | client id of a user-assigned managed identity |
+| ``DELAYED_DELIVERY_SHARDS`` | ``1`` | partitions / leases; fixed for a table's lifetime |
+| ``DELAYED_DELIVERY_LEASE_SECONDS`` | ``30`` | blob lease duration, 15–60 |
+| ``DELAYED_DELIVERY_RUN_SECONDS`` | ``50`` | how long one timer run dispatches |
+| ``DELAYED_DELIVERY_CLAIM_TIMEOUT`` | ``60`` | seconds a claimed row stays invisible to other dispatchers |
+
+plus every core setting (``DelayedDeliverySettings.from_env``). When neither storage variable is set,
+``AzureWebJobsStorage`` (a connection string) or ``AzureWebJobsStorage__accountName`` is used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from azure.data.tables import TableServiceClient
+from azure.storage.blob import BlobServiceClient
+from azure.storage.queue import QueueServiceClient
+
+from ..errors import ConfigurationError
+from ..naming import azure_delays_table_name, validate_azure_container_name, validate_azure_table_name
+from ..settings import DelayedDeliverySettings
+from .blob_lease import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
+
+__all__ = ["AzureClients", "AzureDelayedDeliveryConfig"]
+
+ENV_ENDPOINT = "DELAYED_DELIVERY_ENDPOINT"
+ENV_TABLE = "DELAYED_DELIVERY_TABLE_NAME"
+ENV_CONTAINER = "DELAYED_DELIVERY_CONTAINER_NAME"
+ENV_CONNECTION = "DELAYED_DELIVERY_STORAGE_CONNECTION_STRING"
+ENV_ACCOUNT = "DELAYED_DELIVERY_STORAGE_ACCOUNT"
+ENV_CLIENT_ID = "AZURE_CLIENT_ID"
+ENV_SHARDS = "DELAYED_DELIVERY_SHARDS"
+ENV_LEASE = "DELAYED_DELIVERY_LEASE_SECONDS"
+ENV_RUN = "DELAYED_DELIVERY_RUN_SECONDS"
+ENV_CLAIM = "DELAYED_DELIVERY_CLAIM_TIMEOUT"
+ENV_HOST_STORAGE = "AzureWebJobsStorage"
+#: Parallel queue puts when ``DELAYED_DELIVERY_MAX_CONCURRENCY`` is not set (Put Message has no batch form).
+DEFAULT_AZURE_CONCURRENCY = 16
+
+
+@dataclass(frozen=True, slots=True)
+class AzureDelayedDeliveryConfig:
+    """Where the delays live and how the dispatcher runs."""
+
+    table_name: str
+    container_name: str
+    connection_string: str | None = field(default=None, repr=False)
+    account_name: str | None = None
+    managed_identity_client_id: str | None = None
+    shards: int = 1
+    lease_seconds: int = 30
+    run_seconds: float = 50.0
+    claim_timeout: float = 60.0
+    settings: DelayedDeliverySettings = field(default_factory=DelayedDeliverySettings)
+
+    def __post_init__(self) -> None:
+        validate_azure_table_name(self.table_name)
+        validate_azure_container_name(self.container_name)
+        if not self.connection_string and not self.account_name:
+            raise ConfigurationError(
+                f"no storage account: set {ENV_CONNECTION} (connection string) or {ENV_ACCOUNT} (managed identity)"
+            )
+        if not 1 <= self.shards <= 1000:
+            raise ConfigurationError(f"{ENV_SHARDS} must be from 1 to 1000, got {self.shards}")
+        if not MIN_LEASE_SECONDS <= self.lease_seconds <= MAX_LEASE_SECONDS:
+            raise ConfigurationError(
+                f"{ENV_LEASE} must be from {MIN_LEASE_SECONDS} to {MAX_LEASE_SECONDS}, got {self.lease_seconds}"
+            )
+        if not (math.isfinite(self.run_seconds) and self.run_seconds > 0):
+            raise ConfigurationError(f"{ENV_RUN} must be a positive number of seconds")
+        if not (math.isfinite(self.claim_timeout) and self.claim_timeout > 0):
+            raise ConfigurationError(f"{ENV_CLAIM} must be a positive number of seconds")
+
+    @classmethod
+    def for_endpoint(
+        cls,
+        endpoint: str,
+        *,
+        table_name: str | None = None,
+        container_name: str | None = None,
+        **kwargs: Any,
+    ) -> AzureDelayedDeliveryConfig:
+        """Config with the seed's default names for ``endpoint`` (``delays`` + SHA-1), overridable."""
+        default = azure_delays_table_name(endpoint)
+        return cls(table_name=table_name or default, container_name=container_name or default, **kwargs)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> AzureDelayedDeliveryConfig:
+        """Build from app settings (see the module docstring); ``ConfigurationError`` names the bad variable."""
+        table, container = env.get(ENV_TABLE, "").strip(), env.get(ENV_CONTAINER, "").strip()
+        endpoint = env.get(ENV_ENDPOINT, "").strip()
+        if not endpoint and not (table and container):
+            raise ConfigurationError(f"set {ENV_ENDPOINT} (or both {ENV_TABLE} and {ENV_CONTAINER})")
+        default = azure_delays_table_name(endpoint) if endpoint else ""
+        connection = env.get(ENV_CONNECTION, "").strip() or None
+        account = env.get(ENV_ACCOUNT, "").strip() or None
+        if connection is None and account is None:
+            host = env.get(ENV_HOST_STORAGE, "").strip()
+            connection = host or None
+            account = env.get(ENV_HOST_STORAGE + "__accountName", "").strip() or None
+        settings = DelayedDeliverySettings.from_env(env)
+        if "DELAYED_DELIVERY_MAX_CONCURRENCY" not in env:
+            settings = settings.with_(max_concurrency=DEFAULT_AZURE_CONCURRENCY)
+        return cls(
+            table_name=table or default,
+            container_name=container or default,
+            connection_string=connection,
+            account_name=account,
+            managed_identity_client_id=env.get(ENV_CLIENT_ID, "").strip() or None,
+            shards=_number(env, ENV_SHARDS, 1, int),
+            lease_seconds=_number(env, ENV_LEASE, 30, int),
+            run_seconds=_number(env, ENV_RUN, 50.0, float),
+            claim_timeout=_number(env, ENV_CLAIM, 60.0, float),
+            settings=settings,
+        )
+
+
+def _number(env: Mapping[str, str], name: str, default: Any, kind: type[Any]) -> Any:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name}={raw!r} is not a valid {kind.__name__}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class AzureClients:
+    """The three service clients for one storage account."""
+
+    tables: TableServiceClient
+    blobs: BlobServiceClient
+    queues: QueueServiceClient
+
+    @classmethod
+    def create(cls, config: AzureDelayedDeliveryConfig) -> AzureClients:
+        """Clients from a connection string, or from a managed identity when only the account is known."""
+        if config.connection_string:
+            conn = config.connection_string
+            return cls(
+                TableServiceClient.from_connection_string(conn),
+                BlobServiceClient.from_connection_string(conn),
+                QueueServiceClient.from_connection_string(conn),
+            )
+        from azure.identity import DefaultAzureCredential  # only needed in Azure
+
+        credential = DefaultAzureCredential(managed_identity_client_id=config.managed_identity_client_id)
+        account = config.account_name
+        return cls(
+            TableServiceClient(f"https://{account}.table.core.windows.net", credential=credential),
+            BlobServiceClient(f"https://{account}.blob.core.windows.net", credential=credential),
+            QueueServiceClient(f"https://{account}.queue.core.windows.net", credential=credential),
+        )

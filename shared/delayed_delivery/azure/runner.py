@@ -1,0 +1,152 @@
+"""What one timer run does: for every shard, hold its lease and dispatch until the run's budget ends.
+
+Each shard gets its own thread, lease and core ``Dispatcher`` (with ``keep_going = lease.keep_going``).
+A shard whose lease is held elsewhere is retried every second, so a dead holder is replaced within the
+lease duration plus one second; a lost lease stops that shard's dispatching at once and it goes back to
+trying to acquire. Idle sleeps are capped at one second, so a row stored by another process is sent
+within about a second of falling due, although the timer fires only once a minute.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from .. import logfields as lf
+from ..clock import Clock, SystemClock
+from ..dispatcher import Dispatcher, DispatchReport
+from ..settings import DelayedDeliverySettings
+from .blob_lease import BlobLease
+from .config import AzureClients, AzureDelayedDeliveryConfig
+from .storage_queue import StorageQueueTransport
+from .table_store import TableDelayedMessageStore
+from .telemetry import DispatchMetrics
+
+__all__ = ["AzureDispatcherHost", "RunSummary", "ShardRun"]
+
+#: Longest sleep between polls inside a run (the "≤ 1 s granularity").
+POLL_SECONDS = 1.0
+
+_log = logging.getLogger("delayed_delivery.azure.runner")
+
+
+@dataclass(slots=True)
+class ShardRun:
+    """What one run did for one shard."""
+
+    shard: int
+    acquisitions: int = 0
+    lease_lost: int = 0
+    report: DispatchReport = field(default_factory=DispatchReport)
+
+
+@dataclass(slots=True)
+class RunSummary:
+    """What one timer run did."""
+
+    enabled: bool
+    shards: list[ShardRun] = field(default_factory=list)
+
+    @property
+    def dispatched(self) -> int:
+        """Messages sent and removed across shards."""
+        return sum(s.report.dispatched for s in self.shards)
+
+    @property
+    def moved_to_error_queue(self) -> int:
+        """Messages sent to the error queue across shards."""
+        return sum(s.report.moved_to_error_queue for s in self.shards)
+
+
+class AzureDispatcherHost:
+    """Wires the Table store, blob leases and Storage Queue transport to the core dispatcher."""
+
+    def __init__(
+        self,
+        config: AzureDelayedDeliveryConfig,
+        clients: AzureClients | None = None,
+        *,
+        clock: Clock | None = None,
+        metrics: DispatchMetrics | None = None,
+        renew_every: float | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.clients = clients or AzureClients.create(config)
+        self.clock = clock or SystemClock()
+        self.metrics = metrics or DispatchMetrics()
+        self.renew_every = renew_every
+        self._monotonic = monotonic
+        self.store = TableDelayedMessageStore(
+            self.clients.tables.get_table_client(config.table_name),
+            shards=config.shards,
+            claim_timeout=config.claim_timeout,
+        )
+        self.container = self.clients.blobs.get_container_client(config.container_name)
+        self.transport = StorageQueueTransport(self.clients.queues)
+        self.settings: DelayedDeliverySettings = config.settings.with_(
+            max_idle_sleep=min(config.settings.max_idle_sleep, POLL_SECONDS)
+        )
+        self._ready = False
+
+    def lease(self, shard: int) -> BlobLease:
+        """A fresh lease object for ``shard``."""
+        return BlobLease(self.container, shard, duration=self.config.lease_seconds, renew_every=self.renew_every)
+
+    def setup_infrastructure(self) -> None:
+        """Create the table, the container, one lease blob per shard and the error queue (idempotent)."""
+        self.store.setup_infrastructure()
+        for shard in range(self.config.shards):
+            self.lease(shard).setup_infrastructure()
+        self.transport.create_queue(self.settings.error_queue)
+        self._ready = True
+
+    def run(self, budget: float | None = None) -> RunSummary:
+        """One timer run: every shard in parallel until ``budget`` (default ``run_seconds``) ends."""
+        if not self.settings.enabled:
+            _log.info("delayed delivery is disabled; nothing to do", extra={lf.EVENT: "disabled"})
+            return RunSummary(enabled=False)
+        if not self._ready:
+            self.setup_infrastructure()
+        seconds = self.config.run_seconds if budget is None else budget
+        deadline = self._monotonic() + seconds
+        shards = range(self.config.shards)
+        with ThreadPoolExecutor(max_workers=len(shards), thread_name_prefix="shard") as pool:
+            runs = list(pool.map(lambda s: self.run_shard(s, deadline), shards))
+        return RunSummary(enabled=True, shards=runs)
+
+    def run_shard(self, shard: int, deadline: float) -> ShardRun:
+        """Acquire ``shard``'s lease (retrying each second), dispatch while held, until ``deadline``."""
+        result = ShardRun(shard)
+        lease = self.lease(shard)
+        dispatcher = Dispatcher(self.store.for_shards([shard]), self.transport, self.settings, clock=self.clock)
+        try:
+            while (remaining := deadline - self._monotonic()) > 0:
+                if not lease.try_acquire():
+                    time.sleep(min(POLL_SECONDS, max(0.0, remaining)))
+                    continue
+                result.acquisitions += 1
+                report = dispatcher.dispatch_due(remaining, wait_for_due=True, keep_going=lease.keep_going)
+                result.report.merge(report)
+                if not lease.keep_going() and deadline - self._monotonic() > 0:
+                    result.lease_lost += 1
+                    lease.abandon()
+        finally:
+            lease.release()
+            dispatcher.close()
+            self.metrics.record(result.report, shard, lease_lost=result.lease_lost)
+        _log.info(
+            "shard run finished",
+            extra={
+                lf.EVENT: "shard_run",
+                lf.SHARD: shard,
+                "dispatched": result.report.dispatched,
+                "failed_attempts": result.report.failed_attempts,
+                "moved_to_error_queue": result.report.moved_to_error_queue,
+                "lease_lost": result.lease_lost,
+            },
+        )
+        return result
