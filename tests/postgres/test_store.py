@@ -247,3 +247,29 @@ def test_open_store_accepts_a_postgresql_url(pg_store: PostgresDelayedMessageSto
         assert isinstance(s, PostgresDelayedMessageStore)
         s.drop_infrastructure()
         s.close()
+
+
+def test_due_listener_reconnects_and_says_look_again(
+    pg_store: PostgresDelayedMessageStore, postgres_conninfo: str
+) -> None:
+    seen: list[datetime | None] = []
+    changed = threading.Condition()
+
+    def on_due(due: datetime | None) -> None:
+        with changed:
+            seen.append(due)
+            changed.notify_all()
+
+    with DueListener(postgres_conninfo, pg_store.notify_channel, poll_interval=0.2) as listener:
+        listener.subscribe(on_due)
+        with psycopg.connect(postgres_conninfo, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query ILIKE 'LISTEN%%'"
+                " AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert killed is not None and killed[0] == 1
+        with changed:
+            assert changed.wait_for(lambda: None in seen, 30), "a reconnect wakes subscribers"
+        pg_store.store(_msg(1, T0))
+        with changed:
+            assert changed.wait_for(lambda: T0 in seen, 30), "and later notifications still arrive"

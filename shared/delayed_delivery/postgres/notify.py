@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 import psycopg
 from psycopg import sql
@@ -96,15 +96,27 @@ class DueListener:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _listen(self) -> psycopg.Connection[Any] | None:
+        """A new connection listening on the channel, or None (logged) when the database is unreachable."""
+        try:
+            conn = self._db.connect()
+        except DelayedDeliveryError as exc:
+            _log.warning("cannot listen for due-time notifications: %r", exc, extra={lf.REASON: repr(exc)})
+            return None
+        try:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+        except psycopg.Error as exc:
+            conn.close()
+            _log.warning("cannot listen for due-time notifications: %r", exc, extra={lf.REASON: repr(exc)})
+            return None
+        return conn
+
     def _run(self) -> None:
         backoff = 0.5
         first = True
         while not self._stop.is_set():
-            try:
-                conn = self._db.connect()
-                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
-            except DelayedDeliveryError as exc:
-                _log.warning("cannot listen for due-time notifications: %r", exc, extra={lf.REASON: repr(exc)})
+            conn = self._listen()
+            if conn is None:
                 self._stop.wait(backoff)
                 backoff = min(self._max_backoff, backoff * 2)
                 continue
