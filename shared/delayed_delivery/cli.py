@@ -176,6 +176,14 @@ def _configure_logging(verbose: bool) -> None:
     root.propagate = False
 
 
+try:  # the Spark pipelines (extra "spark"); the CLI works without them
+    from .pipelines.cli import register as _register_pipelines
+except ImportError:  # pragma: no cover - depends on the install
+    pass
+else:
+    _register_pipelines(app)
+
+
 def main() -> None:
     """Console-script entry point: user mistakes print one line and exit 2, never a traceback."""
     try:

@@ -1,0 +1,266 @@
+"""Command-line front ends for the Spark jobs: ``migrate preview|run|abort`` and ``report``.
+
+Importing this module does not import PySpark; each command starts Spark only when it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from delayed_delivery.errors import ConfigurationError, DelayedDeliveryError
+from delayed_delivery.pipelines.schema import BodyEncoding, LegacyShape
+
+__all__ = ["migrate_app", "register", "report_command", "run_migrate_app", "run_report_app"]
+
+console = Console()
+err = Console(stderr=True)
+
+migrate_app = typer.Typer(
+    name="migrate",
+    help="Migrate legacy timeouts (timeout-manager or delayed-store exports) into native delayed delivery.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+Source = Annotated[str, typer.Option("--source", "-s", help="Export file or folder (Parquet, CSV or JSON lines).")]
+Fmt = Annotated[str | None, typer.Option("--format", help="parquet, csv or json (default: from the extension).")]
+Shape = Annotated[LegacyShape | None, typer.Option("--shape", help="Legacy shape (default: from the columns).")]
+BodyEnc = Annotated[BodyEncoding, typer.Option("--body-encoding", help="How text exports hold the body.")]
+SourceEndpoint = Annotated[
+    str | None, typer.Option("--source-endpoint", help="Endpoint name for delayed-store exports without one.")
+]
+Cutoff = Annotated[
+    str | None, typer.Option("--cutoff", help="Migrate only timeouts due after this ISO time (UTC if no offset).")
+]
+Endpoints = Annotated[list[str] | None, typer.Option("--endpoint", "-e", help="Only this endpoint (repeatable).")]
+Batches = Annotated[int, typer.Option("--batches", help="Resumable units the run is split into.")]
+Master = Annotated[str | None, typer.Option("--master", help="Spark master (default local[*], or spark-submit's).")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def _cutoff(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    from delayed_delivery.pipelines.schema import parse_due_time
+
+    try:
+        return parse_due_time(value)
+    except ValueError:
+        raise ConfigurationError(f"--cutoff {value!r} is not an ISO-8601 time (e.g. 2026-03-01T00:00:00Z)") from None
+
+
+def _options(
+    source: str,
+    target: str,
+    fmt: str | None,
+    shape: LegacyShape | None,
+    body_encoding: BodyEncoding,
+    source_endpoint: str | None,
+    cutoff: str | None,
+    endpoints: list[str] | None,
+    batches: int,
+) -> Any:
+    from delayed_delivery.pipelines.migrate import MigrationOptions
+
+    return MigrationOptions(
+        source=source,
+        target=target,
+        source_format=fmt,
+        shape=shape,
+        body_encoding=body_encoding,
+        source_endpoint=source_endpoint,
+        cutoff=_cutoff(cutoff),
+        endpoints=tuple(endpoints or ()),
+        batches=batches,
+    )
+
+
+def _default(value: object) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+@migrate_app.command("preview")
+def preview(
+    source: Source,
+    output: Annotated[str, typer.Option("--output", "-o", help="Folder for the histogram chart.")] = "migration",
+    fmt: Fmt = None,
+    shape: Shape = None,
+    body_encoding: BodyEnc = BodyEncoding.BASE64,
+    source_endpoint: SourceEndpoint = None,
+    cutoff: Cutoff = None,
+    endpoint: Endpoints = None,
+    master: Master = None,
+    as_json: AsJson = False,
+) -> None:
+    """Show what a run would migrate: counts, due extremes, rejects, a 4-hour warning and a histogram chart."""
+    from delayed_delivery.pipelines.migrate import preview_migration
+    from delayed_delivery.pipelines.session import get_session
+
+    options = _options(source, "", fmt, shape, body_encoding, source_endpoint, cutoff, endpoint, 16)
+    result = preview_migration(get_session(master, "delayed-delivery-migrate-preview"), options, output)
+    if as_json:
+        console.print_json(json.dumps(asdict(result), default=_default))
+        return
+    table = Table(title=f"Timeouts to migrate from {source}")
+    for col in ("endpoint", "destination", "timeouts", "earliest due", "latest due"):
+        table.add_column(col, justify="right" if col == "timeouts" else "left")
+    for row in result.by_destination:
+        table.add_row(
+            row.endpoint, row.destination, f"{row.count:,}", row.earliest_due.isoformat(), row.latest_due.isoformat()
+        )
+    console.print(table)
+    console.print(
+        f"to migrate: {result.to_migrate:,}   rejected: {result.rejected:,}   left by cutoff: {result.before_cutoff:,}"
+        f"   other endpoints: {result.other_endpoints:,}   already due: {result.already_due:,}"
+    )
+    for reason, count in result.rejects_by_reason:
+        console.print(f"  rejected {count:,}: {reason}")
+    if result.chart:
+        console.print(f"due-date histogram ({result.bucket}s): {result.chart}")
+    if result.warning:
+        err.print(f"[yellow]warning:[/yellow] {result.warning}", highlight=False)
+
+
+@migrate_app.command("run")
+def run(
+    source: Source,
+    target: Annotated[str, typer.Option("--target", "-t", help="Target URL, e.g. sqlite:delays.db.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Folder for the ledger and rejects.")] = "migration",
+    run_id: Annotated[str | None, typer.Option("--run-id", help="Run id (default: a hash of the arguments).")] = None,
+    fmt: Fmt = None,
+    shape: Shape = None,
+    body_encoding: BodyEnc = BodyEncoding.BASE64,
+    source_endpoint: SourceEndpoint = None,
+    cutoff: Cutoff = None,
+    endpoint: Endpoints = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count only; write nothing.")] = False,
+    batches: Batches = 16,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Messages per target write.")] = 500,
+    max_batches: Annotated[
+        int | None, typer.Option("--max-batches", help="Stop after this many batches (resume later).")
+    ] = None,
+    master: Master = None,
+    as_json: AsJson = False,
+) -> None:
+    """Migrate: rejects to the output folder, batches recorded in the ledger, a rerun resumes."""
+    from delayed_delivery.pipelines.migrate import run_migration
+    from delayed_delivery.pipelines.session import get_session
+
+    options = _options(source, target, fmt, shape, body_encoding, source_endpoint, cutoff, endpoint, batches)
+    spark = get_session(master, "delayed-delivery-migrate")
+    show = not as_json and console.is_terminal
+    with Progress(
+        TextColumn("[bold]migrating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not show,
+        transient=False,
+    ) as progress:
+        task = progress.add_task("rows", total=None)
+
+        def on_progress(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        summary = run_migration(
+            spark,
+            options,
+            output,
+            run_id=run_id,
+            dry_run=dry_run,
+            batch_size=batch_size,
+            max_batches=max_batches,
+            on_progress=on_progress,
+        )
+    if as_json:
+        console.print_json(json.dumps({**asdict(summary), "rows_per_second": summary.rows_per_second}))
+        return
+    table = Table(title=f"migration {summary.run_id}{' (dry run)' if summary.dry_run else ''} → {summary.target}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for name, value in (
+        ("rows selected", f"{summary.to_migrate:,}"),
+        ("rejected (see rejects folder)", f"{summary.rejected:,}"),
+        ("batches done earlier (skipped)", f"{summary.batches_skipped} of {summary.batches}"),
+        ("batches written now", str(summary.batches_written)),
+        ("rows written now", f"{summary.rows_written:,}"),
+        ("already due (delivered at once)", f"{summary.already_due:,}"),
+        ("rows / s", f"{summary.rows_per_second:,.0f}"),
+        ("run state", summary.state),
+        ("rejects", summary.rejects_path or "-"),
+    ):
+        table.add_row(name, value)
+    console.print(table)
+
+
+@migrate_app.command("abort")
+def abort(
+    run_id: Annotated[str, typer.Option("--run-id", help="The run to undo.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="The run's output folder.")] = "migration",
+    master: Master = None,
+) -> None:
+    """Undo what a run wrote where the target allows it (SQLite, tables); say so plainly where it cannot (SQS)."""
+    from delayed_delivery.pipelines.migrate import abort_migration
+    from delayed_delivery.pipelines.session import get_session
+
+    result = abort_migration(get_session(master, "delayed-delivery-migrate-abort"), output, run_id)
+    if not result.undone:
+        err.print(f"[red]cannot abort run {run_id}:[/red] {result.note}", highlight=False)
+        raise typer.Exit(code=1)
+    console.print(f"aborted run {run_id} ({result.batches} batches): {result.note}")
+
+
+def report_command(
+    logs: Annotated[str, typer.Option("--logs", "-l", help="JSON-lines log file or folder.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Folder for tables, charts and summary.md.")] = "report",
+    master: Master = None,
+    as_json: AsJson = False,
+) -> None:
+    """Report what happened to delayed messages: lateness, duplicates, hops, error queue, throughput, cost."""
+    from delayed_delivery.pipelines.report import build_report
+    from delayed_delivery.pipelines.session import get_session
+
+    result = build_report(get_session(master, "delayed-delivery-report"), logs, output)
+    if as_json:
+        console.print_json(json.dumps(asdict(result), default=_default))
+        return
+    console.print(result.summary_markdown)
+    console.print(f"written to {result.output}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``migrate`` and ``report`` to the main CLI."""
+    app.add_typer(migrate_app, name="migrate")
+    app.command("report")(report_command)
+
+
+def _guarded(app: typer.Typer) -> None:
+    try:
+        app()
+    except DelayedDeliveryError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(2)
+
+
+def run_migrate_app() -> None:
+    """Run the ``migrate`` command group (spark-submit / ``python -m`` entry point)."""
+    _guarded(migrate_app)
+
+
+def run_report_app() -> None:
+    """Run the ``report`` command (spark-submit / ``python -m`` entry point)."""
+    single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    single.command()(report_command)
+    _guarded(single)

@@ -1,0 +1,352 @@
+"""Spark job: what happened to delayed messages, from the dispatchers' JSON-lines logs.
+
+Run with ``spark-submit shared/delayed_delivery/pipelines/report.py --logs … --output …``,
+``python -m delayed_delivery.pipelines.report …`` or ``delayed-delivery report …``.
+
+Input fields (one JSON object per line, as ``logjson.JsonFormatter`` writes and CloudWatch Logs or
+Application Insights export; unknown fields are ignored, missing ones are null):
+``timestamp`` (ISO-8601), ``event`` (``stored``, ``dispatched``, ``already_removed``, ``dispatch_failed``,
+``moved_to_error_queue``, ``requeued``, ``forwarded``), ``message_id``, ``destination``, ``endpoint``
+(optional; the destination stands in), ``due_at`` (ISO-8601), ``lateness_s``, ``hop``, ``remaining_delay_s``,
+``reason``, ``cloud`` (``aws``/``azure``/``local``), and optionally ``delay_s`` and ``requests``.
+
+Definitions: a message's delay is ``delay_s`` if logged, else ``due_at`` minus the time of its ``stored``
+event; its lateness is the ``lateness_s`` of its first ``dispatched`` event; a duplicate delivery is every
+``dispatched``/``already_removed`` event after the first; its hops are its ``requeued``/``forwarded``
+events (SQS FIFO cycles); its SQS requests are the logged ``requests`` sum, else 2 per hop (send and
+delete; receives are batched) plus 1 final send. Percentiles are nearest-rank: the smallest value with at
+least p of the values at or below it.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from delayed_delivery.cost import FIFO_PRICE_PER_REQUEST, STANDARD_PRICE_PER_REQUEST
+from delayed_delivery.errors import ConfigurationError
+
+__all__ = ["BANDS", "ReportResult", "build_report"]
+
+#: Delay bands: (label, upper bound in seconds, inclusive).
+BANDS: tuple[tuple[str, float], ...] = (
+    ("≤15 min", 900),
+    ("15 min–1 h", 3_600),
+    ("1 h–1 d", 86_400),
+    ("1 d–30 d", 30 * 86_400),
+    ("over 30 d", float("inf")),
+)
+_PERCENTILE_ACCURACY = 1_000_000
+
+
+def _log_schema() -> Any:
+    from pyspark.sql import types as T
+
+    s, d = T.StringType(), T.DoubleType()
+    return T.StructType(
+        [
+            T.StructField(name, kind)
+            for name, kind in (
+                ("timestamp", s),
+                ("event", s),
+                ("message_id", s),
+                ("destination", s),
+                ("endpoint", s),
+                ("due_at", s),
+                ("lateness_s", d),
+                ("hop", T.LongType()),
+                ("remaining_delay_s", d),
+                ("reason", s),
+                ("cloud", s),
+                ("delay_s", d),
+                ("requests", d),
+            )
+        ]
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ReportResult:
+    """Where the report was written, its headline numbers and every table's rows."""
+
+    output: str
+    lines: int
+    events: int
+    messages: int
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    charts: tuple[str, ...] = ()
+    summary_markdown: str = ""
+
+
+def _band_expr(F: Any, col: Any) -> Any:
+    expr = F.when(col.isNull(), F.lit("unknown"))
+    for label, upper in BANDS:
+        expr = expr.when(col <= F.lit(upper), F.lit(label)) if upper != float("inf") else expr.otherwise(label)
+    return expr
+
+
+def build_report(spark: Any, logs: str, output: str) -> ReportResult:
+    """Read the logs, compute every table, write Parquet + CSV + PNG charts + summary.md under ``output``."""
+    from pyspark.sql import functions as F
+
+    if not Path(logs).exists():
+        raise ConfigurationError(f"log path {logs!r} does not exist")
+    raw = spark.read.schema(_log_schema()).option("mode", "PERMISSIVE").json(logs)
+    lines = raw.count()
+    ev = (
+        raw.filter(F.col("event").isNotNull() & F.col("message_id").isNotNull())
+        .withColumn("ts", F.expr("try_cast(timestamp AS TIMESTAMP)"))
+        .withColumn("due", F.expr("try_cast(due_at AS TIMESTAMP)"))
+        .persist()
+    )
+
+    def is_(*names: str) -> Any:
+        return F.col("event").isin(list(names))
+
+    per_msg = (
+        ev.groupBy("message_id")
+        .agg(
+            F.first("destination", ignorenulls=True).alias("destination"),
+            F.coalesce(F.first("endpoint", ignorenulls=True), F.first("destination", ignorenulls=True)).alias(
+                "endpoint"
+            ),
+            F.first("cloud", ignorenulls=True).alias("cloud"),
+            F.max("delay_s").alias("logged_delay"),
+            F.min(F.when(is_("stored"), F.col("ts"))).alias("stored_at"),
+            F.max("due").alias("due"),
+            F.min_by("lateness_s", F.when(is_("dispatched"), F.col("ts"))).alias("lateness_s"),
+            F.sum(F.when(is_("dispatched", "already_removed"), 1).otherwise(0)).alias("deliveries"),
+            F.sum(F.when(is_("requeued", "forwarded"), 1).otherwise(0)).alias("hop_events"),
+            F.max("hop").alias("max_hop"),
+            F.sum(F.when(is_("moved_to_error_queue"), 1).otherwise(0)).alias("error_queue"),
+            F.sum("requests").alias("logged_requests"),
+        )
+        .withColumn(
+            "delay_s",
+            F.coalesce(F.col("logged_delay"), F.expr("unix_micros(due) - unix_micros(stored_at)").cast("double") / 1e6),
+        )
+        .withColumn("hops", F.greatest(F.col("hop_events"), F.coalesce(F.col("max_hop"), F.lit(0))).cast("long"))
+        .withColumn("band", _band_expr(F, F.col("delay_s")))
+        .withColumn("duplicates", F.greatest(F.col("deliveries") - 1, F.lit(0)))
+        .withColumn(
+            "requests",
+            F.when(F.col("logged_requests").isNotNull(), F.col("logged_requests")).when(
+                F.col("cloud") == "aws", (F.col("hops") * 2 + 1).cast("double")
+            ),
+        )
+        .drop("logged_delay", "hop_events", "max_hop", "logged_requests")
+        .persist()
+    )
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    per_msg.write.mode("overwrite").parquet(str(out / "messages.parquet"))
+    tables = _tables(F, ev, per_msg)
+    for name, rows in tables.items():
+        _write_table(spark, out, name, rows)
+    charts = _charts(out, tables)
+    result_tables = {name: rows for name, rows in tables.items()}
+    summary = _summary(result_tables, lines, ev.count(), per_msg.count())
+    (out / "summary.md").write_text(summary, encoding="utf-8")
+    events, messages = ev.count(), per_msg.count()
+    ev.unpersist()
+    per_msg.unpersist()
+    return ReportResult(str(out), lines, events, messages, result_tables, charts, summary)
+
+
+def _pct(F: Any, column: str) -> list[Any]:
+    p = F.percentile_approx(column, [0.5, 0.95, 0.99], _PERCENTILE_ACCURACY)
+    return [p[0].alias("p50_s"), p[1].alias("p95_s"), p[2].alias("p99_s"), F.max(column).alias("max_s")]
+
+
+def _rows(df: Any) -> list[dict[str, Any]]:
+    return [r.asDict() for r in df.collect()]
+
+
+def _tables(F: Any, ev: Any, per_msg: Any) -> dict[str, list[dict[str, Any]]]:
+    delivered = per_msg.filter(F.col("lateness_s").isNotNull())
+    band_order = F.array_position(F.array(*[F.lit(b) for b, _ in BANDS], F.lit("unknown")), F.col("band"))
+    tables: dict[str, list[dict[str, Any]]] = {}
+    tables["lateness_by_endpoint"] = _rows(
+        delivered.groupBy("endpoint").agg(F.count("*").alias("messages"), *_pct(F, "lateness_s")).orderBy("endpoint")
+    )
+    tables["lateness_by_band"] = _rows(
+        delivered.groupBy("band").agg(F.count("*").alias("messages"), *_pct(F, "lateness_s")).orderBy(band_order)
+    )
+    tables["duplicates"] = _rows(
+        per_msg.groupBy("endpoint")
+        .agg(
+            F.sum(F.when(F.col("deliveries") > 0, 1).otherwise(0)).alias("delivered_messages"),
+            F.sum(F.when(F.col("duplicates") > 0, 1).otherwise(0)).alias("messages_with_duplicates"),
+            F.sum("duplicates").alias("duplicate_deliveries"),
+        )
+        .orderBy("endpoint")
+    )
+    tables["hops"] = _rows(per_msg.groupBy("hops").agg(F.count("*").alias("messages")).orderBy("hops"))
+    tables["hops_by_band"] = _rows(
+        per_msg.groupBy("band")
+        .agg(
+            F.count("*").alias("messages"),
+            F.avg("hops").alias("mean_hops"),
+            F.percentile_approx("hops", 0.5, _PERCENTILE_ACCURACY).alias("p50_hops"),
+            F.max("hops").alias("max_hops"),
+        )
+        .orderBy(band_order)
+    )
+    tables["error_queue"] = _rows(
+        ev.filter(F.col("event") == "moved_to_error_queue")
+        .withColumn("endpoint", F.coalesce(F.col("endpoint"), F.col("destination")))
+        .groupBy("endpoint", F.coalesce(F.col("reason"), F.lit("(no reason logged)")).alias("reason"))
+        .agg(F.count("*").alias("forwards"))
+        .orderBy(F.desc("forwards"), "endpoint", "reason")
+    )
+    tables["throughput"] = _rows(
+        ev.filter(F.col("event") == "dispatched")
+        .groupBy(F.date_trunc("minute", F.col("ts")).alias("minute"))
+        .agg(F.count("*").alias("dispatched"))
+        .orderBy("minute")
+    )
+    aws = per_msg.filter(F.col("requests").isNotNull())
+    measured_usd = (F.col("requests") - 1) * F.lit(FIFO_PRICE_PER_REQUEST) + F.lit(STANDARD_PRICE_PER_REQUEST)
+    seed_requests = F.col("delay_s") / F.lit(900.0) * F.lit(2.0)
+    tables["cost_by_band"] = _rows(
+        aws.groupBy("band")
+        .agg(
+            F.count("*").alias("messages"),
+            F.avg("delay_s").alias("mean_delay_s"),
+            F.avg("hops").alias("mean_hops"),
+            F.avg("requests").alias("measured_requests_per_message"),
+            F.avg(measured_usd).alias("measured_usd_per_message"),
+            F.avg(seed_requests).alias("seed_formula_requests_per_message"),
+            F.avg(seed_requests * F.lit(FIFO_PRICE_PER_REQUEST)).alias("seed_formula_usd_per_message"),
+        )
+        .orderBy(band_order)
+    )
+    return tables
+
+
+def _write_table(spark: Any, out: Path, name: str, rows: list[dict[str, Any]]) -> None:
+    """One table as Parquet (via Spark) and CSV (small, written on the driver)."""
+    csv_path = out / f"{name}.csv"
+    columns = list(rows[0]) if rows else []
+    with csv_path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([row[c] for c in columns])
+    if rows:
+        spark.createDataFrame(rows).coalesce(1).write.mode("overwrite").parquet(str(out / f"{name}.parquet"))
+
+
+def _charts(out: Path, tables: dict[str, list[dict[str, Any]]]) -> tuple[str, ...]:
+    from delayed_delivery.pipelines.charts import grouped_bar_chart, line_chart, scatter_chart
+
+    charts: list[str] = []
+    lat = tables["lateness_by_band"]
+    if lat:
+        charts.append(
+            grouped_bar_chart(
+                str(out / "lateness_by_band.png"),
+                [r["band"] for r in lat],
+                {k: [float(r[k] or 0) for r in lat] for k in ("p50_s", "p95_s", "p99_s", "max_s")},
+                title="Lateness by delay band",
+                ylabel="seconds late",
+            )
+        )
+    thr = tables["throughput"]
+    if thr:
+        charts.append(
+            line_chart(
+                str(out / "throughput.png"),
+                [r["minute"] for r in thr],
+                [r["dispatched"] for r in thr],
+                title="Dispatched per minute",
+                ylabel="messages / minute",
+            )
+        )
+    hops = tables["hops"]
+    if hops:
+        charts.append(
+            scatter_chart(
+                str(out / "hops.png"),
+                [float(r["hops"]) for r in hops],
+                [float(r["messages"]) for r in hops],
+                title="Hops per message",
+                xlabel="hops (log)",
+                ylabel="messages",
+            )
+        )
+    cost = tables["cost_by_band"]
+    if cost:
+        charts.append(
+            grouped_bar_chart(
+                str(out / "cost_by_band.png"),
+                [r["band"] for r in cost],
+                {
+                    "measured": [float(r["measured_usd_per_message"] or 0) for r in cost],
+                    "seed formula": [float(r["seed_formula_usd_per_message"] or 0) for r in cost],
+                },
+                title="SQS cost per message by delay band",
+                ylabel="USD per message (log)",
+                log=True,
+            )
+        )
+    return tuple(charts)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 0.001 and value else f"{value:,.3f}"
+    return str(value)
+
+
+def _md_table(rows: Sequence[dict[str, Any]]) -> str:
+    if not rows:
+        return "_none_\n"
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_fmt(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _summary(tables: dict[str, list[dict[str, Any]]], lines: int, events: int, messages: int) -> str:
+    dup = sum(int(r["duplicate_deliveries"] or 0) for r in tables["duplicates"])
+    errq = sum(int(r["forwards"]) for r in tables["error_queue"])
+    parts = [
+        "# Delayed delivery report\n",
+        f"{lines:,} log lines, {events:,} events, {messages:,} messages; {dup:,} duplicate deliveries; "
+        f"{errq:,} error-queue forwards. Percentiles are nearest-rank; lateness in seconds.\n",
+        "## Lateness by endpoint\n",
+        _md_table(tables["lateness_by_endpoint"]),
+        "## Lateness by delay band\n",
+        _md_table(tables["lateness_by_band"]),
+        "![lateness](lateness_by_band.png)\n",
+        "## Duplicate deliveries\n",
+        _md_table(tables["duplicates"]),
+        "## Hops per message (SQS FIFO cycles; full distribution in hops.csv)\n",
+        _md_table(tables["hops_by_band"]),
+        "![hops](hops.png)\n",
+        "## Error-queue forwards\n",
+        _md_table(tables["error_queue"]),
+        "## Throughput\n",
+        "![throughput](throughput.png)\n",
+        "## SQS requests and cost per message by delay band (measured vs the seed's formula)\n",
+        "Seed formula: delay / 900 × 2 requests × $0.50 per million. Measured: logged requests, or 2 per hop + 1.\n",
+        _md_table(tables["cost_by_band"]),
+    ]
+    return "\n".join(parts)
+
+
+def main() -> None:
+    """Entry point for spark-submit and ``python -m``."""
+    from delayed_delivery.pipelines.cli import run_report_app
+
+    run_report_app()
+
+
+if __name__ == "__main__":
+    main()

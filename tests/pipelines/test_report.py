@@ -1,0 +1,104 @@
+"""The report job against a small, hand-computable log."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from delayed_delivery.pipelines.report import build_report
+from delayed_delivery.pipelines.synthetic import write_logs
+
+pytestmark = pytest.mark.spark
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def at(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).isoformat()
+
+
+def line(mid: str, event: str, t: float, endpoint: str = "A", **kw: object) -> str:
+    return json.dumps({"timestamp": at(t), "level": "INFO", "logger": "x", "message": event, "event": event,
+                       "message_id": mid, "destination": "q-" + endpoint, "endpoint": endpoint, **kw})  # fmt: skip
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Path:
+    rows = [
+        # m1: 600 s delay (band ≤15 min), 1 s late.
+        line("m1", "stored", 0, due_at=at(600)),
+        line("m1", "dispatched", 601, lateness_s=1.0),
+        # m2: 600 s delay, 2 s late, then delivered again by a second dispatcher (one duplicate).
+        line("m2", "stored", 0, due_at=at(600)),
+        line("m2", "dispatched", 602, lateness_s=2.0),
+        line("m2", "already_removed", 603),
+        # m3: SQS, 3000 s delay (band 15 min–1 h): 3 FIFO hops, then 4 s late.
+        line("m3", "stored", 0, due_at=at(3000), cloud="aws"),
+        line("m3", "requeued", 900, hop=1, remaining_delay_s=2100, cloud="aws"),
+        line("m3", "requeued", 1800, hop=2, remaining_delay_s=1200, cloud="aws"),
+        line("m3", "forwarded", 2700, hop=3, remaining_delay_s=300, cloud="aws"),
+        line("m3", "dispatched", 3004, lateness_s=4.0, cloud="aws"),
+        # m4: endpoint B, poison: error queue with a reason, never dispatched.
+        line("m4", "stored", 0, "B", due_at=at(600)),
+        line("m4", "dispatch_failed", 600, "B", reason="TransientError()"),
+        line("m4", "moved_to_error_queue", 601, "B", reason="PermanentError('bad')"),
+        # m5: endpoint B, delay logged explicitly (100000 s: band 1 d–30 d), 3 s late.
+        line("m5", "dispatched", 100_003, "B", lateness_s=3.0, delay_s=100_000),
+        "this line is not JSON",
+    ]
+    path = tmp_path / "logs" / "a.jsonl"
+    path.parent.mkdir()
+    path.write_text("\n".join(rows) + "\n")
+    return path.parent
+
+
+def test_report_numbers_match_the_hand_computed_values(spark: Any, logs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    r = build_report(spark, str(logs), str(out))
+    assert (r.lines, r.events, r.messages) == (15, 14, 5)
+
+    by_ep = {row["endpoint"]: row for row in r.tables["lateness_by_endpoint"]}
+    assert (by_ep["A"]["messages"], by_ep["A"]["p50_s"], by_ep["A"]["p95_s"], by_ep["A"]["max_s"]) == (3, 2.0, 4.0, 4.0)
+    assert (by_ep["B"]["messages"], by_ep["B"]["p50_s"], by_ep["B"]["p99_s"]) == (1, 3.0, 3.0)
+
+    by_band = {row["band"]: row for row in r.tables["lateness_by_band"]}
+    assert list(by_band) == ["≤15 min", "15 min–1 h", "1 d–30 d"]
+    assert (by_band["≤15 min"]["messages"], by_band["≤15 min"]["p50_s"], by_band["≤15 min"]["p95_s"]) == (2, 1.0, 2.0)
+
+    dups = {row["endpoint"]: row for row in r.tables["duplicates"]}
+    assert (dups["A"]["duplicate_deliveries"], dups["A"]["messages_with_duplicates"]) == (1, 1)
+    assert dups["B"]["duplicate_deliveries"] == 0
+
+    assert {row["hops"]: row["messages"] for row in r.tables["hops"]} == {0: 4, 3: 1}
+    assert r.tables["error_queue"] == [{"endpoint": "B", "reason": "PermanentError('bad')", "forwards": 1}]
+    assert [(row["minute"].minute, row["dispatched"]) for row in r.tables["throughput"]] == [(10, 2), (50, 1), (46, 1)]
+
+    (cost,) = r.tables["cost_by_band"]  # only m3 went through SQS
+    assert (cost["band"], cost["messages"], cost["measured_requests_per_message"]) == ("15 min–1 h", 1, 7.0)
+    assert cost["measured_usd_per_message"] == pytest.approx(6 * 0.5e-6 + 0.4e-6)
+    assert cost["seed_formula_requests_per_message"] == pytest.approx(3000 / 900 * 2)
+    assert cost["seed_formula_usd_per_message"] == pytest.approx(3000 / 900 * 2 * 0.5e-6)
+
+    for name in ("lateness_by_endpoint", "lateness_by_band", "duplicates", "error_queue", "cost_by_band"):
+        assert (out / f"{name}.csv").read_text().count("\n") == len(r.tables[name]) + 1
+        assert list((out / f"{name}.parquet").glob("*.parquet"))
+    assert spark.read.parquet(str(out / "messages.parquet")).count() == 5
+    for png in ("lateness_by_band", "throughput", "hops", "cost_by_band"):
+        assert (out / f"{png}.png").read_bytes()[:4] == b"\x89PNG"
+    summary = (out / "summary.md").read_text()
+    assert "1 duplicate deliveries; 1 error-queue forwards" in summary
+    assert "| B | PermanentError('bad') | 1 |" in summary
+
+
+def test_synthetic_logs_are_deterministic_and_reportable(spark: Any, tmp_path: Path) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert write_logs(a, 40, seed=7) == write_logs(b, 40, seed=7)
+    assert a.read_bytes() == b.read_bytes()
+    r = build_report(spark, str(a), str(tmp_path / "rep"))
+    assert r.messages == 40
+    assert sum(row["forwards"] for row in r.tables["error_queue"]) == 1  # every 40th message
+    assert sum(row["duplicate_deliveries"] for row in r.tables["duplicates"]) == 0
