@@ -273,3 +273,22 @@ def test_due_listener_reconnects_and_says_look_again(
         pg_store.store(_msg(1, T0))
         with changed:
             assert changed.wait_for(lambda: T0 in seen, 30), "and later notifications still arrive"
+
+
+def test_a_dispatcher_whose_clock_is_fast_cannot_claim_early_when_capped(
+    pg_store: PostgresDelayedMessageStore,
+) -> None:
+    from delayed_delivery import Dispatcher, InMemoryTransport
+
+    capped = PostgresDelayedMessageStore(pg_store.conninfo, table=pg_store.table, never_before_database_time=True)
+    try:
+        pg_store.store_after(60, "orders", b"x", message_id="in-a-minute")
+        fast = ManualClock(pg_store.database_now() + timedelta(minutes=10))  # the dispatcher's clock is 10 min fast
+        transport = InMemoryTransport(fast)
+        assert Dispatcher(capped, transport, clock=fast).dispatch_due().dispatched == 0
+        assert transport.sent == [] and capped.get("in-a-minute") is not None
+        # Without the cap the caller's clock is trusted (the contract's explicit-time semantics).
+        assert [m.message_id for m in pg_store.fetch_due(fast.now(), 10)] == ["in-a-minute"]
+        assert pickle.loads(pickle.dumps(capped)).never_before_database_time
+    finally:
+        capped.close()

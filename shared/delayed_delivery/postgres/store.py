@@ -3,7 +3,9 @@
 Settings: ``conninfo`` (libpq string or ``postgresql://`` URL); ``endpoint`` (table
 ``<endpoint>_delayed``) or ``table`` (default ``delayed_messages``); ``schema`` (default ``public``); ``claim_timeout``
 (seconds, default 60); ``notify_channel`` (default ``<table>_due``); ``connect_timeout`` and
-``statement_timeout`` (seconds). Names are validated and always quoted.
+``statement_timeout`` (seconds); ``never_before_database_time`` (default False: when True,
+``fetch_due(at)`` uses ``least(at, now())`` so a dispatcher whose clock runs fast cannot claim
+early). Names are validated and always quoted.
 
 Guarantees:
 
@@ -65,6 +67,7 @@ class PostgresDelayedMessageStore:
         notify_channel: str | None = None,
         connect_timeout: float = 10.0,
         statement_timeout: float = 30.0,
+        never_before_database_time: bool = False,
     ) -> None:
         if table is None:
             if endpoint is None:
@@ -81,6 +84,7 @@ class PostgresDelayedMessageStore:
         self.notify_channel = validate_identifier(
             "notify channel", notify_channel if notify_channel is not None else derived_name(table, "_due")
         )
+        self.never_before_database_time = bool(never_before_database_time)
         self.conninfo = conninfo
         self._connect_timeout = connect_timeout
         self._statement_timeout = statement_timeout
@@ -136,6 +140,12 @@ class PostgresDelayedMessageStore:
         self._sql_fetch = sql.SQL(claim).format(
             t=t, until=sql.SQL("%(until)s"), at=sql.SQL("%(at)s"), now=sql.SQL("%(at)s")
         )
+        self._sql_fetch_capped = sql.SQL(claim).format(
+            t=t,
+            until=sql.SQL("least(%(at)s, now()) + %(claim)s::interval"),
+            at=sql.SQL("least(%(at)s, now())"),
+            now=sql.SQL("now()"),
+        )
         self._sql_claim_now = sql.SQL(claim).format(
             t=t,
             until=sql.SQL("now() + %(claim)s::interval"),
@@ -162,6 +172,7 @@ class PostgresDelayedMessageStore:
             "connect_timeout": self._connect_timeout,
             "statement_timeout": self._statement_timeout,
             "endpoint": self.endpoint,
+            "never_before_database_time": self.never_before_database_time,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -308,10 +319,13 @@ class PostgresDelayedMessageStore:
         return found[0] if found else None
 
     def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
-        """Claim up to ``limit`` messages due at ``at`` (caller's clock), earliest first."""
+        """Claim up to ``limit`` messages due at ``at`` (never later than the database's now when capped)."""
         if limit < 1:
             return []
         at = utc(at)
+        if self.never_before_database_time:
+            params = {"at": at, "claim": self._claim, "limit": limit}
+            return self._claim_rows(self._sql_fetch_capped, params)[1]
         params = {"at": at, "until": at + self._claim, "limit": limit}
         return self._claim_rows(self._sql_fetch, params)[1]
 
