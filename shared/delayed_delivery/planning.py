@@ -24,6 +24,7 @@ __all__ = [
     "decide_hop",
     "plan_sqs_delay",
     "remaining_delay",
+    "remaining_delay_ms",
     "sqs_hop_schedule",
     "whole_seconds",
 ]
@@ -111,6 +112,27 @@ def remaining_delay(
     received_ms = first_receive_timestamp_ms if receive_count == 1 else now_ms
     elapsed = max(0, (received_ms - sent_timestamp_ms) // 1000)
     return max(0, total_delay_seconds - elapsed)
+
+
+def remaining_delay_ms(
+    total_delay_ms: int,
+    sent_timestamp_ms: int,
+    first_receive_timestamp_ms: int,
+    receive_count: int,
+    now_ms: int,
+) -> int:
+    """``remaining_delay`` at millisecond resolution, so rounding does not add up over thousands of hops.
+
+    Same rules: broker elapsed time (first receive − sent), the local ``now_ms`` only on a redelivery,
+    a negative elapsed time counts as zero (late, never early).
+    """
+    for name, value in (("total delay", total_delay_ms), ("now", now_ms)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidMessageError(f"{name} must be a non-negative integer, got {value!r}")
+    # remaining_delay floors whole seconds of elapsed time; scaling by 1000 keeps every millisecond.
+    return remaining_delay(
+        total_delay_ms, sent_timestamp_ms * 1000, first_receive_timestamp_ms * 1000, receive_count, now_ms * 1000
+    )
 
 
 class HopAction(StrEnum):

@@ -1,0 +1,118 @@
+"""Lambda entry point for the FIFO requeue: parse the SQS event, run ``FifoRequeuer``, map the result.
+
+Wire it to each ``<queue>-delay.fifo`` with an SQS event source (batch 10, ``ReportBatchItemFailures``);
+handler ``functions.aws.requeue.handler``. Configuration comes from the environment on the first call
+(nothing is read or created at import time): ``DELAYED_DELIVERY_*`` settings (``ERROR_QUEUE``,
+``MAX_NATIVE_DELAY``, ``FIFO_QUEUE_DELAY``, ``ENABLED``), ``POWERTOOLS_SERVICE_NAME``,
+``POWERTOOLS_METRICS_NAMESPACE`` and the usual AWS SDK variables.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from delayed_delivery import logfields as lf
+from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome, RecordResult
+from delayed_delivery.settings import DelayedDeliverySettings
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = ["build_handler", "handler", "reset"]
+
+LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+_handler: LambdaHandler | None = None
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The Lambda handler; builds (and caches) its dependencies from the environment on the first call."""
+    global _handler
+    if _handler is None:
+        _handler = build_handler(os.environ)
+    return _handler(event, context)
+
+
+def reset() -> None:
+    """Forget the cached dependencies (tests change the environment between runs)."""
+    global _handler
+    _handler = None
+
+
+def build_handler(env: Mapping[str, str], *, sqs_client: SQSClient | None = None) -> LambdaHandler:
+    """Wire settings, the SQS client, Powertools Logger/Metrics/Tracer and the requeuer into a handler."""
+    settings = DelayedDeliverySettings.from_env(env)
+    if sqs_client is None:
+        import boto3
+
+        sqs_client = boto3.client("sqs")
+    service = env.get("POWERTOOLS_SERVICE_NAME", "delayed-delivery-requeue")
+    logger = Logger(service=service)
+    metrics = Metrics(namespace=env.get("POWERTOOLS_METRICS_NAMESPACE", "DelayedDelivery"), service=service)
+    tracer = Tracer(service=service)
+    requeuer = FifoRequeuer(sqs_client, settings)
+    processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+
+    def observe(result: RecordResult) -> None:
+        """One log line with the fixed keys and the EMF metrics for one record."""
+        logger.set_correlation_id(result.message_id)
+        fields = {
+            lf.CLOUD: "aws",
+            lf.EVENT: _EVENTS[result.outcome],
+            lf.MESSAGE_ID: result.message_id,
+            lf.DESTINATION: result.destination,
+            lf.HOP: result.hop,
+            lf.REMAINING_DELAY_S: result.remaining_delay_s,
+        }
+        if result.remaining_delay_s is not None:
+            metrics.add_metric(name="RemainingDelay", unit=MetricUnit.Seconds, value=result.remaining_delay_s)
+        if result.outcome is HopOutcome.REQUEUED:
+            metrics.add_metric(name="Requeued", unit=MetricUnit.Count, value=1)
+            metrics.add_metric(name="Hops", unit=MetricUnit.Count, value=1)
+            logger.info("requeued to the delay queue", extra=fields)
+        elif result.outcome is HopOutcome.FORWARDED:
+            metrics.add_metric(name="Forwarded", unit=MetricUnit.Count, value=1)
+            metrics.add_metric(name="Hops", unit=MetricUnit.Count, value=1)
+            metrics.add_metric(name="HopsPerMessage", unit=MetricUnit.Count, value=result.hop)
+            logger.info("forwarded to the destination", extra=fields)
+        elif result.outcome is HopOutcome.ERROR_QUEUE:
+            metrics.add_metric(name="ErrorQueueForwards", unit=MetricUnit.Count, value=1)
+            logger.error("moved to the error queue", extra={**fields, lf.REASON: result.reason})
+        else:
+            metrics.add_metric(name="HopFailures", unit=MetricUnit.Count, value=1)
+            logger.warning("hop failed; the record will be retried", extra={**fields, lf.REASON: result.reason})
+
+    @logger.inject_lambda_context(clear_state=True)
+    @tracer.capture_lambda_handler(capture_response=False)
+    @metrics.log_metrics(capture_cold_start_metric=True)
+    def entrypoint(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        results = {r.record_id: r for r in requeuer.process(event.get("Records", []))}
+
+        def record_handler(record: SQSRecord) -> None:
+            result = results[record.message_id]
+            observe(result)
+            if result.error is not None:
+                raise result.error
+
+        response = process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )
+        return dict(response)
+
+    built: LambdaHandler = entrypoint
+    return built
+
+
+_EVENTS = {
+    HopOutcome.REQUEUED: lf.EVENT_REQUEUED,
+    HopOutcome.FORWARDED: lf.EVENT_FORWARDED,
+    HopOutcome.ERROR_QUEUE: lf.EVENT_ERROR_QUEUE,
+    HopOutcome.FAILED: lf.EVENT_RETRY,
+}

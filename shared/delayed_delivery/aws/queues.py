@@ -1,0 +1,147 @@
+"""Create and check an endpoint's queues: ``<queue>``, ``<queue>-delay.fifo`` and the error queue.
+
+``ensure_endpoint`` is what tests, the demo and scripts use (the CDK construct does the same in the
+cloud). ``check_endpoint`` validates a manually created FIFO queue as the SQS seed requires: delivery
+delay = ``fifo_queue_delay`` (900 s), retention ≥ 4 days, no redrive policy, and explains each mismatch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ..errors import DestinationNotFoundError
+from ..naming import sqs_delay_queue_name, validate_sqs_queue_name
+from ..settings import DelayedDeliverySettings
+from .sqs import translate_error
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.literals import QueueAttributeNameType
+
+__all__ = ["MIN_RETENTION_SECONDS", "EndpointCheck", "EndpointQueues", "check_endpoint", "ensure_endpoint"]
+
+#: The seed's minimum message retention for a ``-delay.fifo`` queue: 4 days.
+MIN_RETENTION_SECONDS = 4 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointQueues:
+    """Queue URLs of one endpoint."""
+
+    input_url: str
+    delay_url: str
+    error_url: str
+    delay_arn: str
+
+
+def ensure_endpoint(
+    client: SQSClient,
+    queue: str,
+    settings: DelayedDeliverySettings | None = None,
+    *,
+    error_queue: str | None = None,
+    visibility_timeout: int = 30,
+    max_message_size: int | None = None,
+) -> EndpointQueues:
+    """Create (or reuse) the input queue, its ``-delay.fifo`` queue and the error queue; idempotent."""
+    settings = settings or DelayedDeliverySettings()
+    validate_sqs_queue_name(queue)
+    delay_name = sqs_delay_queue_name(queue)
+    common: dict[QueueAttributeNameType, str] = {"VisibilityTimeout": str(visibility_timeout)}
+    if max_message_size is not None:
+        common["MaximumMessageSize"] = str(max_message_size)
+    try:
+        input_url = client.create_queue(QueueName=queue, Attributes=common)["QueueUrl"]
+        delay_url = client.create_queue(
+            QueueName=delay_name,
+            Attributes={
+                **common,
+                "FifoQueue": "true",
+                "DelaySeconds": str(settings.fifo_queue_delay),
+                "MessageRetentionPeriod": str(MIN_RETENTION_SECONDS),
+            },
+        )["QueueUrl"]
+        error_url = client.create_queue(
+            QueueName=error_queue or settings.error_queue, Attributes={"MessageRetentionPeriod": str(14 * 24 * 3600)}
+        )["QueueUrl"]
+        arn = client.get_queue_attributes(QueueUrl=delay_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    except (ClientError, BotoCoreError) as exc:
+        raise translate_error(exc, f"creating the queues of endpoint {queue!r}") from exc
+    return EndpointQueues(input_url, delay_url, error_url, arn)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointCheck:
+    """Findings for one endpoint; ``problems`` empty means the seed's requirements hold."""
+
+    queue: str
+    delay_queue: str
+    problems: tuple[str, ...]
+    facts: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is wrong."""
+        return not self.problems
+
+
+def check_endpoint(client: SQSClient, queue: str, settings: DelayedDeliverySettings | None = None) -> EndpointCheck:
+    """Check ``queue`` (an input queue or its ``-delay.fifo``) against the seed's FIFO queue requirements."""
+    settings = settings or DelayedDeliverySettings()
+    input_name = queue.removesuffix("-delay.fifo") if queue.endswith("-delay.fifo") else queue
+    delay_name = sqs_delay_queue_name(input_name)
+    problems: list[str] = []
+    facts: list[str] = []
+    for name in (input_name,):
+        try:
+            client.get_queue_url(QueueName=name)
+            facts.append(f"input queue {name!r} exists")
+        except (ClientError, BotoCoreError) as exc:
+            error = translate_error(exc, name)
+            if not isinstance(error, DestinationNotFoundError):
+                raise error from exc
+            problems.append(f"input queue {name!r} does not exist: create it, or check the name and region")
+    try:
+        url = client.get_queue_url(QueueName=delay_name)["QueueUrl"]
+        attrs = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    except (ClientError, BotoCoreError) as exc:
+        error = translate_error(exc, delay_name)
+        if not isinstance(error, DestinationNotFoundError):
+            raise error from exc
+        problems.append(
+            f"delay queue {delay_name!r} does not exist: create a FIFO queue with that name, DelaySeconds="
+            f"{settings.fifo_queue_delay}, MessageRetentionPeriod>={MIN_RETENTION_SECONDS} and no redrive policy "
+            "(or deploy infra/aws)"
+        )
+        return EndpointCheck(input_name, delay_name, tuple(problems), tuple(facts))
+    delay = int(attrs.get("DelaySeconds", "0"))
+    retention = int(attrs.get("MessageRetentionPeriod", "0"))
+    if attrs.get("FifoQueue", "false").lower() != "true":
+        problems.append(f"{delay_name!r} is not a FIFO queue")
+    if delay != settings.fifo_queue_delay:
+        problems.append(
+            f"DelaySeconds is {delay} s but must be {settings.fifo_queue_delay} s: each hop waits exactly this long "
+            f"(set it with set-queue-attributes DelaySeconds={settings.fifo_queue_delay})"
+        )
+    else:
+        facts.append(f"DelaySeconds {delay} s")
+    if retention < MIN_RETENTION_SECONDS:
+        problems.append(
+            f"MessageRetentionPeriod is {retention} s but must be at least {MIN_RETENTION_SECONDS} s (4 days), "
+            "so a hop held up by an outage is not lost"
+        )
+    else:
+        facts.append(f"MessageRetentionPeriod {retention} s")
+    if attrs.get("RedrivePolicy"):
+        target = json.loads(attrs["RedrivePolicy"]).get("deadLetterTargetArn", "?")
+        problems.append(
+            f"a RedrivePolicy (to {target}) is configured: remove it; a delayed message must never be moved to a "
+            "dead-letter queue by receive count, the requeue function sends poison records to the error queue itself"
+        )
+    else:
+        facts.append("no redrive policy")
+    return EndpointCheck(input_name, delay_name, tuple(problems), tuple(facts))

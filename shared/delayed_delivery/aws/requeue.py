@@ -1,0 +1,324 @@
+"""The FIFO-requeue step: what the Lambda on each ``<queue>-delay.fifo`` does with a batch of records.
+
+For each record the remaining delay comes from the broker timestamps (the seed's clock-drift rules,
+kept to the millisecond by ``remaining_delay_ms`` so whole-second rounding cannot add up over thousands
+of hops; the final native ``DelaySeconds`` is rounded up, never early). More than ``max_native_delay``
+left → re-send to the same FIFO queue with the remaining delay and deduplication id ``<id>:<hop+1>``;
+otherwise → send to the destination with ``DelaySeconds`` = remaining. Sends are batched per target queue.
+
+Guarantees:
+
+* The destination is the queue that owns the FIFO queue the record came from (its event source ARN,
+  ``orders-delay.fifo`` → ``orders``), never anything in the message, so nobody can use the function
+  to post into arbitrary queues.
+* Poison records (missing or malformed control attribute, destination gone, body too large for the
+  destination) go to ``settings.error_queue`` with ``DelayedDelivery.FailureReason`` (and, when there is
+  room among the 10 attributes, ``OriginalDestination`` and ``FailedAt``). They are never retried in a loop.
+* Only transient failures (throttling, network, the error queue unreachable) come back as ``FAILED``;
+  the event source makes those records visible again. On a redelivery the requeue-or-forward decision is
+  recomputed from broker times alone, so it is the same as the first time and a repeated requeue (same
+  ``<id>:<hop>``) is dropped by FIFO deduplication within its 5-minute window. The final hand-over to the
+  standard destination queue can still repeat (at-least-once, as in the seed).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from ..clock import Clock, SystemClock
+from ..errors import (
+    ConfigurationError,
+    DelayedDeliveryDisabledError,
+    DelayedDeliveryError,
+    DestinationNotFoundError,
+    InvalidMessageError,
+    PermanentError,
+    TransientError,
+)
+from ..headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
+from ..naming import sqs_input_queue_name
+from ..planning import HopAction, decide_hop, remaining_delay_ms
+from ..settings import DelayedDeliverySettings
+from .sender import deduplication_id, hop_of
+from .sqs import MAX_ATTRIBUTES, QueueDirectory, attributes_from_record, message_size, send_batches
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
+
+__all__ = ["FifoRequeuer", "HopOutcome", "RecordResult", "SourceQueue", "parse_source_arn"]
+
+#: The control attribute: seconds left, whole (as the sender writes it) or with up to 3 decimals (after a hop).
+_SECONDS = re.compile(r"^\d{1,12}(\.\d{1,3})?$")
+
+
+class HopOutcome(StrEnum):
+    """What happened to one FIFO record."""
+
+    REQUEUED = "requeued"
+    FORWARDED = "forwarded"
+    ERROR_QUEUE = "error_queue"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class SourceQueue:
+    """The FIFO queue a record came from and the input queue that owns it."""
+
+    arn: str
+    region: str
+    account: str
+    delay_queue: str
+    destination: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordResult:
+    """The outcome for one record; ``record_id`` is the SQS message id the event source reports failures by."""
+
+    record_id: str
+    message_id: str
+    outcome: HopOutcome
+    hop: int
+    destination: str
+    remaining_delay_s: int | None = None
+    reason: str | None = None
+    error: DelayedDeliveryError | None = None
+
+
+def parse_source_arn(arn: str) -> SourceQueue:
+    """Split ``arn:aws:sqs:<region>:<account>:<queue>-delay.fifo``; raises ``ConfigurationError`` otherwise."""
+    parts = arn.split(":") if isinstance(arn, str) else []
+    if len(parts) != 6 or parts[0] != "arn" or parts[2] != "sqs":
+        raise ConfigurationError(f"event source {arn!r} is not an SQS queue ARN")
+    try:
+        destination = sqs_input_queue_name(parts[5])
+    except ConfigurationError as exc:
+        raise ConfigurationError(
+            f"event source {arn!r}: the requeue function must be triggered by a <queue>-delay.fifo queue ({exc})"
+        ) from exc
+    return SourceQueue(arn, parts[3], parts[4], parts[5], destination)
+
+
+@dataclass(slots=True)
+class _Work:
+    record_id: str
+    message_id: str
+    hop: int
+    body: str
+    attributes: dict[str, MessageAttributeValueTypeDef]
+    source: SourceQueue
+    remaining: int | None = None
+    remaining_ms: int = 0
+    decision_ms: int = 0
+    reason: str | None = None
+    result: RecordResult | None = None
+
+
+class FifoRequeuer:
+    """Moves FIFO records one hop on: back to their FIFO queue, to their destination, or to the error queue."""
+
+    def __init__(
+        self,
+        client: SQSClient,
+        settings: DelayedDeliverySettings | None = None,
+        *,
+        clock: Clock | None = None,
+        directory: QueueDirectory | None = None,
+    ) -> None:
+        self.client = client
+        self.settings = settings or DelayedDeliverySettings()
+        self.clock = clock or SystemClock()
+        self.directory = directory or QueueDirectory(client)
+
+    def process(self, records: Sequence[Mapping[str, Any]]) -> list[RecordResult]:
+        """Handle the ``Records`` of one SQS event; one result per record, in order."""
+        if not self.settings.enabled:
+            raise DelayedDeliveryDisabledError(
+                "unrestricted delayed delivery is disabled on this receiver (DELAYED_DELIVERY_ENABLED): "
+                "records stay on the -delay.fifo queue"
+            )
+        now_ms = int(self.clock.now().timestamp() * 1000)
+        work = [self._parse(record, now_ms) for record in records]
+        requeue: dict[str, list[_Work]] = {}
+        forward: dict[str, list[_Work]] = {}
+        for w in work:
+            if w.reason is not None or w.remaining is None:
+                continue
+            decision = decide_hop(math.ceil(w.decision_ms / 1000), self.settings.max_native_delay)
+            target = requeue if decision.action is HopAction.REQUEUE else forward
+            target.setdefault(w.source.delay_queue if target is requeue else w.source.destination, []).append(w)
+        for queue, items in requeue.items():
+            self._send(queue, items, HopOutcome.REQUEUED)
+        for queue, items in forward.items():
+            self._send(queue, items, HopOutcome.FORWARDED)
+        poison = [w for w in work if w.result is None and w.reason is not None]
+        if poison:
+            self._to_error_queue(poison)
+        return [w.result for w in work if w.result is not None]
+
+    def _parse(self, record: Mapping[str, Any], now_ms: int) -> _Work:
+        """Read one record; problems with the message itself become a poison reason, not an exception."""
+        source = parse_source_arn(str(record.get("eventSourceARN", "")))
+        attrs = record.get("attributes") or {}
+        record_id = str(record.get("messageId", ""))
+        message_id = str(attrs.get("MessageGroupId") or record_id)
+        work = _Work(
+            record_id=record_id,
+            message_id=message_id,
+            hop=hop_of(attrs.get("MessageDeduplicationId")),
+            body=str(record.get("body", "")),
+            attributes={},
+            source=source,
+        )
+        try:
+            attributes = attributes_from_record(record.get("messageAttributes") or {})
+        except InvalidMessageError as exc:
+            work.reason = f"malformed message attributes: {exc}"
+            return work
+        control = attributes.pop(DELAY_SECONDS_ATTRIBUTE, None)
+        work.attributes = attributes
+        if control is None:
+            work.reason = f"missing control attribute {DELAY_SECONDS_ATTRIBUTE}"
+            return work
+        text = control.get("StringValue", "")
+        if not control["DataType"].startswith(("Number", "String")) or not _SECONDS.match(text):
+            work.reason = f"malformed control attribute {DELAY_SECONDS_ATTRIBUTE}={text!r}: expected seconds"
+            return work
+        try:
+            total_ms = _to_ms(text)
+            sent, first = int(attrs["SentTimestamp"]), int(attrs["ApproximateFirstReceiveTimestamp"])
+            count = int(attrs["ApproximateReceiveCount"])
+            work.remaining_ms = remaining_delay_ms(total_ms, sent, first, count, now_ms)
+            # The hop decision uses broker times only (as on the first receive), so a redelivery repeats the
+            # same decision and its re-send carries the same deduplication id: FIFO drops it as a duplicate.
+            work.decision_ms = remaining_delay_ms(total_ms, sent, first, 1, now_ms)
+        except (KeyError, ValueError, TypeError, InvalidMessageError) as exc:
+            work.reason = f"missing or malformed broker timestamps: {exc!r}"
+            return work
+        work.remaining = math.ceil(work.remaining_ms / 1000)
+        return work
+
+    def _send(self, queue: str, items: list[_Work], outcome: HopOutcome) -> None:
+        """Send one hop for ``items`` to ``queue`` in batches; poison ones get a reason instead of a result."""
+        try:
+            info = self.directory.get(queue)
+        except DestinationNotFoundError as exc:
+            for w in items:
+                w.reason = f"destination gone: {exc}"
+            return
+        except DelayedDeliveryError as exc:
+            for w in items:
+                self._fail(w, exc)
+            return
+        entries: list[SendMessageBatchRequestEntryTypeDef] = []
+        sendable: list[_Work] = []
+        for index, w in enumerate(items):
+            assert w.remaining is not None
+            entry: SendMessageBatchRequestEntryTypeDef = {"Id": str(index), "MessageBody": w.body}
+            if outcome is HopOutcome.REQUEUED:
+                entry["MessageAttributes"] = {
+                    **w.attributes,
+                    DELAY_SECONDS_ATTRIBUTE: {"DataType": "Number", "StringValue": _seconds_text(w.remaining_ms)},
+                }
+                entry["MessageGroupId"] = w.message_id
+                entry["MessageDeduplicationId"] = deduplication_id(w.message_id, w.hop + 1)
+            else:
+                if w.attributes:
+                    entry["MessageAttributes"] = w.attributes
+                entry["DelaySeconds"] = min(w.remaining, self.settings.max_native_delay)  # a skewed local clock
+            size = message_size(w.body, entry.get("MessageAttributes", {}))
+            if size > info.max_message_size:
+                w.reason = f"body too large: {size:,} bytes, {queue!r} accepts at most {info.max_message_size:,}"
+                continue
+            entries.append(entry)
+            sendable.append(w)
+        results = send_batches(self.client, info.url, entries, what=f"{outcome.value} to {queue!r}")
+        for entry, w in zip(entries, sendable, strict=True):
+            result = results[entry["Id"]]
+            if result.error is None:
+                w.result = RecordResult(
+                    w.record_id, w.message_id, outcome, w.hop + 1, w.source.destination, w.remaining
+                )
+            elif isinstance(result.error, DestinationNotFoundError):
+                self.directory.forget(queue)
+                w.reason = f"destination gone: {result.error}"
+            elif isinstance(result.error, PermanentError):
+                w.reason = f"{queue!r} refused the message: {result.error}"
+            else:
+                self._fail(w, result.error)
+
+    def _to_error_queue(self, items: list[_Work]) -> None:
+        """Send poison records to the error queue with the reason headers."""
+        try:
+            info = self.directory.get(self.settings.error_queue)
+        except DelayedDeliveryError as exc:
+            error = exc if isinstance(exc, TransientError) else TransientError(f"error queue unusable: {exc}")
+            for w in items:
+                self._fail(w, error)
+            return
+        failed_at = self.clock.now().isoformat()
+        entries: list[SendMessageBatchRequestEntryTypeDef] = []
+        for index, w in enumerate(items):
+            entries.append(
+                {
+                    "Id": str(index),
+                    "MessageBody": w.body or "(empty body)",
+                    "MessageAttributes": _error_attributes(w, failed_at),
+                }
+            )
+        results = send_batches(self.client, info.url, entries, what=f"error queue {info.name!r}")
+        for entry, w in zip(entries, items, strict=True):
+            result = results[entry["Id"]]
+            if result.error is None:
+                w.result = RecordResult(
+                    w.record_id,
+                    w.message_id,
+                    HopOutcome.ERROR_QUEUE,
+                    w.hop,
+                    w.source.destination,
+                    w.remaining,
+                    w.reason,
+                )
+            else:
+                self._fail(w, result.error)
+
+    @staticmethod
+    def _fail(w: _Work, error: DelayedDeliveryError) -> None:
+        w.result = RecordResult(
+            w.record_id, w.message_id, HopOutcome.FAILED, w.hop, w.source.destination, w.remaining, str(error), error
+        )
+
+
+def _to_ms(seconds: str) -> int:
+    """``"1799.123"`` → 1799123 (exact decimal arithmetic, no float rounding)."""
+    whole, _, fraction = seconds.partition(".")
+    return int(whole) * 1000 + int((fraction + "000")[:3])
+
+
+def _seconds_text(ms: int) -> str:
+    """1799123 → ``"1799.123"``; whole seconds stay integers."""
+    whole, rest = divmod(ms, 1000)
+    return str(whole) if rest == 0 else f"{whole}.{rest:03d}"
+
+
+def _error_attributes(w: _Work, failed_at: str) -> dict[str, MessageAttributeValueTypeDef]:
+    """The user's attributes plus the reason headers, within SQS's 10-attribute limit (reason first)."""
+    reason = w.reason or "unknown"
+    headers: list[tuple[str, str]] = [
+        (FAILURE_REASON, reason[:1024]),
+        (ORIGINAL_DESTINATION, w.source.destination),
+        (FAILED_AT, failed_at),
+    ]
+    attributes = dict(w.attributes)
+    while len(attributes) >= MAX_ATTRIBUTES:
+        attributes.popitem()
+    for name, value in headers:
+        if len(attributes) < MAX_ATTRIBUTES:
+            attributes[name] = {"DataType": "String", "StringValue": value}
+    return attributes

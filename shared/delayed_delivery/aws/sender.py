@@ -1,0 +1,286 @@
+"""Send delayed messages to SQS: native ``DelaySeconds`` up to the cap, the destination's ``-delay.fifo`` beyond.
+
+Settings used: ``enabled`` (off: delays over the cap are refused before anything is sent),
+``max_native_delay`` (900 s) and ``fifo_queue_delay`` (900 s).
+
+Guarantees:
+
+* The destination later receives exactly the body and message attributes the caller sent. A delay
+  up to the cap uses 10 free attributes; a longer one travels with one control attribute
+  (``DelayedDelivery.DelaySeconds``), so it may carry at most 9. Names starting with
+  ``DelayedDelivery.``, ``AWS.`` or ``Amazon.`` are refused.
+* Every input is checked before the first request: a negative, NaN or 100-year-plus delay, a body or
+  attribute set over the queue's own ``MaximumMessageSize`` (read from the queue), an unknown
+  destination or delay queue, too many attributes. A bad batch sends nothing.
+* Long delays use ``MessageGroupId`` = message id and ``MessageDeduplicationId`` = ``<id>:0``; each hop
+  of the requeue function uses ``<id>:<hop>``, so a hop repeated within SQS's 5-minute window is dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ..durations import Delay
+from ..errors import DelayedDeliveryError, InvalidMessageError
+from ..headers import DELAY_SECONDS_ATTRIBUTE
+from ..naming import sqs_delay_queue_name, validate_sqs_queue_name
+from ..planning import SqsRoute, plan_sqs_delay
+from ..settings import DelayedDeliverySettings
+from .sqs import MAX_ATTRIBUTES, QueueDirectory, message_size, normalize_attributes, send_batches, translate_error
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
+
+__all__ = [
+    "BatchSendResult",
+    "DelayedSend",
+    "SendReceipt",
+    "SqsDelayedSender",
+    "deduplication_id",
+    "hop_of",
+    "send_delayed",
+]
+
+_MESSAGE_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
+_MAX_DEDUP = 128
+
+
+def deduplication_id(message_id: str, hop: int) -> str:
+    """The per-hop deduplication id ``<id>:<hop>`` (a SHA-256 prefix replaces ids too long for 128 characters)."""
+    suffix = f":{hop}"
+    prefix = message_id
+    if len(prefix) + len(suffix) > _MAX_DEDUP:
+        prefix = hashlib.sha256(message_id.encode("utf-8")).hexdigest()
+    return prefix + suffix
+
+
+def hop_of(dedup_id: str | None) -> int:
+    """The hop number inside a deduplication id made by ``deduplication_id`` (0 when it has none)."""
+    if not dedup_id:
+        return 0
+    _, sep, tail = dedup_id.rpartition(":")
+    return int(tail) if sep and tail.isdigit() else 0
+
+
+@dataclass(frozen=True, slots=True)
+class DelayedSend:
+    """One message for ``send_delayed_batch``."""
+
+    destination: str
+    body: str
+    delay: Delay
+    attributes: Mapping[str, Any] | None = None
+    message_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SendReceipt:
+    """What was sent: ``queue`` is the destination (native) or its ``-delay.fifo`` queue."""
+
+    message_id: str
+    destination: str
+    queue: str
+    route: SqsRoute
+    delay_seconds: int
+    fifo_cycles: int
+    sqs_message_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSendResult:
+    """Receipts for accepted messages and the error for each refused one (keyed by message id)."""
+
+    receipts: tuple[SendReceipt, ...]
+    failures: Mapping[str, DelayedDeliveryError] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when every message was accepted."""
+        return not self.failures
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    receipt: SendReceipt
+    queue_url: str
+    entry: SendMessageBatchRequestEntryTypeDef
+
+
+class SqsDelayedSender:
+    """Sends delayed messages with one boto3 SQS client; queue URLs and size limits are cached."""
+
+    def __init__(
+        self,
+        client: SQSClient,
+        settings: DelayedDeliverySettings | None = None,
+        *,
+        directory: QueueDirectory | None = None,
+    ) -> None:
+        self.client = client
+        self.settings = settings or DelayedDeliverySettings()
+        self.directory = directory or QueueDirectory(client)
+
+    def send_delayed(
+        self,
+        destination: str,
+        body: str,
+        delay: Delay,
+        *,
+        attributes: Mapping[str, Any] | None = None,
+        message_id: str | None = None,
+    ) -> SendReceipt:
+        """Deliver ``body`` to the queue ``destination`` after ``delay`` (seconds, timedelta or e.g. ``"40d"``)."""
+        prepared = self._prepare(DelayedSend(destination, body, delay, attributes, message_id), where="")
+        entry = prepared.entry
+        kwargs: dict[str, Any] = {"QueueUrl": prepared.queue_url, "MessageBody": entry["MessageBody"]}
+        for key in ("MessageAttributes", "DelaySeconds", "MessageGroupId", "MessageDeduplicationId"):
+            if key in entry:
+                kwargs[key] = entry[key]
+        try:
+            reply = self.client.send_message(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            error = translate_error(exc, f"sending to {prepared.receipt.queue!r}")
+            self.directory.forget(prepared.receipt.queue)
+            raise error from exc
+        return _with_sqs_id(prepared.receipt, reply.get("MessageId"))
+
+    def send_delayed_batch(self, messages: Iterable[DelayedSend]) -> BatchSendResult:
+        """Send many messages with SendMessageBatch (≤10 entries and the payload limit per call).
+
+        Every message is validated first; one invalid message raises and nothing is sent.
+        Refusals by SQS itself come back in ``failures``.
+        """
+        prepared = [self._prepare(m, where=f"message {i}: ") for i, m in enumerate(messages)]
+        seen: set[str] = set()
+        for index, p in enumerate(prepared):
+            if p.receipt.message_id in seen:
+                raise InvalidMessageError(f"message id {p.receipt.message_id!r} appears twice in the batch")
+            seen.add(p.receipt.message_id)
+            p.entry["Id"] = str(index)
+        by_queue: dict[str, list[_Prepared]] = {}
+        for p in prepared:
+            by_queue.setdefault(p.queue_url, []).append(p)
+        receipts: list[SendReceipt] = []
+        failures: dict[str, DelayedDeliveryError] = {}
+        for url, group in by_queue.items():
+            results = send_batches(
+                self.client, url, [p.entry for p in group], what=f"sending to {group[0].receipt.queue!r}"
+            )
+            for p in group:
+                result = results[p.entry["Id"]]
+                if result.error is not None:
+                    failures[p.receipt.message_id] = result.error
+                else:
+                    receipts.append(_with_sqs_id(p.receipt, result.sqs_message_id))
+        return BatchSendResult(tuple(receipts), failures)
+
+    def _prepare(self, message: DelayedSend, *, where: str) -> _Prepared:
+        """Validate one message and build its request entry; raises before anything is sent."""
+        try:
+            return self._prepare_unchecked(message)
+        except DelayedDeliveryError as exc:
+            if not where:
+                raise
+            raise type(exc)(f"{where}{exc}") from exc
+
+    def _prepare_unchecked(self, message: DelayedSend) -> _Prepared:
+        if not isinstance(message.body, str):
+            raise InvalidMessageError(
+                f"an SQS body is text: pass str, not {type(message.body).__name__} (e.g. base64-encode bytes)"
+            )
+        if not message.body:
+            raise InvalidMessageError("SQS rejects an empty body")
+        validate_sqs_queue_name(message.destination)
+        plan = plan_sqs_delay(
+            message.delay,
+            self.settings.max_native_delay,
+            fifo_queue_delay=self.settings.fifo_queue_delay,
+            unrestricted=self.settings.enabled,
+        )
+        message_id = message.message_id if message.message_id is not None else str(uuid.uuid4())
+        if not isinstance(message_id, str) or not _MESSAGE_ID.match(message_id):
+            raise InvalidMessageError(
+                f"message id {message_id!r}: use 1-128 printable ASCII characters without spaces "
+                "(it becomes the FIFO MessageGroupId)"
+            )
+        attributes = normalize_attributes(message.attributes)
+        route = plan.route
+        room = MAX_ATTRIBUTES - (1 if route is SqsRoute.FIFO else 0)
+        if len(attributes) > room:
+            raise InvalidMessageError(
+                f"{len(attributes)} message attributes: at most {room} fit"
+                + (" (one slot carries the delay on the -delay.fifo queue)" if route is SqsRoute.FIFO else "")
+            )
+        if route is SqsRoute.FIFO:
+            queue_name = sqs_delay_queue_name(message.destination)
+        else:
+            if message.destination.endswith(".fifo"):
+                # Same rule as the long route: a FIFO queue takes no per-message delay.
+                sqs_delay_queue_name(message.destination)
+            queue_name = message.destination
+        destination = self.directory.get(message.destination)
+        size = message_size(message.body, attributes)
+        if size > destination.max_message_size:
+            raise InvalidMessageError(
+                f"message is {size:,} bytes (body + attributes) but queue {destination.name!r} accepts at most "
+                f"{destination.max_message_size:,} (its MaximumMessageSize)"
+            )
+        entry: SendMessageBatchRequestEntryTypeDef = {"Id": "0", "MessageBody": message.body}
+        if route is SqsRoute.FIFO:
+            delay_queue = self.directory.get(queue_name)
+            control: dict[str, MessageAttributeValueTypeDef] = {
+                DELAY_SECONDS_ATTRIBUTE: {"DataType": "Number", "StringValue": str(plan.delay_seconds)}
+            }
+            fifo_attributes = {**attributes, **control}
+            fifo_size = message_size(message.body, fifo_attributes)
+            if fifo_size > delay_queue.max_message_size:
+                raise InvalidMessageError(
+                    f"message is {fifo_size:,} bytes with its delay attribute but {queue_name!r} accepts at most "
+                    f"{delay_queue.max_message_size:,}"
+                )
+            entry["MessageAttributes"] = fifo_attributes
+            entry["MessageGroupId"] = message_id
+            entry["MessageDeduplicationId"] = deduplication_id(message_id, 0)
+            url = delay_queue.url
+        else:
+            if attributes:
+                entry["MessageAttributes"] = attributes
+            entry["DelaySeconds"] = plan.delay_seconds
+            url = destination.url
+        receipt = SendReceipt(
+            message_id=message_id,
+            destination=message.destination,
+            queue=queue_name,
+            route=route,
+            delay_seconds=plan.delay_seconds,
+            fifo_cycles=plan.fifo_cycles,
+        )
+        return _Prepared(receipt, url, entry)
+
+
+def _with_sqs_id(receipt: SendReceipt, sqs_message_id: str | None) -> SendReceipt:
+    return replace(receipt, sqs_message_id=sqs_message_id)
+
+
+def send_delayed(
+    client: SQSClient,
+    destination: str,
+    body: str,
+    delay: Delay,
+    *,
+    attributes: Mapping[str, Any] | None = None,
+    message_id: str | None = None,
+    settings: DelayedDeliverySettings | None = None,
+) -> SendReceipt:
+    """One-off form of ``SqsDelayedSender.send_delayed`` (build a sender to reuse its queue cache)."""
+    return SqsDelayedSender(client, settings).send_delayed(
+        destination, body, delay, attributes=attributes, message_id=message_id
+    )

@@ -1,0 +1,307 @@
+"""SQS plumbing shared by the sender, the requeue logic and the transport.
+
+* Error translation: botocore errors become ``TransientError`` / ``PermanentError`` /
+  ``DestinationNotFoundError`` inside this package, always ``raise … from exc``.
+* ``QueueDirectory``: queue URLs and ``MaximumMessageSize`` per queue name, read once and cached.
+* Message attributes: user values (``str``, ``bytes``, ``int``/``float`` or the boto3 dict shape)
+  normalised to the boto3 shape, converted back from Lambda event records, and sized the way SQS counts them.
+* ``send_batches``: ``SendMessageBatch`` in chunks of ≤10 entries and ≤ the batch payload limit, with a
+  per-entry result; a batch rejected as a whole is retried entry by entry so one bad entry cannot sink nine.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionError,
+    HTTPClientError,
+    NoCredentialsError,
+    NoRegionError,
+    ParamValidationError,
+    PartialCredentialsError,
+)
+
+from ..errors import (
+    ConfigurationError,
+    DelayedDeliveryError,
+    DestinationNotFoundError,
+    InvalidMessageError,
+    PermanentError,
+    TransientError,
+)
+from ..headers import HEADER_PREFIX
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
+
+__all__ = [
+    "BATCH_PAYLOAD_LIMIT",
+    "MAX_ATTRIBUTES",
+    "MAX_BATCH_ENTRIES",
+    "EntryResult",
+    "QueueDirectory",
+    "attributes_from_record",
+    "message_size",
+    "normalize_attributes",
+    "send_batches",
+    "translate_error",
+]
+
+#: SQS allows at most 10 message attributes per message.
+MAX_ATTRIBUTES = 10
+#: SendMessageBatch takes at most 10 entries.
+MAX_BATCH_ENTRIES = 10
+#: Sum of all entries' sizes in one SendMessageBatch (SQS: 1 MiB since 2025; older regions 256 KiB).
+BATCH_PAYLOAD_LIMIT = 1_048_576
+
+_NOT_FOUND = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue"}
+_TRANSIENT = {
+    "Throttling",
+    "ThrottlingException",
+    "RequestThrottled",
+    "ServiceUnavailable",
+    "InternalError",
+    "InternalFailure",
+    "KmsThrottled",
+    "KMS.ThrottlingException",
+    "RequestTimeout",
+    "AWS.SimpleQueueService.RequestThrottled",
+}
+_ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
+
+
+def translate_error(exc: BaseException, what: str) -> DelayedDeliveryError:
+    """Map a botocore error to the package's hierarchy (retryability is the type)."""
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", ""))
+        message = str(error.get("Message", "")) or str(exc)
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        if code in _NOT_FOUND:
+            return DestinationNotFoundError(f"{what}: the queue does not exist ({code})")
+        if code in _TRANSIENT or status >= 500 or status == 429:
+            return TransientError(f"{what}: {code or status}: {message}")
+        return PermanentError(f"{what}: {code}: {message}")
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError | NoRegionError):
+        return ConfigurationError(f"{what}: {exc} (configure AWS credentials and a region)")
+    if isinstance(exc, ParamValidationError):
+        return InvalidMessageError(f"{what}: {exc}")
+    if isinstance(exc, ConnectionError | HTTPClientError | BotoCoreError):
+        return TransientError(f"{what}: {type(exc).__name__}: {exc}")
+    return TransientError(f"{what}: unexpected {type(exc).__name__}: {exc}")
+
+
+def _entry_error(failed: Mapping[str, Any], what: str) -> DelayedDeliveryError:
+    code = str(failed.get("Code", ""))
+    message = str(failed.get("Message", ""))
+    if code in _NOT_FOUND:
+        return DestinationNotFoundError(f"{what}: the queue does not exist ({code})")
+    if failed.get("SenderFault") and code not in _TRANSIENT:
+        return PermanentError(f"{what}: {code}: {message}")
+    return TransientError(f"{what}: {code}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """What the package needs to know about one queue."""
+
+    name: str
+    url: str
+    max_message_size: int
+
+
+class QueueDirectory:
+    """Queue URL and maximum message size per queue name, cached (one GetQueueUrl + one GetQueueAttributes)."""
+
+    def __init__(self, client: SQSClient, *, owner_account: str | None = None) -> None:
+        self.client = client
+        self.owner_account = owner_account
+        self._cache: dict[str, QueueInfo] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> QueueInfo:
+        """Look up ``name``; raises ``DestinationNotFoundError`` when it does not exist."""
+        with self._lock:
+            cached = self._cache.get(name)
+        if cached is not None:
+            return cached
+        try:
+            if self.owner_account:
+                url = self.client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=self.owner_account)["QueueUrl"]
+            else:
+                url = self.client.get_queue_url(QueueName=name)["QueueUrl"]
+            attrs = self.client.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])
+        except (ClientError, BotoCoreError) as exc:
+            raise translate_error(exc, f"queue {name!r}") from exc
+        size = int(attrs.get("Attributes", {}).get("MaximumMessageSize", BATCH_PAYLOAD_LIMIT))
+        info = QueueInfo(name, url, size)
+        with self._lock:
+            self._cache[name] = info
+        return info
+
+    def forget(self, name: str) -> None:
+        """Drop a cached entry (e.g. after the queue turned out to be gone)."""
+        with self._lock:
+            self._cache.pop(name, None)
+
+
+def normalize_attributes(
+    attributes: Mapping[str, Any] | None, *, allow_reserved: bool = False
+) -> dict[str, MessageAttributeValueTypeDef]:
+    """Validate user attributes and return them in the boto3 shape; raises ``InvalidMessageError``."""
+    if attributes is None:
+        return {}
+    if not isinstance(attributes, Mapping):
+        raise InvalidMessageError(f"attributes must be a mapping, not {type(attributes).__name__}")
+    out: dict[str, MessageAttributeValueTypeDef] = {}
+    for name, value in attributes.items():
+        if not isinstance(name, str) or not _ATTRIBUTE_NAME.match(name) or ".." in name or name.startswith("."):
+            raise InvalidMessageError(
+                f"invalid message attribute name {name!r}: use up to 256 letters, digits, '_', '-' or '.'"
+            )
+        lowered = name.lower()
+        if lowered.startswith(("aws.", "amazon.")):
+            raise InvalidMessageError(f"message attribute name {name!r}: the AWS. and Amazon. prefixes are reserved")
+        if not allow_reserved and name.startswith(HEADER_PREFIX):
+            raise InvalidMessageError(
+                f"message attribute name {name!r}: the {HEADER_PREFIX!r} prefix is reserved for delayed delivery"
+            )
+        out[name] = _attribute_value(name, value)
+    return out
+
+
+def _attribute_value(name: str, value: Any) -> MessageAttributeValueTypeDef:
+    if isinstance(value, bool):
+        raise InvalidMessageError(f"attribute {name!r}: a bool is ambiguous; pass 'true'/'false' or 1/0")
+    if isinstance(value, str):
+        if not value:
+            raise InvalidMessageError(f"attribute {name!r}: SQS rejects empty string values")
+        return {"DataType": "String", "StringValue": value}
+    if isinstance(value, bytes | bytearray | memoryview):
+        if not bytes(value):
+            raise InvalidMessageError(f"attribute {name!r}: SQS rejects empty binary values")
+        return {"DataType": "Binary", "BinaryValue": bytes(value)}
+    if isinstance(value, int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidMessageError(f"attribute {name!r}: a Number must be finite")
+        return {"DataType": "Number", "StringValue": repr(value) if isinstance(value, float) else str(value)}
+    if isinstance(value, Mapping):
+        data_type = value.get("DataType")
+        if not isinstance(data_type, str) or data_type.split(".", 1)[0] not in ("String", "Number", "Binary"):
+            raise InvalidMessageError(f"attribute {name!r}: DataType must start with String, Number or Binary")
+        if data_type.startswith("Binary"):
+            raw = value.get("BinaryValue")
+            if not isinstance(raw, bytes | bytearray) or not raw:
+                raise InvalidMessageError(f"attribute {name!r}: a Binary attribute needs non-empty BinaryValue bytes")
+            return {"DataType": data_type, "BinaryValue": bytes(raw)}
+        text = value.get("StringValue")
+        if not isinstance(text, str) or not text:
+            raise InvalidMessageError(f"attribute {name!r}: a {data_type} attribute needs a non-empty StringValue")
+        return {"DataType": data_type, "StringValue": text}
+    raise InvalidMessageError(
+        f"attribute {name!r}: use str, bytes, int, float or {{'DataType': ..., 'StringValue'|'BinaryValue': ...}}, "
+        f"not {type(value).__name__}"
+    )
+
+
+def attributes_from_record(record_attributes: Mapping[str, Any]) -> dict[str, MessageAttributeValueTypeDef]:
+    """Convert a Lambda SQS record's ``messageAttributes`` (camelCase, base64 binaries) to the boto3 shape."""
+    out: dict[str, MessageAttributeValueTypeDef] = {}
+    for name, value in record_attributes.items():
+        if not isinstance(value, Mapping):
+            raise InvalidMessageError(f"attribute {name!r} in the event record is not an object")
+        data_type = str(value.get("dataType") or value.get("DataType") or "")
+        if data_type.startswith("Binary"):
+            raw = value.get("binaryValue", value.get("BinaryValue"))
+            data = base64.b64decode(raw) if isinstance(raw, str) else raw
+            if not isinstance(data, bytes):
+                raise InvalidMessageError(f"attribute {name!r} in the event record has no binary value")
+            out[name] = {"DataType": data_type, "BinaryValue": data}
+        else:
+            text = value.get("stringValue", value.get("StringValue"))
+            if not isinstance(text, str):
+                raise InvalidMessageError(f"attribute {name!r} in the event record has no string value")
+            out[name] = {"DataType": data_type, "StringValue": text}
+    return out
+
+
+def message_size(body: str, attributes: Mapping[str, Mapping[str, Any]]) -> int:
+    """Bytes SQS counts against ``MaximumMessageSize``: body plus each attribute's name, type and value."""
+    size = len(body.encode("utf-8"))
+    for name, value in attributes.items():
+        size += len(name.encode("utf-8")) + len(str(value["DataType"]).encode("utf-8"))
+        if "BinaryValue" in value:
+            size += len(bytes(value["BinaryValue"]))
+        else:
+            size += len(str(value.get("StringValue", "")).encode("utf-8"))
+    return size
+
+
+@dataclass(frozen=True, slots=True)
+class EntryResult:
+    """The outcome of one batch entry: the SQS message id, or the error."""
+
+    entry_id: str
+    sqs_message_id: str | None = None
+    error: DelayedDeliveryError | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when SQS accepted the entry."""
+        return self.error is None
+
+
+def _chunks(
+    entries: Sequence[SendMessageBatchRequestEntryTypeDef], payload_limit: int
+) -> Iterator[list[SendMessageBatchRequestEntryTypeDef]]:
+    chunk: list[SendMessageBatchRequestEntryTypeDef] = []
+    size = 0
+    for entry in entries:
+        entry_size = message_size(entry["MessageBody"], entry.get("MessageAttributes", {}))
+        if chunk and (len(chunk) == MAX_BATCH_ENTRIES or size + entry_size > payload_limit):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(entry)
+        size += entry_size
+    if chunk:
+        yield chunk
+
+
+def send_batches(
+    client: SQSClient,
+    queue_url: str,
+    entries: Sequence[SendMessageBatchRequestEntryTypeDef],
+    *,
+    what: str,
+    payload_limit: int = BATCH_PAYLOAD_LIMIT,
+) -> dict[str, EntryResult]:
+    """Send ``entries`` with as few SendMessageBatch calls as the limits allow; one result per entry id."""
+    results: dict[str, EntryResult] = {}
+    for chunk in _chunks(entries, payload_limit):
+        try:
+            reply = client.send_message_batch(QueueUrl=queue_url, Entries=chunk)
+        except (ClientError, BotoCoreError) as exc:
+            error = translate_error(exc, what)
+            if len(chunk) > 1 and type(error) is PermanentError:
+                # One bad entry can reject the whole batch: isolate it by sending one by one.
+                for entry in chunk:
+                    results.update(send_batches(client, queue_url, [entry], what=what, payload_limit=payload_limit))
+                continue
+            for entry in chunk:
+                results[entry["Id"]] = EntryResult(entry["Id"], error=error)
+            continue
+        for ok in reply.get("Successful", []):
+            results[ok["Id"]] = EntryResult(ok["Id"], sqs_message_id=ok["MessageId"])
+        for failed in reply.get("Failed", []):
+            results[failed["Id"]] = EntryResult(failed["Id"], error=_entry_error(failed, what))
+    return results

@@ -1,0 +1,119 @@
+"""Shared fixtures for the AWS tests: compressed-time settings, an endpoint on moto and a local event source."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from delayed_delivery.aws.counting import RequestCounter
+from delayed_delivery.aws.poller import LocalEventSourcePoller
+from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
+from delayed_delivery.aws.sender import SqsDelayedSender
+from delayed_delivery.settings import DelayedDeliverySettings
+from functions.aws.requeue import build_handler
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+#: Time compression: the 900 s native cap and FIFO hop become 2 s.
+CAP = 2
+ERRORS = "errors"
+
+
+@pytest.fixture
+def settings() -> DelayedDeliverySettings:
+    """Compressed settings: cap 2 s, FIFO hop 2 s, error queue ``errors``."""
+    return DelayedDeliverySettings(max_native_delay=CAP, fifo_queue_delay=CAP, error_queue=ERRORS)
+
+
+def handler_env(settings: DelayedDeliverySettings) -> dict[str, str]:
+    """The Lambda environment for ``settings`` (what the CDK construct sets)."""
+    return {
+        "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(settings.max_native_delay),
+        "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(settings.fifo_queue_delay),
+        "DELAYED_DELIVERY_ERROR_QUEUE": settings.error_queue,
+        "DELAYED_DELIVERY_ENABLED": "true" if settings.enabled else "false",
+        "POWERTOOLS_SERVICE_NAME": "requeue-test",
+        "POWERTOOLS_METRICS_NAMESPACE": "DelayedDeliveryTest",
+    }
+
+
+@pytest.fixture
+def endpoint(sqs: SQSClient, settings: DelayedDeliverySettings) -> EndpointQueues:
+    """``orders``, ``orders-delay.fifo`` (DelaySeconds = 2) and ``errors``; 1 s visibility so retries are quick."""
+    return ensure_endpoint(sqs, "orders", settings, visibility_timeout=1)
+
+
+@pytest.fixture
+def counter(sqs: SQSClient) -> RequestCounter:
+    """Counts the test client's SQS requests."""
+    return RequestCounter().attach(sqs)
+
+
+@pytest.fixture
+def sender(sqs: SQSClient, settings: DelayedDeliverySettings) -> SqsDelayedSender:
+    """A sender with the compressed settings."""
+    return SqsDelayedSender(sqs, settings)
+
+
+@pytest.fixture
+def make_poller(
+    sqs: SQSClient, settings: DelayedDeliverySettings, endpoint: EndpointQueues
+) -> Iterator[Callable[..., LocalEventSourcePoller]]:
+    """Start a local event source on ``orders-delay.fifo`` that invokes the real Lambda handler."""
+    started: list[LocalEventSourcePoller] = []
+
+    def make(**kwargs: Any) -> LocalEventSourcePoller:
+        handler = build_handler(handler_env(settings), sqs_client=sqs)
+        poller = LocalEventSourcePoller(sqs, endpoint.delay_url, endpoint.delay_arn, handler, **kwargs)
+        started.append(poller.start())
+        return poller
+
+    yield make
+    for poller in started:
+        poller.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """A message received from a queue and when."""
+
+    at: float
+    body: str
+    attributes: dict[str, Any]
+
+
+def collect(sqs: SQSClient, url: str, *, expect: int, timeout: float, linger: float = 0.0) -> list[Arrival]:
+    """Receive (and delete) from ``url`` until ``expect`` messages arrived or ``timeout``; then ``linger`` more."""
+    arrivals: list[Arrival] = []
+    deadline = time.monotonic() + timeout
+    extra_until: float | None = None
+    while True:
+        now = time.monotonic()
+        if len(arrivals) >= expect and extra_until is None:
+            extra_until = now + linger
+        if now >= deadline or (extra_until is not None and now >= extra_until):
+            return arrivals
+        reply = sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1, MessageAttributeNames=["All"]
+        )
+        for m in reply.get("Messages", []):
+            arrivals.append(Arrival(time.time(), m["Body"], m.get("MessageAttributes", {})))
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+
+def queue_depth(sqs: SQSClient, url: str) -> int:
+    """Visible + in flight + delayed messages."""
+    attrs = sqs.get_queue_attributes(
+        QueueUrl=url,
+        AttributeNames=[
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ],
+    )["Attributes"]
+    return sum(int(v) for v in attrs.values())
