@@ -292,3 +292,24 @@ def test_a_dispatcher_whose_clock_is_fast_cannot_claim_early_when_capped(
         assert pickle.loads(pickle.dumps(capped)).never_before_database_time
     finally:
         capped.close()
+
+
+def test_prepare_false_never_prepares_statements(pg_store: PostgresDelayedMessageStore) -> None:
+    plain = PostgresDelayedMessageStore(pg_store.conninfo, table=pg_store.table, prepare=False)
+    try:
+        for i in range(10):
+            plain.store(_msg(i, T0))
+            plain.next_due()
+        with plain.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_prepared_statements")
+            row = cur.fetchone()
+        assert row is not None and row[0] == 0
+        assert not pickle.loads(pickle.dumps(plain))._db.prepare
+        for _ in range(10):
+            pg_store.next_due()
+        with pg_store.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_prepared_statements")
+            row = cur.fetchone()
+        assert row is not None and row[0] > 0, "the default prepares repeated statements"
+    finally:
+        plain.close()

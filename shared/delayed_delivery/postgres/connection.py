@@ -71,7 +71,9 @@ def same_database(a: str, b: str) -> bool:
 class ConnectionSet:
     """One autocommit connection per thread, reopened after a failure; sessions run in UTC."""
 
-    def __init__(self, conninfo: str, *, what: str, connect_timeout: float, statement_timeout: float) -> None:
+    def __init__(
+        self, conninfo: str, *, what: str, connect_timeout: float, statement_timeout: float, prepare: bool = True
+    ) -> None:
         if not isinstance(conninfo, str) or not conninfo.strip():
             raise ConfigurationError("a PostgreSQL connection string (conninfo or postgresql:// URL) is required")
         try:
@@ -84,6 +86,7 @@ class ConnectionSet:
         self.what = what
         self.connect_timeout = connect_timeout
         self.statement_timeout = statement_timeout
+        self.prepare = prepare
         self._local = threading.local()
         self._all: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
@@ -92,6 +95,8 @@ class ConnectionSet:
         """A new autocommit connection (the caller owns it)."""
         try:
             conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=max(1, round(self.connect_timeout)))
+            if not self.prepare:
+                conn.prepare_threshold = None
             conn.execute("SET TIME ZONE 'UTC'")
             conn.execute(sql.SQL("SET statement_timeout = {}").format(int(self.statement_timeout * 1000)))
         except psycopg.Error as exc:

@@ -5,7 +5,8 @@ Settings: ``conninfo`` (libpq string or ``postgresql://`` URL); ``endpoint`` (ta
 (seconds, default 60); ``notify_channel`` (default ``<table>_due``); ``connect_timeout`` and
 ``statement_timeout`` (seconds); ``never_before_database_time`` (default False: when True,
 ``fetch_due(at)`` uses ``least(at, now())`` so a dispatcher whose clock runs fast cannot claim
-early). Names are validated and always quoted.
+early); ``prepare`` (default True; False for poolers that cannot keep prepared statements).
+Names are validated and always quoted.
 
 Guarantees:
 
@@ -68,6 +69,7 @@ class PostgresDelayedMessageStore:
         connect_timeout: float = 10.0,
         statement_timeout: float = 30.0,
         never_before_database_time: bool = False,
+        prepare: bool = True,
     ) -> None:
         if table is None:
             if endpoint is None:
@@ -94,6 +96,7 @@ class PostgresDelayedMessageStore:
             what=f"delayed-message table {self.qualified_name}",
             connect_timeout=connect_timeout,
             statement_timeout=statement_timeout,
+            prepare=prepare,
         )
         self._t = sql.Identifier(self.schema, self.table)
         self._claim = timedelta(seconds=self.claim_timeout)
@@ -173,6 +176,7 @@ class PostgresDelayedMessageStore:
             "statement_timeout": self._statement_timeout,
             "endpoint": self.endpoint,
             "never_before_database_time": self.never_before_database_time,
+            "prepare": self._db.prepare,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
