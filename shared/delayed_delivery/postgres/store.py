@@ -1,12 +1,13 @@
 """The PostgreSQL delayed-message store (extra ``postgres``, driver psycopg 3).
 
 Settings: ``conninfo`` (libpq string or ``postgresql://`` URL); ``endpoint`` (table
-``<endpoint>_delayed``) or ``table`` (default ``delayed_messages``); ``schema`` (default ``public``); ``claim_timeout``
-(seconds, default 60); ``notify_channel`` (default ``<table>_due``); ``connect_timeout`` and
-``statement_timeout`` (seconds); ``never_before_database_time`` (default False: when True,
-``fetch_due(at)`` uses ``least(at, now())`` so a dispatcher whose clock runs fast cannot claim
-early); ``prepare`` (default True; False for poolers that cannot keep prepared statements).
-Names are validated and always quoted.
+``<endpoint>_delayed``) or ``table`` (default ``delayed_messages``); ``schema`` (default
+``public``); ``claim_timeout`` (seconds, default 60); ``notify_channel`` (default
+``<table>_due``); ``connect_timeout`` and ``statement_timeout`` (seconds);
+``never_before_database_time`` (default False; when True, ``fetch_due(at)`` uses
+``least(at, now())`` so a dispatcher whose clock runs fast cannot claim early); ``prepare``
+(default True; False for poolers that cannot keep prepared statements). Names are validated
+and always quoted.
 
 Guarantees:
 
@@ -266,7 +267,7 @@ class PostgresDelayedMessageStore:
         return DelayedMessage(draft.message_id, draft.destination, draft.body, utc(row[0]), draft.headers)
 
     def store_many(self, messages: Sequence[DelayedMessage]) -> None:
-        """Insert or replace many messages in one transaction (one NOTIFY at most)."""
+        """Insert or replace many messages in one transaction (NOTIFY for each new earliest, sent at commit)."""
         for m in messages:
             _check_text(m)
         with self._db.cursor(transaction=True) as cur:
