@@ -184,6 +184,14 @@ else:
     _register_pipelines(app)
 
 
+try:  # the Azure commands (extra "azure"); the CLI works without them
+    from .azure.cli import azure_app as _azure_app
+except ImportError:  # pragma: no cover - depends on the install
+    pass
+else:
+    app.add_typer(_azure_app, name="azure")
+
+
 def main() -> None:
     """Console-script entry point: user mistakes print one line and exit 2, never a traceback."""
     try:

@@ -1,0 +1,100 @@
+"""``delayed-delivery azure …``: package the function app, create the storage resources, send, dispatch locally."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import DelayedDeliveryError
+from .config import ENV_CONNECTION, ENV_ENDPOINT, AzureDelayedDeliveryConfig
+from .packaging import build_function_app
+from .runner import AzureDispatcherHost
+from .sender import AzureDelayedSender
+
+azure_app = typer.Typer(
+    name="azure", help="Azure Storage Queues: package, set up, send, dispatch.", no_args_is_help=True
+)
+
+Connection = Annotated[
+    str | None,
+    typer.Option("--connection-string", envvar=ENV_CONNECTION, help="Storage connection string (Azurite: see docs)."),
+]
+Endpoint = Annotated[str, typer.Option("--endpoint", envvar=ENV_ENDPOINT, help="Endpoint owning the delays table.")]
+
+
+def _config(connection: str | None, endpoint: str) -> AzureDelayedDeliveryConfig:
+    env = dict(os.environ)
+    env[ENV_ENDPOINT] = endpoint
+    if connection:
+        env[ENV_CONNECTION] = connection
+    return AzureDelayedDeliveryConfig.from_env(env)
+
+
+def _fail(exc: DelayedDeliveryError) -> typer.Exit:
+    typer.echo(f"error: {exc}", err=True)
+    return typer.Exit(code=2)
+
+
+@azure_app.command()
+def package(
+    out: Annotated[Path, typer.Argument(help="Output folder (created; an earlier build is replaced).")],
+) -> None:
+    """Build the function-app folder for `func azure functionapp publish <app>`."""
+    try:
+        folder = build_function_app(out)
+    except DelayedDeliveryError as exc:
+        raise _fail(exc) from None
+    typer.echo(f"function app written to {folder}; publish with: cd {folder} && func azure functionapp publish <app>")
+
+
+@azure_app.command()
+def setup(connection: Connection = None, endpoint: Endpoint = "") -> None:
+    """Create the delays table, the lease container and blobs, and the error queue."""
+    try:
+        config = _config(connection, endpoint)
+        AzureDispatcherHost(config).setup_infrastructure()
+    except DelayedDeliveryError as exc:
+        raise _fail(exc) from None
+    typer.echo(f"ready: table {config.table_name}, container {config.container_name}, {config.shards} shard(s)")
+
+
+@azure_app.command()
+def send(
+    queue: Annotated[str, typer.Option("--queue", "-q", help="Destination queue.")],
+    delay: Annotated[str, typer.Option("--delay", "-d", help="Delay, e.g. 90s, 2h, 40d.")],
+    body: Annotated[str, typer.Option("--body", "-b", help="Message body (UTF-8 text).")] = "",
+    cancellable: Annotated[bool, typer.Option(help="Keep it in the table so it can be cancelled.")] = False,
+    connection: Connection = None,
+    endpoint: Endpoint = "",
+) -> None:
+    """Send one delayed message and print where it went."""
+    try:
+        sender = AzureDelayedSender.from_config(_config(connection, endpoint))
+        result = sender.send(queue, body.encode(), delay=delay, cancellable=cancellable)
+    except DelayedDeliveryError as exc:
+        raise _fail(exc) from None
+    typer.echo(
+        json.dumps({"message_id": result.message_id, "route": result.route, "due_at": result.due_at.isoformat()})
+    )
+
+
+@azure_app.command()
+def dispatch(
+    seconds: Annotated[float, typer.Option(help="How long to dispatch.")] = 50.0,
+    connection: Connection = None,
+    endpoint: Endpoint = "",
+) -> None:
+    """Run the dispatcher here for SECONDS (what one timer run does), then print a summary."""
+    try:
+        summary = AzureDispatcherHost(_config(connection, endpoint)).run(budget=seconds)
+    except DelayedDeliveryError as exc:
+        raise _fail(exc) from None
+    typer.echo(
+        json.dumps(
+            {"enabled": summary.enabled, "dispatched": summary.dispatched, "error_queue": summary.moved_to_error_queue}
+        )
+    )
