@@ -182,7 +182,7 @@ class PostgresBatchMover:
             self._sql_move = sql.SQL(
                 "WITH due AS ("
                 " SELECT message_id FROM {d} WHERE due_at <= now() AND available_at <= now()"
-                " ORDER BY due_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED),"
+                ' ORDER BY due_at, message_id COLLATE "C" LIMIT %(limit)s FOR UPDATE SKIP LOCKED),'
                 " moved AS (DELETE FROM {d} AS d USING due WHERE d.message_id = due.message_id"
                 " RETURNING d.message_id, d.destination, d.body, d.headers, d.due_at)"
                 " INSERT INTO {q} (message_id, destination, body, headers, due_at)"

@@ -137,7 +137,7 @@ class PostgresDelayedMessageStore:
         claim = (
             "UPDATE {t} AS d SET available_at = {until} FROM ("
             " SELECT message_id FROM {t} WHERE due_at <= {at} AND available_at <= {at}"
-            " ORDER BY due_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS due"
+            ' ORDER BY due_at, message_id COLLATE "C" LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS due'
             " WHERE d.message_id = due.message_id"
             " RETURNING d.message_id, d.destination, d.body, d.headers, d.due_at, d.failure_count, {now}"
         )
