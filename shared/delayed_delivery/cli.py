@@ -176,6 +176,14 @@ def _configure_logging(verbose: bool) -> None:
     root.propagate = False
 
 
+try:  # the SQS commands (extra "aws"); the CLI works without them
+    from .aws.cli import aws_app as _aws_app
+except ImportError:  # pragma: no cover - depends on the install
+    pass
+else:
+    app.add_typer(_aws_app, name="aws")
+
+
 try:  # the Spark pipelines (extra "spark"); the CLI works without them
     from .pipelines.cli import register as _register_pipelines
 except ImportError:  # pragma: no cover - depends on the install

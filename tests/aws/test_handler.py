@@ -1,0 +1,133 @@
+"""The Lambda handler itself: lazy wiring from the environment, Powertools logs and EMF metrics, partial batches."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import functions.aws.requeue as requeue
+from delayed_delivery.aws.poller import LocalLambdaContext, lambda_sqs_record
+from delayed_delivery.aws.queues import EndpointQueues
+from delayed_delivery.aws.sender import SqsDelayedSender
+from delayed_delivery.errors import ConfigurationError, DelayedDeliveryDisabledError
+from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
+from delayed_delivery.settings import DelayedDeliverySettings
+from tests.aws.conftest import handler_env
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+pytestmark = pytest.mark.moto
+
+
+def _event(sqs: SQSClient, endpoint: EndpointQueues, expect: int) -> dict[str, Any]:
+    """Wait for ``expect`` records on the FIFO queue and shape them as Lambda would."""
+    messages: list[Any] = []
+    deadline = time.monotonic() + 10
+    while len(messages) < expect and time.monotonic() < deadline:
+        reply = sqs.receive_message(
+            QueueUrl=endpoint.delay_url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=1,
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        messages += reply.get("Messages", [])
+    assert len(messages) == expect
+    return {"Records": [lambda_sqs_record(m, endpoint.delay_arn, "us-east-1") for m in messages]}
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str, settings: DelayedDeliverySettings) -> dict[str, str]:
+    values = {**handler_env(settings), "AWS_ENDPOINT_URL_SQS": moto_endpoint, "AWS_DEFAULT_REGION": "us-east-1"}
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    requeue.reset()
+    yield values
+    requeue.reset()
+
+
+def test_import_reads_no_environment_and_creates_no_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    import boto3
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("client created at import time")
+
+    monkeypatch.setattr(boto3, "client", refuse)
+    monkeypatch.setenv("DELAYED_DELIVERY_MAX_NATIVE_DELAY", "not a number")  # would fail if read at import
+    module = importlib.reload(requeue)
+    assert module._handler is None
+
+
+def test_handler_wires_itself_from_the_environment_logs_and_emits_metrics(
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    env: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sender.send_delayed("orders", "a", 5, message_id="req-1")
+    sender.send_delayed("orders", "b", 3, message_id="fwd-1")
+    event = _event(sqs, endpoint, 2)
+    capsys.readouterr()
+    response = requeue.handler(event, LocalLambdaContext())
+    assert response == {"batchItemFailures": []}
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    logs = {line["message_id"]: line for line in lines if "message_id" in line}
+    assert logs["req-1"]["event"] == "requeued" and logs["req-1"]["correlation_id"] == "req-1"
+    assert logs["req-1"]["hop"] == 1 and logs["req-1"]["remaining_delay_s"] == 3
+    assert logs["fwd-1"]["event"] == "forwarded" and logs["fwd-1"]["destination"] == "orders"
+    metrics = next(line for line in lines if "_aws" in line and "Hops" in line)
+    assert metrics["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "DelayedDeliveryTest"
+    assert metrics["Requeued"] == [1.0] and metrics["Forwarded"] == [1.0] and metrics["Hops"] == [1.0, 1.0]
+    assert sorted(metrics["RemainingDelay"]) == [1.0, 3.0]
+
+
+def test_unreachable_error_queue_reports_only_that_record_as_failed(
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DELAYED_DELIVERY_ERROR_QUEUE", "no-such-error-queue")
+    sender.send_delayed("orders", "fine", 3, message_id="fine")
+    sqs.send_message(QueueUrl=endpoint.delay_url, MessageBody="poison", MessageGroupId="p", MessageDeduplicationId="p")
+    event = _event(sqs, endpoint, 2)
+    poison_id = next(r["messageId"] for r in event["Records"] if r["body"] == "poison")
+    response = requeue.handler(event, LocalLambdaContext())
+    assert response == {"batchItemFailures": [{"itemIdentifier": poison_id}]}
+
+
+def test_disabled_receiver_fails_the_invocation_and_keeps_the_records(
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DELAYED_DELIVERY_ENABLED", "false")
+    sender.send_delayed("orders", "x", 5)
+    event = _event(sqs, endpoint, 1)
+    with pytest.raises(DelayedDeliveryDisabledError):
+        requeue.handler(event, LocalLambdaContext())
+
+
+def test_a_mapping_on_a_queue_that_is_not_a_delay_queue_is_refused(env: dict[str, str]) -> None:
+    record = {
+        "messageId": "1",
+        "receiptHandle": "r",
+        "body": "x",
+        "attributes": {"SentTimestamp": "1", "ApproximateFirstReceiveTimestamp": "1", "ApproximateReceiveCount": "1"},
+        "messageAttributes": {DELAY_SECONDS_ATTRIBUTE: {"dataType": "Number", "stringValue": "5"}},
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:payments",
+        "awsRegion": "us-east-1",
+    }
+    with pytest.raises(ConfigurationError, match=r"-delay\.fifo"):
+        requeue.handler({"Records": [record]}, LocalLambdaContext())
