@@ -299,3 +299,28 @@ def test_a_core_dispatcher_is_woken_by_notify_from_another_connection(
             dispatcher.notify(PAST)
             thread.join(10)
     assert not thread.is_alive()
+
+
+@pytest.mark.postgres
+def test_run_keeps_going_through_failures_and_raises_a_critical_error(
+    postgres_conninfo: str, pg_queue: PostgresQueueTransport
+) -> None:
+    missing = PostgresDelayedMessageStore(postgres_conninfo, table="not_set_up_delayed")
+    critical: list[Exception] = []
+    settings = DelayedDeliverySettings(
+        time_to_trigger_fetch_circuit_breaker=0.5, failure_delay=0.1, tripped_failure_delay=0.2
+    )
+    mover = PostgresBatchMover(missing, pg_queue, settings=settings, on_critical_error=critical.append)
+    stop, thread, out = _run_in_thread(mover, listen=False)
+    try:
+        assert _wait_for(lambda: bool(critical), 30) is not None
+        assert thread.is_alive(), "the loop survives failed polls"
+        missing.setup_infrastructure()  # the database recovers
+        missing.store_after(0, "orders", b"x", message_id="after-recovery")
+        assert _wait_for(lambda: pg_queue.count() == 1, 30) is not None
+    finally:
+        stop.set()
+        thread.join(10)
+        missing.drop_infrastructure()
+        missing.close()
+    assert out and out[0].moved == 1
