@@ -94,6 +94,9 @@ class BlobLease:
             self.container.create_container()
         except ResourceExistsError:
             pass
+        except HttpResponseError as exc:
+            if exc.status_code != 403:  # 403: least-privilege identity; the container is provisioned (Bicep)
+                raise translate(exc, f"creating container {self.container.container_name}") from exc
         except AzureError as exc:
             raise translate(exc, f"creating container {self.container.container_name}") from exc
         self._ensure_blob()

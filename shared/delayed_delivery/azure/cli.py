@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from ..errors import DelayedDeliveryError
+from ..naming import azure_delays_table_name
 from .config import ENV_CONNECTION, ENV_ENDPOINT, AzureDelayedDeliveryConfig
 from .packaging import build_function_app
 from .runner import AzureDispatcherHost
@@ -49,6 +50,16 @@ def package(
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
     typer.echo(f"function app written to {folder}; publish with: cd {folder} && func azure functionapp publish <app>")
+
+
+@azure_app.command()
+def names(endpoint: Endpoint = "") -> None:
+    """Print the default delays table and container name for ENDPOINT (for Bicep's delaysName)."""
+    try:
+        name = azure_delays_table_name(endpoint)
+    except DelayedDeliveryError as exc:
+        raise _fail(exc) from None
+    typer.echo(json.dumps({"endpoint": endpoint, "table": name, "container": name}))
 
 
 @azure_app.command()

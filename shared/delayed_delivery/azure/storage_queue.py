@@ -17,7 +17,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueServiceClient
 
 from ..errors import DestinationNotFoundError, InvalidMessageError
@@ -109,6 +109,9 @@ class StorageQueueTransport:
             self.queue(name).create_queue()
         except ResourceExistsError:
             pass
+        except HttpResponseError as exc:
+            if exc.status_code != 403:  # 403: the identity may only send (Message Sender); Bicep made the queue
+                raise translate(exc, f"creating queue {name}") from exc
         except AzureError as exc:
             raise translate(exc, f"creating queue {name}") from exc
 

@@ -27,6 +27,7 @@ from typing import Any
 from azure.core import MatchConditions
 from azure.core.exceptions import (
     AzureError,
+    HttpResponseError,
     ResourceExistsError,
     ResourceModifiedError,
     ResourceNotFoundError,
@@ -99,11 +100,14 @@ class TableDelayedMessageStore:
     # -- infrastructure ------------------------------------------------------
 
     def setup_infrastructure(self) -> None:
-        """Create the table if missing."""
+        """Create the table if missing (a 403 means it is provisioned by infrastructure code: fine)."""
         try:
             self.table.create_table()
         except ResourceExistsError:
             pass
+        except HttpResponseError as exc:
+            if exc.status_code != 403:  # 403: least-privilege identity; the table is provisioned (Bicep)
+                raise translate(exc, f"creating table {self.table.table_name}") from exc
         except AzureError as exc:
             raise translate(exc, f"creating table {self.table.table_name}") from exc
 

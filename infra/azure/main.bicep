@@ -1,0 +1,133 @@
+// Delayed delivery for Azure Storage Queues: storage, monitoring, identity and the dispatcher Function App.
+// Deploy: az deployment group create -g <rg> -f infra/azure/main.bicep -p infra/azure/main.parameters.json
+targetScope = 'resourceGroup'
+
+@description('Azure region for every resource.')
+param location string = resourceGroup().location
+
+@description('Short prefix for resource names (letters and digits).')
+@minLength(3)
+@maxLength(11)
+param namePrefix string = 'delaydlv'
+
+@description('Endpoint that owns the delays table (informational; used by senders).')
+param endpointName string = 'orders'
+
+@description('Delays table and lease container name: "delays" + SHA-1 of the endpoint name (print it with `delayed-delivery azure names --endpoint <name>`), or your override.')
+@minLength(3)
+@maxLength(63)
+param delaysName string
+
+@description('Queue receiving messages that could not be delivered.')
+param errorQueueName string = 'error'
+
+@description('Destination queues to create (the dispatcher may send to any queue in the account).')
+param destinationQueues array = []
+
+@description('Partitions / leases; fixed for the lifetime of the delays table.')
+@minValue(1)
+@maxValue(1000)
+param shards int = 1
+
+@description('Blob lease duration in seconds (15-60).')
+@minValue(15)
+@maxValue(60)
+param leaseSeconds int = 30
+
+@description('How long each timer run dispatches (seconds); keep it under the one-minute schedule.')
+@minValue(5)
+@maxValue(58)
+param runSeconds int = 50
+
+@description('Switch delayed delivery off: the function does nothing and senders refuse table delays.')
+param enabled bool = true
+
+@description('Flex Consumption: most instances.')
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int = 40
+
+@description('Flex Consumption: instance memory (MB).')
+@allowed([512, 2048, 4096])
+param instanceMemoryMB int = 2048
+
+param tags object = {}
+
+var suffix = uniqueString(subscription().id, resourceGroup().id, namePrefix)
+var storageName = toLower(take('${namePrefix}${suffix}', 24))
+var deploymentContainer = 'app-package-${take(suffix, 8)}'
+
+module identity 'modules/identity.bicep' = {
+  name: 'identity'
+  params: {
+    name: '${namePrefix}-id-${suffix}'
+    location: location
+    tags: tags
+  }
+}
+
+module storage 'modules/storage.bicep' = {
+  name: 'storage'
+  params: {
+    name: storageName
+    location: location
+    tags: tags
+    delaysName: delaysName
+    errorQueueName: errorQueueName
+    destinationQueues: destinationQueues
+    deploymentContainer: deploymentContainer
+  }
+}
+
+module monitoring 'modules/monitoring.bicep' = {
+  name: 'monitoring'
+  params: {
+    namePrefix: '${namePrefix}-${suffix}'
+    location: location
+    tags: tags
+  }
+}
+
+module roles 'modules/roles.bicep' = {
+  name: 'roles'
+  params: {
+    principalId: identity.outputs.principalId
+    storageName: storage.outputs.name
+    delaysName: delaysName
+    appInsightsName: monitoring.outputs.appInsightsName
+  }
+}
+
+module functionApp 'modules/functionapp.bicep' = {
+  name: 'functionapp'
+  dependsOn: [roles]
+  params: {
+    name: '${namePrefix}-func-${suffix}'
+    location: location
+    tags: tags
+    identityId: identity.outputs.id
+    identityClientId: identity.outputs.clientId
+    storageName: storage.outputs.name
+    blobEndpoint: storage.outputs.blobEndpoint
+    deploymentContainer: deploymentContainer
+    appInsightsConnectionString: monitoring.outputs.connectionString
+    maximumInstanceCount: maximumInstanceCount
+    instanceMemoryMB: instanceMemoryMB
+    appSettings: {
+      DELAYED_DELIVERY_ENDPOINT: endpointName
+      DELAYED_DELIVERY_TABLE_NAME: delaysName
+      DELAYED_DELIVERY_CONTAINER_NAME: delaysName
+      DELAYED_DELIVERY_ERROR_QUEUE: errorQueueName
+      DELAYED_DELIVERY_SHARDS: string(shards)
+      DELAYED_DELIVERY_LEASE_SECONDS: string(leaseSeconds)
+      DELAYED_DELIVERY_RUN_SECONDS: string(runSeconds)
+      DELAYED_DELIVERY_ENABLED: string(enabled)
+    }
+  }
+}
+
+output functionAppName string = functionApp.outputs.name
+output storageAccountName string = storage.outputs.name
+output delaysTableName string = delaysName
+output appInsightsName string = monitoring.outputs.appInsightsName
+output identityClientId string = identity.outputs.clientId

@@ -1,0 +1,79 @@
+"""The Function app module: thin, nothing read or built at import, host.json sensible, 403-tolerant set-up."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.core.exceptions import HttpResponseError
+
+import functions.azure.function_app as function_app
+from delayed_delivery.azure.storage_queue import StorageQueueTransport
+from delayed_delivery.azure.table_store import TableDelayedMessageStore
+from tests.azure.harness import functions_of, timer_schedule
+
+APP_DIR = Path(function_app.__file__).parent
+
+
+def test_import_reads_no_settings_and_builds_no_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("DELAYED_DELIVERY_ENDPOINT", "DELAYED_DELIVERY_STORAGE_CONNECTION_STRING", "AzureWebJobsStorage"):
+        monkeypatch.delenv(key, raising=False)
+    module = importlib.reload(function_app)  # would raise ConfigurationError if settings were read at import
+    assert module.host.cache_info().currsize == 0
+    assert list(functions_of(module)) == ["dispatch_delayed_messages"]
+    schedule = timer_schedule(module, "dispatch_delayed_messages")
+    assert len(schedule.split()) == 6, "NCRONTAB with seconds"
+
+
+def test_timer_body_is_a_few_lines() -> None:
+    text = (APP_DIR / "function_app.py").read_text()
+    body = text.split("def dispatch_delayed_messages", 1)[1]
+    statements = [line for line in body.splitlines()[1:] if line.strip() and not line.strip().startswith('"""')]
+    assert statements == ["    host().run()"]
+    assert "os.environ" not in text.split("def host", 1)[0], "no environment read at module level"
+
+
+def test_host_json_is_sensible() -> None:
+    host = json.loads((APP_DIR / "host.json").read_text())
+    assert host["version"] == "2.0"
+    levels = host["logging"]["logLevel"]
+    assert levels["default"] == "Warning" and levels["delayed_delivery"] == "Information"
+    h, m, s = (int(x) for x in host["functionTimeout"].split(":"))
+    assert h * 3600 + m * 60 + s > 60, "a run (≤ 58 s) fits the timeout"
+    assert "Request" in host["logging"]["applicationInsights"]["samplingSettings"]["excludedTypes"]
+    requirements = (APP_DIR / "requirements.txt").read_text()
+    for package in (
+        "azure-functions",
+        "azure-data-tables",
+        "azure-storage-blob",
+        "azure-storage-queue",
+        "azure-identity",
+    ):
+        assert re.search(rf"^{package}[<>=]", requirements, re.MULTILINE)
+
+
+class _Forbidden:
+    """A client whose create calls answer 403, as with a least-privilege identity."""
+
+    table_name = "delays"
+
+    def _deny(self, *args: Any, **kwargs: Any) -> None:
+        exc = HttpResponseError(message="AuthorizationPermissionMismatch")
+        exc.status_code = 403
+        raise exc
+
+    create_table = create_queue = _deny
+
+
+def test_setup_tolerates_a_least_privilege_identity() -> None:
+    TableDelayedMessageStore(_Forbidden()).setup_infrastructure()  # type: ignore[arg-type]
+
+    class Service:
+        def get_queue_client(self, name: str) -> _Forbidden:
+            return _Forbidden()
+
+    StorageQueueTransport(Service()).create_queue("error")  # type: ignore[arg-type]
