@@ -209,13 +209,16 @@ def run(
 def abort(
     run_id: Annotated[str, typer.Option("--run-id", help="The run to undo.")],
     output: Annotated[str, typer.Option("--output", "-o", help="The run's output folder.")] = "migration",
+    target: Annotated[
+        str | None, typer.Option("--target", "-t", help="The run's target again, to supply a password.")
+    ] = None,
     master: Master = None,
 ) -> None:
     """Undo what a run wrote where the target allows it (SQLite, tables); say so plainly where it cannot (SQS)."""
     from delayed_delivery.pipelines.migrate import abort_migration
     from delayed_delivery.pipelines.session import get_session
 
-    result = abort_migration(get_session(master, "delayed-delivery-migrate-abort"), output, run_id)
+    result = abort_migration(get_session(master, "delayed-delivery-migrate-abort"), output, run_id, target)
     if not result.undone:
         err.print(f"[red]cannot abort run {run_id}:[/red] {result.note}", highlight=False)
         raise typer.Exit(code=1)

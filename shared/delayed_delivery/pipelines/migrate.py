@@ -476,16 +476,16 @@ def _write_partition(
                 target = spec.build()
             ledger.mark(batch, BatchState.STARTED)
             written = due_now = 0
-            chunk: list[DelayedMessage] = []
+            chunk: dict[str, DelayedMessage] = {}  # by id: a repeated id in the export keeps its last row
             for row in group:
-                chunk.append(_to_message(row))
+                chunk[row["message_id"]] = _to_message(row)
                 due_now += row["due_us"] <= now_us
                 if len(chunk) >= batch_size:
-                    target.write(chunk)
+                    target.write(list(chunk.values()))
                     written += len(chunk)
-                    chunk = []
+                    chunk = {}
             if chunk:
-                target.write(chunk)
+                target.write(list(chunk.values()))
                 written += len(chunk)
             ledger.mark(batch, BatchState.COMPLETED, rows=written, already_due=due_now)
     finally:
@@ -648,23 +648,29 @@ class AbortResult:
     note: str
 
 
-def abort_migration(spark: Any, output: str, run_id: str) -> AbortResult:
-    """Remove what run ``run_id`` wrote where the target allows it, and mark the run aborted."""
+def abort_migration(spark: Any, output: str, run_id: str, target: str | None = None) -> AbortResult:
+    """Remove what run ``run_id`` wrote where the target allows it, and mark the run aborted.
+
+    ``target`` supplies credentials the run's files do not record (a database password); it must
+    name the same target as the run.
+    """
     manifest = RunManifest.load(output, run_id)
     if manifest is None:
         raise ConfigurationError(f"no run {run_id!r} under {output!r} (look in {Path(output) / 'runs'})")
     options = MigrationOptions.from_args(dict(manifest.args))
-    spec = TargetSpec.parse(options.target)
+    spec = TargetSpec.parse(target or options.target)
+    if spec.url != options.target:
+        raise ConfigurationError(f"--target {spec.url!r} is not the run's target {options.target!r}")
     folder = RunManifest.folder(output, run_id)
     ledger = Ledger(folder)
     touched = sorted(ledger.in_state(BatchState.STARTED) | ledger.in_state(BatchState.COMPLETED))
-    target = spec.build()
+    built = spec.build()
     try:
-        if not target.can_undo:
-            note = getattr(target, "undo_note", f"the {spec.scheme} target cannot take back what was written")
+        if not built.can_undo:
+            note = getattr(built, "undo_note", f"the {spec.scheme} target cannot take back what was written")
             return AbortResult(run_id, spec.url, False, len(touched), 0, 0, note)
     finally:
-        target.close()
+        built.close()
     loaded = load_source(spark, options)
     try:
         rows = _with_batch(_filtered(loaded.valid, options), options.batches)

@@ -4,24 +4,38 @@ A target is built on each executor from a picklable ``TargetSpec`` and receives 
 ``DelayedMessage`` values whose ids are the legacy ids, so writing the same batch again replaces
 rather than duplicates. URL forms:
 
-``sqlite:PATH[?table=NAME]``
-    The embedded SQLite store (``SqliteDelayedMessageStore``), one transaction per batch. A message
-    already due is stored with its past due time; the dispatcher's next fetch (``due_at <= now``)
-    delivers it at once. Undo: removes the ids a run wrote (those already delivered are gone).
+``sqlite:PATH`` or ``sqlite:///relative.db`` / ``sqlite:////abs.db`` (the ``--store`` convention), ``?table=NAME``
+    The embedded SQLite store (``SqliteDelayedMessageStore``), one transaction per batch.
+``postgresql://user@host/db[?table=NAME&schema=NAME&…libpq options]``
+    The PostgreSQL store (``PostgresDelayedMessageStore.store_many``). The password is masked in the
+    run's recorded arguments; prefer ``PGPASSWORD`` or a ``.pgpass`` file.
+``azure-table:TABLE[?shards=N&connection_env=VAR]``
+    The Azure delays table (``TableDelayedMessageStore.store_many``: entity-group transactions per
+    partition, deterministic row keys, so a rerun replaces). The connection string is read on the
+    driver from ``VAR`` (default ``DELAYED_DELIVERY_STORAGE_CONNECTION_STRING``) and shipped to the
+    executors with the job; it is never recorded in the run's files.
+
+In every store a message already due is stored with its past due time; the dispatcher's next fetch
+(``due_at <= now``) delivers it at once. Undo removes the ids a run wrote (those already delivered are
+gone and are reported as such).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
-from urllib.parse import parse_qsl
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigurationError
 from ..model import DelayedMessage
 from ..sqlite_store import SqliteDelayedMessageStore
 
-__all__ = ["TARGET_FACTORIES", "MigrationTarget", "SqliteTarget", "TargetSpec"]
+__all__ = ["TARGET_FACTORIES", "MigrationTarget", "SqliteTarget", "StoreTarget", "TargetSpec"]
+
+#: Where the Azure target reads its connection string unless ``connection_env`` names another variable.
+DEFAULT_AZURE_CONNECTION_ENV = "DELAYED_DELIVERY_STORAGE_CONNECTION_STRING"
 
 
 @runtime_checkable
@@ -55,21 +69,44 @@ class TargetSpec:
     scheme: str
     location: str
     options: tuple[tuple[str, str], ...] = ()
+    #: Credentials resolved on the driver (connection string, database URL); never printed or recorded.
+    secret: str | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def parse(cls, url: str) -> TargetSpec:
         """Parse ``scheme:location[?k=v&…]``; raise ConfigurationError for an unknown scheme."""
         scheme, sep, rest = url.partition(":")
+        scheme = "postgresql" if scheme == "postgres" else scheme
         if not sep or scheme not in TARGET_FACTORIES:
             raise ConfigurationError(
-                f"unknown target {url!r}: use one of "
-                + ", ".join(f"{name}:…" for name in sorted(TARGET_FACTORIES))
-                + " (see docs/pipelines.md)"
+                f"unknown target {url!r}: use sqlite:PATH, postgresql://… or azure-table:TABLE (see docs/pipelines.md)"
             )
+        if scheme == "postgresql":
+            return cls._postgres(url)
         location, _, query = rest.partition("?")
+        if scheme == "sqlite" and location.startswith("///"):
+            location = location[3:]
         if not location:
             raise ConfigurationError(f"target {url!r} has no location after {scheme}:")
-        return cls(scheme, location, tuple(sorted(parse_qsl(query, keep_blank_values=True))))
+        spec = cls(scheme, location, tuple(sorted(parse_qsl(query, keep_blank_values=True))))
+        if scheme == "azure-table":
+            env = spec.option("connection_env") or DEFAULT_AZURE_CONNECTION_ENV
+            secret = os.environ.get(env, "").strip()
+            if not secret:
+                raise ConfigurationError(f"the azure-table target needs a connection string in ${env}")
+            spec = cls(spec.scheme, spec.location, spec.options, secret)
+        return spec
+
+    @classmethod
+    def _postgres(cls, url: str) -> TargetSpec:
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        mine = tuple(sorted((k, query.pop(k)) for k in ("table", "schema") if k in query))
+        conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(query), ""))
+        shown = parts.netloc
+        if parts.password is not None:
+            shown = shown.replace(":" + parts.password + "@", ":***@", 1)
+        return cls("postgresql", "//" + shown + parts.path, mine, conninfo)
 
     def option(self, key: str, default: str | None = None) -> str | None:
         """One ``?key=value`` option."""
@@ -112,9 +149,64 @@ class SqliteTarget:
         self.store.close()
 
 
+class StoreTarget:
+    """Any store with ``store_many`` and ``remove_many`` (PostgreSQL, the Azure table), used through its own API."""
+
+    can_undo = True
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def prepare(self) -> None:
+        """Create the table if missing."""
+        self.store.setup_infrastructure()
+
+    def write(self, messages: Sequence[DelayedMessage]) -> None:
+        """Store the batch with the store's own batching."""
+        if messages:
+            self.store.store_many(messages)
+
+    def undo(self, message_ids: Sequence[str]) -> int:
+        """Remove the ids; count those that were still there."""
+        return sum(1 for removed in self.store.remove_many(message_ids) if removed) if message_ids else 0
+
+    def close(self) -> None:
+        """Close the store's connections if it has any."""
+        close = getattr(self.store, "close", None)
+        if callable(close):
+            close()
+
+
 def _sqlite(spec: TargetSpec) -> MigrationTarget:
     return SqliteTarget(spec.location, table=spec.option("table") or "delayed_messages")
 
 
+def _postgres(spec: TargetSpec) -> MigrationTarget:
+    try:
+        from ..postgres.store import PostgresDelayedMessageStore
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigurationError("the postgresql target needs the postgres extra: pip install '.[postgres]'") from exc
+    kwargs: dict[str, Any] = {"schema": spec.option("schema") or "public"}
+    if spec.option("table"):
+        kwargs["table"] = spec.option("table")
+    return StoreTarget(PostgresDelayedMessageStore(spec.secret or "", **kwargs))
+
+
+def _azure_table(spec: TargetSpec) -> MigrationTarget:
+    try:
+        from ..azure.table_store import TableDelayedMessageStore
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigurationError("the azure-table target needs the azure extra: pip install '.[azure]'") from exc
+    try:
+        shards = int(spec.option("shards") or "1")
+    except ValueError:
+        raise ConfigurationError(f"azure-table shards must be an integer, got {spec.option('shards')!r}") from None
+    return StoreTarget(TableDelayedMessageStore.from_connection_string(spec.secret or "", spec.location, shards=shards))
+
+
 #: Target URL scheme → factory. Adapters that need an SDK import it inside their factory.
-TARGET_FACTORIES: dict[str, Callable[[TargetSpec], MigrationTarget]] = {"sqlite": _sqlite}
+TARGET_FACTORIES: dict[str, Callable[[TargetSpec], MigrationTarget]] = {
+    "sqlite": _sqlite,
+    "postgresql": _postgres,
+    "azure-table": _azure_table,
+}

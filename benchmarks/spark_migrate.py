@@ -1,0 +1,235 @@
+"""Benchmark: migrate N synthetic legacy timeouts into the SQLite store, Spark local[2] vs a Python loop.
+
+Both variants do the same work on the same export: read CSV, map each row (``normalize_row``), and
+INSERT OR REPLACE into a fresh SQLite store in transactions of ``--batch-size`` messages. Each runs in
+its own child process; the parent samples the child's process tree RSS (JVM and Python workers
+included) every 0.1 s for the peak. Prints a table and writes JSON under ``benchmarks/results/``.
+
+    .venv/bin/python benchmarks/spark_migrate.py --rows 1000000      # the documented full run
+    .venv/bin/python benchmarks/spark_migrate.py --rows 2000          # smoke size (used by the tests)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tree_rss_kib(pid: int) -> int:
+    """Resident memory of ``pid`` and all its descendants, in KiB (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        entry = proc.name
+        if not entry.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(children.get(p, []))
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def _run_child(argv: list[str]) -> dict[str, object]:
+    with tempfile.NamedTemporaryFile("r", suffix=".json") as result:
+        proc = subprocess.Popen([*argv, "--result", result.name], cwd=ROOT)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, _tree_rss_kib(proc.pid))
+            time.sleep(0.1)
+        if proc.returncode != 0:
+            raise SystemExit(f"benchmark child failed ({proc.returncode}): {' '.join(argv)}")
+        data: dict[str, object] = json.loads(Path(result.name).read_text())
+    data["peak_rss_mib"] = round(peak / 1024, 1)
+    return data
+
+
+def _python_loop(source: Path, db: Path, batch_size: int) -> dict[str, object]:
+    from delayed_delivery.pipelines.migrate import _to_message  # the same row → message mapping as Spark
+    from delayed_delivery.pipelines.schema import ColumnMapping, LegacyShape, NormalizedRow, normalize_row
+    from delayed_delivery.pipelines.targets import SqliteTarget
+
+    files = sorted(source.glob("*.csv"))
+    with files[0].open(newline="") as fh:
+        columns = next(csv.reader(fh))
+    mapping = ColumnMapping.for_columns(LegacyShape.TIMEOUT_MANAGER, columns)
+    target = SqliteTarget(str(db))
+    target.prepare()
+    start = time.perf_counter()
+    written = rejected = 0
+    chunk = []
+    for path in files:
+        with path.open(newline="", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                result = normalize_row(row, mapping)
+                if not isinstance(result, NormalizedRow):
+                    rejected += 1
+                    continue
+                chunk.append(_to_message(_as_row(result)))
+                if len(chunk) >= batch_size:
+                    target.write(chunk)
+                    written += len(chunk)
+                    chunk = []
+    if chunk:
+        target.write(chunk)
+        written += len(chunk)
+    target.close()
+    seconds = time.perf_counter() - start
+    return {"variant": "python loop (1 thread)", "rows": written, "rejected": rejected, "seconds": seconds}
+
+
+def _as_row(n: object) -> dict[str, object]:
+    return {f: getattr(n, f) for f in ("message_id", "destination", "body", "due_us", "headers_json", "failure_count")}
+
+
+def _spark(source: Path, db: Path, batch_size: int, master: str) -> dict[str, object]:
+    from delayed_delivery.pipelines.migrate import MigrationOptions, run_migration
+    from delayed_delivery.pipelines.session import get_session
+
+    t0 = time.perf_counter()
+    spark = get_session(master, "delayed-delivery-benchmark")
+    startup = time.perf_counter() - t0
+    out = db.parent / "spark-out"
+    opts = MigrationOptions(source=str(source), target=f"sqlite:{db}", batches=16)
+    summary = run_migration(spark, opts, str(out), batch_size=batch_size)
+    spark.stop()
+    return {
+        "variant": f"spark {master}",
+        "rows": summary.rows_written,
+        "rejected": summary.rejected,
+        "seconds": summary.seconds,
+        "session_startup_seconds": startup,
+    }
+
+
+def measure(
+    rows: int, batch_size: int = 1000, master: str = "local[2]", files: int = 8, workdir: str | None = None
+) -> tuple[list[dict[str, object]], float]:
+    """Generate the export, run both variants in child processes; their results and the generation time."""
+    from delayed_delivery.pipelines.schema import LegacyShape
+    from delayed_delivery.pipelines.synthetic import write_legacy_export
+
+    work = Path(workdir or tempfile.mkdtemp(prefix="dd-bench-"))
+    t0 = time.perf_counter()
+    export = write_legacy_export(work / "export", LegacyShape.TIMEOUT_MANAGER, rows, seed=42, files=files)
+    gen_seconds = time.perf_counter() - t0
+    me = [sys.executable, str(Path(__file__).resolve()), "--batch-size", str(batch_size), "--master", master]
+    results = []
+    for variant in ("python", "spark"):
+        db = work / f"{variant}.db"
+        db.unlink(missing_ok=True)
+        res = _run_child([*me, "--variant", variant, "--source", export.path, "--db", str(db)])
+        res["rows_per_second"] = round(float(res["rows"]) / float(res["seconds"]), 1)  # type: ignore[arg-type]
+        results.append(res)
+    if results[0]["rows"] != results[1]["rows"]:
+        raise SystemExit(f"the variants wrote different row counts: {results[0]['rows']} vs {results[1]['rows']}")
+    return results, gen_seconds
+
+
+def run(smoke: bool = False) -> list[Any]:
+    """Runner hook (``python -m benchmarks``): rows/s and peak RSS for both variants (2,000 rows when smoke)."""
+    from benchmarks.common import Row
+
+    size = 2_000 if smoke else 1_000_000
+    results, _ = measure(size)
+    py, sp = results
+    name = f"spark_migrate ({size:,} rows → SQLite)"
+    return [
+        Row(name, "python loop, 1 thread", "rows/s", (float(py["rows_per_second"]),)),  # type: ignore[arg-type]
+        Row(
+            name,
+            f"{sp['variant']}",
+            "rows/s",
+            (float(sp["rows_per_second"]),),  # type: ignore[arg-type]
+            baseline="python loop",
+            ratio_to_baseline=float(sp["rows_per_second"]) / float(py["rows_per_second"]),  # type: ignore[arg-type]
+        ),
+        Row(name, "python loop peak RSS", "MiB", (float(py["peak_rss_mib"]),)),  # type: ignore[arg-type]
+        Row(name, f"{sp['variant']} peak RSS (JVM + workers)", "MiB", (float(sp["peak_rss_mib"]),)),  # type: ignore[arg-type]
+    ]
+
+
+def main() -> None:
+    """Parse arguments; as parent generate data and run both children, as child run one variant."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--batch-size", type=int, default=1000)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--files", type=int, default=8)
+    ap.add_argument("--workdir", default=None, help="Where to put the export and stores (default: a temp dir).")
+    ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--variant", choices=("python", "spark"), help=argparse.SUPPRESS)
+    ap.add_argument("--source", help=argparse.SUPPRESS)
+    ap.add_argument("--db", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+
+    if a.variant:
+        source, db = Path(a.source), Path(a.db)
+        data = (
+            _python_loop(source, db, a.batch_size)
+            if a.variant == "python"
+            else _spark(source, db, a.batch_size, a.master)
+        )
+        Path(a.result).write_text(json.dumps(data))
+        return
+
+    results, gen_seconds = measure(a.rows, a.batch_size, a.master, a.files, a.workdir)
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Migrating {a.rows:,} synthetic timeouts into SQLite ({os.cpu_count()} CPUs)")
+    for col in ("variant", "rows", "seconds", "rows/s", "peak RSS (MiB)"):
+        table.add_column(col, justify="left" if col == "variant" else "right")
+    for r in results:
+        table.add_row(
+            str(r["variant"]),
+            f"{r['rows']:,}",
+            f"{float(r['seconds']):.1f}",  # type: ignore[arg-type]
+            f"{r['rows_per_second']:,.0f}",
+            f"{r['peak_rss_mib']:,}",
+        )
+    Console().print(table)
+    report = {
+        "benchmark": "spark_migrate",
+        "at": datetime.now(UTC).isoformat(),
+        "rows": a.rows,
+        "batch_size": a.batch_size,
+        "generate_seconds": round(gen_seconds, 1),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "results": results,
+        "command": " ".join(["benchmarks/spark_migrate.py", *sys.argv[1:]]),
+    }
+    results_dir = Path(a.results)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"spark_migrate-{a.rows}.json"
+    path.write_text(json.dumps(report, indent=1))
+    print(f"written {path}")
+
+
+if __name__ == "__main__":
+    main()
