@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -220,22 +221,36 @@ class TableDelayedMessageStore:
                     unknown.append(mid)
                 else:
                     known.setdefault(cached[0], []).append((mid, cached[1]))
-        for pk, pairs in known.items():
-            for start in range(0, len(pairs), MAX_TRANSACTION_OPERATIONS // 2):
-                chunk = pairs[start : start + MAX_TRANSACTION_OPERATIONS // 2]
-                ops: list[Operation] = []
-                for mid, rk in chunk:
-                    ops.append(("delete", {"PartitionKey": pk, "RowKey": rk}, {}))
-                    ops.append(("delete", {"PartitionKey": pk, "RowKey": rows.index_row_key(mid)}, {}))
-                try:
-                    self.table.submit_transaction(ops)
-                except TableTransactionError:
-                    unknown.extend(mid for mid, _ in chunk)  # someone else removed one: settle one by one
-                except AzureError as exc:
-                    raise translate(exc, "removing dispatched messages") from exc
-                else:
-                    for mid, _ in chunk:
-                        result[mid] = True
+        chunks = [
+            (pk, pairs[start : start + MAX_TRANSACTION_OPERATIONS // 2])
+            for pk, pairs in known.items()
+            for start in range(0, len(pairs), MAX_TRANSACTION_OPERATIONS // 2)
+        ]
+
+        def delete_chunk(job: tuple[str, list[tuple[str, str]]]) -> tuple[list[str], bool]:
+            pk, chunk = job
+            ops: list[Operation] = []
+            for mid, rk in chunk:
+                ops.append(("delete", {"PartitionKey": pk, "RowKey": rk}, {}))
+                ops.append(("delete", {"PartitionKey": pk, "RowKey": rows.index_row_key(mid)}, {}))
+            try:
+                self.table.submit_transaction(ops)
+            except TableTransactionError:
+                return [mid for mid, _ in chunk], False  # someone else removed one: settle one by one
+            except AzureError as exc:
+                raise translate(exc, "removing dispatched messages") from exc
+            return [mid for mid, _ in chunk], True
+
+        if len(chunks) > 1:  # independent transactions: run them side by side
+            with ThreadPoolExecutor(min(4, len(chunks))) as pool:
+                outcomes = list(pool.map(delete_chunk, chunks))
+        else:
+            outcomes = [delete_chunk(job) for job in chunks]
+        for mids, ok in outcomes:
+            if ok:
+                result.update(dict.fromkeys(mids, True))
+            else:
+                unknown.extend(mids)
         for mid in unknown:
             result[mid] = self.remove(mid)
         return [result[mid] for mid in message_ids]
