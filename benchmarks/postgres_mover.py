@@ -9,7 +9,9 @@ the queue table) and ``at-least-once`` (claim, one INSERT per message, one DELET
 
 Run: ``python -m benchmarks.postgres_mover [--smoke] [--runs 3] [--rows 20000] [--dsn "host=… dbname=…"]``
 (default: a throwaway local cluster, fsync off). Also run by ``python -m benchmarks``.
-Prints a table and writes ``benchmarks/results/postgres_mover.json`` (medians of ``--runs``).
+Prints a table and writes ``benchmarks/results/postgres_mover.json``: medians of ``--runs``; the
+ratio is the median of per-run ratios to the baseline measured just before (paired, so load
+drift on a shared machine cancels).
 """
 
 from __future__ import annotations
@@ -152,7 +154,6 @@ def run(
             cluster.stop()
     where = f"PostgreSQL {version}" + (" throwaway cluster, fsync off" if cluster is not None else "")
     notes = f"{where}; {rows:,} rows of {body_bytes} B; batch {batch_size}"
-    base = statistics.median(baseline)
     out = [
         Row(
             "postgres mover", "INSERT…SELECT + DELETE, 1 transaction (baseline)", "rows/s", tuple(baseline), notes=notes
@@ -166,8 +167,9 @@ def run(
                 label,
                 "rows/s",
                 tuple(samples),
-                "INSERT…SELECT/DELETE",
-                statistics.median(samples) / base,
+                "INSERT…SELECT/DELETE (paired)",
+                # each run is divided by the baseline measured just before it, so load drift cancels
+                statistics.median(m / b for m, b in zip(samples, baseline, strict=True)),
                 notes,
             )
         )
