@@ -7,6 +7,7 @@ included) every 0.1 s for the peak. Prints a table and writes JSON under ``bench
 
     .venv/bin/python benchmarks/spark_migrate.py --rows 1000000      # the documented full run
     .venv/bin/python benchmarks/spark_migrate.py --rows 2000          # smoke size (used by the tests)
+    .venv/bin/python benchmarks/spark_migrate.py --rows 100000 --store azurite   # into Azurite (started here)
 """
 
 from __future__ import annotations
@@ -67,16 +68,16 @@ def _run_child(argv: list[str]) -> dict[str, object]:
     return data
 
 
-def _python_loop(source: Path, db: Path, batch_size: int) -> dict[str, object]:
+def _python_loop(source: Path, target_url: str, batch_size: int) -> dict[str, object]:
     from delayed_delivery.pipelines.migrate import _to_message  # the same row → message mapping as Spark
     from delayed_delivery.pipelines.schema import ColumnMapping, LegacyShape, NormalizedRow, normalize_row
-    from delayed_delivery.pipelines.targets import SqliteTarget
+    from delayed_delivery.pipelines.targets import TargetSpec
 
     files = sorted(source.glob("*.csv"))
     with files[0].open(newline="") as fh:
         columns = next(csv.reader(fh))
     mapping = ColumnMapping.for_columns(LegacyShape.TIMEOUT_MANAGER, columns)
-    target = SqliteTarget(str(db))
+    target = TargetSpec.parse(target_url).build()
     target.prepare()
     start = time.perf_counter()
     written = rejected = 0
@@ -105,15 +106,15 @@ def _as_row(n: object) -> dict[str, object]:
     return {f: getattr(n, f) for f in ("message_id", "destination", "body", "due_us", "headers_json", "failure_count")}
 
 
-def _spark(source: Path, db: Path, batch_size: int, master: str) -> dict[str, object]:
+def _spark(source: Path, target_url: str, batch_size: int, master: str, workdir: Path) -> dict[str, object]:
     from delayed_delivery.pipelines.migrate import MigrationOptions, run_migration
     from delayed_delivery.pipelines.session import get_session
 
     t0 = time.perf_counter()
     spark = get_session(master, "delayed-delivery-benchmark")
     startup = time.perf_counter() - t0
-    out = db.parent / "spark-out"
-    opts = MigrationOptions(source=str(source), target=f"sqlite:{db}", batches=16)
+    out = workdir / "spark-out"
+    opts = MigrationOptions(source=str(source), target=target_url, batches=16)
     summary = run_migration(spark, opts, str(out), batch_size=batch_size)
     spark.stop()
     return {
@@ -126,7 +127,12 @@ def _spark(source: Path, db: Path, batch_size: int, master: str) -> dict[str, ob
 
 
 def measure(
-    rows: int, batch_size: int = 1000, master: str = "local[2]", files: int = 8, workdir: str | None = None
+    rows: int,
+    batch_size: int = 1000,
+    master: str = "local[2]",
+    files: int = 8,
+    workdir: str | None = None,
+    store: str = "sqlite",
 ) -> tuple[list[dict[str, object]], float]:
     """Generate the export, run both variants in child processes; their results and the generation time."""
     from delayed_delivery.pipelines.schema import LegacyShape
@@ -137,13 +143,30 @@ def measure(
     export = write_legacy_export(work / "export", LegacyShape.TIMEOUT_MANAGER, rows, seed=42, files=files)
     gen_seconds = time.perf_counter() - t0
     me = [sys.executable, str(Path(__file__).resolve()), "--batch-size", str(batch_size), "--master", master]
+    azurite = None
+    if store == "azurite":
+        sys.path.insert(0, str(ROOT))
+        from delayed_delivery.pipelines.targets import DEFAULT_AZURE_CONNECTION_ENV
+        from tests.fixtures.azurite import start_azurite
+
+        azurite = start_azurite()
+        os.environ[DEFAULT_AZURE_CONNECTION_ENV] = azurite.connection_string
     results = []
-    for variant in ("python", "spark"):
-        db = work / f"{variant}.db"
-        db.unlink(missing_ok=True)
-        res = _run_child([*me, "--variant", variant, "--source", export.path, "--db", str(db)])
-        res["rows_per_second"] = round(float(res["rows"]) / float(res["seconds"]), 1)  # type: ignore[arg-type]
-        results.append(res)
+    try:
+        for variant in ("python", "spark"):
+            if store == "azurite":
+                url = f"azure-table:bench{variant}{os.getpid()}?shards=8"
+            else:
+                db = work / f"{variant}.db"
+                db.unlink(missing_ok=True)
+                url = f"sqlite:{db}"
+            res = _run_child([*me, "--variant", variant, "--source", export.path, "--target-url", url,
+                              "--workdir", str(work / variant)])  # fmt: skip
+            res["rows_per_second"] = round(float(res["rows"]) / float(res["seconds"]), 1)  # type: ignore[arg-type]
+            results.append(res)
+    finally:
+        if azurite is not None:
+            azurite.process.stop()
     if results[0]["rows"] != results[1]["rows"]:
         raise SystemExit(f"the variants wrote different row counts: {results[0]['rows']} vs {results[1]['rows']}")
     return results, gen_seconds
@@ -183,25 +206,26 @@ def main() -> None:
     ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--variant", choices=("python", "spark"), help=argparse.SUPPRESS)
     ap.add_argument("--source", help=argparse.SUPPRESS)
-    ap.add_argument("--db", help=argparse.SUPPRESS)
+    ap.add_argument("--store", choices=("sqlite", "azurite"), default="sqlite", help="Target store.")
+    ap.add_argument("--target-url", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     a = ap.parse_args()
 
     if a.variant:
-        source, db = Path(a.source), Path(a.db)
+        source, url = Path(a.source), a.target_url
         data = (
-            _python_loop(source, db, a.batch_size)
+            _python_loop(source, url, a.batch_size)
             if a.variant == "python"
-            else _spark(source, db, a.batch_size, a.master)
+            else _spark(source, url, a.batch_size, a.master, Path(a.workdir))
         )
         Path(a.result).write_text(json.dumps(data))
         return
 
-    results, gen_seconds = measure(a.rows, a.batch_size, a.master, a.files, a.workdir)
+    results, gen_seconds = measure(a.rows, a.batch_size, a.master, a.files, a.workdir, a.store)
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Migrating {a.rows:,} synthetic timeouts into SQLite ({os.cpu_count()} CPUs)")
+    table = Table(title=f"Migrating {a.rows:,} synthetic timeouts into {a.store} ({os.cpu_count()} CPUs)")
     for col in ("variant", "rows", "seconds", "rows/s", "peak RSS (MiB)"):
         table.add_column(col, justify="left" if col == "variant" else "right")
     for r in results:
@@ -217,6 +241,7 @@ def main() -> None:
         "benchmark": "spark_migrate",
         "at": datetime.now(UTC).isoformat(),
         "rows": a.rows,
+        "store": a.store,
         "batch_size": a.batch_size,
         "generate_seconds": round(gen_seconds, 1),
         "cpus": os.cpu_count(),
@@ -226,7 +251,7 @@ def main() -> None:
     }
     results_dir = Path(a.results)
     results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / f"spark_migrate-{a.rows}.json"
+    path = results_dir / f"spark_migrate-{a.store}-{a.rows}.json"
     path.write_text(json.dumps(report, indent=1))
     print(f"written {path}")
 
