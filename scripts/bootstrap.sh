@@ -12,7 +12,8 @@ if [ -f scripts/apt-packages.txt ]; then
   missing=()
   while read -r cmd pkg; do
     [ -z "${cmd:-}" ] || [ "${cmd#\#}" != "$cmd" ] && continue
-    command -v "$cmd" >/dev/null 2>&1 || [ -x "$cmd" ] || missing+=("$pkg")
+    # a command name, or a path that may contain a glob (e.g. any PostgreSQL version's initdb)
+    command -v "$cmd" >/dev/null 2>&1 || compgen -G "$cmd" >/dev/null || missing+=("$pkg")
   done < scripts/apt-packages.txt
   if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then

@@ -105,8 +105,15 @@ def send(
     Example: delayed-delivery send --store sqlite:///delays.db --to orders --delay 40d --body '{"id": 1}'
     """
     due = _due(delay, at)
-    message = DelayedMessage.create(to, _body(body), at=due, headers=_headers(header or []), message_id=message_id)
-    _open(store).store(message)
+    target = _open(store)
+    store_after = getattr(target, "store_after", None)
+    if delay is not None and callable(store_after):
+        # The store's own clock decides (PostgreSQL: now() + delay), so a skewed sender cannot deliver early.
+        message = store_after(delay, to, _body(body), headers=_headers(header or []), message_id=message_id)
+        due = message.due_at
+    else:
+        message = DelayedMessage.create(to, _body(body), at=due, headers=_headers(header or []), message_id=message_id)
+        target.store(message)
     result = {"message_id": message.message_id, "route": "store", "destination": to, "due_at": due.isoformat()}
     if as_json:
         console.print_json(json.dumps(result))
