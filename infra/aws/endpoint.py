@@ -1,0 +1,269 @@
+"""``DelayedDeliveryEndpoint``: one endpoint's unrestricted delayed delivery on AWS, as a reusable construct.
+
+It owns (or adopts) the input queue ``<name>``, creates ``<name>-delay.fifo`` exactly as the SQS seed
+requires (queue-level delay = the hop, retention 4 days, no redrive policy), an error queue, the requeue
+function with its SQS event source (batch 10, partial batch responses), least-privilege IAM, alarms and
+dashboard widgets. Every queue has server-side encryption and refuses plain HTTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from aws_cdk.aws_lambda_event_sources import SqsEventSource
+from constructs import Construct
+
+__all__ = ["HANDLER", "METRICS_NAMESPACE", "RETENTION", "DelayedDeliveryEndpoint"]
+
+#: The Lambda handler, by dotted name (infra never imports function code).
+HANDLER = "functions.aws.requeue.handler"
+#: CloudWatch namespace of the function's EMF metrics.
+METRICS_NAMESPACE = "DelayedDelivery"
+#: The seed's minimum retention for the FIFO queue.
+RETENTION = Duration.days(4)
+#: Error queue retention: the longest SQS allows, so operators have time to look.
+ERROR_RETENTION = Duration.days(14)
+#: How long a requeue may fall behind (beyond one hop) before the age alarm fires.
+AGE_SLACK_SECONDS = 300
+
+
+class DelayedDeliveryEndpoint(Construct):
+    """Input queue, ``-delay.fifo`` queue, error queue, requeue function, event source, alarms for one endpoint."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        queue_name: str,
+        code: lambda_.Code,
+        layers: Sequence[lambda_.ILayerVersion] = (),
+        existing_queue: sqs.IQueue | None = None,
+        max_native_delay: int = 900,
+        fifo_queue_delay: int = 900,
+        runtime: lambda_.Runtime = lambda_.Runtime.PYTHON_3_13,
+        function_timeout: Duration | None = None,
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+        alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if not 1 <= fifo_queue_delay <= 900 or not 1 <= max_native_delay <= 900:
+            raise ValueError("fifo_queue_delay and max_native_delay must be 1-900 s (SQS's DelaySeconds range)")
+        if len(queue_name) > 69:
+            raise ValueError(f"queue name {queue_name!r} leaves no room for '-delay.fifo' within 80 characters")
+        timeout = function_timeout or Duration.seconds(30)
+        self.queue_name = queue_name
+        self.service_name = f"delayed-delivery-{queue_name}"
+
+        self.input_queue: sqs.IQueue = existing_queue or sqs.Queue(
+            self,
+            "Input",
+            queue_name=queue_name,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+        self.delay_queue = sqs.Queue(
+            self,
+            "Delay",
+            queue_name=f"{queue_name}-delay.fifo",
+            fifo=True,
+            content_based_deduplication=False,
+            delivery_delay=Duration.seconds(fifo_queue_delay),
+            retention_period=RETENTION,
+            # Lambda needs visibility ≥ the function timeout; AWS advises 6× so retries are not cut short.
+            visibility_timeout=Duration.seconds(timeout.to_seconds() * 6),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+        self.error_queue = sqs.Queue(
+            self,
+            "Errors",
+            retention_period=ERROR_RETENTION,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+
+        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
+        role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"Requeue function of {queue_name}: its own queues and log group only",
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[self.log_group.log_group_arn],
+            )
+        )
+        self.function = lambda_.Function(
+            self,
+            "Requeue",
+            runtime=runtime,
+            handler=HANDLER,
+            code=code,
+            layers=list(layers),
+            role=role,
+            timeout=timeout,
+            memory_size=256,
+            tracing=lambda_.Tracing.ACTIVE,
+            log_group=self.log_group,
+            description=f"Moves {queue_name}-delay.fifo records one hop on (unrestricted delayed delivery)",
+            environment={
+                "DELAYED_DELIVERY_ERROR_QUEUE": self.error_queue.queue_name,
+                "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(max_native_delay),
+                "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(fifo_queue_delay),
+                "POWERTOOLS_SERVICE_NAME": self.service_name,
+                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                "POWERTOOLS_LOG_LEVEL": "INFO",
+            },
+        )
+        self.function.add_event_source(SqsEventSource(self.delay_queue, batch_size=10, report_batch_item_failures=True))
+        # Sends: back to its own FIFO queue, to its own input queue, to its own error queue. Nothing else.
+        for queue in (self.delay_queue, self.input_queue, self.error_queue):
+            queue.grant_send_messages(self.function)
+
+        self.alarms = self._alarms(fifo_queue_delay, alarm_actions)
+        self._suppress(role)
+
+    def _alarms(self, fifo_queue_delay: int, actions: Sequence[cloudwatch.IAlarmAction]) -> list[cloudwatch.Alarm]:
+        alarms = [
+            cloudwatch.Alarm(
+                self,
+                "ErrorQueueNotEmpty",
+                alarm_description=f"{self.queue_name}: delayed messages reached the error queue",
+                metric=self.error_queue.metric_approximate_number_of_messages_visible(
+                    period=Duration.minutes(1), statistic="Maximum"
+                ),
+                threshold=1,
+                evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            ),
+            cloudwatch.Alarm(
+                self,
+                "FunctionErrors",
+                alarm_description=f"{self.queue_name}: the requeue function failed",
+                metric=self.function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
+                threshold=1,
+                evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            ),
+            cloudwatch.Alarm(
+                self,
+                "RequeueFallingBehind",
+                alarm_description=(
+                    f"{self.queue_name}: the oldest delay-queue message is older than one hop "
+                    f"({fifo_queue_delay} s) + {AGE_SLACK_SECONDS} s, so hops are processed late"
+                ),
+                metric=self.delay_queue.metric_approximate_age_of_oldest_message(
+                    period=Duration.minutes(1), statistic="Maximum"
+                ),
+                threshold=fifo_queue_delay + AGE_SLACK_SECONDS,
+                evaluation_periods=3,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            ),
+        ]
+        for alarm in alarms:
+            for action in actions:
+                alarm.add_alarm_action(action)
+        return alarms
+
+    def widgets(self) -> list[cloudwatch.IWidget]:
+        """Dashboard widgets for this endpoint: queues, function, and the product's own metrics."""
+        dims = {"service": self.service_name}
+
+        def custom(name: str, statistic: str = "Sum") -> cloudwatch.Metric:
+            return cloudwatch.Metric(
+                namespace=METRICS_NAMESPACE, metric_name=name, dimensions_map=dims, statistic=statistic
+            )
+
+        return [
+            cloudwatch.TextWidget(markdown=f"## {self.queue_name}", width=24, height=1),
+            cloudwatch.GraphWidget(
+                title="Hops",
+                left=[custom("Requeued"), custom("Forwarded"), custom("ErrorQueueForwards"), custom("HopFailures")],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Remaining delay (s)",
+                left=[
+                    custom("RemainingDelay", "p50"),
+                    custom("RemainingDelay", "p99"),
+                    custom("RemainingDelay", "Maximum"),
+                ],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Delay queue",
+                left=[
+                    self.delay_queue.metric_approximate_number_of_messages_visible(),
+                    self.delay_queue.metric_approximate_number_of_messages_not_visible(),
+                ],
+                right=[self.delay_queue.metric_approximate_age_of_oldest_message()],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Function",
+                left=[
+                    self.function.metric_invocations(),
+                    self.function.metric_errors(),
+                    self.function.metric_throttles(),
+                ],
+                right=[self.function.metric_duration(statistic="p99")],
+                width=12,
+            ),
+            cloudwatch.GraphWidget(
+                title="Input and error queues",
+                left=[self.input_queue.metric_approximate_number_of_messages_visible()],
+                right=[self.error_queue.metric_approximate_number_of_messages_visible()],
+                width=12,
+            ),
+        ]
+
+    def _suppress(self, role: iam.Role) -> None:
+        """cdk-nag findings that are deliberate, each acknowledged with its reason."""
+        Validations.of(self.delay_queue).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-SQS3",
+                reason="The SQS seed forbids a redrive policy on -delay.fifo: a receive-count DLQ would silently "
+                "drop long delays; the requeue function moves poison records to the error queue itself.",
+            )
+        )
+        Validations.of(self.error_queue).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-SQS3",
+                reason="This is the endpoint's terminal error queue (the dead-letter destination): no further DLQ; "
+                "14-day retention and an alarm as soon as it is not empty.",
+            )
+        )
+        if isinstance(self.input_queue, sqs.Queue):
+            Validations.of(self.input_queue).acknowledge(
+                Acknowledgment(
+                    id="AwsSolutions-SQS3",
+                    reason="The input queue belongs to the application, whose consumer decides its redrive policy; "
+                    "pass existing_queue to manage the queue elsewhere.",
+                )
+            )
+        Validations.of(self.function).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-L1",
+                reason="The runtime is pinned (default python3.13) to one the pinned public Powertools layer is "
+                "published for; raise the runtime and the layer version together.",
+            )
+        )
+        Validations.of(role).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason="X-Ray PutTraceSegments/PutTelemetryRecords have no resource-level permissions, so "
+                "Tracing.ACTIVE needs Resource '*'; every SQS and Logs statement names its own resources.",
+            )
+        )

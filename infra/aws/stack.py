@@ -1,0 +1,108 @@
+"""``DelayedDeliveryStack``: the function code and Powertools layer once, one endpoint per queue, a dashboard."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import Aws, CfnOutput, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.aws.endpoint import DelayedDeliveryEndpoint
+from infra.aws.packaging import prepare_function_asset
+
+__all__ = ["POWERTOOLS_ACCOUNT", "DelayedDeliveryStack", "EndpointConfig", "powertools_layer_arn"]
+
+#: The AWS account that publishes the public Powertools for AWS Lambda (Python) layers.
+POWERTOOLS_ACCOUNT = "017000801446"
+
+
+def powertools_layer_arn(version: str, python: str = "python313", architecture: str = "x86_64") -> str:
+    """The public Powertools v3 layer ARN in the stack's own region (a token resolved at deploy time)."""
+    return (
+        f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{POWERTOOLS_ACCOUNT}:layer:"
+        f"AWSLambdaPowertoolsPythonV3-{python}-{architecture}:{version}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointConfig:
+    """One endpoint: its input queue name, and the ARN of that queue when it already exists."""
+
+    name: str
+    existing_queue_arn: str | None = None
+
+    @classmethod
+    def parse(cls, value: Any) -> EndpointConfig:
+        """From context: ``"orders"`` or ``{"name": "orders", "existingQueueArn": "arn:…"}``."""
+        if isinstance(value, str):
+            return cls(value)
+        if isinstance(value, dict) and isinstance(value.get("name"), str):
+            return cls(value["name"], value.get("existingQueueArn"))
+        raise ValueError(f"endpoint {value!r}: use a queue name or {{'name': ..., 'existingQueueArn': ...}}")
+
+
+class DelayedDeliveryStack(Stack):
+    """Unrestricted SQS delayed delivery for a list of endpoints."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        endpoints: Sequence[EndpointConfig],
+        powertools_layer_version: str = "27",
+        max_native_delay: int = 900,
+        fifo_queue_delay: int = 900,
+        alarm_topic_arn: str | None = None,
+        asset_dir: Path | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        if not endpoints:
+            raise ValueError("give at least one endpoint (context 'endpoints')")
+        names = [e.name for e in endpoints]
+        if len(set(names)) != len(names):
+            raise ValueError(f"endpoint names must be unique: {names}")
+        code = lambda_.Code.from_asset(str(prepare_function_asset(asset_dir)))
+        layer = lambda_.LayerVersion.from_layer_version_arn(
+            self, "Powertools", powertools_layer_arn(powertools_layer_version)
+        )
+        actions: list[cloudwatch.IAlarmAction] = []
+        if alarm_topic_arn:
+            actions.append(cloudwatch_actions.SnsAction(sns.Topic.from_topic_arn(self, "AlarmTopic", alarm_topic_arn)))
+        self.endpoints: list[DelayedDeliveryEndpoint] = []
+        for config in endpoints:
+            existing = (
+                sqs.Queue.from_queue_arn(self, f"Existing-{config.name}", config.existing_queue_arn)
+                if config.existing_queue_arn
+                else None
+            )
+            endpoint = DelayedDeliveryEndpoint(
+                self,
+                f"Endpoint-{config.name}",
+                queue_name=config.name,
+                code=code,
+                layers=[layer],
+                existing_queue=existing,
+                max_native_delay=max_native_delay,
+                fifo_queue_delay=fifo_queue_delay,
+                alarm_actions=actions,
+            )
+            self.endpoints.append(endpoint)
+            CfnOutput(self, f"{config.name}-DelayQueueUrl", value=endpoint.delay_queue.queue_url)
+            CfnOutput(self, f"{config.name}-ErrorQueueUrl", value=endpoint.error_queue.queue_url)
+            CfnOutput(self, f"{config.name}-LogGroup", value=endpoint.log_group.log_group_name)
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{construct_id}-delayed-delivery")
+        for endpoint in self.endpoints:
+            title, *graphs = endpoint.widgets()
+            self.dashboard.add_widgets(title)
+            self.dashboard.add_widgets(*graphs[:3])
+            self.dashboard.add_widgets(*graphs[3:])

@@ -1,0 +1,246 @@
+"""The CDK stack, synthesized offline: the seed's queue attributes, the event source, least-privilege IAM,
+alarms and dashboard (``aws_cdk.assertions``), cdk-nag AwsSolutions on every synth, and cfn-lint on the template."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.infra
+
+ROOT = Path(__file__).resolve().parents[2]
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+cdk = pytest.importorskip("aws_cdk")
+from aws_cdk.assertions import Match, Template  # noqa: E402
+
+from infra.aws.app import build  # noqa: E402
+from infra.aws.packaging import prepare_function_asset  # noqa: E402
+
+
+def _synth(tmp: Path, context: dict[str, Any]) -> tuple[Template, dict[str, Any], Path]:
+    app = cdk.App(outdir=str(tmp / "cdk.out"), context=context)
+    stack = build(app)
+    assembly = app.synth()  # cdk-nag runs here: an unacknowledged AwsSolutions finding raises
+    path = Path(assembly.get_stack_artifact(stack.artifact_id).template_full_path)
+    raw = json.loads(path.read_text())
+    return Template.from_json(raw), raw, path
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> tuple[Template, dict[str, Any], Path]:
+    return _synth(tmp_path_factory.mktemp("aws"), {"endpoints": ["orders"]})
+
+
+def _resources(raw: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in raw["Resources"].items() if v["Type"] == kind}
+
+
+def _logical_id(raw: dict[str, Any], kind: str, **props: Any) -> str:
+    [found] = [
+        k for k, v in _resources(raw, kind).items() if all(v["Properties"].get(p) == x for p, x in props.items())
+    ]
+    return found
+
+
+def test_delay_queue_is_exactly_what_the_seed_requires(synth: tuple[Template, dict[str, Any], Path]) -> None:
+    template, _raw, _ = synth
+    template.has_resource_properties(
+        "AWS::SQS::Queue",
+        {
+            "QueueName": "orders-delay.fifo",
+            "FifoQueue": True,
+            "ContentBasedDeduplication": False,
+            "DelaySeconds": 900,
+            "MessageRetentionPeriod": 4 * 24 * 3600,
+            "VisibilityTimeout": 180,
+            "SqsManagedSseEnabled": True,
+            "RedrivePolicy": Match.absent(),
+        },
+    )
+    template.has_resource_properties("AWS::SQS::Queue", {"QueueName": "orders", "SqsManagedSseEnabled": True})
+
+
+def test_every_queue_is_encrypted_and_refuses_plain_http(synth: tuple[Template, dict[str, Any], Path]) -> None:
+    _, raw, _ = synth
+    queues = _resources(raw, "AWS::SQS::Queue")
+    assert len(queues) == 3
+    assert all(q["Properties"].get("SqsManagedSseEnabled") is True for q in queues.values())
+    guarded = set()
+    for policy in _resources(raw, "AWS::SQS::QueuePolicy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if statement["Effect"] == "Deny" and statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}:
+                guarded.update(q["Ref"] for q in policy["Properties"]["Queues"])
+    assert guarded == set(queues)
+
+
+def test_event_source_reports_partial_batch_failures(synth: tuple[Template, dict[str, Any], Path]) -> None:
+    template, raw, _ = synth
+    delay = _logical_id(raw, "AWS::SQS::Queue", QueueName="orders-delay.fifo")
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {
+            "BatchSize": 10,
+            "FunctionResponseTypes": ["ReportBatchItemFailures"],
+            "EventSourceArn": {"Fn::GetAtt": [delay, "Arn"]},
+            "MaximumBatchingWindowInSeconds": Match.absent(),  # not supported for FIFO
+        },
+    )
+    assert len(_resources(raw, "AWS::Lambda::EventSourceMapping")) == 1
+
+
+def test_function_is_thin_configured_by_environment_and_traced(synth: tuple[Template, dict[str, Any], Path]) -> None:
+    template, raw, _ = synth
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {
+            "Handler": "functions.aws.requeue.handler",
+            "Runtime": "python3.13",
+            "Timeout": 30,
+            "TracingConfig": {"Mode": "Active"},
+            "Layers": [Match.object_like({"Fn::Join": Match.any_value()})],
+            "LoggingConfig": {"LogGroup": Match.any_value()},
+            "Environment": {
+                "Variables": Match.object_like(
+                    {
+                        "DELAYED_DELIVERY_ERROR_QUEUE": {
+                            "Fn::GetAtt": [Match.string_like_regexp("Errors"), "QueueName"]
+                        },
+                        "DELAYED_DELIVERY_MAX_NATIVE_DELAY": "900",
+                        "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": "900",
+                        "POWERTOOLS_SERVICE_NAME": "delayed-delivery-orders",
+                        "POWERTOOLS_METRICS_NAMESPACE": "DelayedDelivery",
+                    }
+                )
+            },
+        },
+    )
+    layer = json.dumps(next(iter(_resources(raw, "AWS::Lambda::Function").values()))["Properties"]["Layers"])
+    assert "017000801446:layer:AWSLambdaPowertoolsPythonV3-python313-x86_64:27" in layer
+    template.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 30})
+
+
+def test_iam_is_scoped_to_the_endpoints_own_queues_and_log_group(synth: tuple[Template, dict[str, Any], Path]) -> None:
+    _, raw, _ = synth
+    queues = set(_resources(raw, "AWS::SQS::Queue"))
+    delay = _logical_id(raw, "AWS::SQS::Queue", QueueName="orders-delay.fifo")
+    [policy] = _resources(raw, "AWS::IAM::Policy").values()
+    sends, reads = set(), set()
+    for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        resource = statement["Resource"]
+        if all(a.startswith("xray:") for a in actions):
+            assert resource == "*"  # X-Ray has no resource-level permissions (acknowledged in code)
+            continue
+        assert resource != "*" and not any(a.endswith("*") for a in actions), statement
+        if any(a.startswith("logs:") for a in actions):
+            assert resource["Fn::GetAtt"][1] == "Arn" and "Logs" in resource["Fn::GetAtt"][0]
+            continue
+        target = resource["Fn::GetAtt"][0]
+        assert target in queues
+        if "sqs:SendMessage" in actions:
+            sends.add(target)
+        if "sqs:ReceiveMessage" in actions or "sqs:DeleteMessage" in actions:
+            reads.add(target)
+    assert sends == queues  # its FIFO (requeue), its input queue (forward), its error queue
+    assert reads == {delay}  # reads only its FIFO
+    [role] = _resources(raw, "AWS::IAM::Role").values()
+    assert "ManagedPolicyArns" not in role["Properties"]
+
+
+def test_alarms_and_dashboard(synth: tuple[Template, dict[str, Any], Path]) -> None:
+    _template, raw, _ = synth
+    alarms = {
+        a["Properties"]["MetricName"]: a["Properties"] for a in _resources(raw, "AWS::CloudWatch::Alarm").values()
+    }
+    assert set(alarms) == {"ApproximateNumberOfMessagesVisible", "Errors", "ApproximateAgeOfOldestMessage"}
+    assert alarms["ApproximateNumberOfMessagesVisible"]["Threshold"] == 1
+    assert alarms["ApproximateAgeOfOldestMessage"]["Threshold"] == 900 + 300
+    delay = _logical_id(raw, "AWS::SQS::Queue", QueueName="orders-delay.fifo")
+    assert alarms["ApproximateAgeOfOldestMessage"]["Dimensions"][0]["Value"] == {"Fn::GetAtt": [delay, "QueueName"]}
+    [dashboard] = _resources(raw, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in ("Requeued", "Forwarded", "ErrorQueueForwards", "RemainingDelay", "ApproximateAgeOfOldestMessage"):
+        assert metric in body
+
+
+def test_cfn_lint_passes(synth: tuple[Template, dict[str, Any], Path]) -> None:
+    _, _, path = synth
+    exe = shutil.which("cfn-lint", path=str(Path(sys.executable).parent)) or "cfn-lint"
+    result = subprocess.run([exe, "--ignore-checks", "W3005", "--", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_several_endpoints_and_an_existing_input_queue(tmp_path: Path) -> None:
+    arn = "arn:aws:sqs:us-east-1:111122223333:legacy"
+    template, raw, _ = _synth(
+        tmp_path,
+        {"endpoints": json.dumps(["orders", {"name": "legacy", "existingQueueArn": arn}]), "fifoQueueDelay": 600},
+    )
+    names = {q["Properties"].get("QueueName") for q in _resources(raw, "AWS::SQS::Queue").values()}
+    assert {"orders", "orders-delay.fifo", "legacy-delay.fifo"} <= names and "legacy" not in names
+    assert len(_resources(raw, "AWS::Lambda::Function")) == 2
+    template.has_resource_properties("AWS::SQS::Queue", {"QueueName": "legacy-delay.fifo", "DelaySeconds": 600})
+    policies = json.dumps(list(_resources(raw, "AWS::IAM::Policy").values()))
+    assert arn in policies  # the legacy function may send to the adopted queue...
+    [legacy_policy] = [p for p in _resources(raw, "AWS::IAM::Policy").values() if arn in json.dumps(p)]
+    orders = _logical_id(raw, "AWS::SQS::Queue", QueueName="orders")
+    assert orders not in json.dumps(legacy_policy)  # ...and to nothing of the other endpoint
+
+
+def test_cdk_nag_is_live_an_unencrypted_queue_fails_synth(tmp_path: Path) -> None:
+    from aws_cdk import aws_sqs as sqs
+    from cdk_nag import AwsSolutionsChecks
+
+    app = cdk.App(outdir=str(tmp_path))
+    stack = cdk.Stack(app, "Bad")
+    sqs.Queue(stack, "Plain", encryption=sqs.QueueEncryption.UNENCRYPTED)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    with pytest.raises(RuntimeError, match="ValidationFailed") as failure:
+        app.synth()
+    assert "AwsSolutions-SQS2" in str(failure.value)  # server-side encryption
+
+
+def test_function_asset_holds_only_the_function_code(tmp_path: Path) -> None:
+    asset = prepare_function_asset(tmp_path / "asset")
+    assert (asset / "functions" / "aws" / "requeue.py").exists()
+    assert (asset / "delayed_delivery" / "aws" / "requeue.py").exists()
+    for excluded in ("azure", "postgres", "pipelines", "testing"):
+        assert not (asset / "delayed_delivery" / excluded).exists()
+    assert not list(asset.rglob("__pycache__"))
+
+
+@pytest.mark.skipif(not (ROOT / "node_modules" / ".bin" / "cdk").exists(), reason="CDK CLI not installed (npm ci)")
+def test_real_cdk_cli_synth_offline(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+        "CDK_DISABLE_VERSION_CHECK": "1",
+        "CDK_DISABLE_CLI_TELEMETRY": "true",
+    }
+    result = subprocess.run(
+        [
+            str(ROOT / "node_modules" / ".bin" / "cdk"),
+            "synth",
+            "--no-notices",
+            "--no-version-reporting",
+            "-q",
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        cwd=ROOT / "infra" / "aws",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert (tmp_path / "out" / "DelayedDelivery.template.json").exists()
