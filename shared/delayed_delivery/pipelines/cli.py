@@ -134,7 +134,9 @@ def preview(
 @migrate_app.command("run")
 def run(
     source: Source,
-    target: Annotated[str, typer.Option("--target", "-t", help="Target URL, e.g. sqlite:delays.db.")],
+    target: Annotated[
+        str, typer.Option("--target", "-t", help="sqlite:PATH, postgresql://…, azure-table:TABLE or sqs:REGION.")
+    ],
     output: Annotated[str, typer.Option("--output", "-o", help="Folder for the ledger and rejects.")] = "migration",
     run_id: Annotated[str | None, typer.Option("--run-id", help="Run id (default: a hash of the arguments).")] = None,
     fmt: Fmt = None,
@@ -196,6 +198,7 @@ def run(
         ("batches done earlier (skipped)", f"{summary.batches_skipped} of {summary.batches}"),
         ("batches written now", str(summary.batches_written)),
         ("rows written now", f"{summary.rows_written:,}"),
+        ("refused by the target (see refused folder)", f"{summary.refused:,}"),
         ("already due (delivered at once)", f"{summary.already_due:,}"),
         ("rows / s", f"{summary.rows_per_second:,.0f}"),
         ("run state", summary.state),

@@ -438,6 +438,7 @@ class MigrationSummary:
     rows_written: int
     already_due: int
     seconds: float
+    refused: int
     rejects_path: str | None
     state: str
 
@@ -476,21 +477,34 @@ def _write_partition(
                 target = spec.build()
             ledger.mark(batch, BatchState.STARTED)
             written = due_now = 0
+            refused: list[tuple[str, str]] = []
             chunk: dict[str, DelayedMessage] = {}  # by id: a repeated id in the export keeps its last row
             for row in group:
                 chunk[row["message_id"]] = _to_message(row)
                 due_now += row["due_us"] <= now_us
                 if len(chunk) >= batch_size:
-                    target.write(list(chunk.values()))
+                    refused.extend(target.write(list(chunk.values())))
                     written += len(chunk)
                     chunk = {}
             if chunk:
-                target.write(list(chunk.values()))
+                refused.extend(target.write(list(chunk.values())))
                 written += len(chunk)
-            ledger.mark(batch, BatchState.COMPLETED, rows=written, already_due=due_now)
+            _record_refusals(Path(run_folder), batch, refused)
+            ledger.mark(batch, BatchState.COMPLETED, rows=written - len(refused), already_due=due_now,
+                        refused=len(refused))  # fmt: skip
     finally:
         if target is not None:
             target.close()
+
+
+def _record_refusals(run_folder: Path, batch: int, refused: Sequence[tuple[str, str]]) -> None:
+    """Write (or clear) the batch's refusals: ``refused/batch-NNNNN.jsonl``, one ``{message_id, reason}`` a line."""
+    path = run_folder / "refused" / f"batch-{batch:05d}.jsonl"
+    if not refused:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"message_id": m, "reason": r}) + "\n" for m, r in refused))
 
 
 def run_migration(
@@ -529,7 +543,7 @@ def run_migration(
             ).first()
             return MigrationSummary(
                 run_id, spec.url, True, int(counts[0]), rejected, options.batches, 0, 0, 0,
-                int(counts[1] or 0), time.monotonic() - started, None, "dry-run",
+                int(counts[1] or 0), time.monotonic() - started, 0, None, "dry-run",
             )  # fmt: skip
         rejects_path = str(folder / "rejects")
         loaded.rejects.write.mode("overwrite").json(rejects_path)
@@ -571,6 +585,7 @@ def run_migration(
             rows_written=sum(int(str(e.get("rows", 0))) for e in written_now),
             already_due=sum(int(str(e.get("already_due", 0))) for e in written_now),
             seconds=time.monotonic() - started,
+            refused=sum(int(str(e.get("refused", 0))) for e in written_now),
             rejects_path=rejects_path,
             state=manifest.state.value,
         )

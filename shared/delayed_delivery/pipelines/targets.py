@@ -15,6 +15,10 @@ rather than duplicates. URL forms:
     driver from ``VAR`` (default ``DELAYED_DELIVERY_STORAGE_CONNECTION_STRING``) and shipped to the
     executors with the job; it is never recorded in the run's files.
 
+``sqs:REGION[?endpoint_url=URL]``
+    SQS through the AWS adapter's sender (credentials from the usual boto3 chain on each executor).
+    A message already due is sent with no delay. Not undoable.
+
 In every store a message already due is stored with its past due time; the dispatcher's next fetch
 (``due_at <= now``) delivers it at once. Undo removes the ids a run wrote (those already delivered are
 gone and are reported as such).
@@ -25,14 +29,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigurationError
+from ..headers import HEADER_PREFIX
 from ..model import DelayedMessage
 from ..sqlite_store import SqliteDelayedMessageStore
 
-__all__ = ["TARGET_FACTORIES", "MigrationTarget", "SqliteTarget", "StoreTarget", "TargetSpec"]
+__all__ = ["TARGET_FACTORIES", "MigrationTarget", "SqliteTarget", "SqsTarget", "StoreTarget", "TargetSpec"]
 
 #: Where the Azure target reads its connection string unless ``connection_env`` names another variable.
 DEFAULT_AZURE_CONNECTION_ENV = "DELAYED_DELIVERY_STORAGE_CONNECTION_STRING"
@@ -49,8 +55,12 @@ class MigrationTarget(Protocol):
         """Create tables or queues if missing; safe to call from every executor."""
         ...
 
-    def write(self, messages: Sequence[DelayedMessage]) -> None:
-        """Write one batch; writing the same ids again overwrites them."""
+    def write(self, messages: Sequence[DelayedMessage]) -> Sequence[tuple[str, str]]:
+        """Write one batch; writing the same ids again overwrites them where the target can.
+
+        Returns (message id, reason) for each message the target refused for good (never retryable
+        failures, which raise); the job records them as refusals instead of failing the run.
+        """
         ...
 
     def undo(self, message_ids: Sequence[str]) -> int:
@@ -79,7 +89,8 @@ class TargetSpec:
         scheme = "postgresql" if scheme == "postgres" else scheme
         if not sep or scheme not in TARGET_FACTORIES:
             raise ConfigurationError(
-                f"unknown target {url!r}: use sqlite:PATH, postgresql://… or azure-table:TABLE (see docs/pipelines.md)"
+                f"unknown target {url!r}: use sqlite:PATH, postgresql://…, azure-table:TABLE or sqs:REGION "
+                "(see docs/pipelines.md)"
             )
         if scheme == "postgresql":
             return cls._postgres(url)
@@ -135,10 +146,11 @@ class SqliteTarget:
         """Create the table if missing."""
         self.store.setup_infrastructure()
 
-    def write(self, messages: Sequence[DelayedMessage]) -> None:
+    def write(self, messages: Sequence[DelayedMessage]) -> Sequence[tuple[str, str]]:
         """INSERT OR REPLACE the batch in one transaction."""
         if messages:
             self.store.store_many(messages)
+        return ()
 
     def undo(self, message_ids: Sequence[str]) -> int:
         """Delete the ids; count those that were still there."""
@@ -161,10 +173,11 @@ class StoreTarget:
         """Create the table if missing."""
         self.store.setup_infrastructure()
 
-    def write(self, messages: Sequence[DelayedMessage]) -> None:
+    def write(self, messages: Sequence[DelayedMessage]) -> Sequence[tuple[str, str]]:
         """Store the batch with the store's own batching."""
         if messages:
             self.store.store_many(messages)
+        return ()
 
     def undo(self, message_ids: Sequence[str]) -> int:
         """Remove the ids; count those that were still there."""
@@ -175,6 +188,90 @@ class StoreTarget:
         close = getattr(self.store, "close", None)
         if callable(close):
             close()
+
+
+class SqsTarget:
+    """SQS through the AWS adapter's ``SqsDelayedSender``: native ``DelaySeconds`` up to 900 s, ``-delay.fifo`` beyond.
+
+    The body must be UTF-8 text and the headers become message attributes (at most 10, or 9 on the FIFO
+    route); the migration's own ``DelayedDelivery.*`` marker headers are not sent (SQS reserves that
+    prefix for the product). A message SQS cannot take is refused, not fatal. SQS cannot take back a
+    sent message, so ``abort`` cannot undo this target.
+    """
+
+    can_undo = False
+    undo_note = (
+        "SQS cannot take back a sent message: the run's sent batches are listed in its ledger; "
+        "messages on the -delay.fifo queues could only be purged together with everything else on them"
+    )
+
+    def __init__(self, region: str, endpoint_url: str | None = None) -> None:
+        import boto3
+
+        from ..aws.sender import SqsDelayedSender
+
+        client = boto3.client("sqs", region_name=region, endpoint_url=endpoint_url)
+        self.sender = SqsDelayedSender(client)
+
+    def prepare(self) -> None:
+        """Nothing to create: destinations and their ``-delay.fifo`` queues belong to the receivers."""
+
+    def write(self, messages: Sequence[DelayedMessage]) -> Sequence[tuple[str, str]]:
+        """Send the batch (SendMessageBatch per queue); refuse messages SQS can never take."""
+        from ..aws.sender import DelayedSend
+        from ..errors import DelayedDeliveryError
+
+        now = datetime.now(UTC)
+        refused: list[tuple[str, str]] = []
+        sends: list[DelayedSend] = []
+        for m in messages:
+            try:
+                body = m.body.decode("utf-8")
+            except UnicodeDecodeError:
+                refused.append((m.message_id, "SQS bodies are text: the body is not UTF-8"))
+                continue
+            attributes = {k: v for k, v in m.headers.items() if not k.startswith(HEADER_PREFIX)}
+            sends.append(DelayedSend(m.destination, body, m.delay_from(now), attributes or None, m.message_id))
+        try:
+            result = self.sender.send_delayed_batch(sends)
+        except DelayedDeliveryError as exc:
+            if exc.retryable:
+                raise
+            return refused + self._one_by_one(sends)  # some message is invalid: find which
+        for message_id, error in result.failures.items():
+            if error.retryable:
+                raise error
+            refused.append((message_id, str(error)))
+        return refused
+
+    def _one_by_one(self, sends: Sequence[Any]) -> list[tuple[str, str]]:
+        from ..errors import DelayedDeliveryError
+
+        refused: list[tuple[str, str]] = []
+        for send in sends:
+            try:
+                self.sender.send_delayed(
+                    send.destination, send.body, send.delay, attributes=send.attributes, message_id=send.message_id
+                )
+            except DelayedDeliveryError as exc:
+                if exc.retryable:
+                    raise
+                refused.append((send.message_id, str(exc)))
+        return refused
+
+    def undo(self, message_ids: Sequence[str]) -> int:
+        """SQS cannot take back a sent message."""
+        raise ConfigurationError(self.undo_note)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _sqs(spec: TargetSpec) -> MigrationTarget:
+    try:
+        return SqsTarget(spec.location, spec.option("endpoint_url"))
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigurationError("the sqs target needs the aws extra: pip install '.[aws]'") from exc
 
 
 def _sqlite(spec: TargetSpec) -> MigrationTarget:
@@ -209,4 +306,5 @@ TARGET_FACTORIES: dict[str, Callable[[TargetSpec], MigrationTarget]] = {
     "sqlite": _sqlite,
     "postgresql": _postgres,
     "azure-table": _azure_table,
+    "sqs": _sqs,
 }
