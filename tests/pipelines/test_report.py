@@ -48,6 +48,27 @@ def logs(tmp_path: Path) -> Path:
         line("m4", "moved_to_error_queue", 601, "B", reason="PermanentError('bad')"),
         # m5: endpoint B, delay logged explicitly (100000 s: band 1 d–30 d), 3 s late.
         line("m5", "dispatched", 100_003, "B", lateness_s=3.0, delay_s=100_000),
+        # m6: Powertools-style and epoch-millisecond timestamps (as CloudWatch exports them) parse too.
+        json.dumps(
+            {
+                "timestamp": "2026-01-01 00:20:00,500+0000",
+                "event": "stored",
+                "message_id": "m6",
+                "destination": "q-C",
+                "endpoint": "C",
+                "due_at": at(1800),
+            }
+        ),
+        json.dumps(
+            {
+                "timestamp": int((T0.timestamp() + 1800.5) * 1000),
+                "event": "dispatched",
+                "message_id": "m6",
+                "destination": "q-C",
+                "endpoint": "C",
+                "lateness_s": 0.5,
+            }
+        ),
         "this line is not JSON",
     ]
     path = tmp_path / "logs" / "a.jsonl"
@@ -59,7 +80,7 @@ def logs(tmp_path: Path) -> Path:
 def test_report_numbers_match_the_hand_computed_values(spark: Any, logs: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     r = build_report(spark, str(logs), str(out))
-    assert (r.lines, r.events, r.messages) == (15, 14, 5)
+    assert (r.lines, r.events, r.messages) == (17, 16, 6)
 
     by_ep = {row["endpoint"]: row for row in r.tables["lateness_by_endpoint"]}
     assert (by_ep["A"]["messages"], by_ep["A"]["p50_s"], by_ep["A"]["p95_s"], by_ep["A"]["max_s"]) == (3, 2.0, 4.0, 4.0)
@@ -67,15 +88,24 @@ def test_report_numbers_match_the_hand_computed_values(spark: Any, logs: Path, t
 
     by_band = {row["band"]: row for row in r.tables["lateness_by_band"]}
     assert list(by_band) == ["≤15 min", "15 min–1 h", "1 d–30 d"]
-    assert (by_band["≤15 min"]["messages"], by_band["≤15 min"]["p50_s"], by_band["≤15 min"]["p95_s"]) == (2, 1.0, 2.0)
+    # ≤15 min holds m1 (1 s), m2 (2 s) and m6 (0.5 s): nearest-rank p50 = 1, p95 = 2.
+    assert (by_band["≤15 min"]["messages"], by_band["≤15 min"]["p50_s"], by_band["≤15 min"]["p95_s"]) == (3, 1.0, 2.0)
 
     dups = {row["endpoint"]: row for row in r.tables["duplicates"]}
     assert (dups["A"]["duplicate_deliveries"], dups["A"]["messages_with_duplicates"]) == (1, 1)
     assert dups["B"]["duplicate_deliveries"] == 0
 
-    assert {row["hops"]: row["messages"] for row in r.tables["hops"]} == {0: 4, 3: 1}
+    assert {row["hops"]: row["messages"] for row in r.tables["hops"]} == {0: 5, 3: 1}
     assert r.tables["error_queue"] == [{"endpoint": "B", "reason": "PermanentError('bad')", "forwards": 1}]
-    assert [(row["minute"].minute, row["dispatched"]) for row in r.tables["throughput"]] == [(10, 2), (50, 1), (46, 1)]
+    assert [(row["minute"].minute, row["dispatched"]) for row in r.tables["throughput"]] == [
+        (10, 2),
+        (30, 1),  # m6, from its epoch-ms timestamp
+        (50, 1),
+        (46, 1),
+    ]
+    assert by_ep["C"]["p50_s"] == 0.5
+    m6 = spark.read.parquet(str(out / "messages.parquet")).filter("message_id = 'm6'").first()
+    assert (m6["delay_s"], m6["band"]) == (599.5, "≤15 min")  # due 00:30:00 − stored 00:20:00.5 (Powertools format)
 
     (cost,) = r.tables["cost_by_band"]  # only m3 went through SQS
     assert (cost["band"], cost["messages"], cost["measured_requests_per_message"]) == ("15 min–1 h", 1, 7.0)
@@ -86,7 +116,7 @@ def test_report_numbers_match_the_hand_computed_values(spark: Any, logs: Path, t
     for name in ("lateness_by_endpoint", "lateness_by_band", "duplicates", "error_queue", "cost_by_band"):
         assert (out / f"{name}.csv").read_text().count("\n") == len(r.tables[name]) + 1
         assert list((out / f"{name}.parquet").glob("*.parquet"))
-    assert spark.read.parquet(str(out / "messages.parquet")).count() == 5
+    assert spark.read.parquet(str(out / "messages.parquet")).count() == 6
     for png in ("lateness_by_band", "throughput", "hops", "cost_by_band"):
         assert (out / f"{png}.png").read_bytes()[:4] == b"\x89PNG"
     summary = (out / "summary.md").read_text()

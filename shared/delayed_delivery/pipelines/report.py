@@ -3,9 +3,9 @@
 Run with ``spark-submit shared/delayed_delivery/pipelines/report.py --logs … --output …``,
 ``python -m delayed_delivery.pipelines.report …`` or ``delayed-delivery report …``.
 
-Input fields (one JSON object per line, as ``logjson.JsonFormatter`` writes and CloudWatch Logs or
-Application Insights export; unknown fields are ignored, missing ones are null):
-``timestamp`` (ISO-8601), ``event`` (``stored``, ``dispatched``, ``already_removed``, ``dispatch_failed``,
+Input fields (one JSON object per line, as ``logjson.JsonFormatter`` and the Lambda's Powertools logger
+write and CloudWatch Logs or Application Insights export; unknown fields are ignored, missing ones are null):
+``timestamp`` (ISO-8601, Powertools' ``yyyy-MM-dd HH:mm:ss,fff+0000`` or epoch seconds/milliseconds), ``event`` (``stored``, ``dispatched``, ``already_removed``, ``dispatch_failed``,
 ``moved_to_error_queue``, ``requeued``, ``forwarded``), ``message_id``, ``destination``, ``endpoint``
 (optional; the destination stands in), ``due_at`` (ISO-8601), ``lateness_s``, ``hop``, ``remaining_delay_s``,
 ``reason``, ``cloud`` (``aws``/``azure``/``local``), and optionally ``delay_s`` and ``requests``.
@@ -88,6 +88,17 @@ def _band_expr(F: Any, col: Any) -> Any:
     return expr
 
 
+def _timestamp(F: Any, column: str) -> Any:
+    """ISO-8601, Powertools' ``2026-01-01 10:00:00,123+0000``, or epoch seconds / milliseconds, as a timestamp."""
+    text = F.trim(F.col(column))
+    iso = F.regexp_replace(F.regexp_replace(text, ",", "."), r"([+-]\d\d)(\d\d)$", "$1:$2")
+    return F.coalesce(
+        iso.try_cast("timestamp"),
+        F.when(text.rlike(r"^\d{12,13}$"), F.timestamp_millis(text.cast("long"))),
+        F.when(text.rlike(r"^\d{9,10}(\.\d+)?$"), F.timestamp_seconds(text.cast("double"))),
+    )
+
+
 def build_report(spark: Any, logs: str, output: str) -> ReportResult:
     """Read the logs, compute every table, write Parquet + CSV + PNG charts + summary.md under ``output``."""
     from pyspark.sql import functions as F
@@ -98,8 +109,8 @@ def build_report(spark: Any, logs: str, output: str) -> ReportResult:
     lines = raw.count()
     ev = (
         raw.filter(F.col("event").isNotNull() & F.col("message_id").isNotNull())
-        .withColumn("ts", F.expr("try_cast(timestamp AS TIMESTAMP)"))
-        .withColumn("due", F.expr("try_cast(due_at AS TIMESTAMP)"))
+        .withColumn("ts", _timestamp(F, "timestamp"))
+        .withColumn("due", _timestamp(F, "due_at"))
         .persist()
     )
 
