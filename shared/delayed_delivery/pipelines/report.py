@@ -4,11 +4,14 @@ Run with ``spark-submit shared/delayed_delivery/pipelines/report.py --logs … -
 ``python -m delayed_delivery.pipelines.report …`` or ``delayed-delivery report …``.
 
 Input fields (one JSON object per line, as ``logjson.JsonFormatter`` and the Lambda's Powertools logger
-write and CloudWatch Logs or Application Insights export; unknown fields are ignored, missing ones are null):
-``timestamp`` (ISO-8601, Powertools' ``yyyy-MM-dd HH:mm:ss,fff+0000`` or epoch seconds/milliseconds),
-``event`` (``stored``, ``dispatched``, ``already_removed``, ``dispatch_failed``, ``moved_to_error_queue``,
-``requeued``, ``forwarded``), ``message_id``, ``destination``, ``endpoint`` (optional; the destination stands in), ``due_at`` (ISO-8601), ``lateness_s``, ``hop``, ``remaining_delay_s``,
-``reason``, ``cloud`` (``aws``/``azure``/``local``), and optionally ``delay_s`` and ``requests``.
+write and CloudWatch Logs or Application Insights export; unknown fields are ignored, missing ones null):
+
+* ``timestamp``: ISO-8601, Powertools' ``yyyy-MM-dd HH:mm:ss,fff+0000``, or epoch seconds/milliseconds;
+* ``event``: ``stored``, ``dispatched``, ``already_removed``, ``dispatch_failed``, ``moved_to_error_queue``,
+  ``requeued`` or ``forwarded``;
+* ``message_id``, ``destination``, ``endpoint`` (optional; the destination stands in), ``due_at`` (ISO-8601),
+  ``lateness_s``, ``hop``, ``remaining_delay_s``, ``reason``, ``cloud`` (``aws``/``azure``/``local``),
+  and optionally ``delay_s`` and ``requests``.
 
 Definitions: a message's delay is ``delay_s`` if logged, else ``due_at`` minus the time of its ``stored``
 event; its lateness is the ``lateness_s`` of its first ``dispatched`` event; a duplicate delivery is every
