@@ -88,18 +88,24 @@ def dispatch_throughput(conn: str, queue: str, n: int, concurrency: int) -> floa
     now = datetime.now(UTC)
     host.store.store_many([DelayedMessage(f"m-{i}", queue, BODY, now - timedelta(seconds=1)) for i in range(n)])
     lease = host.lease(0)
-    if not lease.try_acquire():
-        raise RuntimeError("could not acquire a fresh lease")
     dispatcher = Dispatcher(host.store.for_shards([0]), host.transport, host.settings)
+    dispatched = 0
     try:
         start = time.perf_counter()
-        report = dispatcher.dispatch_due(None, wait_for_due=False, keep_going=lease.keep_going)
+        while dispatched < n and time.perf_counter() - start < 600:
+            if not lease.try_acquire():  # what a timer run does: retry each second
+                time.sleep(1.0)
+                continue
+            report = dispatcher.dispatch_due(None, wait_for_due=False, keep_going=lease.keep_going)
+            dispatched += report.dispatched
+            if not report.dispatched:
+                time.sleep(0.5)  # the rest are claimed by a lost lease's run: their claims expire
         elapsed = time.perf_counter() - start
     finally:
         lease.release()
         dispatcher.close()
-    if report.dispatched != n:
-        raise RuntimeError(f"dispatched {report.dispatched} of {n}")
+    if dispatched != n:
+        raise RuntimeError(f"dispatched {dispatched} of {n}")
     host.store.drop()
     return n / elapsed
 

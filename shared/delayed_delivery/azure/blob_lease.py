@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError, ResourceNotFoundError
@@ -72,6 +73,9 @@ class BlobLease:
         self.margin = margin
         self._monotonic = monotonic
         self._client: BlobLeaseClient | None = None
+        #: One lease id for this object's life: re-acquiring after a failed renewal succeeds at once
+        #: if the lease is in fact still ours, and fails (409) if someone else took it.
+        self._lease_id = str(uuid.uuid4())
         self._valid_until = 0.0
         self._lost = threading.Event()
         self._stop = threading.Event()
@@ -119,12 +123,14 @@ class BlobLease:
         if self._client is not None:  # lost earlier: clean up before trying again
             self.abandon()
         started = self._monotonic()
-        client = BlobLeaseClient(self.blob)
+        client = BlobLeaseClient(self.blob, lease_id=self._lease_id)
         try:
-            client.acquire(lease_duration=self.duration)
-        except ResourceNotFoundError:
-            self.setup_infrastructure()
-            return False
+            try:
+                client.acquire(lease_duration=self.duration)
+            except ResourceNotFoundError:  # first use of this shard: create its blob, then try once more
+                self.setup_infrastructure()
+                started = self._monotonic()
+                client.acquire(lease_duration=self.duration)
         except HttpResponseError as exc:
             if exc.status_code == 409:
                 return False

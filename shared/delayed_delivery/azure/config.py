@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import requests
+from azure.core.pipeline.transport import RequestsTransport
 from azure.data.tables import TableServiceClient
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueServiceClient
@@ -149,12 +151,13 @@ class AzureClients:
     @classmethod
     def create(cls, config: AzureDelayedDeliveryConfig) -> AzureClients:
         """Clients from a connection string, or from a managed identity when only the account is known."""
+        pool = max(10, config.settings.max_concurrency + 4)  # parallel puts must not queue for connections
         if config.connection_string:
             conn = config.connection_string
             return cls(
                 TableServiceClient.from_connection_string(conn),
                 BlobServiceClient.from_connection_string(conn),
-                QueueServiceClient.from_connection_string(conn),
+                QueueServiceClient.from_connection_string(conn, transport=_transport(pool)),
             )
         from azure.identity import DefaultAzureCredential  # only needed in Azure
 
@@ -163,5 +166,16 @@ class AzureClients:
         return cls(
             TableServiceClient(f"https://{account}.table.core.windows.net", credential=credential),
             BlobServiceClient(f"https://{account}.blob.core.windows.net", credential=credential),
-            QueueServiceClient(f"https://{account}.queue.core.windows.net", credential=credential),
+            QueueServiceClient(
+                f"https://{account}.queue.core.windows.net", credential=credential, transport=_transport(pool)
+            ),
         )
+
+
+def _transport(pool: int) -> RequestsTransport:
+    """An HTTP transport whose connection pool holds ``pool`` connections per host."""
+    session = requests.Session()
+    adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=pool)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return RequestsTransport(session=session, session_owner=True)
