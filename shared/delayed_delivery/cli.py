@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -20,6 +21,9 @@ from .durations import format_duration, to_seconds
 from .errors import DelayedDeliveryError
 from .logjson import JsonFormatter
 from .ops_cli import register_operator_commands
+
+if TYPE_CHECKING:
+    from .cloud_demo import CloudDemoResult, CloudProgress, CloudSummary
 
 app = typer.Typer(
     name="delayed-delivery",
@@ -115,21 +119,152 @@ def _progress_table(p: DemoProgress) -> Table:
 
 @app.command()
 def demo(
-    quick: Annotated[bool, typer.Option("--quick", help="Fewer messages, shorter run.")] = False,
-    messages: Annotated[int | None, typer.Option(help="Messages to send (default 240, quick 80).")] = None,
-    span: Annotated[float | None, typer.Option(help="Real seconds that 2 years are compressed into.")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer messages, shorter run (under 2 minutes).")] = False,
+    core: Annotated[
+        bool, typer.Option("--core", help="The core-only demo: SQLite store, no emulators, no cloud SDKs.")
+    ] = False,
+    messages: Annotated[
+        int | None, typer.Option(help="Messages per cloud (default 45, quick 18; core: 240 / 80).")
+    ] = None,
+    year_seconds: Annotated[
+        float | None, typer.Option("--year-seconds", help="Real seconds that 1 year is compressed into.")
+    ] = None,
+    cloud: Annotated[str, typer.Option(help="Run on aws, azure or both.")] = "both",
+    span: Annotated[float | None, typer.Option(help="--core only: real seconds that 2 years take.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream the dispatchers' JSON logs.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Stream the functions' JSON logs to stderr.")
+    ] = False,
 ) -> None:
-    """Run the local demo: delays from 0 s to 2 years, compressed, through the embedded store.
+    """Run the demo on local emulators: moto server (SQS) and Azurite, started and stopped for you.
 
-    Exits 1 if any message was lost. The cloud demo (moto server + Azurite) arrives with the AWS and Azure paths.
+    Sends delays from 0 s to "1 year" (compressed: 1 year = 45 s, quick 25 s) through both clouds, plus poison
+    messages, one cancelled and one rescheduled; runs the SQS requeue Lambda and the Azure timer function
+    in-process; prints live progress and a summary. Exits 1 if anything was lost.
+
+    Example: delayed-delivery demo --quick      (core-only, no emulators: delayed-delivery demo --core)
     """
+    _configure_logging(verbose)
+    if core:
+        _core_demo(quick, messages, span, as_json, verbose)
+        return
+    if cloud not in ("aws", "azure", "both"):
+        raise _fail("--cloud must be aws, azure or both")
+    if (messages is not None and messages < 1) or (year_seconds is not None and year_seconds <= 0):
+        raise _fail("--messages and --year-seconds must be positive")
+    try:
+        from .cloud_demo import CloudDemoConfig, run_cloud_demo
+    except ImportError as exc:
+        raise _fail(
+            f"the cloud demo needs the aws and azure extras ({exc.name} is missing): "
+            "pip install 'delayed-delivery[aws,azure]' 'moto[server]', or run `delayed-delivery demo --core`"
+        ) from None
+    from dataclasses import replace
+
+    config = CloudDemoConfig.quick() if quick else CloudDemoConfig()
+    config = replace(config, aws=cloud != "azure", azure=cloud != "aws")
+    if messages is not None:
+        config = replace(config, messages_per_cloud=messages)
+    if year_seconds is not None:
+        config = replace(config, year_seconds=year_seconds)
+    out = Console(file=sys.stdout)  # bound now: the functions' stdout is redirected while they run
+    quiet = as_json or verbose or not sys.stdout.isatty()
+    status = None if as_json else (lambda text: err.print(f"[dim]{text}[/dim]", highlight=False))
+    try:
+        if quiet:
+            result = run_cloud_demo(config, on_status=status, verbose=verbose)
+        else:
+            with Live(_cloud_progress_table([]), console=out, refresh_per_second=8) as live:
+                result = run_cloud_demo(
+                    config,
+                    on_progress=lambda p: live.update(_cloud_progress_table(p)),
+                    on_status=status,
+                    verbose=verbose,
+                )
+    except DelayedDeliveryError as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        out.print_json(json.dumps(result.as_dict()))
+    else:
+        out.print(_cloud_summary_table(result))
+        for c in result.clouds:
+            for note in c.notes:
+                out.print(f"[yellow]note ({c.cloud}):[/yellow] {note}", highlight=False)
+    if not result.ok:
+        raise typer.Exit(code=1)
+
+
+def _cloud_progress_table(progress: list[CloudProgress]) -> Table:
+    t = Table(title="delayed-delivery demo on local emulators (moto server + Azurite)")
+    t.add_column("cloud")
+    for col in ("sent", "pending (not due)", "in flight (due)", "delivered", "error queue"):
+        t.add_column(col, justify="right")
+    for p in progress:
+        t.add_row(p.cloud, str(p.sent), str(p.pending), str(p.in_flight), str(p.delivered), str(p.error_queue))
+    return t
+
+
+def _cloud_summary_table(result: CloudDemoResult) -> Table:
+    by = {c.cloud: c for c in result.clouds}
+    names = [c.cloud for c in result.clouds]
+    t = Table(
+        title=f"demo summary: 1 s = {format_duration(result.compression)}, "
+        f"1 year = {result.year_seconds:g} s, run {result.seconds:.0f} s"
+    )
+    t.add_column("measure")
+    for name in names:
+        t.add_column("AWS (SQS)" if name == "aws" else "Azure (Storage Queues)", justify="right")
+
+    def row(label: str, value: Callable[[CloudSummary], object]) -> None:
+        t.add_row(label, *(str(value(by[n])) for n in names))
+
+    row("sent (incl. poison, cancelled)", lambda c: c.sent)
+    row("delivered / expected", lambda c: f"{c.delivered} / {c.expected_deliveries}")
+    row("[bold]lost (must be 0)[/bold]", lambda c: c.lost)
+    row("duplicates", lambda c: c.duplicates)
+    row("early (must be 0)", lambda c: c.early)
+    row("error queue / poison sent", lambda c: f"{c.error_queue} / {c.expected_error_queue}")
+    row(
+        "cancelled (delivered anyway)",
+        lambda c: f"{c.cancelled} ({c.cancelled_but_delivered})" if c.cancelled else "n/a",
+    )
+    row("rescheduled", lambda c: c.rescheduled if c.rescheduled else "n/a")
+    row("lateness p50 (compressed s)", lambda c: f"{c.lateness_p50:.2f}")
+    row("lateness p99 (compressed s)", lambda c: f"{c.lateness_p99:.2f}")
+    row("routes", lambda c: ", ".join(f"{k} {v}" for k, v in sorted(c.routes.items())))
+    if "aws" in by:
+        aws = by["aws"].requests
+        t.add_row("SQS requests per message per hop", f"{aws['requests_per_hop']:.2f}", *([""] * (len(names) - 1)))
+        t.add_row(
+            "SQS hops (per long-delay message)",
+            f"{aws['hops']:.0f} ({aws['hops_per_long_message']:.1f})",
+            *([""] * (len(names) - 1)),
+        )
+        t.add_row(
+            "SQS requests per message (+ empty receives)",
+            f"{aws['requests_per_message']:.2f} (+{aws['empty_receives']:.0f})",
+            *([""] * (len(names) - 1)),
+        )
+    if "azure" in by:
+        az = by["azure"].requests
+        pad = [""] * (len(names) - 1)
+        t.add_row("Azure storage transactions per message", *pad, f"{az['requests_per_message']:.2f}")
+        t.add_row(
+            "  of which the function: table / queue / blob",
+            *pad,
+            f"{az['function_table_requests']:.0f} / {az['function_queue_requests']:.0f} / "
+            f"{az['function_blob_requests']:.0f}",
+        )
+        t.add_row("  timer runs", *pad, f"{az['timer_runs']:.0f}")
+    return t
+
+
+def _core_demo(quick: bool, messages: int | None, span: float | None, as_json: bool, verbose: bool) -> None:
+    """The core-only demo: SQLite store and two dispatchers, no emulators."""
     count = messages if messages is not None else (80 if quick else 240)
     seconds = span if span is not None else (6.0 if quick else 12.0)
     if count < 1 or seconds <= 0:
         raise _fail("--messages and --span must be positive")
-    _configure_logging(verbose)
     quiet = as_json or verbose or not sys.stdout.isatty()
     if quiet:
         result = run_core_demo(messages=count, span_seconds=seconds)

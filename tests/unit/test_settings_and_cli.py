@@ -79,7 +79,7 @@ def test_cli_bad_duration_is_one_line_and_exit_2() -> None:
 
 
 def test_cli_demo_loses_nothing() -> None:
-    result = runner.invoke(app, ["demo", "--messages", "40", "--span", "2", "--json"])
+    result = runner.invoke(app, ["demo", "--core", "--messages", "40", "--span", "2", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["lost"] == 0 and data["duplicates"] == 0

@@ -1,0 +1,50 @@
+"""The demo end to end: the cloud demo on its own emulators in a tiny mode, and the core-only demo."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from delayed_delivery.cli import app
+
+pytestmark = [pytest.mark.moto, pytest.mark.azurite]
+
+
+def test_cloud_demo_tiny_loses_nothing_and_reports_a_sane_summary() -> None:
+    result = CliRunner().invoke(
+        app, ["demo", "--quick", "--json", "--messages", "9", "--year-seconds", "8"], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["ok"] is True and data["lost"] == 0
+    clouds = {c["cloud"]: c for c in data["clouds"]}
+    assert set(clouds) == {"aws", "azure"}
+    aws, azure = clouds["aws"], clouds["azure"]
+    for c in (aws, azure):
+        assert c["delivered"] == c["expected_deliveries"] == 9 + (1 if c["cloud"] == "azure" else 0)
+        assert c["lost"] == 0 and c["early"] == 0
+        assert c["error_queue"] == c["expected_error_queue"] == 2
+        assert 0 <= c["lateness_p50"] <= c["lateness_p99"] < 10
+    # the long delays hopped through -delay.fifo, each hop costing a few requests, not dozens
+    assert aws["routes"]["fifo"] >= 2 and aws["requests"]["hops"] > aws["routes"]["fifo"]
+    assert 1 <= aws["requests"]["requests_per_hop"] < 6
+    assert aws["notes"] and "not available" in aws["notes"][0]
+    # Azure: the table route took the long ones, the cancelled one never arrived, the rescheduled one did
+    assert azure["routes"]["table"] >= 3 and azure["routes"]["native"] >= 3
+    assert azure["cancelled"] == 1 and azure["cancelled_but_delivered"] == 0 and azure["rescheduled"] == 1
+    assert azure["requests"]["requests_per_message"] > 1 and azure["requests"]["timer_runs"] >= 1
+
+
+def test_core_demo_is_still_there() -> None:
+    result = CliRunner().invoke(app, ["demo", "--core", "--json", "--messages", "16", "--span", "2"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["lost"] == 0 and data["delivered"] == 16
+
+
+def test_demo_rejects_an_unknown_cloud() -> None:
+    result = CliRunner().invoke(app, ["demo", "--cloud", "gcp"])
+    assert result.exit_code == 2
+    assert "--cloud must be aws, azure or both" in result.stderr
