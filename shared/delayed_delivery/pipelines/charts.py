@@ -97,7 +97,7 @@ def scatter_chart(path: str, xs: Sequence[float], ys: Sequence[float], *, title:
     plt = _pyplot()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    ax.vlines([x + 1 for x in xs], 0, list(ys), color="#3b6ea5")
+    ax.vlines([x + 1 for x in xs], 0, list(ys), color="#3b6ea5", linewidth=3)
     ax.set_xscale("log")
     ax.set_title(title)
     ax.set_xlabel(xlabel.replace("(log)", "+ 1 (log)"))
