@@ -15,10 +15,16 @@ from rich.live import Live
 from rich.table import Table
 
 from . import __version__
-from .cost import SCHEDULER_PRICE_PER_INVOCATION, estimate_sqs_cost, fifo_cycle_cost
+from .cost import (
+    MEASURED_SQS_REQUESTS_PER_HOP,
+    SCHEDULER_PRICE_PER_INVOCATION,
+    estimate_sqs_cost,
+    fifo_cycle_cost,
+)
 from .demo import DemoProgress, run_core_demo
 from .durations import format_duration, to_seconds
 from .errors import DelayedDeliveryError
+from .local_cli import local_app
 from .logjson import JsonFormatter
 from .ops_cli import register_operator_commands
 
@@ -74,6 +80,7 @@ def cost(
         raise _fail("--messages must be at least 1")
     seed = fifo_cycle_cost(seconds)
     ours = estimate_sqs_cost(seconds, requests_per_hop=2.0)
+    measured = estimate_sqs_cost(seconds, requests_per_hop=MEASURED_SQS_REQUESTS_PER_HOP)
     rows = {
         "delay_seconds": seconds,
         "seed_formula_usd_per_message": seed,
@@ -81,7 +88,9 @@ def cost(
         "our_plan_fifo_cycles": ours.fifo_cycles,
         "our_plan_requests_per_message": ours.requests,
         "our_plan_usd_total": ours.dollars * messages,
-        "our_measured_requests_per_hop": None,
+        "our_measured_requests_per_hop": MEASURED_SQS_REQUESTS_PER_HOP,
+        "our_measured_requests_per_message": measured.requests,
+        "our_measured_usd_total": measured.dollars * messages,
         "eventbridge_scheduler_usd_total": SCHEDULER_PRICE_PER_INVOCATION * messages,
         "messages": messages,
     }
@@ -102,7 +111,11 @@ def cost(
         f"{ours.requests:,.1f}",
         f"${ours.dollars * messages:,.2f}",
     )
-    table.add_row("our measured requests per hop", "not measured yet (AWS path pending)", "-")
+    table.add_row(
+        f"our measured: {MEASURED_SQS_REQUESTS_PER_HOP} requests per hop (batched)",
+        f"{measured.requests:,.1f}",
+        f"${measured.dollars * messages:,.2f}",
+    )
     table.add_row(
         "EventBridge Scheduler ($1.00/M)", "1 invocation", f"${SCHEDULER_PRICE_PER_INVOCATION * messages:,.2f}"
     )
@@ -299,6 +312,7 @@ def _core_demo(quick: bool, messages: int | None, span: float | None, as_json: b
 
 
 register_operator_commands(app)
+app.add_typer(local_app, name="local")
 
 
 def _configure_logging(verbose: bool) -> None:

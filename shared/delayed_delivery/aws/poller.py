@@ -169,6 +169,10 @@ class LocalEventSourcePoller:
             except Exception:
                 time.sleep(0.2)
 
+    def signal_stop(self) -> None:
+        """Ask the background thread to stop after its current poll (returns at once)."""
+        self._stop.set()
+
     def stop(self) -> None:
         """Stop the background thread (waits for the current poll)."""
         self._stop.set()

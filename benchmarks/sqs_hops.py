@@ -1,0 +1,264 @@
+"""SQS requests per message per hop, counted at moto server (never estimated, never timed).
+
+N messages (default 1,000) are sent with one delay that plans 10 FIFO hops under compressed time (native cap
+and FIFO hop 2 s, delay 21 s), spread over several endpoints so that no queue holds more than ~50 messages
+(moto answers in O(queue depth)). One local event source per ``-delay.fifo`` queue invokes the real Lambda
+handler (batch 10, partial batch responses) until every message has reached its destination. A botocore
+``before-send`` hook counts every request the pollers and the handler make; the hops are counted from the
+handler's records (each record handled once = one hop).
+
+* ``fifo_requests_per_message_per_hop``: every request on the hop path (receive, send, delete, look-ups),
+  empty receives included. The seed's formula assumes 2 (one requeue + one delete per message per cycle).
+* ``..._without_empty_receives``: the same, minus empty polls (a real event source long-polls 20 s, so it
+  makes few; the local one polls every 1 s).
+* the per-operation split, and ``send_requests_per_message`` for the sender's first send (SendMessageBatch).
+
+Run: ``python -m benchmarks.sqs_hops [--smoke] [--messages 1000] [--endpoints 20]``. Starts its own moto
+server unless ``MOTO_ENDPOINT`` is set. Figures: benchmarks/aws.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.common import Row, print_table, write_json
+from delayed_delivery.aws.counting import RequestCounter
+from delayed_delivery.aws.poller import LocalEventSourcePoller
+from delayed_delivery.aws.queues import ensure_endpoint
+from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.settings import DelayedDeliverySettings
+from functions.aws.requeue import build_handler
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+NAME = "sqs_hops"
+
+
+@contextmanager
+def _moto() -> Iterator[str]:
+    if os.environ.get("MOTO_ENDPOINT"):
+        yield os.environ["MOTO_ENDPOINT"]
+        return
+    from delayed_delivery.local import LocalEmulators
+
+    with LocalEmulators(azurite=False) as emulators:
+        yield emulators.sqs_endpoint
+
+
+def _client(endpoint: str) -> SQSClient:
+    import boto3
+
+    return boto3.client(
+        "sqs", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    )
+
+
+def measure(
+    messages: int, endpoints: int, hops: int, hop_seconds: int, endpoint: str, *, deliver: bool
+) -> dict[str, Any]:
+    """Run one measurement and return the raw counts.
+
+    ``deliver=False``: the delay is far longer than the run, so every hop is a requeue; the pollers stop once
+    ``messages × hops`` records were handled (the hop count does not depend on how fast moto is).
+    ``deliver=True``: the delay plans exactly ``hops`` FIFO cycles and the run waits for every delivery
+    (loss, duplicates and lateness; under load hops take longer than planned, so fewer happen).
+    """
+    settings = DelayedDeliverySettings(
+        max_native_delay=hop_seconds, fifo_queue_delay=hop_seconds, error_queue=f"bench-errors-{time.time_ns()}"
+    )
+    delay = hop_seconds * hops + 1 if deliver else 10**7  # `hops` FIFO cycles then 1 s native, or "never"
+    send_client, hop_client, reader = _client(endpoint), _client(endpoint), _client(endpoint)
+    send_counter, hop_counter = RequestCounter().attach(send_client), RequestCounter().attach(hop_client)
+    run = time.time_ns()
+    names = [f"bench-{run}-{i}" for i in range(endpoints)]
+    queues = [ensure_endpoint(reader, name, settings, visibility_timeout=60) for name in names]
+    handler = build_handler(
+        {
+            "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(hop_seconds),
+            "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(hop_seconds),
+            "DELAYED_DELIVERY_ERROR_QUEUE": settings.error_queue,
+            "POWERTOOLS_LOG_LEVEL": "WARNING",
+            "POWERTOOLS_METRICS_DISABLED": "true",
+        },
+        sqs_client=hop_client,
+    )
+    pollers = [LocalEventSourcePoller(hop_client, q.delay_url, q.delay_arn, handler) for q in queues]
+    sender = SqsDelayedSender(send_client, settings)
+    batch = [
+        DelayedSend(names[i % endpoints], f"message {i}", delay, message_id=f"m{i}", attributes={"n": i})
+        for i in range(messages)
+    ]
+    for name in names:  # warm the sender's queue cache so the send count is the sends alone
+        sender.directory.get(name)
+        sender.directory.get(f"{name}-delay.fifo")
+    send_counter.reset()
+    for p in pollers:
+        p.start()
+    start = time.monotonic()
+    result = sender.send_delayed_batch(batch)
+    assert result.ok, result.failures
+    due = time.time() + delay
+    arrived: dict[str, int] = {}
+    lateness: list[float] = []
+    deadline = start + (delay if deliver else 0) + 60 + messages * hops / 20
+    while time.monotonic() < deadline:
+        if not deliver:
+            if sum(p.stats.records - p.stats.failed for p in pollers) >= messages * hops:
+                break
+            time.sleep(0.2)
+            continue
+        if sum(arrived.values()) >= messages:
+            break
+        for q in queues:
+            reply = reader.receive_message(QueueUrl=q.input_url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
+            got = reply.get("Messages", [])
+            if got:
+                now = time.time()
+                for m in got:
+                    arrived[m["Body"]] = arrived.get(m["Body"], 0) + 1
+                    lateness.append(now - due)
+                reader.delete_message_batch(
+                    QueueUrl=q.input_url,
+                    Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)],
+                )
+        time.sleep(0.2)
+    elapsed = time.monotonic() - start
+    for p in pollers:
+        p.signal_stop()  # all at once, so no poller keeps polling while another is joined
+    for p in pollers:
+        p.stop()
+    records = [r for p in pollers for e in p.events for r in e["Records"]]
+    return {
+        "mode": "deliver" if deliver else "steady_requeue",
+        "messages": messages,
+        "endpoints": endpoints,
+        "planned_hops": hops,
+        "hop_seconds": hop_seconds,
+        "hops": sum(p.stats.records - p.stats.failed for p in pollers),
+        "redelivered_records": sum(1 for r in records if int(r["attributes"]["ApproximateReceiveCount"]) > 1),
+        "delivered": len(arrived) if deliver else None,
+        "duplicates": sum(n - 1 for n in arrived.values()) if deliver else None,
+        "lateness_s_sorted": sorted(lateness) if deliver else None,
+        "seconds": elapsed,
+        "send_requests": send_counter.snapshot(),
+        "hop_requests": hop_counter.snapshot(),
+        "empty_receives": hop_counter.empty_receives,
+        "invocations": sum(p.stats.invocations for p in pollers),
+        "handler_errors": sum(p.stats.handler_errors for p in pollers),
+        "failed_records": sum(p.stats.failed for p in pollers),
+    }
+
+
+def rows_from(steady: list[dict[str, Any]], delivery: list[dict[str, Any]]) -> list[Row]:
+    """Turn raw counts into benchmark rows (one sample per run)."""
+
+    def per_hop(c: dict[str, Any], ops: tuple[str, ...] | None = None, minus_empty: bool = False) -> float:
+        total = sum(n for op, n in c["hop_requests"].items() if ops is None or op in ops)
+        if minus_empty:
+            total -= c["empty_receives"]
+        return float(total) / c["hops"]
+
+    first = steady[0]
+    note = f"{first['messages']:,} messages × {first['planned_hops']} hops, {first['endpoints']} endpoints, batch 10"
+    seed = 2.0
+    all_in = tuple(per_hop(c) for c in steady)
+    busy = tuple(per_hop(c, minus_empty=True) for c in steady)
+    rows = [
+        Row(
+            NAME,
+            "fifo_requests_per_message_per_hop",
+            "requests",
+            all_in,
+            "seed formula (2)",
+            statistics_ratio(all_in, seed),
+            note,
+        ),
+        Row(
+            NAME,
+            "fifo_requests_per_message_per_hop_without_empty_receives",
+            "requests",
+            busy,
+            "seed formula (2)",
+            statistics_ratio(busy, seed),
+        ),
+        Row(
+            NAME,
+            "receive_requests_per_message_per_hop",
+            "requests",
+            tuple(per_hop(c, ("ReceiveMessage",)) for c in steady),
+        ),
+        Row(
+            NAME,
+            "send_batch_requests_per_message_per_hop",
+            "requests",
+            tuple(per_hop(c, ("SendMessageBatch", "SendMessage")) for c in steady),
+        ),
+        Row(
+            NAME,
+            "delete_requests_per_message_per_hop",
+            "requests",
+            tuple(per_hop(c, ("DeleteMessageBatch", "DeleteMessage")) for c in steady),
+        ),
+        Row(NAME, "hops_per_message", "hops", tuple(c["hops"] / c["messages"] for c in steady)),
+        Row(
+            NAME,
+            "send_requests_per_message",
+            "requests",
+            tuple(sum(c["send_requests"].values()) / c["messages"] for c in steady),
+        ),
+    ]
+    for c in delivery:
+        late = c["lateness_s_sorted"] or [0.0]
+        note = f"{c['messages']} messages, {c['planned_hops']} planned hops of {c['hop_seconds']} s, end to end"
+        rows += [
+            Row(NAME, "delivery_lost", "messages", (float(c["messages"] - c["delivered"]),), notes=note),
+            Row(NAME, "delivery_duplicates", "messages", (float(c["duplicates"]),)),
+            Row(NAME, "delivery_early", "messages", (float(sum(1 for x in late if x < -0.25)),)),
+            Row(NAME, "delivery_lateness_p50", "s", (late[len(late) // 2],)),
+            Row(NAME, "delivery_lateness_p99", "s", (late[min(len(late) - 1, int(len(late) * 0.99))],)),
+        ]
+    return rows
+
+
+def statistics_ratio(samples: tuple[float, ...], baseline: float) -> float:
+    """Median of ``samples`` divided by ``baseline``."""
+    import statistics
+
+    return statistics.median(samples) / baseline
+
+
+def run(smoke: bool = False, *, runs: int = 1, messages: int = 1000, endpoints: int = 20) -> list[Row]:
+    """The benchmark-runner entry point: the steady-state hop cost, then one end-to-end delivery run."""
+    if smoke:
+        runs, messages, endpoints, hops, deliver_messages, deliver_endpoints = 1, 20, 2, 2, 20, 2
+    else:
+        hops, deliver_messages, deliver_endpoints = 10, 200, 10
+    with _moto() as endpoint:
+        steady = [measure(messages, endpoints, hops, 1, endpoint, deliver=False) for _ in range(runs)]
+        delivery = [measure(deliver_messages, deliver_endpoints, 3, 2, endpoint, deliver=True)]
+    run.last_counts = {"steady": steady, "delivery": delivery}  # type: ignore[attr-defined]
+    return rows_from(steady, delivery)
+
+
+def main() -> None:
+    """Command line: print the table, write JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--messages", type=int, default=1000)
+    parser.add_argument("--endpoints", type=int, default=20)
+    a = parser.parse_args()
+    rows = run(a.smoke, runs=a.runs, messages=a.messages, endpoints=a.endpoints)
+    print_table(rows, "SQS requests per message per hop (moto server, counted)")
+    counts = run.last_counts  # type: ignore[attr-defined]
+    print(write_json(NAME + ("-smoke" if a.smoke else ""), rows, {"counts": counts}))
+
+
+if __name__ == "__main__":
+    main()

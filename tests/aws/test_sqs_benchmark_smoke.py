@@ -1,0 +1,19 @@
+"""The request-counting benchmark runs at smoke size against the test moto server, and batching shows in the count."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.moto
+
+
+def test_hops_are_batched_so_requests_per_hop_stay_far_below_the_seed_formula(moto_endpoint: str) -> None:
+    from benchmarks.sqs_hops import measure
+
+    counts = measure(20, 2, 2, 1, moto_endpoint, deliver=False)
+    assert counts["hops"] >= 40 and counts["handler_errors"] == 0 and counts["failed_records"] == 0
+    sends = counts["hop_requests"].get("SendMessageBatch", 0) + counts["hop_requests"].get("SendMessage", 0)
+    deletes = counts["hop_requests"].get("DeleteMessageBatch", 0)
+    assert sends / counts["hops"] <= 0.25  # records arrive ~10 at a time, one SendMessageBatch each
+    assert deletes / counts["hops"] <= 0.25
+    assert sum(counts["send_requests"].values()) == 2  # 20 messages, 10 per SendMessageBatch
