@@ -120,16 +120,28 @@ def _azurite_argv(blob: int, queue: int, table: int) -> list[str]:
 
 
 class LocalEmulators:
-    """Start moto server and/or Azurite on free loopback ports; stop them on exit."""
+    """Start moto server and/or Azurite on loopback (free ports unless given); stop them on exit."""
 
-    def __init__(self, *, moto: bool = True, azurite: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        moto: bool = True,
+        azurite: bool = True,
+        moto_port: int | None = None,
+        azurite_ports: tuple[int, int, int] | None = None,
+    ) -> None:
         self.emulators: dict[str, Emulator] = {}
         if moto:
-            port = _free_port()
+            port = moto_port or _free_port()
             self.emulators["moto"] = Emulator("moto server", _moto_argv(port), [port])
         if azurite:
-            blob, queue, table = _free_port(), _free_port(), _free_port()
+            blob, queue, table = azurite_ports or (_free_port(), _free_port(), _free_port())
             self.emulators["azurite"] = Emulator("Azurite", _azurite_argv(blob, queue, table), [blob, queue, table])
+        busy = [p for e in self.emulators.values() for p in e.ports if (moto_port or azurite_ports) and _listening(p)]
+        if busy:
+            raise ConfigurationError(
+                f"port(s) {', '.join(map(str, busy))} already in use on 127.0.0.1 (emulators already running?)"
+            )
 
     @property
     def sqs_endpoint(self) -> str:

@@ -1,0 +1,69 @@
+"""``delayed-delivery local up``: run moto server and Azurite on the fixed ports that ``--local`` points at."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from .errors import DelayedDeliveryError
+from .local import LocalEmulators, azurite_connection_string
+from .ops_cloud import LOCAL_AZURITE_PORTS, LOCAL_MOTO_PORT
+
+__all__ = ["local_app"]
+
+
+local_app = typer.Typer(
+    name="local",
+    help="Local emulators on fixed ports (moto server 5000, Azurite 10000-10002) for --local.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+_out = Console()
+_err = Console(stderr=True)
+
+
+@local_app.command()
+def up(
+    moto_port: Annotated[int, typer.Option(help="moto server port.")] = LOCAL_MOTO_PORT,
+    azurite_port: Annotated[int, typer.Option(help="Azurite blob port; queue and table use the next two.")] = (
+        LOCAL_AZURITE_PORTS[0]
+    ),
+    seconds: Annotated[
+        float | None, typer.Option("--for", help="Stop after this many seconds (default: until Ctrl-C).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the connection settings as JSON.")] = False,
+) -> None:
+    """Start moto server and Azurite in memory on loopback and keep them up until Ctrl-C.
+
+    Example: delayed-delivery local up   (then, in another shell: delayed-delivery send --cloud aws --local …)
+    """
+    ports = (azurite_port, azurite_port + 1, azurite_port + 2)
+    try:
+        emulators = LocalEmulators(moto_port=moto_port, azurite_ports=ports).start()
+    except DelayedDeliveryError as exc:
+        _err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(code=2) from None
+    settings = {
+        "AWS_ENDPOINT_URL_SQS": emulators.sqs_endpoint,
+        "DELAYED_DELIVERY_STORAGE_CONNECTION_STRING": azurite_connection_string(*ports),
+    }
+    try:
+        if as_json:
+            _out.print_json(json.dumps(settings))
+        else:
+            _out.print(f"moto server  {emulators.sqs_endpoint}", highlight=False)
+            _out.print(f"Azurite      blob {ports[0]}, queue {ports[1]}, table {ports[2]}", highlight=False)
+            _out.print("use --local with --cloud aws|azure, or export:", highlight=False)
+            for key, value in settings.items():
+                _out.print(f"  export {key}='{value}'", highlight=False, soft_wrap=True)
+            _out.print("Ctrl-C stops both.", highlight=False)
+        threading.Event().wait(seconds)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        emulators.stop()
