@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -16,8 +17,8 @@ from rich.table import Table
 
 from . import __version__
 from .cost import (
-    MEASURED_SQS_REQUESTS_PER_HOP,
     SCHEDULER_PRICE_PER_INVOCATION,
+    STANDARD_PRICE_PER_REQUEST,
     estimate_sqs_cost,
     fifo_cycle_cost,
 )
@@ -58,19 +59,41 @@ def _root(
 
 
 def _fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
+
+
+#: Requests per message per FIFO hop counted by ``python -m benchmarks.sqs_hops`` (1,000 messages × 10 hops,
+#: batch 10, empty receives included), used when the benchmark's JSON is not beside the package.
+RECORDED_SQS_REQUESTS_PER_HOP = 0.353
+_CHUNK = 64 * 1024
+_SQS_MAX_BYTES = 1_048_576
+_SCHEDULER_MAX_BYTES = 256 * 1024
+
+
+def _measured_requests_per_hop() -> tuple[float, str]:
+    """The counted requests per message per hop: the benchmark's JSON in a checkout, else the recorded figure."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "sqs_hops.json"
+    try:
+        rows = json.loads(path.read_text())["rows"]
+        row = next(r for r in rows if r["metric"] == "fifo_requests_per_message_per_hop")
+        return float(row["median"]), f"benchmarks/results/sqs_hops.json ({row.get('notes') or 'moto server'})"
+    except (OSError, ValueError, KeyError, StopIteration, TypeError):
+        return RECORDED_SQS_REQUESTS_PER_HOP, "recorded by python -m benchmarks.sqs_hops"
 
 
 @app.command()
 def cost(
     delay: Annotated[str, typer.Option("--delay", "-d", help="Delay, e.g. 90s, 2h, 30d, 365d.")],
+    size: Annotated[int, typer.Option("--size", help="Message size in bytes (billed per 64 KiB chunk).")] = 1024,
     messages: Annotated[int, typer.Option(help="Number of messages to price.")] = 1_000_000,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
-    """Price SQS delayed delivery for DELAY: the seed's formula beside our plan and EventBridge Scheduler.
+    """Price SQS delayed delivery for DELAY: the seed's formula, our plan at the measured requests per hop, Scheduler.
 
-    Example: delayed-delivery cost --delay 365d
+    Every SQS request and Scheduler invocation is billed per 64 KiB chunk of payload. us-east-1 list prices.
+
+    Example: delayed-delivery cost --delay 365d --size 2048
     """
     try:
         seconds = to_seconds(delay)
@@ -78,47 +101,52 @@ def cost(
         raise _fail(str(exc)) from None
     if messages < 1:
         raise _fail("--messages must be at least 1")
-    seed = fifo_cycle_cost(seconds)
-    ours = estimate_sqs_cost(seconds, requests_per_hop=2.0)
-    measured = estimate_sqs_cost(seconds, requests_per_hop=MEASURED_SQS_REQUESTS_PER_HOP)
+    if not 1 <= size <= _SQS_MAX_BYTES:
+        raise _fail(f"--size must be from 1 to {_SQS_MAX_BYTES:,} bytes (the SQS message limit)")
+    chunks = -(-size // _CHUNK)
+    per_hop, source = _measured_requests_per_hop()
+    seed = fifo_cycle_cost(seconds) * chunks
+    naive = estimate_sqs_cost(seconds, requests_per_hop=2.0)
+    measured = estimate_sqs_cost(seconds, requests_per_hop=per_hop)
+    scheduler_ok = size <= _SCHEDULER_MAX_BYTES
+    scheduler = (SCHEDULER_PRICE_PER_INVOCATION + STANDARD_PRICE_PER_REQUEST) * chunks if scheduler_ok else None
     rows = {
         "delay_seconds": seconds,
+        "size_bytes": size,
+        "billed_chunks_per_request": chunks,
+        "messages": messages,
         "seed_formula_usd_per_message": seed,
         "seed_formula_usd_total": seed * messages,
-        "our_plan_fifo_cycles": ours.fifo_cycles,
-        "our_plan_requests_per_message": ours.requests,
-        "our_plan_usd_total": ours.dollars * messages,
-        "our_measured_requests_per_hop": MEASURED_SQS_REQUESTS_PER_HOP,
+        "our_plan_fifo_cycles": measured.fifo_cycles,
+        "our_plan_requests_per_message_at_2_per_hop": naive.requests,
+        "our_measured_requests_per_hop": per_hop,
+        "our_measured_requests_per_hop_source": source,
         "our_measured_requests_per_message": measured.requests,
-        "our_measured_usd_total": measured.dollars * messages,
-        "eventbridge_scheduler_usd_total": SCHEDULER_PRICE_PER_INVOCATION * messages,
-        "messages": messages,
+        "our_measured_usd_total": measured.dollars * chunks * messages,
+        "eventbridge_scheduler_usd_total": None if scheduler is None else scheduler * messages,
     }
     if as_json:
         console.print_json(json.dumps(rows))
         return
-    table = Table(title=f"SQS cost of {messages:,} messages delayed {format_duration(seconds)}")
+    table = Table(
+        title=f"SQS cost of {messages:,} messages delayed {format_duration(seconds)}, {size:,} bytes "
+        f"({chunks} billed chunk{'s' if chunks > 1 else ''} per request)"
+    )
     table.add_column("approach")
     table.add_column("requests / message", justify="right")
     table.add_column("USD total", justify="right")
+    table.add_row("seed formula (delay/900 × 2 × $0.50/M)", f"{seconds / 900 * 2:,.1f}", f"${seed * messages:,.2f}")
     table.add_row(
-        "seed formula (delay/900 × 2 × $0.50/M)",
-        f"{seconds / 900 * 2:,.1f}",
-        f"${seed * messages:,.2f}",
-    )
-    table.add_row(
-        f"our plan: {ours.fifo_cycles:,} FIFO hops × 2 + 1 native send",
-        f"{ours.requests:,.1f}",
-        f"${ours.dollars * messages:,.2f}",
-    )
-    table.add_row(
-        f"our measured: {MEASURED_SQS_REQUESTS_PER_HOP} requests per hop (batched)",
+        f"our plan: {measured.fifo_cycles:,} FIFO hops × {per_hop:.3f} measured + 1 native send",
         f"{measured.requests:,.1f}",
-        f"${measured.dollars * messages:,.2f}",
+        f"${measured.dollars * chunks * messages:,.2f}",
     )
     table.add_row(
-        "EventBridge Scheduler ($1.00/M)", "1 invocation", f"${SCHEDULER_PRICE_PER_INVOCATION * messages:,.2f}"
+        "EventBridge Scheduler ($1.00/M) + SQS send ($0.40/M)",
+        "1 invocation + 1 send" if scheduler_ok else "n/a (payload > 256 KB)",
+        f"${scheduler * messages:,.2f}" if scheduler is not None else "-",
     )
+    table.caption = f"measured requests per hop: {source}"
     console.print(table)
 
 
@@ -354,5 +382,5 @@ def main() -> None:
     try:
         app()
     except DelayedDeliveryError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
