@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -23,11 +23,9 @@ from .clock import SystemClock, utc
 from .durations import format_duration, to_seconds
 from .errors import DelayedDeliveryError, InvalidMessageError, TransientError
 from .model import DelayedMessage
+from .ops_cloud import AzureTableRoute, SqsRoute  # no cloud SDK at import: the routes import theirs when used
 from .ports import DelayedMessageStore, InspectableStore, ReschedulableStore
 from .stores import open_store
-
-if TYPE_CHECKING:
-    from .ops_cloud import AzureTableRoute, SqsRoute
 
 __all__ = ["register_operator_commands"]
 
@@ -202,8 +200,8 @@ def send(
     if route is not None:
         if cancellable and route.name != "azure":
             raise UsageError("--cancellable is for --cloud azure (SQS messages cannot be cancelled yet)")
-        if route.name == "azure":
-            result = route.send(to, payload, due, headers, message_id, cancellable=cancellable)  # type: ignore[call-arg]
+        if isinstance(route, AzureTableRoute):
+            result = route.send(to, payload, due, headers, message_id, cancellable=cancellable)
         else:
             result = route.send(to, payload, due, headers, message_id)
     else:
@@ -251,8 +249,8 @@ def pending(
     if by not in ("hour", "day"):
         raise UsageError("--by must be hour or day")
     route = _cloud(cloud, local, endpoint_url, region, connection_string, endpoint)
-    if route is not None and route.name == "aws":
-        data = route.pending(queue)  # type: ignore[arg-type]
+    if isinstance(route, SqsRoute):
+        data = route.pending(queue)
         if as_json:
             console.print_json(json.dumps(data))
             return
@@ -269,7 +267,7 @@ def pending(
     if queue is not None:
         raise UsageError("--queue is for --cloud aws")
     if route is not None:
-        data = route.pending(3600 if by == "hour" else 86_400)  # type: ignore[arg-type]
+        data = route.pending(3600 if by == "hour" else 86_400)
     else:
         s = _inspectable(_open(store))
         now = SystemClock().now()

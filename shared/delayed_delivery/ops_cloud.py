@@ -85,11 +85,11 @@ class SqsRoute:
 
         endpoint_url = options.endpoint_url or (LOCAL_MOTO_URL if options.local else None)
         region = options.region or (LOCAL_REGION if options.local else None)
-        keys: dict[str, str] = {}
-        if options.local and not os.environ.get("AWS_ACCESS_KEY_ID"):
-            keys = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+        key = "testing" if options.local and not os.environ.get("AWS_ACCESS_KEY_ID") else None
         self.where = endpoint_url or "AWS"
-        self.client: SQSClient = boto3.client("sqs", endpoint_url=endpoint_url, region_name=region, **keys)  # type: ignore[call-overload]
+        self.client: SQSClient = boto3.client(
+            "sqs", endpoint_url=endpoint_url, region_name=region, aws_access_key_id=key, aws_secret_access_key=key
+        )
         self.settings = DelayedDeliverySettings.from_env(os.environ)
 
     def send(
