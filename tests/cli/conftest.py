@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from delayed_delivery.cli import app
 

@@ -80,8 +80,9 @@ def test_unreachable_local_emulator_gives_a_hint(monkeypatch: pytest.MonkeyPatch
     one_line_error(result, "local up")
 
 
-@pytest.mark.parametrize("command", ["send", "pending", "cancel", "reschedule", "cost", "demo", "local"])
+@pytest.mark.parametrize("command", ["send", "pending", "cancel", "reschedule", "cost", "demo", "local up"])
 def test_every_command_has_help_with_an_example(command: str) -> None:
-    result = run(command, "--help")
+    result = run(*command.split(), "--help")
     assert result.exit_code == 0
-    assert "Example" in result.output or "delayed-delivery" in result.output
+    assert "Example" in result.output and f"delayed-delivery {command.split()[0]}" in result.output
+    assert "--json" in result.output
