@@ -78,17 +78,16 @@ def measure(
     run = time.time_ns()
     names = [f"bench-{run}-{i}" for i in range(endpoints)]
     queues = [ensure_endpoint(reader, name, settings, visibility_timeout=60) for name in names]
-    handler = build_handler(
-        {
-            "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(hop_seconds),
-            "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(hop_seconds),
-            "DELAYED_DELIVERY_ERROR_QUEUE": settings.error_queue,
-            "POWERTOOLS_LOG_LEVEL": "WARNING",
-            "POWERTOOLS_METRICS_DISABLED": "true",
-        },
-        sqs_client=hop_client,
-    )
-    pollers = [LocalEventSourcePoller(hop_client, q.delay_url, q.delay_arn, handler) for q in queues]
+    env = {
+        "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(hop_seconds),
+        "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(hop_seconds),
+        "DELAYED_DELIVERY_ERROR_QUEUE": settings.error_queue,
+    }
+    # One handler per queue, as each event source mapping gets its own Lambda instances.
+    pollers = [
+        LocalEventSourcePoller(hop_client, q.delay_url, q.delay_arn, build_handler(env, sqs_client=hop_client))
+        for q in queues
+    ]
     sender = SqsDelayedSender(send_client, settings)
     batch = [
         DelayedSend(names[i % endpoints], f"message {i}", delay, message_id=f"m{i}", attributes={"n": i})
@@ -247,7 +246,9 @@ def run(smoke: bool = False, *, runs: int = 1, messages: int = 1000, endpoints: 
 
 
 def main() -> None:
-    """Command line: print the table, write JSON."""
+    """Command line: print the table, write JSON (Powertools logs and EMF output are turned down)."""
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--runs", type=int, default=1)

@@ -58,7 +58,6 @@ def build_handler(env: Mapping[str, str], *, sqs_client: SQSClient | None = None
     metrics = Metrics(namespace=env.get("POWERTOOLS_METRICS_NAMESPACE", "DelayedDelivery"), service=service)
     tracer = Tracer(service=service)
     requeuer = FifoRequeuer(sqs_client, settings)
-    processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 
     def observe(result: RecordResult) -> None:
         """One log line with the fixed keys and the EMF metrics for one record."""
@@ -101,6 +100,10 @@ def build_handler(env: Mapping[str, str], *, sqs_client: SQSClient | None = None
             if result.error is not None:
                 raise result.error
 
+        # One processor per invocation: it holds the batch's state, so concurrent local invocations
+        # (the benchmark's pollers) must not share one. Each record is its own FIFO group (the message id),
+        # so skip_group_on_error fails only a failed record and later records of the same message.
+        processor = SqsFifoPartialProcessor(skip_group_on_error=True)
         response = process_partial_response(
             event=event, record_handler=record_handler, processor=processor, context=context
         )

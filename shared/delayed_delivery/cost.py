@@ -9,7 +9,6 @@ from .planning import SqsRoute, plan_sqs_delay
 
 __all__ = [
     "FIFO_PRICE_PER_REQUEST",
-    "MEASURED_SQS_REQUESTS_PER_HOP",
     "SCHEDULER_PRICE_PER_INVOCATION",
     "STANDARD_PRICE_PER_REQUEST",
     "SqsCostEstimate",
@@ -21,10 +20,6 @@ __all__ = [
 FIFO_PRICE_PER_REQUEST = 0.0000005
 STANDARD_PRICE_PER_REQUEST = 0.0000004
 SCHEDULER_PRICE_PER_INVOCATION = 0.000001
-#: SQS requests per message per FIFO hop, counted (botocore before-send hook) at moto server for 1,000 messages
-#: over 10 hops with the real requeue handler, batch 10, empty receives included:
-#: ``python -m benchmarks.sqs_hops`` (figures in benchmarks/aws.md).
-MEASURED_SQS_REQUESTS_PER_HOP = 0.34
 
 
 def fifo_cycle_cost(

@@ -131,3 +131,36 @@ def test_a_mapping_on_a_queue_that_is_not_a_delay_queue_is_refused(env: dict[str
     }
     with pytest.raises(ConfigurationError, match=r"-delay\.fifo"):
         requeue.handler({"Records": [record]}, LocalLambdaContext())
+
+
+def test_concurrent_invocations_of_one_handler_keep_their_batches_apart(
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    settings: DelayedDeliverySettings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The local pollers may call one handler from several threads; batch state must not be shared."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aws_lambda_powertools import Logger
+
+    from delayed_delivery.aws.sender import DelayedSend
+    from functions.aws.requeue import build_handler
+
+    info = Logger.info
+
+    def slow_info(self: Logger, *args: Any, **kwargs: Any) -> None:
+        time.sleep(0.002)  # widen the window in which two invocations overlap
+        info(self, *args, **kwargs)
+
+    monkeypatch.setattr(Logger, "info", slow_info)
+
+    assert sender.send_delayed_batch([DelayedSend("orders", f"c{i}", 30, message_id=f"c{i}") for i in range(20)]).ok
+    event = _event(sqs, endpoint, 20)
+    halves = [{"Records": event["Records"][:10]}, {"Records": event["Records"][10:]}]
+    handler = build_handler(handler_env(settings), sqs_client=sqs)
+    for _ in range(3):
+        with ThreadPoolExecutor(2) as pool:
+            responses = list(pool.map(lambda e: handler(e, LocalLambdaContext()), halves))
+        assert responses == [{"batchItemFailures": []}, {"batchItemFailures": []}]

@@ -70,7 +70,7 @@ def test_seed_1925s_example_two_fifo_cycles_then_native_remainder(
     assert _hops(poller, "m1925") == ["m1925:0", "m1925:1"]
 
 
-def test_many_hops_a_compressed_year_is_not_early_and_not_late_by_more_than_a_poll(
+def test_many_hops_are_not_early_and_late_by_at_most_a_poll(
     sqs: SQSClient, endpoint: EndpointQueues, sender: SqsDelayedSender, make_poller: Poller
 ) -> None:
     poller = make_poller()
