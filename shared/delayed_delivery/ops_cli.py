@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -262,6 +262,7 @@ def pending(
                 row["queue"], str(row["hop_cycle"]), str(row["final_native_delay"]), str(row["ready_at_destination"])
             )
         console.print(table)
+        _print_error_queue(data)
         console.print(f"[dim]limits: {data['limits']}[/dim]", highlight=False)
         return
     if queue is not None:
@@ -301,8 +302,16 @@ def pending(
     if len(backlog) > 48:
         table.caption = f"… {len(backlog) - 48} more buckets (use --json for all)"
     console.print(table)
+    _print_error_queue(data)
     if "limits" in data:
         console.print(f"[dim]limits: {data['limits']}[/dim]", highlight=False)
+
+
+def _print_error_queue(data: dict[str, Any]) -> None:
+    if data.get("error_queue_messages") is not None:
+        console.print(
+            f"error queue {data['error_queue']!r}: {data['error_queue_messages']} message(s)", highlight=False
+        )
 
 
 def cancel(

@@ -164,6 +164,8 @@ class SqsRoute:
             "route": "sqs-queue-attributes",
             "pending": sum(r["hop_cycle"] + r["final_native_delay"] for r in rows),
             "queues": rows,
+            "error_queue": self.settings.error_queue,
+            "error_queue_messages": self._error_queue_depth(),
             "limits": (
                 "SQS counts are approximate (eventually consistent) and carry no due times: no backlog by hour/day, "
                 "no next due or overdue. 'hop cycle' = messages in <queue>-delay.fifo (delays beyond the native cap); "
@@ -171,6 +173,17 @@ class SqsRoute:
                 "directly sent short delays)."
             ),
         }
+
+    def _error_queue_depth(self) -> int | None:
+        """Messages waiting in the error queue (None when it does not exist)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            url = self.client.get_queue_url(QueueName=self.settings.error_queue)["QueueUrl"]
+            attrs = self.client.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+        except (ClientError, BotoCoreError):
+            return None
+        return int(attrs["Attributes"].get("ApproximateNumberOfMessages", 0))
 
     def cancel(self, message_id: str) -> bool:
         """Not possible on SQS yet: raises ``UnsupportedOnRoute`` with the reason."""
@@ -321,9 +334,21 @@ class AzureTableRoute:
             "next_due": earliest.isoformat() if earliest else None,
             "oldest_overdue_seconds": overdue,
             "backlog": [{"bucket": b.isoformat(), "count": n} for b, n in sorted(buckets.items())],
+            "error_queue": self.config.settings.error_queue,
+            "error_queue_messages": self._error_queue_depth(),
             "limits": "table-routed messages only; native ones (≤ 7 days, not cancellable) wait in their queue, "
             "invisible, and are not counted here",
         }
+
+    def _error_queue_depth(self) -> int | None:
+        """Approximate messages in the error queue (None when it does not exist or cannot be read)."""
+        from azure.core.exceptions import AzureError
+
+        try:
+            properties = self.clients.queues.get_queue_client(self.config.settings.error_queue).get_queue_properties()
+        except AzureError:
+            return None
+        return int(properties.approximate_message_count or 0)
 
     def cancel(self, message_id: str) -> bool:
         """Delete the message's rows (exact)."""

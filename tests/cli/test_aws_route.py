@@ -47,6 +47,7 @@ def test_pending_reads_queue_attributes_and_states_its_limits(aws: list[str]) ->
     (row,) = data["queues"]
     assert row["queue"] == "orders" and row["hop_cycle"] == 1 and row["final_native_delay"] == 1
     assert data["pending"] == 2 and "approximate" in data["limits"]
+    assert data["error_queue"] == "error" and data["error_queue_messages"] == 0
     assert ok_json("pending", *aws, "--queue", "orders")["pending"] == 2
     text = run("pending", *aws)
     assert text.exit_code == 0 and "limits:" in text.stdout
@@ -68,3 +69,15 @@ def test_binary_body_is_refused(aws: list[str], tmp_path: object) -> None:
 def test_cancel_and_reschedule_explain_the_sqs_limitation(aws: list[str]) -> None:
     one_line_error(run("cancel", "abc", *aws), "cannot cancel 'abc' on SQS", "cancellation record")
     one_line_error(run("reschedule", "abc", "--delay", "1h", *aws), "cannot reschedule 'abc' on SQS")
+
+
+def test_local_points_at_moto_on_5000_with_test_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    from delayed_delivery.ops_cloud import CloudOptions, SqsRoute
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL_SQS", raising=False)
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    route = SqsRoute(CloudOptions("aws", local=True))
+    assert route.client.meta.endpoint_url == "http://127.0.0.1:5000"
+    assert route.client.meta.region_name == "us-east-1"
+    credentials = getattr(route.client, "_request_signer")._credentials  # noqa: B009
+    assert credentials.access_key == "testing"

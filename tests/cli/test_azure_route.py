@@ -34,6 +34,7 @@ def test_send_routes_pending_is_exact_reschedule_and_cancel(azure: list[str], un
     assert data["pending"] == 2 and data["oldest_overdue_seconds"] == 0  # the native one is not in the table
     assert datetime.fromisoformat(data["next_due"]) == datetime.fromisoformat(soon["due_at"])
     assert sum(b["count"] for b in data["backlog"]) == 2 and "native" in data["limits"]
+    assert data["error_queue"] == "error" and data["error_queue_messages"] is not None
 
     at = (datetime.now(UTC) - timedelta(hours=2)).replace(microsecond=0)
     moved = ok_json("reschedule", "keep-me", *azure, "--at", at.isoformat())
