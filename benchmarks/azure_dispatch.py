@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from azure.storage.queue import QueueServiceClient
 
 from benchmarks.common import Row, print_table, write_json
-from delayed_delivery.azure.config import AzureDelayedDeliveryConfig
+from delayed_delivery.azure.config import AzureDelayedDeliveryConfig, http_transport
 from delayed_delivery.azure.runner import AzureDispatcherHost
 from delayed_delivery.azure.storage_queue import StorageQueueTransport, encode_envelope
 from delayed_delivery.dispatcher import Dispatcher
@@ -74,7 +74,9 @@ def _host(conn: str, concurrency: int, run_seconds: float = 50.0) -> AzureDispat
 
 def raw_puts(conn: str, queue: str, n: int, concurrency: int) -> float:
     """Messages/s for ``n`` Put Message calls by ``concurrency`` threads."""
-    client = QueueServiceClient.from_connection_string(conn).get_queue_client(queue)
+    # the same connection pool as the dispatcher's transport, so the comparison is like for like
+    service = QueueServiceClient.from_connection_string(conn, transport=http_transport(concurrency + 4))
+    client = service.get_queue_client(queue)
     text = encode_envelope(DelayedMessage("raw", queue, BODY, datetime.now(UTC)))
     start = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
@@ -127,7 +129,7 @@ class _Stamping:
 def lateness(conn: str, queue: str, n: int, window: float, concurrency: int) -> list[float]:
     """Seconds late for ``n`` rows due uniformly within ``window`` seconds, during one timer run."""
     lead = 5.0
-    host = _host(conn, concurrency, run_seconds=lead + window + 4.0)
+    host = _host(conn, concurrency, run_seconds=lead + window + 10.0)
     stamping = _Stamping(host.transport)
     host.transport = stamping  # type: ignore[assignment]
     rng = random.Random(7)

@@ -140,8 +140,10 @@ class BlobLease:
         self._client = client
         self._valid_until = started + self.duration - self.margin
         self._lost.clear()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._renew_loop, name=f"lease-{self.shard}", daemon=True)
+        self._stop = threading.Event()  # one per acquisition: a slow old renewer can never be revived
+        self._thread = threading.Thread(
+            target=self._renew_loop, args=(self._stop,), name=f"lease-{self.shard}", daemon=True
+        )
         self._thread.start()
         _log.info("lease acquired", extra={lf.EVENT: EVENT_LEASE_ACQUIRED, lf.SHARD: self.shard})
         return True
@@ -159,15 +161,18 @@ class BlobLease:
         try:
             client.renew()
         except AzureError as exc:
-            self._mark_lost(repr(exc))
+            if client is self._client:  # not released or replaced while the call was in flight
+                where = f"{self.container.container_name}/{self.blob.blob_name}"
+                self._mark_lost(f"renewing lease {client.id} on {where}: {exc!r}")
             return False
-        self._valid_until = started + self.duration - self.margin
-        self.renewals += 1
+        if client is self._client:
+            self._valid_until = started + self.duration - self.margin
+            self.renewals += 1
         return True
 
-    def _renew_loop(self) -> None:
-        while not self._stop.wait(self.renew_every):
-            if not self.renew():
+    def _renew_loop(self, stop: threading.Event) -> None:
+        while not stop.wait(self.renew_every):
+            if stop.is_set() or not self.renew():
                 return
 
     def _mark_lost(self, reason: str) -> None:

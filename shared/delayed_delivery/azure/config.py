@@ -36,7 +36,7 @@ from ..naming import azure_delays_table_name, validate_azure_container_name, val
 from ..settings import DelayedDeliverySettings
 from .blob_lease import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
 
-__all__ = ["AzureClients", "AzureDelayedDeliveryConfig"]
+__all__ = ["AzureClients", "AzureDelayedDeliveryConfig", "http_transport"]
 
 ENV_ENDPOINT = "DELAYED_DELIVERY_ENDPOINT"
 ENV_TABLE = "DELAYED_DELIVERY_TABLE_NAME"
@@ -155,25 +155,31 @@ class AzureClients:
         if config.connection_string:
             conn = config.connection_string
             return cls(
-                TableServiceClient.from_connection_string(conn),
-                BlobServiceClient.from_connection_string(conn),
-                QueueServiceClient.from_connection_string(conn, transport=_transport(pool)),
+                TableServiceClient.from_connection_string(conn, transport=http_transport(pool)),
+                BlobServiceClient.from_connection_string(conn, transport=http_transport(10)),
+                QueueServiceClient.from_connection_string(conn, transport=http_transport(pool)),
             )
         from azure.identity import DefaultAzureCredential  # only needed in Azure
 
         credential = DefaultAzureCredential(managed_identity_client_id=config.managed_identity_client_id)
         account = config.account_name
         return cls(
-            TableServiceClient(f"https://{account}.table.core.windows.net", credential=credential),
+            TableServiceClient(
+                f"https://{account}.table.core.windows.net", credential=credential, transport=http_transport(pool)
+            ),
             BlobServiceClient(f"https://{account}.blob.core.windows.net", credential=credential),
             QueueServiceClient(
-                f"https://{account}.queue.core.windows.net", credential=credential, transport=_transport(pool)
+                f"https://{account}.queue.core.windows.net", credential=credential, transport=http_transport(pool)
             ),
         )
 
 
-def _transport(pool: int) -> RequestsTransport:
-    """An HTTP transport whose connection pool holds ``pool`` connections per host."""
+def http_transport(pool: int) -> RequestsTransport:
+    """An HTTP transport keeping ``pool`` connections per host alive.
+
+    With fewer pooled connections than parallel calls, every extra call opens and drops a connection; on a
+    busy endpoint the churn overflows its accept queue and a dropped SYN stalls a call for seconds.
+    """
     session = requests.Session()
     adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=pool)
     session.mount("http://", adapter)

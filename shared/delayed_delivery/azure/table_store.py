@@ -272,6 +272,8 @@ class TableDelayedMessageStore:
                     "AvailableAt": rk[len(rows.DUE_PREFIX) : len(rows.DUE_PREFIX) + 20],
                 }
                 self.table.update_entity(patch, **_if_match(row.metadata["etag"], UpdateMode.MERGE))
+                with self._lock:
+                    self._claimed.pop(message_id, None)  # the claim is released
                 return True
             except (ResourceNotFoundError, ResourceModifiedError):
                 continue
