@@ -127,6 +127,7 @@ class CloudSummary:
     lateness_max: float
     routes: dict[str, int] = field(default_factory=dict)
     requests: dict[str, float] = field(default_factory=dict)
+    by_delay: dict[str, dict[str, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -244,8 +245,20 @@ class _Tracker:
                 lateness_max=round(max(lateness, default=0.0), 3),
                 routes=dict(self.routes),
                 requests=requests,
+                by_delay=self._by_delay(wanted),
                 notes=list(self.notes),
             )
+
+    def _by_delay(self, wanted: set[str]) -> dict[str, dict[str, float]]:
+        """Per delay label: messages, delivered, worst lateness (call with the lock held)."""
+        out: dict[str, dict[str, float]] = {}
+        for m in sorted(wanted, key=lambda m: self.due[m]):
+            row = out.setdefault(self.labels[m], {"messages": 0, "delivered": 0, "lateness_max": 0.0})
+            row["messages"] += 1
+            if m in self.arrivals:
+                row["delivered"] += 1
+                row["lateness_max"] = round(max(row["lateness_max"], self.arrivals[m][0] - self.due[m]), 3)
+        return out
 
 
 @dataclass(frozen=True, slots=True)

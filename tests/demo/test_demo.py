@@ -27,6 +27,8 @@ def test_cloud_demo_tiny_loses_nothing_and_reports_a_sane_summary() -> None:
         assert c["lost"] == 0 and c["early"] == 0
         assert c["error_queue"] == c["expected_error_queue"] == 2
         assert 0 <= c["lateness_p50"] <= c["lateness_p99"] < 10
+    assert aws["by_delay"]["1 year"]["delivered"] == aws["by_delay"]["1 year"]["messages"] == 1
+    assert azure["by_delay"]["rescheduled"] == {**azure["by_delay"]["rescheduled"], "messages": 1, "delivered": 1}
     # the long delays hopped through -delay.fifo, each hop costing a few requests, not dozens
     assert aws["routes"]["fifo"] >= 2 and aws["requests"]["hops"] > aws["routes"]["fifo"]
     assert 1 <= aws["requests"]["requests_per_hop"] < 6
