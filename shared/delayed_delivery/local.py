@@ -2,7 +2,8 @@
 
 Both run on free loopback ports, with no telemetry and in-memory state, and stop with the context manager.
 Where they come from: ``moto_server`` beside the running Python (``pip install 'moto[server]'``), and
-Azurite from ``$DELAYED_DELIVERY_AZURITE`` (path to ``azurite.js``), ``./node_modules`` or ``azurite`` on PATH.
+Azurite from ``$DELAYED_DELIVERY_AZURITE`` (path to ``azurite.js``), ``./node_modules``, the source checkout's
+``node_modules`` or ``azurite`` on PATH.
 """
 
 from __future__ import annotations
@@ -104,7 +105,11 @@ def _azurite_argv(blob: int, queue: int, table: int) -> list[str]:
     flags = ["--silent", "--disableTelemetry", "--skipApiVersionCheck", "--inMemoryPersistence"]
     for service, port in (("blob", blob), ("queue", queue), ("table", table)):
         flags += [f"--{service}Host", "127.0.0.1", f"--{service}Port", str(port)]
-    script = os.environ.get("DELAYED_DELIVERY_AZURITE") or str(Path.cwd() / "node_modules/azurite/dist/src/azurite.js")
+    relative = "node_modules/azurite/dist/src/azurite.js"
+    checkout = Path(__file__).resolve().parents[2] / relative  # a source checkout, run from anywhere
+    script = os.environ.get("DELAYED_DELIVERY_AZURITE") or str(Path.cwd() / relative)
+    if not os.environ.get("DELAYED_DELIVERY_AZURITE") and not Path(script).exists() and checkout.exists():
+        script = str(checkout)
     if Path(script).exists():
         node = shutil.which("node")
         if not node:
