@@ -30,7 +30,10 @@ def _three_free_ports() -> int:
 
 
 def test_local_up_serves_on_the_given_ports_then_stops() -> None:
-    moto, azurite = free_port(), _three_free_ports()
+    azurite = _three_free_ports()
+    moto = free_port()
+    while azurite <= moto <= azurite + 2:
+        moto = free_port()
     result = run("local", "up", "--moto-port", str(moto), "--azurite-port", str(azurite), "--for", "0.5", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
