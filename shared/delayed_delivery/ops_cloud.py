@@ -282,9 +282,11 @@ class AzureTableRoute:
     ) -> dict[str, Any]:
         """Native visibility timeout up to 7 days (unless ``cancellable``), else a row in the delays table."""
         from .azure.sender import AzureDelayedSender
-        from .azure.storage_queue import StorageQueueTransport
+        from .azure.storage_queue import MAX_NATIVE_DELAY_SECONDS, StorageQueueTransport
 
         self._check_queue(to)
+        if cancellable or _seconds_until(due) > MAX_NATIVE_DELAY_SECONDS:
+            self._check_table()  # the table route: say which table is missing before anything is written
         sender = AzureDelayedSender(StorageQueueTransport(self.clients.queues), self.store, self.config.settings)
         result = sender.send(to, body, at=due, headers=headers, message_id=message_id, cancellable=cancellable)
         return {

@@ -59,10 +59,14 @@ def test_invalid_queue_name(azure: list[str]) -> None:
     one_line_error(run("send", *azure, "--to", "Bad_Name", "--delay", "1h", "--body", "a"))
 
 
-def test_unknown_endpoint_table(azurite_conn: str) -> None:
+def test_unknown_endpoint_table(azurite_conn: str, unique_name: str) -> None:
     args = ["--cloud", "azure", "--connection-string", azurite_conn, "--endpoint", "never-set-up"]
     one_line_error(run("pending", *args), "does not exist", "azure setup")
     one_line_error(run("cancel", "x", *args), "does not exist")
+    queues = QueueServiceClient.from_connection_string(azurite_conn)
+    queues.create_queue(unique_name)
+    one_line_error(run("send", *args, "--to", unique_name, "--delay", "40d", "--body", "a"), "azure setup")
+    assert ok_json("send", *args, "--to", unique_name, "--delay", "1h", "--body", "a")["route"] == "azure-native"
 
 
 def test_use_development_storage_is_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
