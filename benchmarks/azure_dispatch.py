@@ -127,7 +127,7 @@ class _Stamping:
 
 
 def lateness(conn: str, queue: str, n: int, window: float, concurrency: int) -> list[float]:
-    """Seconds late for ``n`` rows due uniformly within ``window`` seconds, during one timer run."""
+    """Seconds late for the rows (of ``n`` due uniformly within ``window`` s) sent during one timer run."""
     lead = 5.0
     host = _host(conn, concurrency, run_seconds=lead + window + 10.0)
     stamping = _Stamping(host.transport)
@@ -136,11 +136,9 @@ def lateness(conn: str, queue: str, n: int, window: float, concurrency: int) -> 
     start = datetime.now(UTC) + timedelta(seconds=lead)
     dues = {f"l-{i}": start + timedelta(seconds=rng.uniform(0, window)) for i in range(n)}
     host.store.store_many([DelayedMessage(mid, queue, BODY, due) for mid, due in dues.items()])
-    summary = host.run()
-    if summary.dispatched != n or len(stamping.sent) != n:
-        raise RuntimeError(f"dispatched {summary.dispatched} of {n}")
+    host.run()
     host.store.drop()
-    return [(stamping.sent[mid] - due).total_seconds() for mid, due in dues.items()]
+    return [(stamping.sent[mid] - due).total_seconds() for mid, due in dues.items() if mid in stamping.sent]
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -185,6 +183,7 @@ def run(smoke: bool = False, runs: int = 3, messages: int = 2000, concurrency: i
         Row("azure_dispatch", "lateness p99", "s", (_pct(seconds, 0.99),), notes=late_note),
         Row("azure_dispatch", "lateness max", "s", (max(seconds),), notes=late_note),
         Row("azure_dispatch", "sent early (must be 0)", "msgs", (float(sum(1 for s in seconds if s < 0)),)),
+        Row("azure_dispatch", "not sent within the run", "msgs", (float(late - len(seconds)),), notes=late_note),
     ]
     return rows
 

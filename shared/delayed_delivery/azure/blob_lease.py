@@ -1,7 +1,7 @@
 """One active dispatcher per shard: a lease on the blob ``shard-NNN`` in the delays container.
 
 Settings: ``duration`` (15–60 s, the service's range), ``renew_every`` (default a fifth of the
-duration). Guarantees: while ``keep_going()`` is True this process held the lease at its last
+duration, at most 4 s). Guarantees: while ``keep_going()`` is True this process held the lease at its last
 successful renewal, and that renewal is less than ``duration - margin`` seconds old. A background
 thread renews the lease; the moment a renewal fails (lease broken, taken, or storage unreachable)
 ``keep_going()`` returns False for good, so the dispatcher stops before sending anything else.
@@ -67,7 +67,8 @@ class BlobLease:
         self.shard = shard
         self.blob = container.get_blob_client(lease_blob_name(shard))
         self.duration = duration
-        self.renew_every = renew_every if renew_every is not None else duration / 5
+        # every 4 s at most: an idle HTTP keep-alive connection (Node's default: 5 s) is never reused stale
+        self.renew_every = renew_every if renew_every is not None else min(duration / 5, 4.0)
         if not 0 < self.renew_every < duration - margin:
             raise ConfigurationError("renew_every must be positive and shorter than the lease duration minus margin")
         self.margin = margin

@@ -49,6 +49,8 @@ ENV_LEASE = "DELAYED_DELIVERY_LEASE_SECONDS"
 ENV_RUN = "DELAYED_DELIVERY_RUN_SECONDS"
 ENV_CLAIM = "DELAYED_DELIVERY_CLAIM_TIMEOUT"
 ENV_HOST_STORAGE = "AzureWebJobsStorage"
+#: A lease renewal that stalls must fail (and be retried) well within the lease duration.
+_LEASE_TIMEOUTS = {"connection_timeout": 5.0, "read_timeout": 10.0}
 #: Parallel queue puts when ``DELAYED_DELIVERY_MAX_CONCURRENCY`` is not set (Put Message has no batch form).
 DEFAULT_AZURE_CONCURRENCY = 16
 
@@ -156,7 +158,7 @@ class AzureClients:
             conn = config.connection_string
             return cls(
                 TableServiceClient.from_connection_string(conn, transport=http_transport(pool)),
-                BlobServiceClient.from_connection_string(conn, transport=http_transport(10)),
+                BlobServiceClient.from_connection_string(conn, transport=http_transport(10, **_LEASE_TIMEOUTS)),
                 QueueServiceClient.from_connection_string(conn, transport=http_transport(pool)),
             )
         from azure.identity import DefaultAzureCredential  # only needed in Azure
@@ -167,14 +169,18 @@ class AzureClients:
             TableServiceClient(
                 f"https://{account}.table.core.windows.net", credential=credential, transport=http_transport(pool)
             ),
-            BlobServiceClient(f"https://{account}.blob.core.windows.net", credential=credential),
+            BlobServiceClient(
+                f"https://{account}.blob.core.windows.net",
+                credential=credential,
+                transport=http_transport(10, **_LEASE_TIMEOUTS),
+            ),
             QueueServiceClient(
                 f"https://{account}.queue.core.windows.net", credential=credential, transport=http_transport(pool)
             ),
         )
 
 
-def http_transport(pool: int) -> RequestsTransport:
+def http_transport(pool: int, **timeouts: float) -> RequestsTransport:
     """An HTTP transport keeping ``pool`` connections per host alive.
 
     With fewer pooled connections than parallel calls, every extra call opens and drops a connection; on a
@@ -184,4 +190,4 @@ def http_transport(pool: int) -> RequestsTransport:
     adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=pool)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
-    return RequestsTransport(session=session, session_owner=True)
+    return RequestsTransport(session=session, session_owner=True, **timeouts)
