@@ -64,8 +64,8 @@ def _fail(message: str) -> typer.Exit:
 
 
 #: Requests per message per FIFO hop counted by ``python -m benchmarks.sqs_hops`` (1,000 messages × 10 hops,
-#: batch 10, empty receives included), used when the benchmark's JSON is not beside the package.
-RECORDED_SQS_REQUESTS_PER_HOP = 0.327
+#: batch 10, empty receives included; benchmarks/aws.md), used when the benchmark's JSON is not beside the package.
+RECORDED_SQS_REQUESTS_PER_HOP = 0.333
 _CHUNK = 64 * 1024
 _SQS_MAX_BYTES = 1_048_576
 _SCHEDULER_MAX_BYTES = 256 * 1024

@@ -67,6 +67,8 @@ TIMER_DUTY = 50 / 60
 #: moto accepts any credentials; fixed ones keep the demo away from real ones.
 _EMULATOR_KEY = "testing"
 _REGION = "us-east-1"
+#: Parallel queue puts of the Azure dispatcher in the demo.
+DEMO_AZURE_CONCURRENCY = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -514,7 +516,7 @@ class _AzureSide:
         from azure.storage.blob import BlobServiceClient
         from azure.storage.queue import QueueServiceClient
 
-        from .azure.config import AzureClients, AzureDelayedDeliveryConfig
+        from .azure.config import AzureClients, AzureDelayedDeliveryConfig, http_transport
 
         self.config = config
         self.tracker = tracker
@@ -522,15 +524,17 @@ class _AzureSide:
         self.tally = _RequestTally()
 
         def clients(role: str) -> AzureClients:
+            """What ``AzureClients.create`` builds (same pooled transports), plus a request counter per service."""
+            pool = max(10, DEMO_AZURE_CONCURRENCY + 4)
             return AzureClients(
                 TableServiceClient.from_connection_string(
-                    connection_string, raw_request_hook=self.tally.hook(f"{role}.table")
+                    connection_string, transport=http_transport(pool), raw_request_hook=self.tally.hook(f"{role}.table")
                 ),
                 BlobServiceClient.from_connection_string(
-                    connection_string, raw_request_hook=self.tally.hook(f"{role}.blob")
+                    connection_string, transport=http_transport(10), raw_request_hook=self.tally.hook(f"{role}.blob")
                 ),
                 QueueServiceClient.from_connection_string(
-                    connection_string, raw_request_hook=self.tally.hook(f"{role}.queue")
+                    connection_string, transport=http_transport(pool), raw_request_hook=self.tally.hook(f"{role}.queue")
                 ),
             )
 
@@ -540,7 +544,7 @@ class _AzureSide:
             shards=config.azure_shards,
             lease_seconds=15,
             run_seconds=config.timer_period * TIMER_DUTY,
-            settings=DelayedDeliverySettings(error_queue=ERROR_QUEUE, max_concurrency=8),
+            settings=DelayedDeliverySettings(error_queue=ERROR_QUEUE, max_concurrency=DEMO_AZURE_CONCURRENCY),
         )
         self.sender_clients = clients("sender")
         self.host_clients = clients("function")
