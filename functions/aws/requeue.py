@@ -19,7 +19,9 @@ from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, proce
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from delayed_delivery import logfields as lf
-from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome, RecordResult
+from delayed_delivery.aws.queues import check_endpoint
+from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome, RecordResult, parse_source_arn
+from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.settings import DelayedDeliverySettings
 
 if TYPE_CHECKING:
@@ -58,6 +60,23 @@ def build_handler(env: Mapping[str, str], *, sqs_client: SQSClient | None = None
     metrics = Metrics(namespace=env.get("POWERTOOLS_METRICS_NAMESPACE", "DelayedDelivery"), service=service)
     tracer = Tracer(service=service)
     requeuer = FifoRequeuer(sqs_client, settings)
+    checked: set[str] = set()
+
+    def startup_check(event: dict[str, Any]) -> None:
+        """Once per source queue per instance: the seed's FIFO queue rules (logged and counted, never fatal)."""
+        for arn in {str(r.get("eventSourceARN", "")) for r in event.get("Records", [])} - checked:
+            checked.add(arn)
+            try:
+                result = check_endpoint(sqs_client, parse_source_arn(arn).delay_queue, settings)
+            except DelayedDeliveryError as exc:
+                logger.warning("startup check of the delay queue could not run", extra={lf.REASON: str(exc)})
+                continue
+            if not result.ok:
+                metrics.add_metric(name="DelayQueueMisconfigured", unit=MetricUnit.Count, value=1)
+                logger.error(
+                    "the delay queue does not meet the seed's requirements",
+                    extra={lf.CLOUD: "aws", lf.DESTINATION: result.queue, lf.REASON: "; ".join(result.problems)},
+                )
 
     def observe(result: RecordResult) -> None:
         """One log line with the fixed keys and the EMF metrics for one record."""
@@ -92,6 +111,7 @@ def build_handler(env: Mapping[str, str], *, sqs_client: SQSClient | None = None
     @tracer.capture_lambda_handler(capture_response=False)
     @metrics.log_metrics(capture_cold_start_metric=True)
     def entrypoint(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        startup_check(event)
         results = {r.record_id: r for r in requeuer.process(event.get("Records", []))}
 
         def record_handler(record: SQSRecord) -> None:

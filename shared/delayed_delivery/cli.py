@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -215,10 +216,17 @@ def demo(
         if quiet:
             result = run_cloud_demo(config, on_status=status, verbose=verbose)
         else:
+            first: list[float] = []
+
+            def show(progress: list[CloudProgress]) -> None:
+                if not first:  # the first report comes once everything is sent
+                    first.append(time.monotonic())
+                live.update(_cloud_progress_table(progress, time.monotonic() - first[0], config.compression))
+
             with Live(_cloud_progress_table([]), console=out, refresh_per_second=8) as live:
                 result = run_cloud_demo(
                     config,
-                    on_progress=lambda p: live.update(_cloud_progress_table(p)),
+                    on_progress=show,
                     on_status=status,
                     verbose=verbose,
                 )
@@ -235,8 +243,11 @@ def demo(
         raise typer.Exit(code=1)
 
 
-def _cloud_progress_table(progress: list[CloudProgress]) -> Table:
-    t = Table(title="delayed-delivery demo on local emulators (moto server + Azurite)")
+def _cloud_progress_table(progress: list[CloudProgress], elapsed: float = 0.0, compression: float = 1.0) -> Table:
+    t = Table(
+        title="delayed-delivery demo on local emulators (moto server + Azurite)",
+        caption=f"{elapsed:.0f} s since sending ≈ {format_duration(elapsed * compression)} of compressed time",
+    )
     t.add_column("cloud")
     for col in ("sent", "pending (not due)", "in flight (due)", "delivered", "error queue"):
         t.add_column(col, justify="right")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -43,7 +44,13 @@ def _event(sqs: SQSClient, endpoint: EndpointQueues, expect: int) -> dict[str, A
 
 @pytest.fixture
 def env(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str, settings: DelayedDeliverySettings) -> dict[str, str]:
-    values = {**handler_env(settings), "AWS_ENDPOINT_URL_SQS": moto_endpoint, "AWS_DEFAULT_REGION": "us-east-1"}
+    values = {
+        **handler_env(settings),
+        "AWS_ENDPOINT_URL_SQS": moto_endpoint,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        # A fresh service name per test: Powertools binds its logger to the stdout of the moment (capsys).
+        "POWERTOOLS_SERVICE_NAME": f"requeue-{uuid.uuid4().hex[:8]}",
+    }
     for key, value in values.items():
         monkeypatch.setenv(key, value)
     requeue.reset()
@@ -164,3 +171,24 @@ def test_concurrent_invocations_of_one_handler_keep_their_batches_apart(
         with ThreadPoolExecutor(2) as pool:
             responses = list(pool.map(lambda e: handler(e, LocalLambdaContext()), halves))
         assert responses == [{"batchItemFailures": []}, {"batchItemFailures": []}]
+
+
+def test_startup_check_reports_a_misconfigured_delay_queue_once(
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("DELAYED_DELIVERY_FIFO_QUEUE_DELAY", "3")  # the queue was made with 2 s
+    sender.send_delayed("orders", "x", 30, message_id="chk")
+    event = _event(sqs, endpoint, 1)
+    capsys.readouterr()
+    assert requeue.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}  # still works
+    requeue.handler(event, LocalLambdaContext())  # the same queue again: not checked twice
+    out = capsys.readouterr().out
+    errors = [json.loads(line) for line in out.splitlines() if "does not meet" in line]
+    assert len(errors) == 1
+    assert "DelaySeconds is 2 s but must be 3 s" in errors[0]["reason"]
+    assert '"DelayQueueMisconfigured"' in out

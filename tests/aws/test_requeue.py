@@ -67,7 +67,9 @@ def test_seed_1925s_example_two_fifo_cycles_then_native_remainder(
     assert start + 5 - EPSILON <= arrival.at <= start + 5 + SLACK, arrival.at - start
     assert arrival.body == "1925"
     assert arrival.attributes == {"kind": {"DataType": "String", "StringValue": "seed"}}
-    assert _hops(poller, "m1925") == ["m1925:0", "m1925:1"]
+    # Two cycles when each hop is picked up within 1 s of becoming visible (the plan above); a slower pickup
+    # leaves less to wait, so the remainder may already fit natively after the first cycle (never early).
+    assert _hops(poller, "m1925") in (["m1925:0", "m1925:1"], ["m1925:0"])
 
 
 def test_many_hops_are_not_early_and_late_by_at_most_a_poll(
