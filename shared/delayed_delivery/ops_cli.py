@@ -335,11 +335,11 @@ def cancel(
     removed = route.cancel(message_id) if route is not None else _open(store).remove(message_id)
     if not removed:
         raise UsageError(f"no pending message {message_id!r} {_GONE[route.name if route else 'store']}")
-    where = f"route: {route.name}" if route else "route: store"
+    name = route.name if route else "store"
     if as_json:
-        console.print_json(json.dumps({"message_id": message_id, "cancelled": True, "route": where[7:]}))
+        console.print_json(json.dumps({"message_id": message_id, "cancelled": True, "route": name}))
     else:
-        console.print(f"cancelled {message_id} ({where})", highlight=False)
+        console.print(f"cancelled {message_id} (route: {name})", highlight=False)
 
 
 def reschedule(

@@ -20,7 +20,8 @@ def test_send_pending_reschedule_cancel_on_sqlite(tmp_path: Path) -> None:
     assert moved["due_at"].startswith("2030-01-01T05:00")
     pending = ok_json("pending", "--store", db)
     assert [b["count"] for b in pending["backlog"]] == [2]
-    assert ok_json("cancel", sent["message_id"], "--store", db)["cancelled"] is True
+    cancelled = ok_json("cancel", sent["message_id"], "--store", db)
+    assert cancelled == {"message_id": sent["message_id"], "cancelled": True, "route": "store"}
     assert ok_json("pending", "--store", db)["pending"] == 1
     text = run("pending", "--store", db, "--by", "hour")
     assert text.exit_code == 0 and "2030-01-01 00:00" in text.stdout
