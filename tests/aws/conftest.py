@@ -76,6 +76,8 @@ def make_poller(
     yield make
     for poller in started:
         poller.stop()
+    for poller in started:  # a handler crash or a failing poll would otherwise go unnoticed
+        assert (poller.stats.handler_errors, poller.stats.poll_errors) == (0, 0), poller.stats
 
 
 @dataclass(frozen=True, slots=True)

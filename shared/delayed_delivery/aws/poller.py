@@ -56,6 +56,7 @@ class PollerStats:
     invocations: int = 0
     handler_errors: int = 0
     lost_deletes: int = 0
+    poll_errors: int = 0
 
 
 def lambda_sqs_record(message: MessageTypeDef, queue_arn: str, region: str) -> dict[str, Any]:
@@ -166,7 +167,8 @@ class LocalEventSourcePoller:
         while not self._stop.is_set():
             try:
                 self.poll_once()
-            except Exception:
+            except Exception:  # the emulator being slow or gone must not kill the loop; it is counted
+                self.stats.poll_errors += 1
                 time.sleep(0.2)
 
     def signal_stop(self) -> None:
