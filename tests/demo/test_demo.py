@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from delayed_delivery.cli import app
+from delayed_delivery.cloud_demo import CloudDemoResult, CloudSummary
 
 pytestmark = [pytest.mark.moto, pytest.mark.azurite]
 
@@ -50,3 +51,41 @@ def test_demo_rejects_an_unknown_cloud() -> None:
     result = CliRunner().invoke(app, ["demo", "--cloud", "gcp"])
     assert result.exit_code == 2
     assert "--cloud must be aws, azure or both" in result.stderr
+
+
+def _summary(cloud: str, **changes: object) -> CloudSummary:
+    base: dict[str, object] = {
+        "cloud": cloud, "sent": 3, "expected_deliveries": 2, "delivered": 2, "lost": 0, "duplicates": 0, "early": 0,
+        "error_queue": 1, "expected_error_queue": 1, "cancelled": 0, "cancelled_but_delivered": 0, "rescheduled": 0,
+        "lateness_p50": 0.5, "lateness_p99": 0.9, "lateness_max": 0.9,
+        "requests": {"hops": 4, "hops_per_long_message": 4, "requests_per_hop": 1.0, "requests_per_message": 3.0,
+                     "empty_receives": 2, "function_table_requests": 5, "function_queue_requests": 2,
+                     "function_blob_requests": 3, "timer_runs": 1},
+    }  # fmt: skip
+    base.update(changes)
+    return CloudSummary(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("aws", "expected"),
+    [
+        ({}, 0),
+        ({"lost": 1, "delivered": 1}, 1),
+        ({"error_queue": 0}, 1),
+        ({"cancelled": 1, "cancelled_but_delivered": 1}, 1),
+    ],
+)
+def test_exit_code_is_1_when_anything_was_lost(
+    monkeypatch: pytest.MonkeyPatch, aws: dict[str, object], expected: int
+) -> None:
+    import delayed_delivery.cloud_demo as cloud_demo
+
+    def fake(config: object, **kwargs: object) -> CloudDemoResult:
+        return CloudDemoResult([_summary("aws", **aws), _summary("azure")], 1e6, 30.0, {}, 1.0)
+
+    monkeypatch.setattr(cloud_demo, "run_cloud_demo", fake)
+    result = CliRunner().invoke(app, ["demo", "--json"])
+    assert result.exit_code == expected, result.output
+    assert json.loads(result.stdout)["ok"] is (expected == 0)
+    table = CliRunner().invoke(app, ["demo"])
+    assert table.exit_code == expected and "lost (must be 0)" in table.stdout
