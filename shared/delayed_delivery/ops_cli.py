@@ -285,9 +285,10 @@ def pending(
         console.print_json(json.dumps(data))
         return
     overdue = float(data["oldest_overdue_seconds"])
+    claimed = f"   claimed or retrying: {data['claimed_or_retrying']}" if "claimed_or_retrying" in data else ""
     console.print(
         f"pending: {data['pending']}   next due: {data['next_due'] or '-'}   "
-        f"oldest overdue: {format_duration(overdue) if overdue else '-'}",
+        f"oldest overdue: {format_duration(overdue) if overdue else '-'}{claimed}",
         highlight=False,
     )
     backlog = [(datetime.fromisoformat(b["bucket"]), int(b["count"])) for b in data["backlog"]]

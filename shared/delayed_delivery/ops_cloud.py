@@ -308,18 +308,20 @@ class AzureTableRoute:
         now = SystemClock().now()
         buckets: Counter[datetime] = Counter()
         earliest: datetime | None = None
-        total = 0
+        total = claimed = 0
         table = self.clients.tables.get_table_client(self.config.table_name)
         try:
             for entity in table.query_entities(
                 "RowKey ge @lo and RowKey lt @hi",
                 parameters={"lo": rows.DUE_PREFIX, "hi": rows.DUE_END},
-                select=["RowKey"],
+                select=["RowKey", "AvailableAt"],
                 results_per_page=1000,
             ):
                 key = str(entity["RowKey"])[len(rows.DUE_PREFIX) : len(rows.DUE_PREFIX) + 20]
                 due = rows.from_due_key(key)
                 total += 1
+                if str(entity.get("AvailableAt", key)) > key:
+                    claimed += 1
                 earliest = due if earliest is None or due < earliest else earliest
                 start = datetime.fromtimestamp(due.timestamp() // bucket_seconds * bucket_seconds, tz=due.tzinfo)
                 buckets[start] += 1
@@ -333,6 +335,7 @@ class AzureTableRoute:
             "route": "azure-table",
             "table": self.config.table_name,
             "pending": total,
+            "claimed_or_retrying": claimed,
             "next_due": earliest.isoformat() if earliest else None,
             "oldest_overdue_seconds": overdue,
             "backlog": [{"bucket": b.isoformat(), "count": n} for b, n in sorted(buckets.items())],

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from azure.storage.queue import QueueServiceClient
 
+from delayed_delivery.azure.table_store import TableDelayedMessageStore
 from tests.cli.conftest import ok_json, one_line_error, run
 
 pytestmark = pytest.mark.azurite
@@ -32,6 +33,7 @@ def test_send_routes_pending_is_exact_reschedule_and_cancel(azure: list[str], un
 
     data = ok_json("pending", *azure, "--by", "day")
     assert data["pending"] == 2 and data["oldest_overdue_seconds"] == 0  # the native one is not in the table
+    assert data["claimed_or_retrying"] == 0
     assert datetime.fromisoformat(data["next_due"]) == datetime.fromisoformat(soon["due_at"])
     assert sum(b["count"] for b in data["backlog"]) == 2 and "native" in data["limits"]
     assert data["error_queue"] == "error" and data["error_queue_messages"] is not None
@@ -41,6 +43,11 @@ def test_send_routes_pending_is_exact_reschedule_and_cancel(azure: list[str], un
     assert moved["route"] == "azure"
     data = ok_json("pending", *azure)
     assert datetime.fromisoformat(data["next_due"]) == at and 7000 < data["oldest_overdue_seconds"] < 7400
+    # a dispatcher claims the overdue one: still pending (and still overdue) until it is sent, now shown as claimed
+    store = TableDelayedMessageStore.from_connection_string(azure[3], far["table"])
+    assert [m.message_id for m in store.fetch_due(datetime.now(UTC), 10)] == ["keep-me"]
+    data = ok_json("pending", *azure)
+    assert data["pending"] == 2 and data["claimed_or_retrying"] == 1 and data["oldest_overdue_seconds"] > 7000
 
     assert ok_json("cancel", "keep-me", *azure)["cancelled"] is True
     assert ok_json("pending", *azure)["pending"] == 1
