@@ -197,3 +197,23 @@ def test_one_invalid_message_in_a_batch_sends_nothing(
             [DelayedSend("orders", "a", 1, message_id="d"), DelayedSend("orders", "b", 1, message_id="d")]
         )
     assert _sends(counter) == 0
+
+
+def test_a_batch_rejected_as_a_whole_is_retried_entry_by_entry(
+    sqs: SQSClient, settings: DelayedDeliverySettings, counter: RequestCounter
+) -> None:
+    from delayed_delivery.aws.sqs import send_batches
+    from delayed_delivery.errors import PermanentError
+
+    queues = ensure_endpoint(sqs, "orders", settings, max_message_size=1024)
+    counter.reset()
+    results = send_batches(
+        sqs,
+        queues.input_url,
+        [{"Id": "a", "MessageBody": "ok"}, {"Id": "b", "MessageBody": "x" * 2000}, {"Id": "c", "MessageBody": "ok"}],
+        what="test",
+    )
+    assert results["a"].ok and results["c"].ok
+    assert isinstance(results["b"].error, PermanentError) and not results["b"].error.retryable
+    assert counter.snapshot()["SendMessageBatch"] == 4  # the batch, then one per entry
+    assert len(collect(sqs, queues.input_url, expect=2, timeout=5)) == 2
