@@ -20,6 +20,7 @@ server unless ``MOTO_ENDPOINT`` is set. Figures: benchmarks/aws.md.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import Row, print_table, write_json
 from delayed_delivery.aws.counting import RequestCounter
+from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE, PACK_BYTES_ENV
 from delayed_delivery.aws.poller import LocalEventSourcePoller
 from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
@@ -59,8 +61,27 @@ def _client(endpoint: str) -> SQSClient:
     )
 
 
+def message_hops(pollers: list[LocalEventSourcePoller]) -> int:
+    """Hops made, counted per message: a plain record is one, an envelope record one per inner message."""
+    total = 0
+    for p in pollers:
+        for event in list(p.events):
+            for r in event["Records"]:
+                packed = ENVELOPE_ATTRIBUTE in (r.get("messageAttributes") or {})
+                total += len(json.loads(r["body"])["m"]) if packed else 1
+    return total - sum(p.stats.failed for p in pollers)
+
+
 def measure(
-    messages: int, endpoints: int, hops: int, hop_seconds: int, endpoint: str, *, deliver: bool
+    messages: int,
+    endpoints: int,
+    hops: int,
+    hop_seconds: int,
+    endpoint: str,
+    *,
+    deliver: bool,
+    pack_bytes: int = 0,
+    body_bytes: int = 0,
 ) -> dict[str, Any]:
     """Run one measurement and return the raw counts.
 
@@ -68,6 +89,7 @@ def measure(
     ``messages × hops`` records were handled (the hop count does not depend on how fast moto is).
     ``deliver=True``: the delay plans exactly ``hops`` FIFO cycles and the run waits for every delivery
     (loss, duplicates and lateness; under load hops take longer than planned, so fewer happen).
+    ``pack_bytes``: the handler's envelope size (0 = packing off); ``body_bytes``: pad each body to this size.
     """
     settings = DelayedDeliverySettings(
         max_native_delay=hop_seconds, fifo_queue_delay=hop_seconds, error_queue=f"bench-errors-{time.time_ns()}"
@@ -82,6 +104,7 @@ def measure(
         "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(hop_seconds),
         "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(hop_seconds),
         "DELAYED_DELIVERY_ERROR_QUEUE": settings.error_queue,
+        PACK_BYTES_ENV: str(pack_bytes),
     }
     # One handler per queue, as each event source mapping gets its own Lambda instances.
     pollers = [
@@ -90,7 +113,9 @@ def measure(
     ]
     sender = SqsDelayedSender(send_client, settings)
     batch = [
-        DelayedSend(names[i % endpoints], f"message {i}", delay, message_id=f"m{i}", attributes={"n": i})
+        DelayedSend(
+            names[i % endpoints], f"message {i} ".ljust(body_bytes, "x"), delay, message_id=f"m{i}", attributes={"n": i}
+        )
         for i in range(messages)
     ]
     for name in names:  # warm the sender's queue cache so the send count is the sends alone
@@ -108,9 +133,9 @@ def measure(
     deadline = start + (delay if deliver else 0) + 60 + messages * hops / 20
     while time.monotonic() < deadline:
         if not deliver:
-            if sum(p.stats.records - p.stats.failed for p in pollers) >= messages * hops:
+            if message_hops(pollers) >= messages * hops:
                 break
-            time.sleep(0.2)
+            time.sleep(0.5)
             continue
         if sum(arrived.values()) >= messages:
             break
@@ -120,7 +145,8 @@ def measure(
             if got:
                 now = time.time()
                 for m in got:
-                    arrived[m["Body"]] = arrived.get(m["Body"], 0) + 1
+                    key = m["Body"].split(" ", 2)[1]  # "message <i> …"
+                    arrived[key] = arrived.get(key, 0) + 1
                     lateness.append(now - due)
                 reader.delete_message_batch(
                     QueueUrl=q.input_url,
@@ -139,7 +165,10 @@ def measure(
         "endpoints": endpoints,
         "planned_hops": hops,
         "hop_seconds": hop_seconds,
-        "hops": sum(p.stats.records - p.stats.failed for p in pollers),
+        "hops": message_hops(pollers),
+        "pack_bytes": pack_bytes,
+        "body_bytes": body_bytes,
+        "hop_billed_requests": hop_counter.billed,
         "redelivered_records": sum(1 for r in records if int(r["attributes"]["ApproximateReceiveCount"]) > 1),
         "delivered": len(arrived) if deliver else None,
         "duplicates": sum(n - 1 for n in arrived.values()) if deliver else None,
@@ -161,7 +190,7 @@ def rows_from(steady: list[dict[str, Any]], delivery: list[dict[str, Any]]) -> l
         total = sum(n for op, n in c["hop_requests"].items() if ops is None or op in ops)
         if minus_empty:
             total -= c["empty_receives"]
-        return float(total) / c["hops"]
+        return float(total) / float(c["hops"])
 
     first = steady[0]
     note = f"{first['messages']:,} messages × {first['planned_hops']} hops, {first['endpoints']} endpoints, batch 10"
@@ -229,7 +258,7 @@ def statistics_ratio(samples: tuple[float, ...], baseline: float) -> float:
     """Median of ``samples`` divided by ``baseline``."""
     import statistics
 
-    return statistics.median(samples) / baseline
+    return float(statistics.median(samples)) / baseline
 
 
 def run(smoke: bool = False, *, runs: int = 1, messages: int = 1000, endpoints: int = 20) -> list[Row]:

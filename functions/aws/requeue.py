@@ -3,7 +3,8 @@
 Wire it to each ``<queue>-delay.fifo`` with an SQS event source (batch 10, ``ReportBatchItemFailures``);
 handler ``functions.aws.requeue.handler``. Configuration comes from the environment on the first call
 (nothing is read or created at import time): ``DELAYED_DELIVERY_*`` settings (``ERROR_QUEUE``,
-``MAX_NATIVE_DELAY``, ``FIFO_QUEUE_DELAY``, ``ENABLED``), ``POWERTOOLS_SERVICE_NAME``,
+``MAX_NATIVE_DELAY``, ``FIFO_QUEUE_DELAY``, ``ENABLED``), ``DELAYED_DELIVERY_PACK_BYTES`` (envelope size,
+default 65536; 0 turns packing off), ``POWERTOOLS_SERVICE_NAME``,
 ``POWERTOOLS_METRICS_NAMESPACE`` and the usual AWS SDK variables.
 """
 
@@ -19,15 +20,16 @@ from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, proce
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from delayed_delivery import logfields as lf
+from delayed_delivery.aws.packing import DEFAULT_PACK_BYTES, PACK_BYTES_ENV
 from delayed_delivery.aws.queues import check_endpoint
 from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome, RecordResult, parse_source_arn
-from delayed_delivery.errors import DelayedDeliveryError
+from delayed_delivery.errors import ConfigurationError, DelayedDeliveryError
 from delayed_delivery.settings import DelayedDeliverySettings
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["build_handler", "handler", "reset"]
+__all__ = ["build_handler", "handler", "pack_bytes_from_env", "reset"]
 
 LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
@@ -59,7 +61,7 @@ def build_handler(env: Mapping[str, str], *, sqs_client: SQSClient | None = None
     logger = Logger(service=service)
     metrics = Metrics(namespace=env.get("POWERTOOLS_METRICS_NAMESPACE", "DelayedDelivery"), service=service)
     tracer = Tracer(service=service)
-    requeuer = FifoRequeuer(sqs_client, settings)
+    requeuer = FifoRequeuer(sqs_client, settings, pack_bytes=pack_bytes_from_env(env))
     checked: set[str] = set()
 
     def startup_check(event: dict[str, Any]) -> None:
@@ -79,7 +81,7 @@ def build_handler(env: Mapping[str, str], *, sqs_client: SQSClient | None = None
                 )
 
     def observe(result: RecordResult) -> None:
-        """One log line with the fixed keys and the EMF metrics for one record."""
+        """One log line with the fixed keys and the EMF metrics for one record or inner message."""
         logger.set_correlation_id(result.message_id)
         fields = {
             lf.CLOUD: "aws",
@@ -116,7 +118,8 @@ def build_handler(env: Mapping[str, str], *, sqs_client: SQSClient | None = None
 
         def record_handler(record: SQSRecord) -> None:
             result = results[record.message_id]
-            observe(result)
+            for each in result.inner or (result,):  # an envelope: one line per inner message
+                observe(each)
             if result.error is not None:
                 raise result.error
 
@@ -131,6 +134,14 @@ def build_handler(env: Mapping[str, str], *, sqs_client: SQSClient | None = None
 
     built: LambdaHandler = entrypoint
     return built
+
+
+def pack_bytes_from_env(env: Mapping[str, str]) -> int:
+    """``DELAYED_DELIVERY_PACK_BYTES`` (default 65536, 0 = off); raises ``ConfigurationError`` when malformed."""
+    raw = env.get(PACK_BYTES_ENV, str(DEFAULT_PACK_BYTES)).strip()
+    if not raw.isdigit():
+        raise ConfigurationError(f"{PACK_BYTES_ENV}={raw!r} is not a non-negative integer")
+    return int(raw)
 
 
 _EVENTS = {

@@ -17,3 +17,14 @@ def test_hops_are_batched_so_requests_per_hop_stay_far_below_the_seed_formula(mo
     assert sends / counts["hops"] <= 0.25  # records arrive ~10 at a time, one SendMessageBatch each
     assert deletes / counts["hops"] <= 0.25
     assert sum(counts["send_requests"].values()) == 2  # 20 messages, 10 per SendMessageBatch
+
+
+def test_packed_hops_spend_fewer_requests_per_message_than_unpacked_ones(moto_endpoint: str) -> None:
+    from benchmarks.sqs_hops import measure
+
+    counts = measure(40, 2, 3, 1, moto_endpoint, deliver=False, pack_bytes=65536, body_bytes=1024)
+    assert counts["hops"] >= 120 and counts["handler_errors"] == 0 and counts["failed_records"] == 0
+    sends = counts["hop_requests"].get("SendMessageBatch", 0) + counts["hop_requests"].get("SendMessage", 0)
+    # Unpacked, a send carries at most 10 messages (≥ 0.1 per message per hop); packed, one envelope many more.
+    assert sends / counts["hops"] < 0.1
+    assert counts["hop_billed_requests"] >= sum(counts["hop_requests"].values())

@@ -19,6 +19,15 @@ Guarantees:
   recomputed from broker times alone, so it is the same as the first time and a repeated requeue (same
   ``<id>:<hop>``) is dropped by FIFO deduplication within its 5-minute window. The final hand-over to the
   standard destination queue can still repeat (at-least-once, as in the seed).
+
+Packing (``pack_bytes`` > 0, the default 64 KiB): when a batch requeues two or more messages to the same
+FIFO queue, they travel in envelopes (``packing.py``) of at most ``pack_bytes``, one FIFO request for many
+messages. An envelope record is unpacked: each inner message gets its own remaining delay from its packed
+remainder and the envelope's broker timestamps, then is re-packed, forwarded with its own ``DelaySeconds``
+or, when unreadable, sent alone to the error queue. An envelope that cannot be read at all goes to the error
+queue whole. When any send for a record fails transiently the whole record is reported ``FAILED`` and
+redelivered: a re-pack of the same messages on the same hop repeats its deduplication id; a batch grouped
+differently on redelivery can repeat inner messages (at-least-once, like the final hand-over).
 """
 
 from __future__ import annotations
@@ -44,8 +53,19 @@ from ..headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGIN
 from ..naming import sqs_input_queue_name
 from ..planning import HopAction, decide_hop, remaining_delay_ms
 from ..settings import DelayedDeliverySettings
+from .packing import (
+    DEFAULT_PACK_BYTES,
+    ENVELOPE_ATTRIBUTE,
+    BadItem,
+    PackedMessage,
+    decode_envelope,
+    envelope_attributes,
+    envelope_body,
+    envelope_id,
+    pack,
+)
 from .sender import deduplication_id, hop_of
-from .sqs import MAX_ATTRIBUTES, QueueDirectory, attributes_from_record, message_size, send_batches
+from .sqs import MAX_ATTRIBUTES, QueueDirectory, QueueInfo, attributes_from_record, message_size, send_batches
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -64,6 +84,7 @@ class HopOutcome(StrEnum):
     FORWARDED = "forwarded"
     ERROR_QUEUE = "error_queue"
     FAILED = "failed"
+    UNPACKED = "unpacked"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +110,8 @@ class RecordResult:
     remaining_delay_s: int | None = None
     reason: str | None = None
     error: DelayedDeliveryError | None = None
+    inner: tuple[RecordResult, ...] = ()
+    envelope_id: str | None = None
 
 
 def parse_source_arn(arn: str) -> SourceQueue:
@@ -118,6 +141,7 @@ class _Work:
     decision_ms: int = 0
     reason: str | None = None
     result: RecordResult | None = None
+    children: list[_Work] | None = None
 
 
 class FifoRequeuer:
@@ -130,11 +154,15 @@ class FifoRequeuer:
         *,
         clock: Clock | None = None,
         directory: QueueDirectory | None = None,
+        pack_bytes: int = DEFAULT_PACK_BYTES,
     ) -> None:
+        if isinstance(pack_bytes, bool) or not isinstance(pack_bytes, int) or pack_bytes < 0:
+            raise ConfigurationError(f"pack_bytes must be a non-negative integer (0 = off), got {pack_bytes!r}")
         self.client = client
         self.settings = settings or DelayedDeliverySettings()
         self.clock = clock or SystemClock()
         self.directory = directory or QueueDirectory(client)
+        self.pack_bytes = pack_bytes
 
     def process(self, records: Sequence[Mapping[str, Any]]) -> list[RecordResult]:
         """Handle the ``Records`` of one SQS event; one result per record, in order."""
@@ -145,21 +173,25 @@ class FifoRequeuer:
             )
         now_ms = int(self.clock.now().timestamp() * 1000)
         work = [self._parse(record, now_ms) for record in records]
+        items = [item for w in work for item in (w.children if w.children is not None else [w])]
         requeue: dict[str, list[_Work]] = {}
         forward: dict[str, list[_Work]] = {}
-        for w in work:
+        for w in items:
             if w.reason is not None or w.remaining is None:
                 continue
             decision = decide_hop(math.ceil(w.decision_ms / 1000), self.settings.max_native_delay)
             target = requeue if decision.action is HopAction.REQUEUE else forward
             target.setdefault(w.source.delay_queue if target is requeue else w.source.destination, []).append(w)
-        for queue, items in requeue.items():
-            self._send(queue, items, HopOutcome.REQUEUED)
-        for queue, items in forward.items():
-            self._send(queue, items, HopOutcome.FORWARDED)
-        poison = [w for w in work if w.result is None and w.reason is not None]
+        for queue, group in requeue.items():
+            self._send(queue, group, HopOutcome.REQUEUED)
+        for queue, group in forward.items():
+            self._send(queue, group, HopOutcome.FORWARDED)
+        poison = [w for w in items if w.result is None and w.reason is not None]
         if poison:
             self._to_error_queue(poison)
+        for w in work:
+            if w.children is not None:
+                w.result = _unpacked(w)
         return [w.result for w in work if w.result is not None]
 
     def _parse(self, record: Mapping[str, Any], now_ms: int) -> _Work:
@@ -181,6 +213,10 @@ class FifoRequeuer:
         except InvalidMessageError as exc:
             work.reason = f"malformed message attributes: {exc}"
             return work
+        marker = attributes.pop(ENVELOPE_ATTRIBUTE, None)
+        if marker is not None:
+            work.attributes = attributes
+            return self._parse_envelope(work, marker, attrs, now_ms)
         control = attributes.pop(DELAY_SECONDS_ATTRIBUTE, None)
         work.attributes = attributes
         if control is None:
@@ -204,6 +240,86 @@ class FifoRequeuer:
         work.remaining = math.ceil(work.remaining_ms / 1000)
         return work
 
+    def _parse_envelope(
+        self, work: _Work, marker: MessageAttributeValueTypeDef, attrs: Mapping[str, Any], now_ms: int
+    ) -> _Work:
+        """Unpack an envelope record into one child per inner message (a bad entry gets a reason alone)."""
+        if marker.get("StringValue") != envelope_attributes()[ENVELOPE_ATTRIBUTE].get("StringValue"):
+            work.reason = f"malformed envelope: unknown format {marker.get('StringValue')!r}"
+            return work
+        try:
+            sent, first = int(attrs["SentTimestamp"]), int(attrs["ApproximateFirstReceiveTimestamp"])
+            count = int(attrs["ApproximateReceiveCount"])
+            entries = decode_envelope(work.body)
+        except (KeyError, ValueError, TypeError) as exc:
+            work.reason = (
+                str(exc) if isinstance(exc, InvalidMessageError) else f"missing or malformed broker timestamps: {exc!r}"
+            )
+            return work
+        children: list[_Work] = []
+        for entry in entries:
+            if isinstance(entry, BadItem):
+                child = _Work(work.record_id, entry.message_id, 0, entry.body, {}, work.source, reason=entry.reason)
+                children.append(child)
+                continue
+            child = _Work(work.record_id, entry.message_id, entry.hop, entry.body, dict(entry.attributes), work.source)
+            try:
+                child.remaining_ms = remaining_delay_ms(entry.remaining_ms, sent, first, count, now_ms)
+                child.decision_ms = remaining_delay_ms(entry.remaining_ms, sent, first, 1, now_ms)
+            except InvalidMessageError as exc:
+                child.reason = f"malformed envelope entry {entry.message_id!r}: {exc}"
+            child.remaining = math.ceil(child.remaining_ms / 1000)
+            children.append(child)
+        work.children = children
+        return work
+
+    def _send_packed(self, queue: str, info: QueueInfo, items: list[_Work]) -> list[_Work]:
+        """Requeue ``items`` in envelopes; returns the ones to send on their own (too big, or alone in a bin)."""
+        owner: dict[int, _Work] = {}
+        messages: list[PackedMessage] = []
+        for w in items:
+            m = PackedMessage(w.message_id, w.hop + 1, w.remaining_ms, w.body, w.attributes)
+            owner[id(m)] = w
+            messages.append(m)
+        envelopes, alone = pack(messages, min(self.pack_bytes, info.max_message_size))
+        if not envelopes:
+            return items
+        entries: list[SendMessageBatchRequestEntryTypeDef] = []
+        for index, envelope in enumerate(envelopes):
+            eid = envelope_id(envelope)
+            entries.append(
+                {
+                    "Id": str(index),
+                    "MessageBody": envelope_body(envelope),
+                    "MessageAttributes": envelope_attributes(),
+                    "MessageGroupId": eid,
+                    "MessageDeduplicationId": eid,
+                }
+            )
+        results = send_batches(self.client, info.url, entries, what=f"envelope to {queue!r}")
+        for entry, envelope in zip(entries, envelopes, strict=True):
+            result = results[entry["Id"]]
+            for m in envelope:
+                w = owner[id(m)]
+                if result.error is None:
+                    w.result = RecordResult(
+                        w.record_id,
+                        w.message_id,
+                        HopOutcome.REQUEUED,
+                        w.hop + 1,
+                        w.source.destination,
+                        w.remaining,
+                        envelope_id=entry["MessageDeduplicationId"],
+                    )
+                elif isinstance(result.error, DestinationNotFoundError):
+                    self.directory.forget(queue)
+                    w.reason = f"destination gone: {result.error}"
+                elif isinstance(result.error, PermanentError):
+                    w.reason = f"{queue!r} refused the envelope: {result.error}"
+                else:
+                    self._fail(w, result.error)
+        return [owner[id(m)] for m in alone]
+
     def _send(self, queue: str, items: list[_Work], outcome: HopOutcome) -> None:
         """Send one hop for ``items`` to ``queue`` in batches; poison ones get a reason instead of a result."""
         try:
@@ -216,6 +332,8 @@ class FifoRequeuer:
             for w in items:
                 self._fail(w, exc)
             return
+        if outcome is HopOutcome.REQUEUED and self.pack_bytes and len(items) >= 2:
+            items = self._send_packed(queue, info, items)
         entries: list[SendMessageBatchRequestEntryTypeDef] = []
         sendable: list[_Work] = []
         for index, w in enumerate(items):
@@ -293,6 +411,20 @@ class FifoRequeuer:
         w.result = RecordResult(
             w.record_id, w.message_id, HopOutcome.FAILED, w.hop, w.source.destination, w.remaining, str(error), error
         )
+
+
+def _unpacked(w: _Work) -> RecordResult:
+    """One result for an envelope record: ``FAILED`` (retry it all) when any inner message failed."""
+    assert w.children is not None
+    inner = tuple(c.result for c in w.children if c.result is not None)
+    failed = [r for r in inner if r.outcome is HopOutcome.FAILED]
+    if failed or len(inner) != len(w.children):
+        error = failed[0].error if failed and failed[0].error else TransientError("an inner message has no outcome")
+        reason = f"{len(failed)} of {len(w.children)} inner messages failed: {error}"
+        return RecordResult(
+            w.record_id, w.message_id, HopOutcome.FAILED, w.hop, w.source.destination, None, reason, error, inner
+        )
+    return RecordResult(w.record_id, w.message_id, HopOutcome.UNPACKED, w.hop, w.source.destination, inner=inner)
 
 
 def _to_ms(seconds: str) -> int:
