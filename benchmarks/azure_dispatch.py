@@ -13,6 +13,7 @@ Starts its own Azurite unless ``AZURITE_CONNECTION_STRING`` is set.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import statistics
@@ -141,8 +142,9 @@ def lateness(conn: str, queue: str, n: int, window: float, concurrency: int) -> 
     return [(stamping.sent[mid] - due).total_seconds() for mid, due in dues.items() if mid in stamping.sent]
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
+def _pct(values: list[float], q: float, total: int) -> float:
+    """Percentile over ``total`` messages; ones never sent count as infinitely late."""
+    ordered = sorted(values) + [math.inf] * (total - len(values))
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
@@ -155,15 +157,15 @@ def run(smoke: bool = False, runs: int = 3, messages: int = 2000, concurrency: i
     ours: list[float] = []
     with azurite() as conn:
         queues = QueueServiceClient.from_connection_string(conn)
+        queue = _name("q")
+        queues.create_queue(queue)
+        seconds = lateness(conn, queue, late, window, concurrency)  # first, on a fresh emulator
         for _ in range(runs):
             queue = _name("q")
             queues.create_queue(queue)
             raw.append(raw_puts(conn, queue, messages, concurrency))
             ours.append(dispatch_throughput(conn, queue, messages, concurrency))
-            queues.delete_queue(queue)
-        queue = _name("q")
-        queues.create_queue(queue)
-        seconds = lateness(conn, queue, late, window, concurrency)
+            # queues are kept: deleting a queue holding thousands of messages makes Azurite crawl for minutes
     note = f"{messages} msgs of {len(BODY)} B, {concurrency} parallel puts, Azurite in memory"
     rows = [
         Row("azure_dispatch", "raw Azurite Put Message", "msg/s", tuple(raw), notes=note),
@@ -179,9 +181,9 @@ def run(smoke: bool = False, runs: int = 3, messages: int = 2000, concurrency: i
     ]
     late_note = f"{late} msgs due uniformly within {window:.0f} s, one timer run"
     rows += [
-        Row("azure_dispatch", "lateness p50", "s", (_pct(seconds, 0.50),), notes=late_note),
-        Row("azure_dispatch", "lateness p99", "s", (_pct(seconds, 0.99),), notes=late_note),
-        Row("azure_dispatch", "lateness max", "s", (max(seconds),), notes=late_note),
+        Row("azure_dispatch", "lateness p50", "s", (_pct(seconds, 0.50, late),), notes=late_note),
+        Row("azure_dispatch", "lateness p99", "s", (_pct(seconds, 0.99, late),), notes=late_note),
+        Row("azure_dispatch", "lateness max (of those sent)", "s", (max(seconds),), notes=late_note),
         Row("azure_dispatch", "sent early (must be 0)", "msgs", (float(sum(1 for s in seconds if s < 0)),)),
         Row("azure_dispatch", "not sent within the run", "msgs", (float(late - len(seconds)),), notes=late_note),
     ]
