@@ -8,9 +8,11 @@ from benchmarks.__main__ import discover
 from benchmarks.common import Row
 
 CORE = ["core_dispatch"]
+#: Benchmarks that start their own emulator (Azurite, PostgreSQL). SQS and Spark have their own smoke tests.
+SERVICES = ["azure_dispatch", "postgres_mover"]
 
 
-@pytest.mark.parametrize("name", CORE)
+@pytest.mark.parametrize("name", CORE + SERVICES)
 def test_core_benchmarks_run_at_smoke_size(name: str) -> None:
     import importlib
 
@@ -20,4 +22,4 @@ def test_core_benchmarks_run_at_smoke_size(name: str) -> None:
 
 
 def test_discovery_finds_the_core_benchmarks() -> None:
-    assert set(CORE) <= set(discover())
+    assert set(CORE + SERVICES) <= set(discover())
