@@ -18,7 +18,8 @@ def test_core_benchmarks_run_at_smoke_size(name: str) -> None:
 
     rows = importlib.import_module(f"benchmarks.{name}").run(smoke=True)
     assert rows and all(isinstance(r, Row) and r.samples for r in rows)
-    assert all(v > 0 for r in rows for v in r.samples)
+    assert all(v >= 0 for r in rows for v in r.samples)
+    assert any(v > 0 for r in rows for v in r.samples)
 
 
 def test_discovery_finds_the_core_benchmarks() -> None:

@@ -118,11 +118,31 @@ class ThrowawayCluster:
                 raise ConfigurationError(f"PostgreSQL exited: {(self.root / 'server.log').read_text()[-2000:]}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
+                    break
             except OSError:
                 time.sleep(0.1)
-        self.stop()
-        raise ConfigurationError(f"PostgreSQL did not start on port {self.port}")
+        try:
+            return self.wait_ready(max(1.0, deadline - time.monotonic()))
+        except ConfigurationError:
+            self.stop()
+            raise
+
+    def wait_ready(self, timeout: float = 30.0) -> ThrowawayCluster:
+        """Wait until the server accepts connections (the port opens while it is still starting up)."""
+        import psycopg
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with psycopg.connect(self.conninfo, connect_timeout=5) as conn:
+                    conn.execute("SELECT 1")
+                return self
+            except psycopg.OperationalError as exc:
+                if time.monotonic() > deadline:
+                    raise ConfigurationError(
+                        f"PostgreSQL on port {self.port} is not accepting connections: {exc}"
+                    ) from exc
+                time.sleep(0.2)
 
     def stop(self) -> None:
         """Stop the server at once (``pg_ctl stop -m immediate``) and delete its files."""
