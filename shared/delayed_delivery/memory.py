@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from .clock import Clock, SystemClock, utc
 from .errors import DestinationNotFoundError, TransientError
 from .model import DelayedMessage
+from .ports import DelayedMessageStore
 
 __all__ = ["InMemoryDelayedMessageStore", "InMemoryTransport", "SentMessage"]
 
@@ -25,7 +26,7 @@ class _Row:
         return max(self.message.due_at, self.claimed_until)
 
 
-class InMemoryDelayedMessageStore:
+class InMemoryDelayedMessageStore(DelayedMessageStore):
     """A thread-safe store in a dict; a claim hides a message for ``claim_timeout`` seconds."""
 
     def __init__(self, claim_timeout: float = 60.0) -> None:
@@ -70,11 +71,6 @@ class InMemoryDelayedMessageStore:
         """Earliest time something becomes fetchable."""
         with self._lock:
             return min((r.available_at() for r in self._rows.values()), default=None)
-
-    def fetch_next_due(self, at: datetime) -> DelayedMessage | None:
-        """Claim the earliest due message."""
-        found = self.fetch_due(at, 1)
-        return found[0] if found else None
 
     def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
         """Claim up to ``limit`` due messages, earliest first."""

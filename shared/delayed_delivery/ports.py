@@ -44,8 +44,9 @@ class DelayedMessageStore(Protocol):
         ...
 
     def fetch_next_due(self, at: datetime) -> DelayedMessage | None:
-        """Claim the earliest message due at ``at``, or return None."""
-        ...
+        """Claim the earliest message due at ``at``, or return None (default: ``fetch_due(at, 1)``)."""
+        found = self.fetch_due(at, 1)
+        return found[0] if found else None
 
     def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
         """Claim up to ``limit`` messages due at ``at``, earliest first; no two callers get the same one."""

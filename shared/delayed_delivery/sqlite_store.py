@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from .clock import utc
 from .errors import ConfigurationError, TransientError
 from .model import DelayedMessage, Headers
+from .ports import DelayedMessageStore
 
 __all__ = ["SqliteDelayedMessageStore"]
 
@@ -36,7 +37,7 @@ def _from_us(value: int) -> datetime:
     return _EPOCH + timedelta(microseconds=value)
 
 
-class SqliteDelayedMessageStore:
+class SqliteDelayedMessageStore(DelayedMessageStore):
     """Delayed messages in a SQLite table (default ``delayed_messages``) in the file at ``path``."""
 
     def __init__(
@@ -203,11 +204,6 @@ class SqliteDelayedMessageStore:
         """Earliest time a message becomes fetchable."""
         row = self._conn().execute(f"SELECT MIN(available_at_us) FROM {self._q}").fetchone()
         return None if row is None or row[0] is None else _from_us(row[0])
-
-    def fetch_next_due(self, at: datetime) -> DelayedMessage | None:
-        """Claim the earliest due message."""
-        found = self.fetch_due(at, 1)
-        return found[0] if found else None
 
     def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
         """Atomically claim up to ``limit`` due messages, earliest first."""

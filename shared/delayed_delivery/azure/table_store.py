@@ -39,6 +39,7 @@ from ..clock import utc
 from ..errors import ConfigurationError, InvalidMessageError, TransientError
 from ..model import DelayedMessage
 from ..naming import validate_azure_table_name
+from ..ports import DelayedMessageStore
 from . import rows
 from .sdk_errors import is_status, sdk_errors, translate
 
@@ -53,7 +54,7 @@ _CONFLICT_RETRIES = 5
 Operation = tuple[str, dict[str, Any], dict[str, Any]]
 
 
-class TableDelayedMessageStore:
+class TableDelayedMessageStore(DelayedMessageStore):
     """The ``DelayedMessageStore`` on one Azure table (reschedulable, batch-removing, with infrastructure)."""
 
     def __init__(
@@ -342,11 +343,6 @@ class TableDelayedMessageStore:
                 if best is None or available < best:
                     best = available
         return None if best is None else rows.from_due_key(best)
-
-    def fetch_next_due(self, at: datetime) -> DelayedMessage | None:
-        """Claim the earliest message due at ``at``."""
-        found = self.fetch_due(at, 1)
-        return found[0] if found else None
 
     def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
         """Claim up to ``limit`` unclaimed rows due at ``at``, earliest first, across the owned shards."""

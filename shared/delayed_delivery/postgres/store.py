@@ -38,6 +38,7 @@ from ..clock import utc
 from ..durations import Delay, to_seconds
 from ..errors import ConfigurationError, InvalidMessageError
 from ..model import DelayedMessage, Headers
+from ..ports import DelayedMessageStore
 from .connection import ConnectionSet, derived_name, validate_identifier
 
 __all__ = ["DEFAULT_TABLE", "PostgresDelayedMessageStore"]
@@ -55,7 +56,7 @@ def _check_text(message: DelayedMessage) -> None:
         raise InvalidMessageError("message_id and destination must not contain NUL characters for PostgreSQL")
 
 
-class PostgresDelayedMessageStore:
+class PostgresDelayedMessageStore(DelayedMessageStore):
     """Delayed messages in the PostgreSQL table ``<endpoint>_delayed`` (or ``table``)."""
 
     def __init__(
@@ -317,11 +318,6 @@ class PostgresDelayedMessageStore:
             cur.execute(self._sql_until_next_due)
             row = cur.fetchone()
         return None if row is None or row[0] is None else float(row[0])
-
-    def fetch_next_due(self, at: datetime) -> DelayedMessage | None:
-        """Claim the earliest message due at ``at``."""
-        found = self.fetch_due(at, 1)
-        return found[0] if found else None
 
     def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
         """Claim up to ``limit`` messages due at ``at`` (never later than the database's now when capped)."""
