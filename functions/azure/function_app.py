@@ -21,8 +21,22 @@ app = func.FunctionApp()
 SCHEDULE = "0 * * * * *"
 
 
-@cache
+_prepared: AzureDispatcherHost | None = None
+
+
+def use_host(prepared: AzureDispatcherHost | None) -> None:
+    """Run the timer with a prepared host (local harnesses, the demo); ``None`` goes back to app settings."""
+    global _prepared
+    _prepared = prepared
+
+
 def host() -> AzureDispatcherHost:
+    """The dispatcher host: a prepared one if given, else the one built from app settings."""
+    return _prepared or _host_from_settings()
+
+
+@cache
+def _host_from_settings() -> AzureDispatcherHost:
     """The dispatcher host for this worker, built from app settings on first use."""
     configure_telemetry(os.environ)
     return AzureDispatcherHost(AzureDelayedDeliveryConfig.from_env(os.environ))

@@ -310,19 +310,25 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[key] = old
 
 
-def _requeue_module() -> ModuleType:
-    """``functions.aws.requeue`` (the Lambda handler), from the source checkout this package lives in."""
+def _entry_point(module: str) -> ModuleType:
+    """A module of ``functions/`` (the Lambda handler, the Azure function app), from this source checkout."""
     try:
-        return importlib.import_module("functions.aws.requeue")
+        return importlib.import_module(module)
     except ImportError:
         root = Path(__file__).resolve().parents[2]
-        if not (root / "functions" / "aws" / "requeue.py").exists():
+        path = root.joinpath(*module.split(".")).with_suffix(".py")
+        if not path.exists():
             raise ConfigurationError(
-                "the cloud demo runs the Lambda handler functions/aws/requeue.py: run it from a source checkout "
+                f"the cloud demo runs {path.relative_to(root)}: run it from a source checkout "
                 "(or use `delayed-delivery demo --core`)"
             ) from None
         sys.path.insert(0, str(root))
-        return importlib.import_module("functions.aws.requeue")
+        return importlib.import_module(module)
+
+
+def _requeue_module() -> ModuleType:
+    """``functions.aws.requeue`` (the Lambda handler)."""
+    return _entry_point("functions.aws.requeue")
 
 
 # --------------------------------------------------------------------------------------------------- AWS
@@ -584,14 +590,28 @@ class _AzureSide:
             self.threads.append(thread)
 
     def _timer(self) -> None:
-        """Fire the timer function's body (one dispatcher run) every ``timer_period`` seconds."""
+        """Fire the registered timer function every ``timer_period`` seconds, running on the demo's counted host."""
+        from azure.functions.timer import TimerRequest
+
+        function_app = _entry_point("functions.azure.function_app")
+        function_app.use_host(self.host)
+        # azure-functions lets the registry be read once per process: reset its bindings around our read so
+        # that an earlier or a later reader (another harness in the same process) still works.
+        function_app.app.functions_bindings = None
+        try:
+            registered = function_app.app.get_functions()
+        finally:
+            function_app.app.functions_bindings = None
+        by_name = {f.get_function_name(): f for f in registered}
+        timer_function = by_name["dispatch_delayed_messages"].get_user_function()
         next_fire = time.monotonic()
         while not self.stop.is_set():
             self.timer_runs += 1
             with contextlib.suppress(Exception):
-                self.host.run(budget=self.azure_config.run_seconds)
+                timer_function(TimerRequest(past_due=False))
             next_fire += self.config.timer_period
             self.stop.wait(max(0.0, next_fire - time.monotonic()))
+        function_app.use_host(None)
 
     def _collect(self, queue: str) -> None:
         from .azure.storage_queue import decode_envelope

@@ -23,7 +23,7 @@ def test_import_reads_no_settings_and_builds_no_client(monkeypatch: pytest.Monke
     for key in ("DELAYED_DELIVERY_ENDPOINT", "DELAYED_DELIVERY_STORAGE_CONNECTION_STRING", "AzureWebJobsStorage"):
         monkeypatch.delenv(key, raising=False)
     module = importlib.reload(function_app)  # would raise ConfigurationError if settings were read at import
-    assert module.host.cache_info().currsize == 0
+    assert module._host_from_settings.cache_info().currsize == 0
     assert list(functions_of(module)) == ["dispatch_delayed_messages"]
     schedule = timer_schedule(module, "dispatch_delayed_messages")
     assert len(schedule.split()) == 6, "NCRONTAB with seconds"
@@ -77,3 +77,23 @@ def test_setup_tolerates_a_least_privilege_identity() -> None:
             return _Forbidden()
 
     StorageQueueTransport(Service()).create_queue("error")  # type: ignore[arg-type]
+
+
+def test_a_prepared_host_replaces_the_one_from_app_settings() -> None:
+    import importlib
+
+    function_app = importlib.import_module("functions.azure.function_app")
+
+    class Prepared:
+        runs = 0
+
+        def run(self) -> None:
+            Prepared.runs += 1
+
+    prepared = Prepared()
+    function_app.use_host(prepared)
+    try:
+        assert function_app.host() is prepared
+    finally:
+        function_app.use_host(None)
+    assert Prepared.runs == 0
