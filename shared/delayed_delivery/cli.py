@@ -67,6 +67,10 @@ def _fail(message: str) -> typer.Exit:
 #: Requests per message per FIFO hop counted by ``python -m benchmarks.sqs_hops`` (1,000 messages × 10 hops,
 #: batch 10, empty receives included; benchmarks/aws.md), used when the benchmark's JSON is not beside the package.
 RECORDED_SQS_REQUESTS_PER_HOP = 0.333
+#: Billed requests per message per hop with envelope packing (64 KiB envelopes, 1 KiB messages, steady stream),
+#: 40 hops, counted by ``python -m benchmarks.sqs_packing`` (benchmarks/aws.md); larger messages pack fewer.
+RECORDED_SQS_PACKED_REQUESTS_PER_HOP = 0.070
+_PACKED_MEASURED_SIZE = 1024
 _CHUNK = 64 * 1024
 _SQS_MAX_BYTES = 1_048_576
 _SCHEDULER_MAX_BYTES = 256 * 1024
@@ -81,6 +85,17 @@ def _measured_requests_per_hop() -> tuple[float, str]:
         return float(row["median"]), f"benchmarks/results/sqs_hops.json ({row.get('notes') or 'moto server'})"
     except (OSError, ValueError, KeyError, StopIteration, TypeError):
         return RECORDED_SQS_REQUESTS_PER_HOP, "recorded by python -m benchmarks.sqs_hops"
+
+
+def _measured_packed_requests_per_hop() -> tuple[float, str]:
+    """Billed requests per message per hop with packing: the packing benchmark's JSON, else the recorded figure."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "sqs_packing.json"
+    try:
+        rows = json.loads(path.read_text())["rows"]
+        row = next(r for r in rows if r["metric"] == "packed_billed_requests_per_message_per_hop_40_hops")
+        return float(row["median"]), "benchmarks/results/sqs_packing.json"
+    except (OSError, ValueError, KeyError, StopIteration, TypeError):
+        return RECORDED_SQS_PACKED_REQUESTS_PER_HOP, "recorded by python -m benchmarks.sqs_packing"
 
 
 @app.command()
@@ -110,6 +125,8 @@ def cost(
     naive = estimate_sqs_cost(seconds, requests_per_hop=2.0)
     measured = estimate_sqs_cost(seconds, requests_per_hop=per_hop)
     scheduler_ok = size <= _SCHEDULER_MAX_BYTES
+    packed_per_hop, packed_source = _measured_packed_requests_per_hop()
+    packed = estimate_sqs_cost(seconds, requests_per_hop=packed_per_hop) if size <= _PACKED_MEASURED_SIZE else None
     scheduler = (SCHEDULER_PRICE_PER_INVOCATION + STANDARD_PRICE_PER_REQUEST) * chunks if scheduler_ok else None
     rows = {
         "delay_seconds": seconds,
@@ -125,6 +142,9 @@ def cost(
         "our_measured_requests_per_message": measured.requests,
         "our_measured_usd_total": measured.dollars * chunks * messages,
         "eventbridge_scheduler_usd_total": None if scheduler is None else scheduler * messages,
+        "our_packed_requests_per_hop": packed_per_hop if packed is not None else None,
+        "our_packed_requests_per_hop_source": packed_source,
+        "our_packed_usd_total": None if packed is None else packed.dollars * messages,
     }
     if as_json:
         console.print_json(json.dumps(rows))
@@ -143,11 +163,16 @@ def cost(
         f"${measured.dollars * chunks * messages:,.2f}",
     )
     table.add_row(
+        f"our plan, packed (64 KiB envelopes): {packed_per_hop:.3f} measured per hop for 1 KiB messages",
+        f"{packed.requests:,.1f}" if packed is not None else f"n/a (measured for ≤ {_PACKED_MEASURED_SIZE:,} bytes)",
+        f"${packed.dollars * messages:,.2f}" if packed is not None else "-",
+    )
+    table.add_row(
         "EventBridge Scheduler ($1.00/M) + SQS send ($0.40/M)",
         "1 invocation + 1 send" if scheduler_ok else "n/a (payload > 256 KB)",
         f"${scheduler * messages:,.2f}" if scheduler is not None else "-",
     )
-    table.caption = f"measured requests per hop: {source}"
+    table.caption = f"measured requests per hop: {source}; packed: {packed_source}"
     console.print(table)
 
 

@@ -87,3 +87,13 @@ def test_create_then_send_long_and_short(sqs: SQSClient, moto_endpoint: str) -> 
     assert code == 0 and json.loads(out)["route"] == "native"
     code, out = _run(moto_endpoint, "send", "--queue", "cli", "--delay", "-3", "--body", "hi")
     assert code == 2 and "cannot read duration" in out
+
+
+def test_cost_shows_packed_beside_unpacked_and_only_for_the_measured_size() -> None:
+    result = runner.invoke(app, ["cost", "--delay", "365d", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert 0 < data["our_packed_requests_per_hop"] < data["our_measured_requests_per_hop"]
+    assert data["our_packed_usd_total"] < data["our_measured_usd_total"] < data["seed_formula_usd_total"]
+    big = json.loads(runner.invoke(app, ["cost", "--delay", "365d", "--size", "4096", "--json"]).output)
+    assert big["our_packed_usd_total"] is None and big["our_packed_requests_per_hop"] is None
