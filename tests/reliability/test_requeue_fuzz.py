@@ -69,7 +69,7 @@ def _string_attr(value: str, data_type: str = "Number") -> dict[str, Any]:
 
 
 garbage_text = st.text(max_size=40)
-#: Valid base64 only: undecodable base64 takes the whole batch down (a known bug, see the xfail test below).
+#: Valid base64 here; undecodable base64 has its own test below.
 b64 = st.binary(max_size=30).map(lambda b: base64.b64encode(b).decode())
 controls = st.one_of(
     st.none(),
@@ -82,7 +82,7 @@ controls = st.one_of(
     st.fixed_dictionaries({}, optional={"dataType": garbage_text, "stringValue": st.integers()}),
 )
 #: User attributes on a real record were accepted by SQS once, so they are valid SQS attributes
-#: (an invalid one makes the error-queue send fail: a known bug, see the xfail test below).
+#: (attributes SQS refuses have their own test below).
 sqs_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xD7FF), min_size=1, max_size=40)
 extras = st.dictionaries(
     st.sampled_from(["kind", "tenant", "x.y", "DelayedDelivery.Other", "a-b_c"]),
