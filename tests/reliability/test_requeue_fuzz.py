@@ -163,11 +163,6 @@ def _run_one(sqs: SQSClient, bad: dict[str, Any] | None = None) -> tuple[dict[st
     return response, _drain(sqs, ep.error_url), _depth(sqs, ep.input_url) + _depth(sqs, ep.delay_url)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: attributes_from_record lets binascii.Error (a ValueError, not InvalidMessageError) escape "
-    "FifoRequeuer._parse, so the handler raises and the whole batch, good records included, is retried",
-)
 def test_undecodable_binary_attribute_goes_to_the_error_queue_alone(sqs: SQSClient) -> None:
     bad = _record("", "body", _string_attr("1"), {"blob": {"dataType": "Binary", "binaryValue": "%%%"}}, {})
     response, errors, moved = _run_one(sqs, bad)
@@ -175,14 +170,49 @@ def test_undecodable_binary_attribute_goes_to_the_error_queue_alone(sqs: SQSClie
     assert len(errors) == 1 and moved == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: when the error queue refuses a poison record's attributes (here an empty name), "
-    "FifoRequeuer._to_error_queue reports it FAILED, so the event source retries it forever; "
-    "it should retry the error-queue send without the user's attributes",
-)
 def test_poison_record_whose_attributes_sqs_refuses_still_reaches_the_error_queue(sqs: SQSClient) -> None:
     bad = _record("", "body", None, {"": _string_attr("v", "String")}, {})
     response, errors, moved = _run_one(sqs, bad)
     assert response["batchItemFailures"] == []
     assert len(errors) == 1 and moved == 1
+
+
+class _RefusingClient:
+    """The real moto client, except that SQS refuses error-queue entries carrying the attribute ``refuse-me``."""
+
+    def __init__(self, client: SQSClient) -> None:
+        self._client = client
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def send_message_batch(self, **kwargs: Any) -> Any:
+        entries = kwargs["Entries"]
+        refused = [e for e in entries if "refuse-me" in e.get("MessageAttributes", {})]
+        accepted = [e for e in entries if e not in refused]
+        reply: dict[str, Any] = {"Successful": [], "Failed": []}
+        if accepted:
+            reply = dict(self._client.send_message_batch(**{**kwargs, "Entries": accepted}))
+            reply.setdefault("Failed", [])
+        for e in refused:
+            self.refused += 1
+            reply["Failed"].append(
+                {"Id": e["Id"], "SenderFault": True, "Code": "InvalidParameterValue", "Message": "refused attribute"}
+            )
+        return reply
+
+
+def test_error_queue_send_retries_without_attributes_sqs_refuses(sqs: SQSClient) -> None:
+    ep = ensure_endpoint(sqs, f"fz{uuid.uuid4().hex[:12]}", lab_settings("fuzz"), visibility_timeout=1)
+    refusing = _RefusingClient(sqs)
+    handler = build_handler(handler_env(lab_settings("fuzz")), sqs_client=refusing)  # type: ignore[arg-type]
+    bad = _record(ep.delay_arn, "poison", None, {"refuse-me": _string_attr("v", "String")}, {})
+    good = _record(ep.delay_arn, "good", _string_attr("1"), {}, {})
+    response = handler({"Records": [bad, good]}, LocalLambdaContext())
+    assert response.get("batchItemFailures") == [], response
+    assert refusing.refused == 1, "the first error-queue send carried the refused attribute"
+    [error] = _drain(sqs, ep.error_url)
+    assert error["Body"] == "poison"
+    assert "refuse-me" not in error.get("MessageAttributes", {})
+    assert "dropped" in error["MessageAttributes"][FAILURE_REASON]["StringValue"]

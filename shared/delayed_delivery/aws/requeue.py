@@ -391,6 +391,27 @@ class FifoRequeuer:
                 }
             )
         results = send_batches(self.client, info.url, entries, what=f"error queue {info.name!r}")
+        # A poison record's own attributes may be what SQS refuses: send those again with only our headers,
+        # so a bad record reaches the error queue instead of coming back forever.
+        refused = [
+            (entry, w)
+            for entry, w in zip(entries, items, strict=True)
+            if results[entry["Id"]].error is not None
+            and not isinstance(results[entry["Id"]].error, TransientError)
+            and w.attributes
+        ]
+        if refused:
+            bare: list[SendMessageBatchRequestEntryTypeDef] = [
+                {
+                    "Id": f"bare-{entry['Id']}",
+                    "MessageBody": entry["MessageBody"],
+                    "MessageAttributes": _error_attributes(w, failed_at, keep_user_attributes=False),
+                }
+                for entry, w in refused
+            ]
+            retried = send_batches(self.client, info.url, bare, what=f"error queue {info.name!r}")
+            for entry, again in zip((e for e, _ in refused), bare, strict=True):
+                results[entry["Id"]] = retried[again["Id"]]
         for entry, w in zip(entries, items, strict=True):
             result = results[entry["Id"]]
             if result.error is None:
@@ -439,15 +460,29 @@ def _seconds_text(ms: int) -> str:
     return str(whole) if rest == 0 else f"{whole}.{rest:03d}"
 
 
-def _error_attributes(w: _Work, failed_at: str) -> dict[str, MessageAttributeValueTypeDef]:
+_ATTRIBUTE_NAME = re.compile(r"^(?!\.)(?!.*\.\.)(?!.*\.$)(?!(?i:aws\.|amazon\.))[A-Za-z0-9_.-]{1,256}$")
+
+
+def _valid_attribute_name(name: str) -> bool:
+    """Whether SQS accepts ``name`` as a message attribute name."""
+    return bool(_ATTRIBUTE_NAME.match(name))
+
+
+def _error_attributes(
+    w: _Work, failed_at: str, *, keep_user_attributes: bool = True
+) -> dict[str, MessageAttributeValueTypeDef]:
     """The user's attributes plus the reason headers, within SQS's 10-attribute limit (reason first)."""
     reason = w.reason or "unknown"
+    if not keep_user_attributes:
+        reason = f"{reason} (the record's own attributes were refused and dropped)"
     headers: list[tuple[str, str]] = [
         (FAILURE_REASON, reason[:1024]),
         (ORIGINAL_DESTINATION, w.source.destination),
         (FAILED_AT, failed_at),
     ]
-    attributes = dict(w.attributes)
+    attributes = {k: v for k, v in w.attributes.items() if _valid_attribute_name(k)} if keep_user_attributes else {}
+    if keep_user_attributes and len(attributes) < len(w.attributes):
+        headers[0] = (FAILURE_REASON, f"{reason} (attributes with names SQS refuses were dropped)"[:1024])
     while len(attributes) >= MAX_ATTRIBUTES:
         attributes.popitem()
     for name, value in headers:

@@ -223,7 +223,10 @@ def attributes_from_record(record_attributes: Mapping[str, Any]) -> dict[str, Me
         data_type = str(value.get("dataType") or value.get("DataType") or "")
         if data_type.startswith("Binary"):
             raw = value.get("binaryValue", value.get("BinaryValue"))
-            data = base64.b64decode(raw) if isinstance(raw, str) else raw
+            try:
+                data = base64.b64decode(raw, validate=True) if isinstance(raw, str) else raw
+            except ValueError:  # binascii.Error
+                raise InvalidMessageError(f"attribute {name!r} in the event record is not valid base64") from None
             if not isinstance(data, bytes):
                 raise InvalidMessageError(f"attribute {name!r} in the event record has no binary value")
             out[name] = {"DataType": data_type, "BinaryValue": data}
