@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
+
+import pytest
 
 # Fake cloud credentials so no SDK ever looks for real ones (or for instance metadata).
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
@@ -14,3 +18,12 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 # Service fixtures live one file per service; each starts its emulator on a free loopback port.
 pytest_plugins = ["tests.fixtures.moto", "tests.fixtures.azurite", "tests.fixtures.postgres", "tests.fixtures.spark"]
+
+
+@pytest.fixture(autouse=True)
+def _restore_product_logger() -> Iterator[None]:
+    """CLI commands configure the ``delayed_delivery`` logger for their process; undo that after each test."""
+    logger = logging.getLogger("delayed_delivery")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved
