@@ -114,6 +114,15 @@ class ConnectionSet:
         return conn
 
     @contextmanager
+    def ddl_cursor(self, schema: str, lock_name: str) -> Iterator[psycopg.Cursor[Any]]:
+        """A transaction holding an advisory lock on ``lock_name``, with ``schema`` created if missing."""
+        with self.cursor(transaction=True) as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock_name,))
+            if schema != "public":
+                cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            yield cur
+
+    @contextmanager
     def cursor(self, *, transaction: bool = False) -> Iterator[psycopg.Cursor[Any]]:
         """A cursor on this thread's connection (optionally in one transaction), errors translated."""
         conn = self.get()

@@ -195,10 +195,7 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
     def setup_infrastructure(self) -> None:
         """Create the schema, the table and its indexes if missing (safe to run concurrently)."""
         t = self._t
-        with self._db.cursor(transaction=True) as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.qualified_name,))
-            if self.schema != "public":
-                cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+        with self._db.ddl_cursor(self.schema, self.qualified_name) as cur:
             cur.execute(
                 sql.SQL(
                     "CREATE TABLE IF NOT EXISTS {t} ("
