@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "BODY_ENCODING",
     "DELAY_SECONDS_ATTRIBUTE",
     "FAILED_AT",
     "FAILURE_COUNT",
@@ -23,3 +24,5 @@ FAILED_AT = "DelayedDelivery.FailedAt"
 FAILURE_COUNT = "DelayedDelivery.FailureCount"
 #: SQS message attribute on ``-delay.fifo`` messages: total delay in whole seconds.
 DELAY_SECONDS_ATTRIBUTE = "DelayedDelivery.DelaySeconds"
+#: Set to ``base64`` on an error-queue copy whose body was not UTF-8 text (SQS bodies are text).
+BODY_ENCODING = "DelayedDelivery.BodyEncoding"

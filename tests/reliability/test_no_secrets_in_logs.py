@@ -88,7 +88,11 @@ def test_core_dispatcher_with_sqs_transport_logs_no_body_or_key(
     )
     clock = ManualClock(now)
     Dispatcher(store, SqsTransport(sqs, settings, clock=clock), settings, clock=clock).dispatch_due()
-    # The non-UTF-8 body cannot go to an SQS error queue either, so it stays in the store (logged, retried).
+    assert len(store) == 0  # the non-UTF-8 body went to the error queue as base64
+    # An error queue that does not exist: the message stays in the store (logged, retried).
+    store.store(DelayedMessage("gone-2", "no-such-queue", BODY.encode(), now, {"secret": VALUE}))
+    missing = settings.with_(error_queue="no-such-errors")
+    Dispatcher(store, SqsTransport(sqs, missing, clock=clock), missing, clock=clock).dispatch_due()
     assert len(store) == 1
     logged = _everything_logged(caplog, capsys)
     assert "dispatched" in logged and "moved to the error queue" in logged and "it stays in the store" in logged

@@ -4,15 +4,24 @@ The message body (UTF-8) becomes the SQS body and each header a String message a
 A message not yet due is sent with ``DelaySeconds`` = the time left, when that fits under the native cap,
 so a dispatcher can hand off the last ≤900 s early. Errors are the package's own: ``TransientError``
 (retry), ``DestinationNotFoundError`` / ``PermanentError`` (straight to the error queue).
+
+A body that is not UTF-8 cannot be an SQS body: its delivery fails permanently. The error-queue copy
+(recognised by its ``DelayedDelivery.FailureReason`` header) must always fit, or the message could go
+nowhere and be retried forever: its body travels as base64 with ``DelayedDelivery.BodyEncoding: base64``,
+and user headers SQS would refuse (invalid, or past the 10-attribute limit) are dropped, named in the reason.
 """
 
 from __future__ import annotations
 
+import base64
 import math
-from typing import TYPE_CHECKING
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from .. import headers as hdr
 from ..clock import Clock, SystemClock
 from ..errors import DestinationNotFoundError, InvalidMessageError, PermanentError
 from ..model import DelayedMessage
@@ -21,8 +30,12 @@ from .sqs import MAX_ATTRIBUTES, QueueDirectory, message_size, normalize_attribu
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef
 
 __all__ = ["SqsTransport"]
+
+#: Characters outside what SQS accepts in a body (#x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD | #x10000-).
+_NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 class SqsTransport:
@@ -49,19 +62,10 @@ class SqsTransport:
                 f"message {message.message_id!r} is due in {left} s, beyond SQS's {self.settings.max_native_delay} s: "
                 "only send due (or nearly due) messages"
             )
-        try:
-            body = message.body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise PermanentError(f"message {message.message_id!r}: an SQS body must be UTF-8 text") from exc
-        if len(message.headers) > MAX_ATTRIBUTES:
-            raise PermanentError(
-                f"message {message.message_id!r} has {len(message.headers)} headers; "
-                f"SQS carries at most {MAX_ATTRIBUTES}"
-            )
-        try:
-            attributes = normalize_attributes(dict(message.headers), allow_reserved=True)
-        except InvalidMessageError as exc:
-            raise PermanentError(f"message {message.message_id!r}: {exc}") from exc
+        if hdr.FAILURE_REASON in message.headers:
+            body, attributes = _error_queue_copy(message)
+        else:
+            body, attributes = _body_and_attributes(message)
         queue = self.directory.get(message.destination)
         size = message_size(body, attributes)
         if size > queue.max_message_size:
@@ -81,3 +85,63 @@ class SqsTransport:
             if isinstance(error, DestinationNotFoundError):
                 self.directory.forget(queue.name)
             raise error from exc
+
+
+def _body_and_attributes(message: DelayedMessage) -> tuple[str, dict[str, MessageAttributeValueTypeDef]]:
+    try:
+        body = message.body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PermanentError(f"message {message.message_id!r}: an SQS body must be UTF-8 text") from exc
+    if _NOT_SQS_TEXT.search(body):
+        raise PermanentError(f"message {message.message_id!r}: the body holds characters SQS refuses")
+    if len(message.headers) > MAX_ATTRIBUTES:
+        raise PermanentError(
+            f"message {message.message_id!r} has {len(message.headers)} headers; SQS carries at most {MAX_ATTRIBUTES}"
+        )
+    try:
+        attributes = normalize_attributes(dict(message.headers), allow_reserved=True)
+    except InvalidMessageError as exc:
+        raise PermanentError(f"message {message.message_id!r}: {exc}") from exc
+    return body, attributes
+
+
+def _error_queue_copy(message: DelayedMessage) -> tuple[str, dict[str, MessageAttributeValueTypeDef]]:
+    """Body and attributes for an error-queue copy: never refused for its content (base64 body, headers dropped)."""
+    notes: list[str] = []
+    product = {k: v for k, v in message.headers.items() if k.startswith(hdr.HEADER_PREFIX)}
+    try:
+        body = message.body.decode("utf-8")
+        text = _NOT_SQS_TEXT.search(body) is None
+    except UnicodeDecodeError:
+        text = False
+    if not text:
+        body = base64.b64encode(message.body).decode("ascii")
+        product[hdr.BODY_ENCODING] = "base64"
+        notes.append("body was not text SQS accepts: it is base64 here")
+    attributes = _valid(product)
+    dropped: list[str] = [k for k in product if k not in attributes]
+    for name, value in message.headers.items():
+        if name in product:
+            continue
+        one = _valid({name: value})
+        if not one or len(attributes) >= MAX_ATTRIBUTES:
+            dropped.append(name)
+            continue
+        attributes.update(one)
+    if dropped:
+        notes.append(f"dropped headers SQS would refuse: {', '.join(repr(d[:64]) for d in dropped[:5])}")
+    if notes:
+        reason = str(message.headers.get(hdr.FAILURE_REASON, ""))
+        attributes[hdr.FAILURE_REASON] = {"DataType": "String", "StringValue": f"{reason} ({'; '.join(notes)})"}
+    return body, attributes
+
+
+def _valid(headers: Mapping[str, Any]) -> dict[str, MessageAttributeValueTypeDef]:
+    """The headers SQS would accept, one by one (an invalid one is left out)."""
+    out: dict[str, MessageAttributeValueTypeDef] = {}
+    for name, value in headers.items():
+        try:
+            out.update(normalize_attributes({name: value}, allow_reserved=True))
+        except InvalidMessageError:
+            continue
+    return out
