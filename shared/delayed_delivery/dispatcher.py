@@ -152,7 +152,15 @@ class Dispatcher:
             self.fetch_breaker.success()
             if batch:
                 report.batches += 1
-                part = self.dispatch_batch(batch, now, keep_going)
+                try:
+                    part = self.dispatch_batch(batch, now, keep_going)
+                except Exception as exc:
+                    # settling failed (store down after the sends): unsettled claims expire and are sent again
+                    self.store_breaker.failure(exc)
+                    _log.warning("settling a dispatched batch failed: %r", exc, extra={lf.REASON: repr(exc)})
+                    self.clock.sleep(self._bounded(self.store_breaker.failure_delay, deadline))
+                    continue
+                self.store_breaker.success()
                 report.merge(part)
                 if part.failed_attempts and not part.dispatched:
                     # every send in the batch failed: pause as the seed does (1 s armed, 10 s tripped)
