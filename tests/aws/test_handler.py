@@ -163,7 +163,8 @@ def test_concurrent_invocations_of_one_handler_keep_their_batches_apart(
 
     monkeypatch.setattr(Logger, "info", slow_info)
 
-    assert sender.send_delayed_batch([DelayedSend("orders", f"c{i}", 30, message_id=f"c{i}") for i in range(20)]).ok
+    unpacked = SqsDelayedSender(sqs, settings, pack_bytes=0)  # 20 records, not one envelope
+    assert unpacked.send_delayed_batch([DelayedSend("orders", f"c{i}", 30, message_id=f"c{i}") for i in range(20)]).ok
     event = _event(sqs, endpoint, 20)
     halves = [{"Records": event["Records"][:10]}, {"Records": event["Records"][10:]}]
     handler = build_handler(handler_env(settings), sqs_client=sqs)

@@ -244,10 +244,11 @@ def test_garbage_and_truncated_envelopes_go_to_the_error_queue_with_a_reason(
 
 @pytest.mark.moto
 def test_a_repeated_batch_repacks_into_the_same_envelope_which_fifo_drops(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sender: SqsDelayedSender
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings
 ) -> None:
     sqs.set_queue_attributes(QueueUrl=endpoint.delay_url, Attributes={"DelaySeconds": "0"})
-    assert sender.send_delayed_batch([DelayedSend("orders", f"d{i}", 3600, message_id=f"d{i}") for i in range(4)]).ok
+    unpacked = SqsDelayedSender(sqs, settings, pack_bytes=0)  # plain first-hop records, packed by the requeuer
+    assert unpacked.send_delayed_batch([DelayedSend("orders", f"d{i}", 3600, message_id=f"d{i}") for i in range(4)]).ok
     received: dict[str, Any] = {}
     for _ in range(10):
         reply = sqs.receive_message(
@@ -277,10 +278,11 @@ def test_a_repeated_batch_repacks_into_the_same_envelope_which_fifo_drops(
 
 @pytest.mark.moto
 def test_packing_off_requeues_one_record_per_message(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sender: SqsDelayedSender
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings
 ) -> None:
     sqs.set_queue_attributes(QueueUrl=endpoint.delay_url, Attributes={"DelaySeconds": "0"})
-    assert sender.send_delayed_batch([DelayedSend("orders", f"o{i}", 3600, message_id=f"o{i}") for i in range(3)]).ok
+    unpacked = SqsDelayedSender(sqs, settings, pack_bytes=0)  # plain first-hop records, packed by the requeuer
+    assert unpacked.send_delayed_batch([DelayedSend("orders", f"o{i}", 3600, message_id=f"o{i}") for i in range(3)]).ok
     reply = sqs.receive_message(
         QueueUrl=endpoint.delay_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"], AttributeNames=["All"]
     )

@@ -18,6 +18,7 @@ from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON, ORIGINAL_DESTINATION
 from delayed_delivery.planning import SqsRoute
+from delayed_delivery.settings import DelayedDeliverySettings
 from tests.aws.conftest import collect, queue_depth
 
 if TYPE_CHECKING:
@@ -194,12 +195,13 @@ def test_the_destination_cannot_be_chosen_by_message_content(
 
 
 def test_many_messages_batched_all_arrive_in_order_of_due_time(
-    sqs: SQSClient, endpoint: EndpointQueues, sender: SqsDelayedSender, make_poller: Poller
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, make_poller: Poller
 ) -> None:
     from delayed_delivery.aws.sender import DelayedSend
 
     poller = make_poller()
     start = time.time()
+    sender = SqsDelayedSender(sqs, settings, pack_bytes=0)  # one record per message: the event source batches them
     result = sender.send_delayed_batch(
         [DelayedSend("orders", str(delay), delay, message_id=f"b{i}") for i, delay in enumerate([3, 9, 5, 3, 7] * 6)]
     )

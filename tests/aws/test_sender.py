@@ -157,8 +157,9 @@ def test_max_message_size_is_read_from_the_queue(sqs: SQSClient, settings: Delay
 
 
 def test_batch_uses_one_request_per_ten_messages_per_queue(
-    sqs: SQSClient, endpoint: EndpointQueues, sender: SqsDelayedSender, counter: RequestCounter
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, counter: RequestCounter
 ) -> None:
+    sender = SqsDelayedSender(sqs, settings, pack_bytes=0)  # unpacked (packing: test_sender_packing.py)
     sender.directory.get("orders")
     sender.directory.get("orders-delay.fifo")
     counter.reset()

@@ -14,6 +14,14 @@ Guarantees:
   destination or delay queue, too many attributes. A bad batch sends nothing.
 * Long delays use ``MessageGroupId`` = message id and ``MessageDeduplicationId`` = ``<id>:0``; each hop
   of the requeue function uses ``<id>:<hop>``, so a hop repeated within SQS's 5-minute window is dropped.
+
+Packing (``pack_bytes`` > 0, the default 64 KiB): ``send_delayed_batch`` puts two or more long-delay messages
+for the same destination into envelopes (``packing.py``, the requeue function's format and limits; at most
+``pack_bytes`` and the delay queue's ``MaximumMessageSize``), each with the deduplication id
+``pack-<sha256 of its "<id>:0" lines>``. Packing is deterministic in the set of messages, so sending the same
+batch again within 5 minutes repeats the same envelopes and FIFO drops the ones already accepted. A refused
+envelope lists every message inside it in ``failures``; ``BatchSendResult.raise_for_failures`` turns them into
+one error naming them. ``send_delayed`` (one message) never packs.
 """
 
 from __future__ import annotations
@@ -28,11 +36,19 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..durations import Delay
-from ..errors import DelayedDeliveryError, InvalidMessageError
+from ..errors import (
+    ConfigurationError,
+    DelayedDeliveryError,
+    DestinationNotFoundError,
+    InvalidMessageError,
+    PermanentError,
+    TransientError,
+)
 from ..headers import DELAY_SECONDS_ATTRIBUTE
 from ..naming import sqs_delay_queue_name, validate_sqs_queue_name
 from ..planning import SqsRoute, plan_sqs_delay
 from ..settings import DelayedDeliverySettings
+from .packing import DEFAULT_PACK_BYTES, PackedMessage, envelope_attributes, envelope_body, envelope_id, pack
 from .sqs import MAX_ATTRIBUTES, QueueDirectory, message_size, normalize_attributes, send_batches, translate_error
 
 if TYPE_CHECKING:
@@ -92,6 +108,8 @@ class SendReceipt:
     delay_seconds: int
     fifo_cycles: int
     sqs_message_id: str | None = None
+    #: The envelope's deduplication id when the message travelled packed (``sqs_message_id`` is the envelope's).
+    envelope_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +124,34 @@ class BatchSendResult:
         """True when every message was accepted."""
         return not self.failures
 
+    def raise_for_failures(self) -> None:
+        """Raise one error naming every refused message (``TransientError`` when any of them may be retried)."""
+        if not self.failures:
+            return
+        errors = list(self.failures.values())
+        kind: type[DelayedDeliveryError]
+        if any(e.retryable for e in errors):
+            kind = TransientError
+        elif all(isinstance(e, DestinationNotFoundError) for e in errors):
+            kind = DestinationNotFoundError
+        else:
+            kind = PermanentError
+        listed = "; ".join(f"{mid}: {error}" for mid, error in list(self.failures.items())[:20])
+        more = f"; and {len(self.failures) - 20} more" if len(self.failures) > 20 else ""
+        total = len(self.failures) + len(self.receipts)
+        raise kind(
+            f"{len(self.failures)} of {total} messages were not accepted (send those again; the others were): "
+            f"{listed}{more}"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class _Prepared:
     receipt: SendReceipt
     queue_url: str
     entry: SendMessageBatchRequestEntryTypeDef
+    attributes: Mapping[str, MessageAttributeValueTypeDef]
+    max_message_size: int
 
 
 class SqsDelayedSender:
@@ -123,10 +163,14 @@ class SqsDelayedSender:
         settings: DelayedDeliverySettings | None = None,
         *,
         directory: QueueDirectory | None = None,
+        pack_bytes: int = DEFAULT_PACK_BYTES,
     ) -> None:
+        if isinstance(pack_bytes, bool) or not isinstance(pack_bytes, int) or pack_bytes < 0:
+            raise ConfigurationError(f"pack_bytes must be a non-negative integer (0 = off), got {pack_bytes!r}")
         self.client = client
         self.settings = settings or DelayedDeliverySettings()
         self.directory = directory or QueueDirectory(client)
+        self.pack_bytes = pack_bytes
 
     def send_delayed(
         self,
@@ -155,8 +199,9 @@ class SqsDelayedSender:
     def send_delayed_batch(self, messages: Iterable[DelayedSend]) -> BatchSendResult:
         """Send many messages with SendMessageBatch (≤10 entries and the payload limit per call).
 
-        Every message is validated first; one invalid message raises and nothing is sent.
-        Refusals by SQS itself come back in ``failures``.
+        Every message is validated first; one invalid message raises and nothing is sent. Long delays to one
+        destination travel packed in envelopes (see the module docstring). Refusals by SQS come back in
+        ``failures`` (every message of a refused envelope); ``raise_for_failures`` raises them as one error.
         """
         prepared = [self._prepare(m, where=f"message {i}: ") for i, m in enumerate(messages)]
         seen: set[str] = set()
@@ -171,16 +216,58 @@ class SqsDelayedSender:
         receipts: list[SendReceipt] = []
         failures: dict[str, DelayedDeliveryError] = {}
         for url, group in by_queue.items():
-            results = send_batches(
-                self.client, url, [p.entry for p in group], what=f"sending to {group[0].receipt.queue!r}"
-            )
-            for p in group:
-                result = results[p.entry["Id"]]
-                if result.error is not None:
-                    failures[p.receipt.message_id] = result.error
-                else:
-                    receipts.append(_with_sqs_id(p.receipt, result.sqs_message_id))
+            entries = [p.entry for p in group]
+            envelopes: dict[str, list[_Prepared]] = {}
+            if self.pack_bytes and len(group) >= 2 and group[0].receipt.route is SqsRoute.FIFO:
+                entries, envelopes = self._pack(group)
+            results = send_batches(self.client, url, entries, what=f"sending to {group[0].receipt.queue!r}")
+            by_id = {p.entry["Id"]: p for p in group}
+            for entry in entries:
+                result = results[entry["Id"]]
+                inside = envelopes.get(entry["Id"])
+                owners = inside if inside is not None else [by_id[entry["Id"]]]
+                for p in owners:
+                    if result.error is not None:
+                        failures[p.receipt.message_id] = result.error
+                    else:
+                        eid = entry.get("MessageDeduplicationId") if inside is not None else None
+                        receipts.append(replace(p.receipt, sqs_message_id=result.sqs_message_id, envelope_id=eid))
+            if any(isinstance(failures.get(p.receipt.message_id), DestinationNotFoundError) for p in group):
+                self.directory.forget(group[0].receipt.queue)
+        order = {p.receipt.message_id: i for i, p in enumerate(prepared)}
+        receipts.sort(key=lambda r: order[r.message_id])
         return BatchSendResult(tuple(receipts), failures)
+
+    def _pack(
+        self, group: list[_Prepared]
+    ) -> tuple[list[SendMessageBatchRequestEntryTypeDef], dict[str, list[_Prepared]]]:
+        """Entries for one ``-delay.fifo`` queue: envelopes (keyed by entry id) plus the messages sent alone."""
+        owner: dict[int, _Prepared] = {}
+        packed: list[PackedMessage] = []
+        for p in group:
+            m = PackedMessage(
+                p.receipt.message_id, 0, p.receipt.delay_seconds * 1000, p.entry["MessageBody"], p.attributes
+            )
+            owner[id(m)] = p
+            packed.append(m)
+        bins, alone = pack(packed, min(self.pack_bytes, group[0].max_message_size))
+        entries: list[SendMessageBatchRequestEntryTypeDef] = []
+        envelopes: dict[str, list[_Prepared]] = {}
+        for index, envelope in enumerate(bins):
+            eid = envelope_id(envelope)
+            entry_id = f"e{index}"
+            entries.append(
+                {
+                    "Id": entry_id,
+                    "MessageBody": envelope_body(envelope),
+                    "MessageAttributes": envelope_attributes(),
+                    "MessageGroupId": eid,
+                    "MessageDeduplicationId": eid,
+                }
+            )
+            envelopes[entry_id] = [owner[id(m)] for m in envelope]
+        entries += [owner[id(m)].entry for m in alone]
+        return entries, envelopes
 
     def _prepare(self, message: DelayedSend, *, where: str) -> _Prepared:
         """Validate one message and build its request entry; raises before anything is sent."""
@@ -234,6 +321,7 @@ class SqsDelayedSender:
                 f"{destination.max_message_size:,} (its MaximumMessageSize)"
             )
         entry: SendMessageBatchRequestEntryTypeDef = {"Id": "0", "MessageBody": message.body}
+        max_size = destination.max_message_size
         if route is SqsRoute.FIFO:
             delay_queue = self.directory.get(queue_name)
             control: dict[str, MessageAttributeValueTypeDef] = {
@@ -250,6 +338,7 @@ class SqsDelayedSender:
             entry["MessageGroupId"] = message_id
             entry["MessageDeduplicationId"] = deduplication_id(message_id, 0)
             url = delay_queue.url
+            max_size = delay_queue.max_message_size
         else:
             if attributes:
                 entry["MessageAttributes"] = attributes
@@ -263,7 +352,7 @@ class SqsDelayedSender:
             delay_seconds=plan.delay_seconds,
             fifo_cycles=plan.fifo_cycles,
         )
-        return _Prepared(receipt, url, entry)
+        return _Prepared(receipt, url, entry, attributes, max_size)
 
 
 def _with_sqs_id(receipt: SendReceipt, sqs_message_id: str | None) -> SendReceipt:
