@@ -15,6 +15,7 @@ from rich.console import Console
 
 from ..errors import DelayedDeliveryError
 from ..settings import DelayedDeliverySettings
+from .cancellations import DEFAULT_TABLE, TABLE_ENV, ensure_cancellation_table
 from .queues import check_endpoint, ensure_endpoint
 from .sender import SqsDelayedSender
 
@@ -78,13 +79,24 @@ def create(
     endpoint_url: EndpointUrl = None,
     region: Region = None,
     error_queue: Annotated[str | None, typer.Option(help="Error queue (default: the error_queue setting).")] = None,
+    cancellation_table: Annotated[
+        str,
+        typer.Option(envvar=TABLE_ENV, help="DynamoDB table of cancel / reschedule records ('' = do not create)."),
+    ] = DEFAULT_TABLE,
 ) -> None:
-    """Create QUEUE, QUEUE-delay.fifo and the error queue (for scripts and local emulators; CDK in the cloud)."""
+    """Create QUEUE, its -delay.fifo, the error queue and the cancellation table (emulators; CDK in the cloud)."""
     try:
         queues = ensure_endpoint(_client(endpoint_url, region), queue, _settings(), error_queue=error_queue)
+        if cancellation_table:
+            import boto3
+
+            ensure_cancellation_table(
+                boto3.client("dynamodb", endpoint_url=endpoint_url, region_name=region), cancellation_table
+            )
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
-    _out.print_json(json.dumps({"input": queues.input_url, "delay": queues.delay_url, "error": queues.error_url}))
+    urls = {"input": queues.input_url, "delay": queues.delay_url, "error": queues.error_url}
+    _out.print_json(json.dumps({**urls, "cancellation_table": cancellation_table or None}))
 
 
 @aws_app.command()

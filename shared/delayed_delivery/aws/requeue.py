@@ -28,6 +28,12 @@ or, when unreadable, sent alone to the error queue. An envelope that cannot be r
 queue whole. When any send for a record fails transiently the whole record is reported ``FAILED`` and
 redelivered: a re-pack of the same messages on the same hop repeats its deduplication id; a batch grouped
 differently on redelivery can repeat inner messages (at-least-once, like the final hand-over).
+
+Cancellation (``cancellations`` given, see ``delayed_delivery.cancellations``): before deciding, every message
+of the batch (inner messages too) is checked against its endpoint's live records, read once per cache period.
+A cancelled message is dropped (``CANCELLED``); a rescheduled one gets the remaining delay to its new due time
+(decided from the broker's first-receive time, so a redelivery decides the same). Applied records are deleted
+once the SQS record carrying the message has not ``FAILED``.
 """
 
 from __future__ import annotations
@@ -35,10 +41,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from ..cancellations import Cancellation, CancellationCache, CancellationKind
 from ..clock import Clock, SystemClock
 from ..errors import (
     ConfigurationError,
@@ -85,6 +92,7 @@ class HopOutcome(StrEnum):
     ERROR_QUEUE = "error_queue"
     FAILED = "failed"
     UNPACKED = "unpacked"
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +120,7 @@ class RecordResult:
     error: DelayedDeliveryError | None = None
     inner: tuple[RecordResult, ...] = ()
     envelope_id: str | None = None
+    cancellation: Cancellation | None = None
 
 
 def parse_source_arn(arn: str) -> SourceQueue:
@@ -142,6 +151,8 @@ class _Work:
     reason: str | None = None
     result: RecordResult | None = None
     children: list[_Work] | None = None
+    received_ms: int = 0
+    applied: Cancellation | None = None
 
 
 class FifoRequeuer:
@@ -155,6 +166,7 @@ class FifoRequeuer:
         clock: Clock | None = None,
         directory: QueueDirectory | None = None,
         pack_bytes: int = DEFAULT_PACK_BYTES,
+        cancellations: CancellationCache | None = None,
     ) -> None:
         if isinstance(pack_bytes, bool) or not isinstance(pack_bytes, int) or pack_bytes < 0:
             raise ConfigurationError(f"pack_bytes must be a non-negative integer (0 = off), got {pack_bytes!r}")
@@ -163,6 +175,7 @@ class FifoRequeuer:
         self.clock = clock or SystemClock()
         self.directory = directory or QueueDirectory(client)
         self.pack_bytes = pack_bytes
+        self.cancellations = cancellations
 
     def process(self, records: Sequence[Mapping[str, Any]]) -> list[RecordResult]:
         """Handle the ``Records`` of one SQS event; one result per record, in order."""
@@ -174,10 +187,12 @@ class FifoRequeuer:
         now_ms = int(self.clock.now().timestamp() * 1000)
         work = [self._parse(record, now_ms) for record in records]
         items = [item for w in work for item in (w.children if w.children is not None else [w])]
+        if self.cancellations is not None:
+            self._check_cancellations(self.cancellations, items, now_ms)
         requeue: dict[str, list[_Work]] = {}
         forward: dict[str, list[_Work]] = {}
         for w in items:
-            if w.reason is not None or w.remaining is None:
+            if w.reason is not None or w.remaining is None or w.result is not None:
                 continue
             decision = decide_hop(math.ceil(w.decision_ms / 1000), self.settings.max_native_delay)
             target = requeue if decision.action is HopAction.REQUEUE else forward
@@ -189,10 +204,44 @@ class FifoRequeuer:
         poison = [w for w in items if w.result is None and w.reason is not None]
         if poison:
             self._to_error_queue(poison)
+        for w in items:
+            if w.applied is not None and w.result is not None:
+                w.result = replace(w.result, cancellation=w.applied)
         for w in work:
             if w.children is not None:
                 w.result = _unpacked(w)
+        if self.cancellations is not None:
+            self.cancellations.applied(
+                [
+                    c.applied
+                    for w in work
+                    if w.result is not None and w.result.outcome is not HopOutcome.FAILED
+                    for c in (w.children if w.children is not None else [w])
+                    if c.applied is not None and c.result is not None and c.result.outcome is not HopOutcome.FAILED
+                ]
+            )
         return [w.result for w in work if w.result is not None]
+
+    @staticmethod
+    def _check_cancellations(cache: CancellationCache, items: list[_Work], now_ms: int) -> None:
+        """Drop cancelled messages and re-plan rescheduled ones (one cached lookup per endpoint)."""
+        live = [w for w in items if w.reason is None and w.remaining is not None]
+        records = {endpoint: cache.lookup(endpoint) for endpoint in {w.source.destination for w in live}}
+        for w in live:
+            record = records[w.source.destination].get(w.message_id)
+            if record is None:
+                continue
+            w.applied = record
+            if record.kind is CancellationKind.CANCEL:
+                w.result = RecordResult(
+                    w.record_id, w.message_id, HopOutcome.CANCELLED, w.hop, w.source.destination, w.remaining
+                )
+                continue
+            assert record.due_at is not None
+            due_ms = int(record.due_at.timestamp() * 1000)
+            w.remaining_ms = max(0, due_ms - now_ms)
+            w.decision_ms = max(0, due_ms - w.received_ms)
+            w.remaining = math.ceil(w.remaining_ms / 1000)
 
     def _parse(self, record: Mapping[str, Any], now_ms: int) -> _Work:
         """Read one record; problems with the message itself become a poison reason, not an exception."""
@@ -230,6 +279,7 @@ class FifoRequeuer:
             total_ms = _to_ms(text)
             sent, first = int(attrs["SentTimestamp"]), int(attrs["ApproximateFirstReceiveTimestamp"])
             count = int(attrs["ApproximateReceiveCount"])
+            work.received_ms = first
             work.remaining_ms = remaining_delay_ms(total_ms, sent, first, count, now_ms)
             # The hop decision uses broker times only (as on the first receive), so a redelivery repeats the
             # same decision and its re-send carries the same deduplication id: FIFO drops it as a duplicate.
@@ -263,6 +313,7 @@ class FifoRequeuer:
                 children.append(child)
                 continue
             child = _Work(work.record_id, entry.message_id, entry.hop, entry.body, dict(entry.attributes), work.source)
+            child.received_ms = first
             try:
                 child.remaining_ms = remaining_delay_ms(entry.remaining_ms, sent, first, count, now_ms)
                 child.decision_ms = remaining_delay_ms(entry.remaining_ms, sent, first, 1, now_ms)

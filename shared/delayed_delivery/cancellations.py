@@ -1,0 +1,216 @@
+"""Cancelling and rescheduling messages that travel without a store (the SQS ``-delay.fifo`` hop cycle).
+
+A message on the hop cycle has no row anyone could delete or move: it *is* the FIFO message. Instead an
+operator writes a small record (``Cancellation``) keyed by endpoint and message id; the requeue function reads
+the endpoint's live records once per ``max_age`` seconds (``CancellationCache``), checks every message of a
+batch in memory, drops cancelled ones, re-plans rescheduled ones, and deletes the records it applied. Every
+message in the cycle passes a hop each ``fifo_queue_delay`` seconds, so a record is applied within one hop and
+the set of live records stays small: the lookup cost does not grow with the number of pending messages.
+
+Limits: a message whose remaining delay already fits the native cap has left the cycle (it waits out its final
+``DelaySeconds`` on the destination, where it cannot be recalled), so a cancel must arrive more than
+``max_native_delay + max_age`` seconds before the due time to be certain; ``cancel_request`` refuses one that is
+known to be too late. A rescheduled message moves at its next hop, so a new due time sooner than that is met
+late by up to one hop. A lookup that fails is skipped (a late cancel beats a lost message).
+
+Standard library only; the DynamoDB adapter is ``delayed_delivery.aws.cancellations``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from .clock import Clock, SystemClock, utc
+from .durations import MAX_DELAY, format_duration
+from .errors import DelayedDeliveryError, InvalidMessageError
+
+__all__ = [
+    "FAILURE_BACKOFF_S",
+    "RECORD_TTL",
+    "Cancellation",
+    "CancellationCache",
+    "CancellationKind",
+    "CancellationStore",
+    "InMemoryCancellationStore",
+    "cancel_request",
+    "reschedule_request",
+]
+
+#: How long a record lives if nothing applies it: the FIFO queue's 4-day retention (no message waits longer
+#: for a hop than that) plus a day. Applied records are deleted at once.
+RECORD_TTL = timedelta(days=5)
+#: After a failed lookup, how long the cache waits before asking the store again (at most ``max_age``).
+FAILURE_BACKOFF_S = 5.0
+
+
+class CancellationKind(StrEnum):
+    """What a record asks for."""
+
+    CANCEL = "cancel"
+    RESCHEDULE = "reschedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Cancellation:
+    """A request to drop (``CANCEL``) or move (``RESCHEDULE`` to ``due_at``) one message of an endpoint."""
+
+    endpoint: str
+    message_id: str
+    kind: CancellationKind
+    requested_at: datetime
+    expires_at: datetime
+    due_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if (self.kind is CancellationKind.RESCHEDULE) != (self.due_at is not None):
+            raise InvalidMessageError("a reschedule record needs a due time, a cancel record has none")
+
+
+@runtime_checkable
+class CancellationStore(Protocol):
+    """Where cancel and reschedule records wait until the requeue function applies them."""
+
+    def put(self, record: Cancellation) -> None:
+        """Write ``record``; a later record for the same endpoint and id replaces it."""
+        ...
+
+    def live(self, endpoint: str) -> Sequence[Cancellation]:
+        """Every record of ``endpoint`` (expired ones may be included; callers filter)."""
+        ...
+
+    def delete(self, records: Sequence[Cancellation]) -> None:
+        """Delete ``records`` unless a newer request replaced them; missing ones are ignored."""
+        ...
+
+
+class InMemoryCancellationStore:
+    """A ``CancellationStore`` in a dict (tests, single-process tools)."""
+
+    def __init__(self) -> None:
+        self._records: dict[tuple[str, str], Cancellation] = {}
+        self._lock = threading.Lock()
+        self.lookups = 0
+
+    def put(self, record: Cancellation) -> None:
+        """Write ``record``."""
+        with self._lock:
+            self._records[(record.endpoint, record.message_id)] = record
+
+    def live(self, endpoint: str) -> Sequence[Cancellation]:
+        """The endpoint's records."""
+        with self._lock:
+            self.lookups += 1
+            return [r for (e, _), r in self._records.items() if e == endpoint]
+
+    def delete(self, records: Sequence[Cancellation]) -> None:
+        """Drop ``records`` (a newer request for the same id stays)."""
+        with self._lock:
+            for record in records:
+                key = (record.endpoint, record.message_id)
+                if self._records.get(key) == record:
+                    del self._records[key]
+
+
+def cancel_request(
+    endpoint: str,
+    message_id: str,
+    *,
+    now: datetime,
+    max_native_delay: int,
+    max_age: float,
+    due: datetime | None = None,
+) -> Cancellation:
+    """A cancel record; raises ``InvalidMessageError`` when ``due`` shows the message is already out of reach."""
+    now = utc(now)
+    if due is not None:
+        left = (utc(due) - now).total_seconds()
+        reach = max_native_delay + max_age
+        if left <= reach:
+            when = "was due" if left <= 0 else f"is due in {format_duration(left)}"
+            raise InvalidMessageError(
+                f"too late to cancel {message_id!r} on SQS: it {when} ({utc(due).isoformat()}), within the "
+                f"{format_duration(max_native_delay)} native cap + {format_duration(max_age)} record cache, so it may "
+                f"already wait out its final native delay on {endpoint!r}, where SQS cannot recall it; "
+                "have the consumer drop it by id"
+            )
+    return Cancellation(endpoint, message_id, CancellationKind.CANCEL, now, now + RECORD_TTL)
+
+
+def reschedule_request(endpoint: str, message_id: str, due_at: datetime, *, now: datetime) -> Cancellation:
+    """A reschedule record moving ``message_id`` to ``due_at`` (at most 100 years ahead)."""
+    now, due_at = utc(now), utc(due_at)
+    if due_at - now > MAX_DELAY:
+        raise InvalidMessageError(f"new due time {due_at.isoformat()} is more than 100 years away")
+    return Cancellation(endpoint, message_id, CancellationKind.RESCHEDULE, now, now + RECORD_TTL, due_at)
+
+
+#: ``on_error(operation, error)``: operation is ``"lookup"`` or ``"delete"``.
+ErrorCallback = Callable[[str, DelayedDeliveryError], None]
+
+
+class CancellationCache:
+    """Per warm function instance: each endpoint's live records, read at most once per ``max_age`` seconds.
+
+    A failed read returns no records (messages go on as planned) and reports the error through ``on_error``;
+    the store is asked again after ``FAILURE_BACKOFF_S`` (or ``max_age`` when that is shorter).
+    """
+
+    def __init__(
+        self,
+        store: CancellationStore,
+        max_age: float,
+        *,
+        clock: Clock | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        on_error: ErrorCallback | None = None,
+    ) -> None:
+        if max_age < 0:
+            raise InvalidMessageError(f"max_age must be ≥ 0 seconds, got {max_age!r}")
+        self.store = store
+        self.max_age = max_age
+        self.clock = clock or SystemClock()
+        self.monotonic = monotonic
+        self.on_error = on_error
+        self._cached: dict[str, tuple[float, dict[str, Cancellation]]] = {}
+        self._lock = threading.Lock()
+
+    def lookup(self, endpoint: str) -> Mapping[str, Cancellation]:
+        """The endpoint's unexpired records by message id (cached; empty when the store cannot be read)."""
+        with self._lock:
+            hit = self._cached.get(endpoint)
+            if hit is not None and self.monotonic() < hit[0]:
+                return dict(hit[1])
+        try:
+            found = self.store.live(endpoint)
+        except DelayedDeliveryError as exc:
+            if self.on_error is not None:
+                self.on_error("lookup", exc)
+            with self._lock:
+                self._cached[endpoint] = (self.monotonic() + min(self.max_age, FAILURE_BACKOFF_S), {})
+            return {}
+        now = self.clock.now()
+        records = {r.message_id: r for r in found if r.expires_at > now}
+        with self._lock:
+            self._cached[endpoint] = (self.monotonic() + self.max_age, records)
+        return dict(records)
+
+    def applied(self, records: Sequence[Cancellation]) -> None:
+        """Delete ``records`` once applied; a failed delete is reported (re-applying is harmless, the TTL cleans up)."""
+        if not records:
+            return
+        with self._lock:
+            for record in records:
+                hit = self._cached.get(record.endpoint)
+                if hit is not None and hit[1].get(record.message_id) == record:
+                    del hit[1][record.message_id]
+        try:
+            self.store.delete(list(records))
+        except DelayedDeliveryError as exc:
+            if self.on_error is not None:
+                self.on_error("delete", exc)
