@@ -82,6 +82,7 @@ def measure(
     deliver: bool,
     pack_bytes: int = 0,
     body_bytes: int = 0,
+    sender_pack_bytes: int = 0,
 ) -> dict[str, Any]:
     """Run one measurement and return the raw counts.
 
@@ -90,6 +91,7 @@ def measure(
     ``deliver=True``: the delay plans exactly ``hops`` FIFO cycles and the run waits for every delivery
     (loss, duplicates and lateness; under load hops take longer than planned, so fewer happen).
     ``pack_bytes``: the handler's envelope size (0 = packing off); ``body_bytes``: pad each body to this size.
+    ``sender_pack_bytes``: the sender's envelope size for the first hop (0 = one FIFO message per message).
     """
     settings = DelayedDeliverySettings(
         max_native_delay=hop_seconds, fifo_queue_delay=hop_seconds, error_queue=f"bench-errors-{time.time_ns()}"
@@ -111,7 +113,7 @@ def measure(
         LocalEventSourcePoller(hop_client, q.delay_url, q.delay_arn, build_handler(env, sqs_client=hop_client))
         for q in queues
     ]
-    sender = SqsDelayedSender(send_client, settings)
+    sender = SqsDelayedSender(send_client, settings, pack_bytes=sender_pack_bytes)
     batch = [
         DelayedSend(
             names[i % endpoints], f"message {i} ".ljust(body_bytes, "x"), delay, message_id=f"m{i}", attributes={"n": i}
@@ -125,13 +127,15 @@ def measure(
     for p in pollers:
         p.start()
     start = time.monotonic()
-    # Each message is due ``delay`` after the request that carried it: send one SendMessageBatch (10 messages of
-    # one endpoint) at a time and note when it started, so "early" is exact and lateness never understated.
+    # Each message is due ``delay`` after the request that carried it: send one SendMessageBatch at a time (10
+    # messages of one endpoint, or one envelope of up to 50 when the sender packs) and note when it started, so
+    # "early" is exact and lateness never understated.
     due: dict[str, float] = {}
+    per_request = 50 if sender_pack_bytes and (body_bytes + 64) * 50 < sender_pack_bytes else 10
     for name in names:
         mine = [m for m in batch if m.destination == name]
-        for first in range(0, len(mine), 10):
-            chunk = mine[first : first + 10]
+        for first in range(0, len(mine), per_request):
+            chunk = mine[first : first + per_request]
             sent_at = time.time()
             result = sender.send_delayed_batch(chunk)
             assert result.ok, result.failures
@@ -175,7 +179,9 @@ def measure(
         "hop_seconds": hop_seconds,
         "hops": message_hops(pollers),
         "pack_bytes": pack_bytes,
+        "sender_pack_bytes": sender_pack_bytes,
         "body_bytes": body_bytes,
+        "send_billed_requests": send_counter.billed,
         "hop_billed_requests": hop_counter.billed,
         "redelivered_records": sum(1 for r in records if int(r["attributes"]["ApproximateReceiveCount"]) > 1),
         "delivered": len(arrived) if deliver else None,

@@ -7,7 +7,8 @@ import pytest
 from benchmarks.__main__ import discover
 from benchmarks.common import Row
 
-CORE = ["core_dispatch"]
+#: No emulator needed (``cold_import`` times imports in fresh interpreters).
+CORE = ["core_dispatch", "cold_import"]
 #: Benchmarks that start their own emulator (Azurite, PostgreSQL). SQS and Spark have their own smoke tests.
 SERVICES = ["azure_dispatch", "postgres_mover"]
 

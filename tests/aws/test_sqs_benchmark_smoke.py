@@ -28,3 +28,29 @@ def test_packed_hops_spend_fewer_requests_per_message_than_unpacked_ones(moto_en
     # Unpacked, a send carries at most 10 messages (≥ 0.1 per message per hop); packed, one envelope many more.
     assert sends / counts["hops"] < 0.1
     assert counts["hop_billed_requests"] >= sum(counts["hop_requests"].values())
+
+
+def test_packing_the_first_hop_too_halves_the_senders_requests_and_keeps_hops_packed(moto_endpoint: str) -> None:
+    from benchmarks.sqs_hops import measure
+
+    counts = measure(
+        40, 2, 2, 1, moto_endpoint, deliver=False, pack_bytes=65536, body_bytes=1024, sender_pack_bytes=65536
+    )
+    assert counts["hops"] >= 80 and counts["handler_errors"] == 0 and counts["failed_records"] == 0
+    assert sum(counts["send_requests"].values()) == 2  # one envelope of 20 messages per endpoint (unpacked: 4)
+    sends = counts["hop_requests"].get("SendMessageBatch", 0) + counts["hop_requests"].get("SendMessage", 0)
+    assert sends / counts["hops"] < 0.1
+
+
+def test_throughput_benchmark_runs_at_smoke_size(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import sqs_throughput
+
+    monkeypatch.setenv("MOTO_ENDPOINT", moto_endpoint)
+    rows = {r.metric: r for r in sqs_throughput.run(smoke=True)}
+    assert set(rows) == {
+        "raw_receive_send_delete_records_per_s",
+        "requeue_records_per_s",
+        "requeue_unpacked_records_per_s",
+    }
+    assert all(v > 0 for r in rows.values() for v in r.samples)
+    assert rows["requeue_records_per_s"].ratio_to_baseline is not None
