@@ -1,7 +1,8 @@
 """SQS requests per message per hop, counted at moto server (never estimated, never timed).
 
-N messages (default 1,000) are sent with one delay that plans 10 FIFO hops under compressed time (native cap
-and FIFO hop 2 s, delay 21 s), spread over several endpoints so that no queue holds more than ~50 messages
+N messages (default 500, 5 runs) are sent unpacked (sender and handler ``pack_bytes`` 0; packing is
+measured by ``benchmarks.sqs_packing``) with one delay that plans 10 FIFO hops under compressed time (native
+cap and FIFO hop 1 s), spread over several endpoints so that no queue holds more than ~50 messages
 (moto answers in O(queue depth)). One local event source per ``-delay.fifo`` queue invokes the real Lambda
 handler (batch 10, partial batch responses) until every message has reached its destination. A botocore
 ``before-send`` hook counts every request the pollers and the handler make; the hops are counted from the
@@ -13,7 +14,7 @@ handler's records (each record handled once = one hop).
   makes few; the local one polls every 1 s).
 * the per-operation split, and ``send_requests_per_message`` for the sender's first send (SendMessageBatch).
 
-Run: ``python -m benchmarks.sqs_hops [--smoke] [--messages 1000] [--endpoints 20]``. Starts its own moto
+Run: ``python -m benchmarks.sqs_hops [--smoke] [--runs 5] [--messages 500] [--endpoints 10]``. Starts its own moto
 server unless ``MOTO_ENDPOINT`` is set. Figures: benchmarks/aws.md.
 """
 
@@ -275,7 +276,7 @@ def statistics_ratio(samples: tuple[float, ...], baseline: float) -> float:
     return float(statistics.median(samples)) / baseline
 
 
-def run(smoke: bool = False, *, runs: int = 1, messages: int = 1000, endpoints: int = 20) -> list[Row]:
+def run(smoke: bool = False, *, runs: int = 5, messages: int = 500, endpoints: int = 10) -> list[Row]:
     """The benchmark-runner entry point: the steady-state hop cost, then one end-to-end delivery run."""
     if smoke:
         runs, messages, endpoints, hops, deliver_messages, deliver_endpoints = 1, 20, 2, 2, 20, 2
@@ -294,9 +295,9 @@ def main() -> None:
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--messages", type=int, default=1000)
-    parser.add_argument("--endpoints", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--messages", type=int, default=500)
+    parser.add_argument("--endpoints", type=int, default=10)
     a = parser.parse_args()
     rows = run(a.smoke, runs=a.runs, messages=a.messages, endpoints=a.endpoints)
     print_table(rows, "SQS requests per message per hop (moto server, counted)")
