@@ -2,8 +2,9 @@
 
 Routes: ``--store sqlite:///…|postgresql://…`` (exact), ``--cloud azure`` (the endpoint's delays table: exact;
 native sends ≤ 7 days are not in it), ``--cloud aws`` (send through the delayed sender; pending from queue
-attributes, approximate; no cancel or reschedule yet). ``--local`` points a cloud route at the local emulators
-(moto server on 127.0.0.1:5000, Azurite on 10000-10002; ``delayed-delivery local up`` starts them there).
+attributes, approximate; cancel and reschedule write a record the requeue function applies at the next hop).
+``--local`` points a cloud route at the local emulators (moto server on 127.0.0.1:5000, Azurite on 10000-10002;
+``delayed-delivery local up`` starts them there).
 """
 
 from __future__ import annotations
@@ -92,6 +93,10 @@ EndpointOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 DelayOption = Annotated[str | None, typer.Option("--delay", "-d", help="Delay from now, e.g. 90s, 2h, 40d, 1y.")]
 AtOption = Annotated[str | None, typer.Option("--at", help="Due time, ISO-8601 with a time zone.")]
+ToOption = Annotated[
+    str | None,
+    typer.Option("--to", help="aws: the destination queue the message was sent to (its -delay.fifo hop cycle)."),
+]
 
 
 class UsageError(DelayedDeliveryError):
@@ -109,11 +114,28 @@ def _due(delay: str | None, at: str | None) -> datetime:
     if delay is not None:
         return SystemClock().now() + timedelta(seconds=to_seconds(delay))
     assert at is not None
+    return _instant(at, "--at")
+
+
+def _instant(text: str, option: str) -> datetime:
     try:
-        parsed = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise InvalidMessageError(f"cannot read --at {at!r}: use ISO-8601, e.g. 2027-01-31T09:00:00Z") from None
+        raise InvalidMessageError(f"cannot read {option} {text!r}: use ISO-8601, e.g. 2027-01-31T09:00:00Z") from None
+    if parsed.tzinfo is None:
+        raise InvalidMessageError(f"{option} {text!r} is naive (no time zone): add one, e.g. Z or +02:00")
     return utc(parsed)
+
+
+def _aws_target(route: SqsRoute | AzureTableRoute | None, to: str | None, due: str | None = None) -> str | None:
+    """``--to`` for the SQS route (required there); ``--to`` / ``--due`` anywhere else is a mistake."""
+    if isinstance(route, SqsRoute):
+        if not to:
+            raise UsageError("on --cloud aws give --to QUEUE: the destination queue the message was sent to")
+        return to
+    if to is not None or due is not None:
+        raise UsageError("--to and --due are for --cloud aws (the SQS hop cycle)")
+    return None
 
 
 def _body(body: str) -> bytes:
@@ -199,7 +221,9 @@ def send(
     route = _cloud(cloud, local, endpoint_url, region, connection_string, endpoint)
     if route is not None:
         if cancellable and route.name != "azure":
-            raise UsageError("--cancellable is for --cloud azure (SQS messages cannot be cancelled yet)")
+            raise UsageError(
+                "--cancellable is for --cloud azure (on SQS, `cancel ID --to QUEUE` works for any long delay)"
+            )
         if isinstance(route, AzureTableRoute):
             result = route.send(to, payload, due, headers, message_id, cancellable=cancellable)
         else:
@@ -317,6 +341,13 @@ def _print_error_queue(data: dict[str, Any]) -> None:
 
 def cancel(
     message_id: Annotated[str, typer.Argument(help="The message id to cancel.")],
+    to: ToOption = None,
+    due: Annotated[
+        str | None,
+        typer.Option(
+            "--due", help="aws: the message's due time (ISO-8601), if known: says for sure if it is too late."
+        ),
+    ] = None,
     store: StoreOption = None,
     cloud: CloudOption = None,
     local: LocalOption = False,
@@ -328,11 +359,24 @@ def cancel(
 ) -> None:
     """Cancel a delayed message that has not been delivered yet (SQL stores and the Azure table: exact).
 
+    On SQS a record is written and the message is dropped at its next hop, unless it already waits out its
+    final native delay (due within 15 minutes).
+
     Examples:
       delayed-delivery cancel 3f2c… --store sqlite:///delays.db
       delayed-delivery cancel 3f2c… --cloud azure --local --endpoint shop
+      delayed-delivery cancel 3f2c… --cloud aws --local --to orders [--due 2027-01-31T09:00:00Z]
     """
     route = _cloud(cloud, local, endpoint_url, region, connection_string, endpoint)
+    queue = _aws_target(route, to, due)
+    if isinstance(route, SqsRoute):
+        assert queue is not None
+        data = route.cancel(message_id, to=queue, due=_instant(due, "--due") if due is not None else None)
+        if as_json:
+            console.print_json(json.dumps(data))
+        else:
+            console.print(f"cancel of {message_id} accepted (route: aws): {data['note']}", highlight=False)
+        return
     removed = route.cancel(message_id) if route is not None else _open(store).remove(message_id)
     if not removed:
         raise UsageError(f"no pending message {message_id!r} {_GONE[route.name if route else 'store']}")
@@ -347,6 +391,7 @@ def reschedule(
     message_id: Annotated[str, typer.Argument(help="The message id to move.")],
     delay: DelayOption = None,
     at: AtOption = None,
+    to: ToOption = None,
     store: StoreOption = None,
     cloud: CloudOption = None,
     local: LocalOption = False,
@@ -358,12 +403,25 @@ def reschedule(
 ) -> None:
     """Move a pending message to a new due time (SQL stores and the Azure table: exact).
 
+    On SQS a record is written and the message moves at its next hop, unless it already waits out its final
+    native delay (due within 15 minutes).
+
     Examples:
       delayed-delivery reschedule 3f2c… --delay 3d --store sqlite:///delays.db
       delayed-delivery reschedule 3f2c… --at 2027-06-01T08:00:00Z --cloud azure --local --endpoint shop
+      delayed-delivery reschedule 3f2c… --delay 2h --cloud aws --local --to orders
     """
     due = _due(delay, at)
     route = _cloud(cloud, local, endpoint_url, region, connection_string, endpoint)
+    queue = _aws_target(route, to)
+    if isinstance(route, SqsRoute):
+        assert queue is not None
+        data = route.reschedule(message_id, due, to=queue)
+        if as_json:
+            console.print_json(json.dumps(data))
+        else:
+            console.print(f"reschedule of {message_id} to {data['due_at']} accepted (route: aws): {data['note']}")
+        return
     if route is not None:
         moved = route.reschedule(message_id, due)
     else:
@@ -384,7 +442,6 @@ _GONE = {
     "store": "(already delivered, cancelled or never stored)",
     "azure": "in the delays table (already delivered or cancelled, sent natively (≤ 7 days without "
     "--cancellable), or another --endpoint)",
-    "aws": "",
 }
 
 
@@ -405,6 +462,6 @@ def _friendly(command: Callable[..., None]) -> Callable[..., None]:
             hint = ""
             if kwargs.get("local") and isinstance(exc, TransientError):
                 hint = " (are the emulators up? start them with `delayed-delivery local up`)"
-            raise _fail(f"{exc}{hint}") from None
+            raise _fail(" ".join(f"{exc}{hint}".split())) from None  # one line, even for multi-line driver errors
 
     return wrapper

@@ -19,12 +19,15 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .clock import SystemClock, utc
-from .errors import ConfigurationError, DelayedDeliveryError, DestinationNotFoundError, InvalidMessageError
+from .errors import ConfigurationError, DestinationNotFoundError, InvalidMessageError
 from .local import azurite_connection_string
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.literals import QueueAttributeNameType
+
+    from .aws.cancellations import DynamoDbCancellationStore
 
 __all__ = [
     "LOCAL_AZURITE_PORTS",
@@ -62,10 +65,6 @@ class CloudOptions:
     endpoint: str = ""
 
 
-class UnsupportedOnRoute(DelayedDeliveryError):
-    """The operation is not possible on this route (explained in the message)."""
-
-
 def _seconds_until(due: datetime) -> float:
     return max(0.0, (utc(due) - SystemClock().now()).total_seconds())
 
@@ -74,7 +73,7 @@ def _seconds_until(due: datetime) -> float:
 
 
 class SqsRoute:
-    """Send through ``SqsDelayedSender``; pending from queue attributes; no cancel or reschedule (explained)."""
+    """Send through ``SqsDelayedSender``; pending from queue attributes; cancel / reschedule by record on the cycle."""
 
     name = "aws"
 
@@ -91,6 +90,14 @@ class SqsRoute:
             "sqs", endpoint_url=endpoint_url, region_name=region, aws_access_key_id=key, aws_secret_access_key=key
         )
         self.settings = DelayedDeliverySettings.from_env(os.environ)
+        # moto serves DynamoDB on the SQS port; AWS_ENDPOINT_URL_DYNAMODB splits them.
+        self.dynamodb: DynamoDBClient = boto3.client(
+            "dynamodb",
+            endpoint_url=os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint_url,
+            region_name=region,
+            aws_access_key_id=key,
+            aws_secret_access_key=key,
+        )
 
     def send(
         self, to: str, body: bytes, due: datetime, headers: dict[str, str], message_id: str | None
@@ -185,20 +192,96 @@ class SqsRoute:
             return None
         return int(attrs["Attributes"].get("ApproximateNumberOfMessages", 0))
 
-    def cancel(self, message_id: str) -> bool:
-        """Not possible on SQS yet: raises ``UnsupportedOnRoute`` with the reason."""
-        raise UnsupportedOnRoute(
-            f"cannot cancel {message_id!r} on SQS: a delayed SQS message cannot be deleted before it becomes visible, "
-            "and the -delay.fifo hop cycle has no cancellation record yet; send messages you may cancel through the "
-            "Azure table or a SQL store (--store), or have the consumer drop them by id"
+    def _records(self, to: str) -> DynamoDbCancellationStore:
+        """The cancellation table, after checking that ``to`` has a hop cycle and the table exists."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from .aws.cancellations import DEFAULT_TABLE, TABLE_ENV, DynamoDbCancellationStore
+        from .aws.sqs import translate_error
+        from .naming import sqs_delay_queue_name
+
+        delay_queue = sqs_delay_queue_name(to)
+        try:
+            self.client.get_queue_url(QueueName=delay_queue)
+        except (ClientError, BotoCoreError) as exc:
+            error = translate_error(exc, f"looking up {delay_queue!r} at {self.where}")
+            if isinstance(error, DestinationNotFoundError):
+                raise DestinationNotFoundError(
+                    f"unknown queue {to!r}: it has no {delay_queue!r} at {self.where}, so no message of it is on the "
+                    "hop cycle (check --to)"
+                ) from exc
+            raise error from exc
+        store = DynamoDbCancellationStore(self.dynamodb, os.environ.get(TABLE_ENV, "").strip() or DEFAULT_TABLE)
+        store.check()
+        return store
+
+    def _reach(self) -> tuple[float, str]:
+        """Seconds before its due time a message leaves the cycle (cap + record cache), and how to say it."""
+        from .aws.cancellations import cache_seconds_from_env
+        from .durations import format_duration
+
+        cache = cache_seconds_from_env(os.environ)
+        reach = self.settings.max_native_delay + cache
+        return cache, (
+            f"{format_duration(reach)} ({format_duration(self.settings.max_native_delay)} native cap + "
+            f"{format_duration(cache)} record cache)"
         )
 
-    def reschedule(self, message_id: str, due: datetime) -> bool:
-        """Not possible on SQS yet: raises ``UnsupportedOnRoute`` with the reason."""
-        raise UnsupportedOnRoute(
-            f"cannot reschedule {message_id!r} on SQS: the delay travels with the message through the hop cycle and "
-            "cannot be changed from outside; send a new message instead (and have the consumer drop the old id)"
+    def cancel(self, message_id: str, *, to: str, due: datetime | None = None) -> dict[str, Any]:
+        """Write a cancel record for ``message_id`` on ``to``'s hop cycle; refused when ``due`` is too near."""
+        from .cancellations import cancel_request
+
+        store = self._records(to)
+        cache, reach = self._reach()
+        record = cancel_request(
+            to,
+            message_id,
+            now=SystemClock().now(),
+            max_native_delay=self.settings.max_native_delay,
+            max_age=cache,
+            due=due,
         )
+        store.put(record)
+        if due is not None:
+            note = f"it is dropped at its next hop, well before its due time {utc(due).isoformat()}"
+        else:
+            note = (
+                f"it is dropped at its next hop unless it is due within {reach}: then it already waits out its "
+                f"final native delay on {to!r} and is delivered (give --due to know for sure)"
+            )
+        return {
+            "message_id": message_id,
+            "route": "aws",
+            "queue": to,
+            "requested": "cancel",
+            "certain": due is not None,
+            "table": store.table,
+            "record_expires_at": record.expires_at.isoformat(),
+            "note": note,
+        }
+
+    def reschedule(self, message_id: str, due: datetime, *, to: str) -> dict[str, Any]:
+        """Write a reschedule record: ``message_id`` moves to ``due`` at its next hop on ``to``'s cycle."""
+        from .cancellations import reschedule_request
+        from .durations import format_duration
+
+        store = self._records(to)
+        _, reach = self._reach()
+        record = reschedule_request(to, message_id, due, now=SystemClock().now())
+        store.put(record)
+        return {
+            "message_id": message_id,
+            "route": "aws",
+            "queue": to,
+            "requested": "reschedule",
+            "due_at": utc(due).isoformat(),
+            "table": store.table,
+            "record_expires_at": record.expires_at.isoformat(),
+            "note": (
+                f"it moves at its next hop (every {format_duration(self.settings.fifo_queue_delay)}), unless it is "
+                f"already due within {reach}; a new due time sooner than that hop is met at the hop"
+            ),
+        }
 
 
 # ------------------------------------------------------------------------------------------------ Azure

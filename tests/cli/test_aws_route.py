@@ -1,4 +1,5 @@
-"""The SQS route against moto server: send (native and FIFO hops), pending from attributes, no cancel."""
+"""The SQS route against moto server: send (native and FIFO hops), pending from attributes (cancel and reschedule:
+``test_aws_cancel.py``)."""
 
 from __future__ import annotations
 
@@ -64,11 +65,6 @@ def test_binary_body_is_refused(aws: list[str], tmp_path: object) -> None:
     blob = Path(str(tmp_path)) / "b.bin"
     blob.write_bytes(b"\xff\xfe\x00")
     one_line_error(run("send", *aws, "--to", "orders", "--delay", "1h", "--body", f"@{blob}"), "UTF-8")
-
-
-def test_cancel_and_reschedule_explain_the_sqs_limitation(aws: list[str]) -> None:
-    one_line_error(run("cancel", "abc", *aws), "cannot cancel 'abc' on SQS", "cancellation record")
-    one_line_error(run("reschedule", "abc", "--delay", "1h", *aws), "cannot reschedule 'abc' on SQS")
 
 
 def test_local_points_at_moto_on_5000_with_test_credentials(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,105 @@
+"""``cancel`` / ``reschedule --cloud aws`` end to end on moto server: the CLI sends a long delay and writes the record,
+the real requeue handler runs behind the local event source with compressed settings (cap and hop 2 s)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+
+from delayed_delivery.aws.cancellations import CACHE_SECONDS_ENV, TABLE_ENV
+from delayed_delivery.aws.poller import LocalEventSourcePoller
+from delayed_delivery.settings import DelayedDeliverySettings
+from functions.aws.requeue import build_handler
+from tests.aws.conftest import collect, handler_env
+from tests.aws.test_cancel_dynamodb import dynamodb_client
+from tests.cli.conftest import ok_json, one_line_error, run
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+pytestmark = pytest.mark.moto
+
+TABLE = "cli-cancellations"
+SLACK = 3.5
+EPSILON = 0.25
+SETTINGS = DelayedDeliverySettings(max_native_delay=2, fifo_queue_delay=2, error_queue="error")
+
+
+@pytest.fixture
+def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Compressed settings in the environment (as the CLI reads them), queues and table made by `aws create`."""
+    for name, value in {**handler_env(SETTINGS), TABLE_ENV: TABLE, CACHE_SECONDS_ENV: "0"}.items():
+        monkeypatch.setenv(name, value)
+    created = run("aws", "create", "--queue", "orders", "--endpoint-url", moto_endpoint, "--region", "us-east-1")
+    assert created.exit_code == 0, created.output
+    assert '"cancellation_table": "cli-cancellations"' in created.stdout
+    return ["--cloud", "aws", "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+
+
+def _orders(sqs: SQSClient) -> str:
+    return sqs.get_queue_url(QueueName="orders")["QueueUrl"]
+
+
+def test_cancel_a_long_delay_it_never_arrives(sqs: SQSClient, aws: list[str]) -> None:
+    sent = ok_json("send", *aws, "--to", "orders", "--delay", "5s", "--body", "stop me", "--id", "c1")
+    kept = ok_json("send", *aws, "--to", "orders", "--delay", "5s", "--body", "keep me")
+    assert sent["route"] == kept["route"] == "sqs-fifo"
+    data = ok_json("cancel", "c1", *aws, "--to", "orders")
+    assert data == {**data, "message_id": "c1", "route": "aws", "requested": "cancel", "certain": False}
+    assert "unless it is due within 2s" in data["note"] and data["table"] == TABLE
+    text = run("cancel", "c1", *aws, "--to", "orders")
+    assert text.exit_code == 0 and "cancel of c1 accepted (route: aws)" in text.stdout
+    with _requeue(sqs, aws):
+        arrivals = collect(sqs, _orders(sqs), expect=1, timeout=5 + SLACK + 2, linger=1.5)
+    assert [a.body for a in arrivals] == ["keep me"]
+
+
+def test_reschedule_arrives_at_the_new_time_not_before(sqs: SQSClient, aws: list[str]) -> None:
+    ok_json("send", *aws, "--to", "orders", "--delay", "3s", "--body", "move me", "--id", "r1")
+    data = ok_json("reschedule", "r1", *aws, "--to", "orders", "--delay", "7s")
+    new_due = datetime.fromisoformat(data["due_at"])
+    assert data["requested"] == "reschedule" and "next hop" in data["note"]
+    with _requeue(sqs, aws):
+        [arrival] = collect(sqs, _orders(sqs), expect=1, timeout=7 + SLACK + 2)
+    assert new_due.timestamp() - EPSILON <= arrival.at <= new_due.timestamp() + SLACK
+
+
+def test_cancel_with_a_due_time_says_for_sure_whether_it_is_too_late(aws: list[str]) -> None:
+    soon = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+    one_line_error(run("cancel", "x", *aws, "--to", "orders", "--due", soon), "too late to cancel 'x'", "drop it by id")
+    later = (datetime.now(UTC) + timedelta(days=3)).isoformat()
+    data = ok_json("cancel", "x", *aws, "--to", "orders", "--due", later)
+    assert data["certain"] is True and "before its due time" in data["note"]
+
+
+def test_aws_cancel_and_reschedule_bad_input(aws: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    one_line_error(run("cancel", "x", *aws), "give --to QUEUE")
+    one_line_error(run("reschedule", "x", *aws, "--delay", "1h"), "give --to QUEUE")
+    one_line_error(run("cancel", "x", *aws, "--to", "nope"), "unknown queue 'nope'", "nope-delay.fifo")
+    one_line_error(run("reschedule", "x", *aws, "--to", "nope", "--delay", "1h"), "unknown queue 'nope'")
+    one_line_error(run("reschedule", "x", *aws, "--to", "orders", "--delay", "soon"), "cannot read duration")
+    one_line_error(run("cancel", "x", *aws, "--to", "orders", "--due", "tomorrow"), "--due", "ISO-8601")
+    one_line_error(run("cancel", "x", *aws, "--to", "orders", "--due", "2030-01-01T00:00:00"), "naive (no time zone)")
+    one_line_error(run("cancel", "x", *aws, "--to", "Bad/Name"), "invalid SQS queue name")
+    monkeypatch.setenv(TABLE_ENV, "never-created")
+    one_line_error(run("cancel", "x", *aws, "--to", "orders"), "'never-created' does not exist", "aws create")
+
+
+@contextlib.contextmanager
+def _requeue(sqs: SQSClient, aws: list[str]) -> Iterator[None]:
+    """Run the requeue handler on ``orders-delay.fifo`` for the block (records written before it starts)."""
+    url = sqs.get_queue_url(QueueName="orders-delay.fifo")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    env = {**handler_env(SETTINGS), TABLE_ENV: TABLE, CACHE_SECONDS_ENV: "0"}
+    dynamodb = dynamodb_client(aws[aws.index("--endpoint-url") + 1])
+    poller = LocalEventSourcePoller(sqs, url, arn, build_handler(env, sqs_client=sqs, dynamodb_client=dynamodb))
+    poller.start()
+    try:
+        yield
+    finally:
+        poller.stop()
+    assert (poller.stats.handler_errors, poller.stats.poll_errors) == (0, 0), poller.stats
