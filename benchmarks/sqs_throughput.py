@@ -126,8 +126,8 @@ def _devnull() -> TextIO:
 WARM_UP = 10
 
 
-def sample(endpoint: str, side: str, records: int) -> float:
-    """One sample: records per second for ``side`` on a fresh queue (after ``WARM_UP`` untimed records)."""
+def sample(endpoint: str, side: str, records: int) -> tuple[float, float]:
+    """Records per second and client CPU ms per record for ``side`` on a fresh queue (after ``WARM_UP``)."""
     from functions.aws.requeue import build_handler
 
     client = _client(endpoint)
@@ -156,41 +156,56 @@ def sample(endpoint: str, side: str, records: int) -> float:
                 return handler_loop(poller, n)
 
         work(WARM_UP)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         done = work(records)
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     for url in (queues.delay_url, queues.input_url, queues.error_url):  # moto slows down as it holds more
         client.delete_queue(QueueUrl=url)
     if done < records:
         raise RuntimeError(f"{side}: only {done} of {records} records came back from moto")
-    return done / elapsed
+    return done / elapsed, cpu * 1000 / done
 
 
-def measure(endpoint: str, records: int, runs: int) -> dict[str, list[float]]:
-    """``runs`` rounds, each side once per round in turn; records per second per side."""
-    samples: dict[str, list[float]] = {side: [] for side in SIDES}
+def measure(endpoint: str, records: int, runs: int) -> dict[str, list[tuple[float, float]]]:
+    """``runs`` rounds, each side once per round in turn; (records per second, CPU ms per record) per side."""
+    samples: dict[str, list[tuple[float, float]]] = {side: [] for side in SIDES}
     for _ in range(runs):
         for side in SIDES:
             samples[side].append(sample(endpoint, side, records))
     return samples
 
 
-def rows_from(samples: dict[str, list[float]], records: int) -> list[Row]:
-    """One row per side; the handler rows carry their ratio to the raw loop."""
-    raw = statistics.median(samples["raw"])
+def rows_from(samples: dict[str, list[tuple[float, float]]], records: int) -> list[Row]:
+    """Throughput and client CPU per record for each side; the handler rows carry their ratio to the raw loop."""
+    raw = statistics.median(r for r, _ in samples["raw"])
+    raw_cpu = statistics.median(c for _, c in samples["raw"])
     note = f"{records} records of {BODY_BYTES} B per sample, batch 10, moto server"
-    rows = [Row(NAME, "raw_receive_send_delete_records_per_s", "records/s", tuple(samples["raw"]), notes=note)]
+    rows = [
+        Row(
+            NAME, "raw_receive_send_delete_records_per_s", "records/s", tuple(r for r, _ in samples["raw"]), notes=note
+        ),
+        Row(
+            NAME,
+            "raw_receive_send_delete_cpu_ms_per_record",
+            "ms",
+            tuple(c for _, c in samples["raw"]),
+            notes="CPU time of this process (boto3 and, for the handler, everything it does) per record",
+        ),
+    ]
     for side in SIDES[1:]:
-        rows.append(
+        rate = tuple(r for r, _ in samples[side])
+        cpu = tuple(c for _, c in samples[side])
+        rows += [
             Row(
                 NAME,
                 f"{side}_records_per_s",
                 "records/s",
-                tuple(samples[side]),
+                rate,
                 "raw loop, same rounds",
-                statistics.median(samples[side]) / raw,
-            )
-        )
+                statistics.median(rate) / raw,
+            ),
+            Row(NAME, f"{side}_cpu_ms_per_record", "ms", cpu, "raw loop", statistics.median(cpu) / raw_cpu),
+        ]
     return rows
 
 

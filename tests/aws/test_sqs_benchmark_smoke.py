@@ -49,8 +49,11 @@ def test_throughput_benchmark_runs_at_smoke_size(moto_endpoint: str, monkeypatch
     rows = {r.metric: r for r in sqs_throughput.run(smoke=True)}
     assert set(rows) == {
         "raw_receive_send_delete_records_per_s",
+        "raw_receive_send_delete_cpu_ms_per_record",
         "requeue_records_per_s",
+        "requeue_cpu_ms_per_record",
         "requeue_unpacked_records_per_s",
+        "requeue_unpacked_cpu_ms_per_record",
     }
     assert all(v > 0 for r in rows.values() for v in r.samples)
     assert rows["requeue_records_per_s"].ratio_to_baseline is not None
