@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -67,7 +67,10 @@ class Dispatcher:
         *,
         clock: Clock | None = None,
         on_critical_error: CriticalErrorCallback | None = None,
+        overlap_removal: bool = False,
     ) -> None:
+        # overlap_removal: with a batch-removing store, remove each sent batch in the background while the next
+        # batch is fetched and sent (the store must not hand out a row again before its removal has finished)
         self.store_port = store
         self.transport = transport
         self.settings = settings or DelayedDeliverySettings()
@@ -94,6 +97,10 @@ class Dispatcher:
         self._wakeup = threading.Event()
         self._next_due: datetime | None = None
         self._pool = ThreadPoolExecutor(s.max_concurrency) if s.max_concurrency > 1 else None
+        overlap = overlap_removal and isinstance(store, BatchRemovingStore)
+        self._settler = ThreadPoolExecutor(1, thread_name_prefix="settle") if overlap else None
+        self._settling: Future[DispatchReport] | None = None
+        self._settled = DispatchReport()
 
     # -- ingress ---------------------------------------------------------
 
@@ -116,6 +123,25 @@ class Dispatcher:
     # -- one-shot --------------------------------------------------------
 
     def dispatch_due(
+        self,
+        budget: float | None = None,
+        *,
+        wait_for_due: bool = False,
+        keep_going: Callable[[], bool] | None = None,
+    ) -> DispatchReport:
+        """Dispatch until nothing is due or ``budget`` seconds have passed (see ``_dispatch_due``).
+
+        Returns only once every sent message's removal has finished.
+        """
+        try:
+            report = self._dispatch_due(budget, wait_for_due=wait_for_due, keep_going=keep_going)
+        finally:
+            self._finish_settling()
+        report.merge(self._settled)
+        self._settled = DispatchReport()
+        return report
+
+    def _dispatch_due(
         self,
         budget: float | None = None,
         *,
@@ -195,6 +221,17 @@ class Dispatcher:
         total = DispatchReport()
         for part in parts:
             total.merge(part)
+        if batched and self._settler is not None:
+            error: Exception | None = None
+            try:  # the previous batch's removal, which ran while this batch was fetched and sent
+                total.merge(self._wait_settling())
+            except Exception as exc:
+                error = exc
+            if sent:
+                self._settling = self._settler.submit(self._settle, sent)
+            if error is not None:
+                raise error
+            return total
         if batched and sent:
             assert isinstance(self.store_port, BatchRemovingStore)
             flags = self.store_port.remove_many([m.message_id for m, _ in sent])
@@ -216,12 +253,39 @@ class Dispatcher:
 
     def close(self) -> None:
         """Release the worker threads."""
+        self._finish_settling()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+        if self._settler is not None:
+            self._settler.shutdown(wait=True)
+
+    def _settle(self, sent: list[tuple[DelayedMessage, float]]) -> DispatchReport:
+        """Remove sent messages in one ``remove_many`` call and log each outcome."""
+        assert isinstance(self.store_port, BatchRemovingStore)
+        report = DispatchReport()
+        flags = self.store_port.remove_many([m.message_id for m, _ in sent])
+        for (message, lateness), removed in zip(sent, flags, strict=True):
+            report.already_removed += self._log_removal(message, lateness, removed)
+        return report
+
+    def _wait_settling(self) -> DispatchReport:
+        """Wait for the background removal, if any; its report (or its exception)."""
+        pending, self._settling = self._settling, None
+        return DispatchReport() if pending is None else pending.result()
+
+    def _finish_settling(self) -> None:
+        """Wait for the background removal and keep its report; a failure trips the store breaker, as inline."""
+        try:
+            self._settled.merge(self._wait_settling())
+        except Exception as exc:
+            # unsettled rows keep their claims, which expire: they are sent again (a duplicate, never a loss)
+            self.store_breaker.failure(exc)
+            _log.warning("settling a dispatched batch failed: %r", exc, extra={lf.REASON: repr(exc)})
 
     # -- internals -------------------------------------------------------
 
     def _sleep_until_next_due(self, deadline: datetime | None, stop: threading.Event | None = None) -> None:
+        self._finish_settling()  # before asking for the next due row: it must not be one being removed
         now = self.clock.now()
         try:
             next_due = self.store_port.next_due()

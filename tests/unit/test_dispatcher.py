@@ -329,3 +329,67 @@ def test_keep_going_false_stops_before_the_next_send() -> None:
     report = h.dispatcher.dispatch_due(keep_going=lambda: next(budget, False))
     assert report.dispatched == 2, "one check before the fetch, then one before each send"
     assert len(h.store) == 8, "unsent messages stay in the store"
+
+
+class SlowRemovingStore(BatchRemovingStore):
+    """Removes in batches slowly, noting which thread removed and what was fetched meanwhile."""
+
+    def __init__(self, fail_once: bool = False) -> None:
+        super().__init__()
+        self.removing = threading.Event()
+        self.fetched_while_removing: list[str] = []
+        self.removal_threads: set[str] = set()
+        self.fail_once = fail_once
+
+    def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
+        batch = super().fetch_due(at, limit)
+        if self.removing.is_set():
+            self.fetched_while_removing.extend(m.message_id for m in batch)
+        return batch
+
+    def remove_many(self, message_ids: Sequence[str]) -> list[bool]:
+        self.removing.set()
+        try:
+            self.removal_threads.add(threading.current_thread().name)
+            time.sleep(0.05)
+            if self.fail_once:
+                self.fail_once = False
+                raise TransientError("table down while settling")
+            return super().remove_many(message_ids)
+        finally:
+            self.removing.clear()
+
+
+def test_overlapped_removal_runs_beside_the_next_batch_and_finishes_before_returning() -> None:
+    clock = ManualClock(T0)
+    store = SlowRemovingStore()
+    transport = InMemoryTransport(clock)
+    settings = DelayedDeliverySettings(batch_size=10, max_concurrency=4)
+    d = Dispatcher(store, transport, settings, clock=clock, overlap_removal=True)
+    for i in range(35):
+        store.store(msg(i, 0))
+    report = d.dispatch_due()
+    assert len(store) == 0, "every removal finished before dispatch_due returned"
+    d.close()
+    ids = [s.message.message_id for s in transport.sent]
+    assert report.dispatched == 35 and sorted(ids) == sorted(set(ids)), "each message sent once"
+    assert [len(c) for c in store.remove_calls] == [10, 10, 10, 5]
+    assert store.removal_threads and all(name.startswith("settle") for name in store.removal_threads)
+    assert store.fetched_while_removing, "the next batch was fetched while the previous one was being removed"
+
+
+def test_overlapped_removal_failure_counts_on_the_store_breaker_and_loses_nothing() -> None:
+    clock = ManualClock(T0)
+    store = SlowRemovingStore(fail_once=True)
+    transport = InMemoryTransport(clock)
+    settings = DelayedDeliverySettings(batch_size=5, max_concurrency=2)
+    d = Dispatcher(store, transport, settings, clock=clock, overlap_removal=True)
+    for i in range(10):
+        store.store(msg(i, 0))
+    d.dispatch_due()
+    assert len(store) == 5, "the batch whose removal failed stays (claimed) in the store"
+    clock.advance(120)  # its claims expire
+    d.dispatch_due()
+    d.close()
+    assert len(store) == 0
+    assert sorted({s.message.message_id for s in transport.sent}) == sorted(f"m-{i}" for i in range(10))
