@@ -1,19 +1,20 @@
 """Azure Functions (Python v2 model): a timer that runs the delayed-message dispatcher every minute.
 
 Nothing is read from the environment and no SDK client is built at import time: ``host()`` does that on
-the first run and caches the result for the life of the worker.
+the first run and caches the result for the life of the worker. The storage SDKs are imported then too, so
+the worker's start-up (which imports this module to find its functions) pays only for ``azure.functions``.
 """
 
 from __future__ import annotations
 
 import os
 from functools import cache
+from typing import TYPE_CHECKING
 
 import azure.functions as func
 
-from delayed_delivery.azure.config import AzureDelayedDeliveryConfig
-from delayed_delivery.azure.runner import AzureDispatcherHost
-from delayed_delivery.azure.telemetry import configure_telemetry
+if TYPE_CHECKING:
+    from delayed_delivery.azure.runner import AzureDispatcherHost
 
 app = func.FunctionApp()
 
@@ -38,6 +39,10 @@ def host() -> AzureDispatcherHost:
 @cache
 def _host_from_settings() -> AzureDispatcherHost:
     """The dispatcher host for this worker, built from app settings on first use."""
+    from delayed_delivery.azure.config import AzureDelayedDeliveryConfig
+    from delayed_delivery.azure.runner import AzureDispatcherHost
+    from delayed_delivery.azure.telemetry import configure_telemetry
+
     configure_telemetry(os.environ)
     return AzureDispatcherHost(AzureDelayedDeliveryConfig.from_env(os.environ))
 
