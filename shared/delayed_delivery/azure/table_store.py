@@ -40,7 +40,7 @@ from ..errors import ConfigurationError, InvalidMessageError, TransientError
 from ..model import DelayedMessage
 from ..naming import validate_azure_table_name
 from ..ports import DelayedMessageStore
-from . import rows
+from . import rows, transactions
 from .sdk_errors import is_status, sdk_errors, translate
 
 __all__ = ["MAX_TRANSACTION_OPERATIONS", "TableDelayedMessageStore"]
@@ -235,9 +235,11 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 ops.append(("delete", {"PartitionKey": pk, "RowKey": rk}, {}))
                 ops.append(("delete", {"PartitionKey": pk, "RowKey": rows.index_row_key(mid)}, {}))
             try:
-                self.table.submit_transaction(ops)
-            except TableTransactionError:
-                return [mid for mid, _ in chunk], False  # someone else removed one: settle one by one
+                transactions.submit(self.table, ops)
+            except TableTransactionError:  # someone else removed one (or an index row is missing)
+                with self._lock:  # settle one by one below, starting from the rows known here
+                    self._claimed.update({mid: (pk, rk) for mid, rk in chunk})
+                return [mid for mid, _ in chunk], False
             except AzureError as exc:
                 raise translate(exc, "removing dispatched messages") from exc
             return [mid for mid, _ in chunk], True
@@ -408,7 +410,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 ]
                 try:
                     if len(ops) > 1:
-                        self.table.submit_transaction(ops)
+                        transactions.submit(self.table, ops)
                         claimed.extend(chunk)
                         continue
                 except TableTransactionError:
@@ -488,7 +490,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
             ("delete", {"PartitionKey": pk, "RowKey": rows.index_row_key(message_id)}, {}),
         ]
         try:
-            self.table.submit_transaction(ops)
+            transactions.submit(self.table, ops)
             return True
         except TableTransactionError as exc:
             if is_status(exc, 404):

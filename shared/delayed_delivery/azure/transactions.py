@@ -1,0 +1,112 @@
+"""Entity-group transactions of deletes and merges with a lean request body (the dispatcher's hot path).
+
+``azure-data-tables`` builds a transaction by running every operation through its request pipeline and
+then through the ``email`` package, both ways: about 0.4 ms of CPU per operation, which on Azurite costs the
+dispatcher more than the Put Message calls it settles. ``submit`` writes the same multipart body directly
+(the wire format the SDK itself sends) and sends it through the table client's own pipeline, so
+authentication, retries and timeouts are unchanged.
+
+Guarantee: the outcome is the SDK's. Only a transaction whose every operation succeeded is answered here;
+anything else (a conflict, a missing entity, a throttled call, an unexpected response, a key or client the
+lean form does not cover) is submitted again through ``TableClient.submit_transaction``, which raises
+exactly what it always raised. A failed transaction changes nothing, so submitting it again is safe.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from azure.core.rest import HttpRequest
+from azure.data.tables import TableClient, UpdateMode
+
+__all__ = ["Operation", "submit"]
+
+Operation = tuple[str, dict[str, Any], dict[str, Any]]
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,255}$")
+_PART_STATUS = re.compile(rb"^HTTP/1\.1 (\d{3})", re.MULTILINE)
+
+
+def submit(table: TableClient, operations: Sequence[Operation]) -> None:
+    """Commit ``operations`` as one transaction (lean body when possible, else through the SDK)."""
+    body = _lean_body(table, operations)
+    if body is not None and _send(table, *body, len(operations)):
+        return
+    table.submit_transaction(list(operations))
+
+
+def _lean_body(table: TableClient, operations: Sequence[Operation]) -> tuple[str, bytes] | None:
+    """``(batch boundary, body)``, or None when an operation is outside what the lean form covers."""
+    try:
+        if getattr(table, "_query_str", "") or not operations:
+            return None  # SAS-signed URLs and empty transactions: leave them to the SDK
+        base = f"{table.scheme}://{table._primary_hostname}/{table.table_name}"
+        version = table.api_version
+    except AttributeError:
+        return None
+    batch, changeset = f"batch_{uuid.uuid4()}", f"changeset_{uuid.uuid4()}"
+    parts = [f"--{batch}\r\nContent-Type: multipart/mixed; boundary={changeset}\r\n\r\n"]
+    for n, (kind, entity, kwargs) in enumerate(operations):
+        pk, rk = entity.get("PartitionKey"), entity.get("RowKey")
+        if not (isinstance(pk, str) and isinstance(rk, str) and _PLAIN_KEY.match(pk) and _PLAIN_KEY.match(rk)):
+            return None
+        etag = kwargs.get("etag")
+        if etag is not None and not (isinstance(etag, str) and etag.isprintable() and "\n" not in etag):
+            return None
+        url = f"{base}(PartitionKey='{pk}',RowKey='{rk}')"
+        head = (
+            f"--{changeset}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n"
+            f"Content-ID: {n}\r\n\r\n"
+        )
+        if kind == "delete" and set(kwargs) <= {"etag", "match_condition"}:
+            parts.append(
+                f"{head}DELETE {url} HTTP/1.1\r\nx-ms-version: {version}\r\nDataServiceVersion: 3.0\r\n"
+                f"Accept: application/json;odata=minimalmetadata\r\nIf-Match: {etag or '*'}\r\n\r\n\r\n"
+            )
+        elif kind == "update" and kwargs.get("mode") == UpdateMode.MERGE and _plain_strings(entity):
+            payload = json.dumps(
+                {
+                    k: v
+                    for name, value in entity.items()
+                    for k, v in ((name, value), (f"{name}@odata.type", "Edm.String"))
+                },
+                separators=(",", ":"),
+            )
+            parts.append(
+                f"{head}PATCH {url} HTTP/1.1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(payload.encode())}\r\nx-ms-version: {version}\r\nDataServiceVersion: 3.0\r\n"
+                f"Accept: application/json\r\nIf-Match: {etag or '*'}\r\n\r\n{payload}\r\n"
+            )
+        else:
+            return None
+    parts.append(f"--{changeset}--\r\n\r\n--{batch}--\r\n")
+    return batch, "".join(parts).encode()
+
+
+def _plain_strings(entity: dict[str, Any]) -> bool:
+    return all(isinstance(v, str) and k.isidentifier() for k, v in entity.items())
+
+
+def _send(table: TableClient, boundary: str, body: bytes, expected: int) -> bool:
+    """True when the service committed the transaction; False to let the SDK submit (and judge) it."""
+    request = HttpRequest(
+        "POST",
+        f"{table.scheme}://{table._primary_hostname}/$batch",
+        headers={
+            "x-ms-version": table.api_version,
+            "DataServiceVersion": "3.0",
+            "MaxDataServiceVersion": "3.0;NetFx",
+            "Content-Type": f"multipart/mixed; boundary={boundary}",
+            "Accept": "application/json",
+        },
+        content=body,
+    )
+    response = table._client.send_request(request, stream=True)
+    if response.status_code != 202:
+        return False
+    statuses = _PART_STATUS.findall(response.read())
+    return len(statuses) == expected and all(s.startswith(b"2") for s in statuses)
