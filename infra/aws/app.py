@@ -2,7 +2,8 @@
 """CDK app: ``cd infra/aws && npx cdk synth`` (or deploy). Configuration is CDK context (cdk.json or ``-c``).
 
 Context keys: ``endpoints`` (list of queue names or ``{"name", "existingQueueArn"}``), ``stackName``,
-``powertoolsLayerVersion``, ``maxNativeDelay``, ``fifoQueueDelay``, ``alarmTopicArn``.
+``powertoolsLayerVersion``, ``maxNativeDelay``, ``fifoQueueDelay``, ``alarmTopicArn``, ``cancellationTable``,
+``cancellationCacheSeconds``.
 cdk-nag's AwsSolutions checks run on every synth; an unsuppressed finding fails it.
 """
 
@@ -18,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from infra.aws.stack import DelayedDeliveryStack, EndpointConfig
+from infra.aws.stack import DEFAULT_CANCELLATION_TABLE, DelayedDeliveryStack, EndpointConfig
 
 
 def _context(app: cdk.App, key: str, default: Any) -> Any:
@@ -40,6 +41,8 @@ def build(app: cdk.App) -> DelayedDeliveryStack:
         max_native_delay=int(_context(app, "maxNativeDelay", 900)),
         fifo_queue_delay=int(_context(app, "fifoQueueDelay", 900)),
         alarm_topic_arn=_context(app, "alarmTopicArn", None),
+        cancellation_table_name=str(_context(app, "cancellationTable", DEFAULT_CANCELLATION_TABLE)),
+        cancellation_cache_seconds=int(_context(app, "cancellationCacheSeconds", 60)),
         description="Unrestricted SQS delayed delivery (delayed-delivery)",
     )
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))

@@ -3,7 +3,8 @@
 It owns (or adopts) the input queue ``<name>``, creates ``<name>-delay.fifo`` exactly as the SQS seed
 requires (queue-level delay = the hop, retention 4 days, no redrive policy), an error queue, the requeue
 function with its SQS event source (batch 10, partial batch responses), least-privilege IAM, alarms and
-dashboard widgets. Every queue has server-side encryption and refuses plain HTTP.
+dashboard widgets. Every queue has server-side encryption and refuses plain HTTP. Given the stack's cancellation
+table, the function may Query and DeleteItem in its own partition of it (``dynamodb:LeadingKeys`` = the queue).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 
 from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -51,10 +53,14 @@ class DelayedDeliveryEndpoint(Construct):
         function_timeout: Duration | None = None,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
+        cancellation_table: dynamodb.ITable | None = None,
+        cancellation_cache_seconds: int = 60,
     ) -> None:
         super().__init__(scope, construct_id)
         if not 1 <= fifo_queue_delay <= 900 or not 1 <= max_native_delay <= 900:
             raise ValueError("fifo_queue_delay and max_native_delay must be 1-900 s (SQS's DelaySeconds range)")
+        if not 0 <= cancellation_cache_seconds <= 600:
+            raise ValueError("cancellation_cache_seconds must be 0-600 s (well below the 900 s hop)")
         if len(queue_name) > 69:
             raise ValueError(f"queue name {queue_name!r} leaves no room for '-delay.fifo' within 80 characters")
         timeout = function_timeout or Duration.seconds(30)
@@ -124,6 +130,19 @@ class DelayedDeliveryEndpoint(Construct):
                 "POWERTOOLS_LOG_LEVEL": "INFO",
             },
         )
+        if cancellation_table is not None:
+            # Read its endpoint's records and delete applied ones; nothing else, and only in its own partition.
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["dynamodb:Query", "dynamodb:DeleteItem"],
+                    resources=[cancellation_table.table_arn],
+                    conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [queue_name]}},
+                )
+            )
+            self.function.add_environment("DELAYED_DELIVERY_CANCELLATION_TABLE", cancellation_table.table_name)
+            self.function.add_environment(
+                "DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS", str(cancellation_cache_seconds)
+            )
         self.function.add_event_source(SqsEventSource(self.delay_queue, batch_size=10, report_batch_item_failures=True))
         # Sends: back to its own FIFO queue, to its own input queue, to its own error queue. Nothing else.
         for queue in (self.delay_queue, self.input_queue, self.error_queue):
@@ -191,6 +210,7 @@ class DelayedDeliveryEndpoint(Construct):
             cloudwatch.GraphWidget(
                 title="Hops",
                 left=[custom("Requeued"), custom("Forwarded"), custom("ErrorQueueForwards"), custom("HopFailures")],
+                right=[custom("Cancelled"), custom("Rescheduled"), custom("CancellationLookupFailures")],
                 width=8,
             ),
             cloudwatch.GraphWidget(

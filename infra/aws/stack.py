@@ -1,4 +1,5 @@
-"""``DelayedDeliveryStack``: the function code and Powertools layer once, one endpoint per queue, a dashboard."""
+"""``DelayedDeliveryStack``: the function code and Powertools layer once, one endpoint per queue, the cancellation
+table, a dashboard."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import Aws, CfnOutput, Stack
+from aws_cdk import Aws, CfnOutput, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
@@ -18,10 +20,18 @@ from constructs import Construct
 from infra.aws.endpoint import DelayedDeliveryEndpoint
 from infra.aws.packaging import prepare_function_asset
 
-__all__ = ["POWERTOOLS_ACCOUNT", "DelayedDeliveryStack", "EndpointConfig", "powertools_layer_arn"]
+__all__ = [
+    "DEFAULT_CANCELLATION_TABLE",
+    "POWERTOOLS_ACCOUNT",
+    "DelayedDeliveryStack",
+    "EndpointConfig",
+    "powertools_layer_arn",
+]
 
 #: The AWS account that publishes the public Powertools for AWS Lambda (Python) layers.
 POWERTOOLS_ACCOUNT = "017000801446"
+#: The table `delayed-delivery cancel --cloud aws` writes to (unless DELAYED_DELIVERY_CANCELLATION_TABLE is set).
+DEFAULT_CANCELLATION_TABLE = "delayed-delivery-cancellations"
 
 
 def powertools_layer_arn(version: str, python: str = "python313", architecture: str = "x86_64") -> str:
@@ -63,6 +73,8 @@ class DelayedDeliveryStack(Stack):
         fifo_queue_delay: int = 900,
         alarm_topic_arn: str | None = None,
         asset_dir: Path | None = None,
+        cancellation_table_name: str = DEFAULT_CANCELLATION_TABLE,
+        cancellation_cache_seconds: int = 60,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -78,6 +90,23 @@ class DelayedDeliveryStack(Stack):
         actions: list[cloudwatch.IAlarmAction] = []
         if alarm_topic_arn:
             actions.append(cloudwatch_actions.SnsAction(sns.Topic.from_topic_arn(self, "AlarmTopic", alarm_topic_arn)))
+        # Cancel / reschedule records: one partition per endpoint, each record lives ≤ 5 days (TTL), so on-demand
+        # capacity; SSE with the AWS managed key and point-in-time recovery. DESTROY: records are transient.
+        self.cancellation_table = dynamodb.Table(
+            self,
+            "Cancellations",
+            table_name=cancellation_table_name,
+            partition_key=dynamodb.Attribute(name="endpoint", type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name="message_id", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            time_to_live_attribute="expires_at",
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        CfnOutput(self, "CancellationTable", value=self.cancellation_table.table_name)
         self.endpoints: list[DelayedDeliveryEndpoint] = []
         for config in endpoints:
             existing = (
@@ -95,6 +124,8 @@ class DelayedDeliveryStack(Stack):
                 max_native_delay=max_native_delay,
                 fifo_queue_delay=fifo_queue_delay,
                 alarm_actions=actions,
+                cancellation_table=self.cancellation_table,
+                cancellation_cache_seconds=cancellation_cache_seconds,
             )
             self.endpoints.append(endpoint)
             CfnOutput(self, f"{config.name}-DelayQueueUrl", value=endpoint.delay_queue.queue_url)

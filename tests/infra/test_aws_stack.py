@@ -134,6 +134,7 @@ def test_iam_is_scoped_to_the_endpoints_own_queues_and_log_group(synth: tuple[Te
     delay = _logical_id(raw, "AWS::SQS::Queue", QueueName="orders-delay.fifo")
     [policy] = _resources(raw, "AWS::IAM::Policy").values()
     sends, reads = set(), set()
+    dynamodb_statements: list[dict[str, Any]] = []
     for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
         resource = statement["Resource"]
@@ -144,6 +145,9 @@ def test_iam_is_scoped_to_the_endpoints_own_queues_and_log_group(synth: tuple[Te
         if any(a.startswith("logs:") for a in actions):
             assert resource["Fn::GetAtt"][1] == "Arn" and "Logs" in resource["Fn::GetAtt"][0]
             continue
+        if any(a.startswith("dynamodb:") for a in actions):
+            dynamodb_statements.append(statement)
+            continue
         target = resource["Fn::GetAtt"][0]
         assert target in queues
         if "sqs:SendMessage" in actions:
@@ -152,8 +156,49 @@ def test_iam_is_scoped_to_the_endpoints_own_queues_and_log_group(synth: tuple[Te
             reads.add(target)
     assert sends == queues  # its FIFO (requeue), its input queue (forward), its error queue
     assert reads == {delay}  # reads only its FIFO
+    # the cancellation table: read and delete records, only in its own endpoint's partition
+    [table] = _resources(raw, "AWS::DynamoDB::Table")
+    [records] = dynamodb_statements
+    assert sorted(records["Action"]) == ["dynamodb:DeleteItem", "dynamodb:Query"]
+    assert records["Resource"] == {"Fn::GetAtt": [table, "Arn"]}
+    assert records["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["orders"]}}
     [role] = _resources(raw, "AWS::IAM::Role").values()
     assert "ManagedPolicyArns" not in role["Properties"]
+
+
+def test_cancellation_table_is_on_demand_encrypted_recoverable_with_ttl(
+    synth: tuple[Template, dict[str, Any], Path],
+) -> None:
+    template, raw, _ = synth
+    template.has_resource_properties(
+        "AWS::DynamoDB::Table",
+        {
+            "TableName": "delayed-delivery-cancellations",
+            "BillingMode": "PAY_PER_REQUEST",
+            "KeySchema": [
+                {"AttributeName": "endpoint", "KeyType": "HASH"},
+                {"AttributeName": "message_id", "KeyType": "RANGE"},
+            ],
+            "TimeToLiveSpecification": {"AttributeName": "expires_at", "Enabled": True},
+            "SSESpecification": {"SSEEnabled": True},
+            "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
+        },
+    )
+    [table] = _resources(raw, "AWS::DynamoDB::Table")
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {
+            "Environment": {
+                "Variables": Match.object_like(
+                    {
+                        "DELAYED_DELIVERY_CANCELLATION_TABLE": {"Ref": table},
+                        "DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS": "60",
+                    }
+                )
+            }
+        },
+    )
+    assert "CancellationTable" in raw["Outputs"]
 
 
 def test_alarms_and_dashboard(synth: tuple[Template, dict[str, Any], Path]) -> None:
@@ -168,7 +213,16 @@ def test_alarms_and_dashboard(synth: tuple[Template, dict[str, Any], Path]) -> N
     assert alarms["ApproximateAgeOfOldestMessage"]["Dimensions"][0]["Value"] == {"Fn::GetAtt": [delay, "QueueName"]}
     [dashboard] = _resources(raw, "AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
-    for metric in ("Requeued", "Forwarded", "ErrorQueueForwards", "RemainingDelay", "ApproximateAgeOfOldestMessage"):
+    for metric in (
+        "Requeued",
+        "Forwarded",
+        "ErrorQueueForwards",
+        "RemainingDelay",
+        "ApproximateAgeOfOldestMessage",
+        "Cancelled",
+        "Rescheduled",
+        "CancellationLookupFailures",
+    ):
         assert metric in body
 
 
@@ -194,6 +248,8 @@ def test_several_endpoints_and_an_existing_input_queue(tmp_path: Path) -> None:
     [legacy_policy] = [p for p in _resources(raw, "AWS::IAM::Policy").values() if arn in json.dumps(p)]
     orders = _logical_id(raw, "AWS::SQS::Queue", QueueName="orders")
     assert orders not in json.dumps(legacy_policy)  # ...and to nothing of the other endpoint
+    assert '"dynamodb:LeadingKeys": ["legacy"]' in json.dumps(legacy_policy)  # its own partition of the one table
+    assert len(_resources(raw, "AWS::DynamoDB::Table")) == 1
 
 
 def test_cdk_nag_is_live_an_unencrypted_queue_fails_synth(tmp_path: Path) -> None:
