@@ -122,7 +122,9 @@ class AzureDispatcherHost:
         """Acquire ``shard``'s lease (retrying each second), dispatch while held, until ``deadline``."""
         result = ShardRun(shard)
         lease = self.lease(shard)
-        dispatcher = Dispatcher(self.store.for_shards([shard]), self.transport, self.settings, clock=self.clock)
+        # the lease makes this the shard's only dispatcher: no claim writes, removal overlapped with the next batch
+        view = self.store.for_shards([shard], exclusive=True)
+        dispatcher = Dispatcher(view, self.transport, self.settings, clock=self.clock, overlap_removal=True)
         try:
             while (remaining := deadline - self._monotonic()) > 0:
                 if not lease.try_acquire():
@@ -130,6 +132,7 @@ class AzureDispatcherHost:
                     continue
                 result.acquisitions += 1
                 report = dispatcher.dispatch_due(remaining, wait_for_due=True, keep_going=lease.keep_going)
+                view.forget_claims()  # rows fetched but not sent (lease lost, budget over) are fetched again
                 result.report.merge(report)
                 if not lease.keep_going() and deadline - self._monotonic() > 0:
                     result.lease_lost += 1

@@ -65,6 +65,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
         fetch_shards: Iterable[int] | None = None,
         claim_timeout: float = 60.0,
         page_size: int = 1000,
+        exclusive: bool = False,
     ) -> None:
         if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= rows.MAX_SHARDS:
             raise ConfigurationError(f"shards must be an integer from 1 to {rows.MAX_SHARDS}, got {shards!r}")
@@ -79,7 +80,11 @@ class TableDelayedMessageStore(DelayedMessageStore):
         self.fetch_shards = owned
         self.claim_timeout = timedelta(seconds=claim_timeout)
         self.page_size = max(1, min(1000, page_size))
+        #: Only this object fetches from ``fetch_shards`` (its caller holds their blob leases): no claim writes.
+        self.exclusive = exclusive
         self._claimed: dict[str, tuple[str, str]] = {}
+        #: Exclusive mode: when each handed-out, unsettled row was fetched (an in-memory claim).
+        self._handed: dict[str, datetime] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -89,15 +94,26 @@ class TableDelayedMessageStore(DelayedMessageStore):
         service = TableServiceClient.from_connection_string(connection_string)
         return cls(service.get_table_client(table_name), **kwargs)
 
-    def for_shards(self, shards: Iterable[int]) -> TableDelayedMessageStore:
-        """A view of the same table that claims only from ``shards`` (one dispatcher per leased shard)."""
+    def for_shards(self, shards: Iterable[int], *, exclusive: bool = False) -> TableDelayedMessageStore:
+        """A view of the same table that fetches only from ``shards`` (one dispatcher per leased shard).
+
+        ``exclusive=True`` is for a caller holding the shards' blob leases: ``fetch_due`` then writes no claims
+        (one query per batch instead of a query and a claim transaction) and keeps its claims in memory.
+        """
         return TableDelayedMessageStore(
             self.table,
             shards=self.shards,
             fetch_shards=shards,
             claim_timeout=self.claim_timeout.total_seconds(),
             page_size=self.page_size,
+            exclusive=exclusive,
         )
+
+    def forget_claims(self) -> None:
+        """Drop the in-memory claims of rows fetched but never settled (the dispatcher stopped): fetch them again."""
+        with self._lock:
+            self._claimed.clear()
+            self._handed.clear()
 
     # -- infrastructure ------------------------------------------------------
 
@@ -202,13 +218,23 @@ class TableDelayedMessageStore(DelayedMessageStore):
     def remove(self, message_id: str) -> bool:
         """Delete the message (due row and index row together); False when it was already gone."""
         with self._lock:
-            cached = self._claimed.pop(message_id, None)
-        if cached is not None and self._delete_pair(message_id, cached[0], cached[1]):
-            return True
-        located = self._locate(message_id)
-        if located is None:
-            return False
-        return self._delete_pair(message_id, *located)
+            cached = self._claimed.get(message_id)
+        try:
+            if cached is not None and self._delete_pair(message_id, cached[0], cached[1]):
+                return True
+            located = self._locate(message_id)
+            if located is None:
+                return False
+            return self._delete_pair(message_id, *located)
+        finally:
+            self._settled([message_id])
+
+    def _settled(self, message_ids: Iterable[str]) -> None:
+        """Drop the claims of settled messages (only once their rows are gone: an exclusive fetch may be running)."""
+        with self._lock:
+            for mid in message_ids:
+                self._claimed.pop(mid, None)
+                self._handed.pop(mid, None)
 
     def remove_many(self, message_ids: Sequence[str]) -> Sequence[bool]:
         """Delete many messages in transactions of at most 100 operations per partition; one flag per id."""
@@ -217,7 +243,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
         unknown: list[str] = []
         with self._lock:
             for mid in dict.fromkeys(message_ids):
-                cached = self._claimed.pop(mid, None)
+                cached = self._claimed.get(mid)
                 if cached is None:
                     unknown.append(mid)
                 else:
@@ -252,6 +278,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
         for mids, ok in outcomes:
             if ok:
                 result.update(dict.fromkeys(mids, True))
+                self._settled(mids)
             else:
                 unknown.extend(mids)
         for mid in unknown:
@@ -277,6 +304,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 self.table.update_entity(patch, **_if_match(row.metadata["etag"], UpdateMode.MERGE))
                 with self._lock:
                     self._claimed.pop(message_id, None)  # the claim is released
+                    self._handed.pop(message_id, None)
                 return True
             except (ResourceNotFoundError, ResourceModifiedError):
                 continue
@@ -322,6 +350,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 raise translate(exc, what) from exc
             with self._lock:
                 self._claimed.pop(message_id, None)
+                self._handed.pop(message_id, None)
             return True
         raise TransientError(f"{what}: kept conflicting with concurrent writers")
 
@@ -330,6 +359,8 @@ class TableDelayedMessageStore(DelayedMessageStore):
     def next_due(self) -> datetime | None:
         """Earliest ``AvailableAt`` over the owned shards (reads from the head until the answer is certain)."""
         best: str | None = None
+        with self._lock:
+            handed = {self._claimed[mid] for mid in self._handed if mid in self._claimed}
         for shard in self.fetch_shards:
             pk = rows.partition_key(shard)
             for entity in self._query(
@@ -341,6 +372,8 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 due = str(entity["RowKey"])[len(rows.DUE_PREFIX) : len(rows.DUE_PREFIX) + 20]
                 if best is not None and due >= best:
                     break  # every later row is due (hence available) no earlier than `best`
+                if (pk, str(entity["RowKey"])) in handed:
+                    continue  # fetched by this exclusive view and not settled yet
                 available = str(entity["AvailableAt"])
                 if best is None or available < best:
                     best = available
@@ -351,6 +384,8 @@ class TableDelayedMessageStore(DelayedMessageStore):
         if limit < 1:
             return []
         at = utc(at)
+        if self.exclusive:
+            return self._fetch_exclusive(at, limit)
         claim_until = rows.due_key(at + self.claim_timeout)
         claimed: list[rows.DueRow] = []
         for _ in range(_CONFLICT_RETRIES * 4):
@@ -374,13 +409,48 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 self._claimed[row.message.message_id] = (row.partition_key, row.row_key)
         return [row.message for row in claimed]
 
-    def _due_rows(self, shard: int, at: datetime, limit: int) -> Iterator[tuple[str, rows.DueRow]]:
+    def _fetch_exclusive(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
+        """``fetch_due`` for the lease holder: unclaimed due rows it has not handed out already, no writes.
+
+        Rows handed out and not yet settled (e.g. while their removal runs beside the next fetch) are claimed
+        in memory for ``claim_timeout``; each shard's query starts after the last of them, so they are not
+        read again. A crash loses nothing: the rows stay in the table, unclaimed, for the next lease holder.
+        """
+        with self._lock:
+            expired = [mid for mid, when in self._handed.items() if when + self.claim_timeout <= at]
+            for mid in expired:
+                self._handed.pop(mid, None)
+                self._claimed.pop(mid, None)
+            handed = {mid: self._claimed[mid] for mid in self._handed if mid in self._claimed}
+        after: dict[str, str] = {}
+        for pk, rk in handed.values():
+            after[pk] = max(after.get(pk, rk), rk)
+        candidates = heapq.merge(
+            *(self._due_rows(s, at, limit, after.get(rows.partition_key(s))) for s in self.fetch_shards)
+        )
+        taken: list[rows.DueRow] = []
+        for _, row in candidates:
+            if row.message.message_id in handed:
+                continue
+            taken.append(row)
+            if len(taken) >= limit:
+                break
+        with self._lock:
+            for row in taken:
+                self._claimed[row.message.message_id] = (row.partition_key, row.row_key)
+                self._handed[row.message.message_id] = at
+        return [row.message for row in taken]
+
+    def _due_rows(
+        self, shard: int, at: datetime, limit: int, after: str | None = None
+    ) -> Iterator[tuple[str, rows.DueRow]]:
         pk = rows.partition_key(shard)
         lo, hi = rows.due_range(at)
         now = rows.due_key(at)
         for entity in self._query(
-            "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi and AvailableAt le @now",
-            {"pk": pk, "lo": lo, "hi": hi, "now": now},
+            f"PartitionKey eq @pk and RowKey {'ge' if after is None else 'gt'} @lo and RowKey lt @hi "
+            "and AvailableAt le @now",
+            {"pk": pk, "lo": lo if after is None else after, "hi": hi, "now": now},
             page_size=min(limit, self.page_size),
         ):
             row = rows.DueRow(
