@@ -305,7 +305,14 @@ def _cloud_summary_table(result: CloudDemoResult) -> Table:
         "cancelled (delivered anyway)",
         lambda c: f"{c.cancelled} ({c.cancelled_but_delivered})" if c.cancelled else "n/a",
     )
-    row("rescheduled", lambda c: c.rescheduled if c.rescheduled else "n/a")
+    row(
+        "rescheduled (arrived after the new due)",
+        lambda c: (
+            f"{c.rescheduled} ({', '.join('-' if x is None else f'{x:+.1f} s' for x in c.rescheduled_lateness)})"
+            if c.rescheduled
+            else "n/a"
+        ),
+    )
     row("lateness p50 (compressed s)", lambda c: f"{c.lateness_p50:.2f}")
     row("lateness p99 (compressed s)", lambda c: f"{c.lateness_p99:.2f}")
     row("routes", lambda c: ", ".join(f"{k} {v}" for k, v in sorted(c.routes.items())))
@@ -322,6 +329,12 @@ def _cloud_summary_table(result: CloudDemoResult) -> Table:
             f"{aws['requests_per_message']:.2f} (+{aws['empty_receives']:.0f})",
             *([""] * (len(names) - 1)),
         )
+        if "cancellation_queries" in aws:
+            t.add_row(
+                "cancellation table: Query / DeleteItem",
+                f"{aws['cancellation_queries']:.0f} / {aws['cancellation_deletes']:.0f}",
+                *([""] * (len(names) - 1)),
+            )
     if "azure" in by:
         az = by["azure"].requests
         pad = [""] * (len(names) - 1)

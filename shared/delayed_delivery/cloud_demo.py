@@ -1,7 +1,8 @@
 """The cloud demo: delayed messages through SQS (moto server) and Azure Storage Queues (Azurite), time compressed.
 
-Both clouds get the same mix (0 s to "1 year", jittered), a few poison messages and, where the route allows it,
-one cancelled and one rescheduled message. AWS: the real Lambda handler (``functions/aws/requeue.py``) runs
+Both clouds get the same mix (0 s to "1 year", jittered), a few poison messages, one cancelled and one
+rescheduled message (AWS: records in the cancellation table on moto, applied at the next hop; Azure: the delays
+table). AWS: the real Lambda handler (``functions/aws/requeue.py``) runs
 behind ``LocalEventSourcePoller`` on each ``-delay.fifo`` queue. Azure: the timer function's body
 (``AzureDispatcherHost.run``) fires on the function's schedule, compressed. Collectors drain the destination and
 error queues and time every arrival. Time is compressed linearly (``year_seconds`` real seconds = 365 days);
@@ -37,6 +38,8 @@ from .settings import DelayedDeliverySettings
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
+    from .aws.sender import SqsDelayedSender
+
 __all__ = [
     "CLOUD_DEMO_DELAYS",
     "CloudDemoConfig",
@@ -62,6 +65,7 @@ YEAR = 365 * 86_400
 DESTINATIONS = ("orders", "billing")
 ERROR_QUEUE = "error"
 AZURE_ENDPOINT = "demo"
+CANCELLATION_TABLE = "delayed-delivery-cancellations"
 #: The Functions timer runs every minute for ``run_seconds`` = 50 s: the demo keeps that ratio.
 TIMER_DUTY = 50 / 60
 #: moto accepts any credentials; fixed ones keep the demo away from real ones.
@@ -129,6 +133,8 @@ class CloudSummary:
     lateness_max: float
     routes: dict[str, int] = field(default_factory=dict)
     requests: dict[str, float] = field(default_factory=dict)
+    #: Per rescheduled message: arrival minus its new due time (s; negative would be early, None = not arrived).
+    rescheduled_lateness: list[float | None] = field(default_factory=list)
     by_delay: dict[str, dict[str, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -242,6 +248,10 @@ class _Tracker:
                 cancelled=len(self.cancelled),
                 cancelled_but_delivered=sum(1 for m in self.cancelled if m in self.arrivals),
                 rescheduled=len(self.rescheduled),
+                rescheduled_lateness=[
+                    round(self.arrivals[m][0] - self.due[m], 3) if m in self.arrivals else None
+                    for m in sorted(self.rescheduled)
+                ],
                 lateness_p50=round(_percentile(lateness, 50), 3),
                 lateness_p99=round(_percentile(lateness, 99), 3),
                 lateness_max=round(max(lateness, default=0.0), 3),
@@ -358,6 +368,17 @@ class _AwsSide:
             )
 
         self.admin, self.sender_client, self.lambda_client, self.poll_client = client(), client(), client(), client()
+        self.dynamodb = boto3.client(
+            "dynamodb",
+            endpoint_url=endpoint_url,
+            region_name=_REGION,
+            aws_access_key_id=_EMULATOR_KEY,
+            aws_secret_access_key=_EMULATOR_KEY,
+        )
+        self.record_requests: Counter[str] = Counter()
+        self.dynamodb.meta.events.register(
+            "before-send.dynamodb.*", lambda **kw: self.record_requests.update([kw["event_name"].rsplit(".", 1)[-1]])
+        )
         self.collect_clients = {q: client() for q in (*DESTINATIONS, ERROR_QUEUE)}
         self.sends = RequestCounter().attach(self.sender_client)
         self.hops = RequestCounter().attach(self.lambda_client)
@@ -378,17 +399,26 @@ class _AwsSide:
             "POWERTOOLS_METRICS_DISABLED": "false" if self.verbose else "true",
             "POWERTOOLS_LOG_LEVEL": "INFO" if self.verbose else "CRITICAL",
             "AWS_EC2_METADATA_DISABLED": "true",
+            # 1 s stands for 900 s here: the records are read on every invocation (no cache).
+            "DELAYED_DELIVERY_CANCELLATION_TABLE": CANCELLATION_TABLE,
+            "DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS": "0",
         }
 
     def provision(self) -> None:
+        from .aws.cancellations import DynamoDbCancellationStore, ensure_cancellation_table
         from .aws.poller import LocalEventSourcePoller
         from .aws.queues import ensure_endpoint
+
+        ensure_cancellation_table(self.dynamodb, CANCELLATION_TABLE)
+        self.records = DynamoDbCancellationStore(self.dynamodb, CANCELLATION_TABLE)
 
         # Powertools writes logs and EMF metrics to stdout (CloudWatch reads them there); keep the demo's own
         # stdout for its table / JSON: verbose → stderr, otherwise discarded.
         sink: Callable[[], Any] = (lambda: sys.stderr) if self.verbose else io.StringIO
         with contextlib.redirect_stdout(sink()):
-            handler = _requeue_module().build_handler(os.environ, sqs_client=self.lambda_client)
+            handler = _requeue_module().build_handler(
+                os.environ, sqs_client=self.lambda_client, dynamodb_client=self.dynamodb
+            )
         lock = threading.Lock()
 
         def one_at_a_time(event: dict[str, Any], context: Any) -> Any:
@@ -455,10 +485,29 @@ class _AwsSide:
             )
             self.tracker.poison.add(message_id)
             self.tracker.expect(message_id, "poison", time.time(), "poison")
-        self.tracker.notes.append(
-            "cancel / reschedule: not available on the SQS FIFO route yet (no cancellation record); "
-            "messages in flight on SQS cannot be recalled"
+        self._cancel_and_reschedule(sender)
+
+    def _cancel_and_reschedule(self, sender: SqsDelayedSender) -> None:
+        """One "1 year" message cancelled and one "1 year" message moved to "90 days", by record, at once."""
+        from .cancellations import cancel_request, reschedule_request
+
+        now = datetime.now(UTC)
+        cancel_id = f"aws-cancel-{uuid.uuid4().hex[:8]}"
+        delay = YEAR / self.config.compression  # surely on the hop cycle, however compressed
+        receipt = sender.send_delayed("orders", _body(cancel_id, "1 year, cancelled"), delay, message_id=cancel_id)
+        self.tracker.expect(cancel_id, "cancelled", time.time() + delay, receipt.route.value)
+        self.records.put(
+            cancel_request("orders", cancel_id, now=now, max_native_delay=self.settings.max_native_delay, max_age=0)
         )
+        self.tracker.cancelled.add(cancel_id)
+        moved_id = f"aws-reschedule-{uuid.uuid4().hex[:8]}"
+        receipt = sender.send_delayed(
+            "billing", _body(moved_id, "1 year → 90 days"), YEAR / self.config.compression, message_id=moved_id
+        )
+        new_due = datetime.now(UTC) + timedelta(seconds=90 * 86_400 / self.config.compression)
+        self.records.put(reschedule_request("billing", moved_id, new_due, now=datetime.now(UTC)))
+        self.tracker.rescheduled.add(moved_id)
+        self.tracker.expect(moved_id, "rescheduled", new_due.timestamp(), receipt.route.value)
 
     def close(self) -> None:
         """Stop the pollers and collectors."""
@@ -485,6 +534,8 @@ class _AwsSide:
             "requests_per_hop": round(hop_requests / hops, 3) if hops else 0.0,
             "requests_per_message": round((sent + hop_requests) / messages, 3),
             "empty_receives": empty,
+            "cancellation_queries": self.record_requests.get("Query", 0),
+            "cancellation_deletes": self.record_requests.get("DeleteItem", 0),
         }
 
 
