@@ -13,6 +13,7 @@ App settings (all optional unless noted):
 | ``DELAYED_DELIVERY_LEASE_SECONDS`` | ``30`` | blob lease duration, 15–60 |
 | ``DELAYED_DELIVERY_RUN_SECONDS`` | ``50`` | how long one timer run dispatches |
 | ``DELAYED_DELIVERY_CLAIM_TIMEOUT`` | ``60`` | seconds a claimed row stays invisible to other dispatchers |
+| ``DELAYED_DELIVERY_ALLOWED_DESTINATIONS`` | any queue of the account | comma-separated queue names / patterns |
 
 plus every core setting (``DelayedDeliverySettings.from_env``). When neither storage variable is set,
 ``AzureWebJobsStorage`` (a connection string) or ``AzureWebJobsStorage__accountName`` is used.
@@ -35,6 +36,7 @@ from ..errors import ConfigurationError
 from ..naming import azure_delays_table_name, validate_azure_container_name, validate_azure_table_name
 from ..settings import DelayedDeliverySettings
 from .blob_lease import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
+from .destinations import DestinationPolicy, parse_patterns
 
 __all__ = ["AzureClients", "AzureDelayedDeliveryConfig", "http_transport"]
 
@@ -48,6 +50,7 @@ ENV_SHARDS = "DELAYED_DELIVERY_SHARDS"
 ENV_LEASE = "DELAYED_DELIVERY_LEASE_SECONDS"
 ENV_RUN = "DELAYED_DELIVERY_RUN_SECONDS"
 ENV_CLAIM = "DELAYED_DELIVERY_CLAIM_TIMEOUT"
+ENV_ALLOWED = "DELAYED_DELIVERY_ALLOWED_DESTINATIONS"
 ENV_HOST_STORAGE = "AzureWebJobsStorage"
 #: A lease renewal that stalls must fail (and be retried) well within the lease duration.
 _LEASE_TIMEOUTS = {"connection_timeout": 5.0, "read_timeout": 10.0}
@@ -69,6 +72,8 @@ class AzureDelayedDeliveryConfig:
     run_seconds: float = 50.0
     claim_timeout: float = 60.0
     settings: DelayedDeliverySettings = field(default_factory=DelayedDeliverySettings)
+    #: Queue names or ``*``/``?`` patterns the dispatcher may send to; empty = any queue of its account.
+    allowed_destinations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         validate_azure_table_name(self.table_name)
@@ -87,6 +92,14 @@ class AzureDelayedDeliveryConfig:
             raise ConfigurationError(f"{ENV_RUN} must be a positive number of seconds")
         if not (math.isfinite(self.claim_timeout) and self.claim_timeout > 0):
             raise ConfigurationError(f"{ENV_CLAIM} must be a positive number of seconds")
+        object.__setattr__(
+            self, "allowed_destinations", parse_patterns(",".join(self.allowed_destinations), ENV_ALLOWED)
+        )
+
+    @property
+    def destination_policy(self) -> DestinationPolicy:
+        """The queues the dispatcher may send to (the error queue always among them)."""
+        return DestinationPolicy(self.settings.error_queue, self.allowed_destinations)
 
     @classmethod
     def for_endpoint(
@@ -129,6 +142,7 @@ class AzureDelayedDeliveryConfig:
             run_seconds=_number(env, ENV_RUN, 50.0, float),
             claim_timeout=_number(env, ENV_CLAIM, 60.0, float),
             settings=settings,
+            allowed_destinations=parse_patterns(env.get(ENV_ALLOWED, ""), ENV_ALLOWED),
         )
 
 

@@ -21,6 +21,7 @@ from ..dispatcher import Dispatcher, DispatchReport
 from ..settings import DelayedDeliverySettings
 from .blob_lease import BlobLease
 from .config import AzureClients, AzureDelayedDeliveryConfig
+from .destinations import GuardedTransport
 from .storage_queue import StorageQueueTransport
 from .table_store import TableDelayedMessageStore
 from .telemetry import DispatchMetrics
@@ -122,9 +123,10 @@ class AzureDispatcherHost:
         """Acquire ``shard``'s lease (retrying each second), dispatch while held, until ``deadline``."""
         result = ShardRun(shard)
         lease = self.lease(shard)
+        guarded = GuardedTransport(self.transport, self.config.destination_policy)  # allow-list: destinations.py
         # the lease makes this the shard's only dispatcher: no claim writes, removal overlapped with the next batch
         view = self.store.for_shards([shard], exclusive=True)
-        dispatcher = Dispatcher(view, self.transport, self.settings, clock=self.clock, overlap_removal=True)
+        dispatcher = Dispatcher(view, guarded, self.settings, clock=self.clock, overlap_removal=True)
         try:
             while (remaining := deadline - self._monotonic()) > 0:
                 if not lease.try_acquire():
