@@ -311,6 +311,8 @@ class Dispatcher:
     def _dispatch_one(self, message: DelayedMessage, now: datetime, *, remove: bool = True) -> DispatchReport:
         report = DispatchReport()
         try:
+            if hdr.UNREADABLE in message.headers:  # a store row that could not be read: never to its destination
+                raise PermanentError(f"unreadable store row: {message.headers[hdr.UNREADABLE]}")
             self.transport.send(message)
         except Exception as exc:
             report.failed_attempts += 1

@@ -10,6 +10,7 @@ __all__ = [
     "FAILURE_REASON",
     "HEADER_PREFIX",
     "ORIGINAL_DESTINATION",
+    "UNREADABLE",
 ]
 
 #: Prefix reserved for the product's own headers and attributes.
@@ -26,3 +27,5 @@ FAILURE_COUNT = "DelayedDelivery.FailureCount"
 DELAY_SECONDS_ATTRIBUTE = "DelayedDelivery.DelaySeconds"
 #: Set to ``base64`` on an error-queue copy whose body was not UTF-8 text (SQS bodies are text).
 BODY_ENCODING = "DelayedDelivery.BodyEncoding"
+#: On a message rebuilt from a store row that could not be read: why. It goes straight to the error queue.
+UNREADABLE = "DelayedDelivery.Unreadable"

@@ -29,7 +29,8 @@ from typing import Any
 
 from ..clock import utc
 from ..errors import ConfigurationError, InvalidMessageError
-from ..model import DelayedMessage, Headers
+from ..headers import UNREADABLE
+from ..model import MAX_MESSAGE_ID_LENGTH, DelayedMessage, Headers
 
 __all__ = [
     "CHUNK_BYTES",
@@ -48,6 +49,7 @@ __all__ = [
     "shard_of",
     "stored_size",
     "to_entities",
+    "unreadable_message",
 ]
 
 #: Largest binary or string property the Table service stores.
@@ -237,9 +239,14 @@ def body_capacity(message: DelayedMessage) -> int:
 
 
 def message_from_entity(entity: Mapping[str, Any]) -> DelayedMessage:
-    """Rebuild the message stored in a due row."""
-    chunks = int(entity.get("BodyChunks", 0))
-    body = b"".join(bytes(entity[f"Body{i:02d}"]) for i in range(chunks))
+    """Rebuild the message stored in a due row (``ValueError``/``KeyError``/``TypeError`` when it is garbage)."""
+    chunks = entity.get("BodyChunks", 0)
+    if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < 0:
+        raise TypeError(f"BodyChunks is {chunks!r}, not a count")
+    parts = [entity[f"Body{i:02d}"] for i in range(chunks)]
+    if any(not isinstance(part, bytes) for part in parts) or f"Body{chunks:02d}" in entity:
+        raise ValueError(f"the body chunks do not match BodyChunks={chunks}")
+    body = b"".join(parts)
     return DelayedMessage(
         message_id=str(entity["MessageId"]),
         destination=str(entity["Destination"]),
@@ -248,3 +255,33 @@ def message_from_entity(entity: Mapping[str, Any]) -> DelayedMessage:
         headers=Headers(json.loads(str(entity["Headers"]))),
         failure_count=int(entity.get("FailureCount", 0)),
     )
+
+
+#: Largest salvaged body an unreadable row carries to the error queue (a queue message holds 64 KiB).
+_SALVAGE_BYTES = 40 * 1024
+
+
+def unreadable_message(entity: Mapping[str, Any], error: BaseException, now: datetime) -> DelayedMessage:
+    """A well-formed stand-in for a due row that ``message_from_entity`` cannot read, bound for the error queue.
+
+    It keeps the row's message id, destination and due time where they are usable (else an id derived from the
+    row's keys, ``unreadable``, ``now``), the body bytes it can find (up to 40 KiB), and the reason in the
+    ``DelayedDelivery.Unreadable`` header, so the dispatcher moves it to the error queue instead of sending it.
+    """
+    pk, rk = str(entity.get("PartitionKey", "")), str(entity.get("RowKey", ""))
+    message_id = entity.get("MessageId")
+    if not isinstance(message_id, str) or not message_id.strip() or len(message_id) > MAX_MESSAGE_ID_LENGTH:
+        message_id = f"unreadable-{id_hash(pk + '/' + rk)}"
+    destination = entity.get("Destination")
+    if not isinstance(destination, str) or not destination.strip():
+        destination = "unreadable"
+    try:
+        due_at = due_of_row_key(rk)
+    except ValueError:
+        due_at = utc(now)
+    body = b"".join(v for k, v in sorted(entity.items()) if k.startswith("Body") and isinstance(v, bytes))
+    reason = f"{type(error).__name__}: {error}"
+    if len(body) > _SALVAGE_BYTES:
+        reason += f" (body of {len(body)} bytes not kept)"
+        body = b""
+    return DelayedMessage(message_id, destination, body, due_at, {UNREADABLE: f"row {pk}/{rk}: {reason}"[:1024]})

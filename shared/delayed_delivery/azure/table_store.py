@@ -19,6 +19,7 @@ Guarantees:
 from __future__ import annotations
 
 import heapq
+import logging
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,8 +36,9 @@ from azure.core.exceptions import (
 )
 from azure.data.tables import TableClient, TableServiceClient, TableTransactionError, UpdateMode
 
+from .. import logfields as lf
 from ..clock import utc
-from ..errors import ConfigurationError, InvalidMessageError, TransientError
+from ..errors import ConfigurationError, DelayedDeliveryError, InvalidMessageError, TransientError
 from ..model import DelayedMessage
 from ..naming import validate_azure_table_name
 from ..ports import DelayedMessageStore
@@ -52,6 +54,8 @@ _MAX_TRANSACTION_BYTES = 3 * 1024 * 1024
 _CONFLICT_RETRIES = 5
 
 Operation = tuple[str, dict[str, Any], dict[str, Any]]
+
+_log = logging.getLogger("delayed_delivery.azure.table_store")
 
 
 class TableDelayedMessageStore(DelayedMessageStore):
@@ -289,7 +293,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
         """Count one failed delivery and make the row fetchable again at its due time."""
         what = f"counting a failure of {message_id!r}"
         for _ in range(_CONFLICT_RETRIES):
-            located = self._locate(message_id)
+            located = self._locate(message_id) or self._restore_index(message_id)
             if located is None:
                 return False
             pk, rk = located
@@ -374,7 +378,9 @@ class TableDelayedMessageStore(DelayedMessageStore):
                     break  # every later row is due (hence available) no earlier than `best`
                 if (pk, str(entity["RowKey"])) in handed:
                     continue  # fetched by this exclusive view and not settled yet
-                available = str(entity["AvailableAt"])
+                available = entity.get("AvailableAt")
+                if not isinstance(available, str) or len(available) != 20 or not available.isdigit():
+                    continue  # garbage: fetch_due replaces the row once it is due
                 if best is None or available < best:
                     best = available
         return None if best is None else rows.from_due_key(best)
@@ -453,14 +459,44 @@ class TableDelayedMessageStore(DelayedMessageStore):
             {"pk": pk, "lo": lo if after is None else after, "hi": hi, "now": now},
             page_size=min(limit, self.page_size),
         ):
+            try:
+                message = rows.message_from_entity(entity)
+            except (KeyError, ValueError, TypeError) as exc:  # a garbage row must not block the rest
+                entity = self._replace_unreadable(entity, exc, at)
+                if entity is None:
+                    continue
+                message = rows.message_from_entity(entity)
             row = rows.DueRow(
                 partition_key=pk,
                 row_key=str(entity["RowKey"]),
                 etag=str(entity.metadata["etag"]),
                 available_at=str(entity["AvailableAt"]),
-                message=rows.message_from_entity(entity),
+                message=message,
             )
             yield row.row_key, row
+
+    def _replace_unreadable(self, entity: Any, error: Exception, at: datetime) -> Any | None:
+        """Swap an unreadable due row for a well-formed one bound for the error queue (``rows.unreadable_message``).
+
+        Returns the new row when it is in the same partition (so this fetch hands it out), else ``None``.
+        """
+        pk, rk = str(entity["PartitionKey"]), str(entity["RowKey"])
+        message = rows.unreadable_message(entity, error, at)
+        try:
+            located = self._locate(message.message_id)
+            if located is not None and located != (pk, rk):  # the id belongs to another row: do not touch it
+                message = rows.unreadable_message({**entity, "MessageId": None}, error, at)
+            self.store(message)
+            due, _ = rows.to_entities(message, rows.shard_of(message.message_id, self.shards))
+            if (due["PartitionKey"], due["RowKey"]) != (pk, rk):
+                self.table.delete_entity(
+                    pk, rk, etag=entity.metadata["etag"], match_condition=MatchConditions.IfNotModified
+                )
+                self._delete_stale_index(pk, rk)
+            return self.table.get_entity(pk, due["RowKey"]) if due["PartitionKey"] == pk else None
+        except (DelayedDeliveryError, AzureError) as exc:
+            _log.warning("could not replace an unreadable row", extra={lf.REASON: repr(exc), lf.SHARD: pk})
+            return None
 
     def _claim(self, wanted: list[rows.DueRow], claim_until: str) -> list[rows.DueRow]:
         claimed: list[rows.DueRow] = []
@@ -554,6 +590,34 @@ class TableDelayedMessageStore(DelayedMessageStore):
             raise translate(exc, f"looking up {message_id!r}") from exc
         return pk, str(index["DueRowKey"])
 
+    def _delete_stale_index(self, pk: str, due_rk: str) -> None:
+        """Delete the index row still pointing at a replaced garbage row (found by the id hash in its RowKey)."""
+        index_rk = rows.INDEX_PREFIX + due_rk.rpartition("_")[2]
+        try:
+            index = self.table.get_entity(pk, index_rk)
+            if index.get("DueRowKey") == due_rk:
+                self.table.delete_entity(
+                    pk, index_rk, etag=index.metadata["etag"], match_condition=MatchConditions.IfNotModified
+                )
+        except (ResourceNotFoundError, ResourceModifiedError):
+            pass
+
+    def _restore_index(self, message_id: str) -> tuple[str, str] | None:
+        """Write the missing index row of a claimed due row (a garbage row), so it can be settled by id."""
+        with self._lock:
+            cached = self._claimed.get(message_id)
+        if cached is None or cached[0] != rows.partition_key(rows.shard_of(message_id, self.shards)):
+            return None
+        index = {"PartitionKey": cached[0], "RowKey": rows.index_row_key(message_id), "DueRowKey": cached[1]}
+        try:
+            self.table.get_entity(cached[0], cached[1], select=["RowKey"])
+            self.table.create_entity(index)
+        except (ResourceNotFoundError, ResourceExistsError):
+            return self._locate(message_id)
+        except AzureError as exc:
+            raise translate(exc, f"restoring the index row of {message_id!r}") from exc
+        return cached
+
     def _delete_pair(self, message_id: str, pk: str, due_rk: str) -> bool:
         ops: list[Operation] = [
             ("delete", {"PartitionKey": pk, "RowKey": due_rk}, {}),
@@ -564,8 +628,22 @@ class TableDelayedMessageStore(DelayedMessageStore):
             return True
         except TableTransactionError as exc:
             if is_status(exc, 404):
-                return False
+                return self._delete_orphan(message_id, pk, due_rk)
             raise translate(exc, f"removing {message_id!r}") from exc
+        except AzureError as exc:
+            raise translate(exc, f"removing {message_id!r}") from exc
+
+    def _delete_orphan(self, message_id: str, pk: str, due_rk: str) -> bool:
+        """Delete a due row whose index row is missing (a garbage row); False when the due row is gone too."""
+        try:
+            row = self.table.get_entity(pk, due_rk, select=["RowKey"])
+            self.table.delete_entity(
+                pk, due_rk, etag=row.metadata["etag"], match_condition=MatchConditions.IfNotModified
+            )
+            self._delete_stale_index(pk, due_rk)  # the row's own index, if its MessageId was rewritten
+            return True
+        except (ResourceNotFoundError, ResourceModifiedError):
+            return False
         except AzureError as exc:
             raise translate(exc, f"removing {message_id!r}") from exc
 

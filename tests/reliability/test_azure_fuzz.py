@@ -1,0 +1,160 @@
+"""Fuzzing garbage rows into the Azure delays table (Azurite), read by the dispatcher the timer function runs.
+
+Each example writes one good row and one corrupted row straight into the table (missing or garbage
+properties, bad JSON headers, body chunks that do not add up, a RowKey with no readable due time, a missing
+index row, a destination that is not one of the account's queues). The dispatcher, with the store, the
+Storage Queue transport and the destination guard the timer function wires up, must deliver the good row,
+put the corrupted one on the error queue with a reason (or deliver it, if the corruption was harmless),
+leave no row behind, and never stop.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from azure.storage.queue import QueueServiceClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from delayed_delivery import DelayedMessage, Dispatcher, ManualClock
+from delayed_delivery.azure import rows
+from delayed_delivery.azure.destinations import GuardedTransport
+from delayed_delivery.azure.runner import AzureDispatcherHost
+from delayed_delivery.headers import FAILURE_REASON, ORIGINAL_DESTINATION, UNREADABLE
+from delayed_delivery.settings import DelayedDeliverySettings
+from tests.azure.conftest import new_name
+from tests.azure.harness import drain
+from tests.azure.test_dispatch import make_host
+from tests.fixtures.azurite import Azurite
+
+pytestmark = pytest.mark.azurite
+
+
+@pytest.fixture
+def queues(azurite: Azurite) -> QueueServiceClient:
+    """Queue service client on Azurite."""
+    return QueueServiceClient.from_connection_string(azurite.connection_string)
+
+
+EXAMPLES = int(os.environ.get("RELIABILITY_FUZZ_EXAMPLES", "60")) // 2
+
+_hosts: dict[str, tuple[AzureDispatcherHost, str, str]] = {}
+
+#: Due parts of a RowKey that cannot be read but sort before today's (keys after "d_9" are never read: README).
+BAD_DUE_KEYS = ["-1", "0", "1999", "20201301000000000000", "2020-01", "!"]
+PROPS = ["MessageId", "Destination", "Headers", "BodyChunks", "Body00", "Body01", "FailureCount"]
+values = st.one_of(
+    st.text(max_size=20),
+    st.integers(-(2**31), 2**31 - 1),
+    st.binary(max_size=10),
+    st.booleans(),
+    st.sampled_from(["", " ", "[]", "5", "null", "{", '{"a":1}', '{"":"x"}', '{"a":"b"}', "x" * 200]),
+    st.sampled_from(["https://other.queue.core.windows.net/q", "other/q", "UPPER", "ab", "a--b", "error"]),
+)
+corruptions = st.lists(
+    st.one_of(
+        st.tuples(st.just("drop"), st.sampled_from(PROPS), st.none()),
+        st.tuples(st.just("set"), st.sampled_from(PROPS), values),
+        st.tuples(st.just("due"), st.none(), st.sampled_from(BAD_DUE_KEYS)),
+        st.tuples(st.just("no_index"), st.none(), st.none()),
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+def _host(conn: str) -> tuple[AzureDispatcherHost, str, str]:
+    """One host, destination and error queue for the whole run (every example leaves the table empty)."""
+    if conn not in _hosts:
+        error_queue = new_name("e")
+        host = make_host(conn, new_name(), settings=DelayedDeliverySettings(error_queue=error_queue, batch_size=10))
+        destination = new_name("q")
+        host.transport.create_queue(destination)
+        _hosts[conn] = (host, destination, error_queue)
+    return _hosts[conn]
+
+
+def _write(host: AzureDispatcherHost, message: DelayedMessage, changes: list[tuple[str, Any, Any]]) -> None:
+    due, index = rows.to_entities(message, 0)
+    write_index = True
+    for kind, prop, value in changes:
+        if kind == "drop":
+            due.pop(prop, None)
+        elif kind == "set":
+            due[prop] = value
+        elif kind == "due":
+            due["RowKey"] = f"{rows.DUE_PREFIX}{value}_{rows.id_hash(message.message_id)}"
+            index["DueRowKey"] = due["RowKey"]
+        else:
+            write_index = False
+    host.store.table.upsert_entity(due)
+    if write_index:
+        host.store.table.upsert_entity(index)
+
+
+def _dispatch(host: AzureDispatcherHost, now: datetime) -> None:
+    clock = ManualClock(now)
+    guarded = GuardedTransport(host.transport, host.config.destination_policy)
+    dispatcher = Dispatcher(host.store, guarded, host.settings, clock=clock)
+    dispatcher.dispatch_due(budget=30)  # manual clock: a stuck fetch would end the budget, not hang
+    dispatcher.close()
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=corruptions)
+def test_garbage_rows_end_on_the_error_queue_and_never_block_the_good_one(
+    azurite: Azurite, queues: QueueServiceClient, changes: list[tuple[str, Any, Any]]
+) -> None:
+    host, destination, error_queue = _host(azurite.connection_string)
+    now = datetime.now(UTC)
+    tag = uuid.uuid4().hex[:8]
+    good = DelayedMessage(f"good-{tag}", destination, b"good", now - timedelta(seconds=2))
+    bad = DelayedMessage(f"bad-{tag}", destination, b"bad" * 1000, now - timedelta(seconds=1), {"k": "v"})
+    host.store.store(good)
+    _write(host, bad, changes)
+    _dispatch(host, now)
+    delivered = drain(queues, destination)
+    errors = drain(queues, error_queue)
+    assert [e.message_id for e in delivered].count(good.message_id) == 1, "the good row was not delivered once"
+    assert len(delivered) + len(errors) == 2, (changes, delivered, errors)
+    for e in errors:
+        assert e.headers[FAILURE_REASON] and e.headers[ORIGINAL_DESTINATION]
+    for e in delivered:
+        if e.message_id != good.message_id:
+            assert e.body == bad.body  # delivered only when the corruption was harmless
+    left = list(host.store.table.list_entities())
+    for entity in left:  # keep the next example independent of this one
+        host.store.table.delete_entity(entity["PartitionKey"], entity["RowKey"])
+    assert left == [], f"rows left behind: {left}"
+
+
+def test_unreadable_row_goes_to_the_error_queue_with_its_reason(azurite: Azurite, queues: QueueServiceClient) -> None:
+    host, destination, error_queue = _host(azurite.connection_string)
+    now = datetime.now(UTC)
+    bad = DelayedMessage(f"bad-{uuid.uuid4().hex[:8]}", destination, b"payload", now - timedelta(seconds=1))
+    _write(host, bad, [("set", "Headers", "{not json"), ("no_index", None, None)])
+    _dispatch(host, now)
+    [error] = drain(queues, error_queue)
+    assert error.message_id == bad.message_id and error.body == b"payload"
+    assert "JSONDecodeError" in error.headers[UNREADABLE]
+    assert "unreadable store row" in error.headers[FAILURE_REASON]
+    assert error.headers[ORIGINAL_DESTINATION] == destination
+    assert drain(queues, destination) == []
+
+
+def test_row_too_large_for_any_queue_message_reaches_the_error_queue_without_its_body(
+    azurite: Azurite, queues: QueueServiceClient
+) -> None:
+    host, destination, error_queue = _host(azurite.connection_string)
+    now = datetime.now(UTC)
+    big = DelayedMessage(f"big-{uuid.uuid4().hex[:8]}", destination, b"x" * 90_000, now - timedelta(seconds=1))
+    _write(host, big, [])  # the table holds it; a queue message never could (the sender refuses it up front)
+    _dispatch(host, now)
+    [error] = drain(queues, error_queue)
+    assert error.message_id == big.message_id and error.body == b""
+    assert "90000 bytes not kept" in error.headers[FAILURE_REASON]
+    assert drain(queues, destination) == [] and list(host.store.table.list_entities()) == []
