@@ -28,6 +28,11 @@ __all__ = ["DispatchReport", "Dispatcher"]
 
 _log = logging.getLogger("delayed_delivery.dispatcher")
 
+#: Pauses when the store says a message is due but its fetch returned none (the store's clock is behind
+#: this host's, or rows are claimed elsewhere): retry at once, then 50 ms doubling to 1 s, never spin.
+_DISAGREEMENT_FIRST = 0.05
+_DISAGREEMENT_MAX = 1.0
+
 
 @dataclass(slots=True)
 class DispatchReport:
@@ -96,6 +101,7 @@ class Dispatcher:
         )
         self._wakeup = threading.Event()
         self._next_due: datetime | None = None
+        self._disagreements = 0  # empty fetches in a row while the store said something was due
         self._pool = ThreadPoolExecutor(s.max_concurrency) if s.max_concurrency > 1 else None
         overlap = overlap_removal and isinstance(store, BatchRemovingStore)
         self._settler = ThreadPoolExecutor(1, thread_name_prefix="settle") if overlap else None
@@ -177,6 +183,7 @@ class Dispatcher:
                 continue
             self.fetch_breaker.success()
             if batch:
+                self._disagreements = 0
                 report.batches += 1
                 try:
                     part = self.dispatch_batch(batch, now, keep_going)
@@ -298,6 +305,13 @@ class Dispatcher:
         wait = self.settings.max_idle_sleep
         if next_due is not None:
             wait = min(wait, max(0.0, (next_due - now).total_seconds()))
+        if next_due is not None and next_due <= now:  # due, yet the fetch that led here returned nothing
+            if self._disagreements:
+                backoff = _DISAGREEMENT_FIRST * 2 ** min(self._disagreements - 1, 10)
+                wait = min(self.settings.max_idle_sleep, _DISAGREEMENT_MAX, backoff)
+            self._disagreements += 1
+        else:
+            self._disagreements = 0
         wait = self._bounded(wait, deadline)
         if stop is not None and stop.is_set():
             return

@@ -393,3 +393,37 @@ def test_overlapped_removal_failure_counts_on_the_store_breaker_and_loses_nothin
     d.close()
     assert len(store) == 0
     assert sorted({s.message.message_id for s in transport.sent}) == sorted(f"m-{i}" for i in range(10))
+
+
+class LaggingStore(InMemoryDelayedMessageStore):
+    """A store that decides "due" on its own clock, ``lag`` behind the dispatcher's (PostgreSQL's database clock)."""
+
+    def __init__(self, lag: timedelta, clock: ManualClock) -> None:
+        super().__init__(claim_timeout=60)
+        self.lag = lag
+        self.clock = clock
+        self.fetches = 0
+
+    def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
+        self.fetches += 1
+        self.clock.advance(0.001)  # a round trip takes time, so a spinning dispatcher still ends
+        return super().fetch_due(at - self.lag, limit)
+
+
+def test_a_store_whose_clock_lags_is_polled_with_backoff_not_spun_on() -> None:
+    clock = ManualClock(T0)
+    store = LaggingStore(timedelta(minutes=5), clock)
+    transport = InMemoryTransport(clock)
+    for i in range(3):
+        store.store(msg(i, 10 + i * 20))  # due on the store's clock at T0 + 10 s, 30 s, 50 s
+    dispatcher = Dispatcher(store, transport, DelayedDeliverySettings(max_idle_sleep=60), clock=clock)
+    while len(transport.sent) < 3 and clock.now() < T0 + timedelta(minutes=7):
+        dispatcher.dispatch_due(budget=1.0, wait_for_due=True)
+    sent_at = {s.message.message_id: s.sent_at for s in transport.sent}
+    assert set(sent_at) == {"m-0", "m-1", "m-2"}
+    for i in range(3):  # never early on the store's clock, and at most the 1 s backoff cap late
+        store_due = T0 + timedelta(minutes=5, seconds=10 + i * 20)
+        assert store_due <= sent_at[f"m-{i}"] <= store_due + timedelta(seconds=2.1)
+    # 5 minutes of "due but not handed out" at 1 s once backed off, not thousands of fetches
+    assert store.fetches < 400, store.fetches
+    assert max(clock.slept) <= 1.0
