@@ -95,9 +95,11 @@ def remaining_delay(
 ) -> int:
     """Seconds still to wait after a FIFO hop, by the seed's clock-drift rules.
 
-    Elapsed time is whole seconds of (first receive − sent), both broker clocks; on a
-    redelivery (receive count > 1) the local ``now_ms`` replaces the first-receive time.
-    A negative elapsed time (clock disagreement) counts as zero: late, never early.
+    Elapsed time is whole seconds of (first receive − sent), both broker clocks. On a
+    redelivery (receive count > 1) more time has passed than the broker's first receive shows,
+    so the local ``now_ms`` counts when it says more: a local clock behind the broker's can
+    never take back time the broker has proven, so every hop makes progress. A negative
+    elapsed time (clock disagreement) counts as zero: late, never early.
     """
     for name, value in (
         ("total delay", total_delay_seconds),
@@ -109,7 +111,9 @@ def remaining_delay(
             raise InvalidMessageError(f"{name} must be a non-negative integer, got {value!r}")
     if receive_count < 1:
         raise InvalidMessageError("ApproximateReceiveCount must be at least 1")
-    received_ms = first_receive_timestamp_ms if receive_count == 1 else now_ms
+    received_ms = first_receive_timestamp_ms
+    if receive_count > 1:
+        received_ms = max(received_ms, now_ms)
     elapsed = max(0, (received_ms - sent_timestamp_ms) // 1000)
     return max(0, total_delay_seconds - elapsed)
 
@@ -123,8 +127,8 @@ def remaining_delay_ms(
 ) -> int:
     """``remaining_delay`` at millisecond resolution, so rounding does not add up over thousands of hops.
 
-    Same rules: broker elapsed time (first receive − sent), the local ``now_ms`` only on a redelivery,
-    a negative elapsed time counts as zero (late, never early).
+    Same rules: broker elapsed time (first receive − sent), the local ``now_ms`` only on a redelivery
+    and only when it says more time has passed, a negative elapsed time counts as zero (late, never early).
     """
     for name, value in (("total delay", total_delay_ms), ("now", now_ms)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
