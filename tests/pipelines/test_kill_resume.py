@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from delayed_delivery.pipelines.ledger import BatchState, Ledger, RunManifest
 from delayed_delivery.pipelines.migrate import MigrationOptions, run_migration
 from delayed_delivery.pipelines.schema import LegacyShape
 from delayed_delivery.pipelines.synthetic import write_legacy_export
+from tests.fixtures.processes import kill_tree
 
 pytestmark = pytest.mark.spark
 
@@ -40,7 +40,7 @@ def test_sigkilled_run_resumes_and_finishes_without_resending_completed_batches(
             assert time.monotonic() < deadline, "the child never completed a batch"
             time.sleep(0.05)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)  # driver, JVM and the PySpark daemon's own process group
         proc.wait(30)
     before = ledger.entries()
     done = {b for b, e in before.items() if e["state"] == "completed"}
