@@ -1,9 +1,13 @@
-"""Benchmark: migrate N synthetic legacy timeouts into the SQLite store, Spark local[2] vs a Python loop.
+"""Benchmark: migrate N synthetic legacy timeouts into SQLite or Azurite, Spark local[2] vs a Python loop.
 
 Both variants do the same work on the same export: read CSV, map each row (``normalize_row``), and
-INSERT OR REPLACE into a fresh SQLite store in transactions of ``--batch-size`` messages. Each runs in
-its own child process; the parent samples the child's process tree RSS (JVM and Python workers
-included) every 0.1 s for the peak. Prints a table and writes JSON under ``benchmarks/results/``.
+write it with the job's own target: INSERT OR REPLACE into a fresh SQLite store in transactions of
+``--batch-size`` messages, or (``--store azurite``) the Azure table target's full entity-group
+transactions into a fresh Azurite per variant (one transaction at a time in the loop, ``--in-flight``
+per Spark task). Each runs in its own child process; the parent samples the child's process tree
+(JVM and Python workers included) every 0.1 s for peak RSS and CPU seconds, and the emulator's CPU
+seconds. CPU seconds are the load-independent figure on a shared machine. Prints a table and writes
+JSON under ``benchmarks/results/``.
 
     .venv/bin/python benchmarks/spark_migrate.py --rows 1000000      # the documented full run
     .venv/bin/python benchmarks/spark_migrate.py --rows 2000          # smoke size (used by the tests)
@@ -28,43 +32,73 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tree_rss_kib(pid: int) -> int:
-    """Resident memory of ``pid`` and all its descendants, in KiB (Linux /proc)."""
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and all its live descendants (Linux /proc)."""
     children: dict[int, list[int]] = {}
     for proc in Path("/proc").iterdir():
-        entry = proc.name
-        if not entry.isdigit():
+        if not proc.name.isdigit():
             continue
         try:
             stat = (proc / "stat").read_text()
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0, [pid]
+        children.setdefault(ppid, []).append(int(proc.name))
+    out, todo = [], [pid]
     while todo:
         p = todo.pop()
+        out.append(p)
         todo.extend(children.get(p, []))
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
+    return out
 
 
-def _run_child(argv: list[str]) -> dict[str, object]:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _run_child(argv: list[str], also: int | None = None) -> dict[str, object]:
+    """Run one variant; sample its process tree every 0.1 s for peak RSS and CPU seconds (per pid, last seen).
+
+    ``also`` is another process (the emulator) whose CPU seconds during the variant are reported too.
+    """
     with tempfile.NamedTemporaryFile("r", suffix=".json") as result:
+        also_cpu0 = _cpu_seconds(also) if also else 0.0
         proc = subprocess.Popen([*argv, "--result", result.name], cwd=ROOT)
-        peak = 0
+        peak, cpu = 0, {}
+        also_cpu = also_cpu0
         while proc.poll() is None:
-            peak = max(peak, _tree_rss_kib(proc.pid))
+            pids = _tree(proc.pid)
+            peak = max(peak, sum(_rss_kib(p) for p in pids))
+            for p in pids:
+                cpu[p] = max(cpu.get(p, 0.0), _cpu_seconds(p))
+            if also:
+                also_cpu = _cpu_seconds(also)
             time.sleep(0.1)
         if proc.returncode != 0:
             raise SystemExit(f"benchmark child failed ({proc.returncode}): {' '.join(argv)}")
         data: dict[str, object] = json.loads(Path(result.name).read_text())
     data["peak_rss_mib"] = round(peak / 1024, 1)
+    data["cpu_seconds"] = round(sum(cpu.values()), 1)
+    if also:
+        data["emulator_cpu_seconds"] = round(also_cpu - also_cpu0, 1)
     return data
 
 
@@ -97,6 +131,7 @@ def _python_loop(source: Path, target_url: str, batch_size: int) -> dict[str, ob
     if chunk:
         target.write(chunk)
         written += len(chunk)
+    target.flush()
     target.close()
     seconds = time.perf_counter() - start
     return {"variant": "python loop (1 thread)", "rows": written, "rejected": rejected, "seconds": seconds}
@@ -133,6 +168,8 @@ def measure(
     files: int = 8,
     workdir: str | None = None,
     store: str = "sqlite",
+    shards: int = 256,
+    in_flight: int = 4,
 ) -> tuple[list[dict[str, object]], float]:
     """Generate the export, run both variants in child processes; their results and the generation time."""
     from delayed_delivery.pipelines.schema import LegacyShape
@@ -154,16 +191,24 @@ def measure(
     results = []
     try:
         for variant in ("python", "spark"):
-            if store == "azurite":
-                url = f"azure-table:bench{variant}{os.getpid()}?shards=8"
+            if store == "azurite":  # one transaction at a time in the loop; several per Spark task
+                url = f"azure-table:bench{variant}{os.getpid()}?shards={shards}"
+                url += f"&in_flight={1 if variant == 'python' else in_flight}"
             else:
                 db = work / f"{variant}.db"
                 db.unlink(missing_ok=True)
                 url = f"sqlite:{db}"
+            emulator = azurite.process.proc.pid if azurite is not None and azurite.process.proc else None
             res = _run_child([*me, "--variant", variant, "--source", export.path, "--target-url", url,
-                              "--workdir", str(work / variant)])  # fmt: skip
+                              "--workdir", str(work / variant)], also=emulator)  # fmt: skip
             res["rows_per_second"] = round(float(res["rows"]) / float(res["seconds"]), 1)  # type: ignore[arg-type]
             results.append(res)
+            if (
+                azurite is not None and variant == "python"
+            ):  # a fresh emulator per variant: Azurite slows down as its tables grow
+                azurite.process.stop()
+                azurite = start_azurite()
+                os.environ[DEFAULT_AZURE_CONNECTION_ENV] = azurite.connection_string
     finally:
         if azurite is not None:
             azurite.process.stop()
@@ -207,6 +252,8 @@ def main() -> None:
     ap.add_argument("--variant", choices=("python", "spark"), help=argparse.SUPPRESS)
     ap.add_argument("--source", help=argparse.SUPPRESS)
     ap.add_argument("--store", choices=("sqlite", "azurite"), default="sqlite", help="Target store.")
+    ap.add_argument("--shards", type=int, default=256, help="Azure table shards (partitions).")
+    ap.add_argument("--in-flight", type=int, default=4, help="Azure transactions in flight per Spark task.")
     ap.add_argument("--target-url", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -221,12 +268,14 @@ def main() -> None:
         Path(a.result).write_text(json.dumps(data))
         return
 
-    results, gen_seconds = measure(a.rows, a.batch_size, a.master, a.files, a.workdir, a.store)
+    results, gen_seconds = measure(
+        a.rows, a.batch_size, a.master, a.files, a.workdir, a.store, shards=a.shards, in_flight=a.in_flight
+    )
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"Migrating {a.rows:,} synthetic timeouts into {a.store} ({os.cpu_count()} CPUs)")
-    for col in ("variant", "rows", "seconds", "rows/s", "peak RSS (MiB)"):
+    for col in ("variant", "rows", "seconds", "rows/s", "peak RSS (MiB)", "CPU s (tree)", "emulator CPU s"):
         table.add_column(col, justify="left" if col == "variant" else "right")
     for r in results:
         table.add_row(
@@ -235,6 +284,8 @@ def main() -> None:
             f"{float(r['seconds']):.1f}",  # type: ignore[arg-type]
             f"{r['rows_per_second']:,.0f}",
             f"{r['peak_rss_mib']:,}",
+            f"{r['cpu_seconds']}",
+            f"{r.get('emulator_cpu_seconds', '-')}",
         )
     Console().print(table)
     report = {
@@ -243,6 +294,8 @@ def main() -> None:
         "rows": a.rows,
         "store": a.store,
         "batch_size": a.batch_size,
+        "shards": a.shards if a.store == "azurite" else None,
+        "in_flight": a.in_flight if a.store == "azurite" else None,
         "generate_seconds": round(gen_seconds, 1),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),

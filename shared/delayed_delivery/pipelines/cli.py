@@ -151,14 +151,33 @@ def run(
     max_batches: Annotated[
         int | None, typer.Option("--max-batches", help="Stop after this many batches (resume later).")
     ] = None,
+    legacy_table: Annotated[
+        str | None,
+        typer.Option(
+            "--legacy-table",
+            help="Legacy table the generated hide/restore SQL works on (default: TimeoutData, or <endpoint>.timeouts).",
+        ),
+    ] = None,
+    legacy_schema: Annotated[
+        str | None, typer.Option("--legacy-schema", help="Its schema (default: the connection's search path).")
+    ] = None,
     master: Master = None,
     as_json: AsJson = False,
 ) -> None:
-    """Migrate: rejects to the output folder, batches recorded in the ledger, a rerun resumes."""
+    """Migrate: rejects to the output folder, batches recorded in the ledger, a rerun resumes.
+
+    Also writes migrated-ids/ and legacy/hide|restore.<dialect>.sql to hide the migrated rows from the legacy table.
+    """
+    from delayed_delivery.pipelines.legacy_sql import LegacyTable
     from delayed_delivery.pipelines.migrate import run_migration
     from delayed_delivery.pipelines.session import get_session
 
     options = _options(source, target, fmt, shape, body_encoding, source_endpoint, cutoff, endpoint, batches)
+    legacy = None
+    if legacy_table or legacy_schema:
+        if not legacy_table:
+            raise ConfigurationError("--legacy-schema needs --legacy-table")
+        legacy = LegacyTable(legacy_table, schema=legacy_schema)
     spark = get_session(master, "delayed-delivery-migrate")
     show = not as_json and console.is_terminal
     with Progress(
@@ -185,6 +204,7 @@ def run(
             batch_size=batch_size,
             max_batches=max_batches,
             on_progress=on_progress,
+            legacy_table=legacy,
         )
     if as_json:
         console.print_json(json.dumps({**asdict(summary), "rows_per_second": summary.rows_per_second}))
@@ -203,6 +223,8 @@ def run(
         ("rows / s", f"{summary.rows_per_second:,.0f}"),
         ("run state", summary.state),
         ("rejects", summary.rejects_path or "-"),
+        ("migrated ids", summary.migrated_ids_path or "-"),
+        ("legacy hide/restore SQL", summary.legacy_scripts or "-"),
     ):
         table.add_row(name, value)
     console.print(table)

@@ -2,8 +2,10 @@
 
 Layout: ``<output>/runs/<run_id>/run.json`` holds the run's arguments and state;
 ``<output>/runs/<run_id>/ledger/batch-NNNNN.json`` holds one batch's state, moving
-``started`` → ``completed`` (or ``aborted``). Every file is written to a temporary name and
-renamed, so a killed run leaves either the old state or the new one, never half a file.
+``started`` → ``completed`` (or ``aborted``). Targets that checkpoint (SQS) rewrite a ``started``
+record after every acknowledged send with ``sent_rows`` (rows of the batch, in the job's sort order,
+already written) and the counters so far; a resumed batch skips those rows. Every file is written
+to a temporary name and renamed, so a killed run leaves either the old state or the new one, never half a file.
 On a cluster the output folder must be a path every executor and the driver can see.
 """
 
@@ -130,6 +132,14 @@ class Ledger:
     def mark(self, batch: int, state: BatchState, **info: object) -> None:
         """Record ``batch`` as ``state`` with extra counters."""
         _write_json(self._path(batch), {"batch": batch, "state": state.value, "at": _now(), **info})
+
+    def entry(self, batch: int) -> dict[str, object] | None:
+        """One batch's latest record, or None when it was never started."""
+        path = self._path(batch)
+        if not path.exists():
+            return None
+        data: dict[str, object] = json.loads(path.read_text())
+        return data
 
     def entries(self) -> dict[int, dict[str, object]]:
         """Every batch's latest record, by batch number."""

@@ -24,6 +24,7 @@ from typing import Any
 from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.model import DelayedMessage, Headers
 from delayed_delivery.pipelines.ledger import BatchState, Ledger, RunManifest, RunState, fingerprint
+from delayed_delivery.pipelines.legacy_sql import LegacyTable, default_legacy_table, write_scripts
 from delayed_delivery.pipelines.schema import (
     BodyEncoding,
     ColumnMapping,
@@ -441,6 +442,10 @@ class MigrationSummary:
     refused: int
     rejects_path: str | None
     state: str
+    #: Parquet of every id this run has written so far (all its completed batches, minus refusals).
+    migrated_ids_path: str | None = None
+    #: Folder of the SQL scripts that hide those ids from the legacy table (and restore them).
+    legacy_scripts: str | None = None
 
     @property
     def rows_per_second(self) -> float:
@@ -467,6 +472,7 @@ def _write_partition(
     now_us: int,
     skip: frozenset[int],
 ) -> None:
+    """Write one Spark partition's batches (rows sorted by batch, then the target's key and message id)."""
     ledger = Ledger(run_folder)
     target: MigrationTarget | None = None
     try:
@@ -475,26 +481,61 @@ def _write_partition(
                 continue
             if target is None:
                 target = spec.build()
-            ledger.mark(batch, BatchState.STARTED)
-            written = due_now = 0
-            refused: list[tuple[str, str]] = []
-            chunk: dict[str, DelayedMessage] = {}  # by id: a repeated id in the export keeps its last row
-            for row in group:
-                chunk[row["message_id"]] = _to_message(row)
-                due_now += row["due_us"] <= now_us
-                if len(chunk) >= batch_size:
-                    refused.extend(target.write(list(chunk.values())))
-                    written += len(chunk)
-                    chunk = {}
-            if chunk:
-                refused.extend(target.write(list(chunk.values())))
-                written += len(chunk)
-            _record_refusals(Path(run_folder), batch, refused)
-            ledger.mark(batch, BatchState.COMPLETED, rows=written - len(refused), already_due=due_now,
-                        refused=len(refused))  # fmt: skip
+            _write_batch(target, ledger, Path(run_folder), batch, group, batch_size, now_us)
     finally:
         if target is not None:
             target.close()
+
+
+def _write_batch(
+    target: MigrationTarget,
+    ledger: Ledger,
+    run_folder: Path,
+    batch: int,
+    group: Iterable[Any],
+    batch_size: int,
+    now_us: int,
+) -> None:
+    """Write one batch; a checkpointing target resumes after the rows its last ``started`` record counted."""
+    every = target.checkpoint_rows
+    size = min(batch_size, every) if every else batch_size
+    prior = ledger.entry(batch) if every else None
+    resume = int(str(prior.get("sent_rows", 0))) if prior and prior.get("state") == BatchState.STARTED.value else 0
+    written = int(str(prior.get("written", 0))) if resume and prior else 0
+    due_now = int(str(prior.get("already_due", 0))) if resume and prior else 0
+    refused = _read_refusals(run_folder, batch) if resume else []
+    ledger.mark(batch, BatchState.STARTED, sent_rows=resume, written=written, already_due=due_now)
+    chunk: dict[str, DelayedMessage] = {}  # by id: a repeated id keeps its latest-due row
+    consumed = 0
+
+    def flush() -> None:
+        nonlocal written, chunk
+        refused.extend(target.write(list(chunk.values())))
+        written += len(chunk)
+        chunk = {}
+        if every:  # refusals first, so the ledger never counts rows whose refusals are not on disk
+            _record_refusals(run_folder, batch, refused)
+            ledger.mark(batch, BatchState.STARTED, sent_rows=consumed, written=written, already_due=due_now)
+
+    for position, row in enumerate(group):
+        if position < resume:
+            continue
+        mid = row["message_id"]
+        if mid not in chunk and len(chunk) >= size:  # ids are sorted: a repeated id never straddles two sends
+            flush()
+        chunk[mid] = _to_message(row)
+        due_now += row["due_us"] <= now_us
+        consumed = position + 1
+    if chunk:
+        flush()
+    target.flush()
+    _record_refusals(run_folder, batch, refused)
+    ledger.mark(batch, BatchState.COMPLETED, rows=written - len(refused), already_due=due_now, refused=len(refused))
+
+
+def _read_refusals(run_folder: Path, batch: int) -> list[tuple[str, str]]:
+    path = run_folder / "refused" / f"batch-{batch:05d}.jsonl"
+    return _read_refusals_file(path) if path.exists() else []
 
 
 def _record_refusals(run_folder: Path, batch: int, refused: Sequence[tuple[str, str]]) -> None:
@@ -518,8 +559,15 @@ def run_migration(
     max_batches: int | None = None,
     now: datetime | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    legacy_table: LegacyTable | None = None,
 ) -> MigrationSummary:
-    """Migrate (or with ``dry_run`` only count) the selected rows; resumable by ``run_id``."""
+    """Migrate (or with ``dry_run`` only count) the selected rows; resumable by ``run_id``.
+
+    Besides the target writes, a run leaves ``migrated-ids/`` and ``legacy/`` (SQL that hides the migrated
+    rows from ``legacy_table``, by default the shape's usual table: see ``legacy_sql``) in its folder.
+    """
+    from pyspark.sql import functions as F
+
     if not options.target:
         raise ConfigurationError("--target is required (e.g. sqlite:delays.db)")
     if batch_size < 1:
@@ -562,7 +610,14 @@ def run_migration(
         finally:
             target.close()
         now_us = to_epoch_us(now)
-        job = to_write.repartition(min(len(chosen), options.batches) or 1, "batch").sortWithinPartitions("batch")
+        order = ["batch"]
+        group_by = spec.sort_expression()
+        if group_by is not None:  # e.g. the Azure shard, so consecutive rows fill one transaction
+            to_write = to_write.withColumn("_group", F.expr(group_by))
+            order.append("_group")
+        # A total order inside each batch: a checkpointing target resumes a batch by row position.
+        order += ["message_id", "due_us"]
+        job = to_write.repartition(min(len(chosen), options.batches) or 1, "batch").sortWithinPartitions(*order)
 
         def work(rows: Iterator[Any]) -> None:
             _write_partition(rows, spec, str(folder), batch_size, now_us, done)
@@ -573,6 +628,13 @@ def run_migration(
         complete = len(done) + len(written_now) == options.batches
         if complete:
             manifest = manifest.with_state(output, RunState.COMPLETED)
+        seconds = time.monotonic() - started
+        migrated = sorted(done | {b for b in chosen if entries.get(b, {}).get("state") == BatchState.COMPLETED.value})
+        id_column = loaded.mapping.columns["id"]
+        legacy = legacy_table or default_legacy_table(loaded.mapping.shape, id_column, options.source_endpoint)
+        if legacy.id_column is None:
+            legacy = LegacyTable(legacy.table, id_column, legacy.schema)
+        ids_path, scripts = _write_migrated_ids(spark, todo, migrated, folder, run_id, legacy)
         summary = MigrationSummary(
             run_id=run_id,
             target=spec.url,
@@ -584,10 +646,12 @@ def run_migration(
             batches_written=len(written_now),
             rows_written=sum(int(str(e.get("rows", 0))) for e in written_now),
             already_due=sum(int(str(e.get("already_due", 0))) for e in written_now),
-            seconds=time.monotonic() - started,
+            seconds=seconds,
             refused=sum(int(str(e.get("refused", 0))) for e in written_now),
             rejects_path=rejects_path,
             state=manifest.state.value,
+            migrated_ids_path=ids_path,
+            legacy_scripts=scripts,
         )
         (folder / "summary.json").write_text(
             json.dumps({**_asdict(summary), "rows_per_second": summary.rows_per_second})
@@ -595,6 +659,31 @@ def run_migration(
         return summary
     finally:
         loaded.rows.unpersist()
+
+
+def _write_migrated_ids(
+    spark: Any, todo: Any, batches: Sequence[int], folder: Path, run_id: str, legacy: LegacyTable
+) -> tuple[str, str]:
+    """Write ``migrated-ids/`` (Parquet) and the legacy hide/restore scripts for the completed batches."""
+    from pyspark.sql import functions as F
+
+    refused = sorted({m for path in (folder / "refused").glob("batch-*.jsonl") for m, _ in _read_refusals_file(path)})
+    rows = todo.filter(F.col("batch").isin(list(batches))) if batches else todo.limit(0)
+    if refused:
+        rows = rows.join(spark.createDataFrame([(m,) for m in refused], "message_id string"), "message_id", "left_anti")
+    ids_path = str(folder / "migrated-ids")
+    rows.select("message_id", "endpoint", "destination", "due_us", "batch").dropDuplicates(["message_id"]).write.mode(
+        "overwrite"
+    ).parquet(ids_path)
+    ids = [r[0] for r in spark.read.parquet(ids_path).select("message_id").orderBy("message_id").toLocalIterator()]
+    scripts = folder / "legacy"
+    write_scripts(scripts, legacy, run_id, ids)
+    return ids_path, str(scripts)
+
+
+def _read_refusals_file(path: Path) -> list[tuple[str, str]]:
+    items = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [(str(i["message_id"]), str(i["reason"])) for i in items]
 
 
 def _asdict(obj: Any) -> dict[str, object]:
@@ -716,15 +805,13 @@ def abort_migration(spark: Any, output: str, run_id: str, target: str | None = N
     for batch in touched:
         ledger.mark(batch, BatchState.ABORTED)
     manifest.with_state(output, RunState.ABORTED)
-    return AbortResult(
-        run_id,
-        spec.url,
-        True,
-        len(touched),
-        removed,
-        expected - removed,
-        f"removed {removed} message(s); {expected - removed} were already delivered or gone",
-    )
+    note = f"removed {removed} message(s); {expected - removed} were already delivered or gone"
+    if (folder / "legacy").is_dir():
+        note += (
+            "; if you ran legacy/hide.<dialect>.sql, give the rows back with "
+            f"{folder / 'legacy'}/restore.postgresql.sql (or restore.sqlserver.sql)"
+        )
+    return AbortResult(run_id, spec.url, True, len(touched), removed, expected - removed, note)
 
 
 def main() -> None:
