@@ -7,11 +7,20 @@ holder) and measures the takeover: from the kill to the next send by another pro
 come from a row the dead holder had claimed (and maybe sent) before it died.
 
 Soak: ``python -m tests.reliability.azurelab --kills 20`` (starts its own Azurite).
+
+``--faults break|stop|none`` runs ``lease_fault_soak`` instead: ``--processes`` hosts on ``--shards`` shards with
+rows falling due at ``--rate`` per second for at least ``--seconds``; ``--count`` times, the lease holder of a
+random shard is disturbed: **break** breaks its lease from outside (``BlobLeaseClient.break_lease(0)``, as an
+operator or another tool could), **stop** SIGSTOPs the holder process (all its shards) until its leases have
+expired, then SIGCONTs it. Measured per disturbed shard: the dispatch gap (fault → next send on that shard, by
+anyone) and whether another process took over; duplicates counted at the destination. ``none`` is the healthy
+race: duplicates must be 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -36,6 +45,8 @@ from delayed_delivery.azure.storage_queue import StorageQueueTransport, decode_e
 ROOT = Path(__file__).resolve().parents[2]
 LEASE = 15
 TICK = 1.0
+#: Parallel sends per shard in each host (``max_concurrency``).
+CONCURRENCY = 4
 
 
 def _host(conn: str, name: str, shards: int) -> AzureDispatcherHost:
@@ -47,7 +58,7 @@ def _host(conn: str, name: str, shards: int) -> AzureDispatcherHost:
         run_seconds=30.0,
         claim_timeout=20.0,
         shards=shards,
-        settings=DelayedDeliverySettings(max_concurrency=4, error_queue=f"{name}e"),
+        settings=DelayedDeliverySettings(max_concurrency=CONCURRENCY, error_queue=f"{name}e"),
     )
     host = AzureDispatcherHost(config)
     host.setup_infrastructure()
@@ -174,6 +185,167 @@ def lease_kill_soak(
     )
 
 
+@dataclass
+class LeaseFaultResult:
+    """What a sustained multi-shard lease race with injected lease faults did and found."""
+
+    faults: str
+    messages: int
+    shards: int
+    processes: int
+    injected: int
+    delivered: int
+    lost: int
+    duplicates: int
+    #: per disturbed shard: the longest pause in its sends after the fault (the takeover time)
+    takeover_seconds: list[float] = field(default_factory=list)
+    #: how many of those pauses ended with a send by another process than the disturbed holder
+    taken_by_other: int = 0
+    #: sends by a holder after it was disturbed while another process had already sent on that shard
+    stale_sends: int = 0
+    seconds: float = 0.0
+
+    @property
+    def max_takeover(self) -> float:
+        return max(self.takeover_seconds, default=0.0)
+
+
+def _sends(probe: sqlite3.Connection, shards: int, since: float) -> list[tuple[str, int, float, int]]:
+    """(message id, pid, time, shard) of every send at or after ``since``, in time order."""
+    from delayed_delivery.azure import rows
+
+    found = probe.execute("SELECT message_id, pid, at FROM sent WHERE at >= ? ORDER BY at", (since,)).fetchall()
+    return [(mid, int(pid), float(at), rows.shard_of(mid, shards)) for mid, pid, at in found]
+
+
+def _holders(probe: sqlite3.Connection, shards: int) -> dict[int, int]:
+    """shard → pid of its last sender (the lease holder as seen from the destination)."""
+    out: dict[int, int] = {}
+    for _, pid, _, shard in reversed(_sends(probe, shards, time.time() - 5.0)):
+        out.setdefault(shard, pid)
+    return out
+
+
+def _gap(probe: sqlite3.Connection, shards: int, shard: int, since: float, until: float) -> tuple[float, int | None]:
+    """Longest pause in sends on ``shard`` within [since, until] (from ``since``), and who sent after it."""
+    times = [(at, pid) for _, pid, at, s in _sends(probe, shards, since) if s == shard and at <= until]
+    longest, after, last = 0.0, None, since
+    for at, pid in times:
+        if at - last > longest:
+            longest, after = at - last, pid
+        last = at
+    if until - last > longest:
+        longest, after = until - last, None
+    return round(longest, 2), after
+
+
+def _stale(probe: sqlite3.Connection, shards: int, shard: int, holder: int, since: float) -> int:
+    """Sends by ``holder`` on ``shard`` after another process had sent there (since ``since``)."""
+    sends = [(pid, at) for _, pid, at, s in _sends(probe, shards, since) if s == shard]
+    other = min((at for pid, at in sends if pid != holder), default=None)
+    return 0 if other is None else sum(1 for pid, at in sends if pid == holder and at > other)
+
+
+def lease_fault_soak(
+    conn: str,
+    faults: str,
+    count: int,
+    *,
+    processes: int = 4,
+    shards: int = 3,
+    seconds: float = 30.0,
+    rate: float = 20.0,
+    seed: int = 1,
+    timeout: float | None = None,
+) -> LeaseFaultResult:
+    """Race hosts on several shards while rows fall due; break or expire a lease holder's leases ``count`` times."""
+    from azure.storage.blob import BlobLeaseClient, BlobServiceClient
+    from azure.storage.queue import QueueServiceClient
+
+    from delayed_delivery.azure.blob_lease import lease_blob_name
+
+    if faults not in ("break", "stop", "none"):
+        raise ValueError(f"faults must be break, stop or none, got {faults!r}")
+    started = time.monotonic()
+    rng = random.Random(seed)
+    name = "f" + uuid.uuid4().hex[:16]
+    dest = f"{name}d"
+    host = _host(conn, name, shards)
+    queues = QueueServiceClient.from_connection_string(conn)
+    queues.create_queue(dest)
+    container = BlobServiceClient.from_connection_string(conn).get_container_client(name)
+    #: how long after a fault its shards are watched (a stopped holder's lease must expire first)
+    window = LEASE + TICK + 6.0 if faults == "stop" else 8.0
+    span = max(seconds, 6.0 + count * (window + 3.0))
+    now = datetime.now(UTC)
+    total = int(span * rate)
+    for start in range(0, total, 500):
+        host.store.store_many(
+            [
+                DelayedMessage(f"f-{i:06d}", dest, b"x", now + timedelta(seconds=4 + i / rate))
+                for i in range(start, min(total, start + 500))
+            ]
+        )
+    result = LeaseFaultResult(faults, total, shards, processes, 0, 0, 0, 0)
+    with tempfile.TemporaryDirectory() as tmp:
+        sink = Path(tmp) / "sink.db"
+        probe = TimedSink(host.transport, sink).conn
+        argv = [sys.executable, "-m", "tests.reliability.azurelab", "--worker", conn, name, str(shards), str(sink)]
+        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+        procs = {p.pid: p for p in (subprocess.Popen(argv, cwd=ROOT, env=env) for _ in range(processes))}
+        deadline = started + (timeout or 180 + span * 2)
+        t_start = time.time()
+        try:
+            while len(_holders(probe, shards)) < shards and time.monotonic() < deadline:
+                time.sleep(0.5)
+            for _ in range(count):
+                time.sleep(rng.uniform(1.0, 3.0))
+                holders = _holders(probe, shards)
+                if not holders:
+                    continue
+                shard = rng.choice(sorted(holders))
+                holder = holders[shard]
+                fault_at = time.time()
+                if faults == "break":
+                    hit = {shard}
+                    BlobLeaseClient(container.get_blob_client(lease_blob_name(shard))).break_lease(lease_break_period=0)
+                else:
+                    hit = {s for s, pid in holders.items() if pid == holder}
+                    procs[holder].send_signal(signal.SIGSTOP)
+                result.injected += 1
+                time.sleep(max(0.0, fault_at + window - time.time()))
+                if faults == "stop":
+                    procs[holder].send_signal(signal.SIGCONT)
+                    time.sleep(2.0)  # a resumed holder must notice its leases expired before sending anything
+                for s in hit:
+                    gap, after = _gap(probe, shards, s, fault_at, fault_at + window)
+                    result.takeover_seconds.append(gap)
+                    result.taken_by_other += after is not None and after != holder
+                    result.stale_sends += _stale(probe, shards, s, holder, fault_at)
+            while time.time() < t_start + seconds and time.monotonic() < deadline:
+                time.sleep(0.5)
+            while host.store.count() and time.monotonic() < deadline:
+                time.sleep(1.0)
+            time.sleep(2.0)
+        finally:
+            for p in procs.values():
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(signal.SIGCONT)
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+            probe.close()
+    client = queues.get_queue_client(dest)
+    ids: Counter[str] = Counter()
+    while batch := list(client.receive_messages(max_messages=32, visibility_timeout=300)):
+        ids.update(decode_envelope(m.content).message_id for m in batch)
+    expected = {f"f-{i:06d}" for i in range(total)}
+    result.delivered = len(set(ids) & expected)
+    result.lost = len(expected - set(ids))
+    result.duplicates = sum(n - 1 for n in ids.values())
+    result.seconds = round(time.monotonic() - started, 1)
+    return result
+
+
 def main() -> None:
     """Soak command line (starts Azurite), or a worker with --worker CONN NAME SHARDS SINK."""
     if len(sys.argv) == 6 and sys.argv[1] == "--worker":
@@ -183,12 +355,31 @@ def main() -> None:
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--processes", type=int, default=4)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--faults", choices=["break", "stop", "none"], help="lease_fault_soak instead of SIGKILLs")
+    p.add_argument("--shards", type=int, default=3)
+    p.add_argument("--count", type=int, default=10, help="faults to inject (with --faults)")
+    p.add_argument("--seconds", type=float, default=60.0, help="minimum run time (with --faults)")
+    p.add_argument("--rate", type=float, default=20.0, help="rows falling due per second (with --faults)")
     a = p.parse_args()
     from tests.fixtures.azurite import start_azurite
 
     azurite = start_azurite()
     try:
-        result = lease_kill_soak(azurite.connection_string, a.kills, processes=a.processes, seed=a.seed)
+        if a.faults is None:
+            result: LeaseSoakResult | LeaseFaultResult = lease_kill_soak(
+                azurite.connection_string, a.kills, processes=a.processes, seed=a.seed
+            )
+        else:
+            result = lease_fault_soak(
+                azurite.connection_string,
+                a.faults,
+                0 if a.faults == "none" else a.count,
+                processes=a.processes,
+                shards=a.shards,
+                seconds=a.seconds,
+                rate=a.rate,
+                seed=a.seed,
+            )
     finally:
         azurite.process.stop()
     print(json.dumps({**asdict(result), "max_takeover": result.max_takeover}, indent=2))
