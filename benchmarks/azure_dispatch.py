@@ -1,22 +1,33 @@
-"""Azure on Azurite: one dispatcher's throughput beside raw queue puts at the same concurrency, and lateness.
+"""Azure on Azurite: dispatcher throughput beside raw queue puts at the same concurrency, shard scaling, lateness.
 
-* raw Put Message throughput: N envelopes put by ``concurrency`` threads straight through the SDK (the ceiling);
-* dispatch throughput: N due rows claimed, sent with ``concurrency`` parallel puts and removed by one
-  dispatcher holding the shard's blob lease (Table store + lease + Storage Queue transport + core Dispatcher);
-* lateness: 1,000 rows falling due uniformly within one minute while one timer run dispatches; lateness is
-  the time from due to the put returning (so it includes the put), p50 / p99 / max, and how many were early.
+* raw Put Message: N envelopes put by ``concurrency`` threads straight through the SDK (the ceiling), with the
+  dispatcher's HTTP connection pool;
+* one dispatcher: N due rows drained by the lease holder of one shard, exactly as a timer run does it
+  (exclusive shard view: one range query per batch and no claim writes, ``concurrency`` parallel puts,
+  removal in lean entity-group transactions overlapped with the next batch). Raw and dispatcher runs
+  alternate, so a busy machine slows both alike; the ratio is of the medians;
+* shards: N due rows spread over 1, 2 and 4 shards, one dispatcher *process* per shard holding that shard's
+  lease, all started together; aggregate msg/s from the common start to the last put, and the ratio to 1 shard;
+* lateness: rows falling due uniformly within a window while one timer run (``AzureDispatcherHost.run``)
+  dispatches; lateness runs from the due time until the put returned (so it includes the put). Per run
+  p50/p95/p99/max; rows never sent count as infinitely late; early sends are counted (must be 0);
+* cold import: ``import functions.azure.function_app`` against ``import azure.data.tables, azure.storage.queue,
+  azure.storage.blob``, each in a fresh interpreter, alternating (target <= 1.5x).
 
-Run: ``python -m benchmarks.azure_dispatch [--smoke] [--runs 3] [--messages 2000] [--concurrency 16]``.
-Starts its own Azurite unless ``AZURITE_CONNECTION_STRING`` is set.
+Run: ``python -m benchmarks.azure_dispatch [--smoke] [--runs 5] [--messages 2000] [--concurrency 16]``.
+Starts its own Azurite unless ``AZURITE_CONNECTION_STRING`` is set. Figures: benchmarks/azure.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import os
 import random
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -24,11 +35,14 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 from azure.storage.queue import QueueServiceClient
 
 from benchmarks.common import Row, print_table, write_json
 from delayed_delivery.azure.config import AzureDelayedDeliveryConfig, http_transport
+from delayed_delivery.azure.rows import shard_of
 from delayed_delivery.azure.runner import AzureDispatcherHost
 from delayed_delivery.azure.storage_queue import StorageQueueTransport, encode_envelope
 from delayed_delivery.dispatcher import Dispatcher
@@ -36,6 +50,8 @@ from delayed_delivery.model import DelayedMessage
 from delayed_delivery.settings import DelayedDeliverySettings
 
 BODY = b"x" * 256
+NAME = "azure_dispatch"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _name(prefix: str) -> str:
@@ -58,15 +74,18 @@ def azurite() -> Iterator[str]:
         instance.process.stop()
 
 
-def _host(conn: str, concurrency: int, run_seconds: float = 50.0) -> AzureDispatcherHost:
-    table = _name("bench")
+def _host(
+    conn: str, concurrency: int, run_seconds: float = 50.0, *, table: str | None = None, shards: int = 1
+) -> AzureDispatcherHost:
+    table = table or _name("bench")
     config = AzureDelayedDeliveryConfig(
         table_name=table,
         container_name=table,
         connection_string=conn,
+        shards=shards,
         lease_seconds=30,
         run_seconds=run_seconds,
-        settings=DelayedDeliverySettings(max_concurrency=concurrency, batch_size=100, error_queue=_name("e")),
+        settings=DelayedDeliverySettings(max_concurrency=concurrency, batch_size=100, error_queue="bencherrors"),
     )
     host = AzureDispatcherHost(config)
     host.setup_infrastructure()
@@ -85,24 +104,36 @@ def raw_puts(conn: str, queue: str, n: int, concurrency: int) -> float:
     return n / (time.perf_counter() - start)
 
 
+def _lease_holder(host: AzureDispatcherHost, shard: int) -> tuple[Any, Dispatcher, Any]:
+    """What ``AzureDispatcherHost.run_shard`` wires for a shard: its lease, exclusive view and dispatcher."""
+    lease = host.lease(shard)
+    deadline = time.monotonic() + 60
+    while not lease.try_acquire():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"could not take the lease of shard {shard}")
+        time.sleep(0.5)
+    view = host.store.for_shards([shard], exclusive=True)
+    dispatcher = Dispatcher(view, host.transport, host.settings, overlap_removal=True)
+    return lease, dispatcher, view
+
+
+def _drain(lease: Any, dispatcher: Dispatcher, n: int) -> int:
+    dispatched = 0
+    stop = time.monotonic() + 600
+    while dispatched < n and time.monotonic() < stop and lease.keep_going():
+        dispatched += dispatcher.dispatch_due(None, wait_for_due=False, keep_going=lease.keep_going).dispatched
+    return dispatched
+
+
 def dispatch_throughput(conn: str, queue: str, n: int, concurrency: int) -> float:
     """Messages/s for one lease-holding dispatcher draining ``n`` due rows."""
     host = _host(conn, concurrency)
-    now = datetime.now(UTC)
-    host.store.store_many([DelayedMessage(f"m-{i}", queue, BODY, now - timedelta(seconds=1)) for i in range(n)])
-    lease = host.lease(0)
-    dispatcher = Dispatcher(host.store.for_shards([0]), host.transport, host.settings)
-    dispatched = 0
+    due = datetime.now(UTC) - timedelta(seconds=1)
+    host.store.store_many([DelayedMessage(f"m-{i}", queue, BODY, due) for i in range(n)])
+    lease, dispatcher, _ = _lease_holder(host, 0)
     try:
         start = time.perf_counter()
-        while dispatched < n and time.perf_counter() - start < 600:
-            if not lease.try_acquire():  # what a timer run does: retry each second
-                time.sleep(1.0)
-                continue
-            report = dispatcher.dispatch_due(None, wait_for_due=False, keep_going=lease.keep_going)
-            dispatched += report.dispatched
-            if not report.dispatched:
-                time.sleep(0.5)  # the rest are claimed by a lost lease's run: their claims expire
+        dispatched = _drain(lease, dispatcher, n)
         elapsed = time.perf_counter() - start
     finally:
         lease.release()
@@ -111,6 +142,50 @@ def dispatch_throughput(conn: str, queue: str, n: int, concurrency: int) -> floa
         raise RuntimeError(f"dispatched {dispatched} of {n}")
     host.store.drop()
     return n / elapsed
+
+
+def _shard_worker(conn: str, table: str, shards: int, shard: int, concurrency: int, n: int, ready: Any, go: Any) -> Any:
+    """One dispatcher process: take the shard's lease, wait for the start, drain; (end time, dispatched)."""
+    host = _host(conn, concurrency, table=table, shards=shards)
+    lease, dispatcher, _ = _lease_holder(host, shard)
+    try:
+        ready.put(shard)
+        go.wait(120)
+        dispatched = _drain(lease, dispatcher, n)
+        return time.time(), dispatched
+    finally:
+        lease.release()
+        dispatcher.close()
+
+
+def shard_throughput(conn: str, queue: str, n: int, shards: int, concurrency: int) -> float:
+    """Aggregate messages/s of ``shards`` dispatcher processes (one per shard) draining ``n`` rows together."""
+    host = _host(conn, concurrency, shards=shards)
+    table = host.config.table_name
+    due = datetime.now(UTC) - timedelta(seconds=1)
+    messages = [DelayedMessage(f"s-{i}", queue, BODY, due) for i in range(n)]
+    host.store.store_many(messages)
+    per_shard = [0] * shards
+    for m in messages:
+        per_shard[shard_of(m.message_id, shards)] += 1
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager:
+        ready, go = manager.Queue(), manager.Event()
+        with ctx.Pool(shards) as pool:
+            results = [
+                pool.apply_async(_shard_worker, (conn, table, shards, s, concurrency, per_shard[s], ready, go))
+                for s in range(shards)
+            ]
+            for _ in range(shards):
+                ready.get(timeout=120)
+            start = time.time()
+            go.set()
+            outcomes = [r.get(timeout=900) for r in results]
+    dispatched = sum(d for _, d in outcomes)
+    if dispatched != n:
+        raise RuntimeError(f"{shards} shards dispatched {dispatched} of {n}")
+    host.store.drop()
+    return n / (float(max(end for end, _ in outcomes)) - start)
 
 
 class _Stamping:
@@ -127,51 +202,84 @@ class _Stamping:
             self.sent[message.message_id] = datetime.now(UTC)
 
 
-def lateness(conn: str, queue: str, n: int, window: float, concurrency: int) -> list[float]:
-    """Seconds late for the rows (of ``n`` due uniformly within ``window`` s) sent during one timer run."""
-    lead = 5.0
-    host = _host(conn, concurrency, run_seconds=lead + window + 10.0)
+def lateness(conn: str, queue: str, n: int, window: float, concurrency: int, seed: int) -> list[float]:
+    """Seconds late of the rows (``n`` due uniformly within ``window`` s) sent during one timer run."""
+    lead = 3.0
+    host = _host(conn, concurrency, run_seconds=lead + window + 5.0)
     stamping = _Stamping(host.transport)
     host.transport = stamping  # type: ignore[assignment]
-    rng = random.Random(7)
+    rng = random.Random(seed)
     start = datetime.now(UTC) + timedelta(seconds=lead)
     dues = {f"l-{i}": start + timedelta(seconds=rng.uniform(0, window)) for i in range(n)}
     host.store.store_many([DelayedMessage(mid, queue, BODY, due) for mid, due in dues.items()])
     host.run()
     host.store.drop()
-    return [(stamping.sent[mid] - due).total_seconds() for mid, due in dues.items() if mid in stamping.sent]
+    late = [(stamping.sent[mid] - due).total_seconds() for mid, due in dues.items() if mid in stamping.sent]
+    return late + [math.inf] * (n - len(late))
 
 
-def _pct(values: list[float], q: float, total: int) -> float:
-    """Percentile over ``total`` messages; ones never sent count as infinitely late."""
-    ordered = sorted(values) + [math.inf] * (total - len(values))
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
 
 
-def run(smoke: bool = False, runs: int = 3, messages: int = 2000, concurrency: int = 16, late: int = 1000) -> list[Row]:
+_PROBE = "import time\nt = time.perf_counter()\n{statement}\nprint(time.perf_counter() - t)\n"
+APP_IMPORT = "import functions.azure.function_app"
+SDK_IMPORT = "import azure.data.tables, azure.storage.queue, azure.storage.blob"
+
+
+def time_import(statement: str) -> float:
+    """Seconds a fresh interpreter spends on ``statement`` (interpreter start-up left out)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(statement=statement)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def run(
+    smoke: bool = False,
+    runs: int = 5,
+    messages: int = 2000,
+    concurrency: int = 16,
+    late: int = 400,
+    window: float = 20.0,
+    shard_counts: tuple[int, ...] = (1, 2, 4),
+) -> list[Row]:
     """Measure and return the rows."""
-    window = 60.0
     if smoke:
-        runs, messages, late, window = 1, 60, 30, 3.0
+        runs, messages, late, window, shard_counts = 1, 60, 30, 3.0, (1, 2)
     raw: list[float] = []
     ours: list[float] = []
+    scaled: dict[int, list[float]] = {n: [] for n in shard_counts}
+    late_runs: list[list[float]] = []
     with azurite() as conn:
         queues = QueueServiceClient.from_connection_string(conn)
-        queue = _name("q")
-        queues.create_queue(queue)
-        seconds = lateness(conn, queue, late, window, concurrency)  # first, on a fresh emulator
-        for _ in range(runs):
-            queue = _name("q")
+        queues.create_queue("bencherrors")
+        for i in range(runs):
+            queue = _name("q")  # queues are kept: deleting one holding thousands of messages slows Azurite for minutes
             queues.create_queue(queue)
+            late_runs.append(lateness(conn, queue, late, window, concurrency, seed=i))
             raw.append(raw_puts(conn, queue, messages, concurrency))
             ours.append(dispatch_throughput(conn, queue, messages, concurrency))
-            # queues are kept: deleting a queue holding thousands of messages makes Azurite crawl for minutes
+            for n in shard_counts:
+                scaled[n].append(shard_throughput(conn, queue, messages, n, concurrency))
+    apps: list[float] = []
+    sdks: list[float] = []
+    time_import(APP_IMPORT), time_import(SDK_IMPORT)  # warm-up: .pyc files
+    for _ in range(max(runs, 5) if not smoke else 1):
+        apps.append(time_import(APP_IMPORT))
+        sdks.append(time_import(SDK_IMPORT))
+
     note = f"{messages} msgs of {len(BODY)} B, {concurrency} parallel puts, Azurite in memory"
     rows = [
-        Row("azure_dispatch", "raw Azurite Put Message", "msg/s", tuple(raw), notes=note),
+        Row(NAME, f"raw Azurite Put Message, concurrency {concurrency}", "msg/s", tuple(raw), notes=note),
         Row(
-            "azure_dispatch",
-            "one dispatcher: claim + put + batch delete",
+            NAME,
+            f"one dispatcher (lease holder), concurrency {concurrency}",
             "msg/s",
             tuple(ours),
             baseline="raw puts",
@@ -179,13 +287,37 @@ def run(smoke: bool = False, runs: int = 3, messages: int = 2000, concurrency: i
             notes=note,
         ),
     ]
-    late_note = f"{late} msgs due uniformly within {window:.0f} s, one timer run"
+    one = statistics.median(scaled[shard_counts[0]])
+    for n in shard_counts:
+        rows.append(
+            Row(
+                NAME,
+                f"{n} shard(s), one dispatcher process each (aggregate)",
+                "msg/s",
+                tuple(scaled[n]),
+                baseline=f"{shard_counts[0]} shard",
+                ratio_to_baseline=statistics.median(scaled[n]) / one,
+                notes=f"{messages} msgs spread over {n} shards, processes started together",
+            )
+        )
+    late_note = f"{late} msgs due uniformly within {window:.0f} s while one timer run dispatches; median of runs"
+    for label, q in (("p50", 0.50), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)):
+        rows.append(Row(NAME, f"lateness {label}", "s", tuple(_pct(r, q) for r in late_runs), notes=late_note))
     rows += [
-        Row("azure_dispatch", "lateness p50", "s", (_pct(seconds, 0.50, late),), notes=late_note),
-        Row("azure_dispatch", "lateness p99", "s", (_pct(seconds, 0.99, late),), notes=late_note),
-        Row("azure_dispatch", "lateness max (of those sent)", "s", (max(seconds),), notes=late_note),
-        Row("azure_dispatch", "sent early (must be 0)", "msgs", (float(sum(1 for s in seconds if s < 0)),)),
-        Row("azure_dispatch", "not sent within the run", "msgs", (float(late - len(seconds)),), notes=late_note),
+        Row(NAME, "sent early (must be 0)", "msgs", tuple(float(sum(1 for s in r if s < 0)) for r in late_runs)),
+        Row(
+            NAME, "not sent within the run", "msgs", tuple(float(sum(1 for s in r if s == math.inf)) for r in late_runs)
+        ),
+        Row(NAME, "cold import: Azure SDKs alone", "s", tuple(sdks), notes=SDK_IMPORT),
+        Row(
+            NAME,
+            "cold import: functions/azure/function_app.py",
+            "s",
+            tuple(apps),
+            baseline="Azure SDKs alone",
+            ratio_to_baseline=statistics.median(apps) / statistics.median(sdks),
+            notes="fresh interpreter each, alternating; target <= 1.5x",
+        ),
     ]
     return rows
 
@@ -194,14 +326,15 @@ def main() -> None:
     """Command-line entry point."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true")
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--runs", type=int, default=5)
     p.add_argument("--messages", type=int, default=2000)
     p.add_argument("--concurrency", type=int, default=16)
-    p.add_argument("--late", type=int, default=1000)
+    p.add_argument("--late", type=int, default=400)
+    p.add_argument("--window", type=float, default=20.0)
     a = p.parse_args()
-    rows = run(a.smoke, a.runs, a.messages, a.concurrency, a.late)
+    rows = run(a.smoke, a.runs, a.messages, a.concurrency, a.late, a.window)
     print_table(rows, "Azure on Azurite")
-    path = write_json("azure_dispatch-smoke" if a.smoke else "azure_dispatch", rows)
+    path = write_json(f"{NAME}-smoke" if a.smoke else NAME, rows)
     print(f"wrote {path}")
 
 
