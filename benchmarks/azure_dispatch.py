@@ -10,9 +10,9 @@
   lease, all started together; aggregate msg/s from the common start to the last put, and the ratio to 1 shard;
 * lateness: rows falling due uniformly within a window while one timer run (``AzureDispatcherHost.run``)
   dispatches; lateness runs from the due time until the put returned (so it includes the put). Per run
-  p50/p95/p99/max; rows never sent count as infinitely late; early sends are counted (must be 0);
-* cold import: ``import functions.azure.function_app`` against ``import azure.data.tables, azure.storage.queue,
-  azure.storage.blob``, each in a fresh interpreter, alternating (target <= 1.5x).
+  p50/p95/p99/max; rows never sent count as infinitely late; early sends are counted (must be 0).
+
+The function app's cold import is measured by ``benchmarks.cold_import``.
 
 Run: ``python -m benchmarks.azure_dispatch [--smoke] [--runs 5] [--messages 2000] [--concurrency 16]``.
 Starts its own Azurite unless ``AZURITE_CONNECTION_STRING`` is set. Figures: benchmarks/azure.md.
@@ -26,8 +26,6 @@ import multiprocessing
 import os
 import random
 import statistics
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -223,23 +221,6 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
 
 
-_PROBE = "import time\nt = time.perf_counter()\n{statement}\nprint(time.perf_counter() - t)\n"
-APP_IMPORT = "import functions.azure.function_app"
-SDK_IMPORT = "import azure.data.tables, azure.storage.queue, azure.storage.blob"
-
-
-def time_import(statement: str) -> float:
-    """Seconds a fresh interpreter spends on ``statement`` (interpreter start-up left out)."""
-    out = subprocess.run(
-        [sys.executable, "-c", _PROBE.format(statement=statement)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return float(out.stdout.strip().splitlines()[-1])
-
-
 def run(
     smoke: bool = False,
     runs: int = 5,
@@ -267,12 +248,6 @@ def run(
             ours.append(dispatch_throughput(conn, queue, messages, concurrency))
             for n in shard_counts:
                 scaled[n].append(shard_throughput(conn, queue, messages, n, concurrency))
-    apps: list[float] = []
-    sdks: list[float] = []
-    time_import(APP_IMPORT), time_import(SDK_IMPORT)  # warm-up: .pyc files
-    for _ in range(max(runs, 5) if not smoke else 1):
-        apps.append(time_import(APP_IMPORT))
-        sdks.append(time_import(SDK_IMPORT))
 
     note = f"{messages} msgs of {len(BODY)} B, {concurrency} parallel puts, Azurite in memory"
     rows = [
@@ -307,16 +282,6 @@ def run(
         Row(NAME, "sent early (must be 0)", "msgs", tuple(float(sum(1 for s in r if s < 0)) for r in late_runs)),
         Row(
             NAME, "not sent within the run", "msgs", tuple(float(sum(1 for s in r if s == math.inf)) for r in late_runs)
-        ),
-        Row(NAME, "cold import: Azure SDKs alone", "s", tuple(sdks), notes=SDK_IMPORT),
-        Row(
-            NAME,
-            "cold import: functions/azure/function_app.py",
-            "s",
-            tuple(apps),
-            baseline="Azure SDKs alone",
-            ratio_to_baseline=statistics.median(apps) / statistics.median(sdks),
-            notes="fresh interpreter each, alternating; target <= 1.5x",
         ),
     ]
     return rows
