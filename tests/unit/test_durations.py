@@ -49,3 +49,14 @@ def test_format_duration() -> None:
     assert format_duration(845) == "14m 5s"
     assert format_duration(31_536_000) == "365d"
     assert format_duration(5) == "5s"
+
+
+@pytest.mark.parametrize(
+    ("huge", "needle"),
+    [(10**400, "100-year"), (-(10**400), "negative"), (10**5000, "100-year")],
+    ids=["1e400", "-1e400", "1e5000"],
+)
+def test_integer_delay_too_large_for_a_float_is_invalid_not_overflow_error(huge: int, needle: str) -> None:
+    # found by tests/reliability/test_sender_fuzz.py: float(10**400) raised OverflowError out of every sender
+    with pytest.raises(InvalidMessageError, match=needle):
+        to_seconds(huge)
