@@ -33,7 +33,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from azure.storage.queue import QueueServiceClient
@@ -49,7 +48,6 @@ from delayed_delivery.settings import DelayedDeliverySettings
 
 BODY = b"x" * 256
 NAME = "azure_dispatch"
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _name(prefix: str) -> str:
