@@ -21,8 +21,11 @@ param delaysName string
 @description('Queue receiving messages that could not be delivered.')
 param errorQueueName string = 'error'
 
-@description('Destination queues to create (the dispatcher may send to any queue in the account).')
+@description('Destination queues to create.')
 param destinationQueues array = []
+
+@description('Queue names or */? patterns the dispatcher may send to; empty = any queue of its own storage account. The error queue is always allowed.')
+param allowedDestinations array = []
 
 @description('Partitions / leases; fixed for the lifetime of the delays table.')
 @minValue(1)
@@ -118,6 +121,7 @@ module functionApp 'modules/functionapp.bicep' = {
       DELAYED_DELIVERY_TABLE_NAME: delaysName
       DELAYED_DELIVERY_CONTAINER_NAME: delaysName
       DELAYED_DELIVERY_ERROR_QUEUE: errorQueueName
+      DELAYED_DELIVERY_ALLOWED_DESTINATIONS: join(allowedDestinations, ',')
       DELAYED_DELIVERY_SHARDS: string(shards)
       DELAYED_DELIVERY_LEASE_SECONDS: string(leaseSeconds)
       DELAYED_DELIVERY_RUN_SECONDS: string(runSeconds)

@@ -154,6 +154,12 @@ def test_app_settings_are_the_ones_the_code_reads() -> None:
     assert {"DELAYED_DELIVERY_STORAGE_ACCOUNT", "DELAYED_DELIVERY_TABLE_NAME", "DELAYED_DELIVERY_ENABLED"} <= used
 
 
+def test_the_destination_allow_list_is_a_parameter_passed_to_the_app() -> None:
+    main = code(source("main.bicep"))
+    assert "param allowedDestinations array = []" in main
+    assert f"{azure_config.ENV_ALLOWED}: join(allowedDestinations, ',')" in main
+
+
 def test_identity_gets_exactly_the_least_data_plane_roles() -> None:
     roles = code(source("modules/roles.bicep"))
     granted = set(re.findall(r"'([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})'", roles))
