@@ -20,7 +20,10 @@ def utc(value: datetime) -> datetime:
         raise InvalidMessageError(
             f"naive datetime {value.isoformat()} is ambiguous: pass a timezone-aware datetime (e.g. tzinfo=UTC)"
         )
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # e.g. 9999-12-31 23:00 at -05:00 is after the last datetime in UTC
+        raise InvalidMessageError(f"{value.isoformat()} is outside the datetime range once in UTC") from None
 
 
 @runtime_checkable

@@ -95,8 +95,12 @@ class DelayedMessage:
             due_at = utc(at)
         else:
             assert delay is not None
+            seconds = to_seconds(delay)
             now = (clock or SystemClock()).now()
-            due_at = now + timedelta(seconds=to_seconds(delay))
+            try:
+                due_at = now + timedelta(seconds=seconds)
+            except OverflowError:
+                raise InvalidMessageError(f"a {seconds} s delay from {now.isoformat()} is past year 9999") from None
         return cls(
             message_id=message_id if message_id is not None else str(uuid.uuid4()),
             destination=destination,

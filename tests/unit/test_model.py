@@ -69,3 +69,25 @@ def test_with_headers_and_redirected_return_copies() -> None:
     n = m.with_headers({"b": "2"}).redirected("error")
     assert dict(n.headers) == {"a": "1", "b": "2"} and n.destination == "error"
     assert dict(m.headers) == {"a": "1"} and m.destination == "q"
+
+
+@pytest.mark.parametrize(
+    "at",
+    [
+        datetime.max.replace(tzinfo=timezone(timedelta(hours=-5))),
+        datetime.min.replace(tzinfo=timezone(timedelta(hours=5))),
+    ],
+    ids=["9999-12-31-05:00", "0001-01-01+05:00"],
+)
+def test_aware_datetime_outside_the_range_once_in_utc_is_invalid_not_overflow_error(at: datetime) -> None:
+    # found by tests/reliability/test_sender_fuzz.py: astimezone(UTC) raised OverflowError out of create() and senders
+    with pytest.raises(InvalidMessageError, match="outside the datetime range"):
+        DelayedMessage.create("q", b"x", at=at)
+    with pytest.raises(InvalidMessageError, match="outside the datetime range"):
+        DelayedMessage("id", "q", b"x", at)
+
+
+def test_delay_that_ends_past_year_9999_is_invalid_not_overflow_error() -> None:
+    clock = ManualClock(datetime(9990, 1, 1, tzinfo=UTC))
+    with pytest.raises(InvalidMessageError, match="past year 9999"):
+        DelayedMessage.create("q", b"x", delay="100y", clock=clock)
