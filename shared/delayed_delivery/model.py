@@ -65,6 +65,8 @@ class DelayedMessage:
             raise InvalidMessageError(f"message_id is longer than {MAX_MESSAGE_ID_LENGTH} characters")
         if not isinstance(self.destination, str) or not self.destination.strip():
             raise InvalidMessageError("destination must be a non-empty queue name")
+        _check_unicode("message_id", self.message_id)
+        _check_unicode("destination", self.destination)
         if isinstance(self.body, bytearray | memoryview):
             object.__setattr__(self, "body", bytes(self.body))
         elif not isinstance(self.body, bytes):
@@ -130,4 +132,17 @@ def _frozen_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
             raise InvalidMessageError(f"header names must be non-empty strings, got {key!r}")
         if not isinstance(value, str):
             raise InvalidMessageError(f"header {key!r} must have a str value, not {type(value).__name__}")
+        _check_unicode("a header name", key)
+        _check_unicode(f"header {key!r}", value)
     return headers if isinstance(headers, Headers) else Headers(headers)
+
+
+def _check_unicode(what: str, text: str) -> None:
+    """Refuse text no store or queue can encode: a lone surrogate such as ``"\\ud800"`` is not Unicode."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidMessageError(
+                f"{what} holds {text[exc.start : exc.end]!r} at {exc.start}, a lone surrogate, not a Unicode character"
+            ) from None

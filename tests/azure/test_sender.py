@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -160,3 +161,23 @@ def test_sending_to_a_missing_table_is_a_clear_configuration_error(azurite: Azur
     config = AzureDelayedDeliveryConfig.for_endpoint(new_name("nope"), connection_string=azurite.connection_string)
     with pytest.raises(ConfigurationError, match="not found"):
         AzureDelayedSender.from_config(config).send(queue, b"x", delay="9d")
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        DelayRequest("placeholder", b"x", delay="9d", headers={"k\ud800": "v"}),
+        DelayRequest("placeholder", b"x", delay="9d", message_id="id\udfff"),
+        DelayRequest("placeholder", b"x", delay=1, headers={"k": "\ud800"}, cancellable=True),
+    ],
+    ids=["header-name", "message-id", "header-value"],
+)
+def test_lone_surrogate_on_the_table_route_is_invalid_and_writes_nothing(
+    azurite: Azurite, store: TableDelayedMessageStore, queues: QueueServiceClient, queue: str, request_: DelayRequest
+) -> None:
+    # found by tests/reliability/test_sender_fuzz.py: UnicodeEncodeError leaked out of send_many from the row encoder
+    good = DelayRequest(queue, b"ok", delay="9d")
+    with pytest.raises(InvalidMessageError, match="lone surrogate"):
+        sender(azurite, store).send_many([good, replace(request_, destination=queue)])
+    assert store.count() == 0
+    assert drain(queues, queue) == []

@@ -91,3 +91,20 @@ def test_delay_that_ends_past_year_9999_is_invalid_not_overflow_error() -> None:
     clock = ManualClock(datetime(9990, 1, 1, tzinfo=UTC))
     with pytest.raises(InvalidMessageError, match="past year 9999"):
         DelayedMessage.create("q", b"x", delay="100y", clock=clock)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"message_id": "id\ud800"},
+        {"destination": "q\udfff"},
+        {"headers": {"name\ud800": "v"}},
+        {"headers": {"name": "\udc80value"}},
+    ],
+)
+def test_lone_surrogates_are_invalid_in_ids_destinations_and_headers(kwargs: dict[str, object]) -> None:
+    # found by tests/reliability/test_sender_fuzz.py: no store or queue can encode them (UnicodeEncodeError leaked)
+    base: dict[str, object] = {"message_id": "id", "destination": "q", "body": b"x", "due_at": T0}
+    with pytest.raises(InvalidMessageError, match="lone surrogate"):
+        DelayedMessage(**{**base, **kwargs})  # type: ignore[arg-type]
+    assert DelayedMessage("ïd ✓", "q", b"x", T0, {"ключ": "値 🎉"}).headers["ключ"] == "値 🎉"
