@@ -148,6 +148,36 @@ def test_bad_input_raises_a_clear_error_and_sends_nothing(
     assert _sends(counter) == 0
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"body": "lone \ud800 surrogate"},
+        {"body": "nul \x00 character", "delay": 5},
+        {"attributes": {"a": "\udfff"}},
+        {"attributes": {"a": {"DataType": "String", "StringValue": "\uffff"}}},
+        {"attributes": {"a": {"DataType": "String.\ud800", "StringValue": "v"}}},
+    ],
+    ids=["body-surrogate", "body-nul-long-delay", "attribute-surrogate", "attribute-uffff", "datatype-surrogate"],
+)
+def test_text_sqs_refuses_is_invalid_before_anything_is_sent(
+    sqs: SQSClient, settings: DelayedDeliverySettings, counter: RequestCounter, kwargs: dict[str, Any]
+) -> None:
+    # found by tests/reliability/test_sender_fuzz.py: a lone surrogate leaked UnicodeEncodeError from the size check;
+    # other characters SQS refuses were sent and refused by SQS (a single send) or listed in failures (a batch)
+    ensure_endpoint(sqs, "orders", settings)
+    sender = SqsDelayedSender(sqs, settings)
+    call = {"body": "body", "delay": 1, **kwargs}
+    body, delay = call.pop("body"), call.pop("delay")
+    counter.reset()
+    with pytest.raises(InvalidMessageError, match="SQS refuses"):
+        sender.send_delayed("orders", body, delay, **call)
+    with pytest.raises(InvalidMessageError, match=r"message 1: .*SQS refuses"):
+        sender.send_delayed_batch(
+            [DelayedSend("orders", "fine", delay), DelayedSend("orders", body, delay, call.get("attributes"))]
+        )
+    assert _sends(counter) == 0
+
+
 def test_max_message_size_is_read_from_the_queue(sqs: SQSClient, settings: DelayedDeliverySettings) -> None:
     ensure_endpoint(sqs, "orders", settings, max_message_size=4096)
     sender = SqsDelayedSender(sqs, settings)

@@ -10,8 +10,9 @@ Guarantees:
   (``DelayedDelivery.DelaySeconds``), so it may carry at most 9. Names starting with
   ``DelayedDelivery.``, ``AWS.`` or ``Amazon.`` are refused.
 * Every input is checked before the first request: a negative, NaN or 100-year-plus delay, a body or
-  attribute set over the queue's own ``MaximumMessageSize`` (read from the queue), an unknown
-  destination or delay queue, too many attributes. A bad batch sends nothing.
+  attribute set over the queue's own ``MaximumMessageSize`` (read from the queue), text SQS refuses
+  (lone surrogates, U+FFFE/U+FFFF, control characters other than tab and newlines) in the body or an
+  attribute, an unknown destination or delay queue, too many attributes. A bad batch sends nothing.
 * Long delays use ``MessageGroupId`` = message id and ``MessageDeduplicationId`` = ``<id>:0``; each hop
   of the requeue function uses ``<id>:<hop>``, so a hop repeated within SQS's 5-minute window is dropped.
 
@@ -49,7 +50,15 @@ from ..naming import sqs_delay_queue_name, validate_sqs_queue_name
 from ..planning import SqsRoute, plan_sqs_delay
 from ..settings import DelayedDeliverySettings
 from .packing import DEFAULT_PACK_BYTES, PackedMessage, envelope_attributes, envelope_body, envelope_id, pack
-from .sqs import MAX_ATTRIBUTES, QueueDirectory, message_size, normalize_attributes, send_batches, translate_error
+from .sqs import (
+    MAX_ATTRIBUTES,
+    QueueDirectory,
+    check_sqs_text,
+    message_size,
+    normalize_attributes,
+    send_batches,
+    translate_error,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -285,6 +294,7 @@ class SqsDelayedSender:
             )
         if not message.body:
             raise InvalidMessageError("SQS rejects an empty body")
+        check_sqs_text("the body", message.body)
         validate_sqs_queue_name(message.destination)
         plan = plan_sqs_delay(
             message.delay,

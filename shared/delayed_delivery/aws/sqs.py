@@ -48,9 +48,11 @@ __all__ = [
     "BATCH_PAYLOAD_LIMIT",
     "MAX_ATTRIBUTES",
     "MAX_BATCH_ENTRIES",
+    "NOT_SQS_TEXT",
     "EntryResult",
     "QueueDirectory",
     "attributes_from_record",
+    "check_sqs_text",
     "message_size",
     "normalize_attributes",
     "send_batches",
@@ -78,6 +80,18 @@ _TRANSIENT = {
     "AWS.SimpleQueueService.RequestThrottled",
 }
 _ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
+#: Characters SQS refuses in a body or attribute (it takes #x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD | #x10000-).
+NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def check_sqs_text(what: str, text: str) -> None:
+    """Raise ``InvalidMessageError`` when ``text`` holds a character SQS refuses (or a lone surrogate)."""
+    bad = NOT_SQS_TEXT.search(text)
+    if bad is not None:
+        raise InvalidMessageError(
+            f"{what} holds {bad.group()!r} at {bad.start()}, which SQS refuses "
+            "(it takes tab, newline, carriage return and U+0020 upwards, without surrogates, U+FFFE or U+FFFF)"
+        )
 
 
 def translate_error(exc: BaseException, what: str) -> DelayedDeliveryError:
@@ -186,6 +200,7 @@ def _attribute_value(name: str, value: Any) -> MessageAttributeValueTypeDef:
     if isinstance(value, str):
         if not value:
             raise InvalidMessageError(f"attribute {name!r}: SQS rejects empty string values")
+        check_sqs_text(f"attribute {name!r}", value)
         return {"DataType": "String", "StringValue": value}
     if isinstance(value, bytes | bytearray | memoryview):
         if not bytes(value):
@@ -199,6 +214,7 @@ def _attribute_value(name: str, value: Any) -> MessageAttributeValueTypeDef:
         data_type = value.get("DataType")
         if not isinstance(data_type, str) or data_type.split(".", 1)[0] not in ("String", "Number", "Binary"):
             raise InvalidMessageError(f"attribute {name!r}: DataType must start with String, Number or Binary")
+        check_sqs_text(f"attribute {name!r}'s DataType", data_type)
         if data_type.startswith("Binary"):
             raw = value.get("BinaryValue")
             if not isinstance(raw, bytes | bytearray) or not raw:
@@ -207,6 +223,7 @@ def _attribute_value(name: str, value: Any) -> MessageAttributeValueTypeDef:
         text = value.get("StringValue")
         if not isinstance(text, str) or not text:
             raise InvalidMessageError(f"attribute {name!r}: a {data_type} attribute needs a non-empty StringValue")
+        check_sqs_text(f"attribute {name!r}", text)
         return {"DataType": data_type, "StringValue": text}
     raise InvalidMessageError(
         f"attribute {name!r}: use str, bytes, int, float or {{'DataType': ..., 'StringValue'|'BinaryValue': ...}}, "

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import math
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -26,16 +25,13 @@ from ..clock import Clock, SystemClock
 from ..errors import DestinationNotFoundError, InvalidMessageError, PermanentError
 from ..model import DelayedMessage
 from ..settings import DelayedDeliverySettings
-from .sqs import MAX_ATTRIBUTES, QueueDirectory, message_size, normalize_attributes, translate_error
+from .sqs import MAX_ATTRIBUTES, NOT_SQS_TEXT, QueueDirectory, message_size, normalize_attributes, translate_error
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef
 
 __all__ = ["SqsTransport"]
-
-#: Characters outside what SQS accepts in a body (#x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD | #x10000-).
-_NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 class SqsTransport:
@@ -92,7 +88,7 @@ def _body_and_attributes(message: DelayedMessage) -> tuple[str, dict[str, Messag
         body = message.body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PermanentError(f"message {message.message_id!r}: an SQS body must be UTF-8 text") from exc
-    if _NOT_SQS_TEXT.search(body):
+    if NOT_SQS_TEXT.search(body):
         raise PermanentError(f"message {message.message_id!r}: the body holds characters SQS refuses")
     if len(message.headers) > MAX_ATTRIBUTES:
         raise PermanentError(
@@ -111,7 +107,7 @@ def _error_queue_copy(message: DelayedMessage) -> tuple[str, dict[str, MessageAt
     product = {k: v for k, v in message.headers.items() if k.startswith(hdr.HEADER_PREFIX)}
     try:
         body = message.body.decode("utf-8")
-        text = _NOT_SQS_TEXT.search(body) is None
+        text = NOT_SQS_TEXT.search(body) is None
     except UnicodeDecodeError:
         text = False
     if not text:
