@@ -54,7 +54,7 @@ def to_seconds(delay: Delay) -> float:
             seconds = float(delay)
         except OverflowError:  # an int beyond any float, e.g. 10**400 (not printed: it may be huge)
             what = "negative" if delay < 0 else "longer than the 100-year maximum"
-            raise InvalidMessageError(f"delay of {delay.bit_length()} bits is {what}") from None
+            raise InvalidMessageError(f"delay of {int(delay).bit_length()} bits is {what}") from None
         return _checked(seconds, delay).total_seconds()
     raise InvalidMessageError(
         f"a delay must be a number of seconds, a timedelta or a duration string, not {type(delay).__name__}"
