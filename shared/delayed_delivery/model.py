@@ -10,8 +10,9 @@ from datetime import datetime, timedelta
 from .clock import Clock, SystemClock, utc
 from .durations import Delay, to_seconds
 from .errors import InvalidMessageError
+from .headers import UNREADABLE
 
-__all__ = ["MAX_MESSAGE_ID_LENGTH", "DelayedMessage", "Headers"]
+__all__ = ["MAX_MESSAGE_ID_LENGTH", "DelayedMessage", "Headers", "is_usable_message_id", "unreadable_message"]
 
 #: Longest accepted message id (the seed's SQL column is nvarchar(250); SQS group ids allow 128).
 MAX_MESSAGE_ID_LENGTH = 128
@@ -146,3 +147,44 @@ def _check_unicode(what: str, text: str) -> None:
             raise InvalidMessageError(
                 f"{what} holds {text[exc.start : exc.end]!r} at {exc.start}, a lone surrogate, not a Unicode character"
             ) from None
+
+
+def _is_text(value: object) -> bool:
+    """True for a non-blank str that is valid Unicode."""
+    if not isinstance(value, str) or not value.strip():
+        return False
+    try:
+        _check_unicode("text", value)
+    except InvalidMessageError:
+        return False
+    return True
+
+
+def is_usable_message_id(value: object) -> bool:
+    """True when ``value`` would be accepted as a ``DelayedMessage.message_id``."""
+    return _is_text(value) and len(str(value)) <= MAX_MESSAGE_ID_LENGTH
+
+
+def unreadable_message(
+    message_id: str, destination: object, body: object, due_at: datetime, reason: str
+) -> DelayedMessage:
+    """A well-formed stand-in for a store row that cannot be read, marked ``DelayedDelivery.Unreadable``.
+
+    The dispatcher moves it to the error queue with ``reason`` instead of sending it. ``message_id`` must find the
+    row in its store; the row's destination and body are kept where usable (a text body as its bytes).
+    """
+    where = destination if isinstance(destination, str) and _is_text(destination) else "unreadable"
+    text = reason.encode("utf-8", "backslashreplace").decode("utf-8")[:1024]
+    return DelayedMessage(message_id, where, _salvaged(body), due_at, {UNREADABLE: text})
+
+
+def _salvaged(body: object) -> bytes:
+    """The bytes of a stored body: bytes as they are, text as UTF-8 (undoing ``surrogateescape``), else none."""
+    if isinstance(body, bytes | bytearray | memoryview):
+        return bytes(body)
+    if isinstance(body, str):
+        try:
+            return body.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return body.encode("utf-8", "backslashreplace")
+    return b""

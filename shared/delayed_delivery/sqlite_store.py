@@ -4,6 +4,12 @@ Guarantees: claims are atomic (``BEGIN IMMEDIATE`` serialises writers across pro
 so no two dispatchers fetch the same message while its claim lasts; a claim that is not
 settled (dispatcher crashed) expires after ``claim_timeout`` seconds and the message is
 fetched again, so nothing is lost (at-least-once). WAL journal, ``synchronous=FULL``.
+
+A due row that cannot be read (written by hand: a body that is not a BLOB, headers that are not a JSON object
+of strings, an unusable id or destination, a due or claim time that is not a time, text that is not UTF-8) is
+handed out as a well-formed stand-in marked ``DelayedDelivery.Unreadable`` (``model.unreadable_message``),
+which the dispatcher moves to the error queue; it never blocks the rows fetched with it. A row whose due or
+claim time is not a number in datetime's range counts as due now.
 """
 
 from __future__ import annotations
@@ -13,19 +19,21 @@ import os
 import re
 import sqlite3
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 from .clock import utc
 from .errors import ConfigurationError, TransientError
-from .model import DelayedMessage, Headers
+from .model import DelayedMessage, Headers, is_usable_message_id, unreadable_message
 from .ports import DelayedMessageStore
 
 __all__ = ["SqliteDelayedMessageStore"]
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_COLUMNS = "message_id, destination, body, headers, due_at_us, failure_count"
 
 
 def _to_us(value: datetime) -> int:
@@ -35,6 +43,23 @@ def _to_us(value: datetime) -> int:
 
 def _from_us(value: int) -> datetime:
     return _EPOCH + timedelta(microseconds=value)
+
+
+#: Microseconds of the first and last datetimes; SQLite sorts text and blobs after every number.
+_FIRST_US = _to_us(datetime.min.replace(tzinfo=UTC))
+_LAST_US = _to_us(datetime.max.replace(tzinfo=UTC))
+
+
+def _time_or(value: object, default: datetime) -> datetime:
+    """The time a stored microsecond count stands for, or ``default`` when it is not one (garbage in the row)."""
+    if isinstance(value, int) and _FIRST_US <= value <= _LAST_US:
+        return _from_us(value)
+    return default
+
+
+def _text(raw: bytes) -> str:
+    """TEXT as str; bytes that are not UTF-8 become lone surrogates, which the model refuses (an unreadable row)."""
+    return raw.decode("utf-8", "surrogateescape")
 
 
 class SqliteDelayedMessageStore(DelayedMessageStore):
@@ -82,6 +107,7 @@ class SqliteDelayedMessageStore(DelayedMessageStore):
                 conn = sqlite3.connect(
                     self.path, isolation_level=None, timeout=self._busy_ms / 1000, check_same_thread=False
                 )
+                conn.text_factory = _text
                 conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=FULL")
@@ -203,43 +229,46 @@ class SqliteDelayedMessageStore(DelayedMessageStore):
     def next_due(self) -> datetime | None:
         """Earliest time a message becomes fetchable."""
         row = self._conn().execute(f"SELECT MIN(available_at_us) FROM {self._q}").fetchone()
-        return None if row is None or row[0] is None else _from_us(row[0])
+        return None if row is None or row[0] is None else _time_or(row[0], _EPOCH)
 
     def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
         """Atomically claim up to ``limit`` due messages, earliest first."""
         if limit < 1:
             return []
         now = _to_us(at)
+        until = now + self.claim_timeout_us
+        q = self._q
         with self._tx() as conn:
             rows = conn.execute(
-                f"UPDATE {self._q} SET available_at_us = ? WHERE message_id IN ("
-                f" SELECT message_id FROM {self._q} WHERE due_at_us <= ? AND available_at_us <= ?"
-                " ORDER BY due_at_us LIMIT ?)"
-                " RETURNING message_id, destination, body, headers, due_at_us, failure_count",
-                (now + self.claim_timeout_us, now, now, limit),
+                f"UPDATE {q} SET available_at_us = ? WHERE rowid IN ("
+                f" SELECT rowid FROM {q} WHERE due_at_us <= ? AND available_at_us <= ? ORDER BY due_at_us LIMIT ?)"
+                f" RETURNING rowid, {_COLUMNS}",
+                (until, now, now, limit),
             ).fetchall()
-        rows.sort(key=lambda r: (r[4], r[0]))
-        return [self._message(r) for r in rows]
+            if len(rows) < limit:  # rows whose due or claim time is not a time: due now (an index seek each)
+                rows += conn.execute(
+                    f"UPDATE {q} SET available_at_us = ? WHERE rowid IN ("
+                    f" SELECT rowid FROM {q} WHERE (due_at_us > {_LAST_US} AND available_at_us <= ?)"
+                    f" OR available_at_us > {_LAST_US} LIMIT ?)"
+                    f" RETURNING rowid, {_COLUMNS}",
+                    (until, now, limit - len(rows)),
+                ).fetchall()
+            messages = [self._read(row, at, conn) for row in rows]
+        messages.sort(key=lambda m: (m.due_at, m.message_id))
+        return messages
 
     # -- operator helpers --------------------------------------------------
 
     def get(self, message_id: str) -> DelayedMessage | None:
         """The stored message with this id, claimed or not."""
-        row = (
-            self._conn()
-            .execute(
-                f"SELECT message_id, destination, body, headers, due_at_us, failure_count FROM {self._q}"
-                " WHERE message_id = ?",
-                (message_id,),
-            )
-            .fetchone()
-        )
-        return None if row is None else self._message(row)
+        row = self._conn().execute(f"SELECT rowid, {_COLUMNS} FROM {self._q} WHERE message_id = ?", (message_id,))
+        found = row.fetchone()
+        return None if found is None else self._read(found, _EPOCH, None)
 
     def earliest_due(self) -> datetime | None:
         """The earliest due time, claimed or not."""
         row = self._conn().execute(f"SELECT MIN(due_at_us) FROM {self._q}").fetchone()
-        return None if row is None or row[0] is None else _from_us(row[0])
+        return None if row is None or row[0] is None else _time_or(row[0], _EPOCH)
 
     def backlog(self, bucket_seconds: int) -> Sequence[tuple[datetime, int]]:
         """Pending counts per due-time bucket, earliest first."""
@@ -252,20 +281,42 @@ class SqliteDelayedMessageStore(DelayedMessageStore):
             )
             .fetchall()
         )
-        return [(_from_us(int(b)), int(n)) for b, n in rows]
+        return [(_time_or(b, _EPOCH), int(n)) for b, n in rows]
 
     def __len__(self) -> int:
         row = self._conn().execute(f"SELECT COUNT(*) FROM {self._q}").fetchone()
         return int(row[0])
 
+    def _read(self, row: tuple[object, ...], at: datetime, conn: sqlite3.Connection | None) -> DelayedMessage:
+        """The message in ``(rowid, *_COLUMNS)``, or its unreadable stand-in (with ``conn``: given a usable id)."""
+        rowid, message_id, destination, body, _, due_us, _ = row
+        try:
+            return self._message(row[1:])
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+            if conn is not None and not is_usable_message_id(message_id):
+                message_id = f"unreadable-{uuid.uuid4().hex}"  # the stand-in's id must find the row
+                conn.execute(f"UPDATE {self._q} SET message_id = ? WHERE rowid = ?", (message_id, rowid))
+            reason = f"row {rowid} of {self.table}: {type(exc).__name__}: {exc}"
+            return unreadable_message(str(message_id), destination, body, _time_or(due_us, at), reason)
+
     @staticmethod
-    def _message(row: tuple[str, str, bytes, str, int, int]) -> DelayedMessage:
+    def _message(row: tuple[object, ...]) -> DelayedMessage:
+        """The message in a row of ``_COLUMNS``; ``ValueError``/``TypeError``/``OverflowError`` when it is garbage."""
         message_id, destination, body, headers, due_us, failures = row
+        if not isinstance(body, bytes):
+            raise TypeError(f"body is {type(body).__name__}, not a BLOB")
+        if not isinstance(headers, str) or not isinstance(due_us, int):
+            raise TypeError(
+                f"headers ({type(headers).__name__}) or due time ({type(due_us).__name__}) of the wrong type"
+            )
+        values = json.loads(headers)
+        if not isinstance(values, dict):
+            raise TypeError(f"headers are a JSON {type(values).__name__}, not an object")
         return DelayedMessage(
-            message_id=message_id,
-            destination=destination,
-            body=bytes(body),
-            headers=Headers(json.loads(headers)),
+            message_id=message_id,  # type: ignore[arg-type]  # checked by the model
+            destination=destination,  # type: ignore[arg-type]
+            body=body,
+            headers=Headers(values),
             due_at=_from_us(due_us),
-            failure_count=failures,
+            failure_count=failures,  # type: ignore[arg-type]
         )
