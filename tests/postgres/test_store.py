@@ -10,10 +10,12 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from delayed_delivery import ManualClock, PostgresDelayedMessageStore
+from delayed_delivery import Dispatcher, InMemoryTransport, ManualClock, PostgresDelayedMessageStore
 from delayed_delivery.errors import ConfigurationError, InvalidMessageError, TransientError
+from delayed_delivery.headers import FAILURE_REASON, UNREADABLE
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.postgres.notify import DueListener, parse_due_payload
+from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.stores import open_store
 
 pytestmark = pytest.mark.postgres
@@ -313,3 +315,42 @@ def test_prepare_false_never_prepares_statements(pg_store: PostgresDelayedMessag
         assert row is not None and row[0] > 0, "the default prepares repeated statements"
     finally:
         plain.close()
+
+
+# -- rows written by hand that the store cannot read (found by tests/reliability/test_sql_store_fuzz.py) ----------
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        {"headers": "[]"},
+        {"headers": '{"k": 1}'},
+        {"message_id": ""},
+        {"due_at": "-infinity"},
+        {"due_at": "infinity", "available_at": "infinity"},
+        {"headers": "null", "failure_count": 2_147_483_647},
+    ],
+    ids=["headers-array", "header-not-str", "blank-id", "due-minus-infinity", "due-infinity", "max-failure-count"],
+)
+def test_unreadable_row_goes_to_the_error_queue_and_the_rows_claimed_with_it_are_delivered(
+    pg_store: PostgresDelayedMessageStore, columns: dict[str, object]
+) -> None:
+    # before: fetch_due raised after claiming the batch (or never fetched an infinite due time), so the good rows
+    # claimed with the bad one were never delivered; a failure count at the integer maximum could not be counted
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    pg_store.store_many([_msg(1, now - timedelta(seconds=3)), _msg(2, now - timedelta(seconds=1))])
+    row: dict[str, object] = {"message_id": "bad", "destination": "orders", "body": b"bad", "headers": "{}"}
+    row |= {"due_at": (now - timedelta(seconds=2)).isoformat(), "failure_count": 0, **columns}
+    row.setdefault("available_at", row["due_at"])
+    casts = {"headers": "::json", "due_at": "::timestamptz", "available_at": "::timestamptz"}
+    marks = ", ".join(f"%s{casts.get(c, '')}" for c in row)
+    with pg_store.cursor() as cur:
+        cur.execute(f"INSERT INTO {pg_store.qualified_name} ({', '.join(row)}) VALUES ({marks})", list(row.values()))
+    clock = ManualClock(now)
+    transport = InMemoryTransport(clock)
+    Dispatcher(pg_store, transport, DelayedDeliverySettings(batch_size=3), clock=clock).dispatch_due(budget=30)
+    assert [m.message_id for m in transport.to("orders")] == ["m-1", "m-2"]
+    [error] = transport.to("error")
+    assert error.body == b"bad" and error.headers[UNREADABLE] and "unreadable" in error.headers[FAILURE_REASON]
+    assert len(pg_store) == 0
+    assert pg_store.next_due() is None

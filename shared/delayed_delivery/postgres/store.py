@@ -20,6 +20,11 @@ Guarantees:
   database clock too.
 - Storing a message due before every other one sends ``NOTIFY <channel>`` (payload: due time
   in epoch microseconds) in the same statement, so listening dispatchers wake at once.
+- A due row that cannot be read (written by hand: headers that are not a JSON object of strings, a blank or
+  over-long id or destination, a due time no Python datetime holds) is handed out as a well-formed stand-in
+  marked ``DelayedDelivery.Unreadable`` (``model.unreadable_message``), which the dispatcher moves to the
+  error queue; it never blocks the rows claimed with it. A due or claim time of ``infinity`` or past year
+  9999 counts as due now.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from psycopg import sql
 from ..clock import utc
 from ..durations import Delay, to_seconds
 from ..errors import ConfigurationError, InvalidMessageError
-from ..model import DelayedMessage, Headers
+from ..model import DelayedMessage, Headers, is_usable_message_id, unreadable_message
 from ..ports import DelayedMessageStore
 from .connection import ConnectionSet, derived_name, validate_identifier
 
@@ -46,8 +51,21 @@ __all__ = ["DEFAULT_TABLE", "PostgresDelayedMessageStore"]
 #: Table used when neither ``endpoint`` nor ``table`` is given (same default as the SQLite store).
 DEFAULT_TABLE = "delayed_messages"
 
-_COLUMNS = "message_id, destination, body, headers, due_at, failure_count"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: The first and last times a Python datetime holds; a due time outside them is garbage written by hand.
+_FIRST = "'0001-01-01 00:00:00+00'::timestamptz"
+_LAST = "'9999-12-31 23:59:59.999999+00'::timestamptz"
+#: A row's columns as ``_message`` reads them: headers as text (parsed here), an unholdable due time as NULL.
+_COLUMNS = (
+    "d.message_id, d.destination, d.body, d.headers::text,"
+    f" CASE WHEN d.due_at BETWEEN {_FIRST} AND {_LAST} THEN d.due_at END, d.failure_count"
+)
+
+
+def _holdable(column: str) -> str:
+    """SQL for a time column's value clamped to what a Python datetime holds (beyond year 9999: the first)."""
+    within = f"{column} BETWEEN {_FIRST} AND {_LAST}"
+    return f"CASE WHEN {column} IS NULL THEN NULL WHEN {within} THEN {column} ELSE {_FIRST} END"
 
 
 def _check_text(message: DelayedMessage) -> None:
@@ -126,21 +144,30 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
         self._sql_remove = sql.SQL("DELETE FROM {t} WHERE message_id = %s").format(t=t)
         self._sql_remove_many = sql.SQL("DELETE FROM {t} WHERE message_id = ANY(%s) RETURNING message_id").format(t=t)
         self._sql_fail = sql.SQL(
-            "UPDATE {t} SET failure_count = failure_count + 1, available_at = due_at WHERE message_id = %s"
+            "UPDATE {t} SET failure_count = least(failure_count, 2147483646) + 1, available_at = due_at"
+            " WHERE message_id = %s"
         ).format(t=t)
+        self._sql_rename = sql.SQL("UPDATE {t} SET message_id = %s WHERE message_id = %s").format(t=t)
         self._sql_reschedule = sql.SQL(
             "UPDATE {t} SET due_at = %(due)s, available_at = %(due)s WHERE message_id = %(id)s"
         ).format(t=t)
-        self._sql_next_due = sql.SQL("SELECT min(available_at) FROM {t}").format(t=t)
+        next_due = _holdable("min(available_at)")
+        self._sql_next_due = sql.SQL(f"SELECT {next_due} FROM {{t}}").format(t=t)
         self._sql_until_next_due = sql.SQL(
-            "SELECT extract(epoch FROM min(available_at) - clock_timestamp())::float8 FROM {t}"
+            f"SELECT extract(epoch FROM {next_due} - clock_timestamp())::float8 FROM {{t}}"
         ).format(t=t)
+        # The second arm claims rows whose due or claim time no datetime holds (infinity, past year 9999): due now.
+        # Two index seeks at the indexes' ends, and only run when the first arm leaves room under the limit.
         claim = (
             "UPDATE {t} AS d SET available_at = {until} FROM ("
-            " SELECT message_id FROM {t} WHERE due_at <= {at} AND available_at <= {at}"
-            ' ORDER BY due_at, message_id COLLATE "C" LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS due'
+            " SELECT message_id FROM (SELECT message_id FROM {t} WHERE due_at <= {at} AND available_at <= {at}"
+            ' ORDER BY due_at, message_id COLLATE "C" LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS ready'
+            " UNION ALL SELECT message_id FROM (SELECT message_id FROM {t}"
+            f" WHERE (due_at > {_LAST} AND available_at <= {{at}}) OR available_at > {_LAST}"
+            " LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS garbage"
+            " LIMIT %(limit)s) AS due"
             " WHERE d.message_id = due.message_id"
-            " RETURNING d.message_id, d.destination, d.body, d.headers, d.due_at, d.failure_count, {now}"
+            f" RETURNING {_COLUMNS}, {{now}}"
         )
         self._sql_fetch = sql.SQL(claim).format(
             t=t, until=sql.SQL("%(until)s"), at=sql.SQL("%(at)s"), now=sql.SQL("%(at)s")
@@ -157,12 +184,12 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
             at=sql.SQL("now() + %(ahead)s::interval"),
             now=sql.SQL("now()"),
         )
-        self._sql_get = sql.SQL("SELECT " + _COLUMNS + " FROM {t} WHERE message_id = %s").format(t=t)
+        self._sql_get = sql.SQL(f"SELECT {_COLUMNS} FROM {{t}} AS d WHERE message_id = %s").format(t=t)
         self._sql_count = sql.SQL("SELECT count(*) FROM {t}").format(t=t)
-        self._sql_earliest = sql.SQL("SELECT min(due_at) FROM {t}").format(t=t)
+        self._sql_earliest = sql.SQL(f"SELECT {_holdable('min(due_at)')} FROM {{t}}").format(t=t)
         self._sql_backlog = sql.SQL(
-            "SELECT to_timestamp(floor(extract(epoch FROM due_at) / %(size)s) * %(size)s) AS bucket, count(*)"
-            " FROM {t} GROUP BY bucket ORDER BY bucket"
+            f"SELECT {_holdable('to_timestamp(floor(extract(epoch FROM due_at) / %(size)s) * %(size)s)')} AS bucket,"
+            " count(*) FROM {t} GROUP BY bucket ORDER BY bucket"
         ).format(t=t)
 
     # -- pickling (a factory for other processes) ---------------------------
@@ -341,8 +368,10 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
         with self._db.cursor() as cur:
             cur.execute(query, params)
             rows = cur.fetchall()
-        rows.sort(key=lambda r: (r[4], r[0]))
-        return (utc(rows[0][6]) if rows else None), [self._message(r[:6]) for r in rows]
+            now = utc(rows[0][6]) if rows else None
+            batch = [self._read(r[:6], now or _EPOCH, cur) for r in rows]
+        batch.sort(key=lambda m: (m.due_at, m.message_id))
+        return now, batch
 
     def database_now(self) -> datetime:
         """The database clock (``clock_timestamp()``)."""
@@ -359,7 +388,7 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
         with self._db.cursor() as cur:
             cur.execute(self._sql_get, (message_id,))
             row = cur.fetchone()
-        return None if row is None else self._message(row)
+        return None if row is None else self._read(row, _EPOCH, None)
 
     def earliest_due(self) -> datetime | None:
         """The earliest due time of any pending message, claimed or not."""
@@ -394,14 +423,33 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
             **extra,
         }
 
+    def _read(self, row: Sequence[Any], now: datetime, cur: psycopg.Cursor[Any] | None) -> DelayedMessage:
+        """The message in a row of ``_COLUMNS``, or its unreadable stand-in (with ``cur``: given a usable id)."""
+        message_id, destination, body, _, due_at, _ = row
+        try:
+            return self._message(row)
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+            reason = f"row {str(message_id)[:140]!r} of {self.qualified_name}: {type(exc).__name__}: {exc}"
+            if cur is not None and not is_usable_message_id(message_id):
+                renamed = f"unreadable-{uuid.uuid4().hex}"  # the stand-in's id must find the row
+                cur.execute(self._sql_rename, (renamed, message_id))
+                message_id = renamed
+            return unreadable_message(message_id, destination, body, now if due_at is None else utc(due_at), reason)
+
     @staticmethod
     def _message(row: Sequence[Any]) -> DelayedMessage:
+        """The message in a row of ``_COLUMNS``; ``ValueError``/``TypeError`` when it is garbage."""
         message_id, destination, body, headers, due_at, failures = row
+        if due_at is None:
+            raise ValueError("the due time is not one a datetime holds (infinity, or before year 1 or after 9999)")
+        values = json.loads(headers)
+        if not isinstance(values, dict):
+            raise TypeError(f"headers are a JSON {type(values).__name__}, not an object")
         return DelayedMessage(
             message_id=message_id,
             destination=destination,
             body=bytes(body),
-            headers=Headers(headers if isinstance(headers, dict) else json.loads(headers)),
+            headers=Headers(values),
             due_at=utc(due_at),
             failure_count=int(failures),
         )
