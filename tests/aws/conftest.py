@@ -15,6 +15,7 @@ from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.settings import DelayedDeliverySettings
 from functions.aws.requeue import build_handler
+from tests.fixtures.moto import queue_depth as queue_depth  # re-exported for the aws tests
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -106,16 +107,3 @@ def collect(sqs: SQSClient, url: str, *, expect: int, timeout: float, linger: fl
         for m in reply.get("Messages", []):
             arrivals.append(Arrival(time.time(), m["Body"], m.get("MessageAttributes", {})))
             sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
-
-
-def queue_depth(sqs: SQSClient, url: str) -> int:
-    """Visible + in flight + delayed messages."""
-    attrs = sqs.get_queue_attributes(
-        QueueUrl=url,
-        AttributeNames=[
-            "ApproximateNumberOfMessages",
-            "ApproximateNumberOfMessagesNotVisible",
-            "ApproximateNumberOfMessagesDelayed",
-        ],
-    )["Attributes"]
-    return sum(int(v) for v in attrs.values())

@@ -24,6 +24,7 @@ import pytest
 
 from delayed_delivery.pipelines.ledger import BatchState, Ledger, RunManifest
 from delayed_delivery.pipelines.migrate import MigrationOptions, run_migration
+from tests.fixtures.moto import queue_depth
 from tests.fixtures.processes import kill_tree
 
 pytestmark = [pytest.mark.spark, pytest.mark.moto]
@@ -45,14 +46,7 @@ def _export(path: Path, destination: str, now: dt.datetime) -> Path:
 
 
 def _count(sqs: Any, name: str) -> int:
-    url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
-    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-    kinds = (
-        "ApproximateNumberOfMessages",
-        "ApproximateNumberOfMessagesDelayed",
-        "ApproximateNumberOfMessagesNotVisible",
-    )
-    return sum(int(attrs[k]) for k in kinds)
+    return queue_depth(sqs, sqs.get_queue_url(QueueName=name)["QueueUrl"])
 
 
 def test_sqs_run_killed_mid_batch_resends_at_most_one_send_of_ten(

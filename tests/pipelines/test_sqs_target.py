@@ -13,19 +13,13 @@ from typing import Any
 import pytest
 
 from delayed_delivery.pipelines.migrate import MigrationOptions, abort_migration, run_migration
+from tests.fixtures.moto import queue_depth
 
 pytestmark = [pytest.mark.spark, pytest.mark.moto]
 
 
 def _counts(sqs: Any, name: str) -> int:
-    url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
-    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-    kinds = (
-        "ApproximateNumberOfMessages",
-        "ApproximateNumberOfMessagesDelayed",
-        "ApproximateNumberOfMessagesNotVisible",
-    )
-    return sum(int(attrs[k]) for k in kinds)
+    return queue_depth(sqs, sqs.get_queue_url(QueueName=name)["QueueUrl"])
 
 
 def test_migrate_into_sqs_routes_by_delay_refuses_what_sqs_cannot_take_and_cannot_abort(

@@ -40,6 +40,7 @@ from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.settings import DelayedDeliverySettings
 from functions.aws.requeue import build_handler
+from tests.fixtures.moto import queue_depth
 from tests.reliability.crashlab import FaultPlan, InjectedCrash
 
 if TYPE_CHECKING:
@@ -178,15 +179,8 @@ class Lab:
         return got
 
     def depth(self, url: str) -> int:
-        attrs = self.client.get_queue_attributes(
-            QueueUrl=url,
-            AttributeNames=[
-                "ApproximateNumberOfMessages",
-                "ApproximateNumberOfMessagesNotVisible",
-                "ApproximateNumberOfMessagesDelayed",
-            ],
-        )["Attributes"]
-        return sum(int(v) for v in attrs.values())
+        """Visible + in flight + delayed messages."""
+        return queue_depth(self.client, url)
 
     def settled(self) -> bool:
         """Everything arrived and nothing is left anywhere (so no late duplicate can still come)."""

@@ -22,6 +22,7 @@ from delayed_delivery.aws.poller import LocalLambdaContext
 from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON
 from functions.aws.requeue import build_handler
+from tests.fixtures.moto import queue_depth
 from tests.reliability.sqslab import handler_env, lab_settings
 
 if TYPE_CHECKING:
@@ -117,18 +118,6 @@ def _drain(sqs: SQSClient, url: str) -> list[dict[str, Any]]:
         )
 
 
-def _depth(sqs: SQSClient, url: str) -> int:
-    attrs = sqs.get_queue_attributes(
-        QueueUrl=url,
-        AttributeNames=[
-            "ApproximateNumberOfMessages",
-            "ApproximateNumberOfMessagesNotVisible",
-            "ApproximateNumberOfMessagesDelayed",
-        ],
-    )["Attributes"]
-    return sum(int(v) for v in attrs.values())
-
-
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=bodies, control=controls, extra=extras, broker=brokers)
 def test_malformed_records_end_on_the_error_queue_and_never_take_the_batch_down(
@@ -145,7 +134,7 @@ def test_malformed_records_end_on_the_error_queue_and_never_take_the_batch_down(
     response = handler({"Records": [bad, good]}, LocalLambdaContext())
     assert response.get("batchItemFailures") == [], response
     errors = _drain(sqs, ep.error_url)
-    moved = _depth(sqs, ep.input_url) + _depth(sqs, ep.delay_url)
+    moved = queue_depth(sqs, ep.input_url) + queue_depth(sqs, ep.delay_url)
     for m in errors:
         assert m["MessageAttributes"][FAILURE_REASON]["StringValue"], m
     assert len(errors) + moved == 2, (len(errors), moved)  # every record went somewhere, exactly once
@@ -160,7 +149,7 @@ def _run_one(sqs: SQSClient, bad: dict[str, Any] | None = None) -> tuple[dict[st
     if bad is not None:
         records.insert(0, {**bad, "eventSourceARN": ep.delay_arn})
     response = dict(handler({"Records": records}, LocalLambdaContext()))
-    return response, _drain(sqs, ep.error_url), _depth(sqs, ep.input_url) + _depth(sqs, ep.delay_url)
+    return response, _drain(sqs, ep.error_url), queue_depth(sqs, ep.input_url) + queue_depth(sqs, ep.delay_url)
 
 
 def test_undecodable_binary_attribute_goes_to_the_error_queue_alone(sqs: SQSClient) -> None:
