@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -33,6 +35,7 @@ from delayed_delivery.aws.counting import RequestCounter
 from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE, PACK_BYTES_ENV
 from delayed_delivery.aws.poller import LocalEventSourcePoller
 from delayed_delivery.aws.queues import ensure_endpoint
+from delayed_delivery.aws.requeue import RecordResult
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.settings import DelayedDeliverySettings
 from functions.aws.requeue import build_handler
@@ -84,6 +87,8 @@ def measure(
     pack_bytes: int = 0,
     body_bytes: int = 0,
     sender_pack_bytes: int = 0,
+    max_park_seconds: int = 0,
+    visibility_timeout: int = 60,
 ) -> dict[str, Any]:
     """Run one measurement and return the raw counts.
 
@@ -93,25 +98,41 @@ def measure(
     (loss, duplicates and lateness; under load hops take longer than planned, so fewer happen).
     ``pack_bytes``: the handler's envelope size (0 = packing off); ``body_bytes``: pad each body to this size.
     ``sender_pack_bytes``: the sender's envelope size for the first hop (0 = one FIFO message per message).
+    ``max_park_seconds``: the handler's ``DELAYED_DELIVERY_MAX_PARK_SECONDS`` (0, the default here: every long
+    delay hops; parking is measured by ``benchmarks.sqs_packing``); ``visibility_timeout``: the FIFO queues'.
+    ``outcomes`` counts what the handler did, per message (an envelope counts each message inside it).
     """
     settings = DelayedDeliverySettings(
-        max_native_delay=hop_seconds, fifo_queue_delay=hop_seconds, error_queue=f"bench-errors-{time.time_ns()}"
+        max_native_delay=hop_seconds,
+        fifo_queue_delay=hop_seconds,
+        error_queue=f"bench-errors-{time.time_ns()}",
+        max_park_seconds=max_park_seconds,
     )
     delay = hop_seconds * hops + 1 if deliver else 10**7  # `hops` FIFO cycles then 1 s native, or "never"
     send_client, hop_client, reader = _client(endpoint), _client(endpoint), _client(endpoint)
     send_counter, hop_counter = RequestCounter().attach(send_client), RequestCounter().attach(hop_client)
     run = time.time_ns()
     names = [f"bench-{run}-{i}" for i in range(endpoints)]
-    queues = [ensure_endpoint(reader, name, settings, visibility_timeout=60) for name in names]
+    queues = [ensure_endpoint(reader, name, settings, visibility_timeout=visibility_timeout) for name in names]
     env = {
         "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(hop_seconds),
         "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(hop_seconds),
         "DELAYED_DELIVERY_ERROR_QUEUE": settings.error_queue,
+        "DELAYED_DELIVERY_MAX_PARK_SECONDS": str(max_park_seconds),
         PACK_BYTES_ENV: str(pack_bytes),
     }
+    outcomes: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def count(results: list[RecordResult]) -> None:
+        with lock:
+            outcomes.update(str(each.outcome) for r in results for each in (r.inner or (r,)))
+
     # One handler per queue, as each event source mapping gets its own Lambda instances.
     pollers = [
-        LocalEventSourcePoller(hop_client, q.delay_url, q.delay_arn, build_handler(env, sqs_client=hop_client))
+        LocalEventSourcePoller(
+            hop_client, q.delay_url, q.delay_arn, build_handler(env, sqs_client=hop_client, on_results=count)
+        )
         for q in queues
     ]
     sender = SqsDelayedSender(send_client, settings, pack_bytes=sender_pack_bytes)
@@ -195,6 +216,9 @@ def measure(
         "invocations": sum(p.stats.invocations for p in pollers),
         "handler_errors": sum(p.stats.handler_errors for p in pollers),
         "failed_records": sum(p.stats.failed for p in pollers),
+        "outcomes": dict(outcomes),
+        "max_park_seconds": max_park_seconds,
+        "visibility_timeout": visibility_timeout,
     }
 
 

@@ -146,6 +146,7 @@ def sample(endpoint: str, side: str, records: int) -> tuple[float, float]:
             env = {
                 "DELAYED_DELIVERY_ERROR_QUEUE": settings.error_queue,
                 PACK_BYTES_ENV: str(DEFAULT_PACK_BYTES if side == "requeue" else 0),
+                "DELAYED_DELIVERY_MAX_PARK_SECONDS": "0",  # the hop path (parking: benchmarks.sqs_packing)
                 "POWERTOOLS_SERVICE_NAME": f"throughput-{run}",  # a logger bound to this sample's stdout
             }
             poller = LocalEventSourcePoller(

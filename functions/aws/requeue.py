@@ -3,7 +3,8 @@
 Wire it to each ``<queue>-delay.fifo`` with an SQS event source (batch 10, ``ReportBatchItemFailures``);
 handler ``functions.aws.requeue.handler``. Configuration comes from the environment on the first call
 (nothing is read or created at import time): ``DELAYED_DELIVERY_*`` settings (``ERROR_QUEUE``,
-``MAX_NATIVE_DELAY``, ``FIFO_QUEUE_DELAY``, ``ENABLED``), ``DELAYED_DELIVERY_PACK_BYTES`` (envelope size,
+``MAX_NATIVE_DELAY``, ``FIFO_QUEUE_DELAY``, ``ENABLED``, ``MAX_PARK_SECONDS`` (default 43200, 0 turns parking
+off), ``PARK_MAX_IN_FLIGHT``), ``DELAYED_DELIVERY_PACK_BYTES`` (envelope size,
 default 65536; 0 turns packing off), ``DELAYED_DELIVERY_CANCELLATION_TABLE`` (DynamoDB table of cancel and
 reschedule records; unset = no lookups) with ``DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS`` (default 60),
 ``POWERTOOLS_SERVICE_NAME``, ``POWERTOOLS_METRICS_NAMESPACE`` and the usual AWS SDK variables.
@@ -55,9 +56,16 @@ def reset() -> None:
 
 
 def build_handler(
-    env: Mapping[str, str], *, sqs_client: SQSClient | None = None, dynamodb_client: DynamoDBClient | None = None
+    env: Mapping[str, str],
+    *,
+    sqs_client: SQSClient | None = None,
+    dynamodb_client: DynamoDBClient | None = None,
+    on_results: Callable[[list[RecordResult]], None] | None = None,
 ) -> LambdaHandler:
-    """Wire settings, the SQS (and DynamoDB) clients, Powertools Logger/Metrics/Tracer and the requeuer."""
+    """Wire settings, the SQS (and DynamoDB) clients, Powertools Logger/Metrics/Tracer and the requeuer.
+
+    ``on_results`` (tests and benchmarks) sees every invocation's results before they are reported.
+    """
     settings = DelayedDeliverySettings.from_env(env)
     if sqs_client is None:
         import boto3
@@ -101,7 +109,11 @@ def build_handler(
     @metrics.log_metrics(capture_cold_start_metric=True)
     def entrypoint(event: dict[str, Any], context: Any) -> dict[str, Any]:
         startup_check(event)
-        results = {r.record_id: r for r in requeuer.process(event.get("Records", []))}
+        outcome = requeuer.process(event.get("Records", []))
+        if on_results is not None:
+            on_results(outcome)
+        results = {r.record_id: r for r in outcome}
+        parked = [r.record_id for r in results.values() if r.outcome is HopOutcome.PARKED]
 
         def record_handler(record: SQSRecord) -> None:
             result = results[record.message_id]
@@ -117,6 +129,10 @@ def build_handler(
         response = process_partial_response(
             event=event, record_handler=record_handler, processor=processor, context=context
         )
+        if parked:
+            # A parked record is hidden on the queue until its park ends: the event source must not delete it.
+            failures = [*response.get("batchItemFailures", []), *({"itemIdentifier": rid} for rid in parked)]
+            return {**response, "batchItemFailures": failures}
         return dict(response)
 
     built: LambdaHandler = entrypoint
@@ -143,7 +159,10 @@ def _observe(logger: Logger, metrics: Metrics, result: RecordResult) -> None:
             "rescheduled at this hop",
             extra={**fields, lf.EVENT: lf.EVENT_RESCHEDULED, lf.DUE_AT: record.due_at.isoformat()},
         )
-    if result.outcome is HopOutcome.CANCELLED:
+    if result.outcome is HopOutcome.PARKED:
+        metrics.add_metric(name="Parked", unit=MetricUnit.Count, value=1)
+        logger.info("parked on the delay queue", extra={**fields, lf.PARK_S: result.park_s})
+    elif result.outcome is HopOutcome.CANCELLED:
         metrics.add_metric(name="Cancelled", unit=MetricUnit.Count, value=1)
         logger.info("cancelled: dropped from the hop cycle", extra=fields)
     elif result.outcome is HopOutcome.REQUEUED:
@@ -197,4 +216,5 @@ _EVENTS = {
     HopOutcome.ERROR_QUEUE: lf.EVENT_ERROR_QUEUE,
     HopOutcome.FAILED: lf.EVENT_RETRY,
     HopOutcome.CANCELLED: lf.EVENT_CANCELLED,
+    HopOutcome.PARKED: lf.EVENT_PARKED,
 }

@@ -16,6 +16,7 @@ CLOUD = "cloud"
 HOP = "hop"
 REMAINING_DELAY_S = "remaining_delay_s"
 BATCH_SIZE = "batch_size"
+PARK_S = "park_s"
 SHARD = "shard"
 
 #: Values of the ``event`` key.
@@ -30,3 +31,4 @@ EVENT_FORWARDED = "forwarded"
 EVENT_CANCELLED = "cancelled"
 EVENT_RESCHEDULED = "rescheduled"
 EVENT_CANCELLATION_UNAVAILABLE = "cancellation_records_unavailable"
+EVENT_PARKED = "parked"

@@ -17,8 +17,12 @@ from .durations import Delay, to_seconds
 from .errors import DelayedDeliveryDisabledError, InvalidMessageError
 
 __all__ = [
+    "MIN_PARK_HOPS",
+    "PARK_RETENTION_HEADROOM",
     "HopAction",
     "HopDecision",
+    "SqsParkPolicy",
+    "SqsParkSchedule",
     "SqsPlan",
     "SqsRoute",
     "decide_hop",
@@ -26,6 +30,8 @@ __all__ = [
     "remaining_delay",
     "remaining_delay_ms",
     "sqs_hop_schedule",
+    "sqs_park_ms",
+    "sqs_park_schedule",
     "whole_seconds",
 ]
 
@@ -159,3 +165,90 @@ def decide_hop(remaining_seconds: int, max_native_delay: int = 900) -> HopDecisi
     if remaining_seconds > max_native_delay:
         return HopDecision(HopAction.REQUEUE, remaining_seconds)
     return HopDecision(HopAction.FORWARD, max(0, remaining_seconds))
+
+
+#: A park shorter than this many hops is not worth it: the ordinary hops cost about as much.
+MIN_PARK_HOPS = 4
+#: How much of a ``-delay.fifo`` queue's retention a park leaves free: the seed's 4 days, so an outage that long
+#: (the function down, parked messages piling up behind it) still loses nothing.
+PARK_RETENTION_HEADROOM = 4 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class SqsParkPolicy:
+    """What decides a park on the SQS hop cycle: the hop, the caps and the ``-delay.fifo`` queue's attributes."""
+
+    fifo_queue_delay: int = 900
+    max_native_delay: int = 900
+    max_park_seconds: int = 43_200
+    retention_seconds: int = 14 * 24 * 3600
+    visibility_timeout: int = 180
+    retention_headroom: int = PARK_RETENTION_HEADROOM
+
+    @property
+    def return_threshold_ms(self) -> int:
+        """``T``: a redelivery this long after the broker's first receive is a park return (visibility + a hop)."""
+        return (self.visibility_timeout + self.fifo_queue_delay) * 1000
+
+    @property
+    def shortest_park_ms(self) -> int:
+        """The shortest park worth making: ``MIN_PARK_HOPS`` hops, and twice the return threshold."""
+        return max(MIN_PARK_HOPS * self.fifo_queue_delay * 1000, 2 * self.return_threshold_ms)
+
+
+def sqs_park_ms(remaining_ms: int, age_ms: int, policy: SqsParkPolicy) -> int:
+    """The park (whole seconds, in ms) for a message ``remaining_ms`` from due and ``age_ms`` since sent; 0 = none.
+
+    A park ends with one hop and a margin (half the native cap) left, so the hop after it is the last requeue.
+    Parks are split evenly over as few as ``max_park_seconds`` allows (when a share would be within a hop of
+    too short, the longest park instead, and a few ordinary hops at the end). Age + park + one hop + margin
+    stays ``retention_headroom`` inside the queue's retention. No park shorter than ``shortest_park_ms``.
+    """
+    hop_ms = policy.fifo_queue_delay * 1000
+    margin_ms = policy.max_native_delay * 500
+    max_ms = policy.max_park_seconds * 1000
+    if max_ms <= 0:
+        return 0
+    shortest = policy.shortest_park_ms
+    window = remaining_ms - hop_ms - margin_ms
+    park = window // max(1, -(-window // max_ms)) if window > 0 else 0
+    if park < shortest + hop_ms:  # the next even share would come back too short to park: the longest park now
+        park = min(window, max_ms)
+    by_retention = (policy.retention_seconds - policy.retention_headroom) * 1000 - age_ms - hop_ms - margin_ms
+    park = min(park, by_retention, max_ms) // 1000 * 1000
+    return park if park >= shortest else 0
+
+
+@dataclass(frozen=True, slots=True)
+class SqsParkSchedule:
+    """How a delay travels with parking, broker-exact: ``parks`` receives that park, ``hops`` that re-send."""
+
+    delay_seconds: int
+    parks: int
+    hops: int
+
+
+def sqs_park_schedule(delay_seconds: Delay, policy: SqsParkPolicy | None = None) -> SqsParkSchedule:
+    """Count the parks and hops (FIFO receives that requeue or forward) of one message, with no latency.
+
+    This is the requeue function's rule played forward: the first receive parks when it can; a park return parks
+    again or requeues (never forwards); a first receive that cannot park hops as before. ``hops`` counts the
+    same FIFO cycles as ``SqsPlan.fifo_cycles`` does without parking (the final forward included).
+    """
+    policy = policy or SqsParkPolicy()
+    total = whole_seconds(delay_seconds)
+    hop_ms, cap_ms = policy.fifo_queue_delay * 1000, policy.max_native_delay * 1000
+    if total <= policy.max_native_delay:
+        return SqsParkSchedule(total, 0, 0)
+    parks = hops = 0
+    remaining, age, returning = total * 1000 - hop_ms, hop_ms, False  # the first receive, one hop after sending
+    while True:
+        park = sqs_park_ms(remaining, age, policy)
+        if park:
+            parks += 1
+            remaining, age, returning = remaining - park, age + park, True
+            continue
+        hops += 1
+        if not returning and remaining <= cap_ms:
+            return SqsParkSchedule(total, parks, hops)  # forwarded with the remainder
+        remaining, age, returning = remaining - hop_ms, hop_ms, False  # requeued: a fresh send, one hop on

@@ -9,7 +9,7 @@ from typing import Any
 
 from .errors import ConfigurationError
 
-__all__ = ["ENV_PREFIX", "DelayedDeliverySettings"]
+__all__ = ["ENV_PREFIX", "MAX_VISIBILITY_TIMEOUT", "DelayedDeliverySettings"]
 
 #: Environment variables are ``ENV_PREFIX`` + the upper-cased field name.
 ENV_PREFIX = "DELAYED_DELIVERY_"
@@ -32,7 +32,14 @@ _DOCS = {
     "max_retry_backoff": "Cap on the retry delay (seconds).",
     "max_native_delay": "Longest delay the queue holds natively (SQS: 900 s).",
     "fifo_queue_delay": "Queue-level delay of each -delay.fifo hop (SQS: 900 s).",
+    "max_park_seconds": "Longest time the SQS requeue function hides a long-delayed -delay.fifo record with "
+    "ChangeMessageVisibility instead of hopping it (SQS allows 43,200 s; 0 turns parking off).",
+    "park_max_in_flight": "The SQS requeue function parks no new records while its -delay.fifo queue has more "
+    "messages in flight than this (SQS FIFO queues stop at 120,000).",
 }
+
+#: SQS's longest visibility timeout (12 hours): the longest a received message can stay hidden.
+MAX_VISIBILITY_TIMEOUT = 43_200
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,8 @@ class DelayedDeliverySettings:
     max_retry_backoff: float = 60.0
     max_native_delay: int = 900
     fifo_queue_delay: int = 900
+    max_park_seconds: int = MAX_VISIBILITY_TIMEOUT
+    park_max_in_flight: int = 100_000
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -71,6 +80,11 @@ class DelayedDeliverySettings:
             raise ConfigurationError("max_native_delay and fifo_queue_delay must be at least 1 second")
         if self.max_idle_sleep <= 0:
             raise ConfigurationError("max_idle_sleep must be positive")
+        if self.max_park_seconds > MAX_VISIBILITY_TIMEOUT:
+            raise ConfigurationError(
+                f"max_park_seconds must be at most {MAX_VISIBILITY_TIMEOUT} (SQS's longest visibility timeout), "
+                f"got {self.max_park_seconds}"
+            )
 
     def with_(self, **changes: Any) -> DelayedDeliverySettings:
         """A copy with ``changes`` applied (validated)."""

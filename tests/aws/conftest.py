@@ -38,6 +38,8 @@ def handler_env(settings: DelayedDeliverySettings) -> dict[str, str]:
         "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(settings.fifo_queue_delay),
         "DELAYED_DELIVERY_ERROR_QUEUE": settings.error_queue,
         "DELAYED_DELIVERY_ENABLED": "true" if settings.enabled else "false",
+        "DELAYED_DELIVERY_MAX_PARK_SECONDS": str(settings.max_park_seconds),
+        "DELAYED_DELIVERY_PARK_MAX_IN_FLIGHT": str(settings.park_max_in_flight),
         "POWERTOOLS_SERVICE_NAME": "requeue-test",
         "POWERTOOLS_METRICS_NAMESPACE": "DelayedDeliveryTest",
     }

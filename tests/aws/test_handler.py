@@ -183,6 +183,7 @@ def test_startup_check_reports_a_misconfigured_delay_queue_once(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("DELAYED_DELIVERY_FIFO_QUEUE_DELAY", "3")  # the queue was made with 2 s
+    monkeypatch.setenv("DELAYED_DELIVERY_MAX_PARK_SECONDS", "0")  # a hop, not a park (test_parking.py parks)
     sender.send_delayed("orders", "x", 30, message_id="chk")
     event = _event(sqs, endpoint, 1)
     capsys.readouterr()

@@ -287,5 +287,6 @@ def test_packing_off_requeues_one_record_per_message(
         QueueUrl=endpoint.delay_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"], AttributeNames=["All"]
     )
     records = [lambda_sqs_record(m, endpoint.delay_arn, "us-east-1") for m in reply["Messages"]]
-    results = FifoRequeuer(sqs, settings, pack_bytes=0).process(records)
+    hopping = settings.with_(max_park_seconds=0)  # with parking on, lone plain records park instead
+    results = FifoRequeuer(sqs, hopping, pack_bytes=0).process(records)
     assert records and all(r.outcome is HopOutcome.REQUEUED and r.envelope_id is None for r in results)

@@ -65,6 +65,8 @@ def check(queue: Queue, endpoint_url: EndpointUrl = None, region: Region = None)
         raise _fail(exc) from None
     for fact in result.facts:
         _out.print(f"[green]ok[/green]   {fact}", highlight=False)
+    for warning in result.warnings:
+        _out.print(f"[yellow]warn[/yellow] {warning}", highlight=False)
     for problem in result.problems:
         _out.print(f"[red]FAIL[/red] {problem}", highlight=False)
     if not result.ok:

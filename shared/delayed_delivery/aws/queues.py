@@ -3,6 +3,9 @@
 ``ensure_endpoint`` is what tests, the demo and scripts use (the CDK construct does the same in the
 cloud). ``check_endpoint`` validates a manually created FIFO queue as the SQS seed requires: delivery
 delay = ``fifo_queue_delay`` (900 s), retention ≥ 4 days, no redrive policy, and explains each mismatch.
+It also warns (without failing) when the queue leaves the requeue function no room to park long delays: a park
+keeps 4 days of the retention free, so only a retention beyond that (14 days, the SQS maximum, is what
+``ensure_endpoint`` and the CDK stack set) lets a message wait out days in parks between re-sends.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import DestinationNotFoundError
 from ..naming import sqs_delay_queue_name, validate_sqs_queue_name
+from ..planning import MIN_PARK_HOPS, PARK_RETENTION_HEADROOM, SqsParkPolicy, sqs_park_ms
 from ..settings import DelayedDeliverySettings
 from .sqs import translate_error
 
@@ -22,10 +26,20 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.literals import QueueAttributeNameType
 
-__all__ = ["MIN_RETENTION_SECONDS", "EndpointCheck", "EndpointQueues", "check_endpoint", "ensure_endpoint"]
+__all__ = [
+    "MIN_RETENTION_SECONDS",
+    "PARK_RETENTION_SECONDS",
+    "EndpointCheck",
+    "EndpointQueues",
+    "check_endpoint",
+    "ensure_endpoint",
+    "longest_first_park",
+]
 
 #: The seed's minimum message retention for a ``-delay.fifo`` queue: 4 days.
 MIN_RETENTION_SECONDS = 4 * 24 * 3600
+#: The retention queues are created with: 14 days, the SQS maximum, so parked messages re-send rarely.
+PARK_RETENTION_SECONDS = 14 * 24 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +76,7 @@ def ensure_endpoint(
                 **common,
                 "FifoQueue": "true",
                 "DelaySeconds": str(settings.fifo_queue_delay),
-                "MessageRetentionPeriod": str(MIN_RETENTION_SECONDS),
+                "MessageRetentionPeriod": str(PARK_RETENTION_SECONDS),
             },
         )["QueueUrl"]
         error_url = client.create_queue(
@@ -76,12 +90,13 @@ def ensure_endpoint(
 
 @dataclass(frozen=True, slots=True)
 class EndpointCheck:
-    """Findings for one endpoint; ``problems`` empty means the seed's requirements hold."""
+    """Findings for one endpoint; ``problems`` empty means the seed's requirements hold (``warnings`` do not fail)."""
 
     queue: str
     delay_queue: str
     problems: tuple[str, ...]
     facts: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -136,6 +151,7 @@ def check_endpoint(client: SQSClient, queue: str, settings: DelayedDeliverySetti
         )
     else:
         facts.append(f"MessageRetentionPeriod {retention} s")
+    warnings = _parking_warnings(retention, int(attrs.get("VisibilityTimeout", "30")), settings)
     if attrs.get("RedrivePolicy"):
         target = json.loads(attrs["RedrivePolicy"]).get("deadLetterTargetArn", "?")
         problems.append(
@@ -144,4 +160,37 @@ def check_endpoint(client: SQSClient, queue: str, settings: DelayedDeliverySetti
         )
     else:
         facts.append("no redrive policy")
-    return EndpointCheck(input_name, delay_name, tuple(problems), tuple(facts))
+    return EndpointCheck(input_name, delay_name, tuple(problems), tuple(facts), warnings)
+
+
+def longest_first_park(retention: int, visibility_timeout: int, settings: DelayedDeliverySettings) -> int:
+    """Seconds a very long delay parks on its first receive on such a queue (0: it never parks there)."""
+    policy = SqsParkPolicy(
+        fifo_queue_delay=settings.fifo_queue_delay,
+        max_native_delay=settings.max_native_delay,
+        max_park_seconds=settings.max_park_seconds,
+        retention_seconds=retention,
+        visibility_timeout=visibility_timeout,
+    )
+    return sqs_park_ms(10**15, settings.fifo_queue_delay * 1000, policy) // 1000
+
+
+def _parking_warnings(retention: int, visibility_timeout: int, settings: DelayedDeliverySettings) -> tuple[str, ...]:
+    """Why the requeue function cannot park (much) on this queue; nothing when parking is off or has room."""
+    if settings.max_park_seconds <= 0:
+        return ()
+    if not longest_first_park(retention, visibility_timeout, settings):
+        return (
+            f"parking never happens here: a park keeps {PARK_RETENTION_HEADROOM} s (4 days) of the retention free "
+            f"for outages and must last at least {MIN_PARK_HOPS} hops and twice (visibility timeout + hop), but "
+            f"MessageRetentionPeriod is {retention} s and VisibilityTimeout {visibility_timeout} s; long delays "
+            f"hop every {settings.fifo_queue_delay} s instead (set MessageRetentionPeriod={PARK_RETENTION_SECONDS})",
+        )
+    if retention < PARK_RETENTION_SECONDS:
+        room, best = retention - PARK_RETENTION_HEADROOM, PARK_RETENTION_SECONDS - PARK_RETENTION_HEADROOM
+        return (
+            f"MessageRetentionPeriod is {retention} s: a parked message must be re-sent every {room:,} s or so "
+            f"(the retention minus the 4 days kept free), not every {best:,} s "
+            f"(set MessageRetentionPeriod={PARK_RETENTION_SECONDS}, the SQS maximum)",
+        )
+    return ()

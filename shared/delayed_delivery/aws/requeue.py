@@ -33,7 +33,52 @@ Cancellation (``cancellations`` given, see ``delayed_delivery.cancellations``): 
 of the batch (inner messages too) is checked against its endpoint's live records, read once per cache period.
 A cancelled message is dropped (``CANCELLED``); a rescheduled one gets the remaining delay to its new due time
 (decided from the broker's first-receive time, so a redelivery decides the same). Applied records are deleted
-once the SQS record carrying the message has not ``FAILED``.
+once the SQS record carrying the message has not ``FAILED``. A message with an applied record is never parked:
+the hop that applies the record also carries the new plan, so the record can go.
+
+Parking (``settings.max_park_seconds`` > 0, the default 43,200 s): a record, plain or envelope, with far to go
+is not re-sent every hop. ``ChangeMessageVisibilityBatch`` hides it on its own ``-delay.fifo`` queue for a park
+of up to ``max_park_seconds`` and it is reported ``PARKED`` (a batch item failure for the event source, which
+therefore does not delete it); SQS makes it visible again by itself. A park costs its share of one receive and
+one visibility change, instead of ``park / fifo_queue_delay`` hops. The park length (whole seconds,
+``planning.sqs_park_ms``):
+the time to the due time minus one hop and a margin (half the native cap), split evenly over as few parks as
+``max_park_seconds`` allows, so the last park comes back with about one hop and the margin left. It is cut so
+that the message's age plus the park, one hop and the margin stay ``retention_headroom`` (the seed's 4 days,
+so an outage of that long still loses nothing) inside the queue's ``MessageRetentionPeriod``; no park at all
+when that leaves less than ``MIN_PARK_HOPS`` hops or twice the return threshold below. New parks also stop
+while the queue holds more than ``settings.park_max_in_flight`` messages in flight (read at most once a minute;
+FIFO queues stall at 120,000 in flight). When the visibility change fails, the record is ``FAILED`` instead:
+it comes back after the queue's visibility timeout as a plain redelivery. Nothing is deleted that was neither
+re-sent nor forwarded. Several plain records that would park on a first receive are packed into an envelope
+instead (one send for many; the envelope parks on its next receive).
+
+The clock rules with parking, case by case (``V`` = the queue's visibility timeout, ``T`` = ``V`` + one hop; a
+record is *park-eligible* when its broker timestamps alone, as on a first receive, allow a park; every park is
+at least ``2 T`` long):
+
+1. **First receive** (``ApproximateReceiveCount`` = 1): broker times are exact. Park when eligible (and not
+   better packed, and no cancellation record applies, and the in-flight cap allows); otherwise requeue or forward
+   as always.
+2. **Plain redelivery** (receive count > 1, and either not park-eligible or less than ``T`` since the broker's
+   first receive): an earlier receive failed, lost its delete or lost its visibility change. Decided exactly as
+   before, from broker times alone (the same requeue id, which FIFO deduplicates), and **never parked** (whether
+   to park depends on the batch and the in-flight cap, which can change between deliveries, and a park after a
+   requeue whose delete was lost would leave two copies). A lost visibility change therefore costs one hop.
+3. **Park return** (receive count > 1, park-eligible, ``T`` or more since the first receive): the record was
+   parked (or an outage held it longer than ``T``). ``ApproximateFirstReceiveTimestamp`` is from before the
+   park, so the broker-only rule would see no time pass and park it again forever. Elapsed time comes from the
+   broker's clock instead (``BrokerClock``: the ``Date`` headers of SQS's responses, never ahead of the broker;
+   the local clock when no response was seen in the last 15 minutes). Still far to go → park again (the
+   in-flight cap is not asked: a re-park adds nothing in flight). Otherwise → **requeue**, never forward, with the
+   remaining delay and ``<id>:<hop+1>``: the next receive is then a first receive with exact broker times, and
+   the last park left about one hop plus the margin, so this costs a hop, not lateness. If that requeue's delete
+   is lost, the redelivery is again a park return with less time left, so it decides requeue again (park or
+   requeue only ever moves from park to requeue as time passes), with the same id: FIFO drops the copy.
+
+A parked record is always a park return when it comes back (``T`` since the first receive, by a clock that
+lags the broker by under a second), and a redelivery within ``T`` is always plain. A rescheduled message on a
+park return is planned from the same broker clock and may be forwarded.
 """
 
 from __future__ import annotations
@@ -44,6 +89,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
 
 from ..cancellations import Cancellation, CancellationCache, CancellationKind
 from ..clock import Clock, SystemClock
@@ -58,8 +105,9 @@ from ..errors import (
 )
 from ..headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
 from ..naming import sqs_input_queue_name
-from ..planning import HopAction, decide_hop, remaining_delay_ms
+from ..planning import PARK_RETENTION_HEADROOM, HopAction, SqsParkPolicy, decide_hop, remaining_delay_ms, sqs_park_ms
 from ..settings import DelayedDeliverySettings
+from .brokerclock import BrokerClock
 from .packing import (
     DEFAULT_PACK_BYTES,
     ENVELOPE_ATTRIBUTE,
@@ -72,13 +120,36 @@ from .packing import (
     pack,
 )
 from .sender import deduplication_id, hop_of
-from .sqs import MAX_ATTRIBUTES, QueueDirectory, QueueInfo, attributes_from_record, message_size, send_batches
+from .sqs import (
+    MAX_ATTRIBUTES,
+    MAX_BATCH_ENTRIES,
+    QueueDirectory,
+    QueueInfo,
+    attributes_from_record,
+    message_size,
+    send_batches,
+    translate_error,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
-    from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
+    from mypy_boto3_sqs.type_defs import (
+        ChangeMessageVisibilityBatchRequestEntryTypeDef,
+        MessageAttributeValueTypeDef,
+        SendMessageBatchRequestEntryTypeDef,
+    )
 
-__all__ = ["FifoRequeuer", "HopOutcome", "RecordResult", "SourceQueue", "parse_source_arn"]
+__all__ = [
+    "IN_FLIGHT_CACHE_S",
+    "FifoRequeuer",
+    "HopOutcome",
+    "RecordResult",
+    "SourceQueue",
+    "parse_source_arn",
+]
+
+#: How long the in-flight count of a queue (``ApproximateNumberOfMessagesNotVisible``) is reused.
+IN_FLIGHT_CACHE_S = 60.0
 
 #: The control attribute: seconds left, whole (as the sender writes it) or with up to 3 decimals (after a hop).
 _SECONDS = re.compile(r"^\d{1,12}(\.\d{1,3})?$")
@@ -93,6 +164,7 @@ class HopOutcome(StrEnum):
     FAILED = "failed"
     UNPACKED = "unpacked"
     CANCELLED = "cancelled"
+    PARKED = "parked"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +193,7 @@ class RecordResult:
     inner: tuple[RecordResult, ...] = ()
     envelope_id: str | None = None
     cancellation: Cancellation | None = None
+    park_s: int | None = None
 
 
 def parse_source_arn(arn: str) -> SourceQueue:
@@ -153,6 +226,14 @@ class _Work:
     children: list[_Work] | None = None
     received_ms: int = 0
     applied: Cancellation | None = None
+    total_ms: int = 0
+    sent_ms: int = 0
+    first_ms: int = 0
+    count: int = 1
+    age_ms: int = 0
+    receipt_handle: str = ""
+    park_return: bool = False
+    park_s: int = 0
 
 
 class FifoRequeuer:
@@ -167,15 +248,25 @@ class FifoRequeuer:
         directory: QueueDirectory | None = None,
         pack_bytes: int = DEFAULT_PACK_BYTES,
         cancellations: CancellationCache | None = None,
+        retention_headroom: int = PARK_RETENTION_HEADROOM,
+        broker_clock: BrokerClock | None = None,
     ) -> None:
         if isinstance(pack_bytes, bool) or not isinstance(pack_bytes, int) or pack_bytes < 0:
             raise ConfigurationError(f"pack_bytes must be a non-negative integer (0 = off), got {pack_bytes!r}")
+        if isinstance(retention_headroom, bool) or not isinstance(retention_headroom, int) or retention_headroom < 0:
+            raise ConfigurationError(f"retention_headroom must be non-negative seconds, got {retention_headroom!r}")
         self.client = client
         self.settings = settings or DelayedDeliverySettings()
         self.clock = clock or SystemClock()
         self.directory = directory or QueueDirectory(client)
         self.pack_bytes = pack_bytes
         self.cancellations = cancellations
+        #: A park keeps this much of the queue's retention free (an outage this long still loses nothing).
+        self.retention_headroom = retention_headroom
+        self.broker_clock = broker_clock
+        if self.broker_clock is None and self.settings.max_park_seconds > 0:
+            self.broker_clock = BrokerClock(self.clock).attach(client)
+        self._in_flight: dict[str, tuple[int | None, float]] = {}
 
     def process(self, records: Sequence[Mapping[str, Any]]) -> list[RecordResult]:
         """Handle the ``Records`` of one SQS event; one result per record, in order."""
@@ -186,21 +277,29 @@ class FifoRequeuer:
             )
         now_ms = int(self.clock.now().timestamp() * 1000)
         work = [self._parse(record, now_ms) for record in records]
+        parking = self.settings.max_park_seconds > 0
+        if parking:
+            self._find_park_returns(work, now_ms)
         items = [item for w in work for item in (w.children if w.children is not None else [w])]
         if self.cancellations is not None:
             self._check_cancellations(self.cancellations, items, now_ms)
+        parked = self._plan_parks(work) if parking else []
         requeue: dict[str, list[_Work]] = {}
         forward: dict[str, list[_Work]] = {}
         for w in items:
-            if w.reason is not None or w.remaining is None or w.result is not None:
+            if w.reason is not None or w.remaining is None or w.result is not None or w.park_s:
                 continue
             decision = decide_hop(math.ceil(w.decision_ms / 1000), self.settings.max_native_delay)
-            target = requeue if decision.action is HopAction.REQUEUE else forward
+            # A park return is requeued, never forwarded (see the module docstring, case 3).
+            back = w.park_return and w.applied is None
+            target = requeue if back or decision.action is HopAction.REQUEUE else forward
             target.setdefault(w.source.delay_queue if target is requeue else w.source.destination, []).append(w)
         for queue, group in requeue.items():
             self._send(queue, group, HopOutcome.REQUEUED)
         for queue, group in forward.items():
             self._send(queue, group, HopOutcome.FORWARDED)
+        if parked:
+            self._park(parked)
         poison = [w for w in items if w.result is None and w.reason is not None]
         if poison:
             self._to_error_queue(poison)
@@ -239,9 +338,184 @@ class FifoRequeuer:
                 continue
             assert record.due_at is not None
             due_ms = int(record.due_at.timestamp() * 1000)
-            w.remaining_ms = max(0, due_ms - now_ms)
+            # On a park return ``received_ms`` is the broker's time now (case 3), for the decision and the remainder.
+            w.remaining_ms = max(0, due_ms - (w.received_ms if w.park_return else now_ms))
             w.decision_ms = max(0, due_ms - w.received_ms)
             w.remaining = math.ceil(w.remaining_ms / 1000)
+
+    def park_policy(self, queue: QueueInfo) -> SqsParkPolicy:
+        """The park rules for ``queue``: the settings plus its retention and visibility timeout."""
+        return SqsParkPolicy(
+            fifo_queue_delay=self.settings.fifo_queue_delay,
+            max_native_delay=self.settings.max_native_delay,
+            max_park_seconds=self.settings.max_park_seconds,
+            retention_seconds=queue.retention_seconds,
+            visibility_timeout=queue.visibility_timeout,
+            retention_headroom=self.retention_headroom,
+        )
+
+    def _source_info(self, source: SourceQueue) -> QueueInfo | None:
+        """The source ``-delay.fifo`` queue's URL and attributes (cached), or None when they cannot be read."""
+        try:
+            return self.directory.get(source.delay_queue)
+        except DelayedDeliveryError:
+            return None
+
+    def _record_park_ms(self, w: _Work, queue: QueueInfo) -> int:
+        """The park for a whole record (an envelope parks for its soonest message); 0 when it cannot park."""
+        items = w.children if w.children is not None else [w]
+        live = [i for i in items if i.reason is None and i.remaining is not None]
+        if not live or len(live) != len(items):
+            return 0
+        policy = self.park_policy(queue)
+        return min(sqs_park_ms(i.decision_ms, w.age_ms, policy) for i in live)
+
+    def _find_park_returns(self, work: list[_Work], now_ms: int) -> None:
+        """Mark park returns (case 3) and re-base their remaining delays on the broker's clock."""
+        if self.broker_clock is not None:
+            for w in work:
+                if w.count == 1 and w.first_ms:  # this batch's own receive, stamped by the broker to the ms
+                    self.broker_clock.observe_broker_ms(w.first_ms, now_ms)
+        broker_now: int | None = None
+        for w in work:
+            if w.reason is not None or w.count <= 1:
+                continue
+            queue = self._source_info(w.source)
+            if queue is None or not self._record_park_ms(w, queue):  # not park-eligible: a plain redelivery
+                continue
+            if broker_now is None:
+                broker_now = self._broker_now(w.source, now_ms)
+            if broker_now - w.first_ms < self.park_policy(queue).return_threshold_ms:
+                continue
+            w.park_return = True
+            w.age_ms = max(0, broker_now - w.sent_ms)
+            for item in w.children if w.children is not None else [w]:
+                if item.reason is not None:
+                    continue
+                item.park_return = True
+                item.age_ms = w.age_ms
+                item.received_ms = broker_now
+                item.remaining_ms = item.decision_ms = max(0, item.total_ms - (broker_now - item.sent_ms))
+                item.remaining = math.ceil(item.remaining_ms / 1000)
+
+    def _broker_now(self, source: SourceQueue, now_ms: int) -> int:
+        """The broker's time now (never ahead of it); the local clock when SQS has not answered lately."""
+        if self.broker_clock is None:
+            return now_ms
+        broker = self.broker_clock.now_ms(now_ms)
+        if broker is None:
+            self._queue_in_flight(source)  # one request (at most once a minute) that also dates itself
+            broker = self.broker_clock.now_ms()
+        return now_ms if broker is None else broker
+
+    def _plan_parks(self, work: list[_Work]) -> list[_Work]:
+        """Choose the records to park and for how long (``park_s``); the rest hop as before."""
+        chosen: list[tuple[_Work, int]] = []
+        for w in work:
+            if w.reason is not None or w.result is not None or not w.receipt_handle:
+                continue
+            if w.count > 1 and not w.park_return:  # case 2: a plain redelivery never parks
+                continue
+            items = w.children if w.children is not None else [w]
+            if any(i.result is not None or i.applied is not None for i in items):
+                continue
+            queue = self._source_info(w.source)
+            park = self._record_park_ms(w, queue) if queue is not None else 0
+            if park:
+                chosen.append((w, park))
+        if self.pack_bytes:
+            # Plain first receives that would park alone travel better in one envelope: requeue them packed
+            # (the envelope parks on its next receive). Park returns never switch (their decision must not depend
+            # on the batch they come in).
+            singles: dict[str, int] = {}
+            for w, _ in chosen:
+                if w.children is None and not w.park_return:
+                    singles[w.source.delay_queue] = singles.get(w.source.delay_queue, 0) + 1
+            chosen = [
+                (w, park)
+                for w, park in chosen
+                if w.children is not None or w.park_return or singles[w.source.delay_queue] < 2
+            ]
+        parked: list[_Work] = []
+        for w, park in chosen:
+            if not w.park_return and not self._may_park_more(w.source):  # only new parks add to in-flight
+                continue
+            w.park_s = park // 1000
+            for item in w.children or ():
+                item.park_s = w.park_s
+            parked.append(w)
+        return parked
+
+    def _may_park_more(self, source: SourceQueue) -> bool:
+        """Whether the queue's in-flight count (cached a minute) is below ``park_max_in_flight``."""
+        in_flight = self._queue_in_flight(source)
+        return in_flight is not None and in_flight < self.settings.park_max_in_flight
+
+    def _queue_in_flight(self, source: SourceQueue) -> int | None:
+        """``ApproximateNumberOfMessagesNotVisible`` of the source queue, read at most once a minute (None: unknown)."""
+        now = self.clock.now().timestamp()
+        cached = self._in_flight.get(source.delay_queue)
+        if cached is not None and 0 <= now - cached[1] < IN_FLIGHT_CACHE_S:
+            return cached[0]
+        value: int | None = None
+        queue = self._source_info(source)
+        if queue is not None:
+            try:
+                attrs = self.client.get_queue_attributes(
+                    QueueUrl=queue.url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
+                )
+                value = int(attrs.get("Attributes", {})["ApproximateNumberOfMessagesNotVisible"])
+            except (ClientError, BotoCoreError, KeyError, ValueError, TypeError):
+                value = None  # unknown: no new parks until the next reading
+        self._in_flight[source.delay_queue] = (value, now)
+        return value
+
+    def _park(self, parked: list[_Work]) -> None:
+        """Hide each parked record for its park (``ChangeMessageVisibilityBatch``); a failed change is ``FAILED``."""
+        by_queue: dict[str, list[_Work]] = {}
+        for w in parked:
+            by_queue.setdefault(w.source.delay_queue, []).append(w)
+        for queue, group in by_queue.items():
+            info = self._source_info(group[0].source)
+            for start in range(0, len(group), MAX_BATCH_ENTRIES):
+                chunk = group[start : start + MAX_BATCH_ENTRIES]
+                errors: dict[str, DelayedDeliveryError] = {}
+                if info is None:
+                    errors = {
+                        str(i): TransientError(f"parking in {queue!r}: the queue cannot be read")
+                        for i in range(len(chunk))
+                    }
+                else:
+                    entries: list[ChangeMessageVisibilityBatchRequestEntryTypeDef] = [
+                        {"Id": str(i), "ReceiptHandle": w.receipt_handle, "VisibilityTimeout": w.park_s}
+                        for i, w in enumerate(chunk)
+                    ]
+                    try:
+                        reply = self.client.change_message_visibility_batch(QueueUrl=info.url, Entries=entries)
+                    except (ClientError, BotoCoreError) as exc:  # the record comes back after its visibility timeout
+                        problem = translate_error(exc, f"parking in {queue!r}")
+                        errors = {e["Id"]: problem for e in entries}
+                    else:
+                        for failed in reply.get("Failed", []):
+                            errors[failed["Id"]] = TransientError(
+                                f"parking in {queue!r}: {failed.get('Code', '')}: {failed.get('Message', '')}"
+                            )
+                for i, w in enumerate(chunk):
+                    error = errors.get(str(i))
+                    for item in w.children if w.children is not None else [w]:
+                        if error is not None:
+                            item.park_s = 0
+                            self._fail(item, error if isinstance(error, TransientError) else TransientError(str(error)))
+                        else:
+                            item.result = RecordResult(
+                                item.record_id,
+                                item.message_id,
+                                HopOutcome.PARKED,
+                                item.hop,
+                                item.source.destination,
+                                item.remaining,
+                                park_s=w.park_s,
+                            )
 
     def _parse(self, record: Mapping[str, Any], now_ms: int) -> _Work:
         """Read one record; problems with the message itself become a poison reason, not an exception."""
@@ -256,6 +530,7 @@ class FifoRequeuer:
             body=str(record.get("body", "")),
             attributes={},
             source=source,
+            receipt_handle=str(record.get("receiptHandle") or ""),
         )
         try:
             attributes = attributes_from_record(record.get("messageAttributes") or {})
@@ -280,6 +555,8 @@ class FifoRequeuer:
             sent, first = int(attrs["SentTimestamp"]), int(attrs["ApproximateFirstReceiveTimestamp"])
             count = int(attrs["ApproximateReceiveCount"])
             work.received_ms = first
+            work.total_ms, work.sent_ms, work.first_ms, work.count = total_ms, sent, first, count
+            work.age_ms = max(0, first - sent)
             work.remaining_ms = remaining_delay_ms(total_ms, sent, first, count, now_ms)
             # The hop decision uses broker times only (as on the first receive), so a redelivery repeats the
             # same decision and its re-send carries the same deduplication id: FIFO drops it as a duplicate.
@@ -306,6 +583,7 @@ class FifoRequeuer:
                 str(exc) if isinstance(exc, InvalidMessageError) else f"missing or malformed broker timestamps: {exc!r}"
             )
             return work
+        work.sent_ms, work.first_ms, work.count, work.age_ms = sent, first, count, max(0, first - sent)
         children: list[_Work] = []
         for entry in entries:
             if isinstance(entry, BadItem):
@@ -314,6 +592,8 @@ class FifoRequeuer:
                 continue
             child = _Work(work.record_id, entry.message_id, entry.hop, entry.body, dict(entry.attributes), work.source)
             child.received_ms = first
+            child.total_ms, child.sent_ms, child.first_ms, child.count = entry.remaining_ms, sent, first, count
+            child.age_ms = work.age_ms
             try:
                 child.remaining_ms = remaining_delay_ms(entry.remaining_ms, sent, first, count, now_ms)
                 child.decision_ms = remaining_delay_ms(entry.remaining_ms, sent, first, 1, now_ms)
@@ -489,6 +769,16 @@ def _unpacked(w: _Work) -> RecordResult:
     """One result for an envelope record: ``FAILED`` (retry it all) when any inner message failed."""
     assert w.children is not None
     inner = tuple(c.result for c in w.children if c.result is not None)
+    if inner and len(inner) == len(w.children) and all(r.outcome is HopOutcome.PARKED for r in inner):
+        return RecordResult(
+            w.record_id,
+            w.message_id,
+            HopOutcome.PARKED,
+            w.hop,
+            w.source.destination,
+            inner=inner,
+            park_s=inner[0].park_s,
+        )
     failed = [r for r in inner if r.outcome is HopOutcome.FAILED]
     if failed or len(inner) != len(w.children):
         error = failed[0].error if failed and failed[0].error else TransientError("an inner message has no outcome")

@@ -2,7 +2,8 @@
 
 * Error translation: botocore errors become ``TransientError`` / ``PermanentError`` /
   ``DestinationNotFoundError`` inside this package, always ``raise … from exc``.
-* ``QueueDirectory``: queue URLs and ``MaximumMessageSize`` per queue name, read once and cached.
+* ``QueueDirectory``: queue URLs, ``MaximumMessageSize``, ``MessageRetentionPeriod`` and ``VisibilityTimeout``
+  per queue name, read once (one GetQueueAttributes) and cached.
 * Message attributes: user values (``str``, ``bytes``, ``int``/``float`` or the boto3 dict shape)
   normalised to the boto3 shape, converted back from Lambda event records, and sized the way SQS counts them.
 * ``send_batches``: ``SendMessageBatch`` in chunks of ≤10 entries and ≤ the batch payload limit, with a
@@ -132,10 +133,12 @@ class QueueInfo:
     name: str
     url: str
     max_message_size: int
+    retention_seconds: int = 345_600
+    visibility_timeout: int = 30
 
 
 class QueueDirectory:
-    """Queue URL and maximum message size per queue name, cached (one GetQueueUrl + one GetQueueAttributes)."""
+    """URL, size limit, retention and visibility timeout per queue name, cached (GetQueueUrl + GetQueueAttributes)."""
 
     def __init__(self, client: SQSClient, *, owner_account: str | None = None) -> None:
         self.client = client
@@ -154,11 +157,19 @@ class QueueDirectory:
                 url = self.client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=self.owner_account)["QueueUrl"]
             else:
                 url = self.client.get_queue_url(QueueName=name)["QueueUrl"]
-            attrs = self.client.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])
+            attrs = self.client.get_queue_attributes(
+                QueueUrl=url, AttributeNames=["MaximumMessageSize", "MessageRetentionPeriod", "VisibilityTimeout"]
+            )
         except (ClientError, BotoCoreError) as exc:
             raise translate_error(exc, f"queue {name!r}") from exc
-        size = int(attrs.get("Attributes", {}).get("MaximumMessageSize", BATCH_PAYLOAD_LIMIT))
-        info = QueueInfo(name, url, size)
+        found = attrs.get("Attributes", {})
+        info = QueueInfo(
+            name,
+            url,
+            int(found.get("MaximumMessageSize", BATCH_PAYLOAD_LIMIT)),
+            int(found.get("MessageRetentionPeriod", 345_600)),
+            int(found.get("VisibilityTimeout", 30)),
+        )
         with self._lock:
             self._cache[name] = info
         return info
