@@ -3,7 +3,7 @@
 
 Context keys: ``endpoints`` (list of queue names or ``{"name", "existingQueueArn"}``), ``stackName``,
 ``powertoolsLayerVersion``, ``maxNativeDelay``, ``fifoQueueDelay``, ``alarmTopicArn``, ``cancellationTable``,
-``cancellationCacheSeconds``.
+``cancellationCacheSeconds``, ``maxParkSeconds`` (0 turns parking off), ``parkMaxInFlight``.
 cdk-nag's AwsSolutions checks run on every synth; an unsuppressed finding fails it.
 """
 
@@ -43,6 +43,8 @@ def build(app: cdk.App) -> DelayedDeliveryStack:
         alarm_topic_arn=_context(app, "alarmTopicArn", None),
         cancellation_table_name=str(_context(app, "cancellationTable", DEFAULT_CANCELLATION_TABLE)),
         cancellation_cache_seconds=int(_context(app, "cancellationCacheSeconds", 60)),
+        max_park_seconds=int(_context(app, "maxParkSeconds", 43_200)),
+        park_max_in_flight=int(_context(app, "parkMaxInFlight", 100_000)),
         description="Unrestricted SQS delayed delivery (delayed-delivery)",
     )
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))

@@ -1,10 +1,13 @@
 """``DelayedDeliveryEndpoint``: one endpoint's unrestricted delayed delivery on AWS, as a reusable construct.
 
-It owns (or adopts) the input queue ``<name>``, creates ``<name>-delay.fifo`` exactly as the SQS seed
-requires (queue-level delay = the hop, retention 4 days, no redrive policy), an error queue, the requeue
-function with its SQS event source (batch 10, partial batch responses), least-privilege IAM, alarms and
-dashboard widgets. Every queue has server-side encryption and refuses plain HTTP. Given the stack's cancellation
-table, the function may Query and DeleteItem in its own partition of it (``dynamodb:LeadingKeys`` = the queue).
+It owns (or adopts) the input queue ``<name>``, creates ``<name>-delay.fifo`` as the SQS seed requires
+(queue-level delay = the hop, no redrive policy) with 14 days of retention (the seed asks for ≥ 4; parked
+messages keep 4 days free, so the other 10 let a long delay wait in 12 h parks between re-sends), an error
+queue, the requeue function with its SQS event source (batch 10, partial batch responses), least-privilege
+IAM (the event source's grant already lets it change visibility on its own FIFO queue, which parking needs, and
+nowhere else), alarms and dashboard widgets. Every queue has server-side encryption and refuses plain HTTP.
+Given the stack's cancellation table, the function may Query and DeleteItem in its own partition of it
+(``dynamodb:LeadingKeys`` = the queue).
 """
 
 from __future__ import annotations
@@ -21,18 +24,19 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
-__all__ = ["HANDLER", "METRICS_NAMESPACE", "RETENTION", "DelayedDeliveryEndpoint"]
+__all__ = ["BACKLOG_THRESHOLD", "HANDLER", "METRICS_NAMESPACE", "RETENTION", "DelayedDeliveryEndpoint"]
 
 #: The Lambda handler, by dotted name (infra never imports function code).
 HANDLER = "functions.aws.requeue.handler"
 #: CloudWatch namespace of the function's EMF metrics.
 METRICS_NAMESPACE = "DelayedDelivery"
-#: The seed's minimum retention for the FIFO queue.
-RETENTION = Duration.days(4)
+#: FIFO queue retention: the longest SQS allows. The seed asks for ≥ 4 days; parking keeps 4 days of it free for
+#: outages and parks within the rest, so a long delay is re-sent about every 10 days instead of every hop.
+RETENTION = Duration.days(14)
 #: Error queue retention: the longest SQS allows, so operators have time to look.
 ERROR_RETENTION = Duration.days(14)
-#: How long a requeue may fall behind (beyond one hop) before the age alarm fires.
-AGE_SLACK_SECONDS = 300
+#: Visible (ready, not yet received) FIFO messages that, never fewer for 5 minutes, mean the requeue falls behind.
+BACKLOG_THRESHOLD = 1000
 
 
 class DelayedDeliveryEndpoint(Construct):
@@ -55,10 +59,17 @@ class DelayedDeliveryEndpoint(Construct):
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
         cancellation_table: dynamodb.ITable | None = None,
         cancellation_cache_seconds: int = 60,
+        max_park_seconds: int = 43_200,
+        park_max_in_flight: int = 100_000,
+        backlog_threshold: int = BACKLOG_THRESHOLD,
     ) -> None:
         super().__init__(scope, construct_id)
         if not 1 <= fifo_queue_delay <= 900 or not 1 <= max_native_delay <= 900:
             raise ValueError("fifo_queue_delay and max_native_delay must be 1-900 s (SQS's DelaySeconds range)")
+        if not 0 <= max_park_seconds <= 43_200:
+            raise ValueError("max_park_seconds must be 0-43200 s (SQS's longest visibility timeout; 0 = no parking)")
+        if not 0 <= park_max_in_flight <= 120_000:
+            raise ValueError("park_max_in_flight must be 0-120000 (a FIFO queue stops at 120,000 in flight)")
         if not 0 <= cancellation_cache_seconds <= 600:
             raise ValueError("cancellation_cache_seconds must be 0-600 s (well below the 900 s hop)")
         if len(queue_name) > 69:
@@ -125,6 +136,8 @@ class DelayedDeliveryEndpoint(Construct):
                 "DELAYED_DELIVERY_ERROR_QUEUE": self.error_queue.queue_name,
                 "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(max_native_delay),
                 "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(fifo_queue_delay),
+                "DELAYED_DELIVERY_MAX_PARK_SECONDS": str(max_park_seconds),
+                "DELAYED_DELIVERY_PARK_MAX_IN_FLIGHT": str(park_max_in_flight),
                 "POWERTOOLS_SERVICE_NAME": self.service_name,
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
                 "POWERTOOLS_LOG_LEVEL": "INFO",
@@ -143,15 +156,17 @@ class DelayedDeliveryEndpoint(Construct):
             self.function.add_environment(
                 "DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS", str(cancellation_cache_seconds)
             )
+        # The event source's grant (receive, delete, change visibility, attributes) covers this FIFO queue only:
+        # parking changes visibility there, and reads its in-flight count, and nowhere else.
         self.function.add_event_source(SqsEventSource(self.delay_queue, batch_size=10, report_batch_item_failures=True))
         # Sends: back to its own FIFO queue, to its own input queue, to its own error queue. Nothing else.
         for queue in (self.delay_queue, self.input_queue, self.error_queue):
             queue.grant_send_messages(self.function)
 
-        self.alarms = self._alarms(fifo_queue_delay, alarm_actions)
+        self.alarms = self._alarms(backlog_threshold, alarm_actions)
         self._suppress(role)
 
-    def _alarms(self, fifo_queue_delay: int, actions: Sequence[cloudwatch.IAlarmAction]) -> list[cloudwatch.Alarm]:
+    def _alarms(self, backlog_threshold: int, actions: Sequence[cloudwatch.IAlarmAction]) -> list[cloudwatch.Alarm]:
         alarms = [
             cloudwatch.Alarm(
                 self,
@@ -175,19 +190,22 @@ class DelayedDeliveryEndpoint(Construct):
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             ),
+            # Not the age of the oldest message: a parked message is in flight for up to 12 h and counts towards
+            # that age. Visible messages are the ones whose hop or park is over and that wait for the function: a
+            # backlog that never drains below the threshold in 5 minutes means the requeue falls behind.
             cloudwatch.Alarm(
                 self,
                 "RequeueFallingBehind",
                 alarm_description=(
-                    f"{self.queue_name}: the oldest delay-queue message is older than one hop "
-                    f"({fifo_queue_delay} s) + {AGE_SLACK_SECONDS} s, so hops are processed late"
+                    f"{self.queue_name}: at least {backlog_threshold} delay-queue messages stayed ready and "
+                    "unreceived for 5 minutes, so hops are processed late"
                 ),
-                metric=self.delay_queue.metric_approximate_age_of_oldest_message(
-                    period=Duration.minutes(1), statistic="Maximum"
+                metric=self.delay_queue.metric_approximate_number_of_messages_visible(
+                    period=Duration.minutes(1), statistic="Minimum"
                 ),
-                threshold=fifo_queue_delay + AGE_SLACK_SECONDS,
-                evaluation_periods=3,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                threshold=backlog_threshold,
+                evaluation_periods=5,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             ),
         ]
@@ -209,7 +227,13 @@ class DelayedDeliveryEndpoint(Construct):
             cloudwatch.TextWidget(markdown=f"## {self.queue_name}", width=24, height=1),
             cloudwatch.GraphWidget(
                 title="Hops",
-                left=[custom("Requeued"), custom("Forwarded"), custom("ErrorQueueForwards"), custom("HopFailures")],
+                left=[
+                    custom("Requeued"),
+                    custom("Forwarded"),
+                    custom("Parked"),
+                    custom("ErrorQueueForwards"),
+                    custom("HopFailures"),
+                ],
                 right=[custom("Cancelled"), custom("Rescheduled"), custom("CancellationLookupFailures")],
                 width=8,
             ),
@@ -223,7 +247,7 @@ class DelayedDeliveryEndpoint(Construct):
                 width=8,
             ),
             cloudwatch.GraphWidget(
-                title="Delay queue",
+                title="Delay queue (in flight = parked + being handled; FIFO stops at 120,000)",
                 left=[
                     self.delay_queue.metric_approximate_number_of_messages_visible(),
                     self.delay_queue.metric_approximate_number_of_messages_not_visible(),

@@ -75,6 +75,8 @@ class DelayedDeliveryStack(Stack):
         asset_dir: Path | None = None,
         cancellation_table_name: str = DEFAULT_CANCELLATION_TABLE,
         cancellation_cache_seconds: int = 60,
+        max_park_seconds: int = 43_200,
+        park_max_in_flight: int = 100_000,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -126,6 +128,8 @@ class DelayedDeliveryStack(Stack):
                 alarm_actions=actions,
                 cancellation_table=self.cancellation_table,
                 cancellation_cache_seconds=cancellation_cache_seconds,
+                max_park_seconds=max_park_seconds,
+                park_max_in_flight=park_max_in_flight,
             )
             self.endpoints.append(endpoint)
             CfnOutput(self, f"{config.name}-DelayQueueUrl", value=endpoint.delay_queue.queue_url)

@@ -60,7 +60,8 @@ def test_delay_queue_is_exactly_what_the_seed_requires(synth: tuple[Template, di
             "FifoQueue": True,
             "ContentBasedDeduplication": False,
             "DelaySeconds": 900,
-            "MessageRetentionPeriod": 4 * 24 * 3600,
+            # ≥ the seed's 4 days: the SQS maximum, so parked messages have 10 days beyond the 4 kept free
+            "MessageRetentionPeriod": 14 * 24 * 3600,
             "VisibilityTimeout": 180,
             "SqsManagedSseEnabled": True,
             "RedrivePolicy": Match.absent(),
@@ -116,6 +117,8 @@ def test_function_is_thin_configured_by_environment_and_traced(synth: tuple[Temp
                         },
                         "DELAYED_DELIVERY_MAX_NATIVE_DELAY": "900",
                         "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": "900",
+                        "DELAYED_DELIVERY_MAX_PARK_SECONDS": "43200",
+                        "DELAYED_DELIVERY_PARK_MAX_IN_FLIGHT": "100000",
                         "POWERTOOLS_SERVICE_NAME": "delayed-delivery-orders",
                         "POWERTOOLS_METRICS_NAMESPACE": "DelayedDelivery",
                     }
@@ -133,7 +136,7 @@ def test_iam_is_scoped_to_the_endpoints_own_queues_and_log_group(synth: tuple[Te
     queues = set(_resources(raw, "AWS::SQS::Queue"))
     delay = _logical_id(raw, "AWS::SQS::Queue", QueueName="orders-delay.fifo")
     [policy] = _resources(raw, "AWS::IAM::Policy").values()
-    sends, reads = set(), set()
+    sends, reads, hides = set(), set(), set()
     dynamodb_statements: list[dict[str, Any]] = []
     for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
@@ -154,8 +157,11 @@ def test_iam_is_scoped_to_the_endpoints_own_queues_and_log_group(synth: tuple[Te
             sends.add(target)
         if "sqs:ReceiveMessage" in actions or "sqs:DeleteMessage" in actions:
             reads.add(target)
+        if "sqs:ChangeMessageVisibility" in actions:
+            hides.add(target)
     assert sends == queues  # its FIFO (requeue), its input queue (forward), its error queue
     assert reads == {delay}  # reads only its FIFO
+    assert hides == {delay}  # parks only on its own FIFO
     # the cancellation table: read and delete records, only in its own endpoint's partition
     [table] = _resources(raw, "AWS::DynamoDB::Table")
     [records] = dynamodb_statements
@@ -203,19 +209,30 @@ def test_cancellation_table_is_on_demand_encrypted_recoverable_with_ttl(
 
 def test_alarms_and_dashboard(synth: tuple[Template, dict[str, Any], Path]) -> None:
     _template, raw, _ = synth
-    alarms = {
-        a["Properties"]["MetricName"]: a["Properties"] for a in _resources(raw, "AWS::CloudWatch::Alarm").values()
-    }
-    assert set(alarms) == {"ApproximateNumberOfMessagesVisible", "Errors", "ApproximateAgeOfOldestMessage"}
-    assert alarms["ApproximateNumberOfMessagesVisible"]["Threshold"] == 1
-    assert alarms["ApproximateAgeOfOldestMessage"]["Threshold"] == 900 + 300
     delay = _logical_id(raw, "AWS::SQS::Queue", QueueName="orders-delay.fifo")
-    assert alarms["ApproximateAgeOfOldestMessage"]["Dimensions"][0]["Value"] == {"Fn::GetAtt": [delay, "QueueName"]}
+    errors = _logical_id(raw, "AWS::SQS::Queue", MessageRetentionPeriod=14 * 24 * 3600, QueueName=None)
+    alarms = {
+        (a["Properties"]["MetricName"], json.dumps(a["Properties"].get("Dimensions"))): a["Properties"]
+        for a in _resources(raw, "AWS::CloudWatch::Alarm").values()
+    }
+    assert len(alarms) == 3
+    [error_queue] = [a for (m, d), a in alarms.items() if m == "ApproximateNumberOfMessagesVisible" and errors in d]
+    assert error_queue["Threshold"] == 1
+    assert [m for m, _ in alarms].count("Errors") == 1
+    # Falling behind: a backlog of ready messages on the FIFO queue that does not drain for 5 minutes. Not the age
+    # of the oldest message, which counts a parked (in-flight) message's 12 hours.
+    [behind] = [a for (m, d), a in alarms.items() if m == "ApproximateNumberOfMessagesVisible" and delay in d]
+    assert behind["Dimensions"][0]["Value"] == {"Fn::GetAtt": [delay, "QueueName"]}
+    assert (behind["Statistic"], behind["Period"], behind["EvaluationPeriods"]) == ("Minimum", 60, 5)
+    assert behind["Threshold"] == 1000
+    assert all(m != "ApproximateAgeOfOldestMessage" for m, _ in alarms)
     [dashboard] = _resources(raw, "AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for metric in (
         "Requeued",
         "Forwarded",
+        "Parked",
+        "ApproximateNumberOfMessagesNotVisible",
         "ErrorQueueForwards",
         "RemainingDelay",
         "ApproximateAgeOfOldestMessage",
@@ -237,7 +254,15 @@ def test_several_endpoints_and_an_existing_input_queue(tmp_path: Path) -> None:
     arn = "arn:aws:sqs:us-east-1:111122223333:legacy"
     template, raw, _ = _synth(
         tmp_path,
-        {"endpoints": json.dumps(["orders", {"name": "legacy", "existingQueueArn": arn}]), "fifoQueueDelay": 600},
+        {
+            "endpoints": json.dumps(["orders", {"name": "legacy", "existingQueueArn": arn}]),
+            "fifoQueueDelay": 600,
+            "maxParkSeconds": 0,
+        },
+    )
+    template.has_resource_properties(  # parking off by context
+        "AWS::Lambda::Function",
+        {"Environment": {"Variables": Match.object_like({"DELAYED_DELIVERY_MAX_PARK_SECONDS": "0"})}},
     )
     names = {q["Properties"].get("QueueName") for q in _resources(raw, "AWS::SQS::Queue").values()}
     assert {"orders", "orders-delay.fifo", "legacy-delay.fifo"} <= names and "legacy" not in names
