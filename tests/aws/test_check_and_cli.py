@@ -53,6 +53,26 @@ def test_check_explains_every_mismatch(sqs: SQSClient, moto_endpoint: str) -> No
     assert "RedrivePolicy" in out and "3 problem(s)" in out
 
 
+def test_check_warns_without_failing_when_the_retention_leaves_parking_little_or_no_room(
+    sqs: SQSClient, moto_endpoint: str
+) -> None:
+    ensure_endpoint(sqs, "roomy")  # 14 days: parks fit between the 4 days kept free and the end
+    roomy = check_endpoint(sqs, "roomy", DelayedDeliverySettings())
+    assert roomy.ok and not roomy.warnings
+    sqs.create_queue(QueueName="seed")
+    seed_attributes = {"FifoQueue": "true", "DelaySeconds": "900", "MessageRetentionPeriod": str(MIN_RETENTION_SECONDS)}
+    sqs.create_queue(QueueName="seed-delay.fifo", Attributes=seed_attributes)
+    code, out = _run(moto_endpoint, "check", "--queue", "seed")
+    assert code == 0, out  # the seed's 4 days are valid, just no room to park
+    assert "warn" in out and "parking never happens" in out and "MessageRetentionPeriod=1209600" in out
+    sqs.create_queue(QueueName="week")
+    week = {**seed_attributes, "MessageRetentionPeriod": str(7 * 86_400)}
+    sqs.create_queue(QueueName="week-delay.fifo", Attributes=week)
+    result = check_endpoint(sqs, "week", DelayedDeliverySettings())
+    assert result.ok and len(result.warnings) == 1 and "re-sent every 259,200 s" in result.warnings[0]
+    assert not check_endpoint(sqs, "week", DelayedDeliverySettings(max_park_seconds=0)).warnings  # parking off
+
+
 def test_check_reports_missing_queues(sqs: SQSClient) -> None:
     result = check_endpoint(sqs, "ghost", DelayedDeliverySettings())
     assert not result.ok
