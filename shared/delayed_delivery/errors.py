@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 __all__ = [
     "CircuitBreakerTrippedError",
     "ConfigurationError",
@@ -11,6 +13,7 @@ __all__ = [
     "InvalidMessageError",
     "PermanentError",
     "TransientError",
+    "batch_failure",
 ]
 
 
@@ -58,3 +61,20 @@ class CircuitBreakerTrippedError(DelayedDeliveryError):
             f"{breaker} circuit breaker tripped after {failing_for_seconds:.1f} s of failures"
             + (f": {last_error!r}" if last_error is not None else "")
         )
+
+
+def batch_failure(failures: Mapping[str, DelayedDeliveryError], total: int) -> DelayedDeliveryError:
+    """One error naming every refused message of a batch of ``total`` (retryable when any refusal is)."""
+    errors = list(failures.values())
+    kind: type[DelayedDeliveryError]
+    if any(e.retryable for e in errors):
+        kind = TransientError
+    elif all(isinstance(e, DestinationNotFoundError) for e in errors):
+        kind = DestinationNotFoundError
+    else:
+        kind = PermanentError
+    listed = "; ".join(f"{mid}: {error}" for mid, error in list(failures.items())[:20])
+    more = f"; and {len(failures) - 20} more" if len(failures) > 20 else ""
+    return kind(
+        f"{len(failures)} of {total} messages were not accepted (send those again; the others were): {listed}{more}"
+    )

@@ -14,7 +14,12 @@ from delayed_delivery.azure.config import AzureDelayedDeliveryConfig
 from delayed_delivery.azure.sender import AzureDelayedSender, DelayRequest, send_delayed
 from delayed_delivery.azure.storage_queue import StorageQueueTransport
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
-from delayed_delivery.errors import ConfigurationError, DelayedDeliveryDisabledError, InvalidMessageError
+from delayed_delivery.errors import (
+    ConfigurationError,
+    DelayedDeliveryDisabledError,
+    DestinationNotFoundError,
+    InvalidMessageError,
+)
 from delayed_delivery.naming import azure_delays_table_name
 from delayed_delivery.settings import DelayedDeliverySettings
 from tests.azure.conftest import make_store, new_name
@@ -125,6 +130,23 @@ def test_bad_input_writes_nothing(
         s.send_many([DelayRequest(queue, b"a", delay="9d", message_id="x")] * 2)
     assert store.count() == 0
     assert drain(queues, queue) == []
+
+
+def test_a_missing_queue_in_a_batch_names_exactly_the_messages_that_were_not_sent(
+    azurite: Azurite, store: TableDelayedMessageStore, queues: QueueServiceClient, queue: str
+) -> None:
+    # found by tests/reliability/test_sender_fuzz.py: the first failed put ended send_many, and the caller could
+    # not tell which of the batch had gone out
+    missing = new_name("gone")
+    requests = [DelayRequest(queue, b"ok", delay=0, message_id=f"ok-{i}") for i in range(4)]
+    requests.insert(2, DelayRequest(missing, b"lost", delay=0, message_id="to-missing"))
+    requests.append(DelayRequest(queue, b"far", delay="9d", message_id="far"))
+    with pytest.raises(DestinationNotFoundError) as info:
+        sender(azurite, store).send_many(requests)
+    assert "1 of 6 messages were not accepted" in str(info.value) and "to-missing" in str(info.value)
+    assert "ok-" not in str(info.value)
+    assert sorted(m.message_id for m in drain(queues, queue)) == [f"ok-{i}" for i in range(4)]
+    assert store.count() == 1, "the table-routed message was stored"
 
 
 def test_off_switch_refuses_table_delays_but_still_sends_native_ones(

@@ -42,8 +42,7 @@ from ..errors import (
     DelayedDeliveryError,
     DestinationNotFoundError,
     InvalidMessageError,
-    PermanentError,
-    TransientError,
+    batch_failure,
 )
 from ..headers import DELAY_SECONDS_ATTRIBUTE
 from ..naming import sqs_delay_queue_name, validate_sqs_queue_name
@@ -135,23 +134,8 @@ class BatchSendResult:
 
     def raise_for_failures(self) -> None:
         """Raise one error naming every refused message (``TransientError`` when any of them may be retried)."""
-        if not self.failures:
-            return
-        errors = list(self.failures.values())
-        kind: type[DelayedDeliveryError]
-        if any(e.retryable for e in errors):
-            kind = TransientError
-        elif all(isinstance(e, DestinationNotFoundError) for e in errors):
-            kind = DestinationNotFoundError
-        else:
-            kind = PermanentError
-        listed = "; ".join(f"{mid}: {error}" for mid, error in list(self.failures.items())[:20])
-        more = f"; and {len(self.failures) - 20} more" if len(self.failures) > 20 else ""
-        total = len(self.failures) + len(self.receipts)
-        raise kind(
-            f"{len(self.failures)} of {total} messages were not accepted (send those again; the others were): "
-            f"{listed}{more}"
-        )
+        if self.failures:
+            raise batch_failure(self.failures, len(self.failures) + len(self.receipts))
 
 
 @dataclass(frozen=True, slots=True)

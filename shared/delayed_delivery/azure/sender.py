@@ -21,7 +21,7 @@ from typing import Literal
 from ..clock import Clock, SystemClock
 from ..dispatcher import ensure_enabled
 from ..durations import Delay
-from ..errors import InvalidMessageError
+from ..errors import DelayedDeliveryError, InvalidMessageError, batch_failure
 from ..model import DelayedMessage
 from ..naming import validate_azure_queue_name
 from ..settings import DelayedDeliverySettings
@@ -107,7 +107,11 @@ class AzureDelayedSender:
         return self.send_many([request])[0]
 
     def send_many(self, requests: Sequence[DelayRequest]) -> list[SendResult]:
-        """Send many: all validated before anything is written; table rows in transactions per partition."""
+        """Send many: all validated before anything is written; table rows in transactions per partition.
+
+        Every native send is attempted; when some fail (e.g. a queue that does not exist), one error names
+        exactly those messages (``batch_failure``), so the caller resends only them.
+        """
         planned = [self._plan(r) for r in requests]
         ids = [m.message_id for m, _, _ in planned]
         if len(set(ids)) != len(ids):
@@ -118,11 +122,21 @@ class AzureDelayedSender:
         native = [(m, seconds) for m, route, seconds in planned if route == "native"]
         if table:
             self.store.store_many(table)
+        failures: dict[str, DelayedDeliveryError] = {}
+
+        def send(message: DelayedMessage, seconds: int) -> None:
+            try:
+                self.transport.send(message, visibility_timeout=seconds)
+            except DelayedDeliveryError as exc:
+                failures[message.message_id] = exc
+
         if len(native) == 1:
-            self.transport.send(native[0][0], visibility_timeout=native[0][1])
+            send(*native[0])
         elif native:
             with ThreadPoolExecutor(min(self.concurrency, len(native))) as pool:
-                list(pool.map(lambda ms: self.transport.send(ms[0], visibility_timeout=ms[1]), native))
+                list(pool.map(lambda ms: send(*ms), native))
+        if failures:
+            raise batch_failure({m: failures[m] for m in ids if m in failures}, len(planned))
         return [SendResult(m.message_id, m.destination, m.due_at, route) for m, route, _ in planned]
 
     def cancel(self, message_id: str) -> bool:
