@@ -29,8 +29,8 @@ from typing import Any
 
 from ..clock import utc
 from ..errors import ConfigurationError, InvalidMessageError
-from ..headers import UNREADABLE
-from ..model import MAX_MESSAGE_ID_LENGTH, DelayedMessage, Headers
+from ..model import DelayedMessage, Headers, is_usable_message_id
+from ..model import unreadable_message as unreadable
 
 __all__ = [
     "CHUNK_BYTES",
@@ -264,17 +264,14 @@ _SALVAGE_BYTES = 40 * 1024
 def unreadable_message(entity: Mapping[str, Any], error: BaseException, now: datetime) -> DelayedMessage:
     """A well-formed stand-in for a due row that ``message_from_entity`` cannot read, bound for the error queue.
 
-    It keeps the row's message id, destination and due time where they are usable (else an id derived from the
-    row's keys, ``unreadable``, ``now``), the body bytes it can find (up to 40 KiB), and the reason in the
-    ``DelayedDelivery.Unreadable`` header, so the dispatcher moves it to the error queue instead of sending it.
+    It keeps the row's message id and due time where they are usable (else an id derived from the row's keys,
+    and ``now``), the destination and the body bytes it can find (up to 40 KiB), and the reason, through
+    ``model.unreadable_message``, so the dispatcher moves it to the error queue instead of sending it.
     """
     pk, rk = str(entity.get("PartitionKey", "")), str(entity.get("RowKey", ""))
     message_id = entity.get("MessageId")
-    if not isinstance(message_id, str) or not message_id.strip() or len(message_id) > MAX_MESSAGE_ID_LENGTH:
+    if not is_usable_message_id(message_id):
         message_id = f"unreadable-{id_hash(pk + '/' + rk)}"
-    destination = entity.get("Destination")
-    if not isinstance(destination, str) or not destination.strip():
-        destination = "unreadable"
     try:
         due_at = due_of_row_key(rk)
     except ValueError:
@@ -284,4 +281,4 @@ def unreadable_message(entity: Mapping[str, Any], error: BaseException, now: dat
     if len(body) > _SALVAGE_BYTES:
         reason += f" (body of {len(body)} bytes not kept)"
         body = b""
-    return DelayedMessage(message_id, destination, body, due_at, {UNREADABLE: f"row {pk}/{rk}: {reason}"[:1024]})
+    return unreadable(str(message_id), entity.get("Destination"), body, due_at, f"row {pk}/{rk}: {reason}")
