@@ -76,6 +76,49 @@ def message_hops(pollers: list[LocalEventSourcePoller]) -> int:
     return total - sum(p.stats.failed for p in pollers)
 
 
+class _Tally:
+    """What the handlers did (per message: an envelope counts each message inside it) and their in-flight reads."""
+
+    def __init__(self) -> None:
+        self.outcomes: Counter[str] = Counter()
+        self.in_flight_reads = 0
+        self._lock = threading.Lock()
+
+    def attach(self, client: SQSClient) -> _Tally:
+        client.meta.events.register("provide-client-params.sqs.GetQueueAttributes", self._read)
+        return self
+
+    def _read(self, params: dict[str, Any], **_: Any) -> None:
+        if "ApproximateNumberOfMessagesNotVisible" in params.get("AttributeNames", []):
+            with self._lock:
+                self.in_flight_reads += 1
+
+    def count(self, results: list[RecordResult]) -> None:
+        with self._lock:
+            self.outcomes.update(str(each.outcome) for r in results for each in (r.inner or (r,)))
+
+
+def _read_arrivals(
+    reader: SQSClient, urls: list[str], due: dict[str, float], arrived: dict[str, int], lateness: list[float]
+) -> int:
+    """One pass over the destinations: receive (≤ 10 each), note arrival and lateness, delete; returns how many."""
+    count = 0
+    for url in urls:
+        got = reader.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0).get("Messages", [])
+        if not got:
+            continue
+        now = time.time()
+        for m in got:
+            key = m["Body"].split(" ", 2)[1]  # "message <i> …"
+            arrived[key] = arrived.get(key, 0) + 1
+            lateness.append(now - due[key])
+        reader.delete_message_batch(
+            QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)]
+        )
+        count += len(got)
+    return count
+
+
 def measure(
     messages: int,
     endpoints: int,
@@ -121,17 +164,11 @@ def measure(
         "DELAYED_DELIVERY_MAX_PARK_SECONDS": str(max_park_seconds),
         PACK_BYTES_ENV: str(pack_bytes),
     }
-    outcomes: Counter[str] = Counter()
-    lock = threading.Lock()
-
-    def count(results: list[RecordResult]) -> None:
-        with lock:
-            outcomes.update(str(each.outcome) for r in results for each in (r.inner or (r,)))
-
+    tally = _Tally().attach(hop_client)
     # One handler per queue, as each event source mapping gets its own Lambda instances.
     pollers = [
         LocalEventSourcePoller(
-            hop_client, q.delay_url, q.delay_arn, build_handler(env, sqs_client=hop_client, on_results=count)
+            hop_client, q.delay_url, q.delay_arn, build_handler(env, sqs_client=hop_client, on_results=tally.count)
         )
         for q in queues
     ]
@@ -173,20 +210,8 @@ def measure(
             continue
         if sum(arrived.values()) >= messages:
             break
-        for q in queues:
-            reply = reader.receive_message(QueueUrl=q.input_url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
-            got = reply.get("Messages", [])
-            if got:
-                now = time.time()
-                for m in got:
-                    key = m["Body"].split(" ", 2)[1]  # "message <i> …"
-                    arrived[key] = arrived.get(key, 0) + 1
-                    lateness.append(now - due[key])
-                reader.delete_message_batch(
-                    QueueUrl=q.input_url,
-                    Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)],
-                )
-        time.sleep(0.2)
+        if not _read_arrivals(reader, [q.input_url for q in queues], due, arrived, lateness):
+            time.sleep(0.2)  # nothing arrived: poll again shortly (while messages arrive, read on at once)
     elapsed = time.monotonic() - start
     for p in pollers:
         p.signal_stop()  # all at once, so no poller keeps polling while another is joined
@@ -216,7 +241,8 @@ def measure(
         "invocations": sum(p.stats.invocations for p in pollers),
         "handler_errors": sum(p.stats.handler_errors for p in pollers),
         "failed_records": sum(p.stats.failed for p in pollers),
-        "outcomes": dict(outcomes),
+        "outcomes": dict(tally.outcomes),
+        "in_flight_reads": tally.in_flight_reads,
         "max_park_seconds": max_park_seconds,
         "visibility_timeout": visibility_timeout,
     }

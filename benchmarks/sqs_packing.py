@@ -17,8 +17,22 @@ measured billed figures (planned 900 s hops × requests per message per hop × t
 first send and the final standard send), beside the seed's formula (2 requests per 900 s cycle) and EventBridge
 Scheduler ($1 per million invocations).
 
-Run: ``python -m benchmarks.sqs_packing [--smoke] [--runs 5] [--messages 500] [--endpoints 10] [--hops 10]``.
-Starts its own moto server unless ``MOTO_ENDPOINT`` is set. Figures: benchmarks/aws.md.
+**Parked** (``parked``): the same 1 KiB messages, sender and handler packed, with visibility parking on, end to
+end (every message delivered). Time is compressed further than a hop: hop and native cap 1 s (900 s real),
+``max_park_seconds`` 12 (12 hops; the real default of 43,200 s is 48 hops), visibility timeout 1 s. Two delays,
+``PARK_DELAYS`` (30 and 78 hops), each run ``runs`` times, all messages on one endpoint (``PARK_ENDPOINTS``: the
+sender's envelopes of 50 fill whole receive batches of 10, as on a busy queue). What the handler did is counted
+per message (parks, hops) from its results. Solving "billed requests per message = c_park × parks + c_hop ×
+hops" over the two delays gives what one park and one hop (the ones around the parks) cost per message. The
+real-scale cost of a delay is those two figures times the parks and hops of ``planning.sqs_park_schedule`` under
+the real policy (900 s hops, 12 h parks, 14-day retention, 180 s visibility), plus the measured first send and
+one standard send. Empty receives are left out of that fit: a parked queue is mostly idle and the local event
+sources poll it every second, so their empty receives grow with the run's length, not with the messages (a real
+event source's idle polling is a fixed cost per queue, about 15 requests a minute); the raw figures with them
+are reported beside.
+
+Run: ``python -m benchmarks.sqs_packing [--smoke] [--runs 5] [--messages 500] [--endpoints 10] [--hops 10]
+[--only parked]``. Starts its own moto server unless ``MOTO_ENDPOINT`` is set. Figures: benchmarks/aws.md.
 """
 
 from __future__ import annotations
@@ -34,9 +48,11 @@ from delayed_delivery.aws.packing import DEFAULT_PACK_BYTES
 from delayed_delivery.cost import (
     FIFO_PRICE_PER_REQUEST,
     SCHEDULER_PRICE_PER_INVOCATION,
+    STANDARD_PRICE_PER_REQUEST,
     estimate_sqs_cost,
     fifo_cycle_cost,
 )
+from delayed_delivery.planning import SqsParkPolicy, sqs_park_schedule
 
 NAME = "sqs_packing"
 BODY_BYTES = 1024
@@ -47,6 +63,48 @@ CONFIGS = {
     "requeue_packed": (0, DEFAULT_PACK_BYTES),
     "packed": (DEFAULT_PACK_BYTES, DEFAULT_PACK_BYTES),
 }
+
+
+#: Parked configuration: compressed hop (s), longest park (s), the FIFO queues' visibility timeout (s).
+PARK_HOP, PARK_MAX, PARK_VISIBILITY = 1, 12, 1
+#: The two delays of the parked runs, in hops (each message is due ``hops × hop + 1`` s after its send).
+PARK_DELAYS = (30, 78)
+#: Parked runs put all messages on one endpoint: the sender's envelopes of 50 then fill whole batches of 10, as
+#: on a busy queue (moto answers in O(queue depth), and depth here is envelopes, not messages).
+PARK_ENDPOINTS = 1
+#: The real policy the parked figures are scaled to.
+REAL_POLICY = SqsParkPolicy()
+
+
+def parked_counts(counts: dict[str, Any]) -> dict[str, float]:
+    """Per message: billed hop-path requests (with and without empty receives), parks, hops, first send."""
+    n = float(counts["messages"])
+    outcomes = counts["outcomes"]
+    return {
+        "billed": counts["hop_billed_requests"] / n,
+        "billed_busy": (counts["hop_billed_requests"] - counts["empty_receives"]) / n,
+        "parks": outcomes.get("parked", 0) / n,
+        "hops": (outcomes.get("requeued", 0) + outcomes.get("forwarded", 0)) / n,
+        "first_send": counts["send_billed_requests"] / n,
+        "hop_equivalents": float(counts["planned_hops"] + 1),
+    }
+
+
+def fit_park_costs(short: dict[str, float], long: dict[str, float]) -> tuple[float, float]:
+    """(c_park, c_hop): billed requests per message per park and per hop, solved from two delays (no empties)."""
+    det = short["parks"] * long["hops"] - long["parks"] * short["hops"]
+    if abs(det) < 1e-9:
+        raise ValueError("the two parked runs made the same parks and hops per message: nothing to solve")
+    c_park = (short["billed_busy"] * long["hops"] - long["billed_busy"] * short["hops"]) / det
+    c_hop = (short["parks"] * long["billed_busy"] - long["parks"] * short["billed_busy"]) / det
+    return c_park, c_hop
+
+
+def parked_usd_per_million(seconds: int, c_park: float, c_hop: float, first_send: float) -> float:
+    """USD per million messages parked at real scale: parks and hops of the real schedule, first and last send."""
+    schedule = sqs_park_schedule(seconds, REAL_POLICY)
+    fifo = schedule.parks * c_park + schedule.hops * c_hop + first_send
+    return (fifo * FIFO_PRICE_PER_REQUEST + STANDARD_PRICE_PER_REQUEST) * 1e6
 
 
 def per_hop(counts: dict[str, Any], *, billed: bool = False, minus_empty: bool = False) -> float:
@@ -78,12 +136,14 @@ def usd_per_million(seconds: int, requests_per_hop: float, first_send_per_messag
     return (estimate.dollars + first_send_per_message * FIFO_PRICE_PER_REQUEST) * 1e6
 
 
-def cost_rows(figures: dict[str, tuple[float, float]]) -> list[Row]:
-    """Dollars per million messages per delay: each measured configuration, the seed formula, Scheduler."""
+def cost_rows(figures: dict[str, tuple[float, float]], parked: tuple[float, float, float] | None = None) -> list[Row]:
+    """Dollars per million messages per delay: each measured configuration, parked, the seed formula, Scheduler."""
     scheduler = SCHEDULER_PRICE_PER_INVOCATION * 1e6
     rows: list[Row] = []
     for label, seconds in DELAYS.items():
         dollars = {what: usd_per_million(seconds, hop, send) for what, (hop, send) in figures.items()}
+        if parked is not None:
+            dollars["parked"] = parked_usd_per_million(seconds, *parked)
         dollars["seed"] = fifo_cycle_cost(seconds) * 1e6
         for what, value in dollars.items():
             rows.append(
@@ -99,10 +159,158 @@ def cost_rows(figures: dict[str, tuple[float, float]]) -> list[Row]:
     return rows
 
 
+def parked_rows(parked: dict[int, list[dict[str, Any]]]) -> tuple[list[Row], tuple[float, float, float]]:
+    """Rows of the parked runs (per delay, and the fitted per-park and per-hop costs) and (c_park, c_hop, send)."""
+    rows: list[Row] = []
+    medians: dict[int, dict[str, float]] = {}
+    for hops, samples in parked.items():
+        per = [parked_counts(c) for c in samples]
+        medians[hops] = {k: statistics.median(p[k] for p in per) for k in per[0]}
+        note = (
+            f"{samples[0]['messages']} messages of {BODY_BYTES} B due {hops + 1} s (hop {PARK_HOP} s, parks ≤ "
+            f"{PARK_MAX} s), {samples[0]['endpoints']} endpoints, {len(samples)} runs, end to end"
+        )
+        rows += [
+            Row(
+                NAME,
+                f"parked_{hops}_hops_billed_requests_per_message",
+                "requests",
+                tuple(p["billed"] for p in per),
+                notes=note,
+            ),
+            Row(
+                NAME,
+                f"parked_{hops}_hops_billed_requests_per_message_without_empty_receives",
+                "requests",
+                tuple(p["billed_busy"] for p in per),
+            ),
+            Row(
+                NAME,
+                f"parked_{hops}_hops_billed_requests_per_message_per_hop_equivalent",
+                "requests",
+                tuple(p["billed"] / p["hop_equivalents"] for p in per),
+                "packed hopping: one hop per hop",
+                None,
+            ),
+            Row(
+                NAME,
+                f"parked_{hops}_hops_billed_requests_per_message_per_hop_equivalent_without_empty_receives",
+                "requests",
+                tuple(p["billed_busy"] / p["hop_equivalents"] for p in per),
+            ),
+            Row(NAME, f"parked_{hops}_hops_parks_per_message", "parks", tuple(p["parks"] for p in per)),
+            Row(NAME, f"parked_{hops}_hops_hops_per_message", "hops", tuple(p["hops"] for p in per)),
+            Row(
+                NAME,
+                f"parked_{hops}_hops_first_send_billed_requests_per_message",
+                "requests",
+                tuple(p["first_send"] for p in per),
+            ),
+            Row(
+                NAME,
+                f"parked_{hops}_hops_visibility_changes_per_message",
+                "requests",
+                tuple(c["hop_requests"].get("ChangeMessageVisibilityBatch", 0) / c["messages"] for c in samples),
+            ),
+            Row(
+                NAME,
+                f"parked_{hops}_hops_in_flight_reads",
+                "requests",
+                tuple(float(c["in_flight_reads"]) for c in samples),
+            ),
+            Row(
+                NAME,
+                f"parked_{hops}_hops_delivery_lost",
+                "messages",
+                tuple(float(c["messages"] - c["delivered"]) for c in samples),
+            ),
+            Row(
+                NAME,
+                f"parked_{hops}_hops_delivery_duplicates",
+                "messages",
+                tuple(float(c["duplicates"]) for c in samples),
+            ),
+            Row(
+                NAME,
+                f"parked_{hops}_hops_delivery_early",
+                "messages",
+                tuple(float(sum(1 for x in c["lateness_s_sorted"] or [] if x < -0.25)) for c in samples),
+            ),
+        ]
+    short, long = (medians[h] for h in sorted(medians))
+    c_park, c_hop = fit_park_costs(short, long)
+    send = statistics.median(m["first_send"] for m in medians.values())
+    rows += [
+        Row(
+            NAME,
+            "parked_billed_requests_per_message_per_park",
+            "requests",
+            (c_park,),
+            notes="fitted from the two parked delays (medians), empty receives left out",
+        ),
+        Row(
+            NAME,
+            "parked_billed_requests_per_message_per_hop",
+            "requests",
+            (c_hop,),
+            notes="the hops around parks: the first and post-park requeues and the forward",
+        ),
+    ]
+    for label, seconds in DELAYS.items():
+        schedule = sqs_park_schedule(seconds, REAL_POLICY)
+        total = schedule.parks * c_park + schedule.hops * c_hop
+        rows.append(
+            Row(
+                NAME,
+                f"parked_real_scale_billed_requests_per_message_per_hop_{label}",
+                "requests",
+                (total / (seconds / REAL_POLICY.fifo_queue_delay),),
+                "packed hopping",
+                None,
+                f"{schedule.parks} parks of ≤ 12 h and {schedule.hops} hops (planning.sqs_park_schedule)",
+            )
+        )
+    return rows, (c_park, c_hop, send)
+
+
+def parked_delivery_rows(delivery: dict[str, Any]) -> list[Row]:
+    """Lateness with parking, on small queues (moto answers in O(queue depth): 500 messages due at once on one
+    destination take it seconds to hand out, which the cost runs above would add to every message's lateness)."""
+    late = delivery["lateness_s_sorted"] or [0.0]
+    note = (
+        f"parked, {delivery['messages']} messages over {delivery['endpoints']} endpoints, due "
+        f"{delivery['planned_hops'] + 1} s (hop {PARK_HOP} s, parks ≤ {PARK_MAX} s), end to end"
+    )
+    return [
+        Row(
+            NAME, "parked_delivery_lost", "messages", (float(delivery["messages"] - delivery["delivered"]),), notes=note
+        ),
+        Row(NAME, "parked_delivery_duplicates", "messages", (float(delivery["duplicates"]),)),
+        Row(NAME, "parked_delivery_early", "messages", (float(sum(1 for x in late if x < -0.25)),)),
+        Row(
+            NAME,
+            "parked_delivery_parks_per_message",
+            "parks",
+            (delivery["outcomes"].get("parked", 0) / delivery["messages"],),
+        ),
+        Row(NAME, "parked_delivery_lateness_p50", "s", (late[len(late) // 2],)),
+        Row(NAME, "parked_delivery_lateness_p99", "s", (late[min(len(late) - 1, int(len(late) * 0.99))],)),
+        Row(NAME, "parked_delivery_lateness_max", "s", (late[-1],)),
+    ]
+
+
 def rows_from(
-    runs: dict[str, list[dict[str, Any]]], delivery: dict[str, Any], long: list[dict[str, Any]] | None = None
+    runs: dict[str, list[dict[str, Any]]],
+    delivery: dict[str, Any],
+    long: list[dict[str, Any]] | None = None,
+    parked: dict[int, list[dict[str, Any]]] | None = None,
+    parked_delivery: dict[str, Any] | None = None,
 ) -> list[Row]:
-    """Benchmark rows: per-hop requests per configuration (median, min, max of the runs), costs, delivery check."""
+    """Benchmark rows: per-hop requests per configuration (median, min, max of the runs), costs, delivery checks."""
+    extra = parked_delivery_rows(parked_delivery) if parked_delivery else []
+    if not runs["packed"]:
+        rows, fitted = parked_rows(parked) if parked else ([], None)
+        return rows + (cost_rows({}, fitted) if fitted else []) + extra
     first = runs["packed"][0]
     note = (
         f"{first['messages']:,} messages of {BODY_BYTES} B × {first['planned_hops']} hops, "
@@ -188,7 +396,11 @@ def rows_from(
             ),
         ]
         figures["packed"] = (statistics.median(l_bill), _median(long, first_send, billed=True))
-    rows += cost_rows(figures)
+    fitted = None
+    if parked:
+        more, fitted = parked_rows(parked)
+        rows += more
+    rows += cost_rows(figures, fitted)
     late = delivery["lateness_s_sorted"] or [0.0]
     note = f"packed, {delivery['messages']} messages, {delivery['planned_hops']} planned hops, end to end"
     rows += [
@@ -200,19 +412,51 @@ def rows_from(
         Row(NAME, "packed_delivery_lateness_p50", "s", (late[len(late) // 2],)),
         Row(NAME, "packed_delivery_lateness_p99", "s", (late[min(len(late) - 1, int(len(late) * 0.99))],)),
     ]
-    return rows
+    return rows + extra
 
 
-def run(smoke: bool = False, *, runs: int = 5, messages: int = 500, endpoints: int = 10, hops: int = 10) -> list[Row]:
-    """The benchmark-runner entry point: the three configurations round by round, long packed runs, delivery."""
+def run(
+    smoke: bool = False,
+    *,
+    runs: int = 5,
+    messages: int = 500,
+    endpoints: int = 10,
+    hops: int = 10,
+    only: str | None = None,
+) -> list[Row]:
+    """The benchmark-runner entry point: the configurations round by round, long packed runs, parked, delivery."""
+    park_delays = PARK_DELAYS
     if smoke:
         runs, messages, endpoints, hops, deliver_messages, deliver_endpoints = 1, 40, 2, 3, 20, 2
+        park_delays = (8, 20)
     else:
         runs, deliver_messages, deliver_endpoints = max(5, runs), 200, 4
+    hopping = only != "parked"
     samples: dict[str, list[dict[str, Any]]] = {config: [] for config in CONFIGS}
     long: list[dict[str, Any]] = []
+    parked: dict[int, list[dict[str, Any]]] = {d: [] for d in park_delays}
+    delivery: dict[str, Any] = {}
+    parked_delivery: dict[str, Any] = {}
     with _moto() as endpoint:
         for _ in range(runs):
+            for delay in park_delays:
+                parked[delay].append(
+                    measure(
+                        messages,
+                        PARK_ENDPOINTS if not smoke else endpoints,
+                        delay,
+                        PARK_HOP,
+                        endpoint,
+                        deliver=True,
+                        pack_bytes=DEFAULT_PACK_BYTES,
+                        body_bytes=BODY_BYTES,
+                        sender_pack_bytes=DEFAULT_PACK_BYTES,
+                        max_park_seconds=PARK_MAX,
+                        visibility_timeout=PARK_VISIBILITY,
+                    )
+                )
+            if not hopping:
+                continue
             for config, (sender_pack, handler_pack) in CONFIGS.items():
                 samples[config].append(
                     measure(
@@ -241,19 +485,39 @@ def run(smoke: bool = False, *, runs: int = 5, messages: int = 500, endpoints: i
                         sender_pack_bytes=DEFAULT_PACK_BYTES,
                     )
                 )
-        delivery = measure(
+        parked_delivery = measure(
             deliver_messages,
             deliver_endpoints,
-            3,
-            2,
+            park_delays[0],
+            PARK_HOP,
             endpoint,
             deliver=True,
             pack_bytes=DEFAULT_PACK_BYTES,
             body_bytes=BODY_BYTES,
             sender_pack_bytes=DEFAULT_PACK_BYTES,
+            max_park_seconds=PARK_MAX,
+            visibility_timeout=PARK_VISIBILITY,
         )
-    run.last_counts = {**samples, "packed_long": long, "delivery": delivery}  # type: ignore[attr-defined]
-    return rows_from(samples, delivery, long or None)
+        if hopping:
+            delivery = measure(
+                deliver_messages,
+                deliver_endpoints,
+                3,
+                2,
+                endpoint,
+                deliver=True,
+                pack_bytes=DEFAULT_PACK_BYTES,
+                body_bytes=BODY_BYTES,
+                sender_pack_bytes=DEFAULT_PACK_BYTES,
+            )
+    run.last_counts = {  # type: ignore[attr-defined]
+        **samples,
+        "packed_long": long,
+        "delivery": delivery,
+        "parked": {str(d): c for d, c in parked.items()},
+        "parked_delivery": parked_delivery,
+    }
+    return rows_from(samples, delivery, long or None, parked, parked_delivery)
 
 
 def main() -> None:
@@ -266,11 +530,13 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=500)
     parser.add_argument("--endpoints", type=int, default=10)
     parser.add_argument("--hops", type=int, default=10)
+    parser.add_argument("--only", choices=["parked"], help="run only the parked configuration")
     a = parser.parse_args()
-    rows = run(a.smoke, runs=a.runs, messages=a.messages, endpoints=a.endpoints, hops=a.hops)
+    rows = run(a.smoke, runs=a.runs, messages=a.messages, endpoints=a.endpoints, hops=a.hops, only=a.only)
     print_table(rows, "SQS requests per message per hop, packed vs unpacked (moto server, counted)")
     counts = run.last_counts  # type: ignore[attr-defined]
-    print(write_json(NAME + ("-smoke" if a.smoke else ""), rows, {"counts": counts}))
+    suffix = ("-smoke" if a.smoke else "") + ("-parked" if a.only else "")
+    print(write_json(NAME + suffix, rows, {"counts": counts}))
 
 
 if __name__ == "__main__":
