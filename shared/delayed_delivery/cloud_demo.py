@@ -376,6 +376,7 @@ class _AwsSide:
             aws_secret_access_key=_EMULATOR_KEY,
         )
         self.record_requests: Counter[str] = Counter()
+        self.parks = Counter[str]()  # "records" and "messages" the handler parked (an envelope parks many)
         self.dynamodb.meta.events.register(
             "before-send.dynamodb.*", lambda **kw: self.record_requests.update([kw["event_name"].rsplit(".", 1)[-1]])
         )
@@ -417,7 +418,7 @@ class _AwsSide:
         sink: Callable[[], Any] = (lambda: sys.stderr) if self.verbose else io.StringIO
         with contextlib.redirect_stdout(sink()):
             handler = _requeue_module().build_handler(
-                os.environ, sqs_client=self.lambda_client, dynamodb_client=self.dynamodb
+                os.environ, sqs_client=self.lambda_client, dynamodb_client=self.dynamodb, on_results=self._count_parks
             )
         lock = threading.Lock()
 
@@ -432,6 +433,11 @@ class _AwsSide:
             )
         self.urls = {q: self.admin.get_queue_url(QueueName=q)["QueueUrl"] for q in (*DESTINATIONS, ERROR_QUEUE)}
         self.delay_urls = {q: self.admin.get_queue_url(QueueName=f"{q}-delay.fifo")["QueueUrl"] for q in DESTINATIONS}
+
+    def _count_parks(self, results: list[Any]) -> None:
+        """Count what the handler parked (the results of one invocation; called inside the one-at-a-time lock)."""
+        parked = [r for r in results if str(r.outcome) == "parked"]
+        self.parks.update(records=len(parked), messages=sum(len(r.inner) or 1 for r in parked))
 
     def start(self) -> None:
         for poller in self.pollers:
@@ -520,7 +526,8 @@ class _AwsSide:
     def finish(self) -> dict[str, float]:
         """Stop, then the request counts."""
         self.close()
-        hops = sum(p.stats.records for p in self.pollers) - len(self.tracker.poison)
+        # a parked record comes back later: it was handled, but it made no hop
+        hops = sum(p.stats.records for p in self.pollers) - len(self.tracker.poison) - self.parks["records"]
         sent = self.sends.total
         polls = self.polls.snapshot()
         empty = self.polls.empty_receives
@@ -536,6 +543,7 @@ class _AwsSide:
             "empty_receives": empty,
             "cancellation_queries": self.record_requests.get("Query", 0),
             "cancellation_deletes": self.record_requests.get("DeleteItem", 0),
+            "parks": self.parks["messages"],
         }
 
 
@@ -670,7 +678,7 @@ class _AzureSide:
         client = self.collector.get_queue_client(queue)
         while not self.stop.is_set():
             try:
-                batch = list(client.receive_messages(max_messages=32, visibility_timeout=300))
+                batch = list(client.receive_messages(messages_per_page=32, max_messages=32, visibility_timeout=300))
             except Exception:
                 batch = []
             now = time.time()

@@ -43,7 +43,7 @@ def drain(queues: QueueServiceClient, name: str) -> list[Envelope]:
     client = queues.get_queue_client(name)
     out: list[Envelope] = []
     while True:
-        batch = list(client.receive_messages(max_messages=32, visibility_timeout=300))
+        batch = list(client.receive_messages(messages_per_page=32, max_messages=32, visibility_timeout=300))
         if not batch:
             return out
         out.extend(decode_envelope(m.content) for m in batch)

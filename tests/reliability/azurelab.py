@@ -169,7 +169,7 @@ def lease_kill_soak(
             probe.close()
     client = queues.get_queue_client(dest)
     ids: Counter[str] = Counter()
-    while batch := list(client.receive_messages(max_messages=32, visibility_timeout=300)):
+    while batch := list(client.receive_messages(messages_per_page=32, max_messages=32, visibility_timeout=300)):
         ids.update(decode_envelope(m.content).message_id for m in batch)
     expected = {f"a-{i:06d}" for i in range(count)}
     return LeaseSoakResult(
@@ -336,7 +336,7 @@ def lease_fault_soak(
             probe.close()
     client = queues.get_queue_client(dest)
     ids: Counter[str] = Counter()
-    while batch := list(client.receive_messages(max_messages=32, visibility_timeout=300)):
+    while batch := list(client.receive_messages(messages_per_page=32, max_messages=32, visibility_timeout=300)):
         ids.update(decode_envelope(m.content).message_id for m in batch)
     expected = {f"f-{i:06d}" for i in range(total)}
     result.delivered = len(set(ids) & expected)

@@ -349,7 +349,7 @@ def azure_outage(messages: int = 100, outages: int = 1, down: float = 12.0, spre
         thread.join(15)
         client = queues.get_queue_client(dest)
         arrived: Counter[str] = Counter()
-        while got := list(client.receive_messages(max_messages=32, visibility_timeout=300)):
+        while got := list(client.receive_messages(messages_per_page=32, max_messages=32, visibility_timeout=300)):
             arrived.update(decode_envelope(m.content).message_id for m in got)
     finally:
         stop.set()

@@ -629,7 +629,7 @@ def _azure_messages(target: AzureTarget, queue: str, *, expect: int, wait: float
     out: list[tuple[Any, float]] = []
     deadline = time.monotonic() + wait
     while True:
-        batch = list(client.receive_messages(max_messages=32, visibility_timeout=300))
+        batch = list(client.receive_messages(messages_per_page=32, max_messages=32, visibility_timeout=300))
         out.extend((decode_azure(m.content), time.time()) for m in batch)
         if (len(out) >= expect and not batch) or time.monotonic() >= deadline:
             return out
