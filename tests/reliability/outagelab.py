@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import tempfile
 import threading
@@ -562,6 +563,9 @@ def main() -> None:
     p.add_argument("--messages", type=int, default=500)
     p.add_argument("--down", type=float, default=5.0)
     p.add_argument("--only", choices=["postgres", "azure", "sqs-transport", "sqs-requeue"], action="append")
+    # the handler's per-message INFO lines would bury the JSON result on stdout (Powertools reads the process env)
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     a = p.parse_args()
     only = set(a.only or ["postgres", "azure", "sqs-transport", "sqs-requeue"])
     results: list[OutageResult] = []
