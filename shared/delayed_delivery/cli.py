@@ -21,6 +21,7 @@ from .cost import (
     SCHEDULER_PRICE_PER_INVOCATION,
     STANDARD_PRICE_PER_REQUEST,
     estimate_sqs_cost,
+    estimate_sqs_parked_cost,
     fifo_cycle_cost,
 )
 from .demo import DemoProgress, run_core_demo
@@ -70,6 +71,11 @@ RECORDED_SQS_REQUESTS_PER_HOP = 0.333
 #: Billed requests per message per hop with envelope packing (64 KiB envelopes, 1 KiB messages, steady stream),
 #: 40 hops, counted by ``python -m benchmarks.sqs_packing`` (benchmarks/aws.md); larger messages pack fewer.
 RECORDED_SQS_PACKED_REQUESTS_PER_HOP = 0.070
+#: With visibility parking (default): billed requests per message per 12 h park, and per hop around the parks (the
+#: first and post-park requeues, the forward), fitted from two parked delays by ``python -m benchmarks.sqs_packing``
+#: (1 KiB messages, 64 KiB envelopes, empty receives left out; benchmarks/aws.md).
+RECORDED_SQS_PARK_REQUESTS = 0.019
+RECORDED_SQS_PARKED_HOP_REQUESTS = 0.0945
 _PACKED_MEASURED_SIZE = 1024
 _CHUNK = 64 * 1024
 _SQS_MAX_BYTES = 1_048_576
@@ -96,6 +102,22 @@ def _measured_packed_requests_per_hop() -> tuple[float, str]:
         return float(row["median"]), "benchmarks/results/sqs_packing.json"
     except (OSError, ValueError, KeyError, StopIteration, TypeError):
         return RECORDED_SQS_PACKED_REQUESTS_PER_HOP, "recorded by python -m benchmarks.sqs_packing"
+
+
+def _measured_park_requests() -> tuple[float, float, str]:
+    """Billed requests per message per park and per hop with parking: the benchmark's JSON, else the recorded ones."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "sqs_packing.json"
+    try:
+        rows = {r["metric"]: r for r in json.loads(path.read_text())["rows"]}
+        park = float(rows["parked_billed_requests_per_message_per_park"]["median"])
+        hop = float(rows["parked_billed_requests_per_message_per_hop"]["median"])
+        return park, hop, "benchmarks/results/sqs_packing.json"
+    except (OSError, ValueError, KeyError, TypeError):
+        return (
+            RECORDED_SQS_PARK_REQUESTS,
+            RECORDED_SQS_PARKED_HOP_REQUESTS,
+            "recorded by python -m benchmarks.sqs_packing",
+        )
 
 
 @app.command()
@@ -127,6 +149,10 @@ def cost(
     scheduler_ok = size <= _SCHEDULER_MAX_BYTES
     packed_per_hop, packed_source = _measured_packed_requests_per_hop()
     packed = estimate_sqs_cost(seconds, requests_per_hop=packed_per_hop) if size <= _PACKED_MEASURED_SIZE else None
+    park_requests, parked_hop_requests, parked_source = _measured_park_requests()
+    parked = (
+        estimate_sqs_parked_cost(seconds, park_requests, parked_hop_requests) if size <= _PACKED_MEASURED_SIZE else None
+    )
     scheduler = (SCHEDULER_PRICE_PER_INVOCATION + STANDARD_PRICE_PER_REQUEST) * chunks if scheduler_ok else None
     rows = {
         "delay_seconds": seconds,
@@ -145,6 +171,12 @@ def cost(
         "our_packed_requests_per_hop": packed_per_hop if packed is not None else None,
         "our_packed_requests_per_hop_source": packed_source,
         "our_packed_usd_total": None if packed is None else packed.dollars * messages,
+        "our_parked_parks": None if parked is None else parked.parks,
+        "our_parked_hops": None if parked is None else parked.hops,
+        "our_parked_requests_per_park": park_requests if parked is not None else None,
+        "our_parked_requests_per_hop": parked_hop_requests if parked is not None else None,
+        "our_parked_requests_source": parked_source,
+        "our_parked_usd_total": None if parked is None else parked.dollars * messages,
     }
     if as_json:
         console.print_json(json.dumps(rows))
@@ -168,11 +200,21 @@ def cost(
         f"${packed.dollars * messages:,.2f}" if packed is not None else "-",
     )
     table.add_row(
+        (
+            f"our plan, parked (default; 12 h parks): {parked.parks:,} parks × {park_requests:.4f} + {parked.hops:,} "
+            f"hops × {parked_hop_requests:.3f} measured, for 1 KiB messages"
+        )
+        if parked is not None
+        else "our plan, parked (default; 12 h parks)",
+        f"{parked.requests:,.2f}" if parked is not None else f"n/a (measured for ≤ {_PACKED_MEASURED_SIZE:,} bytes)",
+        f"${parked.dollars * messages:,.2f}" if parked is not None else "-",
+    )
+    table.add_row(
         "EventBridge Scheduler ($1.00/M) + SQS send ($0.40/M)",
         "1 invocation + 1 send" if scheduler_ok else "n/a (payload > 256 KB)",
         f"${scheduler * messages:,.2f}" if scheduler is not None else "-",
     )
-    table.caption = f"measured requests per hop: {source}; packed: {packed_source}"
+    table.caption = f"measured requests per hop: {source}; packed: {packed_source}; parked: {parked_source}"
     console.print(table)
 
 
@@ -324,6 +366,12 @@ def _cloud_summary_table(result: CloudDemoResult) -> Table:
             f"{aws['hops']:.0f} ({aws['hops_per_long_message']:.1f})",
             *([""] * (len(names) - 1)),
         )
+        if aws.get("parks"):
+            t.add_row(
+                "SQS parks (hidden on -delay.fifo instead of hopping)",
+                f"{aws['parks']:.0f}",
+                *([""] * (len(names) - 1)),
+            )
         t.add_row(
             "SQS requests per message (+ empty receives)",
             f"{aws['requests_per_message']:.2f} (+{aws['empty_receives']:.0f})",

@@ -5,14 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .durations import Delay, to_seconds
-from .planning import SqsRoute, plan_sqs_delay
+from .planning import SqsParkPolicy, SqsRoute, plan_sqs_delay, sqs_park_schedule
 
 __all__ = [
     "FIFO_PRICE_PER_REQUEST",
     "SCHEDULER_PRICE_PER_INVOCATION",
     "STANDARD_PRICE_PER_REQUEST",
     "SqsCostEstimate",
+    "SqsParkedCostEstimate",
     "estimate_sqs_cost",
+    "estimate_sqs_parked_cost",
     "fifo_cycle_cost",
 ]
 
@@ -56,3 +58,32 @@ def estimate_sqs_cost(
     requests = fifo_requests + 1  # the final send to the destination (standard queue)
     dollars = fifo_requests * FIFO_PRICE_PER_REQUEST + STANDARD_PRICE_PER_REQUEST
     return SqsCostEstimate(plan.delay_seconds, plan.route, plan.fifo_cycles, requests, dollars)
+
+
+@dataclass(frozen=True, slots=True)
+class SqsParkedCostEstimate:
+    """Requests and dollars for one message with visibility parking: its parks and the few hops around them."""
+
+    delay_seconds: int
+    parks: int
+    hops: int
+    requests: float
+    dollars: float
+
+
+def estimate_sqs_parked_cost(
+    delay_seconds: Delay,
+    requests_per_park: float,
+    requests_per_hop: float,
+    *,
+    policy: SqsParkPolicy | None = None,
+) -> SqsParkedCostEstimate:
+    """Cost of one message with parking: parks × ``requests_per_park`` + hops × ``requests_per_hop`` + final send.
+
+    The parks and hops are those of ``sqs_park_schedule`` under ``policy`` (default: 900 s hops, 12 h parks, 14 days
+    of retention); a delay too short to park is priced as hops alone, like ``estimate_sqs_cost``.
+    """
+    schedule = sqs_park_schedule(delay_seconds, policy)
+    fifo_requests = schedule.parks * requests_per_park + schedule.hops * requests_per_hop
+    dollars = fifo_requests * FIFO_PRICE_PER_REQUEST + STANDARD_PRICE_PER_REQUEST
+    return SqsParkedCostEstimate(schedule.delay_seconds, schedule.parks, schedule.hops, fifo_requests + 1, dollars)

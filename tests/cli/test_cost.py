@@ -37,3 +37,15 @@ def test_table_names_the_source_of_the_measured_figure() -> None:
 )
 def test_bad_input(args: list[str], needle: str) -> None:
     one_line_error(run("cost", *args), needle)
+
+
+def test_parked_row_prices_the_parks_and_the_few_hops_of_a_long_delay() -> None:
+    data = ok_json("cost", "--delay", "30d", "--size", "1024", "--messages", "1000000")
+    assert (data["our_parked_parks"], data["our_parked_hops"]) == (61, 7)  # planning.sqs_park_schedule
+    assert 0 < data["our_parked_requests_per_park"] < data["our_parked_requests_per_hop"] < 1
+    assert data["our_parked_usd_total"] < data["our_packed_usd_total"] / 10
+    assert data["our_parked_requests_source"]
+    # no measurement for larger messages: no parked row, as for the packed one
+    assert ok_json("cost", "--delay", "30d", "--size", "2048")["our_parked_usd_total"] is None
+    result = run("cost", "--delay", "1d")
+    assert result.exit_code == 0 and "parked" in result.stdout
