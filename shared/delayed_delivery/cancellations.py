@@ -4,14 +4,16 @@ A message on the hop cycle has no row anyone could delete or move: it *is* the F
 operator writes a small record (``Cancellation``) keyed by endpoint and message id; the requeue function reads
 the endpoint's live records once per ``max_age`` seconds (``CancellationCache``), checks every message of a
 batch in memory, drops cancelled ones, re-plans rescheduled ones, and deletes the records it applied. Every
-message in the cycle passes a hop each ``fifo_queue_delay`` seconds, so a record is applied within one hop and
-the set of live records stays small: the lookup cost does not grow with the number of pending messages.
+message in the cycle passes a hop each ``fifo_queue_delay`` seconds, or comes back from a park (SQS visibility
+parking, at most ``max_park_seconds``, 12 h), so a record is applied within one hop or park and the set of live
+records stays small: the lookup cost does not grow with the number of pending messages.
 
 Limits: a message whose remaining delay already fits the native cap has left the cycle (it waits out its final
 ``DelaySeconds`` on the destination, where it cannot be recalled), so a cancel must arrive more than
 ``max_native_delay + max_age`` seconds before the due time to be certain; ``cancel_request`` refuses one that is
-known to be too late. A rescheduled message moves at its next hop, so a new due time sooner than that is met
-late by up to one hop. A lookup that fails is skipped (a late cancel beats a lost message).
+known to be too late. A rescheduled message moves at its next hop or park return, so a new due time sooner than
+that is met late by up to one hop, or up to one park (12 h) if it is parked. A lookup that fails is skipped (a
+late cancel beats a lost message).
 
 Standard library only; the DynamoDB adapter is ``delayed_delivery.aws.cancellations``.
 """
@@ -42,8 +44,8 @@ __all__ = [
     "reschedule_request",
 ]
 
-#: How long a record lives if nothing applies it: the FIFO queue's 4-day retention (no message waits longer
-#: for a hop than that) plus a day. Applied records are deleted at once.
+#: How long a record lives if nothing applies it: 5 days (a message passes the function at least every 12 h, the
+#: longest park; the rest is room for an outage). Applied records are deleted at once.
 RECORD_TTL = timedelta(days=5)
 #: After a failed lookup, how long the cache waits before asking the store again (at most ``max_age``).
 FAILURE_BACKOFF_S = 5.0
