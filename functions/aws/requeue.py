@@ -166,6 +166,9 @@ def _observe(logger: Logger, metrics: Metrics, result: RecordResult) -> None:
         metrics.add_metric(name="Cancelled", unit=MetricUnit.Count, value=1)
         logger.info("cancelled: dropped from the hop cycle", extra=fields)
     elif result.outcome is HopOutcome.REQUEUED:
+        if result.reason:  # SQS refused to park it (e.g. no sqs:ChangeMessageVisibility): it hopped
+            metrics.add_metric(name="ParkRefusals", unit=MetricUnit.Count, value=1)
+            logger.warning("parking refused by SQS; hopped instead", extra={**fields, lf.REASON: result.reason})
         metrics.add_metric(name="Requeued", unit=MetricUnit.Count, value=1)
         metrics.add_metric(name="Hops", unit=MetricUnit.Count, value=1)
         logger.info("requeued to the delay queue", extra=fields)

@@ -233,6 +233,7 @@ class DelayedDeliveryEndpoint(Construct):
                     custom("Parked"),
                     custom("ErrorQueueForwards"),
                     custom("HopFailures"),
+                    custom("ParkRefusals"),
                 ],
                 right=[custom("Cancelled"), custom("Rescheduled"), custom("CancellationLookupFailures")],
                 width=8,

@@ -233,6 +233,50 @@ def test_a_lost_visibility_change_fails_the_record_which_comes_back_as_a_plain_r
     assert result.outcome is HopOutcome.PARKED
 
 
+@pytest.mark.parametrize("refusal", ["stale receipt handle", "no permission"])
+def test_a_visibility_change_sqs_refuses_did_not_happen_so_the_record_hops_at_once(
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    settings: DelayedDeliverySettings,
+    refusal: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from botocore.exceptions import ClientError
+
+    sender.send_delayed("orders", "refused", 30, message_id="p7")
+    [record] = _receive(sqs, endpoint)
+    event_record = dict(record)
+
+    def deny(**_: Any) -> None:
+        error = {
+            "Error": {"Code": "AccessDenied", "Message": "not allowed"},
+            "ResponseMetadata": {"HTTPStatusCode": 403},
+        }
+        raise ClientError(error, "ChangeMessageVisibilityBatch")  # type: ignore[arg-type]
+
+    if refusal == "stale receipt handle":
+        event_record["receiptHandle"] = "no-longer-valid"  # SQS fails the entry as the sender's fault
+    else:
+        sqs.meta.events.register("before-call.sqs.ChangeMessageVisibilityBatch", deny)
+    env = {**handler_env(settings), "POWERTOOLS_SERVICE_NAME": f"parking-{time.time_ns()}"}
+    results: list[RecordResult] = []
+    handler = build_handler(env, sqs_client=sqs, on_results=results.extend)
+    capsys.readouterr()
+    response = handler({"Records": [event_record]}, LocalLambdaContext())
+    sqs.meta.events.unregister("before-call.sqs.ChangeMessageVisibilityBatch", deny)
+    # the change certainly did not happen: the record hops as without parking, and is not reported failed
+    assert response == {"batchItemFailures": []}
+    [result] = results
+    assert result.outcome is HopOutcome.REQUEUED and result.reason is not None
+    assert result.reason.startswith("hopped instead of parking")
+    out = capsys.readouterr().out
+    assert '"ParkRefusals"' in out and "parking refused by SQS" in out
+    _delete(sqs, endpoint, [record])
+    [copy] = _receive(sqs, endpoint, timeout=5)
+    assert copy["attributes"]["MessageDeduplicationId"] == "p7:1"
+
+
 # -- case 3: a lost delete after the post-park requeue is deduplicated -------------------------------------------
 
 

@@ -41,17 +41,19 @@ is not re-sent every hop. ``ChangeMessageVisibilityBatch`` hides it on its own `
 of up to ``max_park_seconds`` and it is reported ``PARKED`` (a batch item failure for the event source, which
 therefore does not delete it); SQS makes it visible again by itself. A park costs its share of one receive and
 one visibility change, instead of ``park / fifo_queue_delay`` hops. The park length (whole seconds,
-``planning.sqs_park_ms``):
-the time to the due time minus one hop and a margin (half the native cap), split evenly over as few parks as
-``max_park_seconds`` allows, so the last park comes back with about one hop and the margin left. It is cut so
+``planning.sqs_park_ms``): the time to the due time minus one hop and a margin (half the native cap), split
+evenly over as few parks as ``max_park_seconds`` allows, so the last park comes back with about one hop and the
+margin left. It is cut so
 that the message's age plus the park, one hop and the margin stay ``retention_headroom`` (the seed's 4 days,
 so an outage of that long still loses nothing) inside the queue's ``MessageRetentionPeriod``; no park at all
 when that leaves less than ``MIN_PARK_HOPS`` hops or twice the return threshold below. New parks also stop
-while the queue holds more than ``settings.park_max_in_flight`` messages in flight (read at most once a minute;
-FIFO queues stall at 120,000 in flight). When the visibility change fails, the record is ``FAILED`` instead:
-it comes back after the queue's visibility timeout as a plain redelivery. Nothing is deleted that was neither
-re-sent nor forwarded. Several plain records that would park on a first receive are packed into an envelope
-instead (one send for many; the envelope parks on its next receive).
+while the queue holds ``settings.park_max_in_flight`` messages or more in flight (read at most once a minute;
+FIFO queues stall at 120,000 in flight). When SQS refuses the visibility change (so it certainly did not
+happen: an invalid receipt handle, a missing permission), the record hops instead, as it would without parking.
+When the outcome is unknown (network error, throttling, server error), the record is ``FAILED`` instead: it comes
+back after the queue's visibility timeout as a plain redelivery (or after its park, if the change did happen), never
+copied. Nothing is deleted that was neither re-sent nor forwarded. Several plain records that would park on a
+first receive are packed into an envelope instead (one send for many; the envelope parks on its next receive).
 
 The clock rules with parking, case by case (``V`` = the queue's visibility timeout, ``T`` = ``V`` + one hop; a
 record is *park-eligible* when its broker timestamps alone, as on a first receive, allow a park; every park is
@@ -68,13 +70,14 @@ at least ``2 T`` long):
 3. **Park return** (receive count > 1, park-eligible, ``T`` or more since the first receive): the record was
    parked (or an outage held it longer than ``T``). ``ApproximateFirstReceiveTimestamp`` is from before the
    park, so the broker-only rule would see no time pass and park it again forever. Elapsed time comes from the
-   broker's clock instead (``BrokerClock``: the ``Date`` headers of SQS's responses, never ahead of the broker;
-   the local clock when no response was seen in the last 15 minutes). Still far to go → park again (the
-   in-flight cap is not asked: a re-park adds nothing in flight). Otherwise → **requeue**, never forward, with the
-   remaining delay and ``<id>:<hop+1>``: the next receive is then a first receive with exact broker times, and
-   the last park left about one hop plus the margin, so this costs a hop, not lateness. If that requeue's delete
-   is lost, the redelivery is again a park return with less time left, so it decides requeue again (park or
-   requeue only ever moves from park to requeue as time passes), with the same id: FIFO drops the copy.
+   broker's clock instead (``BrokerClock``: the ``Date`` headers of SQS's responses and the first-receive stamps
+   of the batch, never ahead of the broker; the local clock when it has no reading from the last 15 minutes).
+   Still far to go → park again (the in-flight cap is not asked: a re-park adds nothing in flight). Otherwise →
+   **requeue**, never forward, with the remaining delay and ``<id>:<hop+1>``: the next receive is then a first
+   receive with exact broker times, and the last park left about one hop plus the margin, so this costs a hop,
+   not lateness. If that requeue's delete is lost, the redelivery is again a park return with less time left,
+   so it decides requeue again (park or requeue only ever moves from park to requeue as time passes), with the
+   same id: FIFO drops the copy.
 
 A parked record is always a park return when it comes back (``T`` since the first receive, by a clock that
 lags the broker by under a second), and a redelivery within ``T`` is always plain. A rescheduled message on a
@@ -234,6 +237,7 @@ class _Work:
     receipt_handle: str = ""
     park_return: bool = False
     park_s: int = 0
+    park_failure: str | None = None
 
 
 class FifoRequeuer:
@@ -283,7 +287,8 @@ class FifoRequeuer:
         items = [item for w in work for item in (w.children if w.children is not None else [w])]
         if self.cancellations is not None:
             self._check_cancellations(self.cancellations, items, now_ms)
-        parked = self._plan_parks(work) if parking else []
+        if parking:
+            self._park(self._plan_parks(work))
         requeue: dict[str, list[_Work]] = {}
         forward: dict[str, list[_Work]] = {}
         for w in items:
@@ -298,14 +303,10 @@ class FifoRequeuer:
             self._send(queue, group, HopOutcome.REQUEUED)
         for queue, group in forward.items():
             self._send(queue, group, HopOutcome.FORWARDED)
-        if parked:
-            self._park(parked)
         poison = [w for w in items if w.result is None and w.reason is not None]
         if poison:
             self._to_error_queue(poison)
-        for w in items:
-            if w.applied is not None and w.result is not None:
-                w.result = replace(w.result, cancellation=w.applied)
+        _annotate(items)
         for w in work:
             if w.children is not None:
                 w.result = _unpacked(w)
@@ -471,7 +472,14 @@ class FifoRequeuer:
         return value
 
     def _park(self, parked: list[_Work]) -> None:
-        """Hide each parked record for its park (``ChangeMessageVisibilityBatch``); a failed change is ``FAILED``."""
+        """Hide each parked record for its park (``ChangeMessageVisibilityBatch``).
+
+        A change SQS refused (an entry it failed as the sender's fault, or a request it rejected: a receipt handle
+        that is no longer valid, a missing permission) certainly did not happen: the record hops instead, as it
+        would have without parking. A change whose outcome is unknown (a network error, throttling, a server
+        error) may have happened: the record is ``FAILED`` and comes back, after its visibility timeout or its
+        park, without having been copied.
+        """
         by_queue: dict[str, list[_Work]] = {}
         for w in parked:
             by_queue.setdefault(w.source.delay_queue, []).append(w)
@@ -479,12 +487,10 @@ class FifoRequeuer:
             info = self._source_info(group[0].source)
             for start in range(0, len(group), MAX_BATCH_ENTRIES):
                 chunk = group[start : start + MAX_BATCH_ENTRIES]
-                errors: dict[str, DelayedDeliveryError] = {}
+                refused: dict[str, str] = {}
+                unknown: dict[str, DelayedDeliveryError] = {}
                 if info is None:
-                    errors = {
-                        str(i): TransientError(f"parking in {queue!r}: the queue cannot be read")
-                        for i in range(len(chunk))
-                    }
+                    refused = {str(i): f"parking in {queue!r}: the queue cannot be read" for i in range(len(chunk))}
                 else:
                     entries: list[ChangeMessageVisibilityBatchRequestEntryTypeDef] = [
                         {"Id": str(i), "ReceiptHandle": w.receipt_handle, "VisibilityTimeout": w.park_s}
@@ -492,19 +498,27 @@ class FifoRequeuer:
                     ]
                     try:
                         reply = self.client.change_message_visibility_batch(QueueUrl=info.url, Entries=entries)
-                    except (ClientError, BotoCoreError) as exc:  # the record comes back after its visibility timeout
+                    except (ClientError, BotoCoreError) as exc:
                         problem = translate_error(exc, f"parking in {queue!r}")
-                        errors = {e["Id"]: problem for e in entries}
+                        if isinstance(problem, PermanentError):
+                            refused = {e["Id"]: str(problem) for e in entries}
+                        else:
+                            unknown = {e["Id"]: problem for e in entries}
                     else:
                         for failed in reply.get("Failed", []):
-                            errors[failed["Id"]] = TransientError(
-                                f"parking in {queue!r}: {failed.get('Code', '')}: {failed.get('Message', '')}"
-                            )
+                            text = f"parking in {queue!r}: {failed.get('Code', '')}: {failed.get('Message', '')}"
+                            if failed.get("SenderFault"):
+                                refused[failed["Id"]] = text
+                            else:
+                                unknown[failed["Id"]] = TransientError(text)
                 for i, w in enumerate(chunk):
-                    error = errors.get(str(i))
                     for item in w.children if w.children is not None else [w]:
-                        if error is not None:
+                        if str(i) in refused:  # not parked: it hops below, like any record that cannot park
                             item.park_s = 0
+                            item.park_failure = refused[str(i)]
+                        elif str(i) in unknown:
+                            item.park_s = 0
+                            error = unknown[str(i)]
                             self._fail(item, error if isinstance(error, TransientError) else TransientError(str(error)))
                         else:
                             item.result = RecordResult(
@@ -516,6 +530,8 @@ class FifoRequeuer:
                                 item.remaining,
                                 park_s=w.park_s,
                             )
+                    if str(i) in refused:
+                        w.park_s = 0
 
     def _parse(self, record: Mapping[str, Any], now_ms: int) -> _Work:
         """Read one record; problems with the message itself become a poison reason, not an exception."""
@@ -763,6 +779,15 @@ class FifoRequeuer:
         w.result = RecordResult(
             w.record_id, w.message_id, HopOutcome.FAILED, w.hop, w.source.destination, w.remaining, str(error), error
         )
+
+
+def _annotate(items: list[_Work]) -> None:
+    """Add the applied cancellation record, and why a park was refused, to each message's result."""
+    for w in items:
+        if w.applied is not None and w.result is not None:
+            w.result = replace(w.result, cancellation=w.applied)
+        if w.park_failure is not None and w.result is not None and w.result.reason is None:
+            w.result = replace(w.result, reason=f"hopped instead of parking: {w.park_failure}")
 
 
 def _unpacked(w: _Work) -> RecordResult:
