@@ -3,7 +3,7 @@
 Wire it to each ``<queue>-delay.fifo`` with an SQS event source (batch 10, ``ReportBatchItemFailures``);
 handler ``functions.aws.requeue.handler``. Configuration comes from the environment on the first call
 (nothing is read or created at import time): ``DELAYED_DELIVERY_*`` settings (``ERROR_QUEUE``,
-``MAX_NATIVE_DELAY``, ``FIFO_QUEUE_DELAY``, ``ENABLED``, ``MAX_PARK_SECONDS`` (default 43200, 0 turns parking
+``MAX_NATIVE_DELAY``, ``FIFO_QUEUE_DELAY``, ``ENABLED``, ``MAX_PARK_SECONDS`` (default and most 42600; 0 turns parking
 off), ``PARK_MAX_IN_FLIGHT``), ``DELAYED_DELIVERY_PACK_BYTES`` (envelope size,
 default 65536; 0 turns packing off), ``DELAYED_DELIVERY_CANCELLATION_TABLE`` (DynamoDB table of cancel and
 reschedule records; unset = no lookups) with ``DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS`` (default 60),

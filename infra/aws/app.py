@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
+from infra.aws.endpoint import MAX_PARK_SECONDS
 from infra.aws.stack import DEFAULT_CANCELLATION_TABLE, DelayedDeliveryStack, EndpointConfig
 
 
@@ -43,7 +44,7 @@ def build(app: cdk.App) -> DelayedDeliveryStack:
         alarm_topic_arn=_context(app, "alarmTopicArn", None),
         cancellation_table_name=str(_context(app, "cancellationTable", DEFAULT_CANCELLATION_TABLE)),
         cancellation_cache_seconds=int(_context(app, "cancellationCacheSeconds", 60)),
-        max_park_seconds=int(_context(app, "maxParkSeconds", 43_200)),
+        max_park_seconds=int(_context(app, "maxParkSeconds", MAX_PARK_SECONDS)),
         park_max_in_flight=int(_context(app, "parkMaxInFlight", 100_000)),
         description="Unrestricted SQS delayed delivery (delayed-delivery)",
     )

@@ -37,6 +37,9 @@ RETENTION = Duration.days(14)
 ERROR_RETENTION = Duration.days(14)
 #: Visible (ready, not yet received) FIFO messages that, never fewer for 5 minutes, mean the requeue falls behind.
 BACKLOG_THRESHOLD = 1000
+#: The longest park: SQS's 12-hour visibility limit counts from the receive; 10 minutes are kept for the function
+#: (equal to ``delayed_delivery.settings.MAX_PARK_SECONDS``, which a test checks; the CDK app does not import it).
+MAX_PARK_SECONDS = 43_200 - 600
 
 
 class DelayedDeliveryEndpoint(Construct):
@@ -59,15 +62,18 @@ class DelayedDeliveryEndpoint(Construct):
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
         cancellation_table: dynamodb.ITable | None = None,
         cancellation_cache_seconds: int = 60,
-        max_park_seconds: int = 43_200,
+        max_park_seconds: int = MAX_PARK_SECONDS,
         park_max_in_flight: int = 100_000,
         backlog_threshold: int = BACKLOG_THRESHOLD,
     ) -> None:
         super().__init__(scope, construct_id)
         if not 1 <= fifo_queue_delay <= 900 or not 1 <= max_native_delay <= 900:
             raise ValueError("fifo_queue_delay and max_native_delay must be 1-900 s (SQS's DelaySeconds range)")
-        if not 0 <= max_park_seconds <= 43_200:
-            raise ValueError("max_park_seconds must be 0-43200 s (SQS's longest visibility timeout; 0 = no parking)")
+        if not 0 <= max_park_seconds <= MAX_PARK_SECONDS:
+            raise ValueError(
+                f"max_park_seconds must be 0-{MAX_PARK_SECONDS} s (SQS's 12 h visibility limit counts from the "
+                "receive, less 10 minutes for the function to act; 0 = no parking)"
+            )
         if not 0 <= park_max_in_flight <= 120_000:
             raise ValueError("park_max_in_flight must be 0-120000 (a FIFO queue stops at 120,000 in flight)")
         if not 0 <= cancellation_cache_seconds <= 600:

@@ -17,7 +17,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.aws.endpoint import DelayedDeliveryEndpoint
+from infra.aws.endpoint import MAX_PARK_SECONDS, DelayedDeliveryEndpoint
 from infra.aws.packaging import prepare_function_asset
 
 __all__ = [
@@ -75,7 +75,7 @@ class DelayedDeliveryStack(Stack):
         asset_dir: Path | None = None,
         cancellation_table_name: str = DEFAULT_CANCELLATION_TABLE,
         cancellation_cache_seconds: int = 60,
-        max_park_seconds: int = 43_200,
+        max_park_seconds: int = MAX_PARK_SECONDS,
         park_max_in_flight: int = 100_000,
         **kwargs: Any,
     ) -> None:

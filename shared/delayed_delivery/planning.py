@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from .durations import Delay, to_seconds
 from .errors import DelayedDeliveryDisabledError, InvalidMessageError
+from .settings import MAX_PARK_SECONDS
 
 __all__ = [
     "MIN_PARK_HOPS",
@@ -180,7 +181,7 @@ class SqsParkPolicy:
 
     fifo_queue_delay: int = 900
     max_native_delay: int = 900
-    max_park_seconds: int = 43_200
+    max_park_seconds: int = MAX_PARK_SECONDS
     retention_seconds: int = 14 * 24 * 3600
     visibility_timeout: int = 180
     retention_headroom: int = PARK_RETENTION_HEADROOM

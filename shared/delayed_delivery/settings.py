@@ -9,7 +9,7 @@ from typing import Any
 
 from .errors import ConfigurationError
 
-__all__ = ["ENV_PREFIX", "MAX_VISIBILITY_TIMEOUT", "DelayedDeliverySettings"]
+__all__ = ["ENV_PREFIX", "MAX_PARK_SECONDS", "MAX_VISIBILITY_TIMEOUT", "DelayedDeliverySettings"]
 
 #: Environment variables are ``ENV_PREFIX`` + the upper-cased field name.
 ENV_PREFIX = "DELAYED_DELIVERY_"
@@ -33,13 +33,18 @@ _DOCS = {
     "max_native_delay": "Longest delay the queue holds natively (SQS: 900 s).",
     "fifo_queue_delay": "Queue-level delay of each -delay.fifo hop (SQS: 900 s).",
     "max_park_seconds": "Longest time the SQS requeue function hides a long-delayed -delay.fifo record with "
-    "ChangeMessageVisibility instead of hopping it (SQS allows 43,200 s; 0 turns parking off).",
+    "ChangeMessageVisibility instead of hopping it (at most 42,600 s: SQS's 12 h from the receive less 10 min; "
+    "0 turns parking off).",
     "park_max_in_flight": "The SQS requeue function parks no new records while its -delay.fifo queue has more "
     "messages in flight than this (SQS FIFO queues stop at 120,000).",
 }
 
 #: SQS's longest visibility timeout (12 hours): the longest a received message can stay hidden.
 MAX_VISIBILITY_TIMEOUT = 43_200
+#: The longest park: SQS counts the 12 hours from the receive and refuses a change beyond them, and the requeue
+#: function changes the visibility up to a function timeout after the event source received the record; 10
+#: minutes are kept free for that.
+MAX_PARK_SECONDS = MAX_VISIBILITY_TIMEOUT - 600
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +67,7 @@ class DelayedDeliverySettings:
     max_retry_backoff: float = 60.0
     max_native_delay: int = 900
     fifo_queue_delay: int = 900
-    max_park_seconds: int = MAX_VISIBILITY_TIMEOUT
+    max_park_seconds: int = MAX_PARK_SECONDS
     park_max_in_flight: int = 100_000
 
     def __post_init__(self) -> None:
@@ -80,10 +85,10 @@ class DelayedDeliverySettings:
             raise ConfigurationError("max_native_delay and fifo_queue_delay must be at least 1 second")
         if self.max_idle_sleep <= 0:
             raise ConfigurationError("max_idle_sleep must be positive")
-        if self.max_park_seconds > MAX_VISIBILITY_TIMEOUT:
+        if self.max_park_seconds > MAX_PARK_SECONDS:
             raise ConfigurationError(
-                f"max_park_seconds must be at most {MAX_VISIBILITY_TIMEOUT} (SQS's longest visibility timeout), "
-                f"got {self.max_park_seconds}"
+                f"max_park_seconds must be at most {MAX_PARK_SECONDS} (SQS's 12-hour visibility limit counts from the "
+                f"receive, and 10 minutes are kept for the function to act), got {self.max_park_seconds}"
             )
 
     def with_(self, **changes: Any) -> DelayedDeliverySettings:

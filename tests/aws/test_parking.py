@@ -435,7 +435,7 @@ def test_parking_is_on_by_default_in_the_lambda(
     results: list[RecordResult] = []
     build_handler(env, sqs_client=sqs, on_results=results.extend)({"Records": [record]}, LocalLambdaContext())
     [result] = results
-    # the default max_park_seconds (43,200 s) is cut to this short delay: one hop and the margin before it is due
+    # the default max_park_seconds (42,600 s) is cut to this short delay: one hop and the margin before it is due
     assert result.outcome is HopOutcome.PARKED and result.park_s is not None and result.park_s >= 4
 
 

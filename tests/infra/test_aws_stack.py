@@ -117,7 +117,7 @@ def test_function_is_thin_configured_by_environment_and_traced(synth: tuple[Temp
                         },
                         "DELAYED_DELIVERY_MAX_NATIVE_DELAY": "900",
                         "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": "900",
-                        "DELAYED_DELIVERY_MAX_PARK_SECONDS": "43200",
+                        "DELAYED_DELIVERY_MAX_PARK_SECONDS": "42600",
                         "DELAYED_DELIVERY_PARK_MAX_IN_FLIGHT": "100000",
                         "POWERTOOLS_SERVICE_NAME": "delayed-delivery-orders",
                         "POWERTOOLS_METRICS_NAMESPACE": "DelayedDelivery",
@@ -327,3 +327,10 @@ def test_real_cdk_cli_synth_offline(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert (tmp_path / "out" / "DelayedDelivery.template.json").exists()
+
+
+def test_the_cdk_park_cap_is_the_settings_one() -> None:
+    from delayed_delivery.settings import MAX_PARK_SECONDS
+    from infra.aws.endpoint import MAX_PARK_SECONDS as CDK_MAX_PARK_SECONDS
+
+    assert CDK_MAX_PARK_SECONDS == MAX_PARK_SECONDS

@@ -36,7 +36,7 @@ A cancelled message is dropped (``CANCELLED``); a rescheduled one gets the remai
 once the SQS record carrying the message has not ``FAILED``. A message with an applied record is never parked:
 the hop that applies the record also carries the new plan, so the record can go.
 
-Parking (``settings.max_park_seconds`` > 0, the default 43,200 s): a record, plain or envelope, with far to go
+Parking (``settings.max_park_seconds`` > 0, the default 42,600 s): a record, plain or envelope, with far to go
 is not re-sent every hop. ``ChangeMessageVisibilityBatch`` hides it on its own ``-delay.fifo`` queue for a park
 of up to ``max_park_seconds`` and it is reported ``PARKED`` (a batch item failure for the event source, which
 therefore does not delete it); SQS makes it visible again by itself. A park costs its share of one receive and
