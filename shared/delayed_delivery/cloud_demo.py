@@ -376,7 +376,8 @@ class _AwsSide:
             aws_secret_access_key=_EMULATOR_KEY,
         )
         self.record_requests: Counter[str] = Counter()
-        self.parks = Counter[str]()  # "records" and "messages" the handler parked (an envelope parks many)
+        # what the handler did, per message (an envelope record counts each message inside it) and per park record
+        self.outcomes = Counter[str]()
         self.dynamodb.meta.events.register(
             "before-send.dynamodb.*", lambda **kw: self.record_requests.update([kw["event_name"].rsplit(".", 1)[-1]])
         )
@@ -418,7 +419,10 @@ class _AwsSide:
         sink: Callable[[], Any] = (lambda: sys.stderr) if self.verbose else io.StringIO
         with contextlib.redirect_stdout(sink()):
             handler = _requeue_module().build_handler(
-                os.environ, sqs_client=self.lambda_client, dynamodb_client=self.dynamodb, on_results=self._count_parks
+                os.environ,
+                sqs_client=self.lambda_client,
+                dynamodb_client=self.dynamodb,
+                on_results=self._count_outcomes,
             )
         lock = threading.Lock()
 
@@ -434,10 +438,10 @@ class _AwsSide:
         self.urls = {q: self.admin.get_queue_url(QueueName=q)["QueueUrl"] for q in (*DESTINATIONS, ERROR_QUEUE)}
         self.delay_urls = {q: self.admin.get_queue_url(QueueName=f"{q}-delay.fifo")["QueueUrl"] for q in DESTINATIONS}
 
-    def _count_parks(self, results: list[Any]) -> None:
-        """Count what the handler parked (the results of one invocation; called inside the one-at-a-time lock)."""
-        parked = [r for r in results if str(r.outcome) == "parked"]
-        self.parks.update(records=len(parked), messages=sum(len(r.inner) or 1 for r in parked))
+    def _count_outcomes(self, results: list[Any]) -> None:
+        """Tally one invocation's outcomes per message (called inside the one-at-a-time lock)."""
+        self.outcomes.update(str(each.outcome) for r in results for each in (r.inner or (r,)))
+        self.outcomes.update(park_records=sum(1 for r in results if str(r.outcome) == "parked"))
 
     def start(self) -> None:
         for poller in self.pollers:
@@ -526,12 +530,17 @@ class _AwsSide:
     def finish(self) -> dict[str, float]:
         """Stop, then the request counts."""
         self.close()
-        # a parked record comes back later: it was handled, but it made no hop
-        hops = sum(p.stats.records for p in self.pollers) - len(self.tracker.poison) - self.parks["records"]
+        # a hop is one message moved on (requeued to the FIFO queue or forwarded to its destination); an envelope
+        # record carries many messages, a parked record moves none (it comes back later), poison goes to the error queue
+        hops = self.outcomes["requeued"] + self.outcomes["forwarded"]
         sent = self.sends.total
         polls = self.polls.snapshot()
         empty = self.polls.empty_receives
-        hop_requests = self.hops.total + polls.get("DeleteMessageBatch", 0) + polls.get("ReceiveMessage", 0) - empty
+        handler = self.hops.snapshot()
+        # a park's own requests (the visibility change, the in-flight reads) are billed to the park, not the hops
+        park_requests = handler.get("ChangeMessageVisibilityBatch", 0) + handler.get("GetQueueAttributes", 0)
+        received = polls.get("ReceiveMessage", 0) - empty
+        hop_requests = self.hops.total - park_requests + polls.get("DeleteMessageBatch", 0) + received
         messages = max(1, len(self.tracker.due))
         return {
             "hops": hops,
@@ -539,11 +548,13 @@ class _AwsSide:
             "send_requests": sent,
             "hop_requests": hop_requests,
             "requests_per_hop": round(hop_requests / hops, 3) if hops else 0.0,
-            "requests_per_message": round((sent + hop_requests) / messages, 3),
+            "park_requests": park_requests,
+            "requests_per_message": round((sent + hop_requests + park_requests) / messages, 3),
             "empty_receives": empty,
             "cancellation_queries": self.record_requests.get("Query", 0),
             "cancellation_deletes": self.record_requests.get("DeleteItem", 0),
-            "parks": self.parks["messages"],
+            "parks": self.outcomes["parked"],
+            "park_records": self.outcomes["park_records"],
         }
 
 
