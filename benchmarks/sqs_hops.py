@@ -328,6 +328,7 @@ def statistics_ratio(samples: tuple[float, ...], baseline: float) -> float:
 
 def run(smoke: bool = False, *, runs: int = 5, messages: int = 500, endpoints: int = 10) -> list[Row]:
     """The benchmark-runner entry point: the steady-state hop cost, then one end-to-end delivery run."""
+    quiet_handler_output()
     if smoke:
         runs, messages, endpoints, hops, deliver_messages, deliver_endpoints = 1, 20, 2, 2, 20, 2
     else:
@@ -339,10 +340,14 @@ def run(smoke: bool = False, *, runs: int = 5, messages: int = 500, endpoints: i
     return rows_from(steady, delivery)
 
 
-def main() -> None:
-    """Command line: print the table, write JSON (Powertools logs and EMF output are turned down)."""
+def quiet_handler_output() -> None:
+    """Turn the handler's Powertools logs and EMF output down unless the caller set them (they count nothing)."""
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+
+
+def main() -> None:
+    """Command line: print the table, write JSON (Powertools logs and EMF output are turned down)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--runs", type=int, default=5)

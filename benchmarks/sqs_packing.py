@@ -38,12 +38,11 @@ Run: ``python -m benchmarks.sqs_packing [--smoke] [--runs 5] [--messages 500] [-
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 from typing import Any
 
 from benchmarks.common import Row, print_table, write_json
-from benchmarks.sqs_hops import _moto, measure
+from benchmarks.sqs_hops import _moto, measure, quiet_handler_output
 from delayed_delivery.aws.packing import DEFAULT_PACK_BYTES
 from delayed_delivery.cost import (
     FIFO_PRICE_PER_REQUEST,
@@ -425,6 +424,7 @@ def run(
     only: str | None = None,
 ) -> list[Row]:
     """The benchmark-runner entry point: the configurations round by round, long packed runs, parked, delivery."""
+    quiet_handler_output()
     park_delays = PARK_DELAYS
     if smoke:
         runs, messages, endpoints, hops, deliver_messages, deliver_endpoints = 1, 40, 2, 3, 20, 2
@@ -522,8 +522,6 @@ def run(
 
 def main() -> None:
     """Command line: print the table, write JSON (Powertools logs and EMF output are turned down)."""
-    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--runs", type=int, default=5)

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from delayed_delivery import DelayedDeliverySettings, DelayedMessage, Dispatcher, SystemClock
+from tests.fixtures.moto import collect_arrivals
 
 MINUTES_5 = 300.0
 
@@ -104,15 +105,8 @@ def _requeue_run(endpoint_url: str, skew: float, *, fail_first: bool, messages: 
         [DelayedSend(queue, mid, DELAY, message_id=mid) for mid in ids]
     )
     assert result.ok, result.failures
-    arrived: dict[str, float] = {}
-    deadline = time.monotonic() + 40
     try:
-        while set(ids) - set(arrived) and time.monotonic() < deadline:
-            reply = client.receive_message(QueueUrl=endpoint.input_url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
-            for m in reply.get("Messages", []):
-                arrived.setdefault(m["Body"], time.time())
-                client.delete_message(QueueUrl=endpoint.input_url, ReceiptHandle=m["ReceiptHandle"])
-            time.sleep(0.05)
+        arrived = collect_arrivals(client, endpoint.input_url, ids, timeout=40)
     finally:
         poller.stop()
     assert set(arrived) == set(ids), f"missing {sorted(set(ids) - set(arrived))}"

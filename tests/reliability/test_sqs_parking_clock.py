@@ -24,6 +24,7 @@ from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.settings import DelayedDeliverySettings
+from tests.fixtures.moto import collect_arrivals
 from tests.reliability.sqslab import sqs_client
 from tests.reliability.test_clock_skew import MINUTES_5, SkewedClock
 
@@ -72,15 +73,8 @@ def _parked_run(endpoint_url: str, skew: float, *, broker: bool, messages: int =
     sent_at = time.time()
     sender = SqsDelayedSender(client, settings, pack_bytes=0)
     assert sender.send_delayed_batch([DelayedSend(queue, m, d, message_id=m) for m, d in delays.items()]).ok
-    arrived: dict[str, float] = {}
-    deadline = time.monotonic() + 60
     try:
-        while set(delays) - set(arrived) and time.monotonic() < deadline:
-            reply = client.receive_message(QueueUrl=endpoint.input_url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
-            for m in reply.get("Messages", []):
-                arrived.setdefault(m["Body"], time.time())
-                client.delete_message(QueueUrl=endpoint.input_url, ReceiptHandle=m["ReceiptHandle"])
-            time.sleep(0.05)
+        arrived = collect_arrivals(client, endpoint.input_url, delays, timeout=60)
     finally:
         poller.stop()
     assert set(arrived) == set(delays), f"missing {sorted(set(delays) - set(arrived))}"
