@@ -437,24 +437,27 @@ def run(
     parked: dict[int, list[dict[str, Any]]] = {d: [] for d in park_delays}
     delivery: dict[str, Any] = {}
     parked_delivery: dict[str, Any] = {}
+
+    def park(n: int, endpoints: int, delay: int, endpoint: str) -> dict[str, Any]:
+        """One parked delivery run: packed sender and handler, short hops, parks of at most ``PARK_MAX``."""
+        return measure(
+            n,
+            endpoints,
+            delay,
+            PARK_HOP,
+            endpoint,
+            deliver=True,
+            pack_bytes=DEFAULT_PACK_BYTES,
+            body_bytes=BODY_BYTES,
+            sender_pack_bytes=DEFAULT_PACK_BYTES,
+            max_park_seconds=PARK_MAX,
+            visibility_timeout=PARK_VISIBILITY,
+        )
+
     with _moto() as endpoint:
         for _ in range(runs):
             for delay in park_delays:
-                parked[delay].append(
-                    measure(
-                        messages,
-                        PARK_ENDPOINTS if not smoke else endpoints,
-                        delay,
-                        PARK_HOP,
-                        endpoint,
-                        deliver=True,
-                        pack_bytes=DEFAULT_PACK_BYTES,
-                        body_bytes=BODY_BYTES,
-                        sender_pack_bytes=DEFAULT_PACK_BYTES,
-                        max_park_seconds=PARK_MAX,
-                        visibility_timeout=PARK_VISIBILITY,
-                    )
-                )
+                parked[delay].append(park(messages, PARK_ENDPOINTS if not smoke else endpoints, delay, endpoint))
             if not hopping:
                 continue
             for config, (sender_pack, handler_pack) in CONFIGS.items():
@@ -485,19 +488,7 @@ def run(
                         sender_pack_bytes=DEFAULT_PACK_BYTES,
                     )
                 )
-        parked_delivery = measure(
-            deliver_messages,
-            deliver_endpoints,
-            park_delays[0],
-            PARK_HOP,
-            endpoint,
-            deliver=True,
-            pack_bytes=DEFAULT_PACK_BYTES,
-            body_bytes=BODY_BYTES,
-            sender_pack_bytes=DEFAULT_PACK_BYTES,
-            max_park_seconds=PARK_MAX,
-            visibility_timeout=PARK_VISIBILITY,
-        )
+        parked_delivery = park(deliver_messages, deliver_endpoints, park_delays[0], endpoint)
         if hopping:
             delivery = measure(
                 deliver_messages,

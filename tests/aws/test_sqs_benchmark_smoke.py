@@ -57,3 +57,21 @@ def test_throughput_benchmark_runs_at_smoke_size(moto_endpoint: str, monkeypatch
     }
     assert all(v > 0 for r in rows.values() for v in r.samples)
     assert rows["requeue_records_per_s"].ratio_to_baseline is not None
+
+
+def test_packing_benchmark_runs_at_smoke_size(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import sqs_packing
+
+    monkeypatch.setenv("MOTO_ENDPOINT", moto_endpoint)
+    rows = {r.metric: r for r in sqs_packing.run(smoke=True)}
+    for lost in ("packed_delivery_lost", "parked_delivery_lost"):
+        assert rows[lost].samples == (0.0,), lost
+    assert rows["parked_delivery_early"].samples == (0.0,)
+    assert rows["parked_delivery_parks_per_message"].samples[0] >= 1  # the parked runs did park
+    # packing beats unpacked on the same messages, and a park costs less than a hop
+    assert rows["packed_billed_requests_per_message_per_hop"].samples[0] < (
+        rows["unpacked_billed_requests_per_message_per_hop"].samples[0]
+    )
+    assert rows["parked_billed_requests_per_message_per_park"].samples[0] < (
+        rows["parked_billed_requests_per_message_per_hop"].samples[0]
+    )
