@@ -69,9 +69,11 @@ def test_packing_benchmark_runs_at_smoke_size(moto_endpoint: str, monkeypatch: p
     assert rows["parked_delivery_early"].samples == (0.0,)
     assert rows["parked_delivery_parks_per_message"].samples[0] >= 1  # the parked runs did park
     # packing beats unpacked on the same messages, and a park costs less than a hop
-    assert rows["packed_billed_requests_per_message_per_hop"].samples[0] < (
-        rows["unpacked_billed_requests_per_message_per_hop"].samples[0]
+    assert (
+        rows["packed_billed_requests_per_message_per_hop"].samples[0]
+        < (rows["unpacked_billed_requests_per_message_per_hop"].samples[0])
     )
-    assert rows["parked_billed_requests_per_message_per_park"].samples[0] < (
-        rows["parked_billed_requests_per_message_per_hop"].samples[0]
+    assert (
+        rows["parked_billed_requests_per_message_per_park"].samples[0]
+        < (rows["parked_billed_requests_per_message_per_hop"].samples[0])
     )
