@@ -46,6 +46,7 @@ def test_throughput_benchmark_runs_at_smoke_size(moto_endpoint: str, monkeypatch
     from benchmarks import sqs_throughput
 
     monkeypatch.setenv("MOTO_ENDPOINT", moto_endpoint)
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "DelayedDeliveryBenchmark")  # run() sets it otherwise, for good
     rows = {r.metric: r for r in sqs_throughput.run(smoke=True)}
     assert set(rows) == {
         "raw_receive_send_delete_records_per_s",
@@ -63,6 +64,9 @@ def test_packing_benchmark_runs_at_smoke_size(moto_endpoint: str, monkeypatch: p
     from benchmarks import sqs_packing
 
     monkeypatch.setenv("MOTO_ENDPOINT", moto_endpoint)
+    # run() turns Powertools down with os.environ.setdefault; set them here so they are undone after the test
+    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "ERROR")
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
     rows = {r.metric: r for r in sqs_packing.run(smoke=True)}
     for lost in ("packed_delivery_lost", "parked_delivery_lost"):
         assert rows[lost].samples == (0.0,), lost

@@ -43,6 +43,13 @@ def _everything_logged(caplog: pytest.LogCaptureFixture, captured: pytest.Captur
     return "\n".join((out, err, records))
 
 
+@pytest.fixture(autouse=True)
+def _default_log_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default level, whatever an earlier test or the shell set."""
+    monkeypatch.delenv("POWERTOOLS_LOG_LEVEL", raising=False)
+    monkeypatch.delenv("LOG_LEVEL", raising=False)
+
+
 def test_requeue_handler_logs_no_body_attribute_or_key(
     moto_endpoint: str, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
