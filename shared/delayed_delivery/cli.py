@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -82,42 +82,52 @@ _SQS_MAX_BYTES = 1_048_576
 _SCHEDULER_MAX_BYTES = 256 * 1024
 
 
+def _benchmark_rows(name: str) -> dict[str, dict[str, Any]]:
+    """The rows of ``benchmarks/results/<name>.json`` in a source checkout by metric; empty when unreadable."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / f"{name}.json"
+    try:
+        return {str(r["metric"]): r for r in json.loads(path.read_text())["rows"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _median(rows: dict[str, dict[str, Any]], metric: str) -> float | None:
+    """The median of ``metric`` in benchmark ``rows``, or None when it is missing or not a number."""
+    try:
+        return float(rows[metric]["median"])
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
 def _measured_requests_per_hop() -> tuple[float, str]:
     """The counted requests per message per hop: the benchmark's JSON in a checkout, else the recorded figure."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "sqs_hops.json"
-    try:
-        rows = json.loads(path.read_text())["rows"]
-        row = next(r for r in rows if r["metric"] == "fifo_requests_per_message_per_hop")
-        return float(row["median"]), f"benchmarks/results/sqs_hops.json ({row.get('notes') or 'moto server'})"
-    except (OSError, ValueError, KeyError, StopIteration, TypeError):
+    rows = _benchmark_rows("sqs_hops")
+    value = _median(rows, "fifo_requests_per_message_per_hop")
+    if value is None:
         return RECORDED_SQS_REQUESTS_PER_HOP, "recorded by python -m benchmarks.sqs_hops"
+    notes = rows["fifo_requests_per_message_per_hop"].get("notes") or "moto server"
+    return value, f"benchmarks/results/sqs_hops.json ({notes})"
 
 
-def _measured_packed_requests_per_hop() -> tuple[float, str]:
-    """Billed requests per message per hop with packing: the packing benchmark's JSON, else the recorded figure."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "sqs_packing.json"
-    try:
-        rows = json.loads(path.read_text())["rows"]
-        row = next(r for r in rows if r["metric"] == "packed_billed_requests_per_message_per_hop_40_hops")
-        return float(row["median"]), "benchmarks/results/sqs_packing.json"
-    except (OSError, ValueError, KeyError, StopIteration, TypeError):
-        return RECORDED_SQS_PACKED_REQUESTS_PER_HOP, "recorded by python -m benchmarks.sqs_packing"
+_PACKING_SOURCE = "benchmarks/results/sqs_packing.json"
+_PACKING_RECORDED = "recorded by python -m benchmarks.sqs_packing"
 
 
-def _measured_park_requests() -> tuple[float, float, str]:
-    """Billed requests per message per park and per hop with parking: the benchmark's JSON, else the recorded ones."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "sqs_packing.json"
-    try:
-        rows = {r["metric"]: r for r in json.loads(path.read_text())["rows"]}
-        park = float(rows["parked_billed_requests_per_message_per_park"]["median"])
-        hop = float(rows["parked_billed_requests_per_message_per_hop"]["median"])
-        return park, hop, "benchmarks/results/sqs_packing.json"
-    except (OSError, ValueError, KeyError, TypeError):
-        return (
-            RECORDED_SQS_PARK_REQUESTS,
-            RECORDED_SQS_PARKED_HOP_REQUESTS,
-            "recorded by python -m benchmarks.sqs_packing",
-        )
+def _measured_packed_requests_per_hop(rows: dict[str, dict[str, Any]]) -> tuple[float, str]:
+    """Billed requests per message per hop with packing: the packing benchmark's ``rows``, else the recorded figure."""
+    value = _median(rows, "packed_billed_requests_per_message_per_hop_40_hops")
+    if value is None:
+        return RECORDED_SQS_PACKED_REQUESTS_PER_HOP, _PACKING_RECORDED
+    return value, _PACKING_SOURCE
+
+
+def _measured_park_requests(rows: dict[str, dict[str, Any]]) -> tuple[float, float, str]:
+    """Billed requests per message per park and per hop with parking: the benchmark's ``rows``, else recorded."""
+    park = _median(rows, "parked_billed_requests_per_message_per_park")
+    hop = _median(rows, "parked_billed_requests_per_message_per_hop")
+    if park is None or hop is None:
+        return RECORDED_SQS_PARK_REQUESTS, RECORDED_SQS_PARKED_HOP_REQUESTS, _PACKING_RECORDED
+    return park, hop, _PACKING_SOURCE
 
 
 @app.command()
@@ -147,9 +157,10 @@ def cost(
     naive = estimate_sqs_cost(seconds, requests_per_hop=2.0)
     measured = estimate_sqs_cost(seconds, requests_per_hop=per_hop)
     scheduler_ok = size <= _SCHEDULER_MAX_BYTES
-    packed_per_hop, packed_source = _measured_packed_requests_per_hop()
+    packing = _benchmark_rows("sqs_packing")
+    packed_per_hop, packed_source = _measured_packed_requests_per_hop(packing)
     packed = estimate_sqs_cost(seconds, requests_per_hop=packed_per_hop) if size <= _PACKED_MEASURED_SIZE else None
-    park_requests, parked_hop_requests, parked_source = _measured_park_requests()
+    park_requests, parked_hop_requests, parked_source = _measured_park_requests(packing)
     parked = (
         estimate_sqs_parked_cost(seconds, park_requests, parked_hop_requests) if size <= _PACKED_MEASURED_SIZE else None
     )
