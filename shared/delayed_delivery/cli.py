@@ -67,15 +67,15 @@ def _fail(message: str) -> typer.Exit:
 
 #: Requests per message per FIFO hop counted by ``python -m benchmarks.sqs_hops`` (1,000 messages × 10 hops,
 #: batch 10, empty receives included; benchmarks/aws.md), used when the benchmark's JSON is not beside the package.
-RECORDED_SQS_REQUESTS_PER_HOP = 0.333
+RECORDED_SQS_REQUESTS_PER_HOP = 0.316
 #: Billed requests per message per hop with envelope packing (64 KiB envelopes, 1 KiB messages, steady stream),
 #: 40 hops, counted by ``python -m benchmarks.sqs_packing`` (benchmarks/aws.md); larger messages pack fewer.
-RECORDED_SQS_PACKED_REQUESTS_PER_HOP = 0.070
+RECORDED_SQS_PACKED_REQUESTS_PER_HOP = 0.083
 #: With visibility parking (default): billed requests per message per 12 h park, and per hop around the parks (the
 #: first and post-park requeues, the forward), fitted from two parked delays by ``python -m benchmarks.sqs_packing``
 #: (1 KiB messages, 64 KiB envelopes, empty receives left out; benchmarks/aws.md).
-RECORDED_SQS_PARK_REQUESTS = 0.019
-RECORDED_SQS_PARKED_HOP_REQUESTS = 0.0945
+RECORDED_SQS_PARK_REQUESTS = 0.0195
+RECORDED_SQS_PARKED_HOP_REQUESTS = 0.091
 _PACKED_MEASURED_SIZE = 1024
 _CHUNK = 64 * 1024
 _SQS_MAX_BYTES = 1_048_576
