@@ -95,7 +95,7 @@ class _Tally:
 
     def count(self, results: list[RecordResult]) -> None:
         with self._lock:
-            self.outcomes.update(str(each.outcome) for r in results for each in (r.inner or (r,)))
+            self.outcomes.update(str(each.outcome) for r in results for each in r.per_message())
 
 
 def _read_arrivals(

@@ -117,7 +117,7 @@ def build_handler(
 
         def record_handler(record: SQSRecord) -> None:
             result = results[record.message_id]
-            for each in result.inner or (result,):  # an envelope: one line per inner message
+            for each in result.per_message():  # an envelope: one line per inner message
                 _observe(logger, metrics, each)
             if result.error is not None:
                 raise result.error

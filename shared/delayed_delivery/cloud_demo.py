@@ -440,7 +440,7 @@ class _AwsSide:
 
     def _count_outcomes(self, results: list[Any]) -> None:
         """Tally one invocation's outcomes per message (called inside the one-at-a-time lock)."""
-        self.outcomes.update(str(each.outcome) for r in results for each in (r.inner or (r,)))
+        self.outcomes.update(str(each.outcome) for r in results for each in r.per_message())
         self.outcomes.update(park_records=sum(1 for r in results if str(r.outcome) == "parked"))
 
     def start(self) -> None:

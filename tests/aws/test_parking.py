@@ -67,7 +67,7 @@ class Outcomes:
         with self.lock:
             for r in results:
                 count = int(self.records[r.record_id]["attributes"]["ApproximateReceiveCount"])
-                for each in r.inner or (r,):
+                for each in r.per_message():
                     self.by_message.setdefault(each.message_id, []).append((each.outcome, count))
 
     def of(self, message_id: str) -> list[tuple[HopOutcome, int]]:

@@ -198,6 +198,10 @@ class RecordResult:
     cancellation: Cancellation | None = None
     park_s: int | None = None
 
+    def per_message(self) -> tuple[RecordResult, ...]:
+        """The results per message: an envelope's inner ones, else this one."""
+        return self.inner or (self,)
+
 
 def parse_source_arn(arn: str) -> SourceQueue:
     """Split ``arn:aws:sqs:<region>:<account>:<queue>-delay.fifo``; raises ``ConfigurationError`` otherwise."""
