@@ -51,7 +51,7 @@ def _moto() -> Iterator[str]:
     if os.environ.get("MOTO_ENDPOINT"):
         yield os.environ["MOTO_ENDPOINT"]
         return
-    from delayed_delivery.local import LocalEmulators
+    from delayed_delivery.app.emulators import LocalEmulators
 
     with LocalEmulators(azurite=False) as emulators:
         yield emulators.sqs_endpoint

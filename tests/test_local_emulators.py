@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
+from delayed_delivery.app.emulators import LocalEmulators
 from delayed_delivery.errors import ConfigurationError
-from delayed_delivery.local import LocalEmulators
 
 
 def _open(port: int) -> bool:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 from typer.testing import CliRunner
 
+from delayed_delivery.app.cli import app
 from delayed_delivery.aws.queues import MIN_RETENTION_SECONDS, check_endpoint, ensure_endpoint
-from delayed_delivery.cli import app
 from delayed_delivery.settings import DelayedDeliverySettings
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ import pytest
 from azure.storage.queue import QueueServiceClient
 from typer.testing import CliRunner
 
-from delayed_delivery.cli import app
+from delayed_delivery.app.cli import app
 from tests.azure.conftest import new_name
 from tests.azure.harness import drain
 from tests.fixtures.azurite import Azurite

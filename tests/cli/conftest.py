@@ -7,7 +7,7 @@ from typing import Any
 
 from typer.testing import CliRunner, Result
 
-from delayed_delivery.cli import app
+from delayed_delivery.app.cli import app
 
 runner = CliRunner()
 

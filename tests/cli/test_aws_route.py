@@ -68,7 +68,7 @@ def test_binary_body_is_refused(aws: list[str], tmp_path: object) -> None:
 
 
 def test_local_points_at_moto_on_5000_with_test_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    from delayed_delivery.ops_cloud import CloudOptions, SqsRoute
+    from delayed_delivery.app.routes import CloudOptions, SqsRoute
 
     monkeypatch.delenv("AWS_ENDPOINT_URL_SQS", raising=False)
     monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)

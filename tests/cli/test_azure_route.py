@@ -77,7 +77,7 @@ def test_unknown_endpoint_table(azurite_conn: str, unique_name: str) -> None:
 
 
 def test_use_development_storage_is_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
-    from delayed_delivery.ops_cloud import AzureTableRoute, CloudOptions
+    from delayed_delivery.app.routes import AzureTableRoute, CloudOptions
 
     route = AzureTableRoute(CloudOptions("azure", connection_string="UseDevelopmentStorage=true", endpoint="x"))
     assert route.config.connection_string is not None and "127.0.0.1:10002" in route.config.connection_string

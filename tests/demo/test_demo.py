@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from delayed_delivery.cli import app
-from delayed_delivery.cloud_demo import CloudDemoResult, CloudSummary
+from delayed_delivery.app.cli import app
+from delayed_delivery.app.demo.cloud import CloudDemoResult, CloudSummary
 
 pytestmark = [pytest.mark.moto, pytest.mark.azurite]
 
@@ -84,7 +84,7 @@ def _summary(cloud: str, **changes: object) -> CloudSummary:
 def test_exit_code_is_1_when_anything_was_lost(
     monkeypatch: pytest.MonkeyPatch, aws: dict[str, object], expected: int
 ) -> None:
-    import delayed_delivery.cloud_demo as cloud_demo
+    import delayed_delivery.app.demo.cloud as cloud_demo
 
     def fake(config: object, **kwargs: object) -> CloudDemoResult:
         return CloudDemoResult([_summary("aws", **aws), _summary("azure")], 1e6, 30.0, {}, 1.0)

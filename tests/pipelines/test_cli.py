@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from delayed_delivery import cli
+from delayed_delivery.app import cli
 from delayed_delivery.pipelines.schema import LegacyShape
 from delayed_delivery.pipelines.synthetic import write_legacy_export, write_logs
 
@@ -19,7 +19,7 @@ runner = CliRunner()
 
 
 def test_importing_the_cli_does_not_start_or_import_spark() -> None:
-    code = "import sys, delayed_delivery.cli as c; assert 'pyspark' not in sys.modules; print('ok')"
+    code = "import sys, delayed_delivery.app.cli as c; assert 'pyspark' not in sys.modules; print('ok')"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "ok\n"
 
 

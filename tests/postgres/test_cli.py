@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-from delayed_delivery.cli import app
+from delayed_delivery.app.cli import app
 from delayed_delivery.postgres.store import PostgresDelayedMessageStore
 
 pytestmark = pytest.mark.postgres

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from delayed_delivery import SqliteDelayedMessageStore
-from delayed_delivery.cli import app
+from delayed_delivery.app.cli import app
 
 runner = CliRunner()
 

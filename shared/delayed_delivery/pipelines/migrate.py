@@ -816,7 +816,7 @@ def abort_migration(spark: Any, output: str, run_id: str, target: str | None = N
 
 def main() -> None:
     """Entry point for spark-submit and ``python -m``: the ``migrate`` command group."""
-    from delayed_delivery.pipelines.cli import run_migrate_app
+    from delayed_delivery.app.cli.pipelines import run_migrate_app
 
     run_migrate_app()
 

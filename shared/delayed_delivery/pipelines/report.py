@@ -357,7 +357,7 @@ def _summary(tables: dict[str, list[dict[str, Any]]], lines: int, events: int, m
 
 def main() -> None:
     """Entry point for spark-submit and ``python -m``."""
-    from delayed_delivery.pipelines.cli import run_report_app
+    from delayed_delivery.app.cli.pipelines import run_report_app
 
     run_report_app()
 

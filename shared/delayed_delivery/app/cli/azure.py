@@ -9,12 +9,12 @@ from typing import Annotated
 
 import typer
 
-from ..errors import DelayedDeliveryError
-from ..naming import azure_delays_table_name
-from .config import ENV_CONNECTION, ENV_ENDPOINT, AzureDelayedDeliveryConfig
-from .packaging import build_function_app
-from .runner import AzureDispatcherHost
-from .sender import AzureDelayedSender
+from delayed_delivery.azure.config import ENV_CONNECTION, ENV_ENDPOINT, AzureDelayedDeliveryConfig
+from delayed_delivery.azure.packaging import build_function_app
+from delayed_delivery.azure.runner import AzureDispatcherHost
+from delayed_delivery.azure.sender import AzureDelayedSender
+from delayed_delivery.errors import DelayedDeliveryError
+from delayed_delivery.naming import azure_delays_table_name
 
 azure_app = typer.Typer(
     name="azure", help="Azure Storage Queues: package, set up, send, dispatch.", no_args_is_help=True

@@ -20,13 +20,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .clock import SystemClock, utc
-from .durations import format_duration, to_seconds
-from .errors import DelayedDeliveryError, InvalidMessageError, TransientError
-from .model import DelayedMessage
-from .ops_cloud import AzureTableRoute, SqsRoute  # no cloud SDK at import: the routes import theirs when used
-from .ports import DelayedMessageStore, InspectableStore, ReschedulableStore
-from .stores import open_store
+from delayed_delivery.app.routes import (  # no cloud SDK at import: the routes import theirs when used
+    AzureTableRoute,
+    SqsRoute,
+)
+from delayed_delivery.clock import SystemClock, utc
+from delayed_delivery.durations import format_duration, to_seconds
+from delayed_delivery.errors import DelayedDeliveryError, InvalidMessageError, TransientError
+from delayed_delivery.model import DelayedMessage
+from delayed_delivery.ports import DelayedMessageStore, InspectableStore, ReschedulableStore
+from delayed_delivery.stores import open_store
 
 __all__ = ["register_operator_commands"]
 
@@ -179,7 +182,7 @@ def _cloud(
         return None
     if cloud not in ("aws", "azure"):
         raise UsageError(f"--cloud {cloud!r}: use aws or azure")
-    from .ops_cloud import CloudOptions, open_cloud_route
+    from delayed_delivery.app.routes import CloudOptions, open_cloud_route
 
     return open_cloud_route(CloudOptions(cloud, local, endpoint_url, region, connection_string, endpoint))
 

@@ -30,15 +30,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigurationError
-from .headers import DELAY_SECONDS_ATTRIBUTE
-from .local import LocalEmulators
-from .settings import DelayedDeliverySettings
+from delayed_delivery.app.emulators import LocalEmulators
+from delayed_delivery.errors import ConfigurationError
+from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
+from delayed_delivery.settings import DelayedDeliverySettings
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-    from .aws.sender import SqsDelayedSender
+    from delayed_delivery.aws.sender import SqsDelayedSender
 
 __all__ = [
     "CLOUD_DEMO_DELAYS",
@@ -350,7 +350,7 @@ class _AwsSide:
     def __init__(self, endpoint_url: str, config: CloudDemoConfig, tracker: _Tracker, verbose: bool) -> None:
         import boto3
 
-        from .aws.counting import RequestCounter
+        from delayed_delivery.aws.counting import RequestCounter
 
         self.config = config
         self.tracker = tracker
@@ -407,9 +407,9 @@ class _AwsSide:
         }
 
     def provision(self) -> None:
-        from .aws.cancellations import DynamoDbCancellationStore, ensure_cancellation_table
-        from .aws.poller import LocalEventSourcePoller
-        from .aws.queues import ensure_endpoint
+        from delayed_delivery.aws.cancellations import DynamoDbCancellationStore, ensure_cancellation_table
+        from delayed_delivery.aws.poller import LocalEventSourcePoller
+        from delayed_delivery.aws.queues import ensure_endpoint
 
         ensure_cancellation_table(self.dynamodb, CANCELLATION_TABLE)
         self.records = DynamoDbCancellationStore(self.dynamodb, CANCELLATION_TABLE)
@@ -474,7 +474,7 @@ class _AwsSide:
                 )
 
     def send(self, planned: list[_Planned]) -> None:
-        from .aws.sender import SqsDelayedSender
+        from delayed_delivery.aws.sender import SqsDelayedSender
 
         sender = SqsDelayedSender(self.sender_client, self.settings)
         for p in planned:
@@ -499,7 +499,7 @@ class _AwsSide:
 
     def _cancel_and_reschedule(self, sender: SqsDelayedSender) -> None:
         """One "1 year" message cancelled and one "1 year" message moved to "90 days", by record, at once."""
-        from .cancellations import cancel_request, reschedule_request
+        from delayed_delivery.cancellations import cancel_request, reschedule_request
 
         now = datetime.now(UTC)
         cancel_id = f"aws-cancel-{uuid.uuid4().hex[:8]}"
@@ -592,7 +592,7 @@ class _AzureSide:
         from azure.storage.blob import BlobServiceClient
         from azure.storage.queue import QueueServiceClient
 
-        from .azure.config import AzureClients, AzureDelayedDeliveryConfig, http_transport
+        from delayed_delivery.azure.config import AzureClients, AzureDelayedDeliveryConfig, http_transport
 
         self.config = config
         self.tracker = tracker
@@ -630,10 +630,10 @@ class _AzureSide:
         self.timer_runs = 0
 
     def provision(self) -> None:
-        from .azure.runner import AzureDispatcherHost
-        from .azure.sender import AzureDelayedSender
-        from .azure.storage_queue import StorageQueueTransport
-        from .azure.table_store import TableDelayedMessageStore
+        from delayed_delivery.azure.runner import AzureDispatcherHost
+        from delayed_delivery.azure.sender import AzureDelayedSender
+        from delayed_delivery.azure.storage_queue import StorageQueueTransport
+        from delayed_delivery.azure.table_store import TableDelayedMessageStore
 
         self.host = AzureDispatcherHost(self.azure_config, self.host_clients)
         self.host.setup_infrastructure()
@@ -684,7 +684,7 @@ class _AzureSide:
         function_app.use_host(None)
 
     def _collect(self, queue: str) -> None:
-        from .azure.storage_queue import decode_envelope
+        from delayed_delivery.azure.storage_queue import decode_envelope
 
         client = self.collector.get_queue_client(queue)
         while not self.stop.is_set():

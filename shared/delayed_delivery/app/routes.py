@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .clock import SystemClock, utc
-from .errors import ConfigurationError, DestinationNotFoundError, InvalidMessageError
-from .local import azurite_connection_string
+from delayed_delivery.app.emulators import azurite_connection_string
+from delayed_delivery.clock import SystemClock, utc
+from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError, InvalidMessageError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.literals import QueueAttributeNameType
 
-    from .aws.cancellations import DynamoDbCancellationStore
+    from delayed_delivery.aws.cancellations import DynamoDbCancellationStore
 
 __all__ = [
     "LOCAL_AZURITE_PORTS",
@@ -80,7 +80,7 @@ class SqsRoute:
     def __init__(self, options: CloudOptions) -> None:
         import boto3
 
-        from .settings import DelayedDeliverySettings
+        from delayed_delivery.settings import DelayedDeliverySettings
 
         endpoint_url = options.endpoint_url or (LOCAL_MOTO_URL if options.local else None)
         region = options.region or (LOCAL_REGION if options.local else None)
@@ -103,7 +103,7 @@ class SqsRoute:
         self, to: str, body: bytes, due: datetime, headers: dict[str, str], message_id: str | None
     ) -> dict[str, Any]:
         """Send with the delayed sender: native ``DelaySeconds`` up to the cap, else the ``-delay.fifo`` hops."""
-        from .aws.sender import SqsDelayedSender
+        from delayed_delivery.aws.sender import SqsDelayedSender
 
         try:
             text = body.decode("utf-8")
@@ -130,7 +130,7 @@ class SqsRoute:
         """Approximate counts from queue attributes of every endpoint (``<q>`` with ``<q>-delay.fifo``)."""
         from botocore.exceptions import BotoCoreError, ClientError
 
-        from .aws.sqs import translate_error
+        from delayed_delivery.aws.sqs import translate_error
 
         try:
             if queue is not None:
@@ -196,9 +196,9 @@ class SqsRoute:
         """The cancellation table, after checking that ``to`` has a hop cycle and the table exists."""
         from botocore.exceptions import BotoCoreError, ClientError
 
-        from .aws.cancellations import DEFAULT_TABLE, TABLE_ENV, DynamoDbCancellationStore
-        from .aws.sqs import translate_error
-        from .naming import sqs_delay_queue_name
+        from delayed_delivery.aws.cancellations import DEFAULT_TABLE, TABLE_ENV, DynamoDbCancellationStore
+        from delayed_delivery.aws.sqs import translate_error
+        from delayed_delivery.naming import sqs_delay_queue_name
 
         delay_queue = sqs_delay_queue_name(to)
         try:
@@ -217,8 +217,8 @@ class SqsRoute:
 
     def _reach(self) -> tuple[float, str]:
         """Seconds before its due time a message leaves the cycle (cap + record cache), and how to say it."""
-        from .aws.cancellations import cache_seconds_from_env
-        from .durations import format_duration
+        from delayed_delivery.aws.cancellations import cache_seconds_from_env
+        from delayed_delivery.durations import format_duration
 
         cache = cache_seconds_from_env(os.environ)
         reach = self.settings.max_native_delay + cache
@@ -229,7 +229,7 @@ class SqsRoute:
 
     def cancel(self, message_id: str, *, to: str, due: datetime | None = None) -> dict[str, Any]:
         """Write a cancel record for ``message_id`` on ``to``'s hop cycle; refused when ``due`` is too near."""
-        from .cancellations import cancel_request
+        from delayed_delivery.cancellations import cancel_request
 
         store = self._records(to)
         cache, reach = self._reach()
@@ -262,8 +262,8 @@ class SqsRoute:
 
     def reschedule(self, message_id: str, due: datetime, *, to: str) -> dict[str, Any]:
         """Write a reschedule record: ``message_id`` moves to ``due`` at its next hop on ``to``'s cycle."""
-        from .cancellations import reschedule_request
-        from .durations import format_duration
+        from delayed_delivery.cancellations import reschedule_request
+        from delayed_delivery.durations import format_duration
 
         store = self._records(to)
         _, reach = self._reach()
@@ -293,8 +293,8 @@ class AzureTableRoute:
     name = "azure"
 
     def __init__(self, options: CloudOptions) -> None:
-        from .azure.config import ENV_CONNECTION, ENV_ENDPOINT, AzureClients, AzureDelayedDeliveryConfig
-        from .azure.table_store import TableDelayedMessageStore
+        from delayed_delivery.azure.config import ENV_CONNECTION, ENV_ENDPOINT, AzureClients, AzureDelayedDeliveryConfig
+        from delayed_delivery.azure.table_store import TableDelayedMessageStore
 
         env = dict(os.environ)
         env[ENV_ENDPOINT] = options.endpoint
@@ -322,8 +322,8 @@ class AzureTableRoute:
     def _check_queue(self, name: str) -> None:
         from azure.core.exceptions import AzureError, ResourceNotFoundError
 
-        from .azure.sdk_errors import translate
-        from .naming import validate_azure_queue_name
+        from delayed_delivery.azure.sdk_errors import translate
+        from delayed_delivery.naming import validate_azure_queue_name
 
         validate_azure_queue_name(name)
         try:
@@ -338,7 +338,7 @@ class AzureTableRoute:
     def _check_table(self) -> None:
         from azure.core.exceptions import AzureError, ResourceNotFoundError
 
-        from .azure.sdk_errors import translate
+        from delayed_delivery.azure.sdk_errors import translate
 
         try:
             self.clients.tables.get_table_client(self.config.table_name).get_table_access_policy()
@@ -364,8 +364,8 @@ class AzureTableRoute:
         cancellable: bool = False,
     ) -> dict[str, Any]:
         """Native visibility timeout up to 7 days (unless ``cancellable``), else a row in the delays table."""
-        from .azure.sender import AzureDelayedSender
-        from .azure.storage_queue import MAX_NATIVE_DELAY_SECONDS, StorageQueueTransport
+        from delayed_delivery.azure.sender import AzureDelayedSender
+        from delayed_delivery.azure.storage_queue import MAX_NATIVE_DELAY_SECONDS, StorageQueueTransport
 
         self._check_queue(to)
         if cancellable or _seconds_until(due) > MAX_NATIVE_DELAY_SECONDS:
@@ -385,8 +385,8 @@ class AzureTableRoute:
         """Exact: every due row of the delays table, bucketed by due time (reads the due rows' keys only)."""
         from azure.core.exceptions import AzureError, ResourceNotFoundError
 
-        from .azure import rows
-        from .azure.sdk_errors import translate
+        from delayed_delivery.azure import rows
+        from delayed_delivery.azure.sdk_errors import translate
 
         now = SystemClock().now()
         buckets: Counter[datetime] = Counter()

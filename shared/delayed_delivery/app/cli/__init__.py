@@ -16,23 +16,23 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from . import __version__
-from .cost import (
+from delayed_delivery import __version__
+from delayed_delivery.app.cli.local import local_app
+from delayed_delivery.app.cli.ops import register_operator_commands
+from delayed_delivery.app.demo.core import DemoProgress, run_core_demo
+from delayed_delivery.cost import (
     SCHEDULER_PRICE_PER_INVOCATION,
     STANDARD_PRICE_PER_REQUEST,
     estimate_sqs_cost,
     estimate_sqs_parked_cost,
     fifo_cycle_cost,
 )
-from .demo import DemoProgress, run_core_demo
-from .durations import format_duration, to_seconds
-from .errors import DelayedDeliveryError
-from .local_cli import local_app
-from .logjson import JsonFormatter
-from .ops_cli import register_operator_commands
+from delayed_delivery.durations import format_duration, to_seconds
+from delayed_delivery.errors import DelayedDeliveryError
+from delayed_delivery.logjson import JsonFormatter
 
 if TYPE_CHECKING:
-    from .cloud_demo import CloudDemoResult, CloudProgress, CloudSummary
+    from delayed_delivery.app.demo.cloud import CloudDemoResult, CloudProgress, CloudSummary
 
 app = typer.Typer(
     name="delayed-delivery",
@@ -273,7 +273,7 @@ def demo(
     if (messages is not None and messages < 1) or (year_seconds is not None and year_seconds <= 0):
         raise _fail("--messages and --year-seconds must be positive")
     try:
-        from .cloud_demo import CloudDemoConfig, run_cloud_demo
+        from delayed_delivery.app.demo.cloud import CloudDemoConfig, run_cloud_demo
     except ImportError as exc:
         raise _fail(
             f"the cloud demo needs the aws and azure extras ({exc.name} is missing): "
@@ -462,7 +462,7 @@ def _configure_logging(verbose: bool) -> None:
 
 
 try:  # the SQS commands (extra "aws"); the CLI works without them
-    from .aws.cli import aws_app as _aws_app
+    from delayed_delivery.app.cli.aws import aws_app as _aws_app
 except ImportError:  # pragma: no cover - depends on the install
     pass
 else:
@@ -470,7 +470,7 @@ else:
 
 
 try:  # the Spark pipelines (extra "spark"); the CLI works without them
-    from .pipelines.cli import register as _register_pipelines
+    from delayed_delivery.app.cli.pipelines import register as _register_pipelines
 except ImportError:  # pragma: no cover - depends on the install
     pass
 else:
@@ -478,7 +478,7 @@ else:
 
 
 try:  # the Azure commands (extra "azure"); the CLI works without them
-    from .azure.cli import azure_app as _azure_app
+    from delayed_delivery.app.cli.azure import azure_app as _azure_app
 except ImportError:  # pragma: no cover - depends on the install
     pass
 else:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from .errors import ConfigurationError
+from delayed_delivery.errors import ConfigurationError
 
 __all__ = ["AZURITE_ACCOUNT", "AZURITE_KEY", "Emulator", "LocalEmulators", "azurite_connection_string"]
 

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from ..errors import DelayedDeliveryError
-from ..settings import DelayedDeliverySettings
-from .cancellations import DEFAULT_TABLE, TABLE_ENV, ensure_cancellation_table
-from .queues import check_endpoint, ensure_endpoint
-from .sender import SqsDelayedSender
+from delayed_delivery.aws.cancellations import DEFAULT_TABLE, TABLE_ENV, ensure_cancellation_table
+from delayed_delivery.aws.queues import check_endpoint, ensure_endpoint
+from delayed_delivery.aws.sender import SqsDelayedSender
+from delayed_delivery.errors import DelayedDeliveryError
+from delayed_delivery.settings import DelayedDeliverySettings
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from .errors import DelayedDeliveryError
-from .local import LocalEmulators, azurite_connection_string
-from .ops_cloud import LOCAL_AZURITE_PORTS, LOCAL_MOTO_PORT
+from delayed_delivery.app.emulators import LocalEmulators, azurite_connection_string
+from delayed_delivery.app.routes import LOCAL_AZURITE_PORTS, LOCAL_MOTO_PORT
+from delayed_delivery.errors import DelayedDeliveryError
 
 __all__ = ["local_app"]
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from .clock import SystemClock
-from .dispatcher import Dispatcher
-from .memory import InMemoryTransport
-from .model import DelayedMessage
-from .settings import DelayedDeliverySettings
-from .sqlite_store import SqliteDelayedMessageStore
+from delayed_delivery.clock import SystemClock
+from delayed_delivery.dispatcher import Dispatcher
+from delayed_delivery.memory import InMemoryTransport
+from delayed_delivery.model import DelayedMessage
+from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.sqlite_store import SqliteDelayedMessageStore
 
 __all__ = ["DEMO_DELAYS", "DemoProgress", "DemoResult", "run_core_demo"]
 
