@@ -159,16 +159,7 @@ class PostgresBatchMover:
         self.exactly_once = same_db if exactly_once is None else exactly_once
         if self.exactly_once and look_ahead:
             raise ConfigurationError("look_ahead needs a transport with native delays, not the queue table")
-        self._sender: _LookAheadSender | None = None
-        sending: Transport
-        if look_ahead:
-            if not isinstance(transport, DelayingTransport):
-                raise ConfigurationError("look_ahead needs a transport with send_delayed(message, delay_seconds)")
-            self._sender = sending = _LookAheadSender(transport)
-        elif isinstance(transport, Transport):
-            sending = transport
-        else:
-            raise ConfigurationError(f"{type(transport).__name__} has no send(message)")
+        self._sender, sending = _sending_transport(transport, look_ahead)
         self.dispatcher = Dispatcher(
             store,
             sending,
@@ -179,16 +170,7 @@ class PostgresBatchMover:
         self._wake = threading.Event()
         if self.exactly_once:
             assert isinstance(transport, PostgresQueueTransport)
-            self._sql_move = sql.SQL(
-                "WITH due AS ("
-                " SELECT message_id FROM {d} WHERE due_at <= now() AND available_at <= now()"
-                ' ORDER BY due_at, message_id COLLATE "C" LIMIT %(limit)s FOR UPDATE SKIP LOCKED),'
-                " moved AS (DELETE FROM {d} AS d USING due WHERE d.message_id = due.message_id"
-                " RETURNING d.message_id, d.destination, d.body, d.headers, d.due_at)"
-                " INSERT INTO {q} (message_id, destination, body, headers, due_at)"
-                " SELECT message_id, destination, body, headers, due_at FROM moved ORDER BY due_at"
-                " RETURNING extract(epoch FROM now() - due_at)::float8"
-            ).format(d=sql.Identifier(store.schema, store.table), q=transport.identifier)
+            self._sql_move = _move_statement(store, transport)
 
     # -- one batch -------------------------------------------------------------
 
@@ -299,3 +281,31 @@ class PostgresBatchMover:
             remaining = end - time.monotonic()
             if remaining <= 0 or self._wake.wait(min(remaining, 0.25)):
                 return
+
+
+def _sending_transport(
+    transport: Transport | DelayingTransport, look_ahead: float
+) -> tuple[_LookAheadSender | None, Transport]:
+    """The look-ahead wrapper (when ``look_ahead``) and the transport the dispatcher sends with."""
+    if look_ahead:
+        if not isinstance(transport, DelayingTransport):
+            raise ConfigurationError("look_ahead needs a transport with send_delayed(message, delay_seconds)")
+        sender = _LookAheadSender(transport)
+        return sender, sender
+    if isinstance(transport, Transport):
+        return None, transport
+    raise ConfigurationError(f"{type(transport).__name__} has no send(message)")
+
+
+def _move_statement(store: PostgresDelayedMessageStore, transport: PostgresQueueTransport) -> sql.Composed:
+    """The exactly-once move: delete due rows and insert them into the queue table in one statement."""
+    return sql.SQL(
+        "WITH due AS ("
+        " SELECT message_id FROM {d} WHERE due_at <= now() AND available_at <= now()"
+        ' ORDER BY due_at, message_id COLLATE "C" LIMIT %(limit)s FOR UPDATE SKIP LOCKED),'
+        " moved AS (DELETE FROM {d} AS d USING due WHERE d.message_id = due.message_id"
+        " RETURNING d.message_id, d.destination, d.body, d.headers, d.due_at)"
+        " INSERT INTO {q} (message_id, destination, body, headers, due_at)"
+        " SELECT message_id, destination, body, headers, due_at FROM moved ORDER BY due_at"
+        " RETURNING extract(epoch FROM now() - due_at)::float8"
+    ).format(d=sql.Identifier(store.schema, store.table), q=transport.identifier)
