@@ -95,12 +95,10 @@ def run_core_demo(
     on_progress: Callable[[DemoProgress], None] | None = None,
 ) -> DemoResult:
     """Send ``messages`` delayed messages (2 years compressed into ``span_seconds``) and dispatch them."""
-    rng = random.Random(seed)
     compression = max(d for _, d in DEMO_DELAYS) / span_seconds
     clock = SystemClock()
     tmp = tempfile.TemporaryDirectory(prefix="delayed-delivery-demo-") if workdir is None else None
-    folder = Path(tmp.name) if tmp else Path(workdir or ".")
-    store = SqliteDelayedMessageStore(folder / "demo.db", claim_timeout=30)
+    store = SqliteDelayedMessageStore(Path(tmp.name if tmp else workdir or ".") / "demo.db", claim_timeout=30)
     store.setup_infrastructure()
     transport = _TaggingTransport({"orders", "billing", "error"})
     settings = DelayedDeliverySettings(max_idle_sleep=0.25, batch_size=25, retry_backoff=0.05)
@@ -112,10 +110,32 @@ def run_core_demo(
     ]
     for t in threads:
         t.start()
-
     started = time.monotonic()
-    expected: dict[str, tuple[str, float]] = {}
     progress = DemoProgress()
+    expected, labels = _send_mix(store, dispatcher_objs, messages, poison, compression, random.Random(seed), progress)
+    _wait_until_drained(store, transport, progress, started + span_seconds * 1.1 + 10, on_progress)
+    stop.set()
+    for d in dispatcher_objs:
+        d.notify(clock.now() - timedelta(days=1))
+    for t in threads:
+        t.join(5)
+    store.close()
+    if tmp:
+        tmp.cleanup()
+    return _summarise(transport, expected, labels, poison, compression, time.monotonic() - started)
+
+
+def _send_mix(
+    store: SqliteDelayedMessageStore,
+    dispatchers: list[Dispatcher],
+    messages: int,
+    poison: int,
+    compression: float,
+    rng: random.Random,
+    progress: DemoProgress,
+) -> tuple[dict[str, tuple[str, float]], Counter[str]]:
+    """Store the demo's messages (the last ``poison`` for a queue that does not exist): id → (destination, due)."""
+    expected: dict[str, tuple[str, float]] = {}
     labels: Counter[str] = Counter()
     for i in range(messages + poison):
         label, logical = DEMO_DELAYS[i % len(DEMO_DELAYS)]
@@ -128,16 +148,25 @@ def run_core_demo(
             f"demo message {i} ({label})".encode(),
             delay=logical / compression,
             headers={"demo.delay": label},
-            clock=clock,
+            clock=SystemClock(),
         )
         expected[m.message_id] = (destination, m.due_at.timestamp())
         labels[label] += 1
-        for d in dispatcher_objs:
+        for d in dispatchers:
             d.notify(m.due_at)
         store.store(m)
         progress.sent += 1
+    return expected, labels
 
-    deadline = started + span_seconds * 1.1 + 10
+
+def _wait_until_drained(
+    store: SqliteDelayedMessageStore,
+    transport: _TaggingTransport,
+    progress: DemoProgress,
+    deadline: float,
+    on_progress: Callable[[DemoProgress], None] | None,
+) -> None:
+    """Report progress every 0.1 s until nothing is pending or ``deadline`` (monotonic) passes."""
     while time.monotonic() < deadline:
         delivered = sum(1 for s in transport.sent if s.message.destination != "error")
         errors = len(transport.to("error"))
@@ -147,15 +176,17 @@ def run_core_demo(
         if progress.pending == 0:
             break
         time.sleep(0.1)
-    stop.set()
-    for d in dispatcher_objs:
-        d.notify(clock.now() - timedelta(days=1))
-    for t in threads:
-        t.join(5)
-    store.close()
-    if tmp:
-        tmp.cleanup()
 
+
+def _summarise(
+    transport: _TaggingTransport,
+    expected: dict[str, tuple[str, float]],
+    labels: Counter[str],
+    poison: int,
+    compression: float,
+    seconds: float,
+) -> DemoResult:
+    """The demo's summary from what the transport saw."""
     arrivals = Counter(s.message.message_id for s in transport.sent)
     lateness = [
         max(0.0, s.sent_at.timestamp() - expected[s.message.message_id][1])
@@ -174,7 +205,7 @@ def run_core_demo(
         lateness_p99=_percentile(lateness, 99),
         lateness_max=max(lateness, default=0.0),
         compression=compression,
-        seconds=time.monotonic() - started,
+        seconds=seconds,
         by_dispatcher=dict(transport.senders),
         by_delay=dict(labels),
     )
