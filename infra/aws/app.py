@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """CDK app: ``cd infra/aws && npx cdk synth`` (or deploy). Configuration is CDK context (cdk.json or ``-c``).
 
-Context keys: ``endpoints`` (list of queue names or ``{"name", "existingQueueArn"}``), ``stackName``,
-``powertoolsLayerVersion``, ``maxNativeDelay``, ``fifoQueueDelay``, ``alarmTopicArn``, ``cancellationTable``,
-``cancellationCacheSeconds``, ``maxParkSeconds`` (0 turns parking off), ``parkMaxInFlight``.
+Context keys: ``endpoints`` (list of queue names or ``{"name", "existingQueueArn", "existingQueueKeyArn",
+"senders"}``), ``stackName``, ``powertoolsLayerVersion``, ``maxNativeDelay``, ``fifoQueueDelay``, ``alarmTopicArn``,
+``cancellationTable``, ``cancellationCacheSeconds``, ``maxParkSeconds`` (0 turns parking off), ``parkMaxInFlight``,
+``kmsKey`` (``"create"`` or a key ARN; absent = SQS-managed encryption), ``delaySenders`` (role ARNs, ``*`` patterns
+allowed, that may send to every ``-delay.fifo``; each endpoint's ``senders`` add to it).
 cdk-nag's AwsSolutions checks run on every synth; an unsuppressed finding fails it.
 """
 
@@ -30,6 +32,14 @@ def _context(app: cdk.App, key: str, default: Any) -> Any:
     return default if value is None else value
 
 
+def _senders(value: Any) -> list[str]:
+    """``delaySenders``: a list of role ARNs, or one comma-separated string (``-c delaySenders=arn1,arn2``)."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise ValueError("context 'delaySenders' is a list of role ARNs")
+    return [i.strip() for i in items if i.strip()]
+
+
 def build(app: cdk.App) -> DelayedDeliveryStack:
     """Instantiate the stack from the app's context."""
     raw = _context(app, "endpoints", ["orders"])
@@ -46,6 +56,8 @@ def build(app: cdk.App) -> DelayedDeliveryStack:
         cancellation_cache_seconds=int(_context(app, "cancellationCacheSeconds", 60)),
         max_park_seconds=int(_context(app, "maxParkSeconds", MAX_PARK_SECONDS)),
         park_max_in_flight=int(_context(app, "parkMaxInFlight", 100_000)),
+        kms_key=_context(app, "kmsKey", None),
+        senders=_senders(_context(app, "delaySenders", [])),
         description="Unrestricted SQS delayed delivery (delayed-delivery)",
     )
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))

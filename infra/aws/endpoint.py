@@ -1,23 +1,24 @@
 """``DelayedDeliveryEndpoint``: one endpoint's unrestricted delayed delivery on AWS, as a reusable construct.
 
-It owns (or adopts) the input queue ``<name>``, creates ``<name>-delay.fifo`` as the SQS seed requires
-(queue-level delay = the hop, no redrive policy) with 14 days of retention (the seed asks for ≥ 4; parked
-messages keep 4 days free, so the other 10 let a long delay wait in 12 h parks between re-sends), an error
-queue, the requeue function with its SQS event source (batch 10, partial batch responses), least-privilege
-IAM (the event source's grant already lets it change visibility on its own FIFO queue, which parking needs, and
-nowhere else), alarms and dashboard widgets. Every queue has server-side encryption and refuses plain HTTP.
-Given the stack's cancellation table, the function may Query and DeleteItem in its own partition of it
-(``dynamodb:LeadingKeys`` = the queue).
+It owns (or adopts) the input queue ``<name>``, creates ``<name>-delay.fifo`` to the FIFO queue rules (queue-level
+delay = the hop, no redrive policy) with 14 days of retention, an error queue, the requeue function with its SQS
+event source (batch 10, partial batch responses), least-privilege IAM, alarms and dashboard widgets. Every queue is
+encrypted (SQS-managed keys, or a customer-managed KMS key) and refuses plain HTTP; ``-delay.fifo`` refuses
+``SendMessage`` to every principal but the function and the senders granted with ``grant_send_delayed``.
+The security model is described in docs/aws.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
+import jsii
+from aws_cdk import Acknowledgment, Duration, IStableListProducer, Lazy, RemovalPolicy, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
@@ -30,8 +31,8 @@ __all__ = ["BACKLOG_THRESHOLD", "HANDLER", "METRICS_NAMESPACE", "RETENTION", "De
 HANDLER = "functions.aws.requeue.handler"
 #: CloudWatch namespace of the function's EMF metrics.
 METRICS_NAMESPACE = "DelayedDelivery"
-#: FIFO queue retention: the longest SQS allows. The seed asks for ≥ 4 days; parking keeps 4 days of it free for
-#: outages and parks within the rest, so a long delay is re-sent about every 10 days instead of every hop.
+#: FIFO queue retention: the longest SQS allows. The FIFO queue rules ask for >= 4 days; parking keeps 4 days of it
+#: free for outages and parks within the rest, so a long delay is re-sent about every 10 days instead of every hop.
 RETENTION = Duration.days(14)
 #: Error queue retention: the longest SQS allows, so operators have time to look.
 ERROR_RETENTION = Duration.days(14)
@@ -40,6 +41,50 @@ BACKLOG_THRESHOLD = 1000
 #: The longest park: SQS's 12-hour visibility limit counts from the receive; 10 minutes are kept for the function
 #: (equal to ``delayed_delivery.settings.MAX_PARK_SECONDS``, which a test checks; the CDK app does not import it).
 MAX_PARK_SECONDS = 43_200 - 600
+
+
+@jsii.implements(IStableListProducer)
+class _Arns:
+    """The principal ARNs allowed to send to ``-delay.fifo``, read when the template is written."""
+
+    def __init__(self) -> None:
+        self.arns: list[str] = []
+
+    def produce(self) -> list[str]:
+        """The ARNs granted so far (the function's role first)."""
+        return list(self.arns)
+
+
+def _check_limits(
+    queue_name: str,
+    max_native_delay: int,
+    fifo_queue_delay: int,
+    max_park_seconds: int,
+    park_max_in_flight: int,
+    cancellation_cache_seconds: int,
+) -> None:
+    """``ValueError`` for a setting outside what SQS and the function allow."""
+    if not 1 <= fifo_queue_delay <= 900 or not 1 <= max_native_delay <= 900:
+        raise ValueError("fifo_queue_delay and max_native_delay must be 1-900 s (SQS's DelaySeconds range)")
+    if not 0 <= max_park_seconds <= MAX_PARK_SECONDS:
+        raise ValueError(
+            f"max_park_seconds must be 0-{MAX_PARK_SECONDS} s (SQS's 12 h visibility limit counts from the "
+            "receive, less 10 minutes for the function to act; 0 = no parking)"
+        )
+    if not 0 <= park_max_in_flight <= 120_000:
+        raise ValueError("park_max_in_flight must be 0-120000 (a FIFO queue stops at 120,000 in flight)")
+    if not 0 <= cancellation_cache_seconds <= 600:
+        raise ValueError("cancellation_cache_seconds must be 0-600 s (well below the 900 s hop)")
+    if len(queue_name) > 69:
+        raise ValueError(f"queue name {queue_name!r} leaves no room for '-delay.fifo' within 80 characters")
+
+
+def _grant_send(queue: sqs.IQueue, grantee: iam.IGrantable) -> iam.Grant:
+    """Send to ``queue``; with a KMS key, the two key actions SQS needs for it (not CDK's ``ReEncrypt*`` set)."""
+    grant = queue.grant(grantee, "sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl")
+    if queue.encryption_master_key is not None:
+        queue.encryption_master_key.grant(grantee, "kms:GenerateDataKey", "kms:Decrypt")
+    return grant
 
 
 class DelayedDeliveryEndpoint(Construct):
@@ -65,59 +110,101 @@ class DelayedDeliveryEndpoint(Construct):
         max_park_seconds: int = MAX_PARK_SECONDS,
         park_max_in_flight: int = 100_000,
         backlog_threshold: int = BACKLOG_THRESHOLD,
+        encryption_key: kms.IKey | None = None,
+        sender_arns: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
-        if not 1 <= fifo_queue_delay <= 900 or not 1 <= max_native_delay <= 900:
-            raise ValueError("fifo_queue_delay and max_native_delay must be 1-900 s (SQS's DelaySeconds range)")
-        if not 0 <= max_park_seconds <= MAX_PARK_SECONDS:
-            raise ValueError(
-                f"max_park_seconds must be 0-{MAX_PARK_SECONDS} s (SQS's 12 h visibility limit counts from the "
-                "receive, less 10 minutes for the function to act; 0 = no parking)"
-            )
-        if not 0 <= park_max_in_flight <= 120_000:
-            raise ValueError("park_max_in_flight must be 0-120000 (a FIFO queue stops at 120,000 in flight)")
-        if not 0 <= cancellation_cache_seconds <= 600:
-            raise ValueError("cancellation_cache_seconds must be 0-600 s (well below the 900 s hop)")
-        if len(queue_name) > 69:
-            raise ValueError(f"queue name {queue_name!r} leaves no room for '-delay.fifo' within 80 characters")
+        _check_limits(
+            queue_name,
+            max_native_delay,
+            fifo_queue_delay,
+            max_park_seconds,
+            park_max_in_flight,
+            cancellation_cache_seconds,
+        )
         timeout = function_timeout or Duration.seconds(30)
         self.queue_name = queue_name
         self.service_name = f"delayed-delivery-{queue_name}"
+        self.encryption_key = encryption_key
+        self._senders = _Arns()
+        self._queues(existing_queue, fifo_queue_delay, timeout)
+        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
+        self.role = self._role()
+        self.function = self._function(code, layers, runtime, timeout)
+        self.function.add_environment("DELAYED_DELIVERY_MAX_NATIVE_DELAY", str(max_native_delay))
+        self.function.add_environment("DELAYED_DELIVERY_FIFO_QUEUE_DELAY", str(fifo_queue_delay))
+        self.function.add_environment("DELAYED_DELIVERY_MAX_PARK_SECONDS", str(max_park_seconds))
+        self.function.add_environment("DELAYED_DELIVERY_PARK_MAX_IN_FLIGHT", str(park_max_in_flight))
+        if cancellation_table is not None:
+            self._read_cancellations(cancellation_table, cancellation_cache_seconds)
+        # The event source's grant (receive, delete, change visibility, attributes) covers this FIFO queue only:
+        # parking changes visibility there, and reads its in-flight count, and nowhere else.
+        self.function.add_event_source(SqsEventSource(self.delay_queue, batch_size=10, report_batch_item_failures=True))
+        # Sends: back to its own FIFO queue, to its own input queue, to its own error queue. Nothing else.
+        self.grant_send_delayed(self.function)
+        for queue in (self.input_queue, self.error_queue):
+            _grant_send(queue, self.function)
+        self._senders.arns.extend(sender_arns)
+        self._restrict_senders()
+        self.alarms = self._alarms(backlog_threshold, alarm_actions)
+        self._suppress(self.role)
 
+    def grant_send_delayed(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Let ``grantee`` (a role or function of this app) send to ``-delay.fifo``, past the queue policy's Deny."""
+        arn = getattr(grantee.grant_principal, "role_arn", None)
+        if not isinstance(arn, str):
+            raise TypeError("a delayed sender is a role, or runs as one (a function, a task): its ARN is the condition")
+        self._senders.arns.append(arn)
+        return _grant_send(self.delay_queue, grantee)
+
+    def _encryption(self) -> dict[str, Any]:
+        """Queue encryption properties: the customer-managed key when given, else SQS-managed keys."""
+        if self.encryption_key is None:
+            return {"encryption": sqs.QueueEncryption.SQS_MANAGED}
+        return {"encryption": sqs.QueueEncryption.KMS, "encryption_master_key": self.encryption_key}
+
+    def _queues(self, existing_queue: sqs.IQueue | None, fifo_queue_delay: int, timeout: Duration) -> None:
+        """The input queue (unless adopted), ``-delay.fifo`` and the error queue, all encrypted and TLS-only."""
         self.input_queue: sqs.IQueue = existing_queue or sqs.Queue(
-            self,
-            "Input",
-            queue_name=queue_name,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
+            self, "Input", queue_name=self.queue_name, enforce_ssl=True, **self._encryption()
         )
         self.delay_queue = sqs.Queue(
             self,
             "Delay",
-            queue_name=f"{queue_name}-delay.fifo",
+            queue_name=f"{self.queue_name}-delay.fifo",
             fifo=True,
             content_based_deduplication=False,
             delivery_delay=Duration.seconds(fifo_queue_delay),
             retention_period=RETENTION,
-            # Lambda needs visibility ≥ the function timeout; AWS advises 6× so retries are not cut short.
+            # Lambda needs visibility >= the function timeout; AWS advises 6x so retries are not cut short.
             visibility_timeout=Duration.seconds(timeout.to_seconds() * 6),
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
+            **self._encryption(),
         )
         self.error_queue = sqs.Queue(
-            self,
-            "Errors",
-            retention_period=ERROR_RETENTION,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
+            self, "Errors", retention_period=ERROR_RETENTION, enforce_ssl=True, **self._encryption()
         )
 
-        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
+    def _restrict_senders(self) -> None:
+        """Deny ``SendMessage`` on ``-delay.fifo`` to every principal whose ARN is not a granted sender's."""
+        self.delay_queue.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="OnlyGrantedSendersMayDelay",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["sqs:SendMessage"],
+                resources=[self.delay_queue.queue_arn],
+                conditions={"ArnNotLike": {"aws:PrincipalArn": Lazy.list(self._senders)}},
+            )
+        )
+
+    def _role(self) -> iam.Role:
+        """The function's role: its own log group here; queue, table and key grants are added to it."""
         role = iam.Role(
             self,
             "Role",
             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description=f"Requeue function of {queue_name}: its own queues and log group only",
+            description=f"Requeue function of {self.queue_name}: its own queues and log group only",
         )
         role.add_to_policy(
             iam.PolicyStatement(
@@ -125,52 +212,44 @@ class DelayedDeliveryEndpoint(Construct):
                 resources=[self.log_group.log_group_arn],
             )
         )
-        self.function = lambda_.Function(
+        return role
+
+    def _function(
+        self, code: lambda_.Code, layers: Sequence[lambda_.ILayerVersion], runtime: lambda_.Runtime, timeout: Duration
+    ) -> lambda_.Function:
+        """The requeue function, traced, logging to its own group, configured by environment."""
+        return lambda_.Function(
             self,
             "Requeue",
             runtime=runtime,
             handler=HANDLER,
             code=code,
             layers=list(layers),
-            role=role,
+            role=self.role,
             timeout=timeout,
             memory_size=256,
             tracing=lambda_.Tracing.ACTIVE,
             log_group=self.log_group,
-            description=f"Moves {queue_name}-delay.fifo records one hop on (unrestricted delayed delivery)",
+            description=f"Moves {self.queue_name}-delay.fifo records one hop on (unrestricted delayed delivery)",
             environment={
                 "DELAYED_DELIVERY_ERROR_QUEUE": self.error_queue.queue_name,
-                "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(max_native_delay),
-                "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(fifo_queue_delay),
-                "DELAYED_DELIVERY_MAX_PARK_SECONDS": str(max_park_seconds),
-                "DELAYED_DELIVERY_PARK_MAX_IN_FLIGHT": str(park_max_in_flight),
                 "POWERTOOLS_SERVICE_NAME": self.service_name,
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
                 "POWERTOOLS_LOG_LEVEL": "INFO",
             },
         )
-        if cancellation_table is not None:
-            # Read its endpoint's records and delete applied ones; nothing else, and only in its own partition.
-            role.add_to_policy(
-                iam.PolicyStatement(
-                    actions=["dynamodb:Query", "dynamodb:DeleteItem"],
-                    resources=[cancellation_table.table_arn],
-                    conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [queue_name]}},
-                )
-            )
-            self.function.add_environment("DELAYED_DELIVERY_CANCELLATION_TABLE", cancellation_table.table_name)
-            self.function.add_environment(
-                "DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS", str(cancellation_cache_seconds)
-            )
-        # The event source's grant (receive, delete, change visibility, attributes) covers this FIFO queue only:
-        # parking changes visibility there, and reads its in-flight count, and nowhere else.
-        self.function.add_event_source(SqsEventSource(self.delay_queue, batch_size=10, report_batch_item_failures=True))
-        # Sends: back to its own FIFO queue, to its own input queue, to its own error queue. Nothing else.
-        for queue in (self.delay_queue, self.input_queue, self.error_queue):
-            queue.grant_send_messages(self.function)
 
-        self.alarms = self._alarms(backlog_threshold, alarm_actions)
-        self._suppress(role)
+    def _read_cancellations(self, table: dynamodb.ITable, cache_seconds: int) -> None:
+        """Read its endpoint's records and delete applied ones; nothing else, and only in its own partition."""
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:Query", "dynamodb:DeleteItem"],
+                resources=[table.table_arn],
+                conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [self.queue_name]}},
+            )
+        )
+        self.function.add_environment("DELAYED_DELIVERY_CANCELLATION_TABLE", table.table_name)
+        self.function.add_environment("DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS", str(cache_seconds))
 
     def _alarms(self, backlog_threshold: int, actions: Sequence[cloudwatch.IAlarmAction]) -> list[cloudwatch.Alarm]:
         alarms = [
@@ -285,8 +364,8 @@ class DelayedDeliveryEndpoint(Construct):
         Validations.of(self.delay_queue).acknowledge(
             Acknowledgment(
                 id="AwsSolutions-SQS3",
-                reason="The SQS seed forbids a redrive policy on -delay.fifo: a receive-count DLQ would silently "
-                "drop long delays; the requeue function moves poison records to the error queue itself.",
+                reason="The FIFO queue rules forbid a redrive policy on -delay.fifo: a receive-count DLQ would "
+                "silently drop long delays; the requeue function moves poison records to the error queue itself.",
             )
         )
         Validations.of(self.error_queue).acknowledge(

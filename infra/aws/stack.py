@@ -1,5 +1,5 @@
 """``DelayedDeliveryStack``: the function code and Powertools layer once, one endpoint per queue, the cancellation
-table, a dashboard."""
+table, a dashboard, and optionally a customer-managed KMS key for the queues."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from aws_cdk import Aws, CfnOutput, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
@@ -21,6 +22,7 @@ from infra.aws.endpoint import MAX_PARK_SECONDS, DelayedDeliveryEndpoint
 from infra.aws.packaging import prepare_function_asset
 
 __all__ = [
+    "CREATE_KEY",
     "DEFAULT_CANCELLATION_TABLE",
     "POWERTOOLS_ACCOUNT",
     "DelayedDeliveryStack",
@@ -32,6 +34,8 @@ __all__ = [
 POWERTOOLS_ACCOUNT = "017000801446"
 #: The table `delayed-delivery cancel --cloud aws` writes to (unless DELAYED_DELIVERY_CANCELLATION_TABLE is set).
 DEFAULT_CANCELLATION_TABLE = "delayed-delivery-cancellations"
+#: ``kms_key`` value that creates a customer-managed key (rotation on) instead of importing one by ARN.
+CREATE_KEY = "create"
 
 
 def powertools_layer_arn(version: str, python: str = "python313", architecture: str = "x86_64") -> str:
@@ -44,18 +48,24 @@ def powertools_layer_arn(version: str, python: str = "python313", architecture: 
 
 @dataclass(frozen=True, slots=True)
 class EndpointConfig:
-    """One endpoint: its input queue name, and the ARN of that queue when it already exists."""
+    """One endpoint: its input queue name, the ARN (and KMS key ARN) of that queue when it already exists, and the
+    role ARNs (``*`` patterns allowed) that may send to its ``-delay.fifo`` besides its function."""
 
     name: str
     existing_queue_arn: str | None = None
+    existing_queue_key_arn: str | None = None
+    senders: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, value: Any) -> EndpointConfig:
-        """From context: ``"orders"`` or ``{"name": "orders", "existingQueueArn": "arn:…"}``."""
+        """From context: ``"orders"`` or ``{"name", "existingQueueArn", "existingQueueKeyArn", "senders"}``."""
         if isinstance(value, str):
             return cls(value)
         if isinstance(value, dict) and isinstance(value.get("name"), str):
-            return cls(value["name"], value.get("existingQueueArn"))
+            senders = value.get("senders", [])
+            if not isinstance(senders, list) or not all(isinstance(s, str) for s in senders):
+                raise ValueError(f"endpoint {value['name']!r}: 'senders' is a list of role ARNs")
+            return cls(value["name"], value.get("existingQueueArn"), value.get("existingQueueKeyArn"), tuple(senders))
         raise ValueError(f"endpoint {value!r}: use a queue name or {{'name': ..., 'existingQueueArn': ...}}")
 
 
@@ -77,6 +87,8 @@ class DelayedDeliveryStack(Stack):
         cancellation_cache_seconds: int = 60,
         max_park_seconds: int = MAX_PARK_SECONDS,
         park_max_in_flight: int = 100_000,
+        kms_key: str | None = None,
+        senders: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -92,12 +104,37 @@ class DelayedDeliveryStack(Stack):
         actions: list[cloudwatch.IAlarmAction] = []
         if alarm_topic_arn:
             actions.append(cloudwatch_actions.SnsAction(sns.Topic.from_topic_arn(self, "AlarmTopic", alarm_topic_arn)))
-        # Cancel / reschedule records: one partition per endpoint, each record lives ≤ 5 days (TTL), so on-demand
-        # capacity; SSE with the AWS managed key and point-in-time recovery. DESTROY: records are transient.
-        self.cancellation_table = dynamodb.Table(
+        self.cancellation_table = self._cancellation_table(cancellation_table_name)
+        CfnOutput(self, "CancellationTable", value=self.cancellation_table.table_name)
+        self.encryption_key = self._key(kms_key)
+        common: dict[str, Any] = {
+            "code": code,
+            "layers": [layer],
+            "max_native_delay": max_native_delay,
+            "fifo_queue_delay": fifo_queue_delay,
+            "alarm_actions": actions,
+            "cancellation_table": self.cancellation_table,
+            "cancellation_cache_seconds": cancellation_cache_seconds,
+            "max_park_seconds": max_park_seconds,
+            "park_max_in_flight": park_max_in_flight,
+            "encryption_key": self.encryption_key,
+        }
+        self.endpoints = [self._endpoint(config, senders, common) for config in endpoints]
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{construct_id}-delayed-delivery")
+        for endpoint in self.endpoints:
+            title, *graphs = endpoint.widgets()
+            self.dashboard.add_widgets(title)
+            self.dashboard.add_widgets(*graphs[:3])
+            self.dashboard.add_widgets(*graphs[3:])
+
+    def _cancellation_table(self, name: str) -> dynamodb.Table:
+        """Cancel / reschedule records: one partition per endpoint, each record lives ≤ 5 days (TTL)."""
+        # So on-demand capacity; SSE with the AWS managed key and point-in-time recovery. DESTROY: records are
+        # transient.
+        return dynamodb.Table(
             self,
             "Cancellations",
-            table_name=cancellation_table_name,
+            table_name=name,
             partition_key=dynamodb.Attribute(name="endpoint", type=dynamodb.AttributeType.STRING),
             sort_key=dynamodb.Attribute(name="message_id", type=dynamodb.AttributeType.STRING),
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
@@ -108,36 +145,46 @@ class DelayedDeliveryStack(Stack):
             ),
             removal_policy=RemovalPolicy.DESTROY,
         )
-        CfnOutput(self, "CancellationTable", value=self.cancellation_table.table_name)
-        self.endpoints: list[DelayedDeliveryEndpoint] = []
-        for config in endpoints:
-            existing = (
-                sqs.Queue.from_queue_arn(self, f"Existing-{config.name}", config.existing_queue_arn)
-                if config.existing_queue_arn
-                else None
-            )
-            endpoint = DelayedDeliveryEndpoint(
+
+    def _endpoint(
+        self, config: EndpointConfig, senders: Sequence[str], common: dict[str, Any]
+    ) -> DelayedDeliveryEndpoint:
+        """One endpoint (adopting its input queue, and that queue's KMS key, when they exist) and its outputs."""
+        existing = (
+            sqs.Queue.from_queue_attributes(
                 self,
-                f"Endpoint-{config.name}",
-                queue_name=config.name,
-                code=code,
-                layers=[layer],
-                existing_queue=existing,
-                max_native_delay=max_native_delay,
-                fifo_queue_delay=fifo_queue_delay,
-                alarm_actions=actions,
-                cancellation_table=self.cancellation_table,
-                cancellation_cache_seconds=cancellation_cache_seconds,
-                max_park_seconds=max_park_seconds,
-                park_max_in_flight=park_max_in_flight,
+                f"Existing-{config.name}",
+                queue_arn=config.existing_queue_arn,
+                key_arn=config.existing_queue_key_arn,  # sends to it are granted the key's use
             )
-            self.endpoints.append(endpoint)
-            CfnOutput(self, f"{config.name}-DelayQueueUrl", value=endpoint.delay_queue.queue_url)
-            CfnOutput(self, f"{config.name}-ErrorQueueUrl", value=endpoint.error_queue.queue_url)
-            CfnOutput(self, f"{config.name}-LogGroup", value=endpoint.log_group.log_group_name)
-        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{construct_id}-delayed-delivery")
-        for endpoint in self.endpoints:
-            title, *graphs = endpoint.widgets()
-            self.dashboard.add_widgets(title)
-            self.dashboard.add_widgets(*graphs[:3])
-            self.dashboard.add_widgets(*graphs[3:])
+            if config.existing_queue_arn
+            else None
+        )
+        endpoint = DelayedDeliveryEndpoint(
+            self,
+            f"Endpoint-{config.name}",
+            queue_name=config.name,
+            existing_queue=existing,
+            sender_arns=[*senders, *config.senders],
+            **common,
+        )
+        CfnOutput(self, f"{config.name}-DelayQueueUrl", value=endpoint.delay_queue.queue_url)
+        CfnOutput(self, f"{config.name}-ErrorQueueUrl", value=endpoint.error_queue.queue_url)
+        CfnOutput(self, f"{config.name}-LogGroup", value=endpoint.log_group.log_group_name)
+        return endpoint
+
+    def _key(self, kms_key: str | None) -> kms.IKey | None:
+        """No key (SQS-managed encryption), a new customer-managed key with rotation, or one imported by ARN."""
+        if not kms_key:
+            return None
+        if kms_key == CREATE_KEY:
+            return kms.Key(
+                self,
+                "QueueKey",
+                description="Delayed delivery queues (input, -delay.fifo, error)",
+                enable_key_rotation=True,
+                removal_policy=RemovalPolicy.RETAIN,  # messages may wait in a queue for 14 days
+            )
+        if not kms_key.startswith("arn:"):
+            raise ValueError(f"kms_key {kms_key!r}: use {CREATE_KEY!r} or a KMS key ARN")
+        return kms.Key.from_key_arn(self, "QueueKey", kms_key)

@@ -1,5 +1,6 @@
-"""The CDK stack, synthesized offline: the seed's queue attributes, the event source, least-privilege IAM,
-alarms and dashboard (``aws_cdk.assertions``), cdk-nag AwsSolutions on every synth, and cfn-lint on the template."""
+"""The CDK stack, synthesized offline: the FIFO queue rules (DelaySeconds 900, retention >= 4 days, no redrive), the
+event source, least-privilege IAM, the queue policies and the KMS option, alarms and dashboard
+(``aws_cdk.assertions``), cdk-nag AwsSolutions on every synth, and cfn-lint on the template."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def _logical_id(raw: dict[str, Any], kind: str, **props: Any) -> str:
     return found
 
 
-def test_delay_queue_is_exactly_what_the_seed_requires(synth: tuple[Template, dict[str, Any], Path]) -> None:
+def test_delay_queue_follows_the_fifo_queue_rules(synth: tuple[Template, dict[str, Any], Path]) -> None:
     template, _raw, _ = synth
     template.has_resource_properties(
         "AWS::SQS::Queue",
@@ -60,7 +61,7 @@ def test_delay_queue_is_exactly_what_the_seed_requires(synth: tuple[Template, di
             "FifoQueue": True,
             "ContentBasedDeduplication": False,
             "DelaySeconds": 900,
-            # ≥ the seed's 4 days: the SQS maximum, so parked messages have 10 days beyond the 4 kept free
+            # ≥ the rules' 4 days: the SQS maximum, so parked messages have 10 days beyond the 4 kept free
             "MessageRetentionPeriod": 14 * 24 * 3600,
             "VisibilityTimeout": 180,
             "SqsManagedSseEnabled": True,
@@ -243,11 +244,128 @@ def test_alarms_and_dashboard(synth: tuple[Template, dict[str, Any], Path]) -> N
         assert metric in body
 
 
-def test_cfn_lint_passes(synth: tuple[Template, dict[str, Any], Path]) -> None:
-    _, _, path = synth
+def _cfn_lint(path: Path) -> None:
     exe = shutil.which("cfn-lint", path=str(Path(sys.executable).parent)) or "cfn-lint"
     result = subprocess.run([exe, "--ignore-checks", "W3005", "--", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_cfn_lint_passes(synth: tuple[Template, dict[str, Any], Path]) -> None:
+    _, _, path = synth
+    _cfn_lint(path)
+
+
+def _send_denials(raw: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Queue logical id -> its policy's Deny statements on sqs:SendMessage."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for policy in _resources(raw, "AWS::SQS::QueuePolicy").values():
+        statements = policy["Properties"]["PolicyDocument"]["Statement"]
+        denials = [s for s in statements if s["Effect"] == "Deny" and s["Action"] == "sqs:SendMessage"]
+        for queue in policy["Properties"]["Queues"]:
+            found.setdefault(queue["Ref"], []).extend(denials)
+    return found
+
+
+def test_only_the_function_may_send_to_its_delay_queue_by_default(
+    synth: tuple[Template, dict[str, Any], Path],
+) -> None:
+    _, raw, _ = synth
+    delay = _logical_id(raw, "AWS::SQS::Queue", QueueName="orders-delay.fifo")
+    [function] = _resources(raw, "AWS::Lambda::Function").values()
+    role = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    denials = _send_denials(raw)
+    assert denials[delay] == [
+        {
+            "Sid": "OnlyGrantedSendersMayDelay",
+            "Effect": "Deny",
+            "Principal": {"AWS": "*"},
+            "Action": "sqs:SendMessage",
+            "Resource": {"Fn::GetAtt": [delay, "Arn"]},
+            "Condition": {"ArnNotLike": {"aws:PrincipalArn": [{"Fn::GetAtt": [role, "Arn"]}]}},
+        }
+    ]
+    assert all(not d for q, d in denials.items() if q != delay), "the input and error queues keep their own rules"
+
+
+def test_grant_send_delayed_exempts_and_allows_the_sender(tmp_path: Path) -> None:
+    from aws_cdk import aws_iam as iam
+
+    app = cdk.App(outdir=str(tmp_path / "cdk.out"), context={"endpoints": ["orders"]})
+    stack = build(app)
+    sender = iam.Role(stack, "Sender", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"))
+    [endpoint] = stack.endpoints
+    endpoint.grant_send_delayed(sender)
+    raw = json.loads(Path(app.synth().get_stack_artifact(stack.artifact_id).template_full_path).read_text())
+    delay = _logical_id(raw, "AWS::SQS::Queue", QueueName="orders-delay.fifo")
+    sender_id = _logical_id(raw, "AWS::IAM::Role", Description=None)
+    [denial] = _send_denials(raw)[delay]
+    allowed = denial["Condition"]["ArnNotLike"]["aws:PrincipalArn"]
+    assert {"Fn::GetAtt": [sender_id, "Arn"]} in allowed and len(allowed) == 2
+    [policy] = [
+        p for p in _resources(raw, "AWS::IAM::Policy").values() if p["Properties"]["Roles"][0]["Ref"] == sender_id
+    ]
+    [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert "sqs:SendMessage" in statement["Action"] and statement["Resource"] == {"Fn::GetAtt": [delay, "Arn"]}
+    with pytest.raises(TypeError, match="role"):
+        endpoint.grant_send_delayed(iam.AccountRootPrincipal())
+
+
+LEGACY_ARN = "arn:aws:sqs:us-east-1:111122223333:legacy"
+LEGACY_KEY = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def test_customer_managed_key_encrypts_the_queues_and_is_granted_exactly(tmp_path: Path) -> None:
+    legacy = {"name": "legacy", "existingQueueArn": LEGACY_ARN, "existingQueueKeyArn": LEGACY_KEY}
+    legacy["senders"] = ["arn:aws:iam::111122223333:role/legacy-app"]  # type: ignore[assignment]
+    template, raw, path = _synth(
+        tmp_path,
+        {
+            "endpoints": json.dumps(["orders", legacy]),
+            "kmsKey": "create",
+            "delaySenders": "arn:aws:iam::111122223333:role/ops-*",
+        },
+    )
+    [key] = _resources(raw, "AWS::KMS::Key")
+    template.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
+    queues = _resources(raw, "AWS::SQS::Queue")
+    assert len(queues) == 5  # orders, and a delay and an error queue per endpoint
+    for queue in queues.values():
+        assert queue["Properties"]["KmsMasterKeyId"] == {"Fn::GetAtt": [key, "Arn"]}
+        assert "SqsManagedSseEnabled" not in queue["Properties"]
+    policies = {
+        p["Properties"]["Roles"][0]["Ref"]: p["Properties"]["PolicyDocument"]["Statement"]
+        for p in _resources(raw, "AWS::IAM::Policy").values()
+    }
+    assert len(policies) == 2
+    for statements in policies.values():
+        kms = [s for s in statements if any(a.startswith("kms:") for a in _actions(s))]
+        assert all(not a.endswith("*") for s in statements for a in _actions(s) if not a.startswith("xray:"))
+        own = [s for s in kms if s["Resource"] == {"Fn::GetAtt": [key, "Arn"]}]
+        assert {a for s in own for a in _actions(s)} == {"kms:Decrypt", "kms:GenerateDataKey"}
+    [legacy_role] = [r for r, st in policies.items() if LEGACY_ARN in json.dumps(st)]
+    [imported] = [s for s in policies[legacy_role] if s["Resource"] == LEGACY_KEY]
+    assert sorted(_actions(imported)) == ["kms:Decrypt", "kms:GenerateDataKey"]  # sends to the adopted queue
+    legacy_delay = _logical_id(raw, "AWS::SQS::Queue", QueueName="legacy-delay.fifo")
+    [denial] = _send_denials(raw)[legacy_delay]
+    assert denial["Condition"]["ArnNotLike"]["aws:PrincipalArn"] == [
+        {"Fn::GetAtt": [legacy_role, "Arn"]},
+        "arn:aws:iam::111122223333:role/ops-*",
+        "arn:aws:iam::111122223333:role/legacy-app",
+    ]
+    _cfn_lint(path)
+
+
+def test_an_imported_key_is_used_by_arn(tmp_path: Path) -> None:
+    _, raw, _ = _synth(tmp_path, {"endpoints": ["orders"], "kmsKey": LEGACY_KEY})
+    assert not _resources(raw, "AWS::KMS::Key")
+    assert {q["Properties"]["KmsMasterKeyId"] for q in _resources(raw, "AWS::SQS::Queue").values()} == {LEGACY_KEY}
+    with pytest.raises(ValueError, match="kms_key"):
+        _synth(tmp_path / "bad", {"endpoints": ["orders"], "kmsKey": "alias/mine"})
+
+
+def _actions(statement: dict[str, Any]) -> list[str]:
+    action = statement["Action"]
+    return action if isinstance(action, list) else [action]
 
 
 def test_several_endpoints_and_an_existing_input_queue(tmp_path: Path) -> None:
