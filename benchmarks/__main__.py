@@ -1,5 +1,8 @@
 """Run every benchmark: ``python -m benchmarks [--smoke] [--only NAME]``; prints one table, writes results/all.json.
 
+A full (not smoke) run also rewrites the measured figures ``delayed-delivery cost`` ships with
+(``shared/delayed_delivery/data/measured.json``), the ones it measured only.
+
 A benchmark is a module ``benchmarks/<name>.py`` with ``run(smoke: bool = False) -> list[Row]``.
 """
 
@@ -7,13 +10,20 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import pkgutil
 import sys
 import time
 import traceback
+from datetime import UTC, datetime
+from pathlib import Path
 
 import benchmarks
 from benchmarks.common import Row, print_table, write_json
+from delayed_delivery.cost import MEASURED_METRICS, MeasuredFigures
+
+#: The package data ``cost`` reads (a source checkout's copy; an installed wheel carries the one it was built with).
+MEASURED = Path(__file__).resolve().parents[1] / "shared" / "delayed_delivery" / "data" / "measured.json"
 
 SKIP = {"common"}
 
@@ -21,6 +31,18 @@ SKIP = {"common"}
 def discover() -> list[str]:
     """Names of benchmark modules."""
     return sorted(m.name for m in pkgutil.iter_modules(benchmarks.__path__) if m.name not in SKIP and not m.ispkg)
+
+
+def refresh_measured(rows: list[Row], path: Path = MEASURED) -> list[str]:
+    """Rewrite the measured figures at ``path`` that ``rows`` hold; returns the names of those replaced."""
+    wanted = set(MEASURED_METRICS.values())
+    medians = {(r.benchmark, r.metric): r.median for r in rows if (r.benchmark, r.metric) in wanted}
+    if not medians:
+        return []
+    current = MeasuredFigures.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    figures = current.updated(medians, f"{datetime.now(UTC):%Y-%m-%d} run")
+    path.write_text(json.dumps(figures.as_dict(), indent=2) + "\n", encoding="utf-8")
+    return [name for name, key in MEASURED_METRICS.items() if key in medians]
 
 
 def main() -> int:
@@ -47,6 +69,8 @@ def main() -> int:
     print_table(rows, "delayed-delivery benchmarks" + (" (smoke)" if a.smoke else ""))
     path = write_json("all-smoke" if a.smoke else "all", rows, {"seconds": timings, "failed": failures})
     print(f"wrote {path}")
+    if not a.smoke and (refreshed := refresh_measured(rows)):
+        print(f"refreshed {', '.join(refreshed)} in {MEASURED}")
     if failures:
         print(f"failed: {', '.join(failures)}", file=sys.stderr)
     return 1 if failures else 0

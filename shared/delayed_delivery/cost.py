@@ -1,21 +1,36 @@
-"""Cost model: the SQS seed's FIFO-cycle formula and what a plan actually spends."""
+"""Cost model: the NServiceBus FIFO-cycle formula, what a plan actually spends, and the measured figures."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from importlib import resources
+from typing import Any
 
 from .durations import Delay, to_seconds
+from .errors import ConfigurationError, InvalidMessageError
 from .planning import SqsParkPolicy, SqsRoute, plan_sqs_delay, sqs_park_schedule
 
 __all__ = [
+    "BILLED_CHUNK_BYTES",
     "FIFO_PRICE_PER_REQUEST",
+    "MEASURED_METRICS",
+    "PACKED_MEASURED_SIZE",
+    "SCHEDULER_MAX_BYTES",
     "SCHEDULER_PRICE_PER_INVOCATION",
+    "SQS_MAX_BYTES",
     "STANDARD_PRICE_PER_REQUEST",
+    "MeasuredFigure",
+    "MeasuredFigures",
+    "SqsCostComparison",
     "SqsCostEstimate",
     "SqsParkedCostEstimate",
+    "compare_sqs_costs",
     "estimate_sqs_cost",
     "estimate_sqs_parked_cost",
     "fifo_cycle_cost",
+    "load_measured_figures",
 ]
 
 #: us-east-1 list prices (USD per request / invocation).
@@ -30,7 +45,7 @@ def fifo_cycle_cost(
     requests_per_cycle: float = 2,
     cycle_seconds: float = 900,
 ) -> float:
-    """The seed's formula: (delay / 900) cycles × requests per cycle × price per request."""
+    """The NServiceBus formula: (delay / 900) cycles × requests per cycle × price per request."""
     return to_seconds(delay_seconds) / cycle_seconds * requests_per_cycle * price_per_request
 
 
@@ -87,3 +102,168 @@ def estimate_sqs_parked_cost(
     fifo_requests = schedule.parks * requests_per_park + schedule.hops * requests_per_hop
     dollars = fifo_requests * FIFO_PRICE_PER_REQUEST + STANDARD_PRICE_PER_REQUEST
     return SqsParkedCostEstimate(schedule.delay_seconds, schedule.parks, schedule.hops, fifo_requests + 1, dollars)
+
+
+# ------------------------------------------------------------------------------------ measured figures
+
+#: Where each measured figure comes from: (benchmark module, metric) of ``python -m benchmarks``.
+MEASURED_METRICS: Mapping[str, tuple[str, str]] = {
+    "requests_per_hop": ("sqs_hops", "fifo_requests_per_message_per_hop"),
+    "packed_requests_per_hop": ("sqs_packing", "packed_billed_requests_per_message_per_hop_40_hops"),
+    "requests_per_park": ("sqs_packing", "parked_billed_requests_per_message_per_park"),
+    "parked_requests_per_hop": ("sqs_packing", "parked_billed_requests_per_message_per_hop"),
+}
+#: Packing and parking were measured with 1 KiB messages; larger ones pack fewer per envelope.
+PACKED_MEASURED_SIZE = 1024
+_DATA = ("data", "measured.json")
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredFigure:
+    """A billed-requests figure and where it was measured."""
+
+    value: float
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredFigures:
+    """The figures ``cost`` prices with, shipped as package data and refreshed by ``python -m benchmarks``."""
+
+    requests_per_hop: MeasuredFigure
+    packed_requests_per_hop: MeasuredFigure
+    requests_per_park: MeasuredFigure
+    parked_requests_per_hop: MeasuredFigure
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MeasuredFigures:
+        """Read the package-data form: ``{name: {"value": float, "source": str}}``."""
+        try:
+            return cls(
+                **{
+                    f.name: MeasuredFigure(float(data[f.name]["value"]), str(data[f.name]["source"]))
+                    for f in fields(cls)
+                }
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigurationError(f"measured figures are malformed: {exc!r}") from None
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        """The package-data form (what ``from_dict`` reads)."""
+        return {f.name: asdict(getattr(self, f.name)) for f in fields(self)}
+
+    def updated(self, medians: Mapping[tuple[str, str], float], source: str) -> MeasuredFigures:
+        """These figures with every one whose ``(benchmark, metric)`` is in ``medians`` replaced, from ``source``."""
+        changes = {
+            name: MeasuredFigure(float(medians[key]), f"python -m benchmarks.{key[0]}, {source}")
+            for name, key in MEASURED_METRICS.items()
+            if key in medians
+        }
+        return replace(self, **changes)
+
+
+def load_measured_figures() -> MeasuredFigures:
+    """The figures shipped in ``delayed_delivery/data/measured.json``."""
+    path = resources.files(__package__).joinpath(*_DATA)
+    try:
+        return MeasuredFigures.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"cannot read the package's measured figures ({'/'.join(_DATA)}): {exc}") from None
+
+
+# ------------------------------------------------------------------------------------ comparison
+
+#: 64 KiB: every SQS request and Scheduler invocation is billed per chunk of payload.
+BILLED_CHUNK_BYTES = 64 * 1024
+SQS_MAX_BYTES = 1_048_576
+SCHEDULER_MAX_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SqsCostComparison:
+    """One delay priced four ways for ``messages`` messages: the NServiceBus formula, ours unpacked, packed, parked.
+
+    ``packed`` and ``parked`` are None above ``PACKED_MEASURED_SIZE`` (not measured); ``scheduler_usd_per_message``
+    is None above Scheduler's 256 KB payload limit.
+    """
+
+    delay_seconds: float
+    size_bytes: int
+    chunks: int
+    messages: int
+    nservicebus_usd_per_message: float
+    unpacked: SqsCostEstimate
+    requests_per_message_at_2_per_hop: float
+    packed: SqsCostEstimate | None
+    parked: SqsParkedCostEstimate | None
+    scheduler_usd_per_message: float | None
+    figures: MeasuredFigures
+
+    @property
+    def park_seconds(self) -> int:
+        """The longest park of the default policy (what the parked row assumes)."""
+        return SqsParkPolicy().max_park_seconds
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``cost --json`` document (its keys are a contract for scripts)."""
+        f, packed, parked, n = self.figures, self.packed, self.parked, self.messages
+        return {
+            "delay_seconds": self.delay_seconds,
+            "size_bytes": self.size_bytes,
+            "billed_chunks_per_request": self.chunks,
+            "messages": n,
+            "seed_formula_usd_per_message": self.nservicebus_usd_per_message,
+            "seed_formula_usd_total": self.nservicebus_usd_per_message * n,
+            "our_plan_fifo_cycles": self.unpacked.fifo_cycles,
+            "our_plan_requests_per_message_at_2_per_hop": self.requests_per_message_at_2_per_hop,
+            "our_measured_requests_per_hop": f.requests_per_hop.value,
+            "our_measured_requests_per_hop_source": f.requests_per_hop.source,
+            "our_measured_requests_per_message": self.unpacked.requests,
+            "our_measured_usd_total": self.unpacked.dollars * self.chunks * n,
+            "eventbridge_scheduler_usd_total": _times(self.scheduler_usd_per_message, n),
+            "our_packed_requests_per_hop": None if packed is None else f.packed_requests_per_hop.value,
+            "our_packed_requests_per_hop_source": f.packed_requests_per_hop.source,
+            "our_packed_usd_total": None if packed is None else packed.dollars * n,
+            "our_parked_parks": None if parked is None else parked.parks,
+            "our_parked_hops": None if parked is None else parked.hops,
+            "our_parked_requests_per_park": None if parked is None else f.requests_per_park.value,
+            "our_parked_requests_per_hop": None if parked is None else f.parked_requests_per_hop.value,
+            "our_parked_requests_source": f.requests_per_park.source,
+            "our_parked_usd_total": None if parked is None else parked.dollars * n,
+        }
+
+
+def _times(value: float | None, n: int) -> float | None:
+    return None if value is None else value * n
+
+
+def compare_sqs_costs(
+    delay_seconds: Delay, size_bytes: int, messages: int, figures: MeasuredFigures | None = None
+) -> SqsCostComparison:
+    """Price ``messages`` messages of ``size_bytes`` delayed ``delay_seconds`` with the measured ``figures``."""
+    if messages < 1:
+        raise InvalidMessageError("messages must be at least 1")
+    if not 1 <= size_bytes <= SQS_MAX_BYTES:
+        raise InvalidMessageError(f"size must be from 1 to {SQS_MAX_BYTES:,} bytes (the SQS message limit)")
+    seconds = to_seconds(delay_seconds)
+    f = figures if figures is not None else load_measured_figures()
+    chunks = -(-size_bytes // BILLED_CHUNK_BYTES)
+    small = size_bytes <= PACKED_MEASURED_SIZE
+    parked = estimate_sqs_parked_cost(seconds, f.requests_per_park.value, f.parked_requests_per_hop.value)
+    return SqsCostComparison(
+        delay_seconds=seconds,
+        size_bytes=size_bytes,
+        chunks=chunks,
+        messages=messages,
+        nservicebus_usd_per_message=fifo_cycle_cost(seconds) * chunks,
+        unpacked=estimate_sqs_cost(seconds, requests_per_hop=f.requests_per_hop.value),
+        requests_per_message_at_2_per_hop=estimate_sqs_cost(seconds, requests_per_hop=2.0).requests,
+        packed=estimate_sqs_cost(seconds, requests_per_hop=f.packed_requests_per_hop.value) if small else None,
+        parked=parked if small else None,
+        scheduler_usd_per_message=(
+            (SCHEDULER_PRICE_PER_INVOCATION + STANDARD_PRICE_PER_REQUEST) * chunks
+            if size_bytes <= SCHEDULER_MAX_BYTES
+            else None
+        ),
+        figures=f,
+    )

@@ -1,9 +1,16 @@
-"""``cost``: the seed formula beside the measured requests per hop and EventBridge Scheduler, per 64 KiB chunk."""
+"""``cost``: the NServiceBus formula beside the measured requests per hop and Scheduler, per 64 KiB chunk."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from benchmarks.__main__ import refresh_measured
+from benchmarks.common import Row
+from delayed_delivery.cost import MeasuredFigures, load_measured_figures
+from delayed_delivery.errors import ConfigurationError
 from tests.cli.conftest import ok_json, one_line_error, run
 
 
@@ -49,3 +56,40 @@ def test_parked_row_prices_the_parks_and_the_few_hops_of_a_long_delay() -> None:
     assert ok_json("cost", "--delay", "30d", "--size", "2048")["our_parked_usd_total"] is None
     result = run("cost", "--delay", "1d")
     assert result.exit_code == 0 and "parked" in result.stdout
+
+
+def test_the_formula_is_named_and_parks_carry_their_real_length() -> None:
+    result = run("cost", "--delay", "30d")
+    assert result.exit_code == 0
+    assert "NServiceBus formula" in result.stdout and "42,600 s" in result.stdout
+    assert "seed" not in result.stdout.lower() and "12 h" not in result.stdout
+    assert "seed" not in run("cost", "--help").stdout.lower()
+
+
+def test_figures_ship_as_package_data() -> None:
+    shipped = load_measured_figures()
+    assert shipped.requests_per_hop.value == pytest.approx(0.316)
+    assert (shipped.packed_requests_per_hop.value, shipped.requests_per_park.value) == (0.083, 0.0195)
+    assert shipped.parked_requests_per_hop.value == pytest.approx(0.091)
+    data = ok_json("cost", "--delay", "30d")
+    assert data["our_measured_requests_per_hop"] == shipped.requests_per_hop.value
+    assert data["our_measured_requests_per_hop_source"] == shipped.requests_per_hop.source
+
+
+def test_a_suite_run_rewrites_only_the_figures_it_measured(tmp_path: Path) -> None:
+    path = tmp_path / "measured.json"
+    path.write_text(json.dumps(load_measured_figures().as_dict()))
+    rows = [
+        Row("sqs_hops", "fifo_requests_per_message_per_hop", "requests", (0.3, 0.2, 0.25)),
+        Row("sqs_hops", "hops_per_message", "hops", (10.0,)),
+    ]
+    assert refresh_measured(rows, path) == ["requests_per_hop"]
+    figures = MeasuredFigures.from_dict(json.loads(path.read_text()))
+    assert figures.requests_per_hop.value == 0.25 and "benchmarks.sqs_hops" in figures.requests_per_hop.source
+    assert figures.packed_requests_per_hop == load_measured_figures().packed_requests_per_hop
+    assert refresh_measured([rows[1]], path) == []
+
+
+def test_malformed_figures_are_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="malformed"):
+        MeasuredFigures.from_dict({"requests_per_hop": {"value": "x", "source": "s"}})

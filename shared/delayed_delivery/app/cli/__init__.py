@@ -8,8 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -20,13 +19,7 @@ from delayed_delivery import __version__
 from delayed_delivery.app.cli.local import local_app
 from delayed_delivery.app.cli.ops import register_operator_commands
 from delayed_delivery.app.demo.core import DemoProgress, run_core_demo
-from delayed_delivery.cost import (
-    SCHEDULER_PRICE_PER_INVOCATION,
-    STANDARD_PRICE_PER_REQUEST,
-    estimate_sqs_cost,
-    estimate_sqs_parked_cost,
-    fifo_cycle_cost,
-)
+from delayed_delivery.cost import PACKED_MEASURED_SIZE, SQS_MAX_BYTES, SqsCostComparison, compare_sqs_costs
 from delayed_delivery.durations import format_duration, to_seconds
 from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.logjson import JsonFormatter
@@ -65,71 +58,6 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-#: Requests per message per FIFO hop counted by ``python -m benchmarks.sqs_hops`` (1,000 messages × 10 hops,
-#: batch 10, empty receives included; benchmarks/aws.md), used when the benchmark's JSON is not beside the package.
-RECORDED_SQS_REQUESTS_PER_HOP = 0.316
-#: Billed requests per message per hop with envelope packing (64 KiB envelopes, 1 KiB messages, steady stream),
-#: 40 hops, counted by ``python -m benchmarks.sqs_packing`` (benchmarks/aws.md); larger messages pack fewer.
-RECORDED_SQS_PACKED_REQUESTS_PER_HOP = 0.083
-#: With visibility parking (default): billed requests per message per 12 h park, and per hop around the parks (the
-#: first and post-park requeues, the forward), fitted from two parked delays by ``python -m benchmarks.sqs_packing``
-#: (1 KiB messages, 64 KiB envelopes, empty receives left out; benchmarks/aws.md).
-RECORDED_SQS_PARK_REQUESTS = 0.0195
-RECORDED_SQS_PARKED_HOP_REQUESTS = 0.091
-_PACKED_MEASURED_SIZE = 1024
-_CHUNK = 64 * 1024
-_SQS_MAX_BYTES = 1_048_576
-_SCHEDULER_MAX_BYTES = 256 * 1024
-
-
-def _benchmark_rows(name: str) -> dict[str, dict[str, Any]]:
-    """The rows of ``benchmarks/results/<name>.json`` in a source checkout by metric; empty when unreadable."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / f"{name}.json"
-    try:
-        return {str(r["metric"]): r for r in json.loads(path.read_text())["rows"]}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-
-
-def _median(rows: dict[str, dict[str, Any]], metric: str) -> float | None:
-    """The median of ``metric`` in benchmark ``rows``, or None when it is missing or not a number."""
-    try:
-        return float(rows[metric]["median"])
-    except (KeyError, ValueError, TypeError):
-        return None
-
-
-def _measured_requests_per_hop() -> tuple[float, str]:
-    """The counted requests per message per hop: the benchmark's JSON in a checkout, else the recorded figure."""
-    rows = _benchmark_rows("sqs_hops")
-    value = _median(rows, "fifo_requests_per_message_per_hop")
-    if value is None:
-        return RECORDED_SQS_REQUESTS_PER_HOP, "recorded by python -m benchmarks.sqs_hops"
-    notes = rows["fifo_requests_per_message_per_hop"].get("notes") or "moto server"
-    return value, f"benchmarks/results/sqs_hops.json ({notes})"
-
-
-_PACKING_SOURCE = "benchmarks/results/sqs_packing.json"
-_PACKING_RECORDED = "recorded by python -m benchmarks.sqs_packing"
-
-
-def _measured_packed_requests_per_hop(rows: dict[str, dict[str, Any]]) -> tuple[float, str]:
-    """Billed requests per message per hop with packing: the packing benchmark's ``rows``, else the recorded figure."""
-    value = _median(rows, "packed_billed_requests_per_message_per_hop_40_hops")
-    if value is None:
-        return RECORDED_SQS_PACKED_REQUESTS_PER_HOP, _PACKING_RECORDED
-    return value, _PACKING_SOURCE
-
-
-def _measured_park_requests(rows: dict[str, dict[str, Any]]) -> tuple[float, float, str]:
-    """Billed requests per message per park and per hop with parking: the benchmark's ``rows``, else recorded."""
-    park = _median(rows, "parked_billed_requests_per_message_per_park")
-    hop = _median(rows, "parked_billed_requests_per_message_per_hop")
-    if park is None or hop is None:
-        return RECORDED_SQS_PARK_REQUESTS, RECORDED_SQS_PARKED_HOP_REQUESTS, _PACKING_RECORDED
-    return park, hop, _PACKING_SOURCE
-
-
 @app.command()
 def cost(
     delay: Annotated[str, typer.Option("--delay", "-d", help="Delay, e.g. 90s, 2h, 30d, 365d.")],
@@ -137,9 +65,10 @@ def cost(
     messages: Annotated[int, typer.Option(help="Number of messages to price.")] = 1_000_000,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
-    """Price SQS delayed delivery for DELAY: the seed's formula, our plan at the measured requests per hop, Scheduler.
+    """Price SQS delayed delivery for DELAY: the NServiceBus formula, our plan at the measured figures, Scheduler.
 
     Every SQS request and Scheduler invocation is billed per 64 KiB chunk of payload. us-east-1 list prices.
+    The measured figures ship with the package (refreshed by `python -m benchmarks`).
 
     Example: delayed-delivery cost --delay 365d --size 2048
     """
@@ -149,84 +78,66 @@ def cost(
         raise _fail(str(exc)) from None
     if messages < 1:
         raise _fail("--messages must be at least 1")
-    if not 1 <= size <= _SQS_MAX_BYTES:
-        raise _fail(f"--size must be from 1 to {_SQS_MAX_BYTES:,} bytes (the SQS message limit)")
-    chunks = -(-size // _CHUNK)
-    per_hop, source = _measured_requests_per_hop()
-    seed = fifo_cycle_cost(seconds) * chunks
-    naive = estimate_sqs_cost(seconds, requests_per_hop=2.0)
-    measured = estimate_sqs_cost(seconds, requests_per_hop=per_hop)
-    scheduler_ok = size <= _SCHEDULER_MAX_BYTES
-    packing = _benchmark_rows("sqs_packing")
-    packed_per_hop, packed_source = _measured_packed_requests_per_hop(packing)
-    packed = estimate_sqs_cost(seconds, requests_per_hop=packed_per_hop) if size <= _PACKED_MEASURED_SIZE else None
-    park_requests, parked_hop_requests, parked_source = _measured_park_requests(packing)
-    parked = (
-        estimate_sqs_parked_cost(seconds, park_requests, parked_hop_requests) if size <= _PACKED_MEASURED_SIZE else None
-    )
-    scheduler = (SCHEDULER_PRICE_PER_INVOCATION + STANDARD_PRICE_PER_REQUEST) * chunks if scheduler_ok else None
-    rows = {
-        "delay_seconds": seconds,
-        "size_bytes": size,
-        "billed_chunks_per_request": chunks,
-        "messages": messages,
-        "seed_formula_usd_per_message": seed,
-        "seed_formula_usd_total": seed * messages,
-        "our_plan_fifo_cycles": measured.fifo_cycles,
-        "our_plan_requests_per_message_at_2_per_hop": naive.requests,
-        "our_measured_requests_per_hop": per_hop,
-        "our_measured_requests_per_hop_source": source,
-        "our_measured_requests_per_message": measured.requests,
-        "our_measured_usd_total": measured.dollars * chunks * messages,
-        "eventbridge_scheduler_usd_total": None if scheduler is None else scheduler * messages,
-        "our_packed_requests_per_hop": packed_per_hop if packed is not None else None,
-        "our_packed_requests_per_hop_source": packed_source,
-        "our_packed_usd_total": None if packed is None else packed.dollars * messages,
-        "our_parked_parks": None if parked is None else parked.parks,
-        "our_parked_hops": None if parked is None else parked.hops,
-        "our_parked_requests_per_park": park_requests if parked is not None else None,
-        "our_parked_requests_per_hop": parked_hop_requests if parked is not None else None,
-        "our_parked_requests_source": parked_source,
-        "our_parked_usd_total": None if parked is None else parked.dollars * messages,
-    }
+    if not 1 <= size <= SQS_MAX_BYTES:
+        raise _fail(f"--size must be from 1 to {SQS_MAX_BYTES:,} bytes (the SQS message limit)")
+    try:
+        comparison = compare_sqs_costs(seconds, size, messages)
+    except DelayedDeliveryError as exc:
+        raise _fail(str(exc)) from None
     if as_json:
-        console.print_json(json.dumps(rows))
-        return
+        console.print_json(json.dumps(comparison.as_dict()))
+    else:
+        console.print(_cost_table(comparison))
+
+
+def _cost_table(c: SqsCostComparison) -> Table:
+    """The ``cost`` comparison as a table, one row per approach."""
+    f, n, packed, parked = c.figures, c.messages, c.packed, c.parked
+    not_measured = f"n/a (measured for ≤ {PACKED_MEASURED_SIZE:,} bytes)"
     table = Table(
-        title=f"SQS cost of {messages:,} messages delayed {format_duration(seconds)}, {size:,} bytes "
-        f"({chunks} billed chunk{'s' if chunks > 1 else ''} per request)"
+        title=f"SQS cost of {n:,} messages delayed {format_duration(c.delay_seconds)}, {c.size_bytes:,} bytes "
+        f"({c.chunks} billed chunk{'s' if c.chunks > 1 else ''} per request)"
     )
     table.add_column("approach")
     table.add_column("requests / message", justify="right")
     table.add_column("USD total", justify="right")
-    table.add_row("seed formula (delay/900 × 2 × $0.50/M)", f"{seconds / 900 * 2:,.1f}", f"${seed * messages:,.2f}")
     table.add_row(
-        f"our plan: {measured.fifo_cycles:,} FIFO hops × {per_hop:.3f} measured + 1 native send",
-        f"{measured.requests:,.1f}",
-        f"${measured.dollars * chunks * messages:,.2f}",
+        "the NServiceBus formula (delay/900 × 2 × $0.50/M)",
+        f"{c.delay_seconds / 900 * 2:,.1f}",
+        f"${c.nservicebus_usd_per_message * n:,.2f}",
     )
     table.add_row(
-        f"our plan, packed (64 KiB envelopes): {packed_per_hop:.3f} measured per hop for 1 KiB messages",
-        f"{packed.requests:,.1f}" if packed is not None else f"n/a (measured for ≤ {_PACKED_MEASURED_SIZE:,} bytes)",
-        f"${packed.dollars * messages:,.2f}" if packed is not None else "-",
+        f"our plan: {c.unpacked.fifo_cycles:,} FIFO hops × {f.requests_per_hop.value:.3f} measured + 1 native send",
+        f"{c.unpacked.requests:,.1f}",
+        f"${c.unpacked.dollars * c.chunks * n:,.2f}",
     )
+    table.add_row(
+        f"our plan, packed (64 KiB envelopes): {f.packed_requests_per_hop.value:.3f} measured per hop "
+        "for 1 KiB messages",
+        f"{packed.requests:,.1f}" if packed is not None else not_measured,
+        f"${packed.dollars * n:,.2f}" if packed is not None else "-",
+    )
+    parks = f"our plan, parked (default; parks of up to {c.park_seconds:,} s)"
     table.add_row(
         (
-            f"our plan, parked (default; 12 h parks): {parked.parks:,} parks × {park_requests:.4f} + {parked.hops:,} "
-            f"hops × {parked_hop_requests:.3f} measured, for 1 KiB messages"
+            f"{parks}: {parked.parks:,} parks × {f.requests_per_park.value:.4f} + {parked.hops:,} "
+            f"hops × {f.parked_requests_per_hop.value:.3f} measured, for 1 KiB messages"
         )
         if parked is not None
-        else "our plan, parked (default; 12 h parks)",
-        f"{parked.requests:,.2f}" if parked is not None else f"n/a (measured for ≤ {_PACKED_MEASURED_SIZE:,} bytes)",
-        f"${parked.dollars * messages:,.2f}" if parked is not None else "-",
+        else parks,
+        f"{parked.requests:,.2f}" if parked is not None else not_measured,
+        f"${parked.dollars * n:,.2f}" if parked is not None else "-",
     )
     table.add_row(
         "EventBridge Scheduler ($1.00/M) + SQS send ($0.40/M)",
-        "1 invocation + 1 send" if scheduler_ok else "n/a (payload > 256 KB)",
-        f"${scheduler * messages:,.2f}" if scheduler is not None else "-",
+        "1 invocation + 1 send" if c.scheduler_usd_per_message is not None else "n/a (payload > 256 KB)",
+        f"${c.scheduler_usd_per_message * n:,.2f}" if c.scheduler_usd_per_message is not None else "-",
     )
-    table.caption = f"measured requests per hop: {source}; packed: {packed_source}; parked: {parked_source}"
-    console.print(table)
+    table.caption = (
+        f"measured requests per hop: {f.requests_per_hop.source}; packed: {f.packed_requests_per_hop.source}; "
+        f"parked: {f.requests_per_park.source}"
+    )
+    return table
 
 
 def _progress_table(p: DemoProgress) -> Table:
