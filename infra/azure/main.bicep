@@ -21,11 +21,19 @@ param delaysName string
 @description('Queue receiving messages that could not be delivered.')
 param errorQueueName string = 'error'
 
-@description('Destination queues to create.')
+@description('Destination queues to create; the identity may put messages on each of them (and on the error queue).')
 param destinationQueues array = []
 
-@description('Queue names or */? patterns the dispatcher may send to; empty = any queue of its own storage account. The error queue is always allowed.')
-param allowedDestinations array = []
+@description('Queue names or */? patterns the dispatcher may send to. Default: the destination queues this template creates. The error queue is always allowed; an empty list allows only the error queue. [\'*\'] allows any queue of the delays account (pair it with queueSenderScope \'account\').')
+param allowedDestinations array = destinationQueues
+
+@description('Where the identity gets Storage Queue Data Message Sender: on each queue this template creates (\'queues\'), or on the whole delays account (\'account\', for allowedDestinations patterns or queues made elsewhere).')
+@allowed(['queues', 'account'])
+param queueSenderScope string = 'queues'
+
+@description('Public network access of both storage accounts. \'Disabled\' needs private endpoints (blob, table, queue) and private DNS, and VNet integration of the Function App, none of which this template creates: see docs/azure.md.')
+@allowed(['Enabled', 'Disabled'])
+param publicNetworkAccess string = 'Enabled'
 
 @description('Partitions / leases; fixed for the lifetime of the delays table.')
 @minValue(1)
@@ -58,7 +66,10 @@ param tags object = {}
 
 var suffix = uniqueString(subscription().id, resourceGroup().id, namePrefix)
 var storageName = toLower(take('${namePrefix}${suffix}', 24))
+var hostStorageName = toLower(take('${namePrefix}${uniqueString(subscription().id, resourceGroup().id, namePrefix, 'host')}', 24))
 var deploymentContainer = 'app-package-${take(suffix, 8)}'
+// Never empty: an empty DELAYED_DELIVERY_ALLOWED_DESTINATIONS would mean any queue of the account.
+var destinationAllowList = empty(allowedDestinations) ? [errorQueueName] : allowedDestinations
 
 module identity 'modules/identity.bicep' = {
   name: 'identity'
@@ -78,7 +89,18 @@ module storage 'modules/storage.bicep' = {
     delaysName: delaysName
     errorQueueName: errorQueueName
     destinationQueues: destinationQueues
+    publicNetworkAccess: publicNetworkAccess
+  }
+}
+
+module hostStorage 'modules/hoststorage.bicep' = {
+  name: 'hoststorage'
+  params: {
+    name: hostStorageName
+    location: location
+    tags: tags
     deploymentContainer: deploymentContainer
+    publicNetworkAccess: publicNetworkAccess
   }
 }
 
@@ -95,8 +117,11 @@ module roles 'modules/roles.bicep' = {
   name: 'roles'
   params: {
     principalId: identity.outputs.principalId
+    hostStorageName: hostStorage.outputs.name
     storageName: storage.outputs.name
     delaysName: delaysName
+    senderQueues: union(destinationQueues, [errorQueueName])
+    queueSenderScope: queueSenderScope
     appInsightsName: monitoring.outputs.appInsightsName
   }
 }
@@ -110,8 +135,9 @@ module functionApp 'modules/functionapp.bicep' = {
     tags: tags
     identityId: identity.outputs.id
     identityClientId: identity.outputs.clientId
+    hostStorageName: hostStorage.outputs.name
     storageName: storage.outputs.name
-    blobEndpoint: storage.outputs.blobEndpoint
+    blobEndpoint: hostStorage.outputs.blobEndpoint
     deploymentContainer: deploymentContainer
     appInsightsConnectionString: monitoring.outputs.connectionString
     maximumInstanceCount: maximumInstanceCount
@@ -121,7 +147,7 @@ module functionApp 'modules/functionapp.bicep' = {
       DELAYED_DELIVERY_TABLE_NAME: delaysName
       DELAYED_DELIVERY_CONTAINER_NAME: delaysName
       DELAYED_DELIVERY_ERROR_QUEUE: errorQueueName
-      DELAYED_DELIVERY_ALLOWED_DESTINATIONS: join(allowedDestinations, ',')
+      DELAYED_DELIVERY_ALLOWED_DESTINATIONS: join(destinationAllowList, ',')
       DELAYED_DELIVERY_SHARDS: string(shards)
       DELAYED_DELIVERY_LEASE_SECONDS: string(leaseSeconds)
       DELAYED_DELIVERY_RUN_SECONDS: string(runSeconds)
@@ -132,6 +158,7 @@ module functionApp 'modules/functionapp.bicep' = {
 
 output functionAppName string = functionApp.outputs.name
 output storageAccountName string = storage.outputs.name
+output hostStorageAccountName string = hostStorage.outputs.name
 output delaysTableName string = delaysName
 output appInsightsName string = monitoring.outputs.appInsightsName
 output identityClientId string = identity.outputs.clientId

@@ -1,4 +1,5 @@
-"""The Azure Bicep, checked as text (no bicep CLI here): wiring, identity-only access, least roles, Flex Consumption."""
+"""The Azure Bicep, checked as text (no bicep CLI here): wiring, identity-only access, least roles on the narrowest
+scopes, the destination allow-list default, public network access as a parameter, Flex Consumption."""
 
 from __future__ import annotations
 
@@ -10,16 +11,18 @@ import pytest
 
 from delayed_delivery.azure import config as azure_config
 from delayed_delivery.azure.blob_lease import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
+from delayed_delivery.azure.destinations import DestinationPolicy, parse_patterns
 from delayed_delivery.naming import azure_delays_table_name
 from delayed_delivery.settings import DelayedDeliverySettings
 
 pytestmark = pytest.mark.infra
 
 INFRA = Path(__file__).resolve().parents[2] / "infra" / "azure"
-MODULES = ("identity", "storage", "monitoring", "roles", "functionapp")
+MODULES = ("identity", "storage", "hoststorage", "monitoring", "roles", "functionapp")
 
 ROLES = {
     "b7e6dc6d-f1e8-4753-8033-0f2253ddb2a6": "Storage Blob Data Owner",
+    "ba92f5b4-2d11-453d-a403-e96b0029c9fe": "Storage Blob Data Contributor",
     "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3": "Storage Table Data Contributor",
     "c6a89b2d-59bc-44d0-9896-0f6e12d7b80a": "Storage Queue Data Message Sender",
     "3913510d-42f4-4e42-8a64-420c390055eb": "Monitoring Metrics Publisher",
@@ -29,7 +32,8 @@ BROAD_ROLES = {
     "b24988ac-6180-42a0-ab88-20f7382dd24c": "Contributor",
     "17d1049b-9a84-46fb-8f53-869881c3d3ab": "Storage Account Contributor",
     "974c5e8b-45b9-4653-ba55-5f855dd0fb88": "Storage Queue Data Contributor",
-    "ba92f5b4-2d11-453d-a403-e96b0029c9fe": "Storage Blob Data Contributor",
+    "8a0f0c08-91a1-4084-bc3d-661d67233fed": "Storage Queue Data Message Processor",
+    "19e7f393-937e-4f77-808e-94535e297925": "Storage Queue Data Reader",
 }
 
 
@@ -97,7 +101,7 @@ def test_every_module_call_matches_the_module_parameters() -> None:
         assert required <= passed, f"{symbol}: missing params {required - passed}"
 
 
-def test_parameters_file_fits_main_and_names_follow_the_seed_scheme() -> None:
+def test_parameters_file_fits_main_and_names_follow_the_naming_scheme() -> None:
     values = {k: v["value"] for k, v in json.loads(source("main.parameters.json"))["parameters"].items()}
     declared = params(source("main.bicep"))
     assert set(values) <= set(declared)
@@ -135,7 +139,7 @@ def test_function_app_uses_identity_based_connections_on_flex_consumption() -> N
     app = code(source("modules/functionapp.bicep"))
     assert "name: 'FC1'" in app and "tier: 'FlexConsumption'" in app
     assert re.search(r"runtime: \{\s*name: 'python'\s*version: '3.11'", app)
-    assert "AzureWebJobsStorage__accountName: storageName" in app
+    assert "AzureWebJobsStorage__accountName: hostStorageName" in app
     assert "AzureWebJobsStorage__credential: 'managedidentity'" in app
     assert "AzureWebJobsStorage__clientId: identityClientId" in app
     assert not re.search(r"^\s*AzureWebJobsStorage:", app, re.MULTILINE), "no connection-string host storage"
@@ -154,22 +158,130 @@ def test_app_settings_are_the_ones_the_code_reads() -> None:
     assert {"DELAYED_DELIVERY_STORAGE_ACCOUNT", "DELAYED_DELIVERY_TABLE_NAME", "DELAYED_DELIVERY_ENABLED"} <= used
 
 
-def test_the_destination_allow_list_is_a_parameter_passed_to_the_app() -> None:
+def test_the_destination_allow_list_defaults_to_the_endpoints_own_queues_and_is_never_empty() -> None:
     main = code(source("main.bicep"))
-    assert "param allowedDestinations array = []" in main
-    assert f"{azure_config.ENV_ALLOWED}: join(allowedDestinations, ',')" in main
+    assert "param allowedDestinations array = destinationQueues" in main
+    assert "var destinationAllowList = empty(allowedDestinations) ? [errorQueueName] : allowedDestinations" in main
+    assert f"{azure_config.ENV_ALLOWED}: join(destinationAllowList, ',')" in main
+    assert "join(allowedDestinations" not in main, "an empty list would reach the app and mean any queue"
+    # the value the template passes for an empty list allows the error queue only
+    policy = DestinationPolicy("error", parse_patterns("error", azure_config.ENV_ALLOWED))
+    assert policy.refusal("orders") is not None and policy.refusal("error") is None
+
+
+def _assignments(roles: str) -> dict[str, tuple[str, str, str]]:
+    """Role assignment symbol -> (scope, role definition variable, condition or loop header)."""
+    found = {}
+    for m in re.finditer(r"resource (\w+) 'Microsoft.Authorization/roleAssignments@[\d-]+' = ([^{]*)\{", roles):
+        body = block(roles, m.end() - 1)
+        scope = re.search(r"^\s*scope: ([\w\[\]]+)$", body, re.MULTILINE)
+        role = re.search(r"roleDefinitions', (\w+)\)", body)
+        assert scope and role, m.group(1)
+        assert f"guid({scope.group(1)}.id, principalId, {role.group(1)})" in body, "the name follows the scope"
+        found[m.group(1)] = (scope.group(1), role.group(1), " ".join(m.group(2).split()))
+    return found
+
+
+def _role_ids(roles: str) -> dict[str, str]:
+    """Role definition variable -> GUID."""
+    return dict(re.findall(r"^var (\w+) = '([0-9a-f-]{36})'$", roles, re.MULTILINE))
+
+
+def _existing_parent(roles: str, symbol: str) -> tuple[str, str, str]:
+    """An ``existing`` resource: (type, parent symbol or '', name expression)."""
+    m = re.search(rf"resource {symbol} '([\w./]+)@[\d-]+' existing = (\[\s*for [^:]+:\s*)?\{{", roles)
+    assert m, symbol
+    body = block(roles, m.end() - 1)
+    parent = re.search(r"parent: (\w+)", body)
+    name = re.search(r"name: (.+)$", body, re.MULTILINE)
+    assert name
+    return m.group(1), parent.group(1) if parent else "", name.group(1).strip()
 
 
 def test_identity_gets_exactly_the_least_data_plane_roles() -> None:
     roles = code(source("modules/roles.bicep"))
-    granted = set(re.findall(r"'([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})'", roles))
-    assert granted == set(ROLES), {g: ROLES.get(g, BROAD_ROLES.get(g, "?")) for g in granted ^ set(ROLES)}
+    ids = _role_ids(roles)
+    assert set(ids.values()) == set(ROLES), {g: ROLES.get(g, BROAD_ROLES.get(g, "?")) for g in set(ids.values())}
     assert not set(BROAD_ROLES) & set(re.findall(r"[0-9a-f-]{36}", all_bicep()))
-    assignments = re.findall(
-        r"resource \w+ 'Microsoft.Authorization/roleAssignments@[\d-]+' = \{\s*scope: (\w+)", roles
+    granted = {name: (scope, ROLES[ids[role]], header) for name, (scope, role, header) in _assignments(roles).items()}
+    assert granted == {
+        "hostBlobOwner": ("hostAccount", "Storage Blob Data Owner", ""),
+        "tableContributor": ("delaysTable", "Storage Table Data Contributor", ""),
+        "leaseContributor": ("leaseContainer", "Storage Blob Data Contributor", ""),
+        "queueSenders": (
+            "queues[i]",
+            "Storage Queue Data Message Sender",
+            "[ for i in range(0, length(senderQueues)): if (queueSenderScope == 'queues')",
+        ),
+        "accountQueueSender": ("account", "Storage Queue Data Message Sender", "if (queueSenderScope == 'account')"),
+        "telemetryPublisher": ("appInsights", "Monitoring Metrics Publisher", ""),
+    }
+    assert roles.count("principalType: 'ServicePrincipal'") == len(granted)
+
+
+def test_every_storage_role_is_scoped_to_the_resource_it_needs() -> None:
+    roles = code(source("modules/roles.bicep"))
+    assert _existing_parent(roles, "delaysTable") == (
+        "Microsoft.Storage/storageAccounts/tableServices/tables",
+        "tableService",
+        "delaysName",
     )
-    assert sorted(assignments) == ["account", "account", "appInsights", "delaysTable"], "table role scoped to the table"
-    assert roles.count("principalType: 'ServicePrincipal'") == 4
+    assert _existing_parent(roles, "tableService")[1] == "account"
+    assert _existing_parent(roles, "leaseContainer") == (
+        "Microsoft.Storage/storageAccounts/blobServices/containers",
+        "blobService",
+        "delaysName",
+    )
+    assert _existing_parent(roles, "blobService")[1] == "account"
+    assert _existing_parent(roles, "queues") == (
+        "Microsoft.Storage/storageAccounts/queueServices/queues",
+        "queueService",
+        "queue",
+    )
+    assert re.search(r"resource queues '[^']+' existing = \[\s*for queue in senderQueues:", roles)
+    assert _existing_parent(roles, "account") == ("Microsoft.Storage/storageAccounts", "", "storageName")
+    assert _existing_parent(roles, "hostAccount") == ("Microsoft.Storage/storageAccounts", "", "hostStorageName")
+    assert re.search(r"@allowed\(\['queues', 'account'\]\)\s*param queueSenderScope string$", roles, re.MULTILINE)
+    main = code(source("main.bicep"))
+    assert re.search(r"@allowed\(\['queues', 'account'\]\)\s*param queueSenderScope string = 'queues'", main)
+    roles_call = block(main, main.index("module roles "))
+    # the identity sends to the destination queues the template creates and the error queue, nowhere else
+    assert "senderQueues: union(destinationQueues, [errorQueueName])" in roles_call
+    assert "queueSenderScope: queueSenderScope" in roles_call
+    assert "hostStorageName: hostStorage.outputs.name" in roles_call
+    assert "storageName: storage.outputs.name" in roles_call
+
+
+def test_the_host_has_its_own_storage_account_apart_from_the_delays() -> None:
+    main = code(source("main.bicep"))
+    names = dict(re.findall(r"^var (storageName|hostStorageName) = (.+)$", main, re.MULTILINE))
+    assert names["storageName"] != names["hostStorageName"] and "'host'" in names["hostStorageName"]
+    app = code(source("modules/functionapp.bicep"))
+    assert "AzureWebJobsStorage__accountName: hostStorageName" in app
+    assert "DELAYED_DELIVERY_STORAGE_ACCOUNT: storageName" in app
+    app_call = block(main, main.index("module functionApp "))
+    assert "hostStorageName: hostStorage.outputs.name" in app_call
+    assert "blobEndpoint: hostStorage.outputs.blobEndpoint" in app_call, "the deployment package is on the host"
+    host = code(source("modules/hoststorage.bicep"))
+    assert re.search(r"containers@[\d-]+' = \{\s*parent: blobService\s*name: deploymentContainer", host)
+    assert "tableServices" not in host and "queueServices" not in host
+    storage = code(source("modules/storage.bicep"))
+    assert "deploymentContainer" not in storage, "the delays account holds no host or deployment blobs"
+
+
+def test_public_network_access_is_a_documented_parameter_of_both_accounts() -> None:
+    main = code(source("main.bicep"))
+    assert re.search(
+        r"@allowed\(\['Enabled', 'Disabled'\]\)\s*param publicNetworkAccess string = 'Enabled'$", main, re.MULTILINE
+    )
+    assert "@description('Public network access" in source("main.bicep")
+    for module, symbol in (("storage", "storage"), ("hoststorage", "hostStorage")):
+        text = code(source(f"modules/{module}.bicep"))
+        assert "publicNetworkAccess: publicNetworkAccess" in text
+        assert "'Enabled'" not in text.replace("@allowed(['Enabled', 'Disabled'])", ""), "no hard-coded value"
+        assert "publicNetworkAccess: publicNetworkAccess" in block(main, main.index(f"module {symbol} "))
+    docs = (INFRA.parents[1] / "docs" / "azure.md").read_text()
+    assert "publicNetworkAccess" in docs and "private endpoint" in docs
 
 
 def test_storage_provisions_the_delays_table_lease_container_and_error_queue() -> None:

@@ -4,7 +4,11 @@ param location string
 param tags object = {}
 param identityId string
 param identityClientId string
+@description('The Functions host storage account (AzureWebJobsStorage); holds the deployment container too.')
+param hostStorageName string
+@description('The delays storage account (table, leases, queues) the dispatcher works on.')
 param storageName string
+@description('Blob endpoint of the host storage account, for the deployment container.')
 param blobEndpoint string
 param deploymentContainer string
 param appInsightsConnectionString string
@@ -28,7 +32,7 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
 }
 
 var baseSettings = {
-  AzureWebJobsStorage__accountName: storageName
+  AzureWebJobsStorage__accountName: hostStorageName
   AzureWebJobsStorage__credential: 'managedidentity'
   AzureWebJobsStorage__clientId: identityClientId
   AZURE_CLIENT_ID: identityClientId

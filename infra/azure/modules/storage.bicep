@@ -1,12 +1,13 @@
-// Storage account with shared-key access disabled, the delays table and lease container,
-// the error and destination queues, and the Flex Consumption deployment container.
+// The delays storage account (shared-key access disabled): the delays table, the lease container, the error and
+// destination queues. The Functions host and its deployment package live in their own account (hoststorage.bicep).
 param name string
 param location string
 param tags object = {}
 param delaysName string
 param errorQueueName string
 param destinationQueues array
-param deploymentContainer string
+@allowed(['Enabled', 'Disabled'])
+param publicNetworkAccess string
 
 resource account 'Microsoft.Storage/storageAccounts@2023-05-01' = {
   name: name
@@ -22,7 +23,7 @@ resource account 'Microsoft.Storage/storageAccounts@2023-05-01' = {
     defaultToOAuthAuthentication: true
     minimumTlsVersion: 'TLS1_2'
     supportsHttpsTrafficOnly: true
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
   }
 }
 
@@ -34,11 +35,6 @@ resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01'
 resource leaseContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
   parent: blobService
   name: delaysName
-}
-
-resource packageContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
-  parent: blobService
-  name: deploymentContainer
 }
 
 resource tableService 'Microsoft.Storage/storageAccounts/tableServices@2023-05-01' = {
@@ -70,4 +66,3 @@ resource destinations 'Microsoft.Storage/storageAccounts/queueServices/queues@20
 
 output name string = account.name
 output id string = account.id
-output blobEndpoint string = account.properties.primaryEndpoints.blob
