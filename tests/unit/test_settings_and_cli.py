@@ -2,12 +2,17 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from delayed_delivery import ConfigurationError, DelayedDeliverySettings
 from delayed_delivery.app.cli import app
+from delayed_delivery.app.entry import CLI_HINT
 
 runner = CliRunner()
 
@@ -61,6 +66,40 @@ def test_cli_version_and_help() -> None:
     assert runner.invoke(app, ["--version"]).output.startswith("delayed-delivery 0.1.0")
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0 and "cost" in result.output and "demo" in result.output
+
+
+def _entry(prelude: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the console-script entry point in a fresh interpreter after ``prelude``."""
+    code = f"import sys; {prelude}; sys.argv = ['delayed-delivery', *{list(args)!r}]; "
+    code += "from delayed_delivery.app.entry import main; main()"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("library", ["typer", "rich"])
+def test_entry_point_without_the_cli_extra_prints_the_install_hint(library: str) -> None:
+    done = _entry(f"sys.modules[{library!r}] = None", "--help")  # what an install without the cli extra looks like
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == ["error: " + CLI_HINT]
+    assert 'pip install "delayed-delivery[cli]"' in done.stderr and "Traceback" not in done.stderr
+
+
+def test_entry_point_runs_the_cli_and_the_script_points_at_it() -> None:
+    done = _entry("pass", "--version")
+    assert done.returncode == 0 and done.stdout.startswith("delayed-delivery 0.1.0"), done.stderr
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert pyproject["project"]["scripts"]["delayed-delivery"] == "delayed_delivery.app.entry:main"
+    extras = pyproject["project"]["optional-dependencies"]
+    assert not any(d.startswith(("typer", "rich")) for d in pyproject["project"]["dependencies"])
+    assert {d.split(">")[0] for d in extras["cli"]} == {"typer", "rich"}
+    assert any("cli" in d for d in extras["dev"] if d.startswith("delayed-delivery["))
+
+
+def test_command_groups_follow_their_extras_and_a_broken_one_fails_loudly() -> None:
+    done = _entry("sys.modules['boto3'] = None", "aws", "--help")  # the aws extra is not installed
+    assert done.returncode == 2 and "No such command 'aws'" in done.stderr, done.stderr
+    assert _entry("sys.modules['boto3'] = None", "azure", "--help").returncode == 0
+    broken = _entry("sys.modules['delayed_delivery.aws.queues'] = None", "--help")  # installed, but broken
+    assert broken.returncode == 1 and "ModuleNotFoundError" in broken.stderr, broken.stderr
 
 
 def test_cli_cost_json_matches_the_seed_formula() -> None:

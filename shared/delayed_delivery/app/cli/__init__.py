@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from importlib.util import find_spec
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -372,28 +373,31 @@ def _configure_logging(verbose: bool) -> None:
     root.propagate = False
 
 
-try:  # the SQS commands (extra "aws"); the CLI works without them
-    from delayed_delivery.app.cli.aws import aws_app as _aws_app
-except ImportError:  # pragma: no cover - depends on the install
-    pass
-else:
-    app.add_typer(_aws_app, name="aws")
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported (its extra is installed); a broken install still fails at import."""
+    try:
+        return find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
 
 
-try:  # the Spark pipelines (extra "spark"); the CLI works without them
-    from delayed_delivery.app.cli.pipelines import register as _register_pipelines
-except ImportError:  # pragma: no cover - depends on the install
-    pass
-else:
-    _register_pipelines(app)
+def _register_extras() -> None:
+    """Add the command groups whose extra is installed: aws (boto3), azure (Storage SDKs), spark (PySpark)."""
+    if _installed("boto3"):
+        from delayed_delivery.app.cli.aws import aws_app
+
+        app.add_typer(aws_app, name="aws")
+    if _installed("azure.storage.queue") and _installed("azure.data.tables"):
+        from delayed_delivery.app.cli.azure import azure_app
+
+        app.add_typer(azure_app, name="azure")
+    if _installed("pyspark"):
+        from delayed_delivery.app.cli.pipelines import register
+
+        register(app)
 
 
-try:  # the Azure commands (extra "azure"); the CLI works without them
-    from delayed_delivery.app.cli.azure import azure_app as _azure_app
-except ImportError:  # pragma: no cover - depends on the install
-    pass
-else:
-    app.add_typer(_azure_app, name="azure")
+_register_extras()
 
 
 def main() -> None:
