@@ -7,7 +7,7 @@ round (so a busy machine slows them alike):
 
 * ``raw``, the baseline, no logic at all: ``receive_message`` (10, all attributes), ``send_message_batch`` of
   the same bodies and attributes back to the queue, ``delete_message_batch``.
-* ``requeue``: the real Lambda handler (``functions.aws.requeue.build_handler``: Powertools logger, metrics,
+* ``requeue``: the real Lambda handler (``delayed_delivery.aws.handler.build_handler``: Powertools logger, metrics,
   tracer, ``SqsFifoPartialProcessor``, ``FifoRequeuer``) behind the local event source (``poll_once``), with
   envelope packing on (the default, 64 KiB).
 * ``requeue_unpacked``: the same with ``DELAYED_DELIVERY_PACK_BYTES=0`` (one FIFO message per record).
@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, TextIO
 from benchmarks.common import Row, print_table, write_json
 from benchmarks.sqs_hops import _client, _moto
 from delayed_delivery.aws.packing import DEFAULT_PACK_BYTES, PACK_BYTES_ENV
-from delayed_delivery.aws.poller import LocalEventSourcePoller
 from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
 from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.testing.aws import LocalEventSourcePoller
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -128,7 +128,7 @@ WARM_UP = 10
 
 def sample(endpoint: str, side: str, records: int) -> tuple[float, float]:
     """Records per second and client CPU ms per record for ``side`` on a fresh queue (after ``WARM_UP``)."""
-    from functions.aws.requeue import build_handler
+    from delayed_delivery.aws.handler import build_handler
 
     client = _client(endpoint)
     run = f"tp{time.time_ns()}"

@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from delayed_delivery.aws.counting import RequestCounter
-from delayed_delivery.aws.poller import LocalEventSourcePoller
+from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.settings import DelayedDeliverySettings
-from functions.aws.requeue import build_handler
+from delayed_delivery.testing.aws import LocalEventSourcePoller, RequestCounter
 from tests.fixtures.moto import queue_depth as queue_depth  # re-exported for the aws tests
 
 if TYPE_CHECKING:

@@ -17,13 +17,13 @@ from delayed_delivery.aws.cancellations import (
     DynamoDbCancellationStore,
     ensure_cancellation_table,
 )
+from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE
-from delayed_delivery.aws.poller import LocalEventSourcePoller
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.cancellations import cancel_request, reschedule_request
 from delayed_delivery.settings import DelayedDeliverySettings
-from functions.aws.requeue import build_handler
+from delayed_delivery.testing.aws import LocalEventSourcePoller
 from tests.aws.conftest import collect, handler_env, queue_depth
 from tests.aws.test_cancel_dynamodb import dynamodb_client
 

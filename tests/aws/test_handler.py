@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import functions.aws.requeue as requeue
-from delayed_delivery.aws.poller import LocalLambdaContext, lambda_sqs_record
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.errors import ConfigurationError, DelayedDeliveryDisabledError
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
 from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.testing.aws import LocalLambdaContext, lambda_sqs_record
 from tests.aws.conftest import handler_env
 
 if TYPE_CHECKING:
@@ -152,8 +152,8 @@ def test_concurrent_invocations_of_one_handler_keep_their_batches_apart(
 
     from aws_lambda_powertools import Logger
 
+    from delayed_delivery.aws.handler import build_handler
     from delayed_delivery.aws.sender import DelayedSend
-    from functions.aws.requeue import build_handler
 
     info = Logger.info
 

@@ -12,6 +12,8 @@ import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
+from delayed_delivery.aws.config import AwsConfig
+from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.packing import (
     ENVELOPE_ATTRIBUTE,
     BadItem,
@@ -22,7 +24,6 @@ from delayed_delivery.aws.packing import (
     envelope_id,
     pack,
 )
-from delayed_delivery.aws.poller import LocalEventSourcePoller, lambda_sqs_record
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
@@ -30,7 +31,7 @@ from delayed_delivery.aws.sqs import message_size
 from delayed_delivery.errors import ConfigurationError, InvalidMessageError
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON, ORIGINAL_DESTINATION
 from delayed_delivery.settings import DelayedDeliverySettings
-from functions.aws.requeue import build_handler, pack_bytes_from_env
+from delayed_delivery.testing.aws import LocalEventSourcePoller, lambda_sqs_record
 from tests.aws.conftest import collect, handler_env, queue_depth
 
 if TYPE_CHECKING:
@@ -104,10 +105,10 @@ def test_a_bad_entry_is_isolated_from_its_siblings() -> None:
 
 
 def test_pack_bytes_setting_is_validated() -> None:
-    assert pack_bytes_from_env({}) == 65536
-    assert pack_bytes_from_env({"DELAYED_DELIVERY_PACK_BYTES": "0"}) == 0
+    assert AwsConfig.from_env({}).pack_bytes == 65536
+    assert AwsConfig.from_env({"DELAYED_DELIVERY_PACK_BYTES": "0"}).pack_bytes == 0
     with pytest.raises(ConfigurationError):
-        pack_bytes_from_env({"DELAYED_DELIVERY_PACK_BYTES": "-1"})
+        AwsConfig.from_env({"DELAYED_DELIVERY_PACK_BYTES": "-1"})
     with pytest.raises(ConfigurationError):
         FifoRequeuer(boto3.client("sqs", region_name="us-east-1"), pack_bytes=-5)
 

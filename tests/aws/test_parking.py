@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE
-from delayed_delivery.aws.poller import LocalEventSourcePoller, LocalLambdaContext, lambda_sqs_record
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome, RecordResult
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
@@ -27,7 +27,7 @@ from delayed_delivery.cancellations import (
     reschedule_request,
 )
 from delayed_delivery.settings import DelayedDeliverySettings
-from functions.aws.requeue import build_handler
+from delayed_delivery.testing.aws import LocalEventSourcePoller, LocalLambdaContext, lambda_sqs_record
 from tests.aws.conftest import ERRORS, collect, handler_env
 
 if TYPE_CHECKING:

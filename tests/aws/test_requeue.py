@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from delayed_delivery.aws.poller import LocalEventSourcePoller
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON, ORIGINAL_DESTINATION
 from delayed_delivery.planning import SqsRoute
 from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.testing.aws import LocalEventSourcePoller
 from tests.aws.conftest import collect, queue_depth
 
 if TYPE_CHECKING:

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from delayed_delivery.aws.counting import RequestCounter
 from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender, send_delayed
 from delayed_delivery.errors import (
@@ -20,6 +19,7 @@ from delayed_delivery.errors import (
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
 from delayed_delivery.planning import SqsRoute
 from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.testing.aws import RequestCounter
 from tests.aws.conftest import collect
 
 if TYPE_CHECKING:

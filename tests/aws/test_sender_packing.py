@@ -14,15 +14,14 @@ import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
-from delayed_delivery.aws.counting import RequestCounter
+from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE, PackedMessage, decode_envelope
-from delayed_delivery.aws.poller import LocalEventSourcePoller
 from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.errors import ConfigurationError, PermanentError, TransientError
 from delayed_delivery.planning import SqsRoute
 from delayed_delivery.settings import DelayedDeliverySettings
-from functions.aws.requeue import build_handler
+from delayed_delivery.testing.aws import LocalEventSourcePoller, RequestCounter
 from tests.aws.conftest import collect, handler_env, queue_depth
 
 if TYPE_CHECKING:

@@ -7,7 +7,6 @@ from botocore.exceptions import ClientError, EndpointConnectionError, NoCredenti
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delayed_delivery.aws.poller import lambda_sqs_record
 from delayed_delivery.aws.requeue import _seconds_text, _to_ms, parse_source_arn
 from delayed_delivery.aws.sender import deduplication_id, hop_of
 from delayed_delivery.aws.sqs import attributes_from_record, message_size, normalize_attributes, translate_error
@@ -19,6 +18,7 @@ from delayed_delivery.errors import (
     TransientError,
 )
 from delayed_delivery.planning import remaining_delay, remaining_delay_ms
+from delayed_delivery.testing.aws import lambda_sqs_record
 
 
 def _client_error(code: str, status: int = 400) -> ClientError:

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from delayed_delivery.aws.cancellations import CACHE_SECONDS_ENV, TABLE_ENV
-from delayed_delivery.aws.poller import LocalEventSourcePoller
+from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.settings import DelayedDeliverySettings
-from functions.aws.requeue import build_handler
+from delayed_delivery.testing.aws import LocalEventSourcePoller
 from tests.aws.conftest import collect, handler_env
 from tests.aws.test_cancel_dynamodb import dynamodb_client
 from tests.cli.conftest import ok_json, one_line_error, run

@@ -79,10 +79,10 @@ def _requeue_run(endpoint_url: str, skew: float, *, fail_first: bool, messages: 
     each record is processed on its redelivery (receive count 2), where the local clock counts.
     Returns arrival − (send + delay) per message, measured on the real clock.
     """
-    from delayed_delivery.aws.poller import LocalEventSourcePoller
     from delayed_delivery.aws.queues import ensure_endpoint
     from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome
     from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+    from delayed_delivery.testing.aws import LocalEventSourcePoller
     from tests.reliability.sqslab import DELAY, lab_settings, sqs_client
 
     client = sqs_client(endpoint_url)

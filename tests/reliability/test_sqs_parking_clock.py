@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from delayed_delivery.aws.brokerclock import BrokerClock
-from delayed_delivery.aws.poller import LocalEventSourcePoller
 from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.testing.aws import LocalEventSourcePoller
 from tests.fixtures.moto import collect_arrivals
 from tests.reliability.sqslab import sqs_client
 from tests.reliability.test_clock_skew import MINUTES_5, SkewedClock

@@ -1,9 +1,7 @@
-"""AWS adapters (extra ``aws``): SQS sender, FIFO requeue logic, the SQS transport and local test tooling."""
+"""AWS adapters (extra ``aws``): SQS sender, FIFO requeue logic, the SQS transport; local tooling is ``testing.aws``."""
 
 from __future__ import annotations
 
-from .counting import RequestCounter
-from .poller import LocalEventSourcePoller, LocalLambdaContext
 from .queues import EndpointCheck, EndpointQueues, check_endpoint, ensure_endpoint
 from .requeue import FifoRequeuer, HopOutcome, RecordResult
 from .sender import BatchSendResult, DelayedSend, SendReceipt, SqsDelayedSender, send_delayed
@@ -16,10 +14,7 @@ __all__ = [
     "EndpointQueues",
     "FifoRequeuer",
     "HopOutcome",
-    "LocalEventSourcePoller",
-    "LocalLambdaContext",
     "RecordResult",
-    "RequestCounter",
     "SendReceipt",
     "SqsDelayedSender",
     "SqsTransport",

@@ -21,6 +21,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ..cancellations import Cancellation, CancellationKind
 from ..errors import ConfigurationError, DelayedDeliveryError, TransientError
+from .config import CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS, MAX_CACHE_SECONDS, TABLE_ENV, cache_seconds_from_env
 from .sqs import translate_error
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ __all__ = [
     "CACHE_SECONDS_ENV",
     "DEFAULT_CACHE_SECONDS",
     "DEFAULT_TABLE",
+    "MAX_CACHE_SECONDS",
     "TABLE_ENV",
     "TTL_ATTRIBUTE",
     "DynamoDbCancellationStore",
@@ -38,29 +40,10 @@ __all__ = [
     "ensure_cancellation_table",
 ]
 
-#: Environment variable naming the table (the requeue function and the CLI); unset or empty turns lookups off.
-TABLE_ENV = "DELAYED_DELIVERY_CANCELLATION_TABLE"
-#: Environment variable: seconds a function instance reuses an endpoint's records (well below the 900 s hop).
-CACHE_SECONDS_ENV = "DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS"
 #: The table name the CDK stack and ``delayed-delivery aws create`` use unless told otherwise.
 DEFAULT_TABLE = "delayed-delivery-cancellations"
-DEFAULT_CACHE_SECONDS = 60
-#: Longest cache allowed: a record must be seen before a message's last hop (the 900 s hop minus slack).
-MAX_CACHE_SECONDS = 600
 TTL_ATTRIBUTE = "expires_at"
 _THROTTLED = {"ProvisionedThroughputExceededException", "RequestLimitExceeded", "ThrottlingException"}
-
-
-def cache_seconds_from_env(env: Mapping[str, str]) -> float:
-    """``DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS`` (default 60, 0 = read every invocation, at most 600)."""
-    raw = env.get(CACHE_SECONDS_ENV, str(DEFAULT_CACHE_SECONDS)).strip()
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= MAX_CACHE_SECONDS:
-        raise ConfigurationError(f"{CACHE_SECONDS_ENV}={raw!r}: use 0-{MAX_CACHE_SECONDS} seconds")
-    return value
 
 
 def _translate(exc: BaseException, what: str, table: str) -> DelayedDeliveryError:

@@ -2,7 +2,7 @@
 
 Both clouds get the same mix (0 s to "1 year", jittered), a few poison messages, one cancelled and one
 rescheduled message (AWS: records in the cancellation table on moto, applied at the next hop; Azure: the delays
-table). AWS: the real Lambda handler (``functions/aws/requeue.py``) runs
+table). AWS: the real Lambda handler (``delayed_delivery.aws.handler``) runs
 behind ``LocalEventSourcePoller`` on each ``-delay.fifo`` queue. Azure: the timer function's body
 (``AzureDispatcherHost.run``) fires on the function's schedule, compressed. Collectors drain the destination and
 error queues and time every arrival. Time is compressed linearly (``year_seconds`` real seconds = 365 days);
@@ -26,12 +26,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from delayed_delivery.app.emulators import LocalEmulators
-from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
 from delayed_delivery.settings import DelayedDeliverySettings
 
@@ -320,25 +318,26 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[key] = old
 
 
-def _entry_point(module: str) -> ModuleType:
-    """A module of ``functions/`` (the Lambda handler, the Azure function app), from this source checkout."""
+def _registered_timer(host: Any) -> tuple[ModuleType | None, Callable[[Any], Any]]:
+    """The Azure function app's registered timer function, running on ``host``.
+
+    ``functions/`` ships beside the package, not in it: when it cannot be imported (an installed package run
+    outside a source checkout), the timer's body, ``host.run()``, is called directly instead.
+    """
     try:
-        return importlib.import_module(module)
+        function_app = importlib.import_module("functions.azure.function_app")
     except ImportError:
-        root = Path(__file__).resolve().parents[2]
-        path = root.joinpath(*module.split(".")).with_suffix(".py")
-        if not path.exists():
-            raise ConfigurationError(
-                f"the cloud demo runs {path.relative_to(root)}: run it from a source checkout "
-                "(or use `delayed-delivery demo --core`)"
-            ) from None
-        sys.path.insert(0, str(root))
-        return importlib.import_module(module)
-
-
-def _requeue_module() -> ModuleType:
-    """``functions.aws.requeue`` (the Lambda handler)."""
-    return _entry_point("functions.aws.requeue")
+        return None, lambda _timer: host.run()
+    function_app.use_host(host)
+    # azure-functions lets the registry be read once per process: reset its bindings around our read so
+    # that an earlier or a later reader (another harness in the same process) still works.
+    function_app.app.functions_bindings = None
+    try:
+        registered = function_app.app.get_functions()
+    finally:
+        function_app.app.functions_bindings = None
+    by_name = {f.get_function_name(): f for f in registered}
+    return function_app, by_name["dispatch_delayed_messages"].get_user_function()
 
 
 # --------------------------------------------------------------------------------------------------- AWS
@@ -350,7 +349,7 @@ class _AwsSide:
     def __init__(self, endpoint_url: str, config: CloudDemoConfig, tracker: _Tracker, verbose: bool) -> None:
         import boto3
 
-        from delayed_delivery.aws.counting import RequestCounter
+        from delayed_delivery.testing.aws import RequestCounter
 
         self.config = config
         self.tracker = tracker
@@ -408,8 +407,9 @@ class _AwsSide:
 
     def provision(self) -> None:
         from delayed_delivery.aws.cancellations import DynamoDbCancellationStore, ensure_cancellation_table
-        from delayed_delivery.aws.poller import LocalEventSourcePoller
+        from delayed_delivery.aws.handler import build_handler
         from delayed_delivery.aws.queues import ensure_endpoint
+        from delayed_delivery.testing.aws import LocalEventSourcePoller
 
         ensure_cancellation_table(self.dynamodb, CANCELLATION_TABLE)
         self.records = DynamoDbCancellationStore(self.dynamodb, CANCELLATION_TABLE)
@@ -418,7 +418,7 @@ class _AwsSide:
         # stdout for its table / JSON: verbose → stderr, otherwise discarded.
         sink: Callable[[], Any] = (lambda: sys.stderr) if self.verbose else io.StringIO
         with contextlib.redirect_stdout(sink()):
-            handler = _requeue_module().build_handler(
+            handler = build_handler(
                 os.environ,
                 sqs_client=self.lambda_client,
                 dynamodb_client=self.dynamodb,
@@ -663,17 +663,7 @@ class _AzureSide:
         """Fire the registered timer function every ``timer_period`` seconds, running on the demo's counted host."""
         from azure.functions.timer import TimerRequest
 
-        function_app = _entry_point("functions.azure.function_app")
-        function_app.use_host(self.host)
-        # azure-functions lets the registry be read once per process: reset its bindings around our read so
-        # that an earlier or a later reader (another harness in the same process) still works.
-        function_app.app.functions_bindings = None
-        try:
-            registered = function_app.app.get_functions()
-        finally:
-            function_app.app.functions_bindings = None
-        by_name = {f.get_function_name(): f for f in registered}
-        timer_function = by_name["dispatch_delayed_messages"].get_user_function()
+        function_app, timer_function = _registered_timer(self.host)
         next_fire = time.monotonic()
         while not self.stop.is_set():
             self.timer_runs += 1
@@ -681,7 +671,8 @@ class _AzureSide:
                 timer_function(TimerRequest(past_due=False))
             next_fire += self.config.timer_period
             self.stop.wait(max(0.0, next_fire - time.monotonic()))
-        function_app.use_host(None)
+        if function_app is not None:
+            function_app.use_host(None)
 
     def _collect(self, queue: str) -> None:
         from delayed_delivery.azure.storage_queue import decode_envelope

@@ -11,7 +11,7 @@ import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from .sqs import message_size
+from ...aws.sqs import message_size
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
