@@ -1,0 +1,160 @@
+"""Run today's writers on the fixed inputs of ``wire.py`` and return what they put on the wire or in a row."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from delayed_delivery.aws.requeue import FifoRequeuer
+from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.azure.rows import shard_of, to_entities
+from delayed_delivery.azure.storage_queue import encode_envelope
+from delayed_delivery.clock import ManualClock
+from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
+from delayed_delivery.model import DelayedMessage
+from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.sqlite_store import SqliteDelayedMessageStore
+from tests.golden import wire
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+#: The first receive of a record sent at ``SENT_MS``: one FIFO hop (900 s) and 1.234 s later.
+FIRST_MS = wire.SENT_MS + 901_234
+
+
+def requeuer(client: SQSClient, now_ms: int) -> FifoRequeuer:
+    """The requeue step with its clock at ``now_ms`` and parking off (every record hops, forwards or fails)."""
+    clock = ManualClock(datetime.fromtimestamp(now_ms / 1000, UTC))
+    return FifoRequeuer(client, DelayedDeliverySettings(max_park_seconds=0), clock=clock)
+
+
+def sqs_send(client: SQSClient) -> dict[str, Any]:
+    """``send_delayed`` of a long delay (the ``-delay.fifo`` route) and of a short one (native)."""
+    wire.create_queues(client)
+    calls = wire.record_calls(client)
+    sender = SqsDelayedSender(client)
+    sender.send_delayed(
+        wire.DESTINATION, wire.BODY, wire.LONG_DELAY, attributes=wire.ATTRIBUTES, message_id=wire.MESSAGE_ID
+    )
+    sender.send_delayed(wire.DESTINATION, wire.BODY, 600, attributes=wire.ATTRIBUTES, message_id="golden-native-1")
+    fifo, native = calls
+    return {"fifo": fifo, "native": native}
+
+
+def sqs_requeue(client: SQSClient) -> dict[str, Any]:
+    """What the requeue step sends after one hop (back to the FIFO queue) and on the last one (to the destination)."""
+    fifo = sqs_send(client)["fifo"]
+    calls = wire.record_calls(client)
+    record = wire.lambda_record(fifo, record_id="rec-hop-0", first_receive_ms=FIRST_MS)
+    requeuer(client, FIRST_MS + 50).process([record])
+    [hop] = calls
+    # The hop's message comes back with 300.25 s left: it is forwarded with DelaySeconds rounded up.
+    entry = hop["Entries"][0]
+    sent = FIRST_MS + 20
+    first = sent + 258_298_766 - 300_250
+    last = wire.lambda_record(entry, record_id="rec-hop-1", sent_ms=sent, first_receive_ms=first)
+    requeuer(client, first + 50).process([last])
+    forward = calls[1]
+    return {"hop": hop, "forward": forward}
+
+
+def sqs_envelope(client: SQSClient) -> dict[str, Any]:
+    """A batch packed into an envelope by the sender, and the envelope the requeue step re-packs after a hop."""
+    wire.create_queues(client)
+    calls = wire.record_calls(client)
+    sender = SqsDelayedSender(client)
+    batch = [DelayedSend(wire.DESTINATION, body, wire.LONG_DELAY, attrs, mid) for mid, body, attrs in wire.BATCH]
+    sender.send_delayed_batch(batch).raise_for_failures()
+    [sent] = calls
+    [entry] = sent["Entries"]
+    record = wire.lambda_record(entry, record_id="rec-envelope-0", first_receive_ms=FIRST_MS)
+    requeuer(client, FIRST_MS + 50).process([record])
+    return {"sent": sent, "requeued": calls[1]}
+
+
+def sqs_error_queue(client: SQSClient) -> dict[str, Any]:
+    """A FIFO record without its control attribute, sent to the error queue with the reason attributes."""
+    fifo = sqs_send(client)["fifo"]
+    calls = wire.record_calls(client)
+    broken = {**fifo, "MessageAttributes": dict(fifo["MessageAttributes"])}
+    del broken["MessageAttributes"][DELAY_SECONDS_ATTRIBUTE]
+    record = wire.lambda_record(broken, record_id="rec-poison-0", first_receive_ms=FIRST_MS)
+    requeuer(client, FIRST_MS + 50).process([record])
+    [error] = calls
+    return {"error": error}
+
+
+def store_message(*, big: bool = False) -> DelayedMessage:
+    """The message of the store goldens (``big``: a body over 64 KiB)."""
+    if big:
+        return DelayedMessage(wire.BIG_ID, wire.STORE_DESTINATION, wire.BIG_BODY, wire.STORE_DUE, wire.STORE_HEADERS)
+    return DelayedMessage(
+        wire.STORE_ID, wire.STORE_DESTINATION, wire.STORE_BODY, wire.STORE_DUE, wire.STORE_HEADERS, wire.STORE_FAILURES
+    )
+
+
+def azure_queue() -> dict[str, Any]:
+    """The Storage Queue message text for the store message."""
+    return {"text": encode_envelope(store_message())}
+
+
+def azure_table() -> dict[str, Any]:
+    """The due and index entities of the store message and of a message with a chunked body."""
+    rows = []
+    for message in (store_message(), store_message(big=True)):
+        due, index = to_entities(message, shard_of(message.message_id, wire.TABLE_SHARDS))
+        rows.append({"due": due, "index": index})
+    return {"shards": wire.TABLE_SHARDS, "rows": rows}
+
+
+def sqlite_row(folder: Path) -> dict[str, Any]:
+    """The SQLite schema and the row ``store`` writes."""
+    path = folder / "golden.db"
+    store = SqliteDelayedMessageStore(path)
+    store.setup_infrastructure()
+    store.store(store_message())
+    store.close()
+    with sqlite3.connect(path) as conn:
+        schema = [r[0] for r in conn.execute("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name")]
+        cursor = conn.execute("SELECT * FROM delayed_messages")
+        columns = [d[0] for d in cursor.description]
+        [row] = cursor.fetchall()
+    conn.close()
+    return {"table": "delayed_messages", "schema": schema, "row": dict(zip(columns, row, strict=True))}
+
+
+_PG_TIME = "to_char({0} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"')"
+
+
+def postgres_row(conninfo: str, table: str) -> dict[str, Any]:
+    """The PostgreSQL columns and the row ``store`` writes (times as UTC ISO text, headers as stored)."""
+    import psycopg
+
+    from delayed_delivery.postgres.store import PostgresDelayedMessageStore
+
+    store = PostgresDelayedMessageStore(conninfo, table=table)
+    store.setup_infrastructure()
+    try:
+        store.store(store_message())
+        with psycopg.connect(conninfo) as conn:
+            columns = conn.execute(
+                "SELECT column_name, data_type, is_nullable FROM information_schema.columns"
+                " WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position",
+                (table,),
+            ).fetchall()
+            row = conn.execute(
+                "SELECT message_id, destination, body, headers::text,"
+                f" {_PG_TIME.format('due_at')}, {_PG_TIME.format('available_at')}, failure_count"
+                f' FROM "{table}"'
+            ).fetchone()
+    finally:
+        store.drop_infrastructure()
+        store.close()
+    assert row is not None
+    names = ("message_id", "destination", "body", "headers", "due_at", "available_at", "failure_count")
+    values = dict(zip(names, row, strict=True))
+    values["body"] = bytes(values["body"])
+    return {"columns": [list(c) for c in columns], "row": values}
