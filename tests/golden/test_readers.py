@@ -1,0 +1,285 @@
+"""Today's readers read every golden file: messages already waiting in a queue or a table are never stranded.
+
+Each test builds what a reader meets in production from a golden file only (a Lambda SQS record, a queue text,
+a table entity, a row inserted with plain SQL) and checks every field: id, destination, body bytes, headers or
+attributes, due time or remaining delay, hop.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE, BadItem, PackedMessage, decode_envelope
+from delayed_delivery.aws.requeue import HopOutcome
+from delayed_delivery.azure import rows
+from delayed_delivery.azure.storage_queue import decode_envelope as decode_queue_text
+from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
+from delayed_delivery.model import DelayedMessage
+from delayed_delivery.sqlite_store import SqliteDelayedMessageStore
+from tests.golden import wire
+from tests.golden.captures import requeuer
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+#: The user attributes of the golden SQS messages, in the boto3 shape.
+USER_ATTRIBUTES: dict[str, Any] = {
+    "kind": {"DataType": "String", "StringValue": "order"},
+    "trace": {"DataType": "Binary", "BinaryValue": b"\x00\x01\xfe\xff golden"},
+    "priority": {"DataType": "Number", "StringValue": "7"},
+    "schema": {"DataType": "String.json", "StringValue": '{"v":2}'},
+}
+#: The store message of the Azure and SQL goldens.
+STORED = DelayedMessage(
+    wire.STORE_ID, wire.STORE_DESTINATION, wire.STORE_BODY, wire.STORE_DUE, wire.STORE_HEADERS, wire.STORE_FAILURES
+)
+BIG = DelayedMessage(wire.BIG_ID, wire.STORE_DESTINATION, wire.BIG_BODY, wire.STORE_DUE, wire.STORE_HEADERS)
+
+
+def _same_message(got: DelayedMessage, expected: DelayedMessage) -> None:
+    assert got.message_id == expected.message_id
+    assert got.destination == expected.destination
+    assert got.body == expected.body
+    assert dict(got.headers) == dict(expected.headers)
+    assert got.due_at == expected.due_at
+    assert got.failure_count == expected.failure_count
+
+
+def _hop(client: SQSClient, request: dict[str, Any], *, sent_ms: int, elapsed_ms: int) -> tuple[Any, dict[str, Any]]:
+    """Run the requeue step on a record of ``request`` received ``elapsed_ms`` after ``sent_ms``: (result, sent)."""
+    wire.create_queues(client)
+    calls = wire.record_calls(client)
+    record = wire.lambda_record(
+        request, record_id="golden-record", sent_ms=sent_ms, first_receive_ms=sent_ms + elapsed_ms
+    )
+    [result] = requeuer(client, sent_ms + elapsed_ms + 50).process([record])
+    [call] = calls
+    return result, call
+
+
+@pytest.mark.moto
+@pytest.mark.parametrize("golden", ["sqs_send.v1.json"])
+def test_requeue_reads_the_senders_fifo_message(sqs: SQSClient, golden: str) -> None:
+    request = wire.load(golden)["fifo"]
+    assert request["Queue"] == "orders-delay.fifo"
+    result, call = _hop(sqs, request, sent_ms=wire.SENT_MS, elapsed_ms=901_234)
+    assert (result.outcome, result.message_id, result.hop, result.destination) == (
+        HopOutcome.REQUEUED,
+        wire.MESSAGE_ID,
+        1,
+        "orders",
+    )
+    assert result.remaining_delay_s == 258_299
+    [entry] = call["Entries"]
+    assert call["Queue"] == "orders-delay.fifo"
+    assert entry["MessageBody"] == wire.BODY
+    assert entry["MessageGroupId"] == wire.MESSAGE_ID and entry["MessageDeduplicationId"] == f"{wire.MESSAGE_ID}:1"
+    control = {"DataType": "Number", "StringValue": "258298.766"}
+    assert entry["MessageAttributes"] == {**USER_ATTRIBUTES, DELAY_SECONDS_ATTRIBUTE: control}
+
+
+@pytest.mark.moto
+@pytest.mark.parametrize("golden", ["sqs_requeue.v1.json"])
+def test_requeue_reads_its_own_hop_with_fractional_seconds(sqs: SQSClient, golden: str) -> None:
+    [request] = wire.load(golden)["hop"]["Entries"]
+    result, call = _hop(sqs, request, sent_ms=wire.SENT_MS, elapsed_ms=900_500)
+    assert (result.outcome, result.message_id, result.hop) == (HopOutcome.REQUEUED, wire.MESSAGE_ID, 2)
+    [entry] = call["Entries"]
+    assert entry["MessageDeduplicationId"] == f"{wire.MESSAGE_ID}:2"
+    assert entry["MessageBody"] == wire.BODY
+    control = {"DataType": "Number", "StringValue": "257398.266"}  # 258,298.766 s less the 900.5 s just waited
+    assert entry["MessageAttributes"] == {**USER_ATTRIBUTES, DELAY_SECONDS_ATTRIBUTE: control}
+
+
+@pytest.mark.moto
+@pytest.mark.parametrize("golden", ["sqs_requeue.v1.json"])
+def test_requeue_forwards_the_golden_hop_when_it_is_due(sqs: SQSClient, golden: str) -> None:
+    [request] = wire.load(golden)["hop"]["Entries"]
+    result, call = _hop(sqs, request, sent_ms=wire.SENT_MS, elapsed_ms=258_298_766 - 120_000)
+    assert (result.outcome, result.message_id, result.hop, result.destination) == (
+        HopOutcome.FORWARDED,
+        wire.MESSAGE_ID,
+        2,
+        "orders",
+    )
+    [entry] = call["Entries"]
+    assert call["Queue"] == "orders"
+    assert entry["DelaySeconds"] == 120
+    assert entry["MessageBody"] == wire.BODY
+    assert entry["MessageAttributes"] == USER_ATTRIBUTES
+
+
+def _batch_expected(hop: int, remaining_ms: int) -> list[PackedMessage]:
+    return [
+        PackedMessage(
+            "golden-batch-a",
+            hop,
+            remaining_ms,
+            "first",
+            {
+                "kind": {"DataType": "String", "StringValue": "a"},
+                "blob": {"DataType": "Binary", "BinaryValue": b"\x10 0"},
+            },
+        ),
+        PackedMessage(
+            "golden-batch-b", hop, remaining_ms, "second ✓", {"kind": {"DataType": "String", "StringValue": "b"}}
+        ),
+        PackedMessage("golden-batch-c", hop, remaining_ms, "third", {}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("golden", "part", "hop", "remaining_ms"),
+    [("sqs_envelope.v1.json", "sent", 0, 259_200_000), ("sqs_envelope.v1.json", "requeued", 1, 258_298_766)],
+)
+def test_decode_envelope_reads_the_golden_envelopes(golden: str, part: str, hop: int, remaining_ms: int) -> None:
+    [entry] = wire.load(golden)[part]["Entries"]
+    assert entry["MessageAttributes"] == {ENVELOPE_ATTRIBUTE: {"DataType": "String", "StringValue": "1"}}
+    assert entry["MessageGroupId"] == entry["MessageDeduplicationId"]
+    assert entry["MessageGroupId"].startswith("pack-")
+    decoded = decode_envelope(entry["MessageBody"])
+    assert not any(isinstance(item, BadItem) for item in decoded)
+    assert decoded == _batch_expected(hop, remaining_ms)
+
+
+@pytest.mark.moto
+@pytest.mark.parametrize("golden", ["sqs_envelope.v1.json"])
+def test_requeue_unpacks_the_golden_envelope_and_forwards_each_message(sqs: SQSClient, golden: str) -> None:
+    [request] = wire.load(golden)["requeued"]["Entries"]
+    result, call = _hop(sqs, request, sent_ms=wire.SENT_MS, elapsed_ms=258_298_766 - 60_000)
+    assert result.outcome is HopOutcome.UNPACKED
+    inner = [(r.message_id, r.outcome, r.hop, r.destination) for r in result.inner]
+    assert inner == [(m, HopOutcome.FORWARDED, 2, "orders") for m, _, _ in wire.BATCH]
+    assert call["Queue"] == "orders"
+    sent = [(e["MessageBody"], e.get("MessageAttributes", {}), e["DelaySeconds"]) for e in call["Entries"]]
+    assert sent == [(m.body, m.attributes, 60) for m in _batch_expected(1, 0)]
+
+
+@pytest.mark.parametrize("golden", ["sqs_error_queue.v1.json"])
+def test_error_queue_golden_names_the_reason_destination_and_time(golden: str) -> None:
+    call = wire.load(golden)["error"]
+    assert call["Queue"] == "error"
+    [entry] = call["Entries"]
+    attributes = entry["MessageAttributes"]
+    assert entry["MessageBody"] == wire.BODY
+    assert attributes[FAILURE_REASON]["StringValue"] == f"missing control attribute {DELAY_SECONDS_ATTRIBUTE}"
+    assert attributes[ORIGINAL_DESTINATION]["StringValue"] == "orders"
+    failed_at = datetime.fromisoformat(attributes[FAILED_AT]["StringValue"])
+    assert failed_at == datetime.fromtimestamp((wire.SENT_MS + 901_284) / 1000, UTC)
+    user = {k: v for k, v in attributes.items() if k not in (FAILURE_REASON, ORIGINAL_DESTINATION, FAILED_AT)}
+    assert user == USER_ATTRIBUTES
+
+
+@pytest.mark.parametrize("golden", ["azure_queue.v1.json"])
+def test_azure_decode_envelope_reads_the_golden_queue_text(golden: str) -> None:
+    envelope = decode_queue_text(wire.load(golden)["text"])
+    assert envelope.message_id == wire.STORE_ID
+    assert envelope.body == wire.STORE_BODY
+    assert dict(envelope.headers) == wire.STORE_HEADERS
+
+
+@pytest.mark.parametrize("golden", ["azure_table.v1.json"])
+def test_azure_row_reader_reads_the_golden_entities(golden: str) -> None:
+    document = wire.load(golden)
+    shards = document["shards"]
+    for row, expected in zip(document["rows"], (STORED, BIG), strict=True):
+        due, index = row["due"], row["index"]
+        _same_message(rows.message_from_entity(due), expected)
+        # Today's code finds the old rows by id: same partition, same index row, which points at the due row.
+        assert (
+            due["PartitionKey"]
+            == index["PartitionKey"]
+            == rows.partition_key(rows.shard_of(expected.message_id, shards))
+        )
+        assert index["RowKey"] == rows.index_row_key(expected.message_id)
+        assert index["DueRowKey"] == due["RowKey"] == rows.due_row_key(expected.due_at, expected.message_id)
+        assert rows.from_due_key(due["AvailableAt"]) == expected.due_at
+    assert document["rows"][1]["due"]["BodyChunks"] == 2, "the golden holds a chunked body"
+
+
+@pytest.mark.azurite
+@pytest.mark.parametrize("golden", ["azure_table.v1.json"])
+def test_azure_table_store_fetches_the_golden_entities(azurite: Any, golden: str) -> None:
+    from tests.azure.conftest import make_store, new_name
+
+    document = wire.load(golden)
+    store = make_store(azurite.connection_string, new_name(), shards=document["shards"])
+    try:
+        for row in document["rows"]:
+            store.table.create_entity(row["due"])
+            store.table.create_entity(row["index"])
+        fetched = store.fetch_due(wire.STORE_DUE + timedelta(seconds=1), 10)
+        got = sorted(fetched, key=lambda m: m.message_id)
+        assert len(got) == 2
+        for message, expected in zip(got, sorted((STORED, BIG), key=lambda m: m.message_id), strict=True):
+            _same_message(message, expected)
+    finally:
+        store.drop()
+
+
+@pytest.mark.parametrize("golden", ["sqlite_row.v1.json"])
+def test_sqlite_store_reads_a_golden_row_in_a_golden_table(tmp_path: Path, golden: str) -> None:
+    document = wire.load(golden)
+    path = tmp_path / "old.db"
+    row = document["row"]
+    with sqlite3.connect(path) as conn:
+        for statement in document["schema"]:
+            conn.execute(statement)
+        names = ", ".join(row)
+        conn.execute(
+            f"INSERT INTO {document['table']} ({names}) VALUES ({', '.join('?' * len(row))})", list(row.values())
+        )
+    conn.close()
+    store = SqliteDelayedMessageStore(path, table=document["table"])
+    try:
+        store.setup_infrastructure()
+        assert store.fetch_due(wire.STORE_DUE - timedelta(microseconds=1), 10) == []
+        [message] = store.fetch_due(wire.STORE_DUE, 10)
+        _same_message(message, STORED)
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("golden", ["postgres_row.v1.json"])
+def test_postgres_store_reads_a_golden_row(postgres_conninfo: str, postgres_table: str, golden: str) -> None:
+    import psycopg
+
+    from delayed_delivery.postgres.store import PostgresDelayedMessageStore
+
+    document = wire.load(golden)
+    store = PostgresDelayedMessageStore(postgres_conninfo, table=postgres_table)
+    store.setup_infrastructure()
+    try:
+        with psycopg.connect(postgres_conninfo) as conn:
+            found = conn.execute(
+                "SELECT column_name, data_type, is_nullable FROM information_schema.columns"
+                " WHERE table_schema = 'public' AND table_name = %s",
+                (postgres_table,),
+            ).fetchall()
+            assert {tuple(c) for c in document["columns"]} <= set(found), "a golden column changed"
+            row = document["row"]
+            conn.execute(
+                f'INSERT INTO "{postgres_table}" (message_id, destination, body, headers, due_at, available_at,'
+                " failure_count) VALUES (%s, %s, %s, %s::json, %s::timestamptz, %s::timestamptz, %s)",
+                (
+                    row["message_id"],
+                    row["destination"],
+                    row["body"],
+                    row["headers"],
+                    row["due_at"],
+                    row["available_at"],
+                    row["failure_count"],
+                ),
+            )
+        assert store.fetch_due(wire.STORE_DUE - timedelta(microseconds=1), 10) == []
+        [message] = store.fetch_due(wire.STORE_DUE, 10)
+        _same_message(message, STORED)
+    finally:
+        store.drop_infrastructure()
+        store.close()
