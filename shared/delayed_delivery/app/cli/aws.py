@@ -1,32 +1,43 @@
-"""``delayed-delivery aws …``: check an endpoint's queues, create them, send a delayed message.
+"""``delayed-delivery aws …``: check an endpoint's queues, create them, send a delayed message, run the requeue.
 
 Every command takes ``--endpoint-url`` (or ``AWS_ENDPOINT_URL_SQS``, e.g. a local moto server) and
-``--region``; settings such as ``DELAYED_DELIVERY_FIFO_QUEUE_DELAY`` come from the environment.
+``--region``; settings such as ``DELAYED_DELIVERY_FIFO_QUEUE_DELAY`` come from the environment (``AwsConfig``).
 """
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
-from typing import TYPE_CHECKING, Annotated
+import time
+from collections import Counter
+from contextlib import redirect_stdout
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
 from delayed_delivery.aws.cancellations import DEFAULT_TABLE, TABLE_ENV, ensure_cancellation_table
+from delayed_delivery.aws.config import AwsConfig
 from delayed_delivery.aws.queues import check_endpoint, ensure_endpoint
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.errors import DelayedDeliveryError
+from delayed_delivery.naming import sqs_delay_queue_name
 from delayed_delivery.settings import DelayedDeliverySettings
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
+
+    from delayed_delivery.aws.requeue import RecordResult
+    from delayed_delivery.testing.aws import LocalEventSourcePoller
 
 __all__ = ["aws_app"]
 
 aws_app = typer.Typer(
     name="aws",
-    help="SQS unrestricted delayed delivery: check, create and send.",
+    help="SQS unrestricted delayed delivery: check, create, send, and run the requeue function locally.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -48,11 +59,11 @@ def _client(endpoint_url: str | None, region: str | None) -> SQSClient:
 
 
 def _settings() -> DelayedDeliverySettings:
-    return DelayedDeliverySettings.from_env(os.environ)
+    return AwsConfig.from_env(os.environ).settings
 
 
 def _fail(exc: DelayedDeliveryError) -> typer.Exit:
-    _err.print(f"[red]error:[/red] {exc}", highlight=False)
+    _err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
 
 
@@ -135,3 +146,153 @@ def send(
             }
         )
     )
+
+
+#: Seconds between progress lines of ``aws requeue``.
+_PROGRESS_EVERY = 5.0
+#: Where ``--local`` points: moto server as ``delayed-delivery local up`` starts it (the operator routes' port).
+LOCAL_MOTO_URL = "http://127.0.0.1:5000"
+LOCAL_REGION = "us-east-1"
+
+
+@aws_app.command()
+def requeue(
+    queue: Annotated[
+        list[str], typer.Option("--queue", "-q", help="Input queue (or its -delay.fifo) to serve; repeatable.")
+    ],
+    seconds: Annotated[float, typer.Option("--for", help="Run this many seconds, then stop.")] = 60.0,
+    local: Annotated[bool, typer.Option("--local", help="Use moto server at 127.0.0.1:5000 (`local up`).")] = False,
+    endpoint_url: EndpointUrl = None,
+    region: Region = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="The handler's logs and metrics to stderr.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the final counts as JSON.")] = False,
+) -> None:
+    """Run the requeue Lambda handler locally behind an SQS event source on each QUEUE's -delay.fifo.
+
+    Example: delayed-delivery aws requeue --local --queue orders --for 60
+    """
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise _fail(DelayedDeliveryError(f"--for {seconds}: give a positive number of seconds"))
+    endpoint = LOCAL_MOTO_URL if local else endpoint_url
+    if not endpoint:
+        raise _fail(DelayedDeliveryError("give --local (moto server on 127.0.0.1:5000) or --endpoint-url"))
+    results: Counter[str] = Counter()
+    errors: list[str] = []
+    sink: IO[str] = _err.file if verbose else _Discard()
+    try:
+        config = AwsConfig.from_env(os.environ)
+        sqs, dynamodb = _local_clients(endpoint, region or (LOCAL_REGION if local else None), local, config)
+        with redirect_stdout(sink):  # Powertools writes logs and EMF metrics to stdout
+            pollers = _requeue_pollers(sqs, dynamodb, config, queue, results, errors)
+        _out.print(f"requeue on {', '.join(p.queue_url.rsplit('/', 1)[-1] for p in pollers)} for {seconds:g} s")
+        _serve(pollers, seconds, sink, results)
+    except DelayedDeliveryError as exc:
+        raise _fail(exc) from None
+    _report(pollers, results, errors, as_json)
+
+
+class _Discard(io.StringIO):
+    """A stdout that keeps nothing (the handler's logs when not ``--verbose``)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def _local_clients(
+    endpoint: str, region: str | None, local: bool, config: AwsConfig
+) -> tuple[SQSClient, DynamoDBClient | None]:
+    """SQS (and, when a cancellation table is configured, DynamoDB) clients on the emulator, quick to give up."""
+    import boto3
+    from botocore.config import Config
+
+    key = "testing" if local and not os.environ.get("AWS_ACCESS_KEY_ID") else None
+    quick = Config(connect_timeout=2, read_timeout=10, retries={"mode": "standard", "max_attempts": 2})
+    options: dict[str, Any] = {"region_name": region, "aws_access_key_id": key, "aws_secret_access_key": key}
+    sqs = boto3.client("sqs", endpoint_url=endpoint, config=quick, **options)
+    if config.cancellation_table is None:
+        return sqs, None
+    # moto serves DynamoDB on the SQS port; AWS_ENDPOINT_URL_DYNAMODB splits them.
+    table_endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint
+    return sqs, boto3.client("dynamodb", endpoint_url=table_endpoint, config=quick, **options)
+
+
+def _requeue_pollers(
+    sqs: SQSClient,
+    dynamodb: DynamoDBClient | None,
+    config: AwsConfig,
+    queues: list[str],
+    results: Counter[str],
+    errors: list[str],
+) -> list[LocalEventSourcePoller]:
+    """One local event source per delay queue, all invoking one in-package handler."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from delayed_delivery.aws.handler import build_handler
+    from delayed_delivery.aws.sqs import translate_error
+    from delayed_delivery.testing.aws import LocalEventSourcePoller
+
+    def tally(outcome: list[RecordResult]) -> None:
+        results.update(str(each.outcome) for r in outcome for each in r.per_message())
+
+    handler = build_handler(config, sqs_client=sqs, dynamodb_client=dynamodb, on_results=tally)
+
+    def invoke(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        try:
+            return handler(event, context)
+        except Exception as exc:  # the poller counts it and keeps the records, as Lambda would
+            errors.append(f"{type(exc).__name__}: {exc}")
+            raise
+
+    pollers = []
+    for name in queues:
+        delay_queue = sqs_delay_queue_name(name.removesuffix("-delay.fifo"))
+        try:
+            url = sqs.get_queue_url(QueueName=delay_queue)["QueueUrl"]
+            arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        except (ClientError, BotoCoreError) as exc:
+            raise translate_error(exc, delay_queue) from None
+        pollers.append(LocalEventSourcePoller(sqs, url, arn, invoke))
+    return pollers
+
+
+def _serve(pollers: list[LocalEventSourcePoller], seconds: float, sink: IO[str], results: Counter[str]) -> None:
+    """Poll every queue in turn until the time is up, with a progress line every few seconds."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from delayed_delivery.aws.sqs import translate_error
+
+    start = time.monotonic()
+    deadline, next_progress = start + seconds, start + _PROGRESS_EVERY
+    while (now := time.monotonic()) < deadline:
+        for poller in pollers:
+            wait = 1 if deadline - time.monotonic() >= 1 else 0
+            try:
+                with redirect_stdout(sink):
+                    poller.poll_once(wait)
+            except (ClientError, BotoCoreError) as exc:
+                raise translate_error(exc, poller.queue_url) from None
+        if now >= next_progress:
+            next_progress += _PROGRESS_EVERY
+            _out.print(f"{now - start:5.0f} s  {_counts(pollers, results)}", highlight=False)
+
+
+def _counts(pollers: list[LocalEventSourcePoller], results: Counter[str]) -> str:
+    records = sum(p.stats.records for p in pollers)
+    outcomes = ", ".join(f"{name} {count}" for name, count in sorted(results.items())) or "no outcomes yet"
+    return f"{records} record(s): {outcomes}"
+
+
+def _report(pollers: list[LocalEventSourcePoller], results: Counter[str], errors: list[str], as_json: bool) -> None:
+    """The final counts; handler errors (records kept for a retry, as Lambda does) go to stderr."""
+    if errors:
+        _err.print(f"[yellow]warn[/yellow] {len(errors)} failed invocation(s), last: {errors[-1]}", highlight=False)
+    stats = {
+        "invocations": sum(p.stats.invocations for p in pollers),
+        "records": sum(p.stats.records for p in pollers),
+        "failed_records": sum(p.stats.failed for p in pollers),
+        "handler_errors": sum(p.stats.handler_errors for p in pollers),
+    }
+    if as_json:
+        _out.print_json(json.dumps({**stats, "outcomes": dict(results)}))
+        return
+    _out.print(f"done: {stats['invocations']} invocation(s), {_counts(pollers, results)}", highlight=False)
