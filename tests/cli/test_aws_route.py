@@ -68,11 +68,11 @@ def test_binary_body_is_refused(aws: list[str], tmp_path: object) -> None:
 
 
 def test_local_points_at_moto_on_5000_with_test_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    from delayed_delivery.app.routes import CloudOptions, SqsRoute
+    from delayed_delivery.app.routes import CloudOptions, SqsOperatorRoute
 
     monkeypatch.delenv("AWS_ENDPOINT_URL_SQS", raising=False)
     monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
-    route = SqsRoute(CloudOptions("aws", local=True))
+    route = SqsOperatorRoute(CloudOptions("aws", local=True))
     assert route.client.meta.endpoint_url == "http://127.0.0.1:5000"
     assert route.client.meta.region_name == "us-east-1"
     credentials = getattr(route.client, "_request_signer")._credentials  # noqa: B009

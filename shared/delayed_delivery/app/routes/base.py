@@ -1,0 +1,270 @@
+"""The operator-route interface: one ``send`` / ``pending`` / ``cancel`` / ``reschedule`` for every route."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from delayed_delivery.app.emulators import azurite_connection_string
+from delayed_delivery.clock import SystemClock, utc
+from delayed_delivery.errors import DelayedDeliveryError
+
+__all__ = [
+    "LOCAL_AZURITE_PORTS",
+    "LOCAL_MOTO_PORT",
+    "LOCAL_MOTO_URL",
+    "LOCAL_REGION",
+    "BacklogBucket",
+    "CancelResult",
+    "CloudOptions",
+    "OperatorRoute",
+    "PendingReport",
+    "QueueDepth",
+    "RecordReceipt",
+    "RescheduleResult",
+    "SendResult",
+    "UsageError",
+    "local_azure_connection_string",
+]
+
+LOCAL_MOTO_PORT = 5000
+LOCAL_MOTO_URL = f"http://127.0.0.1:{LOCAL_MOTO_PORT}"
+LOCAL_REGION = "us-east-1"
+#: Azurite's standard ports: blob, queue, table.
+LOCAL_AZURITE_PORTS = (10000, 10001, 10002)
+
+
+class UsageError(DelayedDeliveryError):
+    """A command-line mistake, e.g. an option the chosen route does not take."""
+
+
+def local_azure_connection_string() -> str:
+    """The connection string ``UseDevelopmentStorage=true`` stands for (Azurite on 10000-10002)."""
+    return azurite_connection_string(*LOCAL_AZURITE_PORTS)
+
+
+def seconds_until(due: datetime) -> float:
+    """Seconds from now until ``due`` (0 when it is past)."""
+    return max(0.0, (utc(due) - SystemClock().now()).total_seconds())
+
+
+@dataclass(frozen=True, slots=True)
+class CloudOptions:
+    """Connection options from flags or the environment."""
+
+    cloud: str
+    local: bool = False
+    endpoint_url: str | None = None
+    region: str | None = None
+    connection_string: str | None = None
+    endpoint: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """Where a sent message went: its id, the route it took, its due time, and the cloud's details."""
+
+    message_id: str
+    route: str
+    destination: str
+    due_at: datetime
+    cloud: str | None = None
+    #: aws: the queue it was sent to, the native delay and the planned hops.
+    queue: str | None = None
+    delay_seconds: int | None = None
+    fifo_cycles: int | None = None
+    #: azure: the delays table when it took the table route.
+    table: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``send --json`` document."""
+        d: dict[str, Any] = {"message_id": self.message_id}
+        if self.cloud is not None:
+            d["cloud"] = self.cloud
+        d["route"] = self.route
+        if self.cloud == "aws":
+            d["queue"] = self.queue
+        d["destination"] = self.destination
+        if self.cloud == "aws":
+            d.update(delay_seconds=self.delay_seconds, fifo_cycles=self.fifo_cycles)
+        if self.cloud == "azure":
+            d["table"] = self.table
+        d["due_at"] = self.due_at.isoformat()
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogBucket:
+    """Pending messages due in the bucket that starts at ``start``."""
+
+    start: datetime
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    """Approximate SQS counts of one endpoint: on the hop cycle, waiting a final native delay, ready."""
+
+    queue: str
+    hop_cycle: int
+    final_native_delay: int
+    ready_at_destination: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReport:
+    """The backlog of a route: exact buckets by due time, or (SQS) approximate counts per queue."""
+
+    pending: int
+    route: str
+    cloud: str | None = None
+    #: None when the route knows no due times (SQS); then ``queues`` holds its counts.
+    backlog: tuple[BacklogBucket, ...] | None = None
+    next_due: datetime | None = None
+    oldest_overdue_seconds: float = 0.0
+    queues: tuple[QueueDepth, ...] | None = None
+    claimed_or_retrying: int | None = None
+    table: str | None = None
+    error_queue: str | None = None
+    error_queue_messages: int | None = None
+    limits: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``pending --json`` document."""
+        d: dict[str, Any] = {}
+        if self.cloud is not None:
+            d.update(cloud=self.cloud, route=self.route)
+        if self.table is not None:
+            d["table"] = self.table
+        d["pending"] = self.pending
+        if self.claimed_or_retrying is not None:
+            d["claimed_or_retrying"] = self.claimed_or_retrying
+        if self.backlog is not None:
+            d["next_due"] = self.next_due.isoformat() if self.next_due else None
+            d["oldest_overdue_seconds"] = self.oldest_overdue_seconds
+            d["backlog"] = [{"bucket": b.start.isoformat(), "count": b.count} for b in self.backlog]
+        if self.queues is not None:
+            d["queues"] = [asdict(q) for q in self.queues]
+        if self.cloud is not None:
+            d.update(error_queue=self.error_queue, error_queue_messages=self.error_queue_messages, limits=self.limits)
+        return d
+
+
+def backlog_report(buckets: Mapping[datetime, int], earliest: datetime | None, **fields: Any) -> PendingReport:
+    """An exact report from due-time ``buckets`` and the ``earliest`` due time; ``fields`` as in ``PendingReport``."""
+    now = SystemClock().now()
+    overdue = (now - earliest).total_seconds() if earliest is not None and earliest <= now else 0.0
+    return PendingReport(
+        pending=fields.pop("pending", sum(buckets.values())),
+        backlog=tuple(BacklogBucket(start, n) for start, n in sorted(buckets.items())),
+        next_due=earliest,
+        oldest_overdue_seconds=overdue,
+        **fields,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RecordReceipt:
+    """A cancel or reschedule record on the SQS hop cycle, applied at the message's next hop."""
+
+    queue: str
+    table: str
+    expires_at: datetime
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """A cancel: done exactly (``cancelled``; False when nothing was pending), or requested by ``record``."""
+
+    message_id: str
+    route: str
+    cancelled: bool
+    record: RecordReceipt | None = None
+    #: With a record: whether the message is certainly dropped (its due time was given and is far enough).
+    certain: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``cancel --json`` document."""
+        if self.record is None:
+            return {"message_id": self.message_id, "cancelled": self.cancelled, "route": self.route}
+        r = self.record
+        return {
+            "message_id": self.message_id,
+            "route": self.route,
+            "queue": r.queue,
+            "requested": "cancel",
+            "certain": self.certain,
+            "table": r.table,
+            "record_expires_at": r.expires_at.isoformat(),
+            "note": r.note,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RescheduleResult:
+    """A reschedule: done exactly (``moved``; False when nothing was pending), or requested by ``record``."""
+
+    message_id: str
+    route: str
+    due_at: datetime
+    moved: bool
+    record: RecordReceipt | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``reschedule --json`` document."""
+        if self.record is None:
+            return {"message_id": self.message_id, "due_at": self.due_at.isoformat(), "route": self.route}
+        r = self.record
+        return {
+            "message_id": self.message_id,
+            "route": self.route,
+            "queue": r.queue,
+            "requested": "reschedule",
+            "due_at": self.due_at.isoformat(),
+            "table": r.table,
+            "record_expires_at": r.expires_at.isoformat(),
+            "note": r.note,
+        }
+
+
+class OperatorRoute(Protocol):
+    """What the operator commands need of a route: a SQL store, the Azure delays table or SQS."""
+
+    name: str
+
+    def send(
+        self,
+        to: str,
+        body: bytes,
+        due: datetime,
+        *,
+        headers: Mapping[str, str],
+        message_id: str | None = None,
+        delay: str | None = None,
+        cancellable: bool = False,
+    ) -> SendResult:
+        """Send ``body`` to ``to``, due at ``due`` (``delay``: the text it came from, when given as a delay)."""
+        ...
+
+    def pending(self, bucket_seconds: int, *, queue: str | None = None) -> PendingReport:
+        """The backlog in buckets of ``bucket_seconds`` (``queue``: SQS only, one endpoint)."""
+        ...
+
+    def cancel(self, message_id: str, *, to: str | None = None, due: datetime | None = None) -> CancelResult:
+        """Cancel ``message_id`` (``to`` / ``due``: SQS only, its queue and due time if known)."""
+        ...
+
+    def reschedule(self, message_id: str, due: datetime, *, to: str | None = None) -> RescheduleResult:
+        """Move ``message_id`` to ``due`` (``to``: SQS only, its queue)."""
+        ...
+
+
+def refuse_sqs_options(to: str | None = None, due: datetime | None = None, queue: str | None = None) -> None:
+    """Raise ``UsageError`` for an SQS-only option on another route."""
+    if queue is not None:
+        raise UsageError("--queue is for --cloud aws")
+    if to is not None or due is not None:
+        raise UsageError("--to and --due are for --cloud aws (the SQS hop cycle)")

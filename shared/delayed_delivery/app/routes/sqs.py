@@ -1,0 +1,253 @@
+"""The SQS route (``--cloud aws``): send through the delayed sender; pending from queue attributes; cancel and
+reschedule by a record on the hop cycle, applied at the message's next hop."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from delayed_delivery.app.routes.base import (
+    LOCAL_MOTO_URL,
+    LOCAL_REGION,
+    CancelResult,
+    CloudOptions,
+    PendingReport,
+    QueueDepth,
+    RecordReceipt,
+    RescheduleResult,
+    SendResult,
+    UsageError,
+    seconds_until,
+)
+from delayed_delivery.clock import SystemClock, utc
+from delayed_delivery.errors import DestinationNotFoundError, InvalidMessageError
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.literals import QueueAttributeNameType
+
+    from delayed_delivery.aws.cancellations import DynamoDbCancellationStore
+
+__all__ = ["SqsOperatorRoute"]
+
+
+class SqsOperatorRoute:
+    """Send through ``SqsDelayedSender``; pending from queue attributes; cancel / reschedule by record on the cycle."""
+
+    name = "aws"
+
+    def __init__(self, options: CloudOptions) -> None:
+        import boto3
+
+        from delayed_delivery.settings import DelayedDeliverySettings
+
+        endpoint_url = options.endpoint_url or (LOCAL_MOTO_URL if options.local else None)
+        region = options.region or (LOCAL_REGION if options.local else None)
+        key = "testing" if options.local and not os.environ.get("AWS_ACCESS_KEY_ID") else None
+        self.where = endpoint_url or "AWS"
+        self.client: SQSClient = boto3.client(
+            "sqs", endpoint_url=endpoint_url, region_name=region, aws_access_key_id=key, aws_secret_access_key=key
+        )
+        self.settings = DelayedDeliverySettings.from_env(os.environ)
+        # moto serves DynamoDB on the SQS port; AWS_ENDPOINT_URL_DYNAMODB splits them.
+        self.dynamodb: DynamoDBClient = boto3.client(
+            "dynamodb",
+            endpoint_url=os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint_url,
+            region_name=region,
+            aws_access_key_id=key,
+            aws_secret_access_key=key,
+        )
+
+    def send(
+        self,
+        to: str,
+        body: bytes,
+        due: datetime,
+        *,
+        headers: Mapping[str, str],
+        message_id: str | None = None,
+        delay: str | None = None,
+        cancellable: bool = False,
+    ) -> SendResult:
+        """Send with the delayed sender: native ``DelaySeconds`` up to the cap, else the ``-delay.fifo`` hops."""
+        from delayed_delivery.aws.sender import SqsDelayedSender
+
+        if cancellable:
+            raise UsageError(
+                "--cancellable is for --cloud azure (on SQS, `cancel ID --to QUEUE` works for any long delay)"
+            )
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidMessageError(
+                "an SQS body is text: the body is not UTF-8 (base64-encode binary data)"
+            ) from None
+        seconds = math.ceil(seconds_until(due))
+        receipt = SqsDelayedSender(self.client, self.settings).send_delayed(
+            to, text, seconds, attributes=dict(headers), message_id=message_id
+        )
+        return SendResult(
+            receipt.message_id,
+            f"sqs-{receipt.route.value}",
+            to,
+            SystemClock().now() + timedelta(seconds=seconds),
+            cloud="aws",
+            queue=receipt.queue,
+            delay_seconds=receipt.delay_seconds,
+            fifo_cycles=receipt.fifo_cycles,
+        )
+
+    def pending(self, bucket_seconds: int, *, queue: str | None = None) -> PendingReport:
+        """Approximate counts from queue attributes of every endpoint (``<q>`` with ``<q>-delay.fifo``)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from delayed_delivery.aws.sqs import translate_error
+
+        try:
+            if queue is not None:
+                names = [queue.removesuffix("-delay.fifo")]
+                urls = {}
+                for name in (*names, f"{names[0]}-delay.fifo"):
+                    urls[name] = self.client.get_queue_url(QueueName=name)["QueueUrl"]
+            else:
+                listed = self.client.list_queues(MaxResults=1000).get("QueueUrls", [])
+                urls = {u.rsplit("/", 1)[-1]: u for u in listed}
+                names = sorted(n.removesuffix("-delay.fifo") for n in urls if n.endswith("-delay.fifo"))
+            wanted: list[QueueAttributeNameType] = [
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesDelayed",
+                "ApproximateNumberOfMessagesNotVisible",
+            ]
+            rows: list[QueueDepth] = []
+            for name in names:
+                delay_name = f"{name}-delay.fifo"
+                fifo = self.client.get_queue_attributes(QueueUrl=urls[delay_name], AttributeNames=wanted)["Attributes"]
+                dest = (
+                    self.client.get_queue_attributes(QueueUrl=urls[name], AttributeNames=wanted)["Attributes"]
+                    if name in urls
+                    else {}
+                )
+                rows.append(
+                    QueueDepth(
+                        name,
+                        hop_cycle=sum(int(fifo.get(k, 0)) for k in wanted),
+                        final_native_delay=int(dest.get("ApproximateNumberOfMessagesDelayed", 0)),
+                        ready_at_destination=int(dest.get("ApproximateNumberOfMessages", 0)),
+                    )
+                )
+        except (ClientError, BotoCoreError) as exc:
+            raise translate_error(exc, f"reading queue attributes at {self.where}") from exc
+        return PendingReport(
+            pending=sum(r.hop_cycle + r.final_native_delay for r in rows),
+            route="sqs-queue-attributes",
+            cloud="aws",
+            queues=tuple(rows),
+            error_queue=self.settings.error_queue,
+            error_queue_messages=self._error_queue_depth(),
+            limits=(
+                "SQS counts are approximate (eventually consistent) and carry no due times: no backlog by hour/day, "
+                "no next due or overdue. 'hop cycle' = messages in <queue>-delay.fifo (delays beyond the native cap); "
+                "'final native delay' = messages waiting out DelaySeconds on the destination (they may also be "
+                "directly sent short delays)."
+            ),
+        )
+
+    def _error_queue_depth(self) -> int | None:
+        """Messages waiting in the error queue (None when it does not exist)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            url = self.client.get_queue_url(QueueName=self.settings.error_queue)["QueueUrl"]
+            attrs = self.client.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+        except (ClientError, BotoCoreError):
+            return None
+        return int(attrs["Attributes"].get("ApproximateNumberOfMessages", 0))
+
+    def _records(self, to: str) -> DynamoDbCancellationStore:
+        """The cancellation table, after checking that ``to`` has a hop cycle and the table exists."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from delayed_delivery.aws.cancellations import DEFAULT_TABLE, TABLE_ENV, DynamoDbCancellationStore
+        from delayed_delivery.aws.sqs import translate_error
+        from delayed_delivery.naming import sqs_delay_queue_name
+
+        delay_queue = sqs_delay_queue_name(to)
+        try:
+            self.client.get_queue_url(QueueName=delay_queue)
+        except (ClientError, BotoCoreError) as exc:
+            error = translate_error(exc, f"looking up {delay_queue!r} at {self.where}")
+            if isinstance(error, DestinationNotFoundError):
+                raise DestinationNotFoundError(
+                    f"unknown queue {to!r}: it has no {delay_queue!r} at {self.where}, so no message of it is on the "
+                    "hop cycle (check --to)"
+                ) from exc
+            raise error from exc
+        store = DynamoDbCancellationStore(self.dynamodb, os.environ.get(TABLE_ENV, "").strip() or DEFAULT_TABLE)
+        store.check()
+        return store
+
+    def _reach(self) -> tuple[float, str]:
+        """Seconds before its due time a message leaves the cycle (cap + record cache), and how to say it."""
+        from delayed_delivery.aws.cancellations import cache_seconds_from_env
+        from delayed_delivery.durations import format_duration
+
+        cache = cache_seconds_from_env(os.environ)
+        reach = self.settings.max_native_delay + cache
+        return cache, (
+            f"{format_duration(reach)} ({format_duration(self.settings.max_native_delay)} native cap + "
+            f"{format_duration(cache)} record cache)"
+        )
+
+    def cancel(self, message_id: str, *, to: str | None = None, due: datetime | None = None) -> CancelResult:
+        """Write a cancel record for ``message_id`` on ``to``'s hop cycle; refused when ``due`` is too near."""
+        from delayed_delivery.cancellations import cancel_request
+
+        to = _queue(to)
+        store = self._records(to)
+        cache, reach = self._reach()
+        record = cancel_request(
+            to,
+            message_id,
+            now=SystemClock().now(),
+            max_native_delay=self.settings.max_native_delay,
+            max_age=cache,
+            due=due,
+        )
+        store.put(record)
+        if due is not None:
+            note = f"it is dropped at its next hop, well before its due time {utc(due).isoformat()}"
+        else:
+            note = (
+                f"it is dropped at its next hop unless it is due within {reach}: then it already waits out its "
+                f"final native delay on {to!r} and is delivered (give --due to know for sure)"
+            )
+        receipt = RecordReceipt(to, store.table, record.expires_at, note)
+        return CancelResult(message_id, "aws", cancelled=False, record=receipt, certain=due is not None)
+
+    def reschedule(self, message_id: str, due: datetime, *, to: str | None = None) -> RescheduleResult:
+        """Write a reschedule record: ``message_id`` moves to ``due`` at its next hop on ``to``'s cycle."""
+        from delayed_delivery.cancellations import reschedule_request
+        from delayed_delivery.durations import format_duration
+
+        to = _queue(to)
+        store = self._records(to)
+        _, reach = self._reach()
+        record = reschedule_request(to, message_id, due, now=SystemClock().now())
+        store.put(record)
+        note = (
+            f"it moves at its next hop (every {format_duration(self.settings.fifo_queue_delay)}), unless it is "
+            f"already due within {reach}; a new due time sooner than that hop is met at the hop"
+        )
+        receipt = RecordReceipt(to, store.table, record.expires_at, note)
+        return RescheduleResult(message_id, "aws", utc(due), moved=False, record=receipt)
+
+
+def _queue(to: str | None) -> str:
+    """``--to``: required on SQS, where cancel and reschedule records are kept per destination queue."""
+    if not to:
+        raise UsageError("on --cloud aws give --to QUEUE: the destination queue the message was sent to")
+    return to
