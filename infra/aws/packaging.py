@@ -1,9 +1,9 @@
 """Prepare the requeue function's code asset offline (no Docker): a plain folder the Lambda zip is made from.
 
-It holds ``delayed_delivery`` (the stdlib core and the ``aws`` adapter; not the Azure, PostgreSQL, Spark or
-test-suite subpackages) and ``functions/aws``. boto3 comes with the Lambda runtime and Powertools with its
-public layer, so no third-party code is copied. The folder is rebuilt on every synth from the repository, so
-the asset hash changes exactly when the function's code does.
+It holds ``delayed_delivery`` (the stdlib core and the ``aws`` adapter; not the applications (CLI, demo,
+emulators), the Azure, PostgreSQL or Spark adapters, or the test tooling) and ``functions/aws``. boto3 comes
+with the Lambda runtime and Powertools with its public layer, so no third-party code is copied. The folder is
+rebuilt on every synth from the repository, so the asset hash changes exactly when the function's code does.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-__all__ = ["REPO_ROOT", "prepare_function_asset"]
+__all__ = ["REPO_ROOT", "SKIP_PACKAGES", "prepare_function_asset"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-_SKIP_PACKAGES = {"azure", "postgres", "pipelines", "testing"}
+#: Subpackages of ``delayed_delivery`` the requeue function never imports.
+SKIP_PACKAGES = frozenset({"app", "azure", "postgres", "pipelines", "testing"})
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".mypy_cache")
 
 
@@ -29,7 +30,7 @@ def prepare_function_asset(destination: Path | None = None) -> Path:
         target / "delayed_delivery",
         ignore=lambda folder, names: {
             *_IGNORE(folder, names),
-            *(n for n in names if Path(folder) == package and n in _SKIP_PACKAGES),
+            *(n for n in names if Path(folder) == package and n in SKIP_PACKAGES),
         },
     )
     (target / "functions").mkdir(parents=True)
