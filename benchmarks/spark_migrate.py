@@ -103,7 +103,7 @@ def _run_child(argv: list[str], also: int | None = None) -> dict[str, object]:
 
 
 def _python_loop(source: Path, target_url: str, batch_size: int) -> dict[str, object]:
-    from delayed_delivery.pipelines.migrate import _to_message  # the same row → message mapping as Spark
+    from delayed_delivery.pipelines.migrate.load import to_message  # the same row → message mapping as Spark
     from delayed_delivery.pipelines.schema import ColumnMapping, LegacyShape, NormalizedRow, normalize_row
     from delayed_delivery.pipelines.targets import TargetSpec
 
@@ -123,7 +123,7 @@ def _python_loop(source: Path, target_url: str, batch_size: int) -> dict[str, ob
                 if not isinstance(result, NormalizedRow):
                     rejected += 1
                     continue
-                chunk.append(_to_message(_as_row(result)))
+                chunk.append(to_message(_as_row(result)))
                 if len(chunk) >= batch_size:
                     target.write(chunk)
                     written += len(chunk)

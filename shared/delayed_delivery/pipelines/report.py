@@ -1,7 +1,7 @@
 """Spark job: what happened to delayed messages, from the dispatchers' JSON-lines logs.
 
-Run with ``spark-submit shared/delayed_delivery/pipelines/report.py --logs … --output …``,
-``python -m delayed_delivery.pipelines.report …`` or ``delayed-delivery report …``.
+Run with ``python -m delayed_delivery.pipelines report --logs … --output …``,
+``spark-submit …/delayed_delivery/pipelines/__main__.py report …`` or ``delayed-delivery report …``.
 
 Input fields (one JSON object per line, as ``logjson.JsonFormatter`` and the Lambda's Powertools logger
 write and CloudWatch Logs or Application Insights export; unknown fields are ignored, missing ones null):
@@ -355,11 +355,13 @@ def _summary(tables: dict[str, list[dict[str, Any]]], lines: int, events: int, m
     return "\n".join(parts)
 
 
-def main() -> None:
-    """Entry point for spark-submit and ``python -m``."""
-    from delayed_delivery.app.cli.pipelines import run_report_app
+def main(argv: Sequence[str] | None = None) -> None:
+    """The ``report`` command (``python -m delayed_delivery.pipelines.report``): the pipelines' command line."""
+    import sys
 
-    run_report_app()
+    from delayed_delivery.pipelines.cli import main as pipelines_main
+
+    pipelines_main(["report", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -5,9 +5,9 @@ A target is built on each executor from a picklable ``TargetSpec`` and receives 
 rather than duplicates. URL forms:
 
 ``sqlite:PATH`` or ``sqlite:///relative.db`` / ``sqlite:////abs.db`` (the ``--store`` convention), ``?table=NAME``
-    The embedded SQLite store (``SqliteDelayedMessageStore``), one transaction per batch.
+    The embedded SQLite store (``SqliteDelayedMessageStore`` behind ``StoreTarget``), one transaction per batch.
 ``postgresql://user@host/db[?table=NAME&schema=NAME&…libpq options]``
-    The PostgreSQL store (``PostgresDelayedMessageStore.store_many``). The password is masked in the
+    The PostgreSQL store (``PostgresDelayedMessageStore`` behind ``StoreTarget``). The password is masked in the
     run's recorded arguments; prefer ``PGPASSWORD`` or a ``.pgpass`` file.
 ``azure-table:TABLE[?shards=N&in_flight=K&connection_env=VAR]``
     The Azure delays table (``AzureTableTarget``): the table's own row design (``azure/rows.py``),
@@ -44,8 +44,8 @@ from ..sqlite_store import SqliteDelayedMessageStore
 __all__ = [
     "TARGET_FACTORIES",
     "AzureTableTarget",
+    "MigrationStore",
     "MigrationTarget",
-    "SqliteTarget",
     "SqsTarget",
     "StoreTarget",
     "TargetSpec",
@@ -172,44 +172,33 @@ class TargetSpec:
         return shards
 
 
-class SqliteTarget:
-    """The embedded SQLite store: one ``store_many`` transaction per batch; undo removes by id."""
+class MigrationStore(Protocol):
+    """A store a migration writes through its own API: bulk writes, bulk removes, its own tables."""
 
-    can_undo = True
-    checkpoint_rows = 0
-
-    def __init__(self, path: str, table: str = "delayed_messages") -> None:
-        self.store = SqliteDelayedMessageStore(path, table=table, busy_timeout=120.0)
-
-    def prepare(self) -> None:
+    def setup_infrastructure(self) -> None:
         """Create the table if missing."""
-        self.store.setup_infrastructure()
+        ...
 
-    def write(self, messages: Sequence[DelayedMessage]) -> Sequence[tuple[str, str]]:
-        """INSERT OR REPLACE the batch in one transaction."""
-        if messages:
-            self.store.store_many(messages)
-        return ()
+    def store_many(self, messages: Sequence[DelayedMessage]) -> None:
+        """Write the messages in one batch, replacing any with the same id."""
+        ...
 
-    def flush(self) -> None:
-        """Nothing buffered: every ``write`` is acknowledged when it returns."""
-
-    def undo(self, message_ids: Sequence[str]) -> int:
-        """Delete the ids; count those that were still there."""
-        return sum(1 for removed in self.store.remove_many(message_ids) if removed) if message_ids else 0
+    def remove_many(self, message_ids: Sequence[str]) -> Sequence[bool]:
+        """Delete the ids; one flag per id, False when it was already gone."""
+        ...
 
     def close(self) -> None:
-        """Close the connections."""
-        self.store.close()
+        """Release connections."""
+        ...
 
 
 class StoreTarget:
-    """Any store with ``store_many`` and ``remove_many`` (PostgreSQL, the Azure table), used through its own API."""
+    """A store written through its own ``store_many`` (SQLite, PostgreSQL): one batch per call; undo removes by id."""
 
     can_undo = True
     checkpoint_rows = 0
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: MigrationStore) -> None:
         self.store = store
 
     def prepare(self) -> None:
@@ -217,7 +206,7 @@ class StoreTarget:
         self.store.setup_infrastructure()
 
     def write(self, messages: Sequence[DelayedMessage]) -> Sequence[tuple[str, str]]:
-        """Store the batch with the store's own batching."""
+        """Store the batch with the store's own batching (one transaction); refuses nothing."""
         if messages:
             self.store.store_many(messages)
         return ()
@@ -230,10 +219,8 @@ class StoreTarget:
         return sum(1 for removed in self.store.remove_many(message_ids) if removed) if message_ids else 0
 
     def close(self) -> None:
-        """Close the store's connections if it has any."""
-        close = getattr(self.store, "close", None)
-        if callable(close):
-            close()
+        """Close the store's connections."""
+        self.store.close()
 
 
 class AzureTableTarget:
@@ -461,7 +448,8 @@ def _sqs(spec: TargetSpec) -> MigrationTarget:
 
 
 def _sqlite(spec: TargetSpec) -> MigrationTarget:
-    return SqliteTarget(spec.location, table=spec.option("table") or "delayed_messages")
+    table = spec.option("table") or "delayed_messages"
+    return StoreTarget(SqliteDelayedMessageStore(spec.location, table=table, busy_timeout=120.0))
 
 
 def _postgres(spec: TargetSpec) -> MigrationTarget:

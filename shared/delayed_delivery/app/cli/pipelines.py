@@ -5,21 +5,22 @@ Importing this module does not import PySpark; each command starts Spark only wh
 
 from __future__ import annotations
 
-import json
-import sys
-from dataclasses import asdict
-from datetime import datetime
-from typing import Annotated, Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from delayed_delivery.errors import ConfigurationError, DelayedDeliveryError
+from delayed_delivery.pipelines.cli import legacy_table, migration_options, preview_totals, summary_rows, to_json
 from delayed_delivery.pipelines.schema import BodyEncoding, LegacyShape
 
-__all__ = ["migrate_app", "register", "report_command", "run_migrate_app", "run_report_app"]
+if TYPE_CHECKING:
+    from delayed_delivery.pipelines.migrate import MigrationOptions, MigrationSummary
+
+__all__ = ["migrate_app", "register", "report_command"]
 
 console = Console()
 err = Console(stderr=True)
@@ -48,17 +49,6 @@ Master = Annotated[str | None, typer.Option("--master", help="Spark master (defa
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
-def _cutoff(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    from delayed_delivery.pipelines.schema import parse_due_time
-
-    try:
-        return parse_due_time(value)
-    except ValueError:
-        raise ConfigurationError(f"--cutoff {value!r} is not an ISO-8601 time (e.g. 2026-03-01T00:00:00Z)") from None
-
-
 def _options(
     source: str,
     target: str,
@@ -69,24 +59,8 @@ def _options(
     cutoff: str | None,
     endpoints: list[str] | None,
     batches: int,
-) -> Any:
-    from delayed_delivery.pipelines.migrate import MigrationOptions
-
-    return MigrationOptions(
-        source=source,
-        target=target,
-        source_format=fmt,
-        shape=shape,
-        body_encoding=body_encoding,
-        source_endpoint=source_endpoint,
-        cutoff=_cutoff(cutoff),
-        endpoints=tuple(endpoints or ()),
-        batches=batches,
-    )
-
-
-def _default(value: object) -> str:
-    return value.isoformat() if isinstance(value, datetime) else str(value)
+) -> MigrationOptions:
+    return migration_options(source, target, fmt, shape, body_encoding, source_endpoint, cutoff, endpoints, batches)
 
 
 @migrate_app.command("preview")
@@ -109,7 +83,7 @@ def preview(
     options = _options(source, "", fmt, shape, body_encoding, source_endpoint, cutoff, endpoint, 16)
     result = preview_migration(get_session(master, "delayed-delivery-migrate-preview"), options, output)
     if as_json:
-        console.print_json(json.dumps(asdict(result), default=_default))
+        console.print_json(to_json(result))
         return
     table = Table(title=f"Timeouts to migrate from {source}")
     for col in ("endpoint", "destination", "timeouts", "earliest due", "latest due"):
@@ -119,10 +93,7 @@ def preview(
             row.endpoint, row.destination, f"{row.count:,}", row.earliest_due.isoformat(), row.latest_due.isoformat()
         )
     console.print(table)
-    console.print(
-        f"to migrate: {result.to_migrate:,}   rejected: {result.rejected:,}   left by cutoff: {result.before_cutoff:,}"
-        f"   other endpoints: {result.other_endpoints:,}   already due: {result.already_due:,}"
-    )
+    console.print(preview_totals(result))
     for reason, count in result.rejects_by_reason:
         console.print(f"  rejected {count:,}: {reason}")
     if result.chart:
@@ -151,7 +122,7 @@ def run(
     max_batches: Annotated[
         int | None, typer.Option("--max-batches", help="Stop after this many batches (resume later).")
     ] = None,
-    legacy_table: Annotated[
+    legacy_table_name: Annotated[
         str | None,
         typer.Option(
             "--legacy-table",
@@ -168,18 +139,33 @@ def run(
 
     Also writes migrated-ids/ and legacy/hide|restore.<dialect>.sql to hide the migrated rows from the legacy table.
     """
-    from delayed_delivery.pipelines.legacy_sql import LegacyTable
     from delayed_delivery.pipelines.migrate import run_migration
     from delayed_delivery.pipelines.session import get_session
 
     options = _options(source, target, fmt, shape, body_encoding, source_endpoint, cutoff, endpoint, batches)
-    legacy = None
-    if legacy_table or legacy_schema:
-        if not legacy_table:
-            raise ConfigurationError("--legacy-schema needs --legacy-table")
-        legacy = LegacyTable(legacy_table, schema=legacy_schema)
+    legacy = legacy_table(legacy_table_name, legacy_schema)
     spark = get_session(master, "delayed-delivery-migrate")
-    show = not as_json and console.is_terminal
+    with _progress(show=not as_json and console.is_terminal) as on_progress:
+        summary = run_migration(
+            spark,
+            options,
+            output,
+            run_id=run_id,
+            dry_run=dry_run,
+            batch_size=batch_size,
+            max_batches=max_batches,
+            on_progress=on_progress,
+            legacy_table=legacy,
+        )
+    if as_json:
+        console.print_json(to_json(summary))
+        return
+    _print_summary(summary)
+
+
+@contextmanager
+def _progress(*, show: bool) -> Iterator[Callable[[int, int], None]]:
+    """A rows-migrated progress bar (hidden when not shown); yields the job's progress callback."""
     with Progress(
         TextColumn("[bold]migrating"),
         BarColumn(),
@@ -195,37 +181,14 @@ def run(
         def on_progress(done: int, total: int) -> None:
             progress.update(task, completed=done, total=total)
 
-        summary = run_migration(
-            spark,
-            options,
-            output,
-            run_id=run_id,
-            dry_run=dry_run,
-            batch_size=batch_size,
-            max_batches=max_batches,
-            on_progress=on_progress,
-            legacy_table=legacy,
-        )
-    if as_json:
-        console.print_json(json.dumps({**asdict(summary), "rows_per_second": summary.rows_per_second}))
-        return
+        yield on_progress
+
+
+def _print_summary(summary: MigrationSummary) -> None:
     table = Table(title=f"migration {summary.run_id}{' (dry run)' if summary.dry_run else ''} → {summary.target}")
     table.add_column("measure")
     table.add_column("value", justify="right")
-    for name, value in (
-        ("rows selected", f"{summary.to_migrate:,}"),
-        ("rejected (see rejects folder)", f"{summary.rejected:,}"),
-        ("batches done earlier (skipped)", f"{summary.batches_skipped} of {summary.batches}"),
-        ("batches written now", str(summary.batches_written)),
-        ("rows written now", f"{summary.rows_written:,}"),
-        ("refused by the target (see refused folder)", f"{summary.refused:,}"),
-        ("already due (delivered at once)", f"{summary.already_due:,}"),
-        ("rows / s", f"{summary.rows_per_second:,.0f}"),
-        ("run state", summary.state),
-        ("rejects", summary.rejects_path or "-"),
-        ("migrated ids", summary.migrated_ids_path or "-"),
-        ("legacy hide/restore SQL", summary.legacy_scripts or "-"),
-    ):
+    for name, value in summary_rows(summary):
         table.add_row(name, value)
     console.print(table)
 
@@ -262,7 +225,7 @@ def report_command(
 
     result = build_report(get_session(master, "delayed-delivery-report"), logs, output)
     if as_json:
-        console.print_json(json.dumps(asdict(result), default=_default))
+        console.print_json(to_json(result))
         return
     console.print(result.summary_markdown)
     console.print(f"written to {result.output}")
@@ -272,23 +235,3 @@ def register(app: typer.Typer) -> None:
     """Add ``migrate`` and ``report`` to the main CLI."""
     app.add_typer(migrate_app, name="migrate")
     app.command("report")(report_command)
-
-
-def _guarded(app: typer.Typer) -> None:
-    try:
-        app()
-    except DelayedDeliveryError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
-        sys.exit(2)
-
-
-def run_migrate_app() -> None:
-    """Run the ``migrate`` command group (spark-submit / ``python -m`` entry point)."""
-    _guarded(migrate_app)
-
-
-def run_report_app() -> None:
-    """Run the ``report`` command (spark-submit / ``python -m`` entry point)."""
-    single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    single.command()(report_command)
-    _guarded(single)
