@@ -7,7 +7,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Annotated
 
@@ -26,7 +26,7 @@ from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.logjson import JsonFormatter
 
 if TYPE_CHECKING:
-    from delayed_delivery.app.demo.cloud import CloudDemoResult, CloudProgress, CloudSummary
+    from delayed_delivery.app.demo.cloud import CloudDemoConfig, CloudDemoResult, CloudProgress, CloudSummary
 
 app = typer.Typer(
     name="delayed-delivery",
@@ -180,46 +180,10 @@ def demo(
     if core:
         _core_demo(quick, messages, span, as_json, verbose)
         return
-    if cloud not in ("aws", "azure", "both"):
-        raise _fail("--cloud must be aws, azure or both")
-    if (messages is not None and messages < 1) or (year_seconds is not None and year_seconds <= 0):
-        raise _fail("--messages and --year-seconds must be positive")
-    try:
-        from delayed_delivery.app.demo.cloud import CloudDemoConfig, run_cloud_demo
-    except ImportError as exc:
-        raise _fail(
-            f"the cloud demo needs the aws and azure extras ({exc.name} is missing): "
-            "pip install 'delayed-delivery[aws,azure]' 'moto[server]', or run `delayed-delivery demo --core`"
-        ) from None
-    from dataclasses import replace
-
-    config = CloudDemoConfig.quick() if quick else CloudDemoConfig()
-    config = replace(config, aws=cloud != "azure", azure=cloud != "aws")
-    if messages is not None:
-        config = replace(config, messages_per_cloud=messages)
-    if year_seconds is not None:
-        config = replace(config, year_seconds=year_seconds)
+    config = _cloud_demo_config(quick, cloud, messages, year_seconds)
     out = Console(file=sys.stdout)  # bound now: the functions' stdout is redirected while they run
-    quiet = as_json or verbose or not sys.stdout.isatty()
-    status = None if as_json else (lambda text: err.print(f"[dim]{text}[/dim]", highlight=False))
     try:
-        if quiet:
-            result = run_cloud_demo(config, on_status=status, verbose=verbose)
-        else:
-            first: list[float] = []
-
-            def show(progress: list[CloudProgress]) -> None:
-                if not first:  # the first report comes once everything is sent
-                    first.append(time.monotonic())
-                live.update(_cloud_progress_table(progress, time.monotonic() - first[0], config.compression))
-
-            with Live(_cloud_progress_table([]), console=out, refresh_per_second=8) as live:
-                result = run_cloud_demo(
-                    config,
-                    on_progress=show,
-                    on_status=status,
-                    verbose=verbose,
-                )
+        result = _run_cloud_demo(config, out, as_json, verbose)
     except DelayedDeliveryError as exc:
         raise _fail(str(exc)) from None
     if as_json:
@@ -231,6 +195,46 @@ def demo(
                 out.print(f"[yellow]note ({c.cloud}):[/yellow] {note}", highlight=False)
     if not result.ok:
         raise typer.Exit(code=1)
+
+
+def _cloud_demo_config(quick: bool, cloud: str, messages: int | None, year_seconds: float | None) -> CloudDemoConfig:
+    """The cloud demo's settings from the command's options (exit 2 on a bad one or a missing extra)."""
+    if cloud not in ("aws", "azure", "both"):
+        raise _fail("--cloud must be aws, azure or both")
+    if (messages is not None and messages < 1) or (year_seconds is not None and year_seconds <= 0):
+        raise _fail("--messages and --year-seconds must be positive")
+    try:
+        from delayed_delivery.app.demo.cloud import CloudDemoConfig
+    except ImportError as exc:
+        raise _fail(
+            f"the cloud demo needs the aws and azure extras ({exc.name} is missing): "
+            "pip install 'delayed-delivery[aws,azure]' 'moto[server]', or run `delayed-delivery demo --core`"
+        ) from None
+    config = CloudDemoConfig.quick() if quick else CloudDemoConfig()
+    config = replace(config, aws=cloud != "azure", azure=cloud != "aws")
+    if messages is not None:
+        config = replace(config, messages_per_cloud=messages)
+    if year_seconds is not None:
+        config = replace(config, year_seconds=year_seconds)
+    return config
+
+
+def _run_cloud_demo(config: CloudDemoConfig, out: Console, as_json: bool, verbose: bool) -> CloudDemoResult:
+    """Run the cloud demo, with a live progress table on a terminal (not with --json or --verbose)."""
+    from delayed_delivery.app.demo.cloud import run_cloud_demo
+
+    status = None if as_json else (lambda text: err.print(f"[dim]{text}[/dim]", highlight=False))
+    if as_json or verbose or not sys.stdout.isatty():
+        return run_cloud_demo(config, on_status=status, verbose=verbose)
+    first: list[float] = []
+
+    def show(progress: list[CloudProgress]) -> None:
+        if not first:  # the first report comes once everything is sent
+            first.append(time.monotonic())
+        live.update(_cloud_progress_table(progress, time.monotonic() - first[0], config.compression))
+
+    with Live(_cloud_progress_table([]), console=out, refresh_per_second=8) as live:
+        return run_cloud_demo(config, on_progress=show, on_status=status, verbose=verbose)
 
 
 def _cloud_progress_table(progress: list[CloudProgress], elapsed: float = 0.0, compression: float = 1.0) -> Table:
@@ -281,43 +285,43 @@ def _cloud_summary_table(result: CloudDemoResult) -> Table:
     row("lateness p50 (compressed s)", lambda c: f"{c.lateness_p50:.2f}")
     row("lateness p99 (compressed s)", lambda c: f"{c.lateness_p99:.2f}")
     row("routes", lambda c: ", ".join(f"{k} {v}" for k, v in sorted(c.routes.items())))
+    pad = [""] * (len(names) - 1)
     if "aws" in by:
-        aws = by["aws"].requests
-        t.add_row("SQS requests per message per hop", f"{aws['requests_per_hop']:.2f}", *([""] * (len(names) - 1)))
-        t.add_row(
-            "SQS hops (per long-delay message)",
-            f"{aws['hops']:.0f} ({aws['hops_per_long_message']:.1f})",
-            *([""] * (len(names) - 1)),
-        )
-        if aws.get("parks"):
-            t.add_row(
-                "SQS parks (hidden on -delay.fifo instead of hopping)",
-                f"{aws['parks']:.0f}",
-                *([""] * (len(names) - 1)),
-            )
-        t.add_row(
-            "SQS requests per message (+ empty receives)",
-            f"{aws['requests_per_message']:.2f} (+{aws['empty_receives']:.0f})",
-            *([""] * (len(names) - 1)),
-        )
-        if "cancellation_queries" in aws:
-            t.add_row(
-                "cancellation table: Query / DeleteItem",
-                f"{aws['cancellation_queries']:.0f} / {aws['cancellation_deletes']:.0f}",
-                *([""] * (len(names) - 1)),
-            )
+        _aws_request_rows(t, by["aws"].requests, pad)
     if "azure" in by:
-        az = by["azure"].requests
-        pad = [""] * (len(names) - 1)
-        t.add_row("Azure storage transactions per message", *pad, f"{az['requests_per_message']:.2f}")
-        t.add_row(
-            "  of which the function: table / queue / blob",
-            *pad,
-            f"{az['function_table_requests']:.0f} / {az['function_queue_requests']:.0f} / "
-            f"{az['function_blob_requests']:.0f}",
-        )
-        t.add_row("  timer runs", *pad, f"{az['timer_runs']:.0f}")
+        _azure_request_rows(t, by["azure"].requests, pad)
     return t
+
+
+def _aws_request_rows(t: Table, aws: dict[str, float], pad: list[str]) -> None:
+    """The SQS request counts of the demo summary (the AWS column is the first)."""
+    t.add_row("SQS requests per message per hop", f"{aws['requests_per_hop']:.2f}", *pad)
+    t.add_row("SQS hops (per long-delay message)", f"{aws['hops']:.0f} ({aws['hops_per_long_message']:.1f})", *pad)
+    if aws.get("parks"):
+        t.add_row("SQS parks (hidden on -delay.fifo instead of hopping)", f"{aws['parks']:.0f}", *pad)
+    t.add_row(
+        "SQS requests per message (+ empty receives)",
+        f"{aws['requests_per_message']:.2f} (+{aws['empty_receives']:.0f})",
+        *pad,
+    )
+    if "cancellation_queries" in aws:
+        t.add_row(
+            "cancellation table: Query / DeleteItem",
+            f"{aws['cancellation_queries']:.0f} / {aws['cancellation_deletes']:.0f}",
+            *pad,
+        )
+
+
+def _azure_request_rows(t: Table, az: dict[str, float], pad: list[str]) -> None:
+    """The Azure storage transactions of the demo summary (the Azure column is the last)."""
+    t.add_row("Azure storage transactions per message", *pad, f"{az['requests_per_message']:.2f}")
+    t.add_row(
+        "  of which the function: table / queue / blob",
+        *pad,
+        f"{az['function_table_requests']:.0f} / {az['function_queue_requests']:.0f} / "
+        f"{az['function_blob_requests']:.0f}",
+    )
+    t.add_row("  timer runs", *pad, f"{az['timer_runs']:.0f}")
 
 
 def _core_demo(quick: bool, messages: int | None, span: float | None, as_json: bool, verbose: bool) -> None:
