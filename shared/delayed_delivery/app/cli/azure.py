@@ -14,7 +14,7 @@ from delayed_delivery.azure.packaging import build_function_app
 from delayed_delivery.azure.runner import AzureDispatcherHost
 from delayed_delivery.azure.sender import AzureDelayedSender
 from delayed_delivery.errors import DelayedDeliveryError
-from delayed_delivery.naming import azure_delays_table_name
+from delayed_delivery.naming import azure_delays_table_name, validate_azure_queue_name
 
 azure_app = typer.Typer(
     name="azure", help="Azure Storage Queues: package, set up, send, dispatch.", no_args_is_help=True
@@ -63,14 +63,32 @@ def names(endpoint: Endpoint = "") -> None:
 
 
 @azure_app.command()
-def setup(connection: Connection = None, endpoint: Endpoint = "") -> None:
-    """Create the delays table, the lease container and blobs, and the error queue."""
+def setup(
+    connection: Connection = None,
+    endpoint: Endpoint = "",
+    queue: Annotated[
+        list[str] | None, typer.Option("--queue", "-q", help="A destination queue to create too (repeatable).")
+    ] = None,
+) -> None:
+    """Create the delays table, the lease container and blobs, the error queue and any --queue destinations.
+
+    Example: delayed-delivery azure setup --endpoint shop --queue orders --queue billing
+    """
+    queues = list(dict.fromkeys(queue or []))
     try:
+        for name in queues:  # every name is checked before anything is created
+            validate_azure_queue_name(name)
         config = _config(connection, endpoint)
-        AzureDispatcherHost(config).setup_infrastructure()
+        host = AzureDispatcherHost(config)
+        host.setup_infrastructure()
+        for name in queues:
+            host.transport.create_queue(name)
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
-    typer.echo(f"ready: table {config.table_name}, container {config.container_name}, {config.shards} shard(s)")
+    created = f", queue(s) {', '.join(queues)}" if queues else ""
+    typer.echo(
+        f"ready: table {config.table_name}, container {config.container_name}, {config.shards} shard(s){created}"
+    )
 
 
 @azure_app.command()
