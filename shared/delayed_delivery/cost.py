@@ -212,6 +212,9 @@ class SqsCostComparison:
             "size_bytes": self.size_bytes,
             "billed_chunks_per_request": self.chunks,
             "messages": n,
+            "nservicebus_formula_usd_per_message": self.nservicebus_usd_per_message,
+            "nservicebus_formula_usd_total": self.nservicebus_usd_per_message * n,
+            # the same two figures under the keys scripts read before they were named for the formula
             "seed_formula_usd_per_message": self.nservicebus_usd_per_message,
             "seed_formula_usd_total": self.nservicebus_usd_per_message * n,
             "our_plan_fifo_cycles": self.unpacked.fifo_cycles,

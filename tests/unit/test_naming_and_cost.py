@@ -68,7 +68,7 @@ def test_bad_queue_and_container_names(bad: str) -> None:
         validate_azure_container_name(bad)
 
 
-def test_seed_cost_formula_one_year() -> None:
+def test_nservicebus_cost_formula_one_year() -> None:
     assert fifo_cycle_cost("365d") == pytest.approx(0.03504)
     assert fifo_cycle_cost(31_536_000, requests_per_cycle=0.3) == pytest.approx(0.005256)
 

@@ -17,7 +17,7 @@ from delayed_delivery.app.entry import CLI_HINT
 runner = CliRunner()
 
 
-def test_defaults_follow_the_seed() -> None:
+def test_defaults_follow_nservicebus() -> None:
     s = DelayedDeliverySettings()
     assert s.number_of_retries == 0
     assert s.time_to_trigger_store_circuit_breaker == 30
@@ -102,7 +102,7 @@ def test_command_groups_follow_their_extras_and_a_broken_one_fails_loudly() -> N
     assert broken.returncode == 1 and "ModuleNotFoundError" in broken.stderr, broken.stderr
 
 
-def test_cli_cost_json_matches_the_seed_formula() -> None:
+def test_cli_cost_json_matches_the_nservicebus_formula() -> None:
     result = runner.invoke(app, ["cost", "--delay", "365d", "--messages", "1", "--json"])
     assert result.exit_code == 0
     data = json.loads(result.output)
