@@ -15,30 +15,57 @@ MAX_DELAY = timedelta(days=36_525)
 
 Delay = float | int | timedelta | str
 
-_UNITS = {"w": 604_800.0, "d": 86_400.0, "h": 3_600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "y": 31_536_000.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|[wdhmsy])")
+#: Units from the largest to the smallest: a duration names each at most once, in this order.
+_UNITS = {"y": 31_536_000.0, "w": 604_800.0, "d": 86_400.0, "h": 3_600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+_ORDER = list(_UNITS)
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?|\.[0-9]+")
+_PART = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*(ms|[ywdhms])(?![a-z])")
+_HINT = "use a number of seconds or units y, w, d, h, m, s, ms from the largest to the smallest (e.g. 1d 2h 30m)"
 
 
 def parse_duration(text: str) -> timedelta:
-    """Parse ``90``, ``90s``, ``15m``, ``2h30m``, ``40d``, ``2y`` (365 days) or ``1.5h`` into a timedelta."""
-    raw = text.strip().lower().replace(" ", "")
+    """Parse ``90``, ``90s``, ``15m``, ``2h30m``, ``1d 2h 30m``, ``40d``, ``2y`` (365 days) or ``1.5h``."""
+    if not isinstance(text, str):
+        raise InvalidMessageError(f"a duration must be a str, not {type(text).__name__}")
+    raw = text.strip().lower()
     if not raw:
         raise InvalidMessageError("empty duration: use e.g. 90s, 15m, 2h30m, 40d or 1y")
-    try:
+    _refuse_loose_forms(text, raw)
+    if _NUMBER.fullmatch(raw):
         return _checked(float(raw), text)
-    except ValueError:
-        pass
-    pos, total = 0, 0.0
-    for match in _PART.finditer(raw):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNITS[match.group(2)]
+    pos, total, last = 0, 0.0, -1
+    while pos < len(raw):
+        match = _PART.match(raw, pos)
+        if match is None:
+            raise InvalidMessageError(f"cannot read duration {text!r}: {_HINT}")
+        unit = match.group(2)
+        rank = _ORDER.index(unit)
+        if rank == last:
+            raise InvalidMessageError(f"cannot read duration {text!r}: repeated unit {unit!r}")
+        if rank < last:
+            raise InvalidMessageError(
+                f"cannot read duration {text!r}: units go from largest to smallest (e.g. 1d 2h 30m), "
+                f"got {unit!r} after {_ORDER[last]!r}"
+            )
+        last = rank
+        total += float(match.group(1)) * _UNITS[unit]
         pos = match.end()
-    if pos != len(raw) or pos == 0:
-        raise InvalidMessageError(
-            f"cannot read duration {text!r}: use a number of seconds or units w, d, h, m, s, ms, y (e.g. 2h30m)"
-        )
     return _checked(total, text)
+
+
+def _refuse_loose_forms(text: str, raw: str) -> None:
+    """Specific errors for what a looser parser would have read: signs, NaN, infinity, ``_`` and other digits."""
+    unsigned = raw.lstrip("+-").strip()
+    if unsigned in ("nan", "nans"):
+        raise InvalidMessageError(f"not a number: {text.strip()!r} (NaN) is no duration")
+    if unsigned in ("inf", "infinity", "infs"):
+        raise InvalidMessageError(f"infinite duration {text.strip()!r}: the longest delay is 100 years")
+    if raw.startswith("-"):
+        raise InvalidMessageError(f"negative durations are not allowed: {text.strip()!r}")
+    if "_" in raw:
+        raise InvalidMessageError(f"cannot read duration {text!r}: no underscores in numbers (write 1000, not 1_000)")
+    if any(ch.isdigit() and not ch.isascii() for ch in raw) or any(ch.isdecimal() and not ch.isascii() for ch in raw):
+        raise InvalidMessageError(f"cannot read duration {text!r}: use ASCII digits 0-9")
 
 
 def to_seconds(delay: Delay) -> float:
@@ -63,11 +90,11 @@ def to_seconds(delay: Delay) -> float:
 
 def _checked(seconds: float, original: object) -> timedelta:
     if math.isnan(seconds):
-        raise InvalidMessageError("delay is NaN")
+        raise InvalidMessageError("delay is not a number (NaN)")
     if math.isinf(seconds):
-        raise InvalidMessageError("delay is infinite")
+        raise InvalidMessageError(f"delay {original!r} is infinite: the longest delay is 100 years")
     if seconds < 0:
-        raise InvalidMessageError(f"delay {original!r} is negative")
+        raise InvalidMessageError(f"negative durations are not allowed: {original!r}")
     if seconds > MAX_DELAY.total_seconds():
         raise InvalidMessageError(f"delay {original!r} is longer than the 100-year maximum")
     return timedelta(seconds=seconds)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from .errors import InvalidMessageError
+
 __all__ = [
     "BODY_ENCODING",
     "DELAY_SECONDS_ATTRIBUTE",
@@ -11,6 +15,8 @@ __all__ = [
     "HEADER_PREFIX",
     "ORIGINAL_DESTINATION",
     "UNREADABLE",
+    "is_reserved",
+    "refuse_reserved",
 ]
 
 #: Prefix reserved for the product's own headers and attributes.
@@ -29,3 +35,18 @@ DELAY_SECONDS_ATTRIBUTE = "DelayedDelivery.DelaySeconds"
 BODY_ENCODING = "DelayedDelivery.BodyEncoding"
 #: On a message rebuilt from a store row that could not be read: why. It goes straight to the error queue.
 UNREADABLE = "DelayedDelivery.Unreadable"
+
+
+def is_reserved(name: str) -> bool:
+    """True when ``name`` starts with the reserved ``DelayedDelivery.`` prefix (in any letter case)."""
+    return name[: len(HEADER_PREFIX)].casefold() == HEADER_PREFIX.casefold()
+
+
+def refuse_reserved(names: Iterable[object], what: str = "header") -> None:
+    """Raise ``InvalidMessageError`` naming the first name in ``names`` that uses the reserved prefix."""
+    for name in names:
+        if isinstance(name, str) and is_reserved(name):
+            raise InvalidMessageError(
+                f"{what} {name!r}: the {HEADER_PREFIX!r} prefix is reserved for delayed delivery's own "
+                f"{what}s (failure reason, delay, unreadable rows, envelopes); choose another name"
+            )

@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from .clock import Clock, SystemClock, utc
-from .durations import Delay, to_seconds
+from .durations import MAX_DELAY, Delay, to_seconds
 from .errors import InvalidMessageError
-from .headers import UNREADABLE
+from .headers import UNREADABLE, refuse_reserved
 
-__all__ = ["MAX_MESSAGE_ID_LENGTH", "DelayedMessage", "Headers", "is_usable_message_id", "unreadable_message"]
+__all__ = [
+    "MAX_DESTINATION_LENGTH",
+    "MAX_MESSAGE_ID_LENGTH",
+    "DelayedMessage",
+    "Headers",
+    "check_destination",
+    "is_usable_message_id",
+    "unreadable_message",
+]
 
 #: Longest accepted message id (the seed's SQL column is nvarchar(250); SQS group ids allow 128).
 MAX_MESSAGE_ID_LENGTH = 128
+#: Longest destination ``DelayedMessage.create`` accepts: SQS's 80 (Azure queue names stop at 63).
+MAX_DESTINATION_LENGTH = 80
+#: The characters every supported queue service allows in some name; each sender then applies its own rules.
+_DESTINATION = re.compile(rf"[A-Za-z0-9_.-]{{1,{MAX_DESTINATION_LENGTH}}}")
 
 
 class Headers(Mapping[str, str]):
@@ -94,12 +107,19 @@ class DelayedMessage:
         """Build a message due after ``delay`` or at ``at`` (exactly one), with a fresh id unless given."""
         if (delay is None) == (at is None):
             raise InvalidMessageError("give exactly one of delay= or at=")
+        check_destination(destination)
+        if headers is not None and isinstance(headers, Mapping):
+            refuse_reserved(headers.keys())
+        now = (clock or SystemClock()).now()
         if at is not None:
             due_at = utc(at)
+            if due_at - now > MAX_DELAY:
+                raise InvalidMessageError(
+                    f"due time {due_at.isoformat()} is more than the 100-year maximum after now ({now.isoformat()})"
+                )
         else:
             assert delay is not None
             seconds = to_seconds(delay)
-            now = (clock or SystemClock()).now()
             try:
                 due_at = now + timedelta(seconds=seconds)
             except OverflowError:
@@ -123,6 +143,19 @@ class DelayedMessage:
     def redirected(self, destination: str) -> DelayedMessage:
         """A copy addressed to ``destination``."""
         return replace(self, destination=destination)
+
+
+def check_destination(destination: object) -> str:
+    """Check a destination against the rule every queue service shares: 1-80 letters, digits, ``_``, ``-``, ``.``."""
+    if not isinstance(destination, str) or not destination.strip():
+        raise InvalidMessageError("destination must be a non-empty queue name")
+    if _DESTINATION.fullmatch(destination) is None:
+        raise InvalidMessageError(
+            f"destination {destination[:100]!r} is not a queue name: use 1-{MAX_DESTINATION_LENGTH} ASCII letters, "
+            "digits, '_', '-' or '.' (each cloud narrows this further: SQS 80 with an optional .fifo, Azure 3-63 "
+            "lowercase letters, digits and hyphens)"
+        )
+    return destination
 
 
 def _frozen_headers(headers: Mapping[str, str]) -> Mapping[str, str]:

@@ -60,3 +60,52 @@ def test_integer_delay_too_large_for_a_float_is_invalid_not_overflow_error(huge:
     # found by tests/reliability/test_sender_fuzz.py: float(10**400) raised OverflowError out of every sender
     with pytest.raises(InvalidMessageError, match=needle):
         to_seconds(huge)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1d 2h 30m", 86400 + 9000),
+        ("1y 2w", 31_536_000 + 14 * 86400),
+        ("1h 30m 15s 500ms", 5415.5),
+        ("2 h 30 m", 9000),
+        ("0", 0),
+        ("0.5s", 0.5),
+    ],
+)
+def test_strict_grammar_keeps_sane_forms(text: str, seconds: float) -> None:
+    assert parse_duration(text).total_seconds() == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    ("bad", "needle"),
+    [
+        ("1_000", "underscore"),
+        ("1_000s", "underscore"),
+        ("\u0663d", "ASCII digits"),
+        ("\uff11\uff12", "ASCII digits"),
+        ("1d 1d 1d", "repeated unit 'd'"),
+        ("1h 2d", "largest to smallest"),
+        ("-5", "negative durations are not allowed"),
+        ("-5m", "negative durations are not allowed"),
+        ("nan", "not a number: 'nan'"),
+        ("NaN", "not a number"),
+        ("inf", "infinite"),
+        ("-infinity", "infinite"),
+        ("1e3", "cannot read duration"),
+        ("1 000", "cannot read duration"),
+        ("1.5.5h", "cannot read duration"),
+    ],
+)
+def test_strict_grammar_has_specific_messages(bad: str, needle: str) -> None:
+    with pytest.raises(InvalidMessageError, match=needle):
+        parse_duration(bad)
+
+
+@pytest.mark.parametrize(
+    ("bad", "needle"),
+    [(float("nan"), "not a number"), (float("inf"), "infinite"), (-1, "negative durations are not allowed")],
+)
+def test_numbers_have_specific_messages(bad: float, needle: str) -> None:
+    with pytest.raises(InvalidMessageError, match=needle):
+        to_seconds(bad)

@@ -108,3 +108,49 @@ def test_lone_surrogates_are_invalid_in_ids_destinations_and_headers(kwargs: dic
     with pytest.raises(InvalidMessageError, match="lone surrogate"):
         DelayedMessage(**{**base, **kwargs})  # type: ignore[arg-type]
     assert DelayedMessage("ïd ✓", "q", b"x", T0, {"ключ": "値 🎉"}).headers["ключ"] == "値 🎉"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["DelayedDelivery.Unreadable", "DelayedDelivery.FailureReason", "DelayedDelivery.Envelope", "delayeddelivery.x"],
+)
+def test_create_refuses_reserved_headers_by_name(name: str) -> None:
+    with pytest.raises(InvalidMessageError, match=name.replace(".", r"\.")):
+        DelayedMessage.create("q", b"x", delay=1, headers={name: "x"})
+
+
+def test_our_own_code_may_still_set_reserved_headers() -> None:
+    from delayed_delivery.headers import FAILURE_REASON, UNREADABLE
+    from delayed_delivery.model import unreadable_message
+
+    assert DelayedMessage("id", "q", b"x", T0, {FAILURE_REASON: "r"}).headers[FAILURE_REASON] == "r"
+    assert unreadable_message("id", "q", b"x", T0, "bad row").headers[UNREADABLE] == "bad row"
+    m = DelayedMessage.create("q", b"x", delay=1).with_headers({FAILURE_REASON: "r"})
+    assert m.headers[FAILURE_REASON] == "r"
+
+
+@pytest.mark.parametrize(
+    "at",
+    [datetime(2500, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC), T0 + timedelta(days=36_526)],
+    ids=["2500", "9999", "100y+1d"],
+)
+def test_create_caps_absolute_due_times_at_100_years(at: datetime) -> None:
+    with pytest.raises(InvalidMessageError, match="100-year"):
+        DelayedMessage.create("q", b"x", at=at, clock=ManualClock(T0))
+
+
+def test_create_accepts_due_times_within_100_years_and_in_the_past() -> None:
+    clock = ManualClock(T0)
+    assert DelayedMessage.create("q", b"x", at=T0 + timedelta(days=36_525), clock=clock).due_at.year == 2130
+    assert DelayedMessage.create("q", b"x", at=T0 - timedelta(days=1), clock=clock).due_at < T0
+
+
+@pytest.mark.parametrize("destination", ["orders", "orders.fifo", "my_queue-1", "a" * 80, "billing-2024"])
+def test_create_accepts_queue_names_both_clouds_can_use(destination: str) -> None:
+    assert DelayedMessage.create(destination, b"x", delay=1).destination == destination
+
+
+@pytest.mark.parametrize("destination", ["no such", "q/x", "a" * 81, "queue@machine", "caf\u00e9", "q\n"])
+def test_create_refuses_destinations_that_are_no_queue_name(destination: str) -> None:
+    with pytest.raises(InvalidMessageError, match="destination"):
+        DelayedMessage.create(destination, b"x", delay=1)
