@@ -44,7 +44,6 @@ def test_lambda_asset_is_exactly_the_core_the_aws_adapter_and_the_entry(tmp_path
     assert {"app", "testing", "azure", "postgres", "pipelines"} <= SKIP_PACKAGES
     for needed in (
         "delayed_delivery/__init__.py",
-        "delayed_delivery/aws/requeue.py",
         "delayed_delivery/aws/handler.py",
         "delayed_delivery/planning.py",
         "functions/aws/requeue.py",
