@@ -1,56 +1,83 @@
 """Build a self-contained function-app folder, ready for ``func azure functionapp publish <app>``.
 
-The folder holds ``function_app.py``, ``host.json``, ``requirements.txt`` and ``.funcignore`` from
-``functions/azure/`` plus the ``delayed_delivery`` package (core and the Azure adapter only; the CLI,
-demo, test suites and other clouds' adapters are left out), so ``import delayed_delivery`` works in
-Azure exactly as in the repository. Needs a checkout of the repository (``functions/azure`` is not
-part of the installed wheel).
+The folder holds ``function_app.py``, ``host.json``, ``requirements.txt`` and ``.funcignore`` (package data in
+``delayed_delivery/azure/app_files``, so an installed package builds it as well as a checkout) plus the
+``delayed_delivery`` package with the core and the Azure adapter only: the applications (CLI, demo, emulators),
+the test tooling and the other adapters are left out, and ``requirements.txt`` names only runtime dependencies.
+``python -m delayed_delivery.azure.packaging <folder>`` builds it without the CLI.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ConfigurationError
 
-__all__ = ["APP_FILES", "build_function_app", "function_source_dir"]
+__all__ = ["APP_FILES", "EXCLUDED", "build_function_app", "function_source_dir", "main"]
 
-#: Files copied from ``functions/azure``.
+#: Files copied from ``delayed_delivery/azure/app_files`` to the root of the folder.
 APP_FILES = ("function_app.py", "host.json", "requirements.txt", ".funcignore")
-#: Parts of the package a deployed dispatcher never imports (plus every ``*cli.py``, which need typer).
-_EXCLUDED = {"aws", "postgres", "pipelines", "testing", "demo.py", "__pycache__"}
+#: Folders of the package a deployed dispatcher never imports (``azure/app_files`` goes to the root instead).
+EXCLUDED = frozenset({"app", "aws", "postgres", "pipelines", "testing", "app_files", "__pycache__"})
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def function_source_dir() -> Path:
-    """``functions/azure`` in the repository this package was loaded from."""
-    candidate = _PACKAGE.parents[1] / "functions" / "azure"
-    if not (candidate / "function_app.py").is_file():
-        raise ConfigurationError(
-            f"cannot find functions/azure next to {_PACKAGE}: build the function app from a repository checkout"
-        )
+    """``delayed_delivery/azure/app_files``: the function-app files shipped with the package."""
+    candidate = Path(__file__).resolve().parent / "app_files"
+    missing = [name for name in APP_FILES if not (candidate / name).is_file()]
+    if missing:
+        raise ConfigurationError(f"the package at {_PACKAGE} lacks {', '.join(missing)} in {candidate}: reinstall it")
     return candidate
+
+
+def _is_earlier_build(folder: Path) -> bool:
+    return (folder / "function_app.py").is_file() and (folder / "delayed_delivery" / "__init__.py").is_file()
 
 
 def build_function_app(dest: Path | str, *, source: Path | None = None, clean: bool = True) -> Path:
     """Write the function-app folder to ``dest`` and return it."""
     out = Path(dest)
     src = source or function_source_dir()
-    if out.resolve() in (src.resolve(), _PACKAGE.resolve()) or src.resolve() in out.resolve().parents:
+    resolved = out.resolve()
+    if resolved in (src.resolve(), _PACKAGE) or _PACKAGE in resolved.parents or src.resolve() in resolved.parents:
         raise ConfigurationError(f"refusing to build into {out}: pick an empty output folder")
     if out.exists() and any(out.iterdir()):
-        if not (out / "function_app.py").is_file():
+        if not _is_earlier_build(out):
             raise ConfigurationError(f"refusing to build into {out}: it is not empty and not an earlier build")
         if clean:
             shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     for name in APP_FILES:
-        shutil.copy2(src / name, out / name)
+        shutil.copyfile(src / name, out / name)
     shutil.copytree(
         _PACKAGE,
         out / "delayed_delivery",
-        ignore=lambda folder, names: [n for n in names if n in _EXCLUDED or n.endswith(("cli.py", ".pyc"))],
+        ignore=lambda folder, names: [n for n in names if n in EXCLUDED or n.endswith((".pyc", ".pyo"))],
     )
     return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m delayed_delivery.azure.packaging <folder>``: build the folder and print where it is."""
+    parser = argparse.ArgumentParser(
+        prog="python -m delayed_delivery.azure.packaging", description="Build the Azure function-app folder."
+    )
+    parser.add_argument("out", type=Path, help="output folder (created; an earlier build is replaced)")
+    args = parser.parse_args(argv)
+    try:
+        folder = build_function_app(args.out)
+    except ConfigurationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(folder)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""Azure Functions (Python v2 model): a timer that runs the delayed-message dispatcher every minute.
+
+Nothing is read from the environment and no SDK client is built at import time: ``host()`` does that on
+the first run and caches the result for the life of the worker. The storage SDKs are imported then too, so
+the worker's start-up (which imports this module to find its functions) pays only for ``azure.functions``.
+This file is the one source: ``packaging`` copies it to the root of the folder it builds, and
+``functions/azure/function_app.py`` (for ``func start`` there) makes ``import function_app`` this module.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from typing import TYPE_CHECKING
+
+import azure.functions as func
+
+if TYPE_CHECKING:
+    from delayed_delivery.azure.runner import AzureDispatcherHost
+
+app = func.FunctionApp()
+
+#: Every minute, at second 0 (NCRONTAB: second minute hour day month day-of-week).
+SCHEDULE = "0 * * * * *"
+
+
+_prepared: AzureDispatcherHost | None = None
+
+
+def use_host(prepared: AzureDispatcherHost | None) -> None:
+    """Run the timer with a prepared host (local harnesses, the demo); ``None`` goes back to app settings."""
+    global _prepared
+    _prepared = prepared
+
+
+def host() -> AzureDispatcherHost:
+    """The dispatcher host: a prepared one if given, else the one built from app settings."""
+    return _prepared or _host_from_settings()
+
+
+@cache
+def _host_from_settings() -> AzureDispatcherHost:
+    """The dispatcher host for this worker, built from app settings on first use."""
+    from delayed_delivery.azure.config import AzureDelayedDeliveryConfig
+    from delayed_delivery.azure.runner import AzureDispatcherHost
+    from delayed_delivery.azure.telemetry import configure_telemetry
+
+    configure_telemetry(os.environ)
+    return AzureDispatcherHost(AzureDelayedDeliveryConfig.from_env(os.environ))
+
+
+@app.timer_trigger(schedule=SCHEDULE, arg_name="timer", run_on_startup=False, use_monitor=True)
+def dispatch_delayed_messages(timer: func.TimerRequest) -> None:
+    """Dispatch due delayed messages until this run's time budget ends."""
+    host().run()
