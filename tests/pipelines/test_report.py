@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 
-from delayed_delivery.pipelines.report import build_report
+from delayed_delivery.pipelines.report import TABLE_COLUMNS, build_report
 from delayed_delivery.pipelines.synthetic import write_logs
 
 pytestmark = pytest.mark.spark
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+#: Trimmed stderr of ``delayed-delivery demo --quick --cloud aws|azure -v`` (the documented way to get logs).
+DATA = Path(__file__).parent / "data"
 
 
 def at(seconds: float) -> str:
@@ -110,8 +112,8 @@ def test_report_numbers_match_the_hand_computed_values(spark: Any, logs: Path, t
     (cost,) = r.tables["cost_by_band"]  # only m3 went through SQS
     assert (cost["band"], cost["messages"], cost["measured_requests_per_message"]) == ("15 min–1 h", 1, 7.0)
     assert cost["measured_usd_per_message"] == pytest.approx(6 * 0.5e-6 + 0.4e-6)
-    assert cost["seed_formula_requests_per_message"] == pytest.approx(3000 / 900 * 2)
-    assert cost["seed_formula_usd_per_message"] == pytest.approx(3000 / 900 * 2 * 0.5e-6)
+    assert cost["nservicebus_formula_requests_per_message"] == pytest.approx(3000 / 900 * 2)
+    assert cost["nservicebus_formula_usd_per_message"] == pytest.approx(3000 / 900 * 2 * 0.5e-6)
 
     for name in ("lateness_by_endpoint", "lateness_by_band", "duplicates", "error_queue", "cost_by_band"):
         assert (out / f"{name}.csv").read_text().count("\n") == len(r.tables[name]) + 1
@@ -132,3 +134,88 @@ def test_synthetic_logs_are_deterministic_and_reportable(spark: Any, tmp_path: P
     assert r.messages == 40
     assert sum(row["forwards"] for row in r.tables["error_queue"]) == 1  # every 40th message
     assert sum(row["duplicate_deliveries"] for row in r.tables["duplicates"]) == 0
+
+
+def _assert_every_table_is_written_with_its_columns(spark: Any, out: Path) -> None:
+    for name, columns in TABLE_COLUMNS.items():
+        assert (out / f"{name}.csv").read_text().splitlines()[0] == ",".join(c for c, _ in columns)
+        frame = spark.read.parquet(str(out / f"{name}.parquet"))
+        assert [(f.name, f.dataType.simpleString()) for f in frame.schema.fields] == list(columns)
+    assert (out / "summary.md").exists()
+
+
+def test_an_empty_log_folder_gives_empty_tables_and_a_summary_that_says_so(spark: Any, tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    out = tmp_path / "report"
+    r = build_report(spark, str(tmp_path / "logs"), str(out))
+    assert (r.lines, r.events, r.messages) == (0, 0, 0)
+    assert all(rows == [] for rows in r.tables.values()) and r.charts == ()
+    _assert_every_table_is_written_with_its_columns(spark, out)
+    assert r.notes == (f"No log lines in {tmp_path / 'logs'}: every table is empty.",)
+    assert r.notes[0] in (out / "summary.md").read_text()
+
+
+def test_log_lines_without_events_say_so(spark: Any, tmp_path: Path) -> None:
+    logs = tmp_path / "logs" / "x.jsonl"
+    logs.parent.mkdir()
+    logs.write_text('starting …\n{"level": "INFO", "message": "lease acquired", "event": "lease_acquired"}\n')
+    r = build_report(spark, str(logs.parent), str(tmp_path / "report"))
+    assert (r.lines, r.events, r.messages) == (2, 0, 0)
+    assert "None of the 2 log lines is a delayed-delivery event" in r.notes[0]
+
+
+def test_aws_only_demo_logs_report_hops_and_cost_without_lateness(spark: Any, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "demo.jsonl").write_bytes((DATA / "demo-aws.jsonl").read_bytes())
+    out = tmp_path / "report"
+    r = build_report(spark, str(logs), str(out))  # the SQS function logs no lateness and no stored events
+    assert r.events > 0 and r.messages > 0
+    assert r.tables["lateness_by_endpoint"] == [] and r.tables["lateness_by_band"] == []
+    assert r.tables["throughput"] == []
+    assert sum(row["messages"] for row in r.tables["hops"]) == r.messages
+    assert max(row["hops"] for row in r.tables["hops"]) >= 2
+    assert sum(row["forwards"] for row in r.tables["error_queue"]) == 2  # the demo's two poison messages
+    (cost,) = r.tables["cost_by_band"]  # no delay known (no stored event): band unknown, no formula figure
+    assert (cost["band"], cost["messages"], cost["mean_delay_s"]) == ("unknown", r.messages, None)
+    assert cost["measured_requests_per_message"] > 1
+    _assert_every_table_is_written_with_its_columns(spark, out)
+    assert r.notes[0] == "Clouds named in these logs: aws."
+    assert any("No message has a logged lateness" in note for note in r.notes)
+    summary = (out / "summary.md").read_text()
+    assert "No message has a logged lateness" in summary and "lateness_by_band.png" not in summary
+    assert "seed" not in summary.lower()
+
+
+def test_azure_only_demo_logs_report_lateness_without_cost(spark: Any, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    r = build_report(spark, str(DATA / "demo-azure.jsonl"), str(out))
+    delivered = sum(row["messages"] for row in r.tables["lateness_by_endpoint"])
+    assert delivered == sum(row["dispatched"] for row in r.tables["throughput"]) > 0
+    assert all(row["max_s"] >= row["p50_s"] >= 0 for row in r.tables["lateness_by_endpoint"])
+    assert sum(row["forwards"] for row in r.tables["error_queue"]) == 2
+    assert r.tables["cost_by_band"] == []
+    _assert_every_table_is_written_with_its_columns(spark, out)
+    assert "No SQS messages (`cloud` `aws`, or logged `requests`), so the cost table is empty." in r.notes
+    assert (out / "lateness_by_band.png").exists() and not (out / "cost_by_band.png").exists()
+
+
+def test_synthesised_one_cloud_logs_without_lateness_or_delay(spark: Any, tmp_path: Path) -> None:
+    # What made the report fail: a table whose rows exist but one column is null in every row.
+    logs = tmp_path / "logs" / "a.jsonl"
+    logs.parent.mkdir()
+    logs.write_text(
+        "\n".join(
+            [
+                line("s1", "requeued", 900, cloud="aws", hop=1, remaining_delay_s=100),
+                line("s1", "forwarded", 1000, cloud="aws", hop=2, remaining_delay_s=1),
+                line("s2", "forwarded", 10, cloud="aws", hop=1, remaining_delay_s=1),
+            ]
+        )
+        + "\n"
+    )
+    r = build_report(spark, str(logs.parent), str(tmp_path / "report"))
+    assert r.messages == 2 and r.tables["lateness_by_band"] == []
+    (cost,) = r.tables["cost_by_band"]
+    assert (cost["messages"], cost["mean_hops"], cost["measured_requests_per_message"]) == (2, 1.5, 4.0)
+    assert cost["nservicebus_formula_requests_per_message"] is None

@@ -32,7 +32,7 @@ from typing import Any
 from delayed_delivery.cost import FIFO_PRICE_PER_REQUEST, STANDARD_PRICE_PER_REQUEST
 from delayed_delivery.errors import ConfigurationError
 
-__all__ = ["BANDS", "ReportResult", "build_report"]
+__all__ = ["BANDS", "TABLE_COLUMNS", "ReportResult", "build_report", "main"]
 
 #: Delay bands: (label, upper bound in seconds, inclusive).
 BANDS: tuple[tuple[str, float], ...] = (
@@ -43,6 +43,39 @@ BANDS: tuple[tuple[str, float], ...] = (
     ("over 30 d", float("inf")),
 )
 _PERCENTILE_ACCURACY = 1_000_000
+
+_LATENESS = (("messages", "bigint"), ("p50_s", "double"), ("p95_s", "double"), ("p99_s", "double"), ("max_s", "double"))
+#: Every table's columns and Spark SQL types: its CSV header and Parquet schema, also when it has no rows.
+TABLE_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "lateness_by_endpoint": (("endpoint", "string"), *_LATENESS),
+    "lateness_by_band": (("band", "string"), *_LATENESS),
+    "duplicates": (
+        ("endpoint", "string"),
+        ("delivered_messages", "bigint"),
+        ("messages_with_duplicates", "bigint"),
+        ("duplicate_deliveries", "bigint"),
+    ),
+    "hops": (("hops", "bigint"), ("messages", "bigint")),
+    "hops_by_band": (
+        ("band", "string"),
+        ("messages", "bigint"),
+        ("mean_hops", "double"),
+        ("p50_hops", "bigint"),
+        ("max_hops", "bigint"),
+    ),
+    "error_queue": (("endpoint", "string"), ("reason", "string"), ("forwards", "bigint")),
+    "throughput": (("minute", "timestamp"), ("dispatched", "bigint")),
+    "cost_by_band": (
+        ("band", "string"),
+        ("messages", "bigint"),
+        ("mean_delay_s", "double"),
+        ("mean_hops", "double"),
+        ("measured_requests_per_message", "double"),
+        ("measured_usd_per_message", "double"),
+        ("nservicebus_formula_requests_per_message", "double"),
+        ("nservicebus_formula_usd_per_message", "double"),
+    ),
+}
 
 
 def _log_schema() -> Any:
@@ -82,6 +115,8 @@ class ReportResult:
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     charts: tuple[str, ...] = ()
     summary_markdown: str = ""
+    #: Why tables are empty (no log lines, no lateness logged, no SQS messages), in the words of the summary.
+    notes: tuple[str, ...] = ()
 
 
 def _band_expr(F: Any, col: Any) -> Any:
@@ -103,7 +138,11 @@ def _timestamp(F: Any, column: str) -> Any:
 
 
 def build_report(spark: Any, logs: str, output: str) -> ReportResult:
-    """Read the logs, compute every table, write Parquet + CSV + PNG charts + summary.md under ``output``."""
+    """Read the logs, compute every table, write Parquet + CSV + PNG charts + summary.md under ``output``.
+
+    Every table has a fixed schema, so empty logs, one cloud's logs or logs without lateness give empty
+    tables (and a summary that says why), never a failed job.
+    """
     from pyspark.sql import functions as F
 
     if not Path(logs).exists():
@@ -116,18 +155,39 @@ def build_report(spark: Any, logs: str, output: str) -> ReportResult:
         .withColumn("due", _timestamp(F, "due_at"))
         .persist()
     )
+    per_msg = _per_message(F, ev).persist()
+    try:
+        out = Path(output)
+        out.mkdir(parents=True, exist_ok=True)
+        per_msg.write.mode("overwrite").parquet(str(out / "messages.parquet"))
+        tables = _tables(F, ev, per_msg)
+        for name, rows in tables.items():
+            _write_table(spark, out, name, rows)
+        charts = _charts(out, tables)
+        events, messages = ev.count(), per_msg.count()
+        clouds = sorted(r[0] for r in per_msg.select("cloud").distinct().collect() if r[0])
+        notes = _notes(logs, tables, lines, events, clouds)
+        summary = _summary(tables, lines, events, messages, notes, charts)
+        (out / "summary.md").write_text(summary, encoding="utf-8")
+        return ReportResult(str(out), lines, events, messages, tables, charts, summary, notes)
+    finally:
+        ev.unpersist()
+        per_msg.unpersist()
+
+
+def _per_message(F: Any, ev: Any) -> Any:
+    """One row per message: its endpoint, cloud, delay and band, lateness, deliveries, hops and SQS requests."""
 
     def is_(*names: str) -> Any:
         return F.col("event").isin(list(names))
 
-    per_msg = (
+    first = F.first
+    return (
         ev.groupBy("message_id")
         .agg(
-            F.first("destination", ignorenulls=True).alias("destination"),
-            F.coalesce(F.first("endpoint", ignorenulls=True), F.first("destination", ignorenulls=True)).alias(
-                "endpoint"
-            ),
-            F.first("cloud", ignorenulls=True).alias("cloud"),
+            first("destination", ignorenulls=True).alias("destination"),
+            F.coalesce(first("endpoint", ignorenulls=True), first("destination", ignorenulls=True)).alias("endpoint"),
+            first("cloud", ignorenulls=True).alias("cloud"),
             F.max("delay_s").alias("logged_delay"),
             F.min(F.when(is_("stored"), F.col("ts"))).alias("stored_at"),
             F.max("due").alias("due"),
@@ -152,22 +212,7 @@ def build_report(spark: Any, logs: str, output: str) -> ReportResult:
             ),
         )
         .drop("logged_delay", "hop_events", "max_hop", "logged_requests")
-        .persist()
     )
-    out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
-    per_msg.write.mode("overwrite").parquet(str(out / "messages.parquet"))
-    tables = _tables(F, ev, per_msg)
-    for name, rows in tables.items():
-        _write_table(spark, out, name, rows)
-    charts = _charts(out, tables)
-    result_tables = {name: rows for name, rows in tables.items()}
-    summary = _summary(result_tables, lines, ev.count(), per_msg.count())
-    (out / "summary.md").write_text(summary, encoding="utf-8")
-    events, messages = ev.count(), per_msg.count()
-    ev.unpersist()
-    per_msg.unpersist()
-    return ReportResult(str(out), lines, events, messages, result_tables, charts, summary)
 
 
 def _pct(F: Any, column: str) -> list[Any]:
@@ -175,57 +220,71 @@ def _pct(F: Any, column: str) -> list[Any]:
     return [p[0].alias("p50_s"), p[1].alias("p95_s"), p[2].alias("p99_s"), F.max(column).alias("max_s")]
 
 
-def _rows(df: Any) -> list[dict[str, Any]]:
-    return [r.asDict() for r in df.collect()]
+def _ddl(name: str) -> str:
+    return ", ".join(f"`{column}` {kind}" for column, kind in TABLE_COLUMNS[name])
+
+
+def _rows(F: Any, name: str, df: Any) -> list[dict[str, Any]]:
+    """The table's rows, with exactly its declared columns and types."""
+    typed = df.select(*[F.col(column).cast(kind).alias(column) for column, kind in TABLE_COLUMNS[name]])
+    return [r.asDict() for r in typed.collect()]
+
+
+def _band_order(F: Any) -> Any:
+    return F.array_position(F.array(*[F.lit(b) for b, _ in BANDS], F.lit("unknown")), F.col("band"))
 
 
 def _tables(F: Any, ev: Any, per_msg: Any) -> dict[str, list[dict[str, Any]]]:
+    """Every table's rows, in ``TABLE_COLUMNS`` order."""
+    frames = {**_lateness_frames(F, per_msg), **_delivery_frames(F, ev, per_msg), **_cost_frames(F, per_msg)}
+    return {name: _rows(F, name, frames[name]) for name in TABLE_COLUMNS}
+
+
+def _lateness_frames(F: Any, per_msg: Any) -> dict[str, Any]:
     delivered = per_msg.filter(F.col("lateness_s").isNotNull())
-    band_order = F.array_position(F.array(*[F.lit(b) for b, _ in BANDS], F.lit("unknown")), F.col("band"))
-    tables: dict[str, list[dict[str, Any]]] = {}
-    tables["lateness_by_endpoint"] = _rows(
-        delivered.groupBy("endpoint").agg(F.count("*").alias("messages"), *_pct(F, "lateness_s")).orderBy("endpoint")
-    )
-    tables["lateness_by_band"] = _rows(
-        delivered.groupBy("band").agg(F.count("*").alias("messages"), *_pct(F, "lateness_s")).orderBy(band_order)
-    )
-    tables["duplicates"] = _rows(
-        per_msg.groupBy("endpoint")
+    by = {"lateness_by_endpoint": ("endpoint", F.col("endpoint")), "lateness_by_band": ("band", _band_order(F))}
+    return {
+        name: delivered.groupBy(key).agg(F.count("*").alias("messages"), *_pct(F, "lateness_s")).orderBy(order)
+        for name, (key, order) in by.items()
+    }
+
+
+def _delivery_frames(F: Any, ev: Any, per_msg: Any) -> dict[str, Any]:
+    return {
+        "duplicates": per_msg.groupBy("endpoint")
         .agg(
             F.sum(F.when(F.col("deliveries") > 0, 1).otherwise(0)).alias("delivered_messages"),
             F.sum(F.when(F.col("duplicates") > 0, 1).otherwise(0)).alias("messages_with_duplicates"),
             F.sum("duplicates").alias("duplicate_deliveries"),
         )
-        .orderBy("endpoint")
-    )
-    tables["hops"] = _rows(per_msg.groupBy("hops").agg(F.count("*").alias("messages")).orderBy("hops"))
-    tables["hops_by_band"] = _rows(
-        per_msg.groupBy("band")
+        .orderBy("endpoint"),
+        "hops": per_msg.groupBy("hops").agg(F.count("*").alias("messages")).orderBy("hops"),
+        "hops_by_band": per_msg.groupBy("band")
         .agg(
             F.count("*").alias("messages"),
             F.avg("hops").alias("mean_hops"),
             F.percentile_approx("hops", 0.5, _PERCENTILE_ACCURACY).alias("p50_hops"),
             F.max("hops").alias("max_hops"),
         )
-        .orderBy(band_order)
-    )
-    tables["error_queue"] = _rows(
-        ev.filter(F.col("event") == "moved_to_error_queue")
+        .orderBy(_band_order(F)),
+        "error_queue": ev.filter(F.col("event") == "moved_to_error_queue")
         .withColumn("endpoint", F.coalesce(F.col("endpoint"), F.col("destination")))
         .groupBy("endpoint", F.coalesce(F.col("reason"), F.lit("(no reason logged)")).alias("reason"))
         .agg(F.count("*").alias("forwards"))
-        .orderBy(F.desc("forwards"), "endpoint", "reason")
-    )
-    tables["throughput"] = _rows(
-        ev.filter(F.col("event") == "dispatched")
+        .orderBy(F.desc("forwards"), "endpoint", "reason"),
+        "throughput": ev.filter(F.col("event") == "dispatched")
         .groupBy(F.date_trunc("minute", F.col("ts")).alias("minute"))
         .agg(F.count("*").alias("dispatched"))
-        .orderBy("minute")
-    )
+        .orderBy("minute"),
+    }
+
+
+def _cost_frames(F: Any, per_msg: Any) -> dict[str, Any]:
+    """SQS messages only: measured requests and USD against the NServiceBus formula (delay / 900 × 2 requests)."""
     aws = per_msg.filter(F.col("requests").isNotNull())
     measured_usd = (F.col("requests") - 1) * F.lit(FIFO_PRICE_PER_REQUEST) + F.lit(STANDARD_PRICE_PER_REQUEST)
-    seed_requests = F.col("delay_s") / F.lit(900.0) * F.lit(2.0)
-    tables["cost_by_band"] = _rows(
+    formula_requests = F.col("delay_s") / F.lit(900.0) * F.lit(2.0)
+    cost = (
         aws.groupBy("band")
         .agg(
             F.count("*").alias("messages"),
@@ -233,25 +292,24 @@ def _tables(F: Any, ev: Any, per_msg: Any) -> dict[str, list[dict[str, Any]]]:
             F.avg("hops").alias("mean_hops"),
             F.avg("requests").alias("measured_requests_per_message"),
             F.avg(measured_usd).alias("measured_usd_per_message"),
-            F.avg(seed_requests).alias("seed_formula_requests_per_message"),
-            F.avg(seed_requests * F.lit(FIFO_PRICE_PER_REQUEST)).alias("seed_formula_usd_per_message"),
+            F.avg(formula_requests).alias("nservicebus_formula_requests_per_message"),
+            F.avg(formula_requests * F.lit(FIFO_PRICE_PER_REQUEST)).alias("nservicebus_formula_usd_per_message"),
         )
-        .orderBy(band_order)
+        .orderBy(_band_order(F))
     )
-    return tables
+    return {"cost_by_band": cost}
 
 
 def _write_table(spark: Any, out: Path, name: str, rows: list[dict[str, Any]]) -> None:
-    """One table as Parquet (via Spark) and CSV (small, written on the driver)."""
-    csv_path = out / f"{name}.csv"
-    columns = list(rows[0]) if rows else []
-    with csv_path.open("w", newline="", encoding="utf-8") as fh:
+    """One table as Parquet (via Spark, with its schema even when empty) and CSV (small, written on the driver)."""
+    columns = [column for column, _ in TABLE_COLUMNS[name]]
+    with (out / f"{name}.csv").open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(columns)
         for row in rows:
             writer.writerow([row[c] for c in columns])
-    if rows:
-        spark.createDataFrame(rows).coalesce(1).write.mode("overwrite").parquet(str(out / f"{name}.parquet"))
+    frame = spark.createDataFrame([tuple(row[c] for c in columns) for row in rows], _ddl(name))
+    frame.coalesce(1).write.mode("overwrite").parquet(str(out / f"{name}.parquet"))
 
 
 def _charts(out: Path, tables: dict[str, list[dict[str, Any]]]) -> tuple[str, ...]:
@@ -300,7 +358,7 @@ def _charts(out: Path, tables: dict[str, list[dict[str, Any]]]) -> tuple[str, ..
                 [r["band"] for r in cost],
                 {
                     "measured": [float(r["measured_usd_per_message"] or 0) for r in cost],
-                    "seed formula": [float(r["seed_formula_usd_per_message"] or 0) for r in cost],
+                    "NServiceBus formula": [float(r["nservicebus_formula_usd_per_message"] or 0) for r in cost],
                 },
                 title="SQS cost per message by delay band",
                 ylabel="USD per message (log)",
@@ -327,32 +385,71 @@ def _md_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _summary(tables: dict[str, list[dict[str, Any]]], lines: int, events: int, messages: int) -> str:
+def _notes(
+    logs: str, tables: dict[str, list[dict[str, Any]]], lines: int, events: int, clouds: Sequence[str]
+) -> tuple[str, ...]:
+    """Why tables are empty, in plain words (empty for a report where every table has rows)."""
+    if not lines:
+        return (f"No log lines in {logs}: every table is empty.",)
+    if not events:
+        return (
+            f"None of the {lines:,} log lines is a delayed-delivery event (a JSON object with `event` and "
+            "`message_id`): every table is empty.",
+        )
+    notes = [f"Clouds named in these logs: {', '.join(clouds)}." if clouds else "No log line names its `cloud`."]
+    if not tables["lateness_by_endpoint"]:
+        notes.append(
+            "No message has a logged lateness (a `dispatched` event with `lateness_s`), so the lateness tables are "
+            "empty: the SQS requeue function logs `forwarded` when it hands a message to its destination queue; "
+            "the store dispatchers (Azure, PostgreSQL, SQLite) log `dispatched` with its lateness."
+        )
+    if not tables["throughput"]:
+        notes.append("No `dispatched` events, so there is no throughput to chart.")
+    if not tables["cost_by_band"]:
+        notes.append("No SQS messages (`cloud` `aws`, or logged `requests`), so the cost table is empty.")
+    return tuple(notes)
+
+
+def _image(charts: Sequence[str], name: str, alt: str) -> str:
+    return f"![{alt}]({name}.png)\n" if any(Path(c).name == f"{name}.png" for c in charts) else ""
+
+
+def _summary(
+    tables: dict[str, list[dict[str, Any]]],
+    lines: int,
+    events: int,
+    messages: int,
+    notes: Sequence[str] = (),
+    charts: Sequence[str] = (),
+) -> str:
     dup = sum(int(r["duplicate_deliveries"] or 0) for r in tables["duplicates"])
     errq = sum(int(r["forwards"]) for r in tables["error_queue"])
     parts = [
         "# Delayed delivery report\n",
         f"{lines:,} log lines, {events:,} events, {messages:,} messages; {dup:,} duplicate deliveries; "
         f"{errq:,} error-queue forwards. Percentiles are nearest-rank; lateness in seconds.\n",
+        "".join(f"* {note}\n" for note in notes),
         "## Lateness by endpoint\n",
         _md_table(tables["lateness_by_endpoint"]),
         "## Lateness by delay band\n",
         _md_table(tables["lateness_by_band"]),
-        "![lateness](lateness_by_band.png)\n",
+        _image(charts, "lateness_by_band", "lateness"),
         "## Duplicate deliveries\n",
         _md_table(tables["duplicates"]),
         "## Hops per message (SQS FIFO cycles; full distribution in hops.csv)\n",
         _md_table(tables["hops_by_band"]),
-        "![hops](hops.png)\n",
+        _image(charts, "hops", "hops"),
         "## Error-queue forwards\n",
         _md_table(tables["error_queue"]),
         "## Throughput\n",
-        "![throughput](throughput.png)\n",
-        "## SQS requests and cost per message by delay band (measured vs the seed's formula)\n",
-        "Seed formula: delay / 900 × 2 requests × $0.50 per million. Measured: logged requests, or 2 per hop + 1.\n",
+        _image(charts, "throughput", "throughput") or "_none_\n",
+        "## SQS requests and cost per message by delay band (measured vs the NServiceBus formula)\n",
+        "The NServiceBus formula: delay / 900 × 2 requests × $0.50 per million. "
+        "Measured: logged requests, or 2 per hop + 1.\n",
         _md_table(tables["cost_by_band"]),
+        _image(charts, "cost_by_band", "cost"),
     ]
-    return "\n".join(parts)
+    return "\n".join(part for part in parts if part)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
