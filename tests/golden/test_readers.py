@@ -63,7 +63,7 @@ def _hop(client: SQSClient, request: dict[str, Any], *, sent_ms: int, elapsed_ms
 
 
 @pytest.mark.moto
-@pytest.mark.parametrize("golden", ["sqs_send.v1.json"])
+@pytest.mark.parametrize("golden", wire.versions("sqs_send"))
 def test_requeue_reads_the_senders_fifo_message(sqs: SQSClient, golden: str) -> None:
     request = wire.load(golden)["fifo"]
     assert request["Queue"] == "orders-delay.fifo"
@@ -84,7 +84,7 @@ def test_requeue_reads_the_senders_fifo_message(sqs: SQSClient, golden: str) -> 
 
 
 @pytest.mark.moto
-@pytest.mark.parametrize("golden", ["sqs_requeue.v1.json"])
+@pytest.mark.parametrize("golden", wire.versions("sqs_requeue"))
 def test_requeue_reads_its_own_hop_with_fractional_seconds(sqs: SQSClient, golden: str) -> None:
     [request] = wire.load(golden)["hop"]["Entries"]
     result, call = _hop(sqs, request, sent_ms=wire.SENT_MS, elapsed_ms=900_500)
@@ -97,7 +97,7 @@ def test_requeue_reads_its_own_hop_with_fractional_seconds(sqs: SQSClient, golde
 
 
 @pytest.mark.moto
-@pytest.mark.parametrize("golden", ["sqs_requeue.v1.json"])
+@pytest.mark.parametrize("golden", wire.versions("sqs_requeue"))
 def test_requeue_forwards_the_golden_hop_when_it_is_due(sqs: SQSClient, golden: str) -> None:
     [request] = wire.load(golden)["hop"]["Entries"]
     result, call = _hop(sqs, request, sent_ms=wire.SENT_MS, elapsed_ms=258_298_766 - 120_000)
@@ -135,7 +135,11 @@ def _batch_expected(hop: int, remaining_ms: int) -> list[PackedMessage]:
 
 @pytest.mark.parametrize(
     ("golden", "part", "hop", "remaining_ms"),
-    [("sqs_envelope.v1.json", "sent", 0, 259_200_000), ("sqs_envelope.v1.json", "requeued", 1, 258_298_766)],
+    [
+        (golden, part, hop, remaining)
+        for golden in wire.versions("sqs_envelope")
+        for part, hop, remaining in (("sent", 0, 259_200_000), ("requeued", 1, 258_298_766))
+    ],
 )
 def test_decode_envelope_reads_the_golden_envelopes(golden: str, part: str, hop: int, remaining_ms: int) -> None:
     [entry] = wire.load(golden)[part]["Entries"]
@@ -148,7 +152,7 @@ def test_decode_envelope_reads_the_golden_envelopes(golden: str, part: str, hop:
 
 
 @pytest.mark.moto
-@pytest.mark.parametrize("golden", ["sqs_envelope.v1.json"])
+@pytest.mark.parametrize("golden", wire.versions("sqs_envelope"))
 def test_requeue_unpacks_the_golden_envelope_and_forwards_each_message(sqs: SQSClient, golden: str) -> None:
     [request] = wire.load(golden)["requeued"]["Entries"]
     result, call = _hop(sqs, request, sent_ms=wire.SENT_MS, elapsed_ms=258_298_766 - 60_000)
@@ -160,7 +164,7 @@ def test_requeue_unpacks_the_golden_envelope_and_forwards_each_message(sqs: SQSC
     assert sent == [(m.body, m.attributes, 60) for m in _batch_expected(1, 0)]
 
 
-@pytest.mark.parametrize("golden", ["sqs_error_queue.v1.json"])
+@pytest.mark.parametrize("golden", wire.versions("sqs_error_queue"))
 def test_error_queue_golden_names_the_reason_destination_and_time(golden: str) -> None:
     call = wire.load(golden)["error"]
     assert call["Queue"] == "error"
@@ -175,7 +179,7 @@ def test_error_queue_golden_names_the_reason_destination_and_time(golden: str) -
     assert user == USER_ATTRIBUTES
 
 
-@pytest.mark.parametrize("golden", ["azure_queue.v1.json"])
+@pytest.mark.parametrize("golden", wire.versions("azure_queue"))
 def test_azure_decode_envelope_reads_the_golden_queue_text(golden: str) -> None:
     envelope = decode_queue_text(wire.load(golden)["text"])
     assert envelope.message_id == wire.STORE_ID
@@ -183,7 +187,7 @@ def test_azure_decode_envelope_reads_the_golden_queue_text(golden: str) -> None:
     assert dict(envelope.headers) == wire.STORE_HEADERS
 
 
-@pytest.mark.parametrize("golden", ["azure_table.v1.json"])
+@pytest.mark.parametrize("golden", wire.versions("azure_table"))
 def test_azure_row_reader_reads_the_golden_entities(golden: str) -> None:
     document = wire.load(golden)
     shards = document["shards"]
@@ -203,7 +207,7 @@ def test_azure_row_reader_reads_the_golden_entities(golden: str) -> None:
 
 
 @pytest.mark.azurite
-@pytest.mark.parametrize("golden", ["azure_table.v1.json"])
+@pytest.mark.parametrize("golden", wire.versions("azure_table"))
 def test_azure_table_store_fetches_the_golden_entities(azurite: Any, golden: str) -> None:
     from tests.azure.conftest import make_store, new_name
 
@@ -222,7 +226,7 @@ def test_azure_table_store_fetches_the_golden_entities(azurite: Any, golden: str
         store.drop()
 
 
-@pytest.mark.parametrize("golden", ["sqlite_row.v1.json"])
+@pytest.mark.parametrize("golden", wire.versions("sqlite_row"))
 def test_sqlite_store_reads_a_golden_row_in_a_golden_table(tmp_path: Path, golden: str) -> None:
     document = wire.load(golden)
     path = tmp_path / "old.db"
@@ -246,7 +250,7 @@ def test_sqlite_store_reads_a_golden_row_in_a_golden_table(tmp_path: Path, golde
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("golden", ["postgres_row.v1.json"])
+@pytest.mark.parametrize("golden", wire.versions("postgres_row"))
 def test_postgres_store_reads_a_golden_row(postgres_conninfo: str, postgres_table: str, golden: str) -> None:
     import psycopg
 
@@ -283,3 +287,9 @@ def test_postgres_store_reads_a_golden_row(postgres_conninfo: str, postgres_tabl
     finally:
         store.drop_infrastructure()
         store.close()
+
+
+def test_every_kind_of_golden_exists() -> None:
+    kinds = ("sqs_send", "sqs_requeue", "sqs_envelope", "sqs_error_queue", "azure_queue", "azure_table")
+    for kind in (*kinds, "sqlite_row", "postgres_row"):
+        assert wire.versions(kind), f"no golden file for {kind}: its reader tests would not run"

@@ -83,6 +83,16 @@ def dumps(value: Any) -> str:
     return json.dumps(encode(value), indent=2, ensure_ascii=False, sort_keys=True) + "\n"
 
 
+def version_of(name: str) -> int:
+    """``sqs_send.v12.json`` → 12."""
+    return int(name.rsplit(".v", 1)[1].split(".", 1)[0])
+
+
+def versions(kind: str) -> list[str]:
+    """The golden files of ``kind`` (e.g. ``"sqs_send"``), oldest first."""
+    return sorted((p.name for p in GOLDEN.glob(f"{kind}.v*.json")), key=version_of)
+
+
 def load(name: str) -> Any:
     """A golden file, bytes decoded."""
     return decode(json.loads((GOLDEN / name).read_text(encoding="utf-8")))
