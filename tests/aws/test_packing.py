@@ -16,6 +16,7 @@ from delayed_delivery.aws.config import AwsConfig
 from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.packing import (
     ENVELOPE_ATTRIBUTE,
+    MAX_ENVELOPE_ENTRIES,
     BadItem,
     PackedMessage,
     decode_envelope,
@@ -27,7 +28,7 @@ from delayed_delivery.aws.packing import (
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
-from delayed_delivery.aws.sqs import message_size
+from delayed_delivery.aws.sqs import message_size, sqs_text_problem
 from delayed_delivery.errors import ConfigurationError, InvalidMessageError
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON, ORIGINAL_DESTINATION
 from delayed_delivery.settings import DelayedDeliverySettings
@@ -102,6 +103,75 @@ def test_a_bad_entry_is_isolated_from_its_siblings() -> None:
     assert decoded[0] == _message(1) and decoded[3] == _message(2)
     assert isinstance(decoded[1], BadItem) and "hop" in decoded[1].reason and decoded[1].message_id == "bad"
     assert isinstance(decoded[2], BadItem) and "not an object" in decoded[2].reason
+
+
+def _entry(**changes: Any) -> dict[str, Any]:
+    return {"i": "inner", "h": 1, "d": 5000, "b": "body", **changes}
+
+
+def _decoded_alone(entry: dict[str, Any]) -> PackedMessage | BadItem:
+    good = json.loads(envelope_body([_message(1)]))["m"][0]
+    decoded = decode_envelope(json.dumps({"v": 1, "m": [good, entry]}, ensure_ascii=True))
+    assert decoded[0] == _message(1)  # the sibling is unaffected
+    return decoded[1]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [ENVELOPE_ATTRIBUTE, FAILURE_REASON, DELAY_SECONDS_ATTRIBUTE, "DelayedDelivery.Unreadable", "delayeddelivery.x"],
+)
+def test_an_inner_entry_with_a_reserved_attribute_is_a_bad_entry_never_an_envelope(name: str) -> None:
+    item = _decoded_alone(_entry(a={name: ["String", "s", "1"]}))
+    assert isinstance(item, BadItem) and name in item.reason and "reserved" in item.reason
+    assert item.message_id == "inner"
+
+
+@pytest.mark.parametrize(
+    ("changes", "needle"),
+    [
+        ({"d": 10**400}, "100-year"),
+        ({"d": 36_525 * 86_400_000 + 1}, "100-year"),
+        ({"h": 10**400}, "hop"),
+        ({"b": "lone \ud800"}, "SQS refuses"),
+        ({"b": "nul \x00"}, "SQS refuses"),
+        ({"b": "\uffff"}, "SQS refuses"),
+        ({"a": {"k": ["String", "s", "\x01"]}}, "SQS refuses"),
+        ({"a": {"k": ["String.\ud800", "s", "v"]}}, "SQS refuses"),
+    ],
+    ids=["d-1e400", "d-100y+1ms", "h-1e400", "body-surrogate", "body-nul", "body-uffff", "attr-ctrl", "type-surr"],
+)
+def test_an_inner_entry_out_of_bounds_or_with_text_sqs_refuses_is_a_bad_entry(
+    changes: dict[str, Any], needle: str
+) -> None:
+    item = _decoded_alone(_entry(**changes))
+    assert isinstance(item, BadItem) and needle in item.reason, item
+
+
+def test_an_envelope_with_too_many_entries_is_rejected_whole() -> None:
+    entries = [_entry(i=f"m{i}") for i in range(MAX_ENVELOPE_ENTRIES + 1)]
+    with pytest.raises(InvalidMessageError, match=f"more than {MAX_ENVELOPE_ENTRIES}"):
+        decode_envelope(json.dumps({"v": 1, "m": entries}))
+    assert len(decode_envelope(json.dumps({"v": 1, "m": entries[:-1]}))) == MAX_ENVELOPE_ENTRIES
+
+
+def test_a_deeply_nested_envelope_is_rejected_with_a_reason_not_recursion_error() -> None:
+    with pytest.raises(InvalidMessageError, match=r"malformed envelope.*nest"):
+        decode_envelope('{"v":1,"m":[' + "[" * 5000 + "]" * 5000 + "]}")
+
+
+def test_pack_never_puts_more_than_the_decoder_accepts_in_one_envelope() -> None:
+    tiny = [PackedMessage(f"m{i:04d}", 0, 901_000, "x", {}) for i in range(MAX_ENVELOPE_ENTRIES * 2 + 3)]
+    envelopes, alone = pack(tiny, 262_144)
+    assert max(len(e) for e in envelopes) == MAX_ENVELOPE_ENTRIES
+    assert sum(len(e) for e in envelopes) + len(alone) == len(tiny)
+    for envelope in envelopes:
+        assert decode_envelope(envelope_body(envelope)) == envelope
+
+
+def test_sqs_text_problem_names_the_character_or_returns_none() -> None:
+    assert sqs_text_problem("fine \t\n\r é 🎉") is None
+    problem = sqs_text_problem("a\x00b")
+    assert problem is not None and "'\\x00' at 1" in problem and "SQS refuses" in problem
 
 
 def test_pack_bytes_setting_is_validated() -> None:

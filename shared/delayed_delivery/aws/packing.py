@@ -23,9 +23,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..durations import MAX_DELAY
 from ..errors import InvalidMessageError
 from ..headers import HEADER_PREFIX
-from .sqs import MAX_ATTRIBUTES, message_size
+from ..jsonbounds import loads_bounded
+from .sqs import MAX_ATTRIBUTES, message_size, normalize_attributes, sqs_text_problem
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_PACK_BYTES",
     "ENVELOPE_ATTRIBUTE",
+    "MAX_ENVELOPE_CHARS",
+    "MAX_ENVELOPE_ENTRIES",
+    "MAX_HOP",
+    "MAX_REMAINING_MS",
     "PACK_BYTES_ENV",
     "BadItem",
     "PackedMessage",
@@ -51,6 +57,19 @@ DEFAULT_PACK_BYTES = 65_536
 #: Environment variable of the requeue function: envelope size in bytes (0 turns packing off).
 PACK_BYTES_ENV = "DELAYED_DELIVERY_PACK_BYTES"
 
+#: Most entries one envelope may carry. The requeue function handles up to 10 records per invocation within a
+#: 30 s timeout; in the worst case every entry is due at once and goes out in SendMessageBatch calls of 10, so
+#: 10 records x 500 entries = 500 calls, which fits the budget at the tens of milliseconds a call takes. The
+#: packer fills envelopes by size, and only entries under ~130 bytes (64 KiB / 500) reach this count first.
+MAX_ENVELOPE_ENTRIES = 500
+#: Longest envelope body read: SQS's largest message (1 MiB).
+MAX_ENVELOPE_CHARS = 1_048_576
+#: Longest remaining delay an entry may carry: 100 years in milliseconds.
+MAX_REMAINING_MS = int(MAX_DELAY.total_seconds()) * 1000
+#: Highest hop an entry may be on: more than 100 years of 1-second hops.
+MAX_HOP = 2**32
+#: Deepest JSON nesting read: an envelope nests 5 deep (object, list, entry, attributes, attribute).
+_MAX_DEPTH = 16
 _MESSAGE_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
 _EMPTY = len(json.dumps({"v": _VERSION, "m": []}, separators=(",", ":")))
 
@@ -100,6 +119,11 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def _safe_dumps(value: Any) -> str:
+    """JSON in ASCII: a bad entry's text for the error queue, which SQS takes whatever the entry held."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
+
+
 def envelope_body(messages: Sequence[PackedMessage]) -> str:
     """The JSON body of an envelope holding ``messages``."""
     return _dumps({"v": _VERSION, "m": [_encode(m) for m in messages]})
@@ -127,7 +151,7 @@ def pack(messages: Sequence[PackedMessage], max_bytes: int) -> tuple[list[list[P
         if size > room:
             alone.append(m)
             continue
-        if current and used + size > room:
+        if current and (used + size > room or len(current) == MAX_ENVELOPE_ENTRIES):
             bins.append(current)
             current, used = [], 0
         current.append(m)
@@ -140,55 +164,83 @@ def pack(messages: Sequence[PackedMessage], max_bytes: int) -> tuple[list[list[P
 
 
 def decode_envelope(body: str) -> list[PackedMessage | BadItem]:
-    """Read an envelope body; raises ``InvalidMessageError`` when the envelope itself is unreadable."""
+    """Read an envelope body; raises ``InvalidMessageError`` when the envelope itself is unreadable or too big.
+
+    Bounds (see docs/aws.md): at most ``MAX_ENVELOPE_CHARS`` characters nested at most ``_MAX_DEPTH`` deep and at
+    most ``MAX_ENVELOPE_ENTRIES`` entries, else the whole envelope is poison. An entry with a reserved attribute
+    name (an envelope inside an envelope, a forged ``DelayedDelivery.*`` control attribute), a remaining delay over
+    100 years, a hop over ``MAX_HOP`` or text SQS refuses is a ``BadItem`` with the reason.
+    """
     try:
-        document = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise InvalidMessageError(f"malformed envelope: not JSON ({exc})") from exc
+        document = loads_bounded(body, what="malformed envelope", max_chars=MAX_ENVELOPE_CHARS, max_depth=_MAX_DEPTH)
+    except InvalidMessageError as exc:
+        raise InvalidMessageError(str(exc)) from exc
     if not isinstance(document, dict) or document.get("v") != _VERSION:
         raise InvalidMessageError(f"malformed envelope: expected an object with version {_VERSION}")
     items = document.get("m")
     if not isinstance(items, list) or not items:
         raise InvalidMessageError("malformed envelope: no messages")
+    if len(items) > MAX_ENVELOPE_ENTRIES:
+        raise InvalidMessageError(
+            f"malformed envelope: {len(items)} entries, more than {MAX_ENVELOPE_ENTRIES} (the most one record may "
+            "carry within the requeue function's time budget)"
+        )
     return [_decode_item(index, item) for index, item in enumerate(items)]
 
 
 def _decode_item(index: int, item: Any) -> PackedMessage | BadItem:
     if not isinstance(item, dict):
-        return BadItem(f"envelope-item-{index}", _dumps(item), f"malformed envelope entry {index}: not an object")
+        return BadItem(f"envelope-item-{index}", _safe_dumps(item), f"malformed envelope entry {index}: not an object")
     message_id = item.get("i")
     good_id = isinstance(message_id, str) and _MESSAGE_ID.match(message_id) is not None
     name = message_id if good_id and isinstance(message_id, str) else f"envelope-item-{index}"
     body = item.get("b")
-    text = body if isinstance(body, str) and body else _dumps(item)
+    text = body if isinstance(body, str) and body and sqs_text_problem(body) is None else _safe_dumps(item)
+    try:
+        if not good_id:
+            raise InvalidMessageError("missing or invalid message id")
+        hop, remaining = _bounded_int("hop", item.get("h"), MAX_HOP), _bounded_int("remaining delay", item.get("d"))
+        if not isinstance(body, str) or not body:
+            raise InvalidMessageError("missing or empty body")
+        problem = sqs_text_problem(body)
+        if problem is not None:
+            raise InvalidMessageError(f"the body {problem}")
+        attributes = _decode_attributes(item.get("a", {}))
+    except InvalidMessageError as exc:
+        return BadItem(name, text, f"malformed envelope entry {index}: {exc}")
+    assert isinstance(message_id, str)
+    return PackedMessage(message_id, hop, remaining, body, attributes)
 
-    def bad(reason: str) -> BadItem:
-        return BadItem(name, text, f"malformed envelope entry {index}: {reason}")
 
-    if not good_id:
-        return bad("missing or invalid message id")
-    hop, remaining = item.get("h"), item.get("d")
-    for label, value in (("hop", hop), ("remaining delay", remaining)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            return bad(f"{label} must be a non-negative integer, got {value!r}")
-    if not isinstance(body, str) or not body:
-        return bad("missing or empty body")
-    raw = item.get("a", {})
+def _bounded_int(label: str, value: Any, limit: int | None = None) -> int:
+    """A non-negative int within ``limit`` (default: the remaining delay's 100 years in ms)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        shown = _safe_dumps(value) if not isinstance(value, int) or value > -(10**30) else "a huge negative number"
+        raise InvalidMessageError(f"{label} must be a non-negative integer, got {shown[:40]}")
+    shown = str(value) if value < 10**30 else f"a {len(str(value))}-digit number"
+    if limit is not None and value > limit:
+        raise InvalidMessageError(f"{label} {shown} is more than {limit:,}")
+    if limit is None and value > MAX_REMAINING_MS:
+        raise InvalidMessageError(f"{label} of {shown} ms is longer than the 100-year maximum")
+    return value
+
+
+def _decode_attributes(raw: Any) -> dict[str, MessageAttributeValueTypeDef]:
+    """The entry's attributes in the boto3 shape, checked like a sender's (names, reserved prefix, SQS text)."""
     if not isinstance(raw, dict) or len(raw) > MAX_ATTRIBUTES - 1:
-        return bad("attributes must be an object with at most 9 entries")
-    attributes: dict[str, MessageAttributeValueTypeDef] = {}
+        raise InvalidMessageError("attributes must be an object with at most 9 entries")
+    attributes: dict[str, Any] = {}
     for key, value in raw.items():
         if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, str) for v in value)):
-            return bad(f"attribute {key!r} is not [DataType, kind, value]")
+            raise InvalidMessageError(f"attribute {key!r} is not [DataType, kind, value]")
         data_type, kind, data = value
         if kind == "b":
             try:
                 attributes[key] = {"DataType": data_type, "BinaryValue": base64.b64decode(data, validate=True)}
             except (binascii.Error, ValueError):
-                return bad(f"attribute {key!r}: invalid base64")
+                raise InvalidMessageError(f"attribute {key!r}: invalid base64") from None
         elif kind == "s":
             attributes[key] = {"DataType": data_type, "StringValue": data}
         else:
-            return bad(f"attribute {key!r}: unknown kind {kind!r}")
-    assert isinstance(message_id, str) and isinstance(hop, int) and isinstance(remaining, int)
-    return PackedMessage(message_id, hop, remaining, body, attributes)
+            raise InvalidMessageError(f"attribute {key!r}: unknown kind {kind!r}")
+    return normalize_attributes(attributes)

@@ -39,7 +39,7 @@ from ..errors import (
     PermanentError,
     TransientError,
 )
-from ..headers import HEADER_PREFIX
+from ..headers import HEADER_PREFIX, is_reserved
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -57,6 +57,7 @@ __all__ = [
     "message_size",
     "normalize_attributes",
     "send_batches",
+    "sqs_text_problem",
     "translate_error",
 ]
 
@@ -85,14 +86,22 @@ _ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
+def sqs_text_problem(text: str) -> str | None:
+    """Why SQS would refuse ``text`` in a body or attribute (the first bad character and where), else ``None``."""
+    bad = NOT_SQS_TEXT.search(text)
+    if bad is None:
+        return None
+    return (
+        f"holds {bad.group()!r} at {bad.start()}, which SQS refuses "
+        "(it takes tab, newline, carriage return and U+0020 upwards, without surrogates, U+FFFE or U+FFFF)"
+    )
+
+
 def check_sqs_text(what: str, text: str) -> None:
     """Raise ``InvalidMessageError`` when ``text`` holds a character SQS refuses (or a lone surrogate)."""
-    bad = NOT_SQS_TEXT.search(text)
-    if bad is not None:
-        raise InvalidMessageError(
-            f"{what} holds {bad.group()!r} at {bad.start()}, which SQS refuses "
-            "(it takes tab, newline, carriage return and U+0020 upwards, without surrogates, U+FFFE or U+FFFF)"
-        )
+    problem = sqs_text_problem(text)
+    if problem is not None:
+        raise InvalidMessageError(f"{what} {problem}")
 
 
 def translate_error(exc: BaseException, what: str) -> DelayedDeliveryError:
@@ -197,7 +206,7 @@ def normalize_attributes(
         lowered = name.lower()
         if lowered.startswith(("aws.", "amazon.")):
             raise InvalidMessageError(f"message attribute name {name!r}: the AWS. and Amazon. prefixes are reserved")
-        if not allow_reserved and name.startswith(HEADER_PREFIX):
+        if not allow_reserved and is_reserved(name):
             raise InvalidMessageError(
                 f"message attribute name {name!r}: the {HEADER_PREFIX!r} prefix is reserved for delayed delivery"
             )
