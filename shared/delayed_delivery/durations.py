@@ -94,7 +94,7 @@ def _checked(seconds: float, original: object) -> timedelta:
     if math.isinf(seconds):
         raise InvalidMessageError(f"delay {original!r} is infinite: the longest delay is 100 years")
     if seconds < 0:
-        raise InvalidMessageError(f"negative durations are not allowed: {original!r}")
+        raise InvalidMessageError(f"delay {original!r} is negative: negative durations are not allowed")
     if seconds > MAX_DELAY.total_seconds():
         raise InvalidMessageError(f"delay {original!r} is longer than the 100-year maximum")
     return timedelta(seconds=seconds)

@@ -248,3 +248,40 @@ def test_a_batch_rejected_as_a_whole_is_retried_entry_by_entry(
     assert isinstance(results["b"].error, PermanentError) and not results["b"].error.retryable
     assert counter.snapshot()["SendMessageBatch"] == 4  # the batch, then one per entry
     assert len(collect(sqs, queues.input_url, expect=2, timeout=5)) == 2
+
+
+def test_a_sender_built_without_settings_honours_the_environment(
+    sqs: SQSClient, endpoint: EndpointQueues, counter: RequestCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DELAYED_DELIVERY_ENABLED", "false")
+    sender = SqsDelayedSender(sqs)
+    assert sender.settings.enabled is False
+    counter.reset()
+    with pytest.raises(DelayedDeliveryDisabledError, match="disabled"):
+        sender.send_delayed("orders", "forty days", "40d")
+    with pytest.raises(DelayedDeliveryDisabledError, match="disabled"):
+        send_delayed(sqs, "orders", "forty days", "40d")
+    assert _sends(counter) == 0
+    assert sender.send_delayed("orders", "native", 5).route is SqsRoute.NATIVE, "disabled still allows native delays"
+    explicit = SqsDelayedSender(sqs, DelayedDeliverySettings())
+    assert explicit.send_delayed("orders", "forty days", "40d").route is SqsRoute.FIFO, "explicit settings win"
+
+
+def test_the_environment_is_read_when_the_sender_is_built_not_at_import(
+    sqs: SQSClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DELAYED_DELIVERY_MAX_NATIVE_DELAY", "7")
+    assert SqsDelayedSender(sqs).settings.max_native_delay == 7
+    monkeypatch.setenv("DELAYED_DELIVERY_MAX_NATIVE_DELAY", "not a number")
+    with pytest.raises(ConfigurationError, match="DELAYED_DELIVERY_MAX_NATIVE_DELAY"):
+        SqsDelayedSender(sqs)
+
+
+@pytest.mark.parametrize("name", ["DelayedDelivery.FailureReason", "DelayedDelivery.Envelope", "delayeddelivery.x"])
+def test_reserved_attribute_names_are_refused_by_name(
+    sqs: SQSClient, settings: DelayedDeliverySettings, endpoint: EndpointQueues, counter: RequestCounter, name: str
+) -> None:
+    counter.reset()
+    with pytest.raises(InvalidMessageError, match=name.replace(".", r"\.") + ".*reserved"):
+        SqsDelayedSender(sqs, settings).send_delayed("orders", "body", 5, attributes={name: "x"})
+    assert _sends(counter) == 0

@@ -195,3 +195,31 @@ def test_reschedule_and_restore_move_rows_without_leaving_orphans(azurite: Azuri
     assert sorted(e["RowKey"][:2] for e in entities) == ["d_", "i_"], "one due row and one index row"
     assert store.get("m") == DelayedMessage("m", "q", b"2", T0 + timedelta(days=2))
     store.drop()
+
+
+NESTED = "[" * 5000 + "]" * 5000
+
+
+@pytest.mark.parametrize(
+    ("headers", "needle"),
+    [(NESTED, "nested"), ('{"a": ' + NESTED + "}", "nested"), ("[]", "not an object"), ('{"a": 1}', "not a string")],
+    ids=["nested-5000", "nested-value", "array", "number-value"],
+)
+def test_headers_that_are_no_flat_string_object_are_invalid_not_recursion_error(headers: str, needle: str) -> None:
+    entity = rows.to_entities(DelayedMessage("m", "q", b"x", T0), 0)[0]
+    with pytest.raises(InvalidMessageError, match=needle):
+        rows.message_from_entity({**entity, "Headers": headers})
+
+
+@pytest.mark.azurite
+def test_a_row_with_deeply_nested_headers_becomes_the_unreadable_stand_in(azurite: Azurite) -> None:
+    from delayed_delivery.headers import UNREADABLE
+
+    store = make_store(azurite.connection_string, new_name())
+    store.store(DelayedMessage("deep", "q", b"body", T0))
+    entity = next(iter(store.table.query_entities("RowKey ge 'd_' and RowKey lt 'd`'")))
+    store.table.update_entity({**entity, "Headers": NESTED})
+    got = store.fetch_due(T0 + timedelta(seconds=1), 10)
+    assert [m.message_id for m in got] == ["deep"]
+    assert "nested" in got[0].headers[UNREADABLE] and got[0].body == b"body"
+    store.drop()

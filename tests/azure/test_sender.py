@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from azure.storage.queue import QueueServiceClient
@@ -203,3 +204,43 @@ def test_lone_surrogate_on_the_table_route_is_invalid_and_writes_nothing(
         sender(azurite, store).send_many([good, replace(request_, destination=queue)])
     assert store.count() == 0
     assert drain(queues, queue) == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["DelayedDelivery.Unreadable", "DelayedDelivery.FailureReason", "DelayedDelivery.Envelope", "delayeddelivery.a"],
+)
+@pytest.mark.parametrize("delay", [0, "9d"], ids=["native", "table"])
+def test_reserved_headers_are_refused_by_name_and_nothing_is_written(
+    azurite: Azurite, store: TableDelayedMessageStore, queues: QueueServiceClient, queue: str, name: str, delay: Any
+) -> None:
+    with pytest.raises(InvalidMessageError, match=name.replace(".", r"\.")):
+        sender(azurite, store).send_many(
+            [DelayRequest(queue, b"ok", delay=0), DelayRequest(queue, b"x", delay=delay, headers={name: "x"})]
+        )
+    assert store.count() == 0 and drain(queues, queue) == []
+
+
+def test_an_envelope_with_deeply_nested_headers_is_invalid_not_recursion_error() -> None:
+    from delayed_delivery.azure.storage_queue import decode_envelope
+
+    with pytest.raises(InvalidMessageError, match="nested"):
+        decode_envelope('{"v":1,"id":"a","headers":' + "[" * 5000 + "]" * 5000 + ',"body":""}')
+    with pytest.raises(InvalidMessageError, match="not a string"):
+        decode_envelope('{"v":1,"id":"a","headers":{"k":1},"body":""}')
+    assert decode_envelope('{"v":1,"id":"a","headers":{"k":"v"},"body":"eA=="}').headers == {"k": "v"}
+
+
+def test_a_sender_built_without_settings_honours_the_environment(
+    azurite: Azurite, store: TableDelayedMessageStore, queues: QueueServiceClient, queue: str, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("DELAYED_DELIVERY_ENABLED", "false")
+    transport = StorageQueueTransport.from_connection_string(azurite.connection_string)
+    s = AzureDelayedSender(transport, store)
+    assert s.settings.enabled is False
+    with pytest.raises(DelayedDeliveryDisabledError, match="disabled"):
+        s.send(queue, b"far", delay="40d")
+    assert store.count() == 0 and drain(queues, queue) == []
+    assert s.send(queue, b"native", delay=0).route == "native", "disabled still allows native delays"
+    explicit = AzureDelayedSender(transport, store, DelayedDeliverySettings())
+    assert explicit.send(queue, b"far", delay="40d").route == "table", "explicit settings win over the environment"

@@ -1,7 +1,8 @@
 """Send delayed messages to SQS: native ``DelaySeconds`` up to the cap, the destination's ``-delay.fifo`` beyond.
 
 Settings used: ``enabled`` (off: delays over the cap are refused before anything is sent),
-``max_native_delay`` (900 s) and ``fifo_queue_delay`` (900 s).
+``max_native_delay`` (900 s) and ``fifo_queue_delay`` (900 s). A sender built without ``settings`` reads them
+from the ``DELAYED_DELIVERY_*`` environment when it is built (``DelayedDeliverySettings.from_env``).
 
 Guarantees:
 
@@ -28,6 +29,7 @@ one error naming them. ``send_delayed`` (one message) never packs.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import uuid
 from collections.abc import Iterable, Mapping
@@ -161,7 +163,8 @@ class SqsDelayedSender:
         if isinstance(pack_bytes, bool) or not isinstance(pack_bytes, int) or pack_bytes < 0:
             raise ConfigurationError(f"pack_bytes must be a non-negative integer (0 = off), got {pack_bytes!r}")
         self.client = client
-        self.settings = settings or DelayedDeliverySettings()
+        #: Without explicit settings the DELAYED_DELIVERY_* environment applies, read now (never at import).
+        self.settings = settings if settings is not None else DelayedDeliverySettings.from_env(os.environ)
         self.directory = directory or QueueDirectory(client)
         self.pack_bytes = pack_bytes
 

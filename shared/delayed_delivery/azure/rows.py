@@ -29,6 +29,7 @@ from typing import Any
 
 from ..clock import utc
 from ..errors import ConfigurationError, InvalidMessageError
+from ..jsonbounds import parse_headers_json
 from ..model import DelayedMessage, Headers, is_usable_message_id
 from ..model import unreadable_message as unreadable
 
@@ -252,7 +253,7 @@ def message_from_entity(entity: Mapping[str, Any]) -> DelayedMessage:
         destination=str(entity["Destination"]),
         body=body,
         due_at=due_of_row_key(str(entity["RowKey"])),
-        headers=Headers(json.loads(str(entity["Headers"]))),
+        headers=Headers(parse_headers_json(str(entity["Headers"]), max_chars=CHUNK_BYTES)),
         failure_count=int(entity.get("FailureCount", 0)),
     )
 

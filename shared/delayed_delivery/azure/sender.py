@@ -3,7 +3,10 @@
 Routing: a delay of at most 7 days (``max_native_delay``) is one Put Message with that visibility
 timeout (rounded up: never early) and a time-to-live that never expires, unless ``cancellable=True``.
 Longer delays, and cancellable messages, become rows in the delays table, dispatched by the Function.
-With ``settings.enabled`` False such sends raise ``DelayedDeliveryDisabledError``.
+With ``settings.enabled`` False such sends raise ``DelayedDeliveryDisabledError``. A sender built without
+``settings`` reads them from the ``DELAYED_DELIVERY_*`` environment when it is built.
+
+Headers named ``DelayedDelivery.*`` (any case) are reserved and refused, naming the header.
 
 Every message is validated first (queue name, body type, envelope ≤ 64 KiB, entity ≤ 1 MiB, duplicate
 ids in a batch): on bad input nothing is written.
@@ -12,6 +15,7 @@ ids in a batch): on bad input nothing is written.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -75,7 +79,8 @@ class AzureDelayedSender:
             raise InvalidMessageError(f"max_native_delay must be within 0..{MAX_NATIVE_DELAY_SECONDS} seconds")
         self.transport = transport
         self.store = store
-        self.settings = settings or DelayedDeliverySettings()
+        #: Without explicit settings the DELAYED_DELIVERY_* environment applies, read now (never at import).
+        self.settings = settings if settings is not None else DelayedDeliverySettings.from_env(os.environ)
         self.clock = clock or SystemClock()
         self.max_native_delay = max_native_delay
         self.concurrency = max(1, concurrency)
@@ -184,7 +189,7 @@ def send_delayed(
         endpoint,
         table_name=table_name,
         connection_string=connection_string,
-        settings=settings or DelayedDeliverySettings(),
+        settings=settings if settings is not None else DelayedDeliverySettings.from_env(os.environ),
     )
     sender = AzureDelayedSender.from_config(config)
     return sender.send(

@@ -21,6 +21,7 @@ from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsE
 from azure.storage.queue import QueueClient, QueueServiceClient
 
 from ..errors import DestinationNotFoundError, InvalidMessageError
+from ..jsonbounds import headers_from_json, loads_bounded
 from ..model import DelayedMessage, Headers
 from ..naming import validate_azure_queue_name
 from .sdk_errors import translate
@@ -75,9 +76,10 @@ def encode_envelope(message: DelayedMessage) -> str:
 def decode_envelope(text: str | bytes) -> Envelope:
     """Read a queue message written by this package."""
     try:
-        data = json.loads(text)
-        return Envelope(str(data["id"]), Headers(data.get("headers") or {}), base64.b64decode(data["body"]))
-    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        data = loads_bounded(text, what="queue message", max_chars=MAX_QUEUE_MESSAGE_BYTES, max_depth=2)
+        headers = headers_from_json(data.get("headers") or {})
+        return Envelope(str(data["id"]), Headers(headers), base64.b64decode(data["body"]))
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
         raise InvalidMessageError(f"not a delayed-delivery envelope: {exc}") from exc
 
 
