@@ -25,16 +25,17 @@ if [ -f scripts/apt-packages.txt ]; then
   fi
 fi
 
-# 2. Python: .venv with the project and every extra its tests need.
+# 2. Python: .venv with the project and every extra its tests need, at the versions pinned in uv.lock
+#    (pyproject.toml keeps ranges for library users; the lock is what the tests passed with).
 PY=${PYTHON:-python3}
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { say "Python 3.11+ is required"; exit 1; }
-stamp=.venv/.installed-$(cat pyproject.toml | sha1sum | cut -c1-12)
+stamp=.venv/.installed-$(cat pyproject.toml uv.lock | sha1sum | cut -c1-12)
 if [ ! -f "$stamp" ]; then
-  say "creating .venv and installing delayed-delivery[dev] (first time: about a minute)"
+  say "creating .venv from uv.lock with delayed-delivery[dev] (first time: about a minute)"
   "$PY" -m pip --version >/dev/null 2>&1 || { say "pip is missing for $PY"; exit 1; }
   "$PY" -m uv --version >/dev/null 2>&1 || "$PY" -m pip install -q uv
-  [ -x .venv/bin/python ] || "$PY" -m uv venv -q --python "$PY" .venv
-  "$PY" -m uv pip install -q --python .venv/bin/python -e '.[dev]'
+  # --locked: fail if uv.lock no longer matches pyproject.toml (run `uv lock` and commit it), never re-resolve here.
+  UV_PROJECT_ENVIRONMENT=.venv "$PY" -m uv sync -q --locked --extra dev --python "$PY"
   rm -f .venv/.installed-*; touch "$stamp"
 fi
 
