@@ -31,6 +31,7 @@ from enum import StrEnum
 
 from ..errors import ConfigurationError
 from ..headers import HEADER_PREFIX
+from ..jsonbounds import MAX_HEADERS_JSON_CHARS, loads_bounded
 from ..model import MAX_MESSAGE_ID_LENGTH
 
 __all__ = [
@@ -197,7 +198,11 @@ def _headers(value: object) -> dict[str, str]:
         return {}
     if isinstance(value, bytes | bytearray):
         value = bytes(value).decode("utf-8")
-    parsed = value if isinstance(value, Mapping) else json.loads(str(value))
+    parsed = (
+        value
+        if isinstance(value, Mapping)
+        else loads_bounded(str(value), what="headers", max_chars=MAX_HEADERS_JSON_CHARS, max_depth=64)
+    )
     if parsed is None:
         return {}
     if not isinstance(parsed, dict):

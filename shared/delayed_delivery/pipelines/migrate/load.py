@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from delayed_delivery.errors import ConfigurationError
+from delayed_delivery.jsonbounds import parse_headers_json
 from delayed_delivery.model import DelayedMessage, Headers
 from delayed_delivery.pipelines.migrate.options import MigrationOptions
 from delayed_delivery.pipelines.schema import ColumnMapping, Reject, detect_shape, normalize_row, to_epoch_us
@@ -187,6 +188,6 @@ def to_message(row: Any) -> DelayedMessage:
         destination=row["destination"],
         body=bytes(row["body"]),
         due_at=from_epoch_us(row["due_us"]),
-        headers=Headers(json.loads(row["headers_json"])),
+        headers=Headers(parse_headers_json(row["headers_json"])),
         failure_count=int(row["failure_count"]),
     )
