@@ -275,13 +275,7 @@ class SqsDelayedSender:
             raise type(exc)(f"{where}{exc}") from exc
 
     def _prepare_unchecked(self, message: DelayedSend) -> _Prepared:
-        if not isinstance(message.body, str):
-            raise InvalidMessageError(
-                f"an SQS body is text: pass str, not {type(message.body).__name__} (e.g. base64-encode bytes)"
-            )
-        if not message.body:
-            raise InvalidMessageError("SQS rejects an empty body")
-        check_sqs_text("the body", message.body)
+        _check_body(message.body)
         validate_sqs_queue_name(message.destination)
         plan = plan_sqs_delay(
             message.delay,
@@ -289,12 +283,7 @@ class SqsDelayedSender:
             fifo_queue_delay=self.settings.fifo_queue_delay,
             unrestricted=self.settings.enabled,
         )
-        message_id = message.message_id if message.message_id is not None else str(uuid.uuid4())
-        if not isinstance(message_id, str) or not _MESSAGE_ID.match(message_id):
-            raise InvalidMessageError(
-                f"message id {message_id!r}: use 1-128 printable ASCII characters without spaces "
-                "(it becomes the FIFO MessageGroupId)"
-            )
+        message_id = _checked_message_id(message.message_id)
         attributes = normalize_attributes(message.attributes)
         route = plan.route
         room = MAX_ATTRIBUTES - (1 if route is SqsRoute.FIFO else 0)
@@ -303,13 +292,11 @@ class SqsDelayedSender:
                 f"{len(attributes)} message attributes: at most {room} fit"
                 + (" (one slot carries the delay on the -delay.fifo queue)" if route is SqsRoute.FIFO else "")
             )
-        if route is SqsRoute.FIFO:
-            queue_name = sqs_delay_queue_name(message.destination)
-        else:
-            if message.destination.endswith(".fifo"):
-                # Same rule as the long route: a FIFO queue takes no per-message delay.
-                sqs_delay_queue_name(message.destination)
-            queue_name = message.destination
+        queue_name = message.destination
+        if route is SqsRoute.FIFO or message.destination.endswith(".fifo"):
+            # A FIFO destination takes no per-message delay on either route: sqs_delay_queue_name refuses it.
+            delay_queue_name = sqs_delay_queue_name(message.destination)
+            queue_name = delay_queue_name if route is SqsRoute.FIFO else queue_name
         destination = self.directory.get(message.destination)
         size = message_size(message.body, attributes)
         if size > destination.max_message_size:
@@ -318,38 +305,62 @@ class SqsDelayedSender:
                 f"{destination.max_message_size:,} (its MaximumMessageSize)"
             )
         entry: SendMessageBatchRequestEntryTypeDef = {"Id": "0", "MessageBody": message.body}
-        max_size = destination.max_message_size
+        url, max_size = destination.url, destination.max_message_size
         if route is SqsRoute.FIFO:
-            delay_queue = self.directory.get(queue_name)
-            control: dict[str, MessageAttributeValueTypeDef] = {
-                DELAY_SECONDS_ATTRIBUTE: {"DataType": "Number", "StringValue": str(plan.delay_seconds)}
-            }
-            fifo_attributes = {**attributes, **control}
-            fifo_size = message_size(message.body, fifo_attributes)
-            if fifo_size > delay_queue.max_message_size:
-                raise InvalidMessageError(
-                    f"message is {fifo_size:,} bytes with its delay attribute but {queue_name!r} accepts at most "
-                    f"{delay_queue.max_message_size:,}"
-                )
-            entry["MessageAttributes"] = fifo_attributes
-            entry["MessageGroupId"] = message_id
-            entry["MessageDeduplicationId"] = deduplication_id(message_id, 0)
-            url = delay_queue.url
-            max_size = delay_queue.max_message_size
+            url, max_size = self._fifo_entry(entry, queue_name, attributes, message_id, plan.delay_seconds)
         else:
             if attributes:
                 entry["MessageAttributes"] = attributes
             entry["DelaySeconds"] = plan.delay_seconds
-            url = destination.url
-        receipt = SendReceipt(
-            message_id=message_id,
-            destination=message.destination,
-            queue=queue_name,
-            route=route,
-            delay_seconds=plan.delay_seconds,
-            fifo_cycles=plan.fifo_cycles,
-        )
+        receipt = SendReceipt(message_id, message.destination, queue_name, route, plan.delay_seconds, plan.fifo_cycles)
         return _Prepared(receipt, url, entry, attributes, max_size)
+
+    def _fifo_entry(
+        self,
+        entry: SendMessageBatchRequestEntryTypeDef,
+        queue_name: str,
+        attributes: Mapping[str, MessageAttributeValueTypeDef],
+        message_id: str,
+        delay_seconds: int,
+    ) -> tuple[str, int]:
+        """Fill ``entry`` for the ``-delay.fifo`` queue; returns its URL and MaximumMessageSize."""
+        delay_queue = self.directory.get(queue_name)
+        control: dict[str, MessageAttributeValueTypeDef] = {
+            DELAY_SECONDS_ATTRIBUTE: {"DataType": "Number", "StringValue": str(delay_seconds)}
+        }
+        fifo_attributes = {**attributes, **control}
+        fifo_size = message_size(entry["MessageBody"], fifo_attributes)
+        if fifo_size > delay_queue.max_message_size:
+            raise InvalidMessageError(
+                f"message is {fifo_size:,} bytes with its delay attribute but {queue_name!r} accepts at most "
+                f"{delay_queue.max_message_size:,}"
+            )
+        entry["MessageAttributes"] = fifo_attributes
+        entry["MessageGroupId"] = message_id
+        entry["MessageDeduplicationId"] = deduplication_id(message_id, 0)
+        return delay_queue.url, delay_queue.max_message_size
+
+
+def _check_body(body: object) -> None:
+    """An SQS body is non-empty text SQS accepts."""
+    if not isinstance(body, str):
+        raise InvalidMessageError(
+            f"an SQS body is text: pass str, not {type(body).__name__} (e.g. base64-encode bytes)"
+        )
+    if not body:
+        raise InvalidMessageError("SQS rejects an empty body")
+    check_sqs_text("the body", body)
+
+
+def _checked_message_id(message_id: str | None) -> str:
+    """The given id (1-128 printable ASCII characters: it becomes the FIFO MessageGroupId) or a fresh UUID."""
+    message_id = message_id if message_id is not None else str(uuid.uuid4())
+    if not isinstance(message_id, str) or not _MESSAGE_ID.match(message_id):
+        raise InvalidMessageError(
+            f"message id {message_id!r}: use 1-128 printable ASCII characters without spaces "
+            "(it becomes the FIFO MessageGroupId)"
+        )
+    return message_id
 
 
 def _with_sqs_id(receipt: SendReceipt, sqs_message_id: str | None) -> SendReceipt:
