@@ -13,6 +13,8 @@ from .errors import (
     DelayedDeliveryError,
     DestinationNotFoundError,
     InvalidMessageError,
+    MessageIdConflictError,
+    MessageInFlightError,
     PermanentError,
     TransientError,
 )
@@ -63,6 +65,8 @@ __all__ = [
     "InMemoryTransport",
     "InvalidMessageError",
     "ManualClock",
+    "MessageIdConflictError",
+    "MessageInFlightError",
     "PermanentError",
     "ReschedulableStore",
     "SqliteDelayedMessageStore",

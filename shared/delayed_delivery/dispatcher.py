@@ -19,9 +19,16 @@ from . import headers as hdr
 from . import logfields as lf
 from .breaker import FailureRateCircuitBreaker, RepeatedFailuresCircuitBreaker
 from .clock import Clock, SystemClock
-from .errors import CircuitBreakerTrippedError, DelayedDeliveryDisabledError, PermanentError
+from .errors import CircuitBreakerTrippedError, DelayedDeliveryDisabledError, InvalidMessageError, PermanentError
 from .model import DelayedMessage
-from .ports import BatchRemovingStore, CriticalErrorCallback, DelayedMessageStore, ReschedulableStore, Transport
+from .ports import (
+    BatchRemovingStore,
+    CriticalErrorCallback,
+    DelayedMessageStore,
+    ReschedulableStore,
+    Transport,
+    claim_of,
+)
 from .settings import DelayedDeliverySettings
 
 __all__ = ["DispatchReport", "Dispatcher"]
@@ -114,6 +121,8 @@ class Dispatcher:
         """Store ``message`` through the store breaker and wake the loop if it is due sooner than known."""
         try:
             self.store_port.store(message)
+        except InvalidMessageError:
+            raise  # the caller's message (e.g. an id already pending with other content), not the store failing
         except Exception as exc:
             self.store_breaker.failure(exc)
             raise
@@ -241,9 +250,7 @@ class Dispatcher:
             return total
         if batched and sent:
             assert isinstance(self.store_port, BatchRemovingStore)
-            flags = self.store_port.remove_many([m.message_id for m, _ in sent])
-            for (message, lateness), removed in zip(sent, flags, strict=True):
-                total.already_removed += self._log_removal(message, lateness, removed)
+            total.merge(self._settle(sent))
         return total
 
     # -- long-running ----------------------------------------------------
@@ -270,7 +277,12 @@ class Dispatcher:
         """Remove sent messages in one ``remove_many`` call and log each outcome."""
         assert isinstance(self.store_port, BatchRemovingStore)
         report = DispatchReport()
-        flags = self.store_port.remove_many([m.message_id for m, _ in sent])
+        ids = [m.message_id for m, _ in sent]
+        claims = [claim_of(m) for m, _ in sent]
+        if any(c is not None for c in claims):
+            flags = self.store_port.remove_many(ids, claims)
+        else:  # a store without claim tokens (its remove_many may not take them)
+            flags = self.store_port.remove_many(ids)
         for (message, lateness), removed in zip(sent, flags, strict=True):
             report.already_removed += self._log_removal(message, lateness, removed)
         return report
@@ -337,15 +349,29 @@ class Dispatcher:
         report.lateness_seconds.append(lateness)
         report.dispatched += 1
         if remove:
-            report.already_removed += self._log_removal(message, lateness, self.store_port.remove(message.message_id))
+            report.already_removed += self._log_removal(message, lateness, self._remove(message))
         return report
 
+    def _remove(self, message: DelayedMessage) -> bool:
+        """Remove a fetched message under its claim (stores without claim tokens: by id, as they always did)."""
+        claim = claim_of(message)
+        if claim is None:
+            return self.store_port.remove(message.message_id)
+        return self.store_port.remove(message.message_id, claim)
+
     def _log_removal(self, message: DelayedMessage, lateness: float, removed: bool) -> int:
-        """Log the outcome of removing a dispatched message; 1 when it was already gone."""
+        """Log the outcome of removing a dispatched message; 1 when it was already gone or superseded."""
         base = {lf.MESSAGE_ID: message.message_id, lf.DESTINATION: message.destination}
         if removed:
             _log.info("dispatched", extra={**base, lf.EVENT: lf.EVENT_DISPATCHED, lf.LATENESS_S: round(lateness, 3)})
             return 0
+        if claim_of(message) is not None:
+            _log.warning(
+                "dispatched a message whose claim was superseded (its claim expired and the row was claimed again,"
+                " removed or rescheduled): possible duplicate; the row is left as it is",
+                extra={**base, lf.EVENT: lf.EVENT_SUPERSEDED},
+            )
+            return 1
         _log.warning(
             "dispatched a message that another dispatcher had already removed (possible duplicate)",
             extra={**base, lf.EVENT: lf.EVENT_DUPLICATE},
@@ -358,7 +384,13 @@ class Dispatcher:
         if not permanent:
             self.dispatch_breaker.failure(exc)
         self.recovery_breaker.record(exc)
-        if not self.store_port.increment_failure_count(message.message_id):
+        claim = claim_of(message)
+        counted = (
+            self.store_port.increment_failure_count(message.message_id)
+            if claim is None
+            else self.store_port.increment_failure_count(message.message_id, claim)
+        )
+        if not counted:  # gone, or superseded: whoever holds the row now settles it
             return
         failures = message.failure_count + 1
         if permanent or failures > self.settings.number_of_retries:
@@ -369,13 +401,18 @@ class Dispatcher:
             "delivery failed; will retry",
             extra={**base, lf.EVENT: lf.EVENT_RETRY, lf.FAILURE_COUNT: failures},
         )
-        self._back_off(message.message_id, failures)
+        self._back_off(message, failures)
 
-    def _back_off(self, message_id: str, failures: int) -> None:
-        """Push a failed message's due time forward so it cannot block the head of the store."""
+    def _back_off(self, message: DelayedMessage, failures: int) -> None:
+        """Push a failed message's due time forward (under its claim) so it cannot block the head of the store."""
         if isinstance(self.store_port, ReschedulableStore):
             backoff = min(self.settings.max_retry_backoff, self.settings.retry_backoff * 2 ** (failures - 1))
-            self.store_port.reschedule(message_id, self.clock.now() + timedelta(seconds=backoff))
+            due = self.clock.now() + timedelta(seconds=backoff)
+            claim = claim_of(message)
+            if claim is None:
+                self.store_port.reschedule(message.message_id, due)
+            else:
+                self.store_port.reschedule(message.message_id, due, claim)
 
     def _move_to_error_queue(self, message: DelayedMessage, exc: Exception, failures: int) -> bool:
         error_queue = self.settings.error_queue
@@ -395,9 +432,9 @@ class Dispatcher:
                 "could not move message to the error queue; it stays in the store",
                 extra={**base, lf.EVENT: lf.EVENT_RETRY, "error_queue_reason": repr(forward_exc)},
             )
-            self._back_off(message.message_id, failures)
+            self._back_off(message, failures)
             return False
-        self.store_port.remove(message.message_id)
+        self._remove(message)
         _log.error(
             "moved to the error queue",
             extra={**base, lf.EVENT: lf.EVENT_ERROR_QUEUE, lf.FAILURE_COUNT: failures},

@@ -11,6 +11,8 @@ __all__ = [
     "DelayedDeliveryError",
     "DestinationNotFoundError",
     "InvalidMessageError",
+    "MessageIdConflictError",
+    "MessageInFlightError",
     "PermanentError",
     "TransientError",
     "batch_failure",
@@ -44,6 +46,14 @@ class TransientError(DelayedDeliveryError):
 
 class PermanentError(DelayedDeliveryError):
     """A failure that repeating will not fix: the message goes to the error queue."""
+
+
+class MessageIdConflictError(InvalidMessageError):
+    """A different message with this id is still pending; ids mean one message (see docs/identity.md)."""
+
+
+class MessageInFlightError(TransientError):
+    """A dispatcher is sending this message right now; cancel or reschedule it again shortly."""
 
 
 class DestinationNotFoundError(PermanentError):

@@ -22,6 +22,7 @@ SHARD = "shard"
 #: Values of the ``event`` key.
 EVENT_DISPATCHED = "dispatched"
 EVENT_DUPLICATE = "already_removed"
+EVENT_SUPERSEDED = "superseded"
 EVENT_RETRY = "dispatch_failed"
 EVENT_ERROR_QUEUE = "moved_to_error_queue"
 EVENT_STORED = "stored"

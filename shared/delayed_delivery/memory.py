@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -10,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from .clock import Clock, SystemClock, utc
 from .errors import DestinationNotFoundError, TransientError
 from .model import DelayedMessage
-from .ports import DelayedMessageStore
+from .ports import ClaimedMessage, DelayedMessageStore, id_conflict, in_flight, same_message
 
 __all__ = ["InMemoryDelayedMessageStore", "InMemoryTransport", "SentMessage"]
 
@@ -19,6 +20,7 @@ __all__ = ["InMemoryDelayedMessageStore", "InMemoryTransport", "SentMessage"]
 class _Row:
     message: DelayedMessage
     claimed_until: datetime | None = None
+    claim: str | None = None
 
     def available_at(self) -> datetime:
         if self.claimed_until is None:
@@ -38,34 +40,53 @@ class InMemoryDelayedMessageStore(DelayedMessageStore):
         """Nothing to create."""
 
     def store(self, message: DelayedMessage) -> None:
-        """Keep ``message``, replacing one with the same id."""
+        """Keep ``message``; the same message again is a no-op, a different one under a pending id is refused."""
         with self._lock:
-            self._rows[message.message_id] = _Row(message)
+            row = self._rows.get(message.message_id)
+            if row is None:
+                self._rows[message.message_id] = _Row(message)
+            elif not same_message(row.message, message):
+                raise id_conflict(message.message_id)
 
-    def remove(self, message_id: str) -> bool:
-        """Forget a message; False when already gone."""
+    def remove(self, message_id: str, claim: str | None = None) -> bool:
+        """Forget a message; False when already gone (or superseded: the row no longer holds ``claim``)."""
         with self._lock:
-            return self._rows.pop(message_id, None) is not None
+            if self._held(message_id, claim) is None:
+                return False
+            del self._rows[message_id]
+            return True
 
-    def increment_failure_count(self, message_id: str) -> bool:
-        """Count a failure and release the claim."""
+    def increment_failure_count(self, message_id: str, claim: str | None = None) -> bool:
+        """Count a failure and release the claim (the token stays, for the settling that follows)."""
         with self._lock:
             row = self._rows.get(message_id)
-            if row is None:
+            if row is None or (claim is not None and row.claim != claim):
                 return False
             row.message = replace(row.message, failure_count=row.message.failure_count + 1)
             row.claimed_until = None
             return True
 
-    def reschedule(self, message_id: str, due_at: datetime) -> bool:
+    def reschedule(self, message_id: str, due_at: datetime, claim: str | None = None) -> bool:
         """Move the due time and release the claim."""
         with self._lock:
-            row = self._rows.get(message_id)
+            row = self._held(message_id, claim)
             if row is None:
                 return False
             row.message = replace(row.message, due_at=utc(due_at))
             row.claimed_until = None
+            row.claim = None
             return True
+
+    def _held(self, message_id: str, claim: str | None) -> _Row | None:
+        """The row, when ``claim`` still holds it (or, without one, when no dispatcher's claim lasts)."""
+        row = self._rows.get(message_id)
+        if row is None:
+            return None
+        if claim is not None:
+            return row if row.claim == claim else None
+        if row.claim is not None and row.claimed_until is not None and row.claimed_until > datetime.now(UTC):
+            raise in_flight(message_id)
+        return row
 
     def next_due(self) -> datetime | None:
         """Earliest time something becomes fetchable."""
@@ -80,9 +101,11 @@ class InMemoryDelayedMessageStore(DelayedMessageStore):
                 (r for r in self._rows.values() if r.available_at() <= at),
                 key=lambda r: (r.message.due_at, r.message.message_id),
             )[: max(0, limit)]
+            claim = uuid.uuid4().hex
             for row in due:
                 row.claimed_until = at + self.claim_timeout
-            return [r.message for r in due]
+                row.claim = claim
+            return [ClaimedMessage.of(r.message, claim) for r in due]
 
     def get(self, message_id: str) -> DelayedMessage | None:
         """The stored message with this id, claimed or not."""

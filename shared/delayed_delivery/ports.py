@@ -6,21 +6,80 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from .errors import CircuitBreakerTrippedError
+from .errors import CircuitBreakerTrippedError, MessageIdConflictError, MessageInFlightError
 from .model import DelayedMessage
 
 __all__ = [
     "BatchRemovingStore",
+    "ClaimedMessage",
     "CriticalErrorCallback",
     "DelayedMessageStore",
     "DelayedMessageStoreWithInfrastructure",
     "InspectableStore",
     "ReschedulableStore",
     "Transport",
+    "claim_of",
+    "id_conflict",
+    "in_flight",
+    "same_message",
 ]
 
 #: Called once when a circuit breaker trips; the host decides whether to stop or alert.
 CriticalErrorCallback = Callable[[CircuitBreakerTrippedError], None]
+
+
+class ClaimedMessage(DelayedMessage):
+    """A fetched message with the token of the claim that fetched it (kept in memory, never written)."""
+
+    __slots__ = ("_claim",)
+
+    @classmethod
+    def of(cls, message: DelayedMessage, claim: str) -> ClaimedMessage:
+        """``message`` as fetched under ``claim`` (no copy of the body, no validation again)."""
+        claimed = object.__new__(cls)
+        for name in DelayedMessage.__slots__:
+            object.__setattr__(claimed, name, getattr(message, name))
+        object.__setattr__(claimed, "_claim", claim)
+        return claimed
+
+    @property
+    def claim(self) -> str | None:
+        """The claim token; None once copied (``with_headers``, ``redirected``)."""
+        return getattr(self, "_claim", None)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DelayedMessage):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in DelayedMessage.__slots__)
+
+    __hash__ = DelayedMessage.__hash__
+
+
+def claim_of(message: DelayedMessage) -> str | None:
+    """The claim token a store's fetch attached to ``message``, or None (a store without claim tokens)."""
+    return message.claim if isinstance(message, ClaimedMessage) else None
+
+
+def same_message(stored: DelayedMessage, new: DelayedMessage) -> bool:
+    """Whether ``new`` is the pending ``stored`` message again: destination, body, headers and due time."""
+    return (
+        stored.destination == new.destination
+        and stored.body == new.body
+        and dict(stored.headers) == dict(new.headers)
+        and stored.due_at == new.due_at
+    )
+
+
+def id_conflict(message_id: str) -> MessageIdConflictError:
+    """The error for a different message under a pending id."""
+    return MessageIdConflictError(
+        f"message id {message_id!r} is already pending with a different destination, body, headers or due time"
+    )
+
+
+def in_flight(message_id: str) -> MessageInFlightError:
+    """The error for an operator's change to a message a dispatcher is sending."""
+    return MessageInFlightError(f"message {message_id!r} is being dispatched right now; try again shortly")
 
 
 @runtime_checkable
@@ -28,15 +87,23 @@ class DelayedMessageStore(Protocol):
     """Where delayed messages wait until due (the seed's IDelayedMessageStore, plus batch claims)."""
 
     def store(self, message: DelayedMessage) -> None:
-        """Persist ``message``; storing the same id again replaces it."""
+        """Persist ``message``; the same message again is a no-op, another under a pending id is refused.
+
+        Raises ``MessageIdConflictError`` when a message with this id is pending and differs in destination,
+        body, headers or due time (docs/identity.md).
+        """
         ...
 
-    def remove(self, message_id: str) -> bool:
-        """Delete a message; False when it was already gone."""
+    def remove(self, message_id: str, claim: str | None = None) -> bool:
+        """Delete a message; False when it was already gone.
+
+        With ``claim`` (from ``claim_of``): only while the row still holds that claim, else False (superseded).
+        Without: an operator's cancel, which raises ``MessageInFlightError`` while a dispatcher's claim lasts.
+        """
         ...
 
-    def increment_failure_count(self, message_id: str) -> bool:
-        """Count one failed delivery and release its claim; False when the message is gone."""
+    def increment_failure_count(self, message_id: str, claim: str | None = None) -> bool:
+        """Count one failed delivery and release its claim; False when gone (or, with ``claim``, superseded)."""
         ...
 
     def next_due(self) -> datetime | None:
@@ -66,8 +133,11 @@ class DelayedMessageStoreWithInfrastructure(DelayedMessageStore, Protocol):
 class ReschedulableStore(Protocol):
     """A store that can move a message's due time (used for retry backoff and by operators)."""
 
-    def reschedule(self, message_id: str, due_at: datetime) -> bool:
-        """Set a new due time and release any claim; False when the message is gone."""
+    def reschedule(self, message_id: str, due_at: datetime, claim: str | None = None) -> bool:
+        """Set a new due time and release any claim; False when gone (or, with ``claim``, superseded).
+
+        Without ``claim`` (an operator): raises ``MessageInFlightError`` while a dispatcher's claim lasts.
+        """
         ...
 
 
@@ -75,8 +145,11 @@ class ReschedulableStore(Protocol):
 class BatchRemovingStore(Protocol):
     """A store that removes many messages in one round trip (e.g. one table transaction)."""
 
-    def remove_many(self, message_ids: Sequence[str]) -> Sequence[bool]:
-        """Delete each message; one flag per id, False when that message was already gone."""
+    def remove_many(self, message_ids: Sequence[str], claims: Sequence[str | None] | None = None) -> Sequence[bool]:
+        """Delete each message; one flag per id, False when that message was already gone.
+
+        With ``claims`` (one per id, from ``claim_of``): each only while its row still holds that claim.
+        """
         ...
 
 

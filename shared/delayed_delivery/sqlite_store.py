@@ -27,13 +27,16 @@ from datetime import UTC, datetime, timedelta
 from .clock import utc
 from .errors import ConfigurationError, TransientError
 from .model import DelayedMessage, Headers, is_usable_message_id, unreadable_message
-from .ports import DelayedMessageStore
+from .ports import ClaimedMessage, DelayedMessageStore, id_conflict, in_flight, same_message
 
 __all__ = ["SqliteDelayedMessageStore"]
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _COLUMNS = "message_id, destination, body, headers, due_at_us, failure_count"
+_INSERT = (
+    "(message_id, destination, body, headers, due_at_us, available_at_us, failure_count) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 def _to_us(value: datetime) -> int:
@@ -114,6 +117,7 @@ class SqliteDelayedMessageStore(DelayedMessageStore):
             except sqlite3.Error as exc:
                 raise ConfigurationError(f"cannot open SQLite store at {self.path!r}: {exc}") from exc
             self._local.conn = conn
+            self._add_claim_column(conn)
             with self._all_lock:
                 self._all.append(conn)
         return conn
@@ -141,6 +145,16 @@ class SqliteDelayedMessageStore(DelayedMessageStore):
             self._all.clear()
         self._local = threading.local()
 
+    def _add_claim_column(self, conn: sqlite3.Connection) -> None:
+        """Give a table made before claim tokens its ``claim_token`` column (NULL: no claim token)."""
+        columns = {row[1] for row in conn.execute(f"PRAGMA table_info({self._q})")}
+        if columns and "claim_token" not in columns:
+            try:
+                conn.execute(f"ALTER TABLE {self._q} ADD COLUMN claim_token TEXT")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):  # another process added it first: fine
+                    raise TransientError(f"SQLite store busy: {exc}") from exc
+
     # -- the store protocol ----------------------------------------------
 
     def setup_infrastructure(self) -> None:
@@ -155,74 +169,91 @@ class SqliteDelayedMessageStore(DelayedMessageStore):
                 " headers TEXT NOT NULL,"
                 " due_at_us INTEGER NOT NULL,"
                 " available_at_us INTEGER NOT NULL,"
-                " failure_count INTEGER NOT NULL DEFAULT 0)"
+                " failure_count INTEGER NOT NULL DEFAULT 0,"
+                " claim_token TEXT)"
             )
+            self._add_claim_column(conn)
             conn.execute(f'CREATE INDEX IF NOT EXISTS "ix_{self.table}_due" ON {q}(due_at_us)')
             conn.execute(f'CREATE INDEX IF NOT EXISTS "ix_{self.table}_available" ON {q}(available_at_us)')
 
     def store(self, message: DelayedMessage) -> None:
-        """Insert or replace ``message``."""
-        due = _to_us(message.due_at)
-        with self._tx() as conn:
-            conn.execute(
-                f"INSERT OR REPLACE INTO {self._q} VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    message.message_id,
-                    message.destination,
-                    message.body,
-                    json.dumps(dict(message.headers), ensure_ascii=False),
-                    due,
-                    due,
-                    message.failure_count,
-                ),
-            )
+        """Insert ``message``; the same message again is a no-op, another under a pending id is refused."""
+        self.store_many([message])
 
     def store_many(self, messages: Sequence[DelayedMessage]) -> None:
-        """Insert or replace many messages in one transaction."""
-        rows = [
-            (
-                m.message_id,
-                m.destination,
-                m.body,
-                json.dumps(dict(m.headers), ensure_ascii=False),
-                _to_us(m.due_at),
-                _to_us(m.due_at),
-                m.failure_count,
-            )
-            for m in messages
-        ]
+        """Insert many messages in one transaction (all or none: a conflicting id refuses the batch)."""
         with self._tx() as conn:
-            conn.executemany(f"INSERT OR REPLACE INTO {self._q} VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            for m in messages:
+                self._insert(conn, m)
 
-    def remove(self, message_id: str) -> bool:
-        """Delete; False when already gone."""
+    def _insert(self, conn: sqlite3.Connection, message: DelayedMessage) -> None:
+        found = conn.execute(f"SELECT {_COLUMNS} FROM {self._q} WHERE message_id = ?", (message.message_id,))
+        row = found.fetchone()
+        if row is not None:
+            try:
+                pending = self._message(row)
+            except (ValueError, TypeError, OverflowError, RecursionError):
+                raise id_conflict(message.message_id) from None
+            if not same_message(pending, message):
+                raise id_conflict(message.message_id)
+            return
+        due = _to_us(message.due_at)
+        headers = json.dumps(dict(message.headers), ensure_ascii=False)
+        conn.execute(
+            f"INSERT INTO {self._q} {_INSERT}",
+            (message.message_id, message.destination, message.body, headers, due, due, message.failure_count),
+        )
+
+    def remove(self, message_id: str, claim: str | None = None) -> bool:
+        """Delete; False when already gone, or superseded (the row no longer holds ``claim``)."""
         with self._tx() as conn:
-            return conn.execute(f"DELETE FROM {self._q} WHERE message_id = ?", (message_id,)).rowcount > 0
+            return self._delete(conn, message_id, claim)
 
-    def remove_many(self, message_ids: Sequence[str]) -> Sequence[bool]:
-        """Delete many in one transaction; one flag per id."""
+    def remove_many(self, message_ids: Sequence[str], claims: Sequence[str | None] | None = None) -> Sequence[bool]:
+        """Delete many in one transaction; one flag per id (with ``claims``: each only while still claimed)."""
+        held = list(claims) if claims is not None else [None] * len(message_ids)
         with self._tx() as conn:
-            return [
-                conn.execute(f"DELETE FROM {self._q} WHERE message_id = ?", (mid,)).rowcount > 0 for mid in message_ids
-            ]
+            return [self._delete(conn, mid, claim) for mid, claim in zip(message_ids, held, strict=True)]
 
-    def increment_failure_count(self, message_id: str) -> bool:
-        """Count a failure and release the claim."""
+    def _delete(self, conn: sqlite3.Connection, message_id: str, claim: str | None) -> bool:
+        if claim is not None:
+            sql = f"DELETE FROM {self._q} WHERE message_id = ? AND claim_token = ?"
+            return conn.execute(sql, (message_id, claim)).rowcount > 0
+        self._not_in_flight(conn, message_id)
+        return conn.execute(f"DELETE FROM {self._q} WHERE message_id = ?", (message_id,)).rowcount > 0
+
+    def _not_in_flight(self, conn: sqlite3.Connection, message_id: str) -> None:
+        """Raise ``MessageInFlightError`` while a dispatcher's claim on the row lasts (by this host's clock)."""
+        found = conn.execute(
+            f"SELECT 1 FROM {self._q} WHERE message_id = ? AND claim_token IS NOT NULL"
+            f" AND available_at_us > ? AND available_at_us > due_at_us AND available_at_us <= {_LAST_US}",
+            (message_id, _to_us(datetime.now(UTC))),
+        ).fetchone()
+        if found is not None:
+            raise in_flight(message_id)
+
+    def increment_failure_count(self, message_id: str, claim: str | None = None) -> bool:
+        """Count a failure and release the claim (its token stays for the settling that follows)."""
+        held = "" if claim is None else " AND claim_token = ?"
         with self._tx() as conn:
             cur = conn.execute(
                 f"UPDATE {self._q} SET failure_count = failure_count + 1, available_at_us = due_at_us"
-                " WHERE message_id = ?",
-                (message_id,),
+                f" WHERE message_id = ?{held}",
+                (message_id,) if claim is None else (message_id, claim),
             )
             return cur.rowcount > 0
 
-    def reschedule(self, message_id: str, due_at: datetime) -> bool:
-        """Move the due time and release the claim."""
+    def reschedule(self, message_id: str, due_at: datetime, claim: str | None = None) -> bool:
+        """Move the due time and release the claim; refused while a dispatcher holds it (without ``claim``)."""
         due = _to_us(due_at)
+        held = "" if claim is None else " AND claim_token = ?"
         with self._tx() as conn:
+            if claim is None:
+                self._not_in_flight(conn, message_id)
             cur = conn.execute(
-                f"UPDATE {self._q} SET due_at_us = ?, available_at_us = ? WHERE message_id = ?",
-                (due, due, message_id),
+                f"UPDATE {self._q} SET due_at_us = ?, available_at_us = ?, claim_token = NULL"
+                f" WHERE message_id = ?{held}",
+                (due, due, message_id) if claim is None else (due, due, message_id, claim),
             )
             return cur.rowcount > 0
 
@@ -237,23 +268,24 @@ class SqliteDelayedMessageStore(DelayedMessageStore):
             return []
         now = _to_us(at)
         until = now + self.claim_timeout_us
+        claim = uuid.uuid4().hex
         q = self._q
         with self._tx() as conn:
             rows = conn.execute(
-                f"UPDATE {q} SET available_at_us = ? WHERE rowid IN ("
+                f"UPDATE {q} SET available_at_us = ?, claim_token = ? WHERE rowid IN ("
                 f" SELECT rowid FROM {q} WHERE due_at_us <= ? AND available_at_us <= ? ORDER BY due_at_us LIMIT ?)"
                 f" RETURNING rowid, {_COLUMNS}",
-                (until, now, now, limit),
+                (until, claim, now, now, limit),
             ).fetchall()
             if len(rows) < limit:  # rows whose due or claim time is not a time: due now (an index seek each)
                 rows += conn.execute(
-                    f"UPDATE {q} SET available_at_us = ? WHERE rowid IN ("
+                    f"UPDATE {q} SET available_at_us = ?, claim_token = ? WHERE rowid IN ("
                     f" SELECT rowid FROM {q} WHERE (due_at_us > {_LAST_US} AND available_at_us <= ?)"
                     f" OR available_at_us > {_LAST_US} LIMIT ?)"
                     f" RETURNING rowid, {_COLUMNS}",
-                    (until, now, limit - len(rows)),
+                    (until, claim, now, limit - len(rows)),
                 ).fetchall()
-            messages = [self._read(row, at, conn) for row in rows]
+            messages = [ClaimedMessage.of(self._read(row, at, conn), claim) for row in rows]
         messages.sort(key=lambda m: (m.due_at, m.message_id))
         return messages
 

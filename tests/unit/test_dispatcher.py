@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -22,6 +23,8 @@ from delayed_delivery import (
     TransientError,
 )
 from delayed_delivery import headers as hdr
+from delayed_delivery import logfields as lf
+from delayed_delivery.ports import claim_of
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -196,9 +199,37 @@ def test_remove_returning_false_is_counted_as_a_possible_duplicate() -> None:
     h = Harness()
     h.dispatcher.store(msg(1, 0))
     [claimed] = h.store.fetch_due(T0, 10)
-    h.store.remove("m-1")  # another dispatcher finished it first
+    [other] = h.store.fetch_due(T0 + timedelta(seconds=61), 10)  # the claim expired: another dispatcher took it
+    assert h.store.remove("m-1", claim_of(other))  # and finished it first
     report = h.dispatcher.dispatch_batch([claimed], T0)
     assert report.dispatched == 1 and report.already_removed == 1
+
+
+def test_a_superseded_claim_never_removes_the_row_stored_since(caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness()
+    h.dispatcher.store(msg(1, 0))
+    [claimed] = h.store.fetch_due(T0, 10)
+    [other] = h.store.fetch_due(T0 + timedelta(seconds=61), 10)
+    assert h.store.remove("m-1", claim_of(other))
+    h.store.store(DelayedMessage("m-1", "orders", b"new", T0 + timedelta(seconds=300)))  # the id, sent again
+    with caplog.at_level(logging.WARNING, logger="delayed_delivery.dispatcher"):
+        report = h.dispatcher.dispatch_batch([claimed], T0)
+    assert report.dispatched == 1 and report.already_removed == 1
+    assert [r.event for r in caplog.records if hasattr(r, "event")] == [lf.EVENT_SUPERSEDED]  # type: ignore[attr-defined]
+    kept = h.store.get("m-1")
+    assert kept is not None and kept.body == b"new", "the message stored since is still there"
+
+
+def test_a_failed_send_under_a_superseded_claim_neither_counts_nor_moves_the_row() -> None:
+    h = Harness(retry_backoff=5)
+    h.dispatcher.store(msg(1, 0, destination="flaky"))
+    [claimed] = h.store.fetch_due(T0, 10)
+    h.store.fetch_due(T0 + timedelta(seconds=61), 10)  # the claim expired: another dispatcher holds it now
+    h.transport.fail("flaky", times=1)
+    report = h.dispatcher.dispatch_batch([claimed], T0)
+    assert report.failed_attempts == 1
+    kept = h.store.get("m-1")
+    assert kept is not None and kept.failure_count == 0 and kept.due_at == T0, "the new holder's row is untouched"
 
 
 def test_fetch_breaker_trips_after_its_time_and_recovers() -> None:
@@ -300,9 +331,10 @@ class BatchRemovingStore(InMemoryDelayedMessageStore):
         super().__init__()
         self.remove_calls: list[list[str]] = []
 
-    def remove_many(self, message_ids: Sequence[str]) -> list[bool]:
+    def remove_many(self, message_ids: Sequence[str], claims: Sequence[str | None] | None = None) -> list[bool]:
         self.remove_calls.append(list(message_ids))
-        return [self.remove(m) for m in message_ids]
+        held = list(claims) if claims is not None else [None] * len(message_ids)
+        return [self.remove(m, c) for m, c in zip(message_ids, held, strict=True)]
 
 
 def test_batch_removing_stores_get_one_removal_per_batch() -> None:
@@ -347,7 +379,7 @@ class SlowRemovingStore(BatchRemovingStore):
             self.fetched_while_removing.extend(m.message_id for m in batch)
         return batch
 
-    def remove_many(self, message_ids: Sequence[str]) -> list[bool]:
+    def remove_many(self, message_ids: Sequence[str], claims: Sequence[str | None] | None = None) -> list[bool]:
         self.removing.set()
         try:
             self.removal_threads.add(threading.current_thread().name)
@@ -355,7 +387,7 @@ class SlowRemovingStore(BatchRemovingStore):
             if self.fail_once:
                 self.fail_once = False
                 raise TransientError("table down while settling")
-            return super().remove_many(message_ids)
+            return super().remove_many(message_ids, claims)
         finally:
             self.removing.clear()
 

@@ -93,7 +93,8 @@ def test_sqlite_text_that_is_not_utf8_is_an_unreadable_row_with_its_bytes_salvag
 ) -> None:
     with sqlite3.connect(store.path) as conn:
         conn.execute(
-            f"INSERT INTO {store.table} VALUES ('bad', 'orders', CAST(? AS TEXT), '{{}}', ?, ?, 0)",
+            f"INSERT INTO {store.table} (message_id, destination, body, headers, due_at_us, available_at_us,"
+            " failure_count) VALUES ('bad', 'orders', CAST(? AS TEXT), '{}', ?, ?, 0)",
             (b"\xff\xfe", DUE_US, DUE_US),
         )
     transport = _dispatch(store)

@@ -14,6 +14,9 @@ Use it from your own test module::
             yield s
             s.drop_everything()
 
+Fetched messages carry the fetch's claim token (``ports.claim_of``); ``remove``, ``increment_failure_count``
+and ``reschedule`` given that token act only while the row still holds it.
+
 Add ``MultiProcessStoreContract`` (and a picklable ``store_factory`` fixture) when several
 processes share the store, and ``ReschedulableStoreContract`` when it implements ``reschedule``.
 """
@@ -30,8 +33,9 @@ from typing import Any
 
 import pytest
 
+from ..errors import MessageIdConflictError, MessageInFlightError
 from ..model import DelayedMessage
-from ..ports import DelayedMessageStore, ReschedulableStore
+from ..ports import BatchRemovingStore, DelayedMessageStore, ReschedulableStore, claim_of
 
 __all__ = ["MultiProcessStoreContract", "ReschedulableStoreContract", "StoreContract"]
 
@@ -50,6 +54,20 @@ def _msg(i: int | str, due: datetime, **kw: Any) -> DelayedMessage:
 
 def _s(seconds: float) -> timedelta:
     return timedelta(seconds=seconds)
+
+
+def _claim(message: DelayedMessage | None) -> str:
+    """The claim token a fetch attached; every store of this package attaches one."""
+    assert message is not None, "nothing was fetched"
+    claim = claim_of(message)
+    assert claim, f"{message.message_id!r} was fetched without a claim token"
+    return claim
+
+
+def _now() -> datetime:
+    """Wall-clock now, whole milliseconds (operators' in-flight checks compare claims with the real clock)."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
 class StoreContract:
@@ -142,12 +160,101 @@ class StoreContract:
         nxt = store.next_due()
         assert nxt is not None and nxt > T0
 
-    def test_storing_the_same_id_replaces(self, store: DelayedMessageStore) -> None:
+    # -- identity: an id means one message (docs/identity.md) ---------------
+
+    def test_storing_the_same_message_again_is_a_no_op(self, store: DelayedMessageStore) -> None:
+        original = _msg(1, T0 + _s(10), headers={"a": "1"})
+        store.store(original)
+        store.store(_msg(1, T0 + _s(10), headers={"a": "1"}))
+        fetched = store.fetch_due(T0 + _s(10), 10)
+        assert fetched == [original]
+        store.store(original)  # while claimed: still a no-op, and the claim stands
+        assert store.fetch_due(T0 + _s(11), 10) == []
+        assert store.remove("m-1", _claim(fetched[0])) is True
+        assert store.fetch_due(T0 + _s(10**6), 10) == []
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"body": b"other"},
+            {"destination": "elsewhere"},
+            {"headers": {"a": "2"}},
+            {"due": T0 + _s(11)},
+        ],
+        ids=["body", "destination", "headers", "due"],
+    )
+    def test_storing_another_message_under_a_pending_id_is_refused(
+        self, store: DelayedMessageStore, change: dict[str, Any]
+    ) -> None:
+        store.store(_msg(1, T0 + _s(10), headers={"a": "1"}))
+        kw: dict[str, Any] = {"headers": {"a": "1"}, **change}
+        with pytest.raises(MessageIdConflictError, match="m-1"):
+            store.store(_msg(1, kw.pop("due", T0 + _s(10)), **kw))
+        fetched = store.fetch_due(T0 + _s(100), 10)
+        assert fetched == [_msg(1, T0 + _s(10), headers={"a": "1"})], "the pending message is unchanged"
+
+    def test_an_id_is_free_again_once_its_message_is_gone(self, store: DelayedMessageStore) -> None:
         store.store(_msg(1, T0 + _s(10), body=b"old"))
+        assert store.remove("m-1") is True
         store.store(_msg(1, T0 + _s(20), body=b"new"))
-        assert store.fetch_due(T0 + _s(15), 10) == []
-        fetched = store.fetch_due(T0 + _s(20), 10)
-        assert [m.body for m in fetched] == [b"new"]
+        assert [m.body for m in store.fetch_due(T0 + _s(20), 10)] == [b"new"]
+
+    # -- claims: settling only acts while the row holds the claim ------------
+
+    def test_remove_with_a_claim_that_expired_and_was_taken_again_does_nothing(
+        self, store: DelayedMessageStore
+    ) -> None:
+        store.store(_msg(1, T0))
+        first = _claim(store.fetch_next_due(T0))
+        second = _claim(store.fetch_next_due(T0 + _s(self.claim_timeout + 1)))
+        assert first != second
+        assert store.remove("m-1", first) is False, "the first dispatcher's claim is superseded"
+        assert store.increment_failure_count("m-1", first) is False
+        assert store.remove("m-1", second) is True
+
+    def test_remove_with_a_stale_claim_leaves_the_message_stored_since(self, store: DelayedMessageStore) -> None:
+        store.store(_msg(1, T0, body=b"old"))
+        stale = _claim(store.fetch_next_due(T0))
+        assert store.remove("m-1", _claim(store.fetch_next_due(T0 + _s(self.claim_timeout + 1)))) is True
+        store.store(_msg(1, T0 + _s(5), body=b"new"))
+        assert store.remove("m-1", stale) is False
+        assert store.increment_failure_count("m-1", stale) is False
+        fetched = store.fetch_due(T0 + _s(10**6), 10)
+        assert [(m.body, m.failure_count) for m in fetched] == [(b"new", 0)], "the new message is untouched"
+
+    def test_a_failure_keeps_the_claim_token_for_the_settling_that_follows(self, store: DelayedMessageStore) -> None:
+        store.store(_msg(1, T0))
+        claim = _claim(store.fetch_next_due(T0))
+        assert store.increment_failure_count("m-1", claim) is True
+        assert store.remove("m-1", claim) is True  # e.g. moved to the error queue
+
+    def test_remove_many_with_claims_removes_only_rows_still_claimed(self, store: DelayedMessageStore) -> None:
+        if not isinstance(store, BatchRemovingStore):
+            return  # the store has no batch removal: remove() above covers it
+        for i in range(3):
+            store.store(_msg(i, T0 + _s(i)))
+        batch = store.fetch_due(T0 + _s(10), 10)
+        again = store.fetch_next_due(T0 + _s(self.claim_timeout + 20))  # m-0's claim expired: taken again
+        assert again is not None and again.message_id == "m-0"
+        flags = store.remove_many([m.message_id for m in batch], [_claim(m) for m in batch])
+        assert list(flags) == [False, True, True]
+        assert store.remove("m-0", _claim(again)) is True
+
+    def test_cancel_while_a_dispatcher_holds_the_claim_is_refused_as_in_flight(
+        self, store: DelayedMessageStore
+    ) -> None:
+        now = _now()
+        store.store(_msg(1, now - _s(1)))
+        claim = _claim(store.fetch_next_due(now))
+        with pytest.raises(MessageInFlightError, match="m-1"):
+            store.remove("m-1")
+        assert store.remove("m-1", claim) is True, "the message was still there, claimed"
+
+    def test_cancel_after_the_claim_expired_removes(self, store: DelayedMessageStore) -> None:
+        now = _now()
+        store.store(_msg(1, now - _s(self.claim_timeout + 10)))
+        assert store.fetch_next_due(now - _s(self.claim_timeout + 5)) is not None
+        assert store.remove("m-1") is True
 
     def test_large_binary_body(self, store: DelayedMessageStore) -> None:
         body = bytes(range(256)) * (self.max_body_bytes // 256)
@@ -183,7 +290,7 @@ class StoreContract:
                 with lock:
                     seen.extend(m.message_id for m in batch)
                 for m in batch:
-                    store.remove(m.message_id)
+                    store.remove(m.message_id, claim_of(m))
 
         threads = [threading.Thread(target=worker) for _ in range(8)]
         for t in threads:
@@ -197,18 +304,43 @@ class StoreContract:
 class ReschedulableStoreContract:
     """Extra behaviour for stores implementing ``reschedule``."""
 
+    #: The claim timeout (seconds) the ``store`` fixture configures.
+    claim_timeout: float = 60.0
+
     @pytest.fixture
     def store(self) -> ReschedulableStore:
         raise NotImplementedError
 
     def test_reschedule_moves_the_due_time_and_releases_the_claim(self, store: Any) -> None:
         store.store(_msg(1, T0))
-        assert store.fetch_next_due(T0) is not None
-        assert store.reschedule("m-1", T0 + _s(30)) is True
+        claim = _claim(store.fetch_next_due(T0))
+        assert store.reschedule("m-1", T0 + _s(30), claim) is True
         assert store.fetch_next_due(T0 + _s(29)) is None
         assert store.next_due() == T0 + _s(30)
         assert store.fetch_next_due(T0 + _s(30)) is not None
         assert store.reschedule("missing", T0) is False
+
+    def test_reschedule_of_an_unclaimed_message_moves_it(self, store: Any) -> None:
+        store.store(_msg(1, T0))
+        assert store.reschedule("m-1", T0 + _s(30)) is True
+        assert store.fetch_next_due(T0 + _s(29)) is None
+        assert store.fetch_next_due(T0 + _s(30)) is not None
+
+    def test_reschedule_while_a_dispatcher_holds_the_claim_is_refused_as_in_flight(self, store: Any) -> None:
+        now = _now()
+        store.store(_msg(1, now - _s(1)))
+        claim = _claim(store.fetch_next_due(now))
+        with pytest.raises(MessageInFlightError, match="m-1"):
+            store.reschedule("m-1", now + _s(3600))
+        assert store.remove("m-1", claim) is True, "the dispatcher's removal still works: nothing moved"
+
+    def test_reschedule_with_a_superseded_claim_does_nothing(self, store: Any) -> None:
+        store.store(_msg(1, T0))
+        first = _claim(store.fetch_next_due(T0))
+        second = _claim(store.fetch_next_due(T0 + _s(self.claim_timeout + 1)))
+        assert store.reschedule("m-1", T0 + _s(10**5), first) is False
+        assert store.reschedule("m-1", T0 + _s(500), second) is True
+        assert store.next_due() == T0 + _s(500)
 
 
 def _claim_worker(
@@ -224,7 +356,7 @@ def _claim_worker(
         claimed.extend(m.message_id for m in batch)
         time.sleep(0.005)  # a real dispatcher sends between claim and remove; let the others in
         for m in batch:
-            store.remove(m.message_id)
+            store.remove(m.message_id, claim_of(m))
     results.put((worker, claimed))
 
 
