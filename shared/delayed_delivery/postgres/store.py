@@ -43,8 +43,9 @@ from ..clock import utc
 from ..durations import Delay, to_seconds
 from ..errors import ConfigurationError, InvalidMessageError
 from ..model import DelayedMessage, Headers, is_usable_message_id, unreadable_message
-from ..ports import DelayedMessageStore
+from ..ports import ClaimedMessage, DelayedMessageStore, id_conflict, in_flight, same_message
 from .connection import ConnectionSet, derived_name, validate_identifier
+from .store_sql import Statements
 
 __all__ = ["DEFAULT_TABLE", "PostgresDelayedMessageStore"]
 
@@ -52,20 +53,6 @@ __all__ = ["DEFAULT_TABLE", "PostgresDelayedMessageStore"]
 DEFAULT_TABLE = "delayed_messages"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-#: The first and last times a Python datetime holds; a due time outside them is garbage written by hand.
-_FIRST = "'0001-01-01 00:00:00+00'::timestamptz"
-_LAST = "'9999-12-31 23:59:59.999999+00'::timestamptz"
-#: A row's columns as ``_message`` reads them: headers as text (parsed here), an unholdable due time as NULL.
-_COLUMNS = (
-    "d.message_id, d.destination, d.body, d.headers::text,"
-    f" CASE WHEN d.due_at BETWEEN {_FIRST} AND {_LAST} THEN d.due_at END, d.failure_count"
-)
-
-
-def _holdable(column: str) -> str:
-    """SQL for a time column's value clamped to what a Python datetime holds (beyond year 9999: the first)."""
-    within = f"{column} BETWEEN {_FIRST} AND {_LAST}"
-    return f"CASE WHEN {column} IS NULL THEN NULL WHEN {within} THEN {column} ELSE {_FIRST} END"
 
 
 def _check_text(message: DelayedMessage) -> None:
@@ -120,77 +107,7 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
         )
         self._t = sql.Identifier(self.schema, self.table)
         self._claim = timedelta(seconds=self.claim_timeout)
-        self._build_statements()
-
-    def _build_statements(self) -> None:
-        t = self._t
-        upsert = sql.SQL(
-            "INSERT INTO {t} AS d (message_id, destination, body, headers, due_at, available_at, failure_count)"
-            " VALUES (%(id)s, %(dest)s, %(body)s, %(headers)s::json, {due}, {due}, %(failures)s)"
-            " ON CONFLICT (message_id) DO UPDATE SET destination = EXCLUDED.destination, body = EXCLUDED.body,"
-            " headers = EXCLUDED.headers, due_at = EXCLUDED.due_at, available_at = EXCLUDED.available_at,"
-            " failure_count = EXCLUDED.failure_count, stored_at = now()"
-            " RETURNING d.due_at"
-        )
-        notify_if_earliest = sql.SQL(
-            "WITH prev AS (SELECT min(available_at) AS m FROM {t}), up AS ({upsert})"
-            " SELECT up.due_at, CASE WHEN prev.m IS NULL OR up.due_at < prev.m THEN pg_notify(%(channel)s,"
-            " (extract(epoch FROM up.due_at) * 1000000)::bigint::text) END FROM up, prev"
-        )
-        self._sql_store = notify_if_earliest.format(t=t, upsert=upsert.format(t=t, due=sql.SQL("%(due)s")))
-        self._sql_store_after = notify_if_earliest.format(
-            t=t, upsert=upsert.format(t=t, due=sql.SQL("now() + %(delay)s::interval"))
-        )
-        self._sql_remove = sql.SQL("DELETE FROM {t} WHERE message_id = %s").format(t=t)
-        self._sql_remove_many = sql.SQL("DELETE FROM {t} WHERE message_id = ANY(%s) RETURNING message_id").format(t=t)
-        self._sql_fail = sql.SQL(
-            "UPDATE {t} SET failure_count = least(failure_count, 2147483646) + 1, available_at = due_at"
-            " WHERE message_id = %s"
-        ).format(t=t)
-        self._sql_rename = sql.SQL("UPDATE {t} SET message_id = %s WHERE message_id = %s").format(t=t)
-        self._sql_reschedule = sql.SQL(
-            "UPDATE {t} SET due_at = %(due)s, available_at = %(due)s WHERE message_id = %(id)s"
-        ).format(t=t)
-        next_due = _holdable("min(available_at)")
-        self._sql_next_due = sql.SQL(f"SELECT {next_due} FROM {{t}}").format(t=t)
-        self._sql_until_next_due = sql.SQL(
-            f"SELECT extract(epoch FROM {next_due} - clock_timestamp())::float8 FROM {{t}}"
-        ).format(t=t)
-        # The second arm claims rows whose due or claim time no datetime holds (infinity, past year 9999): due now.
-        # Two index seeks at the indexes' ends, and only run when the first arm leaves room under the limit.
-        claim = (
-            "UPDATE {t} AS d SET available_at = {until} FROM ("
-            " SELECT message_id FROM (SELECT message_id FROM {t} WHERE due_at <= {at} AND available_at <= {at}"
-            ' ORDER BY due_at, message_id COLLATE "C" LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS ready'
-            " UNION ALL SELECT message_id FROM (SELECT message_id FROM {t}"
-            f" WHERE (due_at > {_LAST} AND available_at <= {{at}}) OR available_at > {_LAST}"
-            " LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS garbage"
-            " LIMIT %(limit)s) AS due"
-            " WHERE d.message_id = due.message_id"
-            f" RETURNING {_COLUMNS}, {{now}}"
-        )
-        self._sql_fetch = sql.SQL(claim).format(
-            t=t, until=sql.SQL("%(until)s"), at=sql.SQL("%(at)s"), now=sql.SQL("%(at)s")
-        )
-        self._sql_fetch_capped = sql.SQL(claim).format(
-            t=t,
-            until=sql.SQL("least(%(at)s, now()) + %(claim)s::interval"),
-            at=sql.SQL("least(%(at)s, now())"),
-            now=sql.SQL("now()"),
-        )
-        self._sql_claim_now = sql.SQL(claim).format(
-            t=t,
-            until=sql.SQL("now() + %(claim)s::interval"),
-            at=sql.SQL("now() + %(ahead)s::interval"),
-            now=sql.SQL("now()"),
-        )
-        self._sql_get = sql.SQL(f"SELECT {_COLUMNS} FROM {{t}} AS d WHERE message_id = %s").format(t=t)
-        self._sql_count = sql.SQL("SELECT count(*) FROM {t}").format(t=t)
-        self._sql_earliest = sql.SQL(f"SELECT {_holdable('min(due_at)')} FROM {{t}}").format(t=t)
-        self._sql_backlog = sql.SQL(
-            f"SELECT {_holdable('to_timestamp(floor(extract(epoch FROM due_at) / %(size)s) * %(size)s)')} AS bucket,"
-            " count(*) FROM {t} GROUP BY bucket ORDER BY bucket"
-        ).format(t=t)
+        self._q = Statements(self._t)
 
     # -- pickling (a factory for other processes) ---------------------------
 
@@ -233,9 +150,12 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
                     " due_at timestamptz NOT NULL,"
                     " available_at timestamptz NOT NULL,"
                     " failure_count integer NOT NULL DEFAULT 0 CHECK (failure_count >= 0),"
-                    " stored_at timestamptz NOT NULL DEFAULT now())"
+                    " stored_at timestamptz NOT NULL DEFAULT now(),"
+                    " claim_token text)"
                 ).format(t=t)
             )
+            # tables made before claim tokens: the column, NULL (no token) in every existing row
+            cur.execute(sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS claim_token text").format(t=t))
             for suffix, column in (("_due_ix", "due_at"), ("_available_ix", "available_at")):
                 cur.execute(
                     sql.SQL("CREATE INDEX IF NOT EXISTS {ix} ON {t} ({col})").format(
@@ -259,10 +179,15 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
     # -- the store protocol --------------------------------------------------
 
     def store(self, message: DelayedMessage) -> None:
-        """Insert or replace ``message`` (due at its own ``due_at``); NOTIFY when it is now the earliest."""
+        """Insert ``message`` (due at its own ``due_at``); NOTIFY when it is now the earliest.
+
+        The same message again is a no-op; another under a pending id raises ``MessageIdConflictError``.
+        """
         _check_text(message)
         with self._db.cursor() as cur:
-            cur.execute(self._sql_store, self._params(message, due=message.due_at))
+            cur.execute(self._q.store, self._params(message, due=message.due_at))
+            if cur.fetchone() is None:
+                self._check_pending(cur, message)
 
     def store_after(
         self,
@@ -286,60 +211,115 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
         )
         _check_text(draft)
         with self._db.cursor() as cur:
-            cur.execute(self._sql_store_after, self._params(draft, delay=timedelta(seconds=seconds)))
+            cur.execute(self._q.store_after, self._params(draft, delay=timedelta(seconds=seconds)))
             row = cur.fetchone()
-        assert row is not None
+        if row is None:  # the id is pending: its due time was fixed by an earlier call, so this is another message
+            raise id_conflict(draft.message_id)
         return DelayedMessage(draft.message_id, draft.destination, draft.body, utc(row[0]), draft.headers)
 
     def store_many(self, messages: Sequence[DelayedMessage]) -> None:
-        """Insert or replace many messages in one transaction (NOTIFY for each new earliest, sent at commit)."""
+        """Insert many messages in one transaction (all or none; NOTIFY for each new earliest, sent at commit)."""
         for m in messages:
             _check_text(m)
+        if not messages:
+            return
         with self._db.cursor(transaction=True) as cur:
-            cur.executemany(self._sql_store, [self._params(m, due=m.due_at) for m in messages])
+            cur.executemany(self._q.store, [self._params(m, due=m.due_at) for m in messages], returning=True)
+            kept: list[DelayedMessage] = []
+            for m in messages:
+                if cur.fetchone() is None:
+                    kept.append(m)
+                cur.nextset()
+            for m in kept:
+                self._check_pending(cur, m)
 
-    def remove(self, message_id: str) -> bool:
-        """Delete; False when already gone."""
+    def _check_pending(self, cur: psycopg.Cursor[Any], message: DelayedMessage) -> None:
+        """After an insert that found the id taken: a no-op when the pending message is this one, else refuse."""
+        for _ in range(3):
+            cur.execute(self._q.pending, (message.message_id,))
+            row = cur.fetchone()
+            if row is not None:
+                try:
+                    pending = self._message(row)
+                except (ValueError, TypeError, OverflowError, RecursionError):
+                    raise id_conflict(message.message_id) from None
+                if not same_message(pending, message):
+                    raise id_conflict(message.message_id)
+                return
+            cur.execute(self._q.store, self._params(message, due=message.due_at))  # removed meanwhile
+            if cur.fetchone() is not None:
+                return
+        raise id_conflict(message.message_id)
+
+    def remove(self, message_id: str, claim: str | None = None) -> bool:
+        """Delete; False when gone or (with ``claim``) superseded; an operator's cancel of a claimed row raises."""
         with self._db.cursor() as cur:
-            cur.execute(self._sql_remove, (message_id,))
-            return cur.rowcount > 0
+            if claim is not None:
+                cur.execute(self._q.remove_claimed, {"id": message_id, "claim": claim})
+                return cur.rowcount > 0
+            cur.execute(self._q.remove, {"id": message_id, "now": datetime.now(UTC)})
+            if cur.rowcount > 0:
+                return True
+            self._refuse_in_flight(cur, [message_id])
+            return False
 
-    def remove_many(self, message_ids: Sequence[str]) -> Sequence[bool]:
-        """Delete many in one statement; one flag per id (a repeated id counts once)."""
+    def remove_many(self, message_ids: Sequence[str], claims: Sequence[str | None] | None = None) -> Sequence[bool]:
+        """Delete many in one statement; one flag per id (a repeated id counts once); ``claims``: see ``remove``."""
         if not message_ids:
             return []
         with self._db.cursor() as cur:
-            cur.execute(self._sql_remove_many, (list(message_ids),))
+            if claims is None or any(c is None for c in claims):
+                cur.execute(self._q.remove_many, {"ids": list(message_ids), "now": datetime.now(UTC)})
+            else:
+                cur.execute(self._q.remove_many_claimed, {"ids": list(message_ids), "claims": list(claims)})
             gone = {row[0] for row in cur.fetchall()}
+            if claims is None or any(c is None for c in claims):
+                self._refuse_in_flight(cur, [mid for mid in message_ids if mid not in gone])
         flags: list[bool] = []
         for mid in message_ids:
             flags.append(mid in gone)
             gone.discard(mid)
         return flags
 
-    def increment_failure_count(self, message_id: str) -> bool:
-        """Count a failure and release the claim; False when the message is gone."""
+    def _refuse_in_flight(self, cur: psycopg.Cursor[Any], not_removed: Sequence[str]) -> None:
+        """Raise ``MessageInFlightError`` when an id an operator's removal did not remove is still there."""
+        if not_removed:
+            cur.execute(self._q.exists, (list(not_removed),))
+            row = cur.fetchone()
+            if row is not None:
+                raise in_flight(row[0])
+
+    def increment_failure_count(self, message_id: str, claim: str | None = None) -> bool:
+        """Count a failure and release the claim (its token stays); False when gone or superseded."""
         with self._db.cursor() as cur:
-            cur.execute(self._sql_fail, (message_id,))
+            if claim is None:
+                cur.execute(self._q.fail, {"id": message_id})
+            else:
+                cur.execute(self._q.fail_claimed, {"id": message_id, "claim": claim})
             return cur.rowcount > 0
 
-    def reschedule(self, message_id: str, due_at: datetime) -> bool:
-        """Move the due time and release the claim; False when the message is gone."""
+    def reschedule(self, message_id: str, due_at: datetime, claim: str | None = None) -> bool:
+        """Move the due time and release the claim; False when gone or superseded; refused while in flight."""
+        params = {"due": utc(due_at), "id": message_id, "claim": claim, "now": datetime.now(UTC)}
         with self._db.cursor() as cur:
-            cur.execute(self._sql_reschedule, {"due": utc(due_at), "id": message_id})
-            return cur.rowcount > 0
+            cur.execute(self._q.reschedule if claim is None else self._q.reschedule_claimed, params)
+            if cur.rowcount > 0:
+                return True
+            if claim is None:
+                self._refuse_in_flight(cur, [message_id])
+            return False
 
     def next_due(self) -> datetime | None:
         """Earliest time a message becomes fetchable (claimed ones: when their claim expires)."""
         with self._db.cursor() as cur:
-            cur.execute(self._sql_next_due)
+            cur.execute(self._q.next_due)
             row = cur.fetchone()
         return None if row is None or row[0] is None else utc(row[0])
 
     def seconds_until_next_due(self) -> float | None:
         """Seconds from the database clock's now until ``next_due`` (negative when overdue), or None."""
         with self._db.cursor() as cur:
-            cur.execute(self._sql_until_next_due)
+            cur.execute(self._q.until_next_due)
             row = cur.fetchone()
         return None if row is None or row[0] is None else float(row[0])
 
@@ -350,9 +330,9 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
         at = utc(at)
         if self.never_before_database_time:
             params = {"at": at, "claim": self._claim, "limit": limit}
-            return self._claim_rows(self._sql_fetch_capped, params)[1]
+            return self._claim_rows(self._q.fetch_capped, params)[1]
         params = {"at": at, "until": at + self._claim, "limit": limit}
-        return self._claim_rows(self._sql_fetch, params)[1]
+        return self._claim_rows(self._q.fetch, params)[1]
 
     def claim_due(self, limit: int, *, look_ahead: float = 0.0) -> tuple[datetime, list[DelayedMessage]]:
         """Claim up to ``limit`` messages due by the database's ``now() + look_ahead``; returns (db now, batch)."""
@@ -361,15 +341,18 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
         if limit < 1:
             return self.database_now(), []
         params = {"claim": self._claim, "ahead": timedelta(seconds=look_ahead), "limit": limit}
-        now, batch = self._claim_rows(self._sql_claim_now, params)
+        now, batch = self._claim_rows(self._q.claim_now, params)
         return (now if now is not None else self.database_now()), batch
 
     def _claim_rows(self, query: sql.Composed, params: dict[str, Any]) -> tuple[datetime | None, list[DelayedMessage]]:
+        token = uuid.uuid4().hex
         with self._db.cursor() as cur:
-            cur.execute(query, params)
+            cur.execute(query, {**params, "token": token})
             rows = cur.fetchall()
             now = utc(rows[0][6]) if rows else None
-            batch = [self._read(r[:6], now or _EPOCH, cur) for r in rows]
+            batch: list[DelayedMessage] = [
+                ClaimedMessage.of(self._read(r[:6], now or _EPOCH, cur), token) for r in rows
+            ]
         batch.sort(key=lambda m: (m.due_at, m.message_id))
         return now, batch
 
@@ -386,27 +369,27 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
     def get(self, message_id: str) -> DelayedMessage | None:
         """The stored message with this id, claimed or not."""
         with self._db.cursor() as cur:
-            cur.execute(self._sql_get, (message_id,))
+            cur.execute(self._q.get, (message_id,))
             row = cur.fetchone()
         return None if row is None else self._read(row, _EPOCH, None)
 
     def earliest_due(self) -> datetime | None:
         """The earliest due time of any pending message, claimed or not."""
         with self._db.cursor() as cur:
-            cur.execute(self._sql_earliest)
+            cur.execute(self._q.earliest)
             row = cur.fetchone()
         return None if row is None or row[0] is None else utc(row[0])
 
     def backlog(self, bucket_seconds: int) -> Sequence[tuple[datetime, int]]:
         """Pending counts per due-time bucket (bucket start, count), earliest first."""
         with self._db.cursor() as cur:
-            cur.execute(self._sql_backlog, {"size": max(1, int(bucket_seconds))})
+            cur.execute(self._q.backlog, {"size": max(1, int(bucket_seconds))})
             rows = cur.fetchall()
         return [(utc(bucket), int(n)) for bucket, n in rows]
 
     def __len__(self) -> int:
         with self._db.cursor() as cur:
-            cur.execute(self._sql_count)
+            cur.execute(self._q.count)
             row = cur.fetchone()
         return 0 if row is None else int(row[0])
 
@@ -432,7 +415,7 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
             reason = f"row {str(message_id)[:140]!r} of {self.qualified_name}: {type(exc).__name__}: {exc}"
             if cur is not None and not is_usable_message_id(message_id):
                 renamed = f"unreadable-{uuid.uuid4().hex}"  # the stand-in's id must find the row
-                cur.execute(self._sql_rename, (renamed, message_id))
+                cur.execute(self._q.rename, (renamed, message_id))
                 message_id = renamed
             return unreadable_message(message_id, destination, body, now if due_at is None else utc(due_at), reason)
 
