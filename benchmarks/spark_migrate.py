@@ -82,7 +82,7 @@ def _run_child(argv: list[str], also: int | None = None) -> dict[str, object]:
     with tempfile.NamedTemporaryFile("r", suffix=".json") as result:
         also_cpu0 = _cpu_seconds(also) if also else 0.0
         proc = subprocess.Popen([*argv, "--result", result.name], cwd=ROOT)
-        peak, cpu = 0, {}
+        peak, cpu = 0, dict[int, float]()
         also_cpu = also_cpu0
         while proc.poll() is None:
             pids = _tree(proc.pid)
@@ -240,8 +240,7 @@ def run(smoke: bool = False) -> list[Any]:
     ]
 
 
-def main() -> None:
-    """Parse arguments; as parent generate data and run both children, as child run one variant."""
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--batch-size", type=int, default=1000)
@@ -256,21 +255,10 @@ def main() -> None:
     ap.add_argument("--in-flight", type=int, default=4, help="Azure transactions in flight per Spark task.")
     ap.add_argument("--target-url", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    return ap
 
-    if a.variant:
-        source, url = Path(a.source), a.target_url
-        data = (
-            _python_loop(source, url, a.batch_size)
-            if a.variant == "python"
-            else _spark(source, url, a.batch_size, a.master, Path(a.workdir))
-        )
-        Path(a.result).write_text(json.dumps(data))
-        return
 
-    results, gen_seconds = measure(
-        a.rows, a.batch_size, a.master, a.files, a.workdir, a.store, shards=a.shards, in_flight=a.in_flight
-    )
+def _print_results(a: argparse.Namespace, results: list[dict[str, object]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -288,6 +276,9 @@ def main() -> None:
             f"{r.get('emulator_cpu_seconds', '-')}",
         )
     Console().print(table)
+
+
+def _write_results(a: argparse.Namespace, results: list[dict[str, object]], gen_seconds: float) -> Path:
     report = {
         "benchmark": "spark_migrate",
         "at": datetime.now(UTC).isoformat(),
@@ -306,7 +297,26 @@ def main() -> None:
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / f"spark_migrate-{a.store}-{a.rows}.json"
     path.write_text(json.dumps(report, indent=1))
-    print(f"written {path}")
+    return path
+
+
+def main() -> None:
+    """Parse arguments; as parent generate data and run both children, as child run one variant."""
+    a = _parser().parse_args()
+    if a.variant:
+        source, url = Path(a.source), a.target_url
+        data = (
+            _python_loop(source, url, a.batch_size)
+            if a.variant == "python"
+            else _spark(source, url, a.batch_size, a.master, Path(a.workdir))
+        )
+        Path(a.result).write_text(json.dumps(data))
+        return
+    results, gen_seconds = measure(
+        a.rows, a.batch_size, a.master, a.files, a.workdir, a.store, shards=a.shards, in_flight=a.in_flight
+    )
+    _print_results(a, results)
+    print(f"written {_write_results(a, results, gen_seconds)}")
 
 
 if __name__ == "__main__":

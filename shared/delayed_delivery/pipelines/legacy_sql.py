@@ -1,6 +1,6 @@
 """SQL scripts that hide migrated timeouts from the legacy store, and bring them back (pure Python, no Spark).
 
-The seed's migration tool hides the rows it migrated so the legacy timeout manager cannot deliver them a
+The NServiceBus timeout migration tool hides the rows it migrated so the legacy timeout manager cannot deliver them a
 second time (SQL persistence moves them into ``TimeoutData_migration_<run>``). Our sources are exports,
 so the job cannot touch the legacy database itself; instead ``run`` writes, next to ``migrated-ids/``:
 
