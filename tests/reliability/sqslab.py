@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import os
 import random
@@ -51,7 +50,7 @@ REGION = "us-east-1"
 #: Compressed: 1 s native cap and FIFO hop; a 4 s delay takes about three FIFO hops, then a native remainder.
 CAP = 1
 DELAY = 4
-POINTS = ("after_receive", "before_send", "mid_batch", "after_send", "before_delete")
+POINTS = ("after_receive", "before_send", "mid_batch", "after_send", "after_park", "before_delete")
 
 
 def sqs_client(endpoint_url: str) -> SQSClient:
@@ -78,13 +77,14 @@ def handler_env(settings: DelayedDeliverySettings) -> dict[str, str]:
         "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(settings.max_native_delay),
         "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(settings.fifo_queue_delay),
         "DELAYED_DELIVERY_ERROR_QUEUE": settings.error_queue,
+        "DELAYED_DELIVERY_MAX_PARK_SECONDS": str(settings.max_park_seconds),
         "POWERTOOLS_SERVICE_NAME": "requeue-crashlab",
         "POWERTOOLS_METRICS_NAMESPACE": "DelayedDeliveryCrashlab",
     }
 
 
 class CrashingSqs:
-    """Wraps a boto3 SQS client; dies (``InjectedCrash``) at seeded fault points around receives, sends, deletes."""
+    """Wraps a boto3 SQS client; dies (``InjectedCrash``) at seeded points around receives, sends, parks, deletes."""
 
     def __init__(self, client: SQSClient, faults: FaultPlan | None) -> None:
         self._client = client
@@ -115,6 +115,11 @@ class CrashingSqs:
         self._point("after_send")
         return reply
 
+    def change_message_visibility_batch(self, **kwargs: Any) -> Any:
+        reply = self._client.change_message_visibility_batch(**kwargs)
+        self._point("after_park")
+        return reply
+
     def delete_message_batch(self, **kwargs: Any) -> Any:
         self._point("before_delete")
         return self._client.delete_message_batch(**kwargs)
@@ -135,6 +140,11 @@ class SqsSoakResult:
     seconds: float
     invocations: int = 0
     leftovers: list[str] = field(default_factory=list)
+    #: Records (or inner messages) the handler reported ``parked``.
+    parks: int = 0
+    #: Handler outcomes per inner message (``HopOutcome`` values).
+    outcomes: dict[str, int] = field(default_factory=dict)
+    endpoints: int = 1
 
 
 class Lab:
@@ -207,42 +217,6 @@ class Lab:
         )
 
 
-def _poller(lab: Lab, client: Any) -> LocalEventSourcePoller:
-    handler = build_handler(handler_env(lab.settings), sqs_client=client)
-    return LocalEventSourcePoller(client, lab.endpoint.delay_url, lab.endpoint.delay_arn, handler, wait_seconds=0)
-
-
-def in_process_soak(
-    endpoint_url: str, messages: int, crashes: int, seed: int = 1, probability: float = 0.04, timeout: float = 3600
-) -> SqsSoakResult:
-    """Inject ``crashes`` deaths at the fault points; rounds of ``messages`` are sent until the count is reached."""
-    started = time.monotonic()
-    lab = Lab(endpoint_url)
-    faults = FaultPlan(random.Random(seed), probability)
-    wrapper = CrashingSqs(lab.client, faults)
-    poller = _poller(lab, wrapper)
-    injected, rounds, invocations = 0, 0, 0
-    deadline = started + timeout
-    while time.monotonic() < deadline:
-        if injected < crashes and lab.expected <= set(lab.arrivals) and lab.depth(lab.endpoint.delay_url) == 0:
-            lab.send(messages, f"r{rounds}")
-            rounds += 1
-        wrapper.faults = faults if injected < crashes else None
-        try:
-            records = poller.poll_once(wait_seconds=0)
-            invocations += 1 if records else 0
-        except InjectedCrash:
-            injected += 1
-            poller = _poller(lab, wrapper)  # a fresh container: nothing survives but the queues
-            records = 0
-        drained = lab.drain()
-        if not records and not drained:
-            if injected >= crashes and lab.settled():
-                break
-            time.sleep(0.05)
-    return lab.result(injected, dict(faults.crashes), 0, started, invocations)
-
-
 def _worker(endpoint_url: str, queue: str) -> None:
     """A poller+handler process on the real clock, until killed."""
     client = sqs_client(endpoint_url)
@@ -303,17 +277,22 @@ def main() -> None:
         _worker(sys.argv[2], sys.argv[3])
         return
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--messages", type=int, default=200, help="messages per round of the in-process soak")
     p.add_argument("--crashes", type=int, default=10_000, help="in-process crashes at fault points")
-    p.add_argument("--kills", type=int, default=50, help="SIGKILLs of poller processes")
-    p.add_argument("--kill-messages", type=int, default=500)
-    p.add_argument("--probability", type=float, default=0.08, help="crash chance at each fault point")
+    p.add_argument("--endpoints", type=int, default=8, help="endpoints the crash soak spreads its messages over")
+    p.add_argument("--messages", type=int, default=20, help="messages on their way per endpoint in the crash soak")
+    p.add_argument("--probability", type=float, default=0.1, help="crash chance at each fault point")
+    p.add_argument("--kills", type=int, default=30, help="SIGKILLs of poller processes")
+    p.add_argument("--kill-messages", type=int, default=300, help="messages of the kill soak")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--crash-minutes", type=float, help="end the crash phase after this long (fewer crashes)")
+    p.add_argument("--timeout", type=float, default=4 * 3600, help="seconds before the crash soak gives up")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--endpoint", help="an already running moto server (default: start one)")
     a = p.parse_args()
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     from tests.fixtures.services import ServiceProcess, free_port
+    from tests.reliability.sqssoak import in_process_soak
 
     service = None
     endpoint = a.endpoint
@@ -322,13 +301,23 @@ def main() -> None:
         exe = str(Path(sys.executable).parent / "moto_server")
         service = ServiceProcess("moto", [exe, "-H", "127.0.0.1", "-p", str(port)], [port]).start()
         endpoint = f"http://127.0.0.1:{port}"
+    progress = None if a.quiet else sys.stderr
     try:
         results = {}
-        with contextlib.redirect_stdout(io.StringIO()):  # the handler's EMF metrics lines
+        with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):  # the handler's log and metric lines
             if a.crashes:
-                results["sqs_in_process"] = asdict(
-                    in_process_soak(endpoint, a.messages, a.crashes, a.seed, a.probability)
+                soak = in_process_soak(
+                    endpoint,
+                    a.messages,
+                    a.crashes,
+                    a.seed,
+                    a.probability,
+                    a.timeout,
+                    endpoints=a.endpoints,
+                    progress=progress,
+                    crash_seconds=None if a.crash_minutes is None else a.crash_minutes * 60,
                 )
+                results["sqs_in_process"] = asdict(soak)
             if a.kills:
                 results["sqs_process_kills"] = asdict(process_kill_soak(endpoint, a.kill_messages, a.kills, a.seed))
     finally:
