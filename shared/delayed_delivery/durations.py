@@ -64,8 +64,10 @@ def _refuse_loose_forms(text: str, raw: str) -> None:
         raise InvalidMessageError(f"negative durations are not allowed: {text.strip()!r}")
     if "_" in raw:
         raise InvalidMessageError(f"cannot read duration {text!r}: no underscores in numbers (write 1000, not 1_000)")
-    if any(ch.isdigit() and not ch.isascii() for ch in raw) or any(ch.isdecimal() and not ch.isascii() for ch in raw):
-        raise InvalidMessageError(f"cannot read duration {text!r}: use ASCII digits 0-9")
+    if not text.isascii():
+        if any(ch.isdigit() or ch.isdecimal() for ch in text if not ch.isascii()):
+            raise InvalidMessageError(f"cannot read duration {text!r}: use ASCII digits 0-9")
+        raise InvalidMessageError(f"cannot read duration {text!r}: only ASCII letters, digits and spaces")
 
 
 def to_seconds(delay: Delay) -> float:

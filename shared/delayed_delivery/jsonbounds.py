@@ -53,7 +53,7 @@ def loads_bounded(text: str | bytes, *, what: str, max_chars: int, max_depth: in
     except RecursionError:  # not expected after the depth check; kept so no input can raise it
         raise InvalidMessageError(f"{what}: JSON nested too deep") from None
     except ValueError as exc:
-        raise InvalidMessageError(f"{what}: not JSON ({exc})") from None
+        raise InvalidMessageError(f"{what}: not JSON ({type(exc).__name__}: {exc})") from None
 
 
 def parse_headers_json(text: str | bytes, *, max_chars: int = MAX_HEADERS_JSON_CHARS) -> dict[str, str]:

@@ -23,7 +23,7 @@ __all__ = [
     "unreadable_message",
 ]
 
-#: Longest accepted message id (the seed's SQL column is nvarchar(250); SQS group ids allow 128).
+#: Longest accepted message id (NServiceBus's SQL persistence column is nvarchar(250); SQS group ids allow 128).
 MAX_MESSAGE_ID_LENGTH = 128
 #: Longest destination ``DelayedMessage.create`` accepts: SQS's 80 (Azure queue names stop at 63).
 MAX_DESTINATION_LENGTH = 80

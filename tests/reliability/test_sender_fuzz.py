@@ -15,6 +15,7 @@ refused ones (SQS ``failures``) nowhere.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -32,16 +33,25 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from delayed_delivery import DelayedMessage, ManualClock
-from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE, PackedMessage, decode_envelope
+from delayed_delivery.aws.packing import (
+    ENVELOPE_ATTRIBUTE,
+    MAX_ENVELOPE_ENTRIES,
+    MAX_HOP,
+    MAX_REMAINING_MS,
+    BadItem,
+    PackedMessage,
+    decode_envelope,
+)
 from delayed_delivery.aws.sender import DelayedSend, SendReceipt, SqsDelayedSender, deduplication_id
-from delayed_delivery.aws.sqs import message_size
+from delayed_delivery.aws.sqs import message_size, sqs_text_problem
 from delayed_delivery.azure.sender import AzureDelayedSender, DelayRequest, SendResult
 from delayed_delivery.azure.storage_queue import MAX_QUEUE_MESSAGE_BYTES, StorageQueueTransport, encode_envelope
 from delayed_delivery.azure.storage_queue import decode_envelope as decode_azure
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
-from delayed_delivery.durations import to_seconds
+from delayed_delivery.durations import MAX_DELAY, parse_duration, to_seconds
 from delayed_delivery.errors import DelayedDeliveryError, InvalidMessageError
-from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
+from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, is_reserved
+from delayed_delivery.jsonbounds import parse_headers_json
 from delayed_delivery.planning import SqsRoute, whole_seconds
 from delayed_delivery.settings import DelayedDeliverySettings
 from tests.azure.conftest import make_store, new_name
@@ -99,10 +109,11 @@ def mostly(valid: st.SearchStrategy[Any], odd: st.SearchStrategy[Any]) -> st.Sea
 
 #: Valid delays at the edges: zero, sub-second, the native cap, the 100-year maximum, and readable strings.
 EDGE_DELAYS: list[Any] = [0, -0.0, 0.001, 0.5, 1, 1.0000001, 2, 3600, 36_525 * 86_400, "2h", "90", "0.5", "1.5h"]
-EDGE_DELAYS += ["2h30m", "500ms", "0.5ms", "40d", "1y", "١٢", " 1 h 3 m ", "2H", "1_000", timedelta(days=3)]
+EDGE_DELAYS += ["2h30m", "500ms", "0.5ms", "40d", "1y", " 1 h 3 m ", "2H", "1d 2h 30m", timedelta(days=3)]
 #: Delays no sender takes: negative, NaN, infinite, past 100 years, unreadable strings, wrong types.
 ODD_DELAYS: list[Any] = [-1, -0.001, 36_525 * 86_400 + 1, 1e300, -1e300, math.nan, math.inf, -math.inf, 10**400]
 ODD_DELAYS += [-(10**400), "-5m", "", " ", "200y", "nan", "inf", "1e400", "5x", "h", "1h-2m", "\x00", "9" * 400 + "s"]
+ODD_DELAYS += ["١٢", "１２", "1_000", "1d 1d 1d", "1h 2d", "1e3", "1 000", "-inf", "NaN", "infinity"]
 ODD_DELAYS += [None, True, [1], {"s": 1}, b"10", Decimal("1.5"), object(), timedelta(days=-1), timedelta.max]
 delays = mostly(
     st.one_of(
@@ -110,7 +121,7 @@ delays = mostly(
         st.floats(min_value=0, max_value=10**8),
         st.integers(min_value=0, max_value=10**9),
         st.sampled_from(EDGE_DELAYS),
-        st.from_regex(r"\A\d{1,6}(\.\d{1,3})?(ms|[wdhmsy])?\Z"),
+        st.from_regex(r"\A[0-9]{1,6}(\.[0-9]{1,3})?(ms|[wdhmsy])?\Z"),
         st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=400)),
     ),
     st.one_of(
@@ -182,8 +193,8 @@ def _received(attributes: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     at=moments,
     which=mostly(st.sampled_from(["delay", "at"]), st.sampled_from(["both", "neither"])),
     destination=mostly(
-        st.text(min_size=1, max_size=20).filter(str.strip),
-        st.one_of(odd_text, st.sampled_from(["", " ", None, 5, b"q"])),
+        st.from_regex(r"\A[A-Za-z0-9_.-]{1,20}\Z"),
+        st.one_of(odd_text, st.text(min_size=1, max_size=20), st.sampled_from(["", " ", None, 5, b"q", "a" * 81])),
     ),
     body=mostly(st.binary(max_size=20), st.sampled_from(["text", "", None, 5, bytearray(b"ba"), memoryview(b"m")])),
     headers=mostly(
@@ -810,3 +821,107 @@ def test_azure_message_of_exactly_the_queue_message_limit_is_sent_and_one_byte_m
     request = DelayRequest(queue, fits, headers=headers, message_id="edge", **timing)
     before = datetime.now(UTC)
     _check_azure(azure_target, [request], sender.send_many([request]), before, datetime.now(UTC), queue)
+
+
+# -- what arrives from outside: duration strings, envelopes and headers JSON ------------------------------------
+
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**40), max_value=10**40),
+    st.sampled_from([10**400 // 10**300, MAX_REMAINING_MS, MAX_REMAINING_MS + 1, MAX_HOP + 1, -1, 0]),
+    st.text(max_size=6),
+    odd_text,
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+)
+attribute_entries = st.one_of(
+    st.tuples(
+        st.sampled_from(["String", "Number", "Binary", "String.\ud800"]),
+        st.sampled_from(["s", "b", "x"]),
+        st.one_of(st.text(max_size=6), odd_text),
+    ).map(list),
+    json_values,
+)
+entries = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "i": mostly(st.from_regex(r"\A[!-~]{1,10}\Z"), json_values),
+            "h": mostly(st.integers(min_value=0, max_value=10**6), json_scalars),
+            "d": mostly(st.integers(min_value=0, max_value=MAX_REMAINING_MS), json_scalars),
+            "b": mostly(st.text(min_size=1, max_size=8), st.one_of(odd_text, json_scalars)),
+        },
+        optional={
+            "a": st.dictionaries(
+                mostly(
+                    st.from_regex(r"\A[a-z]{1,4}\Z"),
+                    st.sampled_from([ENVELOPE_ATTRIBUTE, "DelayedDelivery.x", "delayeddelivery.y", "AWS.z", "", "a b"]),
+                ),
+                attribute_entries,
+                max_size=3,
+            )
+        },
+    ),
+    json_values,
+)
+
+
+@FUZZ
+@given(items=st.lists(entries, min_size=0, max_size=4), version=mostly(st.just(1), json_values))
+def test_an_envelope_decodes_into_bounded_entries_and_reasoned_bad_items_or_is_refused_whole(
+    items: list[Any], version: Any
+) -> None:
+    body = json.dumps({"v": version, "m": items}, ensure_ascii=True)
+    try:
+        decoded = decode_envelope(body)
+    except InvalidMessageError as exc:
+        event("refused whole")
+        assert "malformed envelope" in str(exc)
+        return
+    assert 1 <= len(decoded) <= MAX_ENVELOPE_ENTRIES
+    for item in decoded:
+        if isinstance(item, BadItem):
+            event("bad item")
+            assert item.reason and sqs_text_problem(item.body) is None, item  # the error queue can take it
+            continue
+        event("entry")
+        assert 0 <= item.remaining_ms <= MAX_REMAINING_MS and 0 <= item.hop <= MAX_HOP
+        assert sqs_text_problem(item.body) is None and not any(is_reserved(name) for name in item.attributes)
+        for value in item.attributes.values():
+            assert sqs_text_problem(str(value.get("StringValue", ""))) is None
+
+
+@FUZZ
+@given(
+    text=st.one_of(
+        st.text(max_size=16),
+        st.from_regex(r"\A\s*([0-9]{1,4}(\.[0-9])?\s*(ms|[ywdhms])\s*){1,4}\Z"),
+        st.sampled_from(ODD_DELAYS[9:22]),
+    )
+)
+def test_a_duration_string_parses_within_the_bounds_or_raises_a_clear_error(text: Any) -> None:
+    try:
+        parsed = parse_duration(text)
+    except InvalidMessageError as exc:
+        event("refused")
+        assert str(exc)
+        return
+    event("parsed")
+    assert text.isascii() and "_" not in text
+    assert timedelta(0) <= parsed <= MAX_DELAY
+
+
+@FUZZ
+@given(value=json_values, nesting=st.sampled_from([0, 0, 0, 2, 50, 5000]))
+def test_headers_json_is_a_flat_string_object_or_a_clear_error(value: Any, nesting: int) -> None:
+    text = "[" * nesting + json.dumps(value) + "]" * nesting
+    try:
+        headers = parse_headers_json(text)
+    except InvalidMessageError as exc:
+        event("refused")
+        assert str(exc).startswith("headers")
+        return
+    event("parsed")
+    assert isinstance(headers, dict) and all(isinstance(v, str) for v in headers.values())
