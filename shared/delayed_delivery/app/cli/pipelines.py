@@ -18,7 +18,7 @@ from delayed_delivery.pipelines.cli import legacy_table, migration_options, prev
 from delayed_delivery.pipelines.schema import BodyEncoding, LegacyShape
 
 if TYPE_CHECKING:
-    from delayed_delivery.pipelines.migrate import MigrationOptions, MigrationSummary
+    from delayed_delivery.pipelines.migrate import MigrationSummary
 
 __all__ = ["migrate_app", "register", "report_command"]
 
@@ -49,20 +49,6 @@ Master = Annotated[str | None, typer.Option("--master", help="Spark master (defa
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
-def _options(
-    source: str,
-    target: str,
-    fmt: str | None,
-    shape: LegacyShape | None,
-    body_encoding: BodyEncoding,
-    source_endpoint: str | None,
-    cutoff: str | None,
-    endpoints: list[str] | None,
-    batches: int,
-) -> MigrationOptions:
-    return migration_options(source, target, fmt, shape, body_encoding, source_endpoint, cutoff, endpoints, batches)
-
-
 @migrate_app.command("preview")
 def preview(
     source: Source,
@@ -80,7 +66,7 @@ def preview(
     from delayed_delivery.pipelines.migrate import preview_migration
     from delayed_delivery.pipelines.session import get_session
 
-    options = _options(source, "", fmt, shape, body_encoding, source_endpoint, cutoff, endpoint, 16)
+    options = migration_options(source, "", fmt, shape, body_encoding, source_endpoint, cutoff, endpoint, 16)
     result = preview_migration(get_session(master, "delayed-delivery-migrate-preview"), options, output)
     if as_json:
         console.print_json(to_json(result))
@@ -142,7 +128,7 @@ def run(
     from delayed_delivery.pipelines.migrate import run_migration
     from delayed_delivery.pipelines.session import get_session
 
-    options = _options(source, target, fmt, shape, body_encoding, source_endpoint, cutoff, endpoint, batches)
+    options = migration_options(source, target, fmt, shape, body_encoding, source_endpoint, cutoff, endpoint, batches)
     legacy = legacy_table(legacy_table_name, legacy_schema)
     spark = get_session(master, "delayed-delivery-migrate")
     with _progress(show=not as_json and console.is_terminal) as on_progress:
