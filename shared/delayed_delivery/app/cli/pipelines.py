@@ -213,7 +213,7 @@ def report_command(
     if as_json:
         console.print_json(to_json(result))
         return
-    console.print(result.summary_markdown)
+    console.print(result.summary_markdown, markup=False, highlight=False)  # Markdown: [alt](file) is not markup
     console.print(f"written to {result.output}")
 
 
