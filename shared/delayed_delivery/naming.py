@@ -88,7 +88,7 @@ def validate_azure_queue_name(name: str) -> str:
 
 
 def azure_delays_table_name(endpoint: str) -> str:
-    """``delays`` + lowercase hex SHA-1 of the endpoint name (the seed's scheme); also a valid container name."""
+    """``delays`` + hex SHA-1 of the endpoint name (the NServiceBus Azure scheme); also a valid container name."""
     if not isinstance(endpoint, str) or not endpoint.strip():
         raise ConfigurationError("the endpoint name must be a non-empty string")
     return "delays" + hashlib.sha1(endpoint.encode("utf-8"), usedforsecurity=False).hexdigest()

@@ -1,4 +1,4 @@
-"""SQS hop planning and the remaining-delay rule from broker timestamps (the SQS seed, made testable).
+"""SQS hop planning and the remaining-delay rule from broker timestamps (the NServiceBus SQS rules, testable).
 
 A delay up to ``max_native_delay`` (900 s) goes straight to the destination with
 ``DelaySeconds``. A longer one goes to ``<queue>-delay.fifo``, whose queue-level delay
@@ -76,7 +76,7 @@ def plan_sqs_delay(
 ) -> SqsPlan:
     """Plan a delay: native ``DelaySeconds`` when it fits, else via the ``-delay.fifo`` queue.
 
-    With ``unrestricted`` off (the seed's enablement matrix), a delay beyond the cap raises
+    With ``unrestricted`` off (the NServiceBus SQS transport's enablement rules), a delay beyond the cap raises
     ``DelayedDeliveryDisabledError`` before anything is sent.
     """
     if max_native_delay < 1:
@@ -100,7 +100,7 @@ def remaining_delay(
     receive_count: int,
     now_ms: int,
 ) -> int:
-    """Seconds still to wait after a FIFO hop, by the seed's clock-drift rules.
+    """Seconds still to wait after a FIFO hop, by the NServiceBus clock-drift rules (broker timestamps).
 
     Elapsed time is whole seconds of (first receive − sent), both broker clocks. On a
     redelivery (receive count > 1) more time has passed than the broker's first receive shows,
@@ -170,7 +170,7 @@ def decide_hop(remaining_seconds: int, max_native_delay: int = 900) -> HopDecisi
 
 #: A park shorter than this many hops is not worth it: the ordinary hops cost about as much.
 MIN_PARK_HOPS = 4
-#: How much of a ``-delay.fifo`` queue's retention a park leaves free: the seed's 4 days, so an outage that long
+#: How much of a ``-delay.fifo`` queue's retention a park leaves free: NServiceBus's 4 days, so an outage that long
 #: (the function down, parked messages piling up behind it) still loses nothing.
 PARK_RETENTION_HEADROOM = 4 * 24 * 3600
 

@@ -1,4 +1,4 @@
-"""Settings for the dispatcher and the planners, with defaults from the seeds and env parsing."""
+"""Settings for the dispatcher and the planners, with the NServiceBus defaults and env parsing."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ MAX_PARK_SECONDS = MAX_VISIBILITY_TIMEOUT - 600
 
 @dataclass(frozen=True, slots=True)
 class DelayedDeliverySettings:
-    """Tunable behaviour; defaults follow the seeds (retries 0, breakers 30 s, 1 recovery failure/s)."""
+    """Tunable behaviour; defaults follow NServiceBus (retries 0, breakers 30 s, 1 recovery failure/s)."""
 
     enabled: bool = True
     error_queue: str = "error"
