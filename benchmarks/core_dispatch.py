@@ -1,4 +1,4 @@
-"""Core dispatcher on the embedded SQLite store: batched claims vs the seed's one-row-per-round-trip poller.
+"""Core dispatcher on the embedded SQLite store: batched claims vs the NServiceBus-style one-row-per-round-trip poller.
 
 Also: dispatcher memory with many far-future rows pending (pages streamed, nothing loaded whole).
 Run: ``python -m benchmarks.core_dispatch [--smoke] [--runs 5] [--messages 20000] [--pending 1000000]``
@@ -21,6 +21,7 @@ from delayed_delivery import (
     ManualClock,
     SqliteDelayedMessageStore,
 )
+from delayed_delivery.ports import claim_of
 
 
 def _fill(
@@ -38,12 +39,12 @@ def _fill(
         store.store_many(batch)
 
 
-def _seed_style(store: SqliteDelayedMessageStore, transport: InMemoryTransport, clock: ManualClock) -> int:
-    """The MSMQ seed's poller: fetch one due row, send it, remove it, repeat."""
+def _one_row_style(store: SqliteDelayedMessageStore, transport: InMemoryTransport, clock: ManualClock) -> int:
+    """The NServiceBus MSMQ store's poller: fetch one due row, send it, remove it, repeat."""
     sent = 0
     while (m := store.fetch_next_due(clock.now())) is not None:
         transport.send(m)
-        store.remove(m.message_id)
+        store.remove(m.message_id, claim_of(m))
         sent += 1
     return sent
 
@@ -65,7 +66,7 @@ def run(smoke: bool = False, runs: int = 5, messages: int = 20_000, pending: int
                     d = Dispatcher(store, transport, DelayedDeliverySettings(batch_size=100), clock=clock)
                     timer.measure(d.dispatch_due)
                 else:
-                    timer.measure(lambda s=store, t=transport, c=clock: _seed_style(s, t, c))
+                    timer.measure(lambda s=store, t=transport, c=clock: _one_row_style(s, t, c))
                 assert len(transport.sent) == messages and len(store) == 0
                 store.close()
     ours_rate = tuple(messages / s for s in ours.seconds)
@@ -76,7 +77,7 @@ def run(smoke: bool = False, runs: int = 5, messages: int = 20_000, pending: int
             "batched claims (ours)",
             "msg/s",
             ours_rate,
-            "seed one-row poller",
+            "NServiceBus one-row poller",
             sorted(ours_rate)[len(ours_rate) // 2] / sorted(seed_rate)[len(seed_rate) // 2],
         ),
         Row("sqlite dispatch", "seed one-row poller (baseline)", "msg/s", seed_rate),

@@ -9,7 +9,7 @@ handler (batch 10, partial batch responses) until every message has reached its 
 handler's records (each record handled once = one hop).
 
 * ``fifo_requests_per_message_per_hop``: every request on the hop path (receive, send, delete, look-ups),
-  empty receives included. The seed's formula assumes 2 (one requeue + one delete per message per cycle).
+  empty receives included. The NServiceBus formula assumes 2 (one requeue + one delete per message per cycle).
 * ``..._without_empty_receives``: the same, minus empty polls (a real event source long-polls 20 s, so it
   makes few; the local one polls every 1 s).
 * the per-operation split, and ``send_requests_per_message`` for the sender's first send (SendMessageBatch).
@@ -267,7 +267,7 @@ def rows_from(steady: list[dict[str, Any]], delivery: list[dict[str, Any]]) -> l
             "fifo_requests_per_message_per_hop",
             "requests",
             all_in,
-            "seed formula (2)",
+            "NServiceBus formula (2)",
             statistics_ratio(all_in, seed),
             note,
         ),
@@ -276,7 +276,7 @@ def rows_from(steady: list[dict[str, Any]], delivery: list[dict[str, Any]]) -> l
             "fifo_requests_per_message_per_hop_without_empty_receives",
             "requests",
             busy,
-            "seed formula (2)",
+            "NServiceBus formula (2)",
             statistics_ratio(busy, seed),
         ),
         Row(

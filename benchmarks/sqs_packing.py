@@ -14,7 +14,7 @@ one request). The sender's first send is counted apart (per message) and also fo
 The fully packed configuration runs again with 4× the hops, because the longer the delay the closer a message
 gets to the steady packed figure. Costs per million messages for 1 day, 30 days and 1 year come from the
 measured billed figures (planned 900 s hops × requests per message per hop × the FIFO price, plus the measured
-first send and the final standard send), beside the seed's formula (2 requests per 900 s cycle) and EventBridge
+first send and the final standard send), beside the NServiceBus formula (2 requests per 900 s cycle) and EventBridge
 Scheduler ($1 per million invocations).
 
 **Parked** (``parked``): the same 1 KiB messages, sender and handler packed, with visibility parking on, end to
@@ -136,14 +136,14 @@ def usd_per_million(seconds: int, requests_per_hop: float, first_send_per_messag
 
 
 def cost_rows(figures: dict[str, tuple[float, float]], parked: tuple[float, float, float] | None = None) -> list[Row]:
-    """Dollars per million messages per delay: each measured configuration, parked, the seed formula, Scheduler."""
+    """Dollars per million messages per delay: each measured configuration, parked, NServiceBus, Scheduler."""
     scheduler = SCHEDULER_PRICE_PER_INVOCATION * 1e6
     rows: list[Row] = []
     for label, seconds in DELAYS.items():
         dollars = {what: usd_per_million(seconds, hop, send) for what, (hop, send) in figures.items()}
         if parked is not None:
             dollars["parked"] = parked_usd_per_million(seconds, *parked)
-        dollars["seed"] = fifo_cycle_cost(seconds) * 1e6
+        dollars["nservicebus_formula"] = fifo_cycle_cost(seconds) * 1e6
         for what, value in dollars.items():
             rows.append(
                 Row(
@@ -330,7 +330,7 @@ def rows_from(
                 f"{config}_requests_per_message_per_hop",
                 "requests",
                 http,
-                "unpacked, same run" if vs else "seed formula (2)",
+                "unpacked, same run" if vs else "NServiceBus formula (2)",
                 statistics.median(http) / (base_http if vs else 2.0),
                 note if config == "packed" else "",
             ),
@@ -339,7 +339,7 @@ def rows_from(
                 f"{config}_billed_requests_per_message_per_hop",
                 "requests",
                 bill,
-                "unpacked billed" if vs else "seed formula (2)",
+                "unpacked billed" if vs else "NServiceBus formula (2)",
                 statistics.median(bill) / (base_bill if vs else 2.0),
             ),
             Row(
