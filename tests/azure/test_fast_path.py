@@ -17,6 +17,7 @@ from delayed_delivery.azure.storage_queue import StorageQueueTransport
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
 from delayed_delivery.dispatcher import Dispatcher
 from delayed_delivery.model import DelayedMessage
+from delayed_delivery.ports import claim_of
 from delayed_delivery.settings import DelayedDeliverySettings
 from tests.azure.conftest import new_name
 from tests.azure.harness import drain
@@ -105,8 +106,8 @@ def test_lean_transaction_failure_is_judged_by_the_sdk(table_store: TableDelayed
     table_store.store_many([msg(i, "orders", now) for i in range(4)])
     claimed = table_store.fetch_due(now, 10)
     assert len(claimed) == 4
-    table_store.remove("m-2")  # someone else removed one: its transaction fails, the rest are settled singly
-    flags = table_store.remove_many([m.message_id for m in claimed])
+    assert table_store.remove("m-2", claim_of(claimed[2]))  # removed meanwhile: the rest are settled together
+    flags = table_store.remove_many([m.message_id for m in claimed], [claim_of(m) for m in claimed])
     assert flags == [True, True, False, True]
     assert table_store.count() == 0
     with pytest.raises(TableTransactionError):

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from delayed_delivery.azure import rows
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
-from delayed_delivery.errors import InvalidMessageError
+from delayed_delivery.errors import InvalidMessageError, MessageIdConflictError
 from delayed_delivery.model import DelayedMessage
 from tests.azure.conftest import make_store, new_name
 from tests.fixtures.azurite import Azurite
@@ -190,10 +190,12 @@ def test_reschedule_and_restore_move_rows_without_leaving_orphans(azurite: Azuri
     store = make_store(azurite.connection_string, new_name())
     store.store(DelayedMessage("m", "q", b"1", T0))
     assert store.reschedule("m", T0 + timedelta(days=400))
-    store.store(DelayedMessage("m", "q", b"2", T0 + timedelta(days=2)))
+    with pytest.raises(MessageIdConflictError):  # another message under a pending id (docs/identity.md)
+        store.store(DelayedMessage("m", "q", b"2", T0 + timedelta(days=2)))
+    store.store(DelayedMessage("m", "q", b"1", T0 + timedelta(days=400)))  # the same message again: a no-op
     entities = list(store.table.list_entities())
     assert sorted(e["RowKey"][:2] for e in entities) == ["d_", "i_"], "one due row and one index row"
-    assert store.get("m") == DelayedMessage("m", "q", b"2", T0 + timedelta(days=2))
+    assert store.get("m") == DelayedMessage("m", "q", b"1", T0 + timedelta(days=400))
     store.drop()
 
 
