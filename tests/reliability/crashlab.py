@@ -90,10 +90,10 @@ class CrashingStore(SqliteDelayedMessageStore):
             self.faults.point("after_claim")
         return batch
 
-    def remove_many(self, message_ids: Sequence[str]) -> Sequence[bool]:
+    def remove_many(self, message_ids: Sequence[str], claims: Sequence[str | None] | None = None) -> Sequence[bool]:
         if self.faults:
             self.faults.point("before_remove")
-        return super().remove_many(message_ids)
+        return super().remove_many(message_ids, claims)
 
 
 @dataclass
