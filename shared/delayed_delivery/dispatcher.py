@@ -3,7 +3,7 @@
 Failures are counted per message; past ``number_of_retries`` the message goes to the
 error queue with the reason in a header. Store, fetch and dispatch each sit behind a
 breaker that raises a critical error after failing continuously for its configured time,
-and a rate breaker watches failed deliveries (the seed's recovery breaker).
+and a rate breaker watches failed deliveries (as NServiceBus's recovery circuit breaker does).
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ class Dispatcher:
                 self.store_breaker.success()
                 report.merge(part)
                 if part.failed_attempts and not part.dispatched:
-                    # every send in the batch failed: pause as the seed does (1 s armed, 10 s tripped)
+                    # every send in the batch failed: pause as NServiceBus does (1 s armed, 10 s tripped)
                     self.clock.sleep(self._bounded(self.dispatch_breaker.failure_delay, deadline))
                 continue
             if not wait_for_due:

@@ -84,7 +84,7 @@ def in_flight(message_id: str) -> MessageInFlightError:
 
 @runtime_checkable
 class DelayedMessageStore(Protocol):
-    """Where delayed messages wait until due (the seed's IDelayedMessageStore, plus batch claims)."""
+    """Where delayed messages wait until due (NServiceBus's IDelayedMessageStore, plus batch claims)."""
 
     def store(self, message: DelayedMessage) -> None:
         """Persist ``message``; the same message again is a no-op, another under a pending id is refused.

@@ -240,7 +240,7 @@ def test_fetch_breaker_trips_after_its_time_and_recovers() -> None:
     h.dispatcher.dispatch_due(budget=5)
     assert [e.breaker for e in h.critical] == ["fetch"]
     assert h.dispatcher.fetch_breaker.tripped
-    assert h.dispatcher.fetch_breaker.failure_delay == 10, "the seed slows to 10 s once tripped"
+    assert h.dispatcher.fetch_breaker.failure_delay == 10, "NServiceBus slows to 10 s once tripped"
     h.dispatcher.dispatch_due(budget=60)
     assert len(h.critical) == 1, "the callback fires once per outage"
     h.store.fail_fetch = False
