@@ -7,7 +7,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError, NoCredenti
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delayed_delivery.aws.requeue import _seconds_text, _to_ms, parse_source_arn
+from delayed_delivery.aws.requeue.records import parse_source_arn, seconds_text, to_ms
 from delayed_delivery.aws.sender import deduplication_id, hop_of
 from delayed_delivery.aws.sqs import attributes_from_record, message_size, normalize_attributes, translate_error
 from delayed_delivery.errors import (
@@ -93,7 +93,7 @@ def test_bad_attributes(bad: dict[str, object]) -> None:
 
 @given(st.integers(0, 10**12))
 def test_seconds_text_round_trip(ms: int) -> None:
-    assert _to_ms(_seconds_text(ms)) == ms
+    assert to_ms(seconds_text(ms)) == ms
 
 
 def test_millisecond_rule_matches_the_seed_rule_in_whole_seconds() -> None:

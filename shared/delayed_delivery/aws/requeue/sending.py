@@ -1,0 +1,248 @@
+"""Execute the hops: batched sends back to the ``-delay.fifo`` queue (plain or packed), to the destination, and to
+the error queue."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from ...clock import Clock
+from ...errors import DelayedDeliveryError, DestinationNotFoundError, PermanentError, TransientError
+from ...headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
+from ...settings import DelayedDeliverySettings
+from ..packing import PackedMessage, envelope_attributes, envelope_body, envelope_id, pack
+from ..sender import deduplication_id
+from ..sqs import MAX_ATTRIBUTES, QueueDirectory, QueueInfo, message_size, send_batches
+from .records import HopOutcome, RecordResult, Work, seconds_text
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
+
+__all__ = ["SendVerdict", "Sending", "classify_send", "error_attributes", "fail"]
+
+_ATTRIBUTE_NAME = re.compile(r"^(?!\.)(?!.*\.\.)(?!.*\.$)(?!(?i:aws\.|amazon\.))[A-Za-z0-9_.-]{1,256}$")
+
+
+class SendVerdict(Enum):
+    """What one send result means for its message."""
+
+    OK = "ok"
+    GONE = "destination gone"
+    REFUSED = "refused"
+    RETRY = "retry"
+
+
+def classify_send(error: DelayedDeliveryError | None) -> SendVerdict:
+    """Sent, the queue is gone, the queue refused it (poison), or anything else (retry the record)."""
+    if error is None:
+        return SendVerdict.OK
+    if isinstance(error, DestinationNotFoundError):
+        return SendVerdict.GONE
+    if isinstance(error, PermanentError):
+        return SendVerdict.REFUSED
+    return SendVerdict.RETRY
+
+
+def fail(w: Work, error: DelayedDeliveryError) -> None:
+    """Report ``w`` ``FAILED`` (the event source makes its record visible again)."""
+    w.result = RecordResult(
+        w.record_id, w.message_id, HopOutcome.FAILED, w.hop, w.source.destination, w.remaining, str(error), error
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Sending:
+    """The SQS sends of one batch: hops in batches per queue, packed requeues, the error queue."""
+
+    client: SQSClient
+    directory: QueueDirectory
+    settings: DelayedDeliverySettings
+    clock: Clock
+    pack_bytes: int
+
+    def _settle(self, queue: str, w: Work, error: DelayedDeliveryError | None, what: str, result: RecordResult) -> None:
+        """Apply one send result to ``w``: its result, a poison reason, or ``FAILED``."""
+        verdict = classify_send(error)
+        if verdict is SendVerdict.OK:
+            w.result = result
+        elif verdict is SendVerdict.GONE:
+            self.directory.forget(queue)
+            w.reason = f"destination gone: {error}"
+        elif verdict is SendVerdict.REFUSED:
+            w.reason = f"{queue!r} refused the {what}: {error}"
+        else:
+            assert error is not None
+            fail(w, error)
+
+    def send_packed(self, queue: str, info: QueueInfo, items: list[Work]) -> list[Work]:
+        """Requeue ``items`` in envelopes; returns the ones to send on their own (too big, or alone in a bin)."""
+        owner: dict[int, Work] = {}
+        messages: list[PackedMessage] = []
+        for w in items:
+            m = PackedMessage(w.message_id, w.hop + 1, w.remaining_ms, w.body, w.attributes)
+            owner[id(m)] = w
+            messages.append(m)
+        envelopes, alone = pack(messages, min(self.pack_bytes, info.max_message_size))
+        if not envelopes:
+            return items
+        entries: list[SendMessageBatchRequestEntryTypeDef] = []
+        for index, envelope in enumerate(envelopes):
+            eid = envelope_id(envelope)
+            entries.append(
+                {
+                    "Id": str(index),
+                    "MessageBody": envelope_body(envelope),
+                    "MessageAttributes": envelope_attributes(),
+                    "MessageGroupId": eid,
+                    "MessageDeduplicationId": eid,
+                }
+            )
+        results = send_batches(self.client, info.url, entries, what=f"envelope to {queue!r}")
+        for entry, envelope in zip(entries, envelopes, strict=True):
+            error = results[entry["Id"]].error
+            for m in envelope:
+                w = owner[id(m)]
+                done = RecordResult(
+                    w.record_id,
+                    w.message_id,
+                    HopOutcome.REQUEUED,
+                    w.hop + 1,
+                    w.source.destination,
+                    w.remaining,
+                    envelope_id=entry["MessageDeduplicationId"],
+                )
+                self._settle(queue, w, error, "envelope", done)
+        return [owner[id(m)] for m in alone]
+
+    def send(self, queue: str, items: list[Work], outcome: HopOutcome) -> None:
+        """Send one hop for ``items`` to ``queue`` in batches; poison ones get a reason instead of a result."""
+        try:
+            info = self.directory.get(queue)
+        except DestinationNotFoundError as exc:
+            for w in items:
+                w.reason = f"destination gone: {exc}"
+            return
+        except DelayedDeliveryError as exc:
+            for w in items:
+                fail(w, exc)
+            return
+        if outcome is HopOutcome.REQUEUED and self.pack_bytes and len(items) >= 2:
+            items = self.send_packed(queue, info, items)
+        entries: list[SendMessageBatchRequestEntryTypeDef] = []
+        sendable: list[Work] = []
+        for index, w in enumerate(items):
+            entry = self._hop_entry(str(index), w, outcome)
+            size = message_size(w.body, entry.get("MessageAttributes", {}))
+            if size > info.max_message_size:
+                w.reason = f"body too large: {size:,} bytes, {queue!r} accepts at most {info.max_message_size:,}"
+                continue
+            entries.append(entry)
+            sendable.append(w)
+        results = send_batches(self.client, info.url, entries, what=f"{outcome.value} to {queue!r}")
+        for entry, w in zip(entries, sendable, strict=True):
+            done = RecordResult(w.record_id, w.message_id, outcome, w.hop + 1, w.source.destination, w.remaining)
+            self._settle(queue, w, results[entry["Id"]].error, "message", done)
+
+    def _hop_entry(self, entry_id: str, w: Work, outcome: HopOutcome) -> SendMessageBatchRequestEntryTypeDef:
+        """The batch entry of one hop: back to the FIFO queue with the control attribute, or to the destination."""
+        assert w.remaining is not None
+        entry: SendMessageBatchRequestEntryTypeDef = {"Id": entry_id, "MessageBody": w.body}
+        if outcome is HopOutcome.REQUEUED:
+            entry["MessageAttributes"] = {
+                **w.attributes,
+                DELAY_SECONDS_ATTRIBUTE: {"DataType": "Number", "StringValue": seconds_text(w.remaining_ms)},
+            }
+            entry["MessageGroupId"] = w.message_id
+            entry["MessageDeduplicationId"] = deduplication_id(w.message_id, w.hop + 1)
+        else:
+            if w.attributes:
+                entry["MessageAttributes"] = w.attributes
+            entry["DelaySeconds"] = min(w.remaining, self.settings.max_native_delay)  # a skewed local clock
+        return entry
+
+    def to_error_queue(self, items: list[Work]) -> None:
+        """Send poison records to the error queue with the reason headers."""
+        try:
+            info = self.directory.get(self.settings.error_queue)
+        except DelayedDeliveryError as exc:
+            error = exc if isinstance(exc, TransientError) else TransientError(f"error queue unusable: {exc}")
+            for w in items:
+                fail(w, error)
+            return
+        failed_at = self.clock.now().isoformat()
+        entries: list[SendMessageBatchRequestEntryTypeDef] = []
+        for index, w in enumerate(items):
+            entries.append(
+                {
+                    "Id": str(index),
+                    "MessageBody": w.body or "(empty body)",
+                    "MessageAttributes": error_attributes(w, failed_at),
+                }
+            )
+        results = send_batches(self.client, info.url, entries, what=f"error queue {info.name!r}")
+        # A poison record's own attributes may be what SQS refuses: send those again with only our headers,
+        # so a bad record reaches the error queue instead of coming back forever.
+        refused = [
+            (entry, w)
+            for entry, w in zip(entries, items, strict=True)
+            if results[entry["Id"]].error is not None
+            and not isinstance(results[entry["Id"]].error, TransientError)
+            and w.attributes
+        ]
+        if refused:
+            bare: list[SendMessageBatchRequestEntryTypeDef] = [
+                {
+                    "Id": f"bare-{entry['Id']}",
+                    "MessageBody": entry["MessageBody"],
+                    "MessageAttributes": error_attributes(w, failed_at, keep_user_attributes=False),
+                }
+                for entry, w in refused
+            ]
+            retried = send_batches(self.client, info.url, bare, what=f"error queue {info.name!r}")
+            for entry, again in zip((e for e, _ in refused), bare, strict=True):
+                results[entry["Id"]] = retried[again["Id"]]
+        for entry, w in zip(entries, items, strict=True):
+            result = results[entry["Id"]]
+            if result.error is None:
+                w.result = RecordResult(
+                    w.record_id,
+                    w.message_id,
+                    HopOutcome.ERROR_QUEUE,
+                    w.hop,
+                    w.source.destination,
+                    w.remaining,
+                    w.reason,
+                )
+            else:
+                fail(w, result.error)
+
+
+def valid_attribute_name(name: str) -> bool:
+    """Whether SQS accepts ``name`` as a message attribute name."""
+    return bool(_ATTRIBUTE_NAME.match(name))
+
+
+def error_attributes(
+    w: Work, failed_at: str, *, keep_user_attributes: bool = True
+) -> dict[str, MessageAttributeValueTypeDef]:
+    """The user's attributes plus the reason headers, within SQS's 10-attribute limit (reason first)."""
+    reason = w.reason or "unknown"
+    if not keep_user_attributes:
+        reason = f"{reason} (the record's own attributes were refused and dropped)"
+    headers: list[tuple[str, str]] = [
+        (FAILURE_REASON, reason[:1024]),
+        (ORIGINAL_DESTINATION, w.source.destination),
+        (FAILED_AT, failed_at),
+    ]
+    attributes = {k: v for k, v in w.attributes.items() if valid_attribute_name(k)} if keep_user_attributes else {}
+    if keep_user_attributes and len(attributes) < len(w.attributes):
+        headers[0] = (FAILURE_REASON, f"{reason} (attributes with names SQS refuses were dropped)"[:1024])
+    while len(attributes) >= MAX_ATTRIBUTES:
+        attributes.popitem()
+    for name, value in headers:
+        if len(attributes) < MAX_ATTRIBUTES:
+            attributes[name] = {"DataType": "String", "StringValue": value}
+    return attributes
