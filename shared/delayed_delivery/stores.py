@@ -7,6 +7,7 @@ from urllib.parse import urlparse
 
 from .errors import ConfigurationError
 from .ports import DelayedMessageStore
+from .redact import redact
 from .sqlite_store import SqliteDelayedMessageStore
 
 __all__ = ["open_store"]
@@ -32,7 +33,8 @@ def open_store(url: str, *, setup: bool = True) -> DelayedMessageStore:
         store = module.PostgresDelayedMessageStore(url)
     else:
         raise ConfigurationError(
-            f"unknown store URL {url!r}: use sqlite:///file.db (relative), sqlite:////abs/file.db or postgresql://…"
+            f"unknown store URL {redact(url)!r}: use sqlite:///file.db (relative), sqlite:////abs/file.db or "
+            "postgresql://…"
         )
     if setup:
         setup_infrastructure = getattr(store, "setup_infrastructure", None)

@@ -30,8 +30,15 @@ from delayed_delivery.app.routes import (  # no cloud SDK at import: the routes 
     open_route,
 )
 from delayed_delivery.clock import SystemClock, utc
-from delayed_delivery.durations import format_duration, to_seconds
-from delayed_delivery.errors import DelayedDeliveryError, InvalidMessageError, TransientError
+from delayed_delivery.durations import MAX_DELAY, format_duration, to_seconds
+from delayed_delivery.errors import (
+    DelayedDeliveryError,
+    InvalidMessageError,
+    MessageIdConflictError,
+    MessageInFlightError,
+    TransientError,
+)
+from delayed_delivery.redact import redact
 
 __all__ = ["UsageError", "register_operator_commands"]
 
@@ -122,9 +129,24 @@ ToOption = Annotated[
 ]
 
 
-def _fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    """Print ``message`` as one ``error:`` line (secrets masked) and return the exit to raise."""
+    err.print(f"[red]error:[/red] {' '.join(redact(message).split())}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=code)
+
+
+def _error_exit(exc: DelayedDeliveryError, options: RouteOptions, message_id: str | None) -> typer.Exit:
+    """A library error as one line: exit 1 for a message being delivered (try again), else exit 2."""
+    if isinstance(exc, MessageInFlightError):
+        which = f"message {message_id!r}" if message_id else "the message"
+        return _fail(f"{which} is being delivered right now; try again in a few seconds", code=1)
+    if isinstance(exc, MessageIdConflictError):
+        which = f"message {message_id!r}" if message_id else "a message with this id"
+        return _fail(f"{which} is already pending with different content (destination, body, headers or due time)")
+    hint = ""
+    if options.local and isinstance(exc, TransientError):
+        hint = " (are the emulators up? start them with `delayed-delivery local up`)"
+    return _fail(f"{exc}{hint}")  # one line, even for multi-line driver errors
 
 
 def _due(delay: str | None, at: str | None) -> datetime:
@@ -133,7 +155,12 @@ def _due(delay: str | None, at: str | None) -> datetime:
     if delay is not None:
         return SystemClock().now() + timedelta(seconds=to_seconds(delay))
     assert at is not None
-    return _instant(at, "--at")
+    due, now = _instant(at, "--at"), SystemClock().now()
+    if due - now > MAX_DELAY:  # reschedule too: the routes check only what they store
+        raise InvalidMessageError(
+            f"due time {due.isoformat()} is more than the 100-year maximum after now ({now.isoformat()})"
+        )
+    return due
 
 
 def _instant(text: str, option: str) -> datetime:
@@ -146,14 +173,24 @@ def _instant(text: str, option: str) -> datetime:
     return utc(parsed)
 
 
+#: The largest body ``send`` takes (inline or ``@FILE``); a file is read no further than one byte past it.
+MAX_BODY_BYTES = 1024 * 1024
+
+
 def _body(body: str) -> bytes:
+    """``--body``: the text, or the bytes of ``@FILE``, at most ``MAX_BODY_BYTES`` (an endless file stops there)."""
     if body.startswith("@"):
         path = Path(body[1:])
         try:
-            return path.read_bytes()
+            with path.open("rb") as f:
+                data = f.read(MAX_BODY_BYTES + 1)
         except OSError as exc:
             raise UsageError(f"cannot read body file {str(path)!r}: {exc.strerror or exc}") from None
-    return body.encode()
+    else:
+        data = body.encode()
+    if len(data) > MAX_BODY_BYTES:
+        raise UsageError(f"body larger than 1 MiB ({MAX_BODY_BYTES:,} bytes): send a reference to the data instead")
+    return data
 
 
 def _headers(pairs: list[str]) -> dict[str, str]:
@@ -352,10 +389,7 @@ def _with_route_options(command: Callable[..., None]) -> Callable[..., None]:
         try:
             command(options, **kwargs)
         except DelayedDeliveryError as exc:
-            hint = ""
-            if options.local and isinstance(exc, TransientError):
-                hint = " (are the emulators up? start them with `delayed-delivery local up`)"
-            raise _fail(" ".join(f"{exc}{hint}".split())) from None  # one line, even for multi-line driver errors
+            raise _error_exit(exc, options, kwargs.get("message_id")) from None
 
     parameters = [*own, *shared]
     wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import sqlite3
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 
 from delayed_delivery.app.routes.base import (
@@ -14,8 +16,10 @@ from delayed_delivery.app.routes.base import (
     backlog_report,
     refuse_sqs_options,
 )
+from delayed_delivery.errors import ConfigurationError, DelayedDeliveryError
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.ports import DelayedMessageStore, InspectableStore, ReschedulableStore
+from delayed_delivery.redact import redact
 from delayed_delivery.stores import open_store
 
 __all__ = ["StoreOperatorRoute"]
@@ -36,8 +40,25 @@ class StoreOperatorRoute:
         if self._opened is None:
             if not self.url:
                 raise UsageError("give a route: --store URL (SQL) or --cloud aws|azure (add --local for the emulators)")
-            self._opened = open_store(self.url)
+            with self.errors():
+                self._opened = open_store(self.url)
         return self._opened
+
+    @contextmanager
+    def errors(self) -> Iterator[None]:
+        """Turn a database driver's error (a file SQLite cannot use, a foreign table) into a one-line error."""
+        try:
+            yield
+        except DelayedDeliveryError:
+            raise
+        except sqlite3.Error as exc:
+            table = str(getattr(self._opened, "table", "delayed_messages"))
+            raise ConfigurationError(_sqlite_problem(redact(self.url or ""), table, exc)) from exc
+        except Exception as exc:
+            if type(exc).__module__.partition(".")[0] != "psycopg":
+                raise
+            text = " ".join(str(exc).split())
+            raise ConfigurationError(redact(f"PostgreSQL store {self.url}: {text}")) from exc
 
     def send(
         self,
@@ -55,13 +76,14 @@ class StoreOperatorRoute:
             raise UsageError("--cancellable is for --cloud azure (store messages can always be cancelled)")
         target = self.store
         store_after = getattr(target, "store_after", None)
-        if delay is not None and callable(store_after):
-            # The store's own clock decides (PostgreSQL: now() + delay), so a skewed sender cannot deliver early.
-            message = store_after(delay, to, body, headers=dict(headers), message_id=message_id)
-            due = message.due_at
-        else:
-            message = DelayedMessage.create(to, body, at=due, headers=dict(headers), message_id=message_id)
-            target.store(message)
+        with self.errors():
+            if delay is not None and callable(store_after):
+                # The store's own clock decides (PostgreSQL: now() + delay), so a skewed sender cannot deliver early.
+                message = store_after(delay, to, body, headers=dict(headers), message_id=message_id)
+                due = message.due_at
+            else:
+                message = DelayedMessage.create(to, body, at=due, headers=dict(headers), message_id=message_id)
+                target.store(message)
         return SendResult(message.message_id, "store", to, due)
 
     def pending(self, bucket_seconds: int, *, queue: str | None = None) -> PendingReport:
@@ -70,14 +92,19 @@ class StoreOperatorRoute:
         s = self.store
         if not isinstance(s, InspectableStore):
             raise UsageError(f"{type(s).__name__} cannot list pending messages")
-        earliest = s.earliest_due()
-        buckets = dict(s.backlog(bucket_seconds))
-        return backlog_report(buckets, earliest, pending=len(s), route="store")
+        with self.errors():
+            earliest = s.earliest_due()
+            buckets = dict(s.backlog(bucket_seconds))
+            total = len(s)
+        return backlog_report(buckets, earliest, pending=total, route="store")
 
     def cancel(self, message_id: str, *, to: str | None = None, due: datetime | None = None) -> CancelResult:
         """Remove the message's row (exact)."""
         refuse_sqs_options(to, due)
-        return CancelResult(message_id, "store", cancelled=self.store.remove(message_id))
+        s = self.store
+        with self.errors():
+            cancelled = s.remove(message_id)
+        return CancelResult(message_id, "store", cancelled=cancelled)
 
     def reschedule(self, message_id: str, due: datetime, *, to: str | None = None) -> RescheduleResult:
         """Move the message's due time (exact)."""
@@ -85,4 +112,22 @@ class StoreOperatorRoute:
         s = self.store
         if not isinstance(s, ReschedulableStore):
             raise UsageError(f"{type(s).__name__} cannot reschedule")
-        return RescheduleResult(message_id, "store", due, moved=s.reschedule(message_id, due))
+        with self.errors():
+            moved = s.reschedule(message_id, due)
+        return RescheduleResult(message_id, "store", due, moved=moved)
+
+
+def _sqlite_problem(url: str, table: str, exc: sqlite3.Error) -> str:
+    """What is wrong with the SQLite store at ``url``, from SQLite's error."""
+    text = str(exc)
+    where = url.removeprefix("sqlite:///")
+    if "readonly" in text or "read-only" in text:
+        return f"cannot write the SQLite store {where!r}: the file (or its folder) is read-only ({text})"
+    if "no such column" in text or "no such table" in text or "has no column" in text:
+        return (
+            f"table {table!r} in the SQLite store {where!r} has another schema than delayed-delivery's ({text}): "
+            "use another file, or a table that delayed-delivery made"
+        )
+    if "disk I/O" in text or "not a database" in text or "unable to open" in text or "malformed" in text:
+        return f"{where!r} is not a usable SQLite database file ({text})"
+    return f"SQLite store {where!r}: {text}"
