@@ -83,10 +83,41 @@ def handler_env(settings: DelayedDeliverySettings) -> dict[str, str]:
     }
 
 
+class InvocationFaults(FaultPlan):
+    """Seeded deaths per invocation: one in ``probability`` is doomed at its receive and dies at one fault point.
+
+    A doomed invocation dies at each fault point with chance ``per_point``, and at its delete at the latest. A
+    chance per SQS call instead would all but never let an invocation that forwards a big envelope (dozens of
+    calls) finish, and the soak would only repeat those forwards.
+    """
+
+    def __init__(self, rng: random.Random, probability: float, per_point: float = 0.3) -> None:
+        super().__init__(rng, probability)
+        self.per_point = per_point
+        self.doomed = False
+
+    def begin(self) -> None:
+        """An invocation starts (its receive returned records): doom it, or not."""
+        self.doomed = self.rng.random() < self.probability
+
+    def strikes(self, name: str) -> bool:
+        """Whether the invocation dies at fault point ``name`` (counted when it does)."""
+        if not self.doomed or (name != "before_delete" and self.rng.random() >= self.per_point):
+            return False
+        self.doomed = False
+        self.crashes[name] = self.crashes.get(name, 0) + 1
+        return True
+
+    def point(self, name: str) -> None:
+        """Raise ``InjectedCrash`` when the invocation dies here."""
+        if self.strikes(name):
+            raise InjectedCrash(name)
+
+
 class CrashingSqs:
     """Wraps a boto3 SQS client; dies (``InjectedCrash``) at seeded points around receives, sends, parks, deletes."""
 
-    def __init__(self, client: SQSClient, faults: FaultPlan | None) -> None:
+    def __init__(self, client: SQSClient, faults: InvocationFaults | None) -> None:
         self._client = client
         self.faults = faults
 
@@ -99,17 +130,16 @@ class CrashingSqs:
 
     def receive_message(self, **kwargs: Any) -> Any:
         reply = self._client.receive_message(**kwargs)
-        if reply.get("Messages"):
+        if reply.get("Messages") and self.faults is not None:
+            self.faults.begin()
             self._point("after_receive")
         return reply
 
     def send_message_batch(self, **kwargs: Any) -> Any:
         self._point("before_send")
         entries = kwargs["Entries"]
-        faults = self.faults
-        if faults is not None and len(entries) > 1 and faults.rng.random() < faults.probability:
+        if self.faults is not None and len(entries) > 1 and self.faults.strikes("mid_batch"):
             self._client.send_message_batch(QueueUrl=kwargs["QueueUrl"], Entries=entries[: len(entries) // 2])
-            faults.crashes["mid_batch"] = faults.crashes.get("mid_batch", 0) + 1
             raise InjectedCrash("mid_batch")
         reply = self._client.send_message_batch(**kwargs)
         self._point("after_send")
@@ -280,7 +310,7 @@ def main() -> None:
     p.add_argument("--crashes", type=int, default=10_000, help="in-process crashes at fault points")
     p.add_argument("--endpoints", type=int, default=8, help="endpoints the crash soak spreads its messages over")
     p.add_argument("--messages", type=int, default=20, help="messages on their way per endpoint in the crash soak")
-    p.add_argument("--probability", type=float, default=0.1, help="crash chance at each fault point")
+    p.add_argument("--probability", type=float, default=0.5, help="chance that an invocation dies (at one fault point)")
     p.add_argument("--kills", type=int, default=30, help="SIGKILLs of poller processes")
     p.add_argument("--kill-messages", type=int, default=300, help="messages of the kill soak")
     p.add_argument("--seed", type=int, default=1)

@@ -23,8 +23,8 @@ from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller
 from tests.fixtures.moto import queue_depth
-from tests.reliability.crashlab import FaultPlan, InjectedCrash
-from tests.reliability.sqslab import REGION, CrashingSqs, SqsSoakResult, handler_env, lab_settings
+from tests.reliability.crashlab import InjectedCrash
+from tests.reliability.sqslab import REGION, CrashingSqs, InvocationFaults, SqsSoakResult, handler_env, lab_settings
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -61,6 +61,18 @@ class _Endpoint:
     forwarded: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """Where a soak stands; ``lost`` is known only once everything has settled (None before)."""
+
+    crashes: int
+    delivered: int
+    sent: int
+    duplicates: int
+    parks: int
+    lost: int | None = None
+
+
 class Progress:
     """One line every ``every`` seconds to ``stream``: crashes, deliveries, duplicates, parks, elapsed, ETA."""
 
@@ -76,25 +88,27 @@ class Progress:
         """Whether a line is due now."""
         return self.stream is not None and time.monotonic() >= self._next
 
-    def line(self, crashes: int, delivered: int, sent: int, duplicates: int, parks: int) -> str:
-        """The progress line for these counts."""
+    def line(self, c: Counts) -> str:
+        """The progress line for ``c``."""
         elapsed = time.monotonic() - self.started
-        if crashes >= self.target or self.settling:
+        if c.lost is not None:
+            eta = "done"
+        elif c.crashes >= self.target or self.settling:
             eta = "crashes done, settling"
-        elif crashes:
-            eta = f"ETA {_clock((self.target - crashes) * elapsed / crashes)}"
+        elif c.crashes:
+            eta = f"ETA {_clock((self.target - c.crashes) * elapsed / c.crashes)}"
         else:
             eta = "ETA unknown"
+        lost = f"{c.sent - c.delivered:,} on the way" if c.lost is None else f"{c.lost:,} lost"
         return (
-            f"sqs crash soak: {crashes:,}/{self.target:,} crashes | {delivered:,}/{sent:,} delivered "
-            f"({sent - delivered:,} on the way, none lost so far) | {duplicates:,} duplicates | {parks:,} parks | "
-            f"{_clock(elapsed)} elapsed, {eta}"
+            f"sqs crash soak: {c.crashes:,}/{self.target:,} crashes | {c.delivered:,}/{c.sent:,} delivered "
+            f"({lost}) | {c.duplicates:,} duplicates | {c.parks:,} parks | {_clock(elapsed)} elapsed, {eta}"
         )
 
-    def emit(self, crashes: int, delivered: int, sent: int, duplicates: int, parks: int) -> None:
+    def emit(self, c: Counts) -> None:
         """Print the line and schedule the next."""
         if self.stream is not None:
-            print(self.line(crashes, delivered, sent, duplicates, parks), file=self.stream, flush=True)
+            print(self.line(c), file=self.stream, flush=True)
         self._next = time.monotonic() + self.every
 
 
@@ -115,7 +129,7 @@ class CrashSoak:
         self.session = boto3.session.Session()  # one model cache: a fresh client per container costs ~2 ms
         self.client = self._client()
         self.rng = random.Random(seed)
-        self.faults = FaultPlan(random.Random(seed + 1), probability)
+        self.faults = InvocationFaults(random.Random(seed + 1), probability)
         self.messages = messages
         self.target = crashes
         prefix = f"soak{self.rng.getrandbits(40):010x}"
@@ -217,11 +231,11 @@ class CrashSoak:
         urls = [u for ep in self.endpoints for u in (ep.queues.delay_url, ep.queues.input_url)]
         return all(queue_depth(self.client, u) == 0 for u in urls)
 
-    def _counts(self) -> tuple[int, int, int, int, int]:
+    def _counts(self, lost: int | None = None) -> Counts:
         sent = sum(ep.sent for ep in self.endpoints)
         delivered = sent - sum(len(ep.on_the_way) for ep in self.endpoints)
         duplicates = sum(self.arrivals.values()) - len(self.arrivals)
-        return self.injected, delivered, sent, duplicates, self.outcomes[HopOutcome.PARKED.value]
+        return Counts(self.injected, delivered, sent, duplicates, self.outcomes[HopOutcome.PARKED.value], lost)
 
     def run(self, timeout: float, progress: Progress, crash_seconds: float | None = None) -> SqsSoakResult:
         """Crash until the target (or for ``crash_seconds``), then let everything arrive; give up after ``timeout``."""
@@ -235,6 +249,8 @@ class CrashSoak:
             for ep in self.endpoints:
                 self._top_up(ep)
                 busy += self._poll(ep)
+                if progress.due():  # inside the loop: one slow round must not hide progress
+                    progress.emit(self._counts())
             sweep = time.monotonic() >= next_sweep
             for ep in self.endpoints:
                 if ep.forwarded or sweep:
@@ -243,15 +259,14 @@ class CrashSoak:
             if sweep:
                 next_sweep = time.monotonic() + SWEEP_EVERY
                 self._drain(self.endpoints[0].queues.error_url, None)
-            if progress.due():
-                progress.emit(*self._counts())
             if not busy:
                 if done and self._settled():
                     break
                 time.sleep(0.05)
         self._drain(self.endpoints[0].queues.error_url, None)
-        progress.emit(*self._counts())
-        return self._result(started)
+        result = self._result(started)
+        progress.emit(self._counts(result.lost))
+        return result
 
     def _result(self, started: float) -> SqsSoakResult:
         expected = {f"e{ep.index}-{n:07d}" for ep in self.endpoints for n in range(ep.sent)}
@@ -279,7 +294,7 @@ def in_process_soak(
     messages: int,
     crashes: int,
     seed: int = 1,
-    probability: float = 0.08,
+    probability: float = 0.5,
     timeout: float = 3600,
     *,
     endpoints: int = 4,

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.moto
 
 def test_handler_dying_at_fault_points_loses_nothing(moto_endpoint: str) -> None:
     # 3 endpoints with 8 messages on their way each, topped up until the 12th crash; delays 2-16 s (parks from 7 s)
-    result = in_process_soak(moto_endpoint, messages=8, crashes=12, seed=11, probability=0.2, timeout=240, endpoints=3)
+    result = in_process_soak(moto_endpoint, messages=8, crashes=12, seed=11, probability=0.5, timeout=240, endpoints=3)
     assert result.injected_crashes == 12, result
     assert result.parks > 0, result.outcomes  # parking really happened (and packing: several plain records per send)
     assert set(result.crashes_by_point) <= set(POINTS)
