@@ -8,6 +8,7 @@ import pytest
 from azure.storage.queue import QueueServiceClient
 
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
+from delayed_delivery.ports import claim_of
 from tests.cli.conftest import ok_json, one_line_error, run
 
 pytestmark = pytest.mark.azurite
@@ -45,10 +46,14 @@ def test_send_routes_pending_is_exact_reschedule_and_cancel(azure: list[str], un
     assert datetime.fromisoformat(data["next_due"]) == at and 7000 < data["oldest_overdue_seconds"] < 7400
     # a dispatcher claims the overdue one: still pending (and still overdue) until it is sent, now shown as claimed
     store = TableDelayedMessageStore.from_connection_string(azure[3], far["table"])
-    assert [m.message_id for m in store.fetch_due(datetime.now(UTC), 10)] == ["keep-me"]
+    [claimed] = store.fetch_due(datetime.now(UTC), 10)
+    assert claimed.message_id == "keep-me"
     data = ok_json("pending", *azure)
     assert data["pending"] == 2 and data["claimed_or_retrying"] == 1 and data["oldest_overdue_seconds"] > 7000
 
+    in_flight = run("cancel", "keep-me", *azure)  # the dispatcher may be sending it (docs/identity.md)
+    assert in_flight.exit_code != 0 and "right now" in in_flight.output
+    assert store.increment_failure_count("keep-me", claim_of(claimed))  # its send failed: the claim is released
     assert ok_json("cancel", "keep-me", *azure)["cancelled"] is True
     assert ok_json("pending", *azure)["pending"] == 1
     one_line_error(run("cancel", "keep-me", *azure), "no pending message 'keep-me'", "--cancellable")
