@@ -13,8 +13,11 @@ from .sqlite_store import SqliteDelayedMessageStore
 __all__ = ["open_store"]
 
 
-def open_store(url: str, *, setup: bool = True) -> DelayedMessageStore:
-    """Return the store a URL names, creating its tables when ``setup`` is true."""
+def open_store(url: str, *, setup: bool = True, connect_timeout: float | None = None) -> DelayedMessageStore:
+    """Return the store a URL names, creating its tables when ``setup`` is true.
+
+    ``connect_timeout``: seconds a PostgreSQL connection may take (default: the store's own).
+    """
     parsed = urlparse(url)
     store: DelayedMessageStore
     if parsed.scheme == "sqlite":
@@ -30,7 +33,8 @@ def open_store(url: str, *, setup: bool = True) -> DelayedMessageStore:
             raise ConfigurationError(
                 "PostgreSQL support needs the postgres extra: pip install 'delayed-delivery[postgres]'"
             ) from exc
-        store = module.PostgresDelayedMessageStore(url)
+        options = {} if connect_timeout is None else {"connect_timeout": connect_timeout}
+        store = module.PostgresDelayedMessageStore(url, **options)
     else:
         raise ConfigurationError(
             f"unknown store URL {redact(url)!r}: use sqlite:///file.db (relative), sqlite:////abs/file.db or "

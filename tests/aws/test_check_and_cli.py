@@ -106,7 +106,7 @@ def test_create_then_send_long_and_short(sqs: SQSClient, moto_endpoint: str) -> 
     code, out = _run(moto_endpoint, "send", "--queue", "cli", "--delay", "10m", "--body", "hi")
     assert code == 0 and json.loads(out)["route"] == "native"
     code, out = _run(moto_endpoint, "send", "--queue", "cli", "--delay", "-3", "--body", "hi")
-    assert code == 2 and "cannot read duration" in out
+    assert code == 2 and "negative durations are not allowed" in out
 
 
 def test_cost_shows_packed_beside_unpacked_and_only_for_the_measured_size() -> None:

@@ -104,7 +104,7 @@ def test_sqs_send_bad_messages(route: tuple[list[str], str]) -> None:
     [
         (["--delay", "1d", "--messages", "0"], "--messages must be at least 1"),
         (["--delay", "1d", "--size", "2000000"], "--size must be"),
-        (["--delay", "-1d"], "cannot read duration"),
+        (["--delay", "-1d"], "negative durations are not allowed"),
         (["--delay", "200y"], "100-year"),
     ],
 )

@@ -34,6 +34,7 @@ from azure.storage.queue import QueueServiceClient
 
 from ..errors import ConfigurationError
 from ..naming import azure_delays_table_name, validate_azure_container_name, validate_azure_table_name
+from ..redact import redact
 from ..settings import DelayedDeliverySettings
 from .blob_lease import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
 from .destinations import DestinationPolicy, parse_patterns
@@ -54,6 +55,12 @@ ENV_ALLOWED = "DELAYED_DELIVERY_ALLOWED_DESTINATIONS"
 ENV_HOST_STORAGE = "AzureWebJobsStorage"
 #: A lease renewal that stalls must fail (and be retried) well within the lease duration.
 _LEASE_TIMEOUTS = {"connection_timeout": 5.0, "read_timeout": 10.0}
+#: Commands people run: a storage endpoint that is down or silent fails within seconds (with one retry).
+_FAIL_FAST_TIMEOUTS = {"connection_timeout": 2.0, "read_timeout": 3.0}
+_UNUSABLE_CONNECTION = (
+    "the storage connection string is not usable (it needs AccountName with AccountKey or SharedAccessSignature, "
+    "and DefaultEndpointsProtocol or the service endpoints; Azurite: UseDevelopmentStorage=true)"
+)
 #: Parallel queue puts when ``DELAYED_DELIVERY_MAX_CONCURRENCY`` is not set (Put Message has no batch form).
 DEFAULT_AZURE_CONCURRENCY = 16
 
@@ -165,31 +172,55 @@ class AzureClients:
     queues: QueueServiceClient
 
     @classmethod
-    def create(cls, config: AzureDelayedDeliveryConfig) -> AzureClients:
-        """Clients from a connection string, or from a managed identity when only the account is known."""
+    def create(cls, config: AzureDelayedDeliveryConfig, *, fail_fast: bool = False) -> AzureClients:
+        """Clients from a connection string, or from a managed identity when only the account is known.
+
+        ``fail_fast`` (commands run by people): short timeouts and one retry, so a storage endpoint that is down
+        or silent fails within seconds instead of retrying for minutes.
+        """
         pool = max(10, config.settings.max_concurrency + 4)  # parallel puts must not queue for connections
+        lease_timeouts, timeouts = (_FAIL_FAST_TIMEOUTS, _FAIL_FAST_TIMEOUTS) if fail_fast else (_LEASE_TIMEOUTS, {})
+        options: dict[str, Any] = {"retry_total": 1} if fail_fast else {}
+        # Storage queues and blobs wait 15 s before their first retry by default (tables 0.8 s).
+        storage = {**options, "initial_backoff": 1, "increment_base": 1} if fail_fast else {}
         if config.connection_string:
             conn = config.connection_string
-            return cls(
-                TableServiceClient.from_connection_string(conn, transport=http_transport(pool)),
-                BlobServiceClient.from_connection_string(conn, transport=http_transport(10, **_LEASE_TIMEOUTS)),
-                QueueServiceClient.from_connection_string(conn, transport=http_transport(pool)),
-            )
+            try:
+                return cls(
+                    TableServiceClient.from_connection_string(
+                        conn, transport=http_transport(pool, **timeouts), **options
+                    ),
+                    BlobServiceClient.from_connection_string(
+                        conn, transport=http_transport(10, **lease_timeouts), **storage
+                    ),
+                    QueueServiceClient.from_connection_string(
+                        conn, transport=http_transport(pool, **timeouts), **storage
+                    ),
+                )
+            except ValueError as exc:  # the SDK's parser: malformed, or missing the account, key or endpoints
+                raise ConfigurationError(f"{_UNUSABLE_CONNECTION}: {redact(str(exc))}") from None
         from azure.identity import DefaultAzureCredential  # only needed in Azure
 
         credential = DefaultAzureCredential(managed_identity_client_id=config.managed_identity_client_id)
         account = config.account_name
         return cls(
             TableServiceClient(
-                f"https://{account}.table.core.windows.net", credential=credential, transport=http_transport(pool)
+                f"https://{account}.table.core.windows.net",
+                credential=credential,
+                transport=http_transport(pool, **timeouts),
+                **options,
             ),
             BlobServiceClient(
                 f"https://{account}.blob.core.windows.net",
                 credential=credential,
-                transport=http_transport(10, **_LEASE_TIMEOUTS),
+                transport=http_transport(10, **lease_timeouts),
+                **storage,
             ),
             QueueServiceClient(
-                f"https://{account}.queue.core.windows.net", credential=credential, transport=http_transport(pool)
+                f"https://{account}.queue.core.windows.net",
+                credential=credential,
+                transport=http_transport(pool, **timeouts),
+                **storage,
             ),
         )
 

@@ -24,6 +24,7 @@ from delayed_delivery.cost import PACKED_MEASURED_SIZE, SQS_MAX_BYTES, SqsCostCo
 from delayed_delivery.durations import format_duration, to_seconds
 from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.logjson import JsonFormatter
+from delayed_delivery.redact import redact
 
 if TYPE_CHECKING:
     from delayed_delivery.app.demo.cloud import CloudDemoConfig, CloudDemoResult, CloudProgress, CloudSummary
@@ -55,7 +56,7 @@ def _root(
 
 
 def _fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {' '.join(redact(message).split())}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
 
 
@@ -409,5 +410,5 @@ def main() -> None:
     try:
         app()
     except DelayedDeliveryError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error:[/red] {' '.join(redact(str(exc)).split())}", highlight=False, soft_wrap=True)
         sys.exit(2)

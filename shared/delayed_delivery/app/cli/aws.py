@@ -18,12 +18,14 @@ from typing import IO, TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
+from delayed_delivery.app.routes.sqs import cli_client
 from delayed_delivery.aws.cancellations import DEFAULT_TABLE, TABLE_ENV, ensure_cancellation_table
 from delayed_delivery.aws.config import AwsConfig
 from delayed_delivery.aws.queues import check_endpoint, ensure_endpoint
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.naming import sqs_delay_queue_name
+from delayed_delivery.redact import redact
 from delayed_delivery.settings import DelayedDeliverySettings
 
 if TYPE_CHECKING:
@@ -53,9 +55,8 @@ Queue = Annotated[str, typer.Option("--queue", "-q", help="The endpoint's input 
 
 
 def _client(endpoint_url: str | None, region: str | None) -> SQSClient:
-    import boto3
-
-    return boto3.client("sqs", endpoint_url=endpoint_url, region_name=region)
+    client: SQSClient = cli_client("sqs", endpoint_url, region)
+    return client
 
 
 def _settings() -> DelayedDeliverySettings:
@@ -63,13 +64,13 @@ def _settings() -> DelayedDeliverySettings:
 
 
 def _fail(exc: DelayedDeliveryError) -> typer.Exit:
-    _err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+    _err.print(f"[red]error:[/red] {' '.join(redact(str(exc)).split())}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
 
 
 @aws_app.command()
 def check(queue: Queue, endpoint_url: EndpointUrl = None, region: Region = None) -> None:
-    """Check QUEUE's -delay.fifo as the seed requires (delay, retention ≥ 4 days, no redrive); exit 1 if not."""
+    """Check QUEUE's -delay.fifo against the FIFO queue rules (DelaySeconds 900, retention ≥ 4 days, no redrive)."""
     try:
         result = check_endpoint(_client(endpoint_url, region), queue, _settings())
     except DelayedDeliveryError as exc:
@@ -101,11 +102,7 @@ def create(
     try:
         queues = ensure_endpoint(_client(endpoint_url, region), queue, _settings(), error_queue=error_queue)
         if cancellation_table:
-            import boto3
-
-            ensure_cancellation_table(
-                boto3.client("dynamodb", endpoint_url=endpoint_url, region_name=region), cancellation_table
-            )
+            ensure_cancellation_table(cli_client("dynamodb", endpoint_url, region), cancellation_table)
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
     urls = {"input": queues.input_url, "delay": queues.delay_url, "error": queues.error_url}

@@ -15,6 +15,7 @@ from delayed_delivery.azure.runner import AzureDispatcherHost
 from delayed_delivery.azure.sender import AzureDelayedSender
 from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.naming import azure_delays_table_name, validate_azure_queue_name
+from delayed_delivery.redact import redact
 
 azure_app = typer.Typer(
     name="azure", help="Azure Storage Queues: package, set up, send, dispatch.", no_args_is_help=True
@@ -36,7 +37,7 @@ def _config(connection: str | None, endpoint: str) -> AzureDelayedDeliveryConfig
 
 
 def _fail(exc: DelayedDeliveryError) -> typer.Exit:
-    typer.echo(f"error: {exc}", err=True)
+    typer.echo(f"error: {' '.join(redact(str(exc)).split())}", err=True)
     return typer.Exit(code=2)
 
 

@@ -51,7 +51,7 @@ class AzureTableRoute:
             )
         self.endpoint = options.endpoint
         self.config = AzureDelayedDeliveryConfig.from_env(env)
-        self.clients = AzureClients.create(self.config)
+        self.clients = AzureClients.create(self.config, fail_fast=True)
         self.store = TableDelayedMessageStore(
             self.clients.tables.get_table_client(self.config.table_name),
             shards=self.config.shards,

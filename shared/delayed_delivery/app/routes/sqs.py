@@ -7,7 +7,8 @@ import math
 import os
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from delayed_delivery.app.routes.base import (
     LOCAL_MOTO_URL,
@@ -23,7 +24,7 @@ from delayed_delivery.app.routes.base import (
     seconds_until,
 )
 from delayed_delivery.clock import SystemClock, utc
-from delayed_delivery.errors import DestinationNotFoundError, InvalidMessageError
+from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError, InvalidMessageError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -32,7 +33,36 @@ if TYPE_CHECKING:
 
     from delayed_delivery.aws.cancellations import DynamoDbCancellationStore
 
-__all__ = ["SqsOperatorRoute"]
+__all__ = ["FAIL_FAST", "SqsOperatorRoute", "cli_client"]
+
+#: Client settings of every command: an endpoint that is down or silent fails within seconds, not minutes.
+FAIL_FAST: dict[str, Any] = {
+    "connect_timeout": 2,
+    "read_timeout": 2,
+    "retries": {"max_attempts": 2, "mode": "standard"},
+}
+_LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
+
+
+def cli_client(service: str, endpoint_url: str | None, region: str | None, *, local: bool = False) -> Any:
+    """A boto3 client for a command: quick to give up; region us-east-1 on a local endpoint when none is set."""
+    import boto3
+    from botocore.config import Config
+
+    host = urlparse(endpoint_url).hostname if endpoint_url else None
+    if region is None and boto3.session.Session().region_name is None:
+        if not (local or host in _LOOPBACK):
+            raise ConfigurationError("no AWS region: give --region or set AWS_DEFAULT_REGION")
+        region = LOCAL_REGION  # moto server and other local emulators take any region
+    key = "testing" if local and not os.environ.get("AWS_ACCESS_KEY_ID") else None
+    return boto3.client(
+        service,  # type: ignore[call-overload]
+        endpoint_url=endpoint_url,
+        region_name=region,
+        aws_access_key_id=key,
+        aws_secret_access_key=key,
+        config=Config(**FAIL_FAST),
+    )
 
 
 class SqsOperatorRoute:
@@ -41,26 +71,15 @@ class SqsOperatorRoute:
     name = "aws"
 
     def __init__(self, options: CloudOptions) -> None:
-        import boto3
-
         from delayed_delivery.settings import DelayedDeliverySettings
 
         endpoint_url = options.endpoint_url or (LOCAL_MOTO_URL if options.local else None)
-        region = options.region or (LOCAL_REGION if options.local else None)
-        key = "testing" if options.local and not os.environ.get("AWS_ACCESS_KEY_ID") else None
         self.where = endpoint_url or "AWS"
-        self.client: SQSClient = boto3.client(
-            "sqs", endpoint_url=endpoint_url, region_name=region, aws_access_key_id=key, aws_secret_access_key=key
-        )
+        self.client: SQSClient = cli_client("sqs", endpoint_url, options.region, local=options.local)
         self.settings = DelayedDeliverySettings.from_env(os.environ)
         # moto serves DynamoDB on the SQS port; AWS_ENDPOINT_URL_DYNAMODB splits them.
-        self.dynamodb: DynamoDBClient = boto3.client(
-            "dynamodb",
-            endpoint_url=os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint_url,
-            region_name=region,
-            aws_access_key_id=key,
-            aws_secret_access_key=key,
-        )
+        table_endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint_url
+        self.dynamodb: DynamoDBClient = cli_client("dynamodb", table_endpoint, options.region, local=options.local)
 
     def send(
         self,

@@ -24,6 +24,9 @@ from delayed_delivery.stores import open_store
 
 __all__ = ["StoreOperatorRoute"]
 
+#: Seconds a PostgreSQL connection of a command may take: a database that is down fails quickly.
+_CONNECT_TIMEOUT = 3.0
+
 
 class StoreOperatorRoute:
     """A SQL store opened from its URL on first use (so option mistakes are reported before any connection)."""
@@ -41,7 +44,7 @@ class StoreOperatorRoute:
             if not self.url:
                 raise UsageError("give a route: --store URL (SQL) or --cloud aws|azure (add --local for the emulators)")
             with self.errors():
-                self._opened = open_store(self.url)
+                self._opened = open_store(self.url, connect_timeout=_CONNECT_TIMEOUT)
         return self._opened
 
     @contextmanager
