@@ -8,9 +8,10 @@ The guarantees, packing, parking and the clock rules case by case are in ``docs/
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ...cancellations import CancellationCache
+from ...cancellations import Cancellation, CancellationCache
 from ...clock import Clock, SystemClock
 from ...errors import ConfigurationError, DelayedDeliveryDisabledError
 from ...planning import PARK_RETENTION_HEADROOM, SqsParkPolicy
@@ -19,8 +20,18 @@ from ..brokerclock import BrokerClock
 from ..packing import DEFAULT_PACK_BYTES
 from ..sqs import QueueDirectory, QueueInfo
 from .parking import IN_FLIGHT_CACHE_S, Parking
-from .plan import annotate, applied_records, apply_cancellations, route, unpacked
-from .records import HopOutcome, RecordResult, SourceQueue, messages_of, parse_record, parse_source_arn
+from .plan import (
+    Action,
+    Ledger,
+    MessagePlan,
+    annotate,
+    applied_records,
+    lookup_cancellations,
+    plan_message,
+    record_result,
+    result_of,
+)
+from .records import HopOutcome, ParsedRecord, RecordResult, SourceQueue, parse_record, parse_source_arn
 from .sending import Sending
 
 if TYPE_CHECKING:
@@ -78,32 +89,70 @@ class FifoRequeuer:
                 "records stay on the -delay.fifo queue"
             )
         now_ms = int(self.clock.now().timestamp() * 1000)
-        work = [parse_record(record, now_ms) for record in records]
+        parsed = [parse_record(record, now_ms) for record in records]
         parking = self.settings.max_park_seconds > 0
         if parking:
-            self._parking.find_park_returns(work, now_ms)
-        items = [item for w in work for item in messages_of(w)]
-        if self.cancellations is not None:
-            apply_cancellations(self.cancellations, items, now_ms)
-        if parking:
-            self._parking.park(self._parking.plan_parks(work))
-        requeue, forward = route(items, self.settings.max_native_delay)
+            parsed = self._parking.find_park_returns(parsed, now_ms)
+        plans = self._plan(parsed, parking, now_ms)
+        ledger = Ledger()
+        for p in plans:
+            if p.action is Action.DROP:
+                ledger.settle(p, result_of(p.message, HopOutcome.CANCELLED, p.message.hop))
+        by_record = _by_record(parsed, plans)
+        parked = [
+            (r, ps[0].park_s, ps) for r, ps in zip(parsed, by_record, strict=True) if ps and ps[0].action is Action.PARK
+        ]
+        for p in self._parking.park(parked, ledger):
+            plans[p.index] = p
+        by_record = _by_record(parsed, plans)
         sending = Sending(self.client, self.directory, self.settings, self.clock, self.pack_bytes)
-        for queue, group in requeue.items():
-            sending.send(queue, group, HopOutcome.REQUEUED)
-        for queue, group in forward.items():
-            sending.send(queue, group, HopOutcome.FORWARDED)
-        poison = [w for w in items if w.result is None and w.reason is not None]
+        sending.send_hops(plans, ledger)
+        poison = [
+            replace(p, message=replace(p.message, reason=ledger.poison.get(p.index, p.message.reason)))
+            for p in plans
+            if p.index not in ledger.results and (p.action is Action.ERROR_QUEUE or p.index in ledger.poison)
+        ]
         if poison:
-            sending.to_error_queue(poison)
-        annotate(items)
-        for w in work:
-            if w.children is not None:
-                w.result = unpacked(w)
+            sending.to_error_queue(poison, ledger)
+        results = {i: annotate(plans[i], result) for i, result in ledger.results.items()}
+        outcome = [_record_outcome(r, ps, results) for r, ps in zip(parsed, by_record, strict=True)]
         if self.cancellations is not None:
-            self.cancellations.applied(applied_records(work))
-        return [w.result for w in work if w.result is not None]
+            self.cancellations.applied(applied_records(outcome, by_record, results))
+        return [result for result in outcome if result is not None]
+
+    def _plan(self, parsed: list[ParsedRecord], parking: bool, now_ms: int) -> list[MessagePlan]:
+        """One plan per message of the batch, in order: cancellation records, parks, then each message's action."""
+        messages = [m for r in parsed for m in r.messages]
+        owners = [index for index, r in enumerate(parsed) for _ in r.messages]
+        applied: list[Cancellation | None] = [None] * len(messages)
+        if self.cancellations is not None:
+            applied = lookup_cancellations(self.cancellations, messages)
+        blocked = [False] * len(parsed)
+        for owner, record in zip(owners, applied, strict=True):
+            blocked[owner] = blocked[owner] or record is not None
+        parks = self._parking.plan_parks(parsed, blocked) if parking else {}
+        native = self.settings.max_native_delay
+        return [plan_message(i, m, applied[i], parks.get(owners[i], 0), native, now_ms) for i, m in enumerate(messages)]
 
     def park_policy(self, queue: QueueInfo) -> SqsParkPolicy:
         """The park rules for ``queue``: the settings plus its retention and visibility timeout."""
         return self._parking.policy(queue)
+
+
+def _by_record(parsed: list[ParsedRecord], plans: list[MessagePlan]) -> list[list[MessagePlan]]:
+    """The plans grouped by the record carrying their message (plans are in message order)."""
+    grouped: list[list[MessagePlan]] = []
+    start = 0
+    for r in parsed:
+        grouped.append(plans[start : start + len(r.messages)])
+        start += len(r.messages)
+    return grouped
+
+
+def _record_outcome(
+    record: ParsedRecord, plans: list[MessagePlan], results: dict[int, RecordResult]
+) -> RecordResult | None:
+    """A plain record's result is its message's; an envelope's sums up its inner messages."""
+    if record.inner is None:
+        return results.get(plans[0].index)
+    return record_result(record, tuple(results[p.index] for p in plans if p.index in results))

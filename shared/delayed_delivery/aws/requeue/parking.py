@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -15,8 +15,8 @@ from ...planning import SqsParkPolicy, sqs_park_ms
 from ...settings import DelayedDeliverySettings
 from ..brokerclock import BrokerClock
 from ..sqs import MAX_BATCH_ENTRIES, QueueDirectory, QueueInfo, translate_error
-from .records import HopOutcome, RecordResult, SourceQueue, Work, messages_of
-from .sending import fail
+from .plan import Ledger, MessagePlan, result_of
+from .records import HopOutcome, ParsedMessage, ParsedRecord, SourceQueue
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -59,33 +59,35 @@ class Parking:
         except DelayedDeliveryError:
             return None
 
-    def record_park_ms(self, w: Work, queue: QueueInfo) -> int:
+    def record_park_ms(self, record: ParsedRecord, queue: QueueInfo) -> int:
         """The park for a whole record (an envelope parks for its soonest message); 0 when it cannot park."""
-        items = messages_of(w)
-        live = [i for i in items if i.reason is None and i.remaining is not None]
+        items = record.messages
+        live = [i for i in items if i.live]
         if not live or len(live) != len(items):
             return 0
         policy = self.policy(queue)
-        return min(sqs_park_ms(i.decision_ms, w.age_ms, policy) for i in live)
+        return min(sqs_park_ms(i.decision_ms, record.age_ms, policy) for i in live)
 
-    def find_park_returns(self, work: list[Work], now_ms: int) -> None:
+    def find_park_returns(self, records: list[ParsedRecord], now_ms: int) -> list[ParsedRecord]:
         """Mark park returns (case 3) and re-base their remaining delays on the broker's clock."""
         if self.broker_clock is not None:
-            for w in work:
-                if w.count == 1 and w.first_ms:  # this batch's own receive, stamped by the broker to the ms
-                    self.broker_clock.observe_broker_ms(w.first_ms, now_ms)
+            for r in records:
+                if r.times is not None and r.times.count == 1 and r.times.first_ms:  # this batch's own receive
+                    self.broker_clock.observe_broker_ms(r.times.first_ms, now_ms)
         broker_now: int | None = None
-        for w in work:
-            if w.reason is not None or w.count <= 1:
+        found = list(records)
+        for index, r in enumerate(records):
+            if r.message.reason is not None or r.count <= 1 or r.times is None:
                 continue
-            queue = self.source_info(w.source)
-            if queue is None or not self.record_park_ms(w, queue):  # not park-eligible: a plain redelivery
+            queue = self.source_info(r.message.source)
+            if queue is None or not self.record_park_ms(r, queue):  # not park-eligible: a plain redelivery
                 continue
             if broker_now is None:
-                broker_now = self.broker_now(w.source, now_ms)
-            if broker_now - w.first_ms < self.policy(queue).return_threshold_ms:
+                broker_now = self.broker_now(r.message.source, now_ms)
+            if broker_now - r.times.first_ms < self.policy(queue).return_threshold_ms:
                 continue
-            _mark_park_return(w, broker_now)
+            found[index] = park_return(r, broker_now)
+        return found
 
     def broker_now(self, source: SourceQueue, now_ms: int) -> int:
         """The broker's time now (never ahead of it); the local clock when SQS has not answered lately."""
@@ -97,31 +99,29 @@ class Parking:
             broker = self.broker_clock.now_ms()
         return now_ms if broker is None else broker
 
-    def plan_parks(self, work: list[Work]) -> list[Work]:
-        """Choose the records to park and for how long (``park_s``); the rest hop as before."""
-        chosen: list[tuple[Work, int]] = []
-        for w in work:
-            if w.reason is not None or w.result is not None or not w.receipt_handle:
+    def plan_parks(self, records: list[ParsedRecord], blocked: list[bool]) -> dict[int, int]:
+        """Choose the records to park (by index) and for how long (whole seconds); the rest hop as before.
+
+        ``blocked``: per record, whether a cancellation record applies to one of its messages (no park then).
+        """
+        chosen: list[tuple[int, ParsedRecord, int]] = []
+        for index, r in enumerate(records):
+            if r.message.reason is not None or blocked[index] or not r.receipt_handle:
                 continue
-            if w.count > 1 and not w.park_return:  # case 2: a plain redelivery never parks
+            if r.count > 1 and not r.park_return:  # case 2: a plain redelivery never parks
                 continue
-            if any(i.result is not None or i.applied is not None for i in messages_of(w)):
-                continue
-            queue = self.source_info(w.source)
-            park = self.record_park_ms(w, queue) if queue is not None else 0
+            queue = self.source_info(r.message.source)
+            park = self.record_park_ms(r, queue) if queue is not None else 0
             if park:
-                chosen.append((w, park))
+                chosen.append((index, r, park))
         if self.pack_bytes:
             chosen = _packed_instead(chosen)
-        parked: list[Work] = []
-        for w, park in chosen:
-            if not w.park_return and not self.may_park_more(w.source):  # only new parks add to in-flight
+        parks: dict[int, int] = {}
+        for index, r, park in chosen:
+            if not r.park_return and not self.may_park_more(r.message.source):  # only new parks add to in-flight
                 continue
-            w.park_s = park // 1000
-            for item in w.children or ():
-                item.park_s = w.park_s
-            parked.append(w)
-        return parked
+            parks[index] = park // 1000
+        return parks
 
     def may_park_more(self, source: SourceQueue) -> bool:
         """Whether the queue's in-flight count (cached a minute) is below ``park_max_in_flight``."""
@@ -147,8 +147,8 @@ class Parking:
         self.in_flight[source.delay_queue] = (value, now)
         return value
 
-    def park(self, parked: list[Work]) -> None:
-        """Hide each parked record for its park (``ChangeMessageVisibilityBatch``).
+    def park(self, parked: list[tuple[ParsedRecord, int, list[MessagePlan]]], ledger: Ledger) -> list[MessagePlan]:
+        """Hide each parked record for its park (``ChangeMessageVisibilityBatch``); returns the plans that hop instead.
 
         A change SQS refused (an entry it failed as the sender's fault, or a request it rejected: a receipt handle
         that is no longer valid, a missing permission) certainly did not happen: the record hops instead, as it
@@ -156,19 +156,21 @@ class Parking:
         error) may have happened: the record is ``FAILED`` and comes back, after its visibility timeout or its
         park, without having been copied.
         """
-        by_queue: dict[str, list[Work]] = {}
-        for w in parked:
-            by_queue.setdefault(w.source.delay_queue, []).append(w)
+        by_queue: dict[str, list[tuple[ParsedRecord, int, list[MessagePlan]]]] = {}
+        for item in parked:
+            by_queue.setdefault(item[0].message.source.delay_queue, []).append(item)
+        hop_instead: list[MessagePlan] = []
         for queue, group in by_queue.items():
-            info = self.source_info(group[0].source)
+            info = self.source_info(group[0][0].message.source)
             for start in range(0, len(group), MAX_BATCH_ENTRIES):
                 chunk = group[start : start + MAX_BATCH_ENTRIES]
-                refused, unknown = self._change_visibility(queue, info, chunk)
-                for i, w in enumerate(chunk):
-                    _settle_park(w, refused.get(str(i)), unknown.get(str(i)))
+                refused, unknown = self._change_visibility(queue, info, [(r.receipt_handle, s) for r, s, _ in chunk])
+                for i, (_, park_s, plans) in enumerate(chunk):
+                    hop_instead += _settle_park(plans, park_s, refused.get(str(i)), unknown.get(str(i)), ledger)
+        return hop_instead
 
     def _change_visibility(
-        self, queue: str, info: QueueInfo | None, chunk: list[Work]
+        self, queue: str, info: QueueInfo | None, chunk: list[tuple[str, int]]
     ) -> tuple[dict[str, str], dict[str, DelayedDeliveryError]]:
         """One ``ChangeMessageVisibilityBatch``: the entries SQS refused (with why) and those with unknown outcome."""
         refused: dict[str, str] = {}
@@ -176,8 +178,8 @@ class Parking:
         if info is None:
             return {str(i): f"parking in {queue!r}: the queue cannot be read" for i in range(len(chunk))}, unknown
         entries: list[ChangeMessageVisibilityBatchRequestEntryTypeDef] = [
-            {"Id": str(i), "ReceiptHandle": w.receipt_handle, "VisibilityTimeout": w.park_s}
-            for i, w in enumerate(chunk)
+            {"Id": str(i), "ReceiptHandle": handle, "VisibilityTimeout": park_s}
+            for i, (handle, park_s) in enumerate(chunk)
         ]
         try:
             reply = self.client.change_message_visibility_batch(QueueUrl=info.url, Entries=entries)
@@ -197,53 +199,55 @@ class Parking:
         return refused, unknown
 
 
-def _mark_park_return(w: Work, broker_now: int) -> None:
-    """Re-base a park return's messages on the broker's time now (case 3)."""
-    w.park_return = True
-    w.age_ms = max(0, broker_now - w.sent_ms)
-    for item in messages_of(w):
-        if item.reason is not None:
-            continue
-        item.park_return = True
-        item.age_ms = w.age_ms
-        item.received_ms = broker_now
-        item.remaining_ms = item.decision_ms = max(0, item.total_ms - (broker_now - item.sent_ms))
-        item.remaining = math.ceil(item.remaining_ms / 1000)
+def park_return(record: ParsedRecord, broker_now: int) -> ParsedRecord:
+    """The record as a park return (case 3): its live messages re-based on the broker's time now."""
+    assert record.times is not None
+    sent_ms = record.times.sent_ms
+    messages = tuple(m if m.reason is not None else _rebased(m, broker_now, sent_ms) for m in record.messages)
+    rebased = replace(record, park_return=True, age_ms=max(0, broker_now - sent_ms))
+    return replace(rebased, inner=messages) if record.inner is not None else replace(rebased, message=messages[0])
 
 
-def _packed_instead(chosen: list[tuple[Work, int]]) -> list[tuple[Work, int]]:
+def _rebased(message: ParsedMessage, broker_now: int, sent_ms: int) -> ParsedMessage:
+    """A park return's message with its remaining delay by the broker's clock (the decision uses the same)."""
+    left = max(0, message.total_ms - (broker_now - sent_ms))
+    return replace(
+        message,
+        park_return=True,
+        received_ms=broker_now,
+        remaining_ms=left,
+        decision_ms=left,
+        remaining=math.ceil(left / 1000),
+    )
+
+
+def _packed_instead(chosen: list[tuple[int, ParsedRecord, int]]) -> list[tuple[int, ParsedRecord, int]]:
     """Leave out plain first receives that would park alone when two or more share a queue: they requeue packed.
 
     The envelope parks on its next receive. Park returns never switch (their decision must not depend on the
     batch they come in).
     """
     singles: dict[str, int] = {}
-    for w, _ in chosen:
-        if w.children is None and not w.park_return:
-            singles[w.source.delay_queue] = singles.get(w.source.delay_queue, 0) + 1
+    for _, r, _ in chosen:
+        if r.inner is None and not r.park_return:
+            queue = r.message.source.delay_queue
+            singles[queue] = singles.get(queue, 0) + 1
     return [
-        (w, park) for w, park in chosen if w.children is not None or w.park_return or singles[w.source.delay_queue] < 2
+        (i, r, park)
+        for i, r, park in chosen
+        if r.inner is not None or r.park_return or singles[r.message.source.delay_queue] < 2
     ]
 
 
-def _settle_park(w: Work, refused: str | None, unknown: DelayedDeliveryError | None) -> None:
-    """Apply a visibility change's outcome to a record's messages: parked, hop instead, or ``FAILED``."""
-    for item in messages_of(w):
-        if refused is not None:  # not parked: it hops below, like any record that cannot park
-            item.park_s = 0
-            item.park_failure = refused
-        elif unknown is not None:
-            item.park_s = 0
-            fail(item, unknown if isinstance(unknown, TransientError) else TransientError(str(unknown)))
+def _settle_park(
+    plans: list[MessagePlan], park_s: int, refused: str | None, unknown: DelayedDeliveryError | None, ledger: Ledger
+) -> list[MessagePlan]:
+    """Apply a visibility change's outcome to a record's messages: parked, ``FAILED``, or (returned) hop instead."""
+    if refused is not None:  # not parked: it hops, like any record that cannot park
+        return [replace(p, action=p.hop, park_s=0, park_failure=refused) for p in plans]
+    for p in plans:
+        if unknown is not None:
+            ledger.fail(p, unknown if isinstance(unknown, TransientError) else TransientError(str(unknown)))
         else:
-            item.result = RecordResult(
-                item.record_id,
-                item.message_id,
-                HopOutcome.PARKED,
-                item.hop,
-                item.source.destination,
-                item.remaining,
-                park_s=w.park_s,
-            )
-    if refused is not None:
-        w.park_s = 0
+            ledger.settle(p, result_of(p.message, HopOutcome.PARKED, p.message.hop, park_s=park_s))
+    return []

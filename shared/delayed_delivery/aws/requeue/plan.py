@@ -1,94 +1,175 @@
-"""Plan: cancellations, the requeue-or-forward choice per message, and the results the batch reports."""
+"""Plan: cancellations, the action per message (forward, requeue, park, error queue, drop), and the results."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
 
 from ...cancellations import Cancellation, CancellationCache, CancellationKind
-from ...errors import TransientError
+from ...errors import DelayedDeliveryError, TransientError
 from ...planning import HopAction, decide_hop
-from .records import HopOutcome, RecordResult, Work, messages_of
+from .records import HopOutcome, ParsedMessage, ParsedRecord, RecordResult
 
-__all__ = ["annotate", "applied_records", "apply_cancellations", "route", "unpacked"]
-
-
-def apply_cancellations(cache: CancellationCache, items: list[Work], now_ms: int) -> None:
-    """Drop cancelled messages and re-plan rescheduled ones (one cached lookup per endpoint)."""
-    live = [w for w in items if w.reason is None and w.remaining is not None]
-    records = {endpoint: cache.lookup(endpoint) for endpoint in {w.source.destination for w in live}}
-    for w in live:
-        record = records[w.source.destination].get(w.message_id)
-        if record is None:
-            continue
-        w.applied = record
-        if record.kind is CancellationKind.CANCEL:
-            w.result = RecordResult(
-                w.record_id, w.message_id, HopOutcome.CANCELLED, w.hop, w.source.destination, w.remaining
-            )
-            continue
-        assert record.due_at is not None
-        due_ms = int(record.due_at.timestamp() * 1000)
-        # On a park return ``received_ms`` is the broker's time now (case 3), for the decision and the remainder.
-        w.remaining_ms = max(0, due_ms - (w.received_ms if w.park_return else now_ms))
-        w.decision_ms = max(0, due_ms - w.received_ms)
-        w.remaining = math.ceil(w.remaining_ms / 1000)
+__all__ = [
+    "Action",
+    "Ledger",
+    "MessagePlan",
+    "annotate",
+    "applied_records",
+    "hop_action",
+    "lookup_cancellations",
+    "plan_message",
+    "record_result",
+    "rescheduled",
+    "result_of",
+]
 
 
-def route(items: list[Work], max_native_delay: int) -> tuple[dict[str, list[Work]], dict[str, list[Work]]]:
-    """The messages still to hop, by queue: (back to their ``-delay.fifo`` queue, on to their destination)."""
-    requeue: dict[str, list[Work]] = {}
-    forward: dict[str, list[Work]] = {}
-    for w in items:
-        if w.reason is not None or w.remaining is None or w.result is not None or w.park_s:
-            continue
-        decision = decide_hop(math.ceil(w.decision_ms / 1000), max_native_delay)
-        # A park return is requeued, never forwarded (docs/requeue.md, case 3).
-        back = w.park_return and w.applied is None
-        target = requeue if back or decision.action is HopAction.REQUEUE else forward
-        target.setdefault(w.source.delay_queue if target is requeue else w.source.destination, []).append(w)
-    return requeue, forward
+class Action(StrEnum):
+    """What the requeue step does with one message."""
+
+    FORWARD = "forward"
+    REQUEUE = "requeue"
+    PARK = "park"
+    ERROR_QUEUE = "error_queue"
+    DROP = "drop"
 
 
-def annotate(items: list[Work]) -> None:
-    """Add the applied cancellation record, and why a park was refused, to each message's result."""
-    for w in items:
-        if w.applied is not None and w.result is not None:
-            w.result = replace(w.result, cancellation=w.applied)
-        if w.park_failure is not None and w.result is not None and w.result.reason is None:
-            w.result = replace(w.result, reason=f"hopped instead of parking: {w.park_failure}")
+@dataclass(frozen=True, slots=True)
+class MessagePlan:
+    """The plan for one message: its action, the hop it takes when not parked, the park and the record applied."""
+
+    index: int
+    message: ParsedMessage
+    action: Action
+    hop: Action
+    park_s: int = 0
+    applied: Cancellation | None = None
+    park_failure: str | None = None
+
+    @property
+    def queue(self) -> str:
+        """The queue a hop goes to: back to the ``-delay.fifo`` queue, or on to the destination."""
+        source = self.message.source
+        return source.delay_queue if self.action is Action.REQUEUE else source.destination
 
 
-def unpacked(w: Work) -> RecordResult:
+@dataclass(slots=True)
+class Ledger:
+    """The outcomes of one batch so far, by message index: results, and poison reasons met while sending."""
+
+    results: dict[int, RecordResult] = field(default_factory=dict)
+    poison: dict[int, str] = field(default_factory=dict)
+
+    def settle(self, plan: MessagePlan, result: RecordResult) -> None:
+        """Record ``plan``'s result."""
+        self.results[plan.index] = result
+
+    def refuse(self, plan: MessagePlan, reason: str) -> None:
+        """Record that ``plan``'s message goes to the error queue for ``reason``."""
+        self.poison[plan.index] = reason
+
+    def fail(self, plan: MessagePlan, error: DelayedDeliveryError) -> None:
+        """Report ``plan``'s message ``FAILED`` (the event source makes its record visible again)."""
+        m = plan.message
+        self.results[plan.index] = result_of(m, HopOutcome.FAILED, m.hop, reason=str(error), error=error)
+
+
+def result_of(m: ParsedMessage, outcome: HopOutcome, hop: int, **extra: Any) -> RecordResult:
+    """The result of one message (its remaining delay in whole seconds, when it has one)."""
+    return RecordResult(m.record_id, m.message_id, outcome, hop, m.source.destination, m.remaining, **extra)
+
+
+def lookup_cancellations(cache: CancellationCache, messages: Sequence[ParsedMessage]) -> list[Cancellation | None]:
+    """The live cancellation record of each message, if any (one cached lookup per endpoint)."""
+    live = [m.live for m in messages]
+    endpoints = {m.source.destination for m, ok in zip(messages, live, strict=True) if ok}
+    records = {endpoint: cache.lookup(endpoint) for endpoint in endpoints}
+    return [
+        records[m.source.destination].get(m.message_id) if ok else None for m, ok in zip(messages, live, strict=True)
+    ]
+
+
+def rescheduled(m: ParsedMessage, record: Cancellation, now_ms: int) -> ParsedMessage:
+    """``m`` with the remaining delay to the rescheduled due time (decided from the broker's first receive)."""
+    assert record.due_at is not None
+    due_ms = int(record.due_at.timestamp() * 1000)
+    # On a park return ``received_ms`` is the broker's time now (case 3), for the decision and the remainder.
+    remaining_ms = max(0, due_ms - (m.received_ms if m.park_return else now_ms))
+    return replace(
+        m,
+        remaining_ms=remaining_ms,
+        decision_ms=max(0, due_ms - m.received_ms),
+        remaining=math.ceil(remaining_ms / 1000),
+    )
+
+
+def hop_action(m: ParsedMessage, applied: Cancellation | None, max_native_delay: int) -> Action:
+    """Requeue or forward, from the broker-only decision; a park return is requeued, never forwarded (case 3)."""
+    decision = decide_hop(math.ceil(m.decision_ms / 1000), max_native_delay)
+    back = m.park_return and applied is None
+    return Action.REQUEUE if back or decision.action is HopAction.REQUEUE else Action.FORWARD
+
+
+def plan_message(
+    index: int, m: ParsedMessage, applied: Cancellation | None, park_s: int, max_native_delay: int, now_ms: int
+) -> MessagePlan:
+    """The plan for one message: error queue (poison), drop (cancelled), park, or its hop."""
+    if not m.live:
+        return MessagePlan(index, m, Action.ERROR_QUEUE, Action.ERROR_QUEUE)
+    if applied is not None and applied.kind is CancellationKind.CANCEL:
+        return MessagePlan(index, m, Action.DROP, Action.DROP, applied=applied)
+    if applied is not None:
+        m = rescheduled(m, applied, now_ms)
+    hop = hop_action(m, applied, max_native_delay)
+    return MessagePlan(index, m, Action.PARK if park_s else hop, hop, park_s, applied)
+
+
+def annotate(plan: MessagePlan, result: RecordResult) -> RecordResult:
+    """Add the applied cancellation record, and why a park was refused, to a message's result."""
+    if plan.applied is not None:
+        result = replace(result, cancellation=plan.applied)
+    if plan.park_failure is not None and result.reason is None:
+        result = replace(result, reason=f"hopped instead of parking: {plan.park_failure}")
+    return result
+
+
+def record_result(record: ParsedRecord, inner: tuple[RecordResult, ...]) -> RecordResult:
     """One result for an envelope record: ``FAILED`` (retry it all) when any inner message failed."""
-    assert w.children is not None
-    inner = tuple(c.result for c in w.children if c.result is not None)
-    if inner and len(inner) == len(w.children) and all(r.outcome is HopOutcome.PARKED for r in inner):
+    m, count = record.message, len(record.messages)
+    if inner and len(inner) == count and all(r.outcome is HopOutcome.PARKED for r in inner):
         return RecordResult(
-            w.record_id,
-            w.message_id,
+            m.record_id,
+            m.message_id,
             HopOutcome.PARKED,
-            w.hop,
-            w.source.destination,
+            m.hop,
+            m.source.destination,
             inner=inner,
             park_s=inner[0].park_s,
         )
     failed = [r for r in inner if r.outcome is HopOutcome.FAILED]
-    if failed or len(inner) != len(w.children):
+    if failed or len(inner) != count:
         error = failed[0].error if failed and failed[0].error else TransientError("an inner message has no outcome")
-        reason = f"{len(failed)} of {len(w.children)} inner messages failed: {error}"
+        reason = f"{len(failed)} of {count} inner messages failed: {error}"
         return RecordResult(
-            w.record_id, w.message_id, HopOutcome.FAILED, w.hop, w.source.destination, None, reason, error, inner
+            m.record_id, m.message_id, HopOutcome.FAILED, m.hop, m.source.destination, None, reason, error, inner
         )
-    return RecordResult(w.record_id, w.message_id, HopOutcome.UNPACKED, w.hop, w.source.destination, inner=inner)
+    return RecordResult(m.record_id, m.message_id, HopOutcome.UNPACKED, m.hop, m.source.destination, inner=inner)
 
 
-def applied_records(work: list[Work]) -> list[Cancellation]:
+def applied_records(
+    record_results: Sequence[RecordResult | None],
+    plans: Sequence[Sequence[MessagePlan]],
+    results: dict[int, RecordResult],
+) -> list[Cancellation]:
     """The cancellation records applied to messages whose hop (and whose record's) did not fail: these can go."""
     return [
-        c.applied
-        for w in work
-        if w.result is not None and w.result.outcome is not HopOutcome.FAILED
-        for c in messages_of(w)
-        if c.applied is not None and c.result is not None and c.result.outcome is not HopOutcome.FAILED
+        p.applied
+        for record, record_plans in zip(record_results, plans, strict=True)
+        if record is not None and record.outcome is not HopOutcome.FAILED
+        for p in record_plans
+        if p.applied is not None and p.index in results and results[p.index].outcome is not HopOutcome.FAILED
     ]

@@ -1,11 +1,11 @@
-"""Parse: one SQS record (plain or envelope) into the work item the requeue step carries through its pipeline."""
+"""Parse: one SQS record (plain or envelope) into an immutable parsed record, its broker times read once."""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +24,10 @@ if TYPE_CHECKING:
 __all__ = [
     "BrokerTimes",
     "HopOutcome",
+    "ParsedMessage",
+    "ParsedRecord",
     "RecordResult",
     "SourceQueue",
-    "Work",
-    "messages_of",
     "parse_record",
     "parse_source_arn",
     "seconds_text",
@@ -117,120 +117,138 @@ def parse_source_arn(arn: str) -> SourceQueue:
     return SourceQueue(arn, parts[3], parts[4], parts[5], destination)
 
 
-@dataclass(slots=True)
-class Work:
-    """One record (or one message inside an envelope record) on its way through the requeue step."""
+@dataclass(frozen=True, slots=True)
+class ParsedMessage:
+    """One message to move (a plain record, or one inside an envelope) with its remaining delay, or a poison reason."""
 
     record_id: str
     message_id: str
     hop: int
     body: str
-    attributes: dict[str, MessageAttributeValueTypeDef]
+    attributes: Mapping[str, MessageAttributeValueTypeDef]
     source: SourceQueue
-    remaining: int | None = None
+    total_ms: int = 0
     remaining_ms: int = 0
     decision_ms: int = 0
-    reason: str | None = None
-    result: RecordResult | None = None
-    children: list[Work] | None = None
     received_ms: int = 0
-    applied: Cancellation | None = None
-    total_ms: int = 0
-    sent_ms: int = 0
-    first_ms: int = 0
-    count: int = 1
-    age_ms: int = 0
-    receipt_handle: str = ""
+    remaining: int | None = None
     park_return: bool = False
-    park_s: int = 0
-    park_failure: str | None = None
+    reason: str | None = None
 
-    def set_times(self, total_ms: int, times: BrokerTimes, now_ms: int) -> None:
-        """Take the remaining delay from ``total_ms`` (written at ``times.sent_ms``) and the broker times."""
-        self.received_ms = times.first_ms
-        self.total_ms, self.sent_ms, self.first_ms, self.count = total_ms, times.sent_ms, times.first_ms, times.count
-        self.age_ms = times.age_ms
-        self.remaining_ms = remaining_delay_ms(total_ms, times.sent_ms, times.first_ms, times.count, now_ms)
+    @property
+    def live(self) -> bool:
+        """Whether it can move on (no poison reason, a remaining delay)."""
+        return self.reason is None and self.remaining is not None
+
+    def timed(self, total_ms: int, times: BrokerTimes, now_ms: int) -> ParsedMessage:
+        """With the remaining delay of ``total_ms`` (written at ``times.sent_ms``); raises ``InvalidMessageError``."""
+        remaining_ms = remaining_delay_ms(total_ms, times.sent_ms, times.first_ms, times.count, now_ms)
         # The hop decision uses broker times only (as on the first receive), so a redelivery repeats the
         # same decision and its re-send carries the same deduplication id: FIFO drops it as a duplicate.
-        self.decision_ms = remaining_delay_ms(total_ms, times.sent_ms, times.first_ms, 1, now_ms)
+        decision_ms = remaining_delay_ms(total_ms, times.sent_ms, times.first_ms, 1, now_ms)
+        return replace(
+            self,
+            total_ms=total_ms,
+            remaining_ms=remaining_ms,
+            decision_ms=decision_ms,
+            received_ms=times.first_ms,
+            remaining=math.ceil(remaining_ms / 1000),
+        )
 
 
-def messages_of(w: Work) -> list[Work]:
-    """The messages a record carries: an envelope's inner ones, else the record itself."""
-    return w.children if w.children is not None else [w]
+@dataclass(frozen=True, slots=True)
+class ParsedRecord:
+    """One SQS record as read: the record itself, its broker times and, for an envelope, its inner messages."""
+
+    message: ParsedMessage
+    receipt_handle: str = ""
+    times: BrokerTimes | None = None
+    age_ms: int = 0
+    park_return: bool = False
+    inner: tuple[ParsedMessage, ...] | None = None
+
+    @property
+    def messages(self) -> tuple[ParsedMessage, ...]:
+        """The messages it carries: an envelope's inner ones, else the record's own."""
+        return self.inner if self.inner is not None else (self.message,)
+
+    @property
+    def count(self) -> int:
+        """``ApproximateReceiveCount`` (1 when the broker times could not be read)."""
+        return self.times.count if self.times is not None else 1
+
+    def poison(self, reason: str) -> ParsedRecord:
+        """The same record with a poison reason."""
+        return replace(self, message=replace(self.message, reason=reason))
 
 
-def parse_record(record: Mapping[str, Any], now_ms: int) -> Work:
+def parse_record(record: Mapping[str, Any], now_ms: int) -> ParsedRecord:
     """Read one record; problems with the message itself become a poison reason, not an exception."""
-    source = parse_source_arn(str(record.get("eventSourceARN", "")))
     attrs = record.get("attributes") or {}
     record_id = str(record.get("messageId", ""))
-    message_id = str(attrs.get("MessageGroupId") or record_id)
-    work = Work(
+    message = ParsedMessage(
         record_id=record_id,
-        message_id=message_id,
+        message_id=str(attrs.get("MessageGroupId") or record_id),
         hop=hop_of(attrs.get("MessageDeduplicationId")),
         body=str(record.get("body", "")),
         attributes={},
-        source=source,
-        receipt_handle=str(record.get("receiptHandle") or ""),
+        source=parse_source_arn(str(record.get("eventSourceARN", ""))),
     )
+    parsed = ParsedRecord(message, receipt_handle=str(record.get("receiptHandle") or ""))
     try:
         attributes = attributes_from_record(record.get("messageAttributes") or {})
     except InvalidMessageError as exc:
-        work.reason = f"malformed message attributes: {exc}"
-        return work
+        return parsed.poison(f"malformed message attributes: {exc}")
     marker = attributes.pop(ENVELOPE_ATTRIBUTE, None)
+    control = attributes.pop(DELAY_SECONDS_ATTRIBUTE, None) if marker is None else None
+    parsed = replace(parsed, message=replace(message, attributes=attributes))
     if marker is not None:
-        work.attributes = attributes
-        return _parse_envelope(work, marker, attrs, now_ms)
-    control = attributes.pop(DELAY_SECONDS_ATTRIBUTE, None)
-    work.attributes = attributes
+        return _parse_envelope(parsed, marker, attrs, now_ms)
     if control is None:
-        work.reason = f"missing control attribute {DELAY_SECONDS_ATTRIBUTE}"
-        return work
+        return parsed.poison(f"missing control attribute {DELAY_SECONDS_ATTRIBUTE}")
     text = control.get("StringValue", "")
     if not control["DataType"].startswith(("Number", "String")) or not _SECONDS.match(text):
-        work.reason = f"malformed control attribute {DELAY_SECONDS_ATTRIBUTE}={text!r}: expected seconds"
-        return work
+        return parsed.poison(f"malformed control attribute {DELAY_SECONDS_ATTRIBUTE}={text!r}: expected seconds")
     try:
-        work.set_times(to_ms(text), BrokerTimes.of(attrs), now_ms)
-    except (KeyError, ValueError, TypeError, InvalidMessageError) as exc:
-        work.reason = f"missing or malformed broker timestamps: {exc!r}"
-        return work
-    work.remaining = math.ceil(work.remaining_ms / 1000)
-    return work
+        total_ms, times = to_ms(text), BrokerTimes.of(attrs)
+    except (KeyError, ValueError, TypeError) as exc:
+        return parsed.poison(f"missing or malformed broker timestamps: {exc!r}")
+    parsed = replace(parsed, times=times, age_ms=times.age_ms)
+    try:
+        return replace(parsed, message=parsed.message.timed(total_ms, times, now_ms))
+    except InvalidMessageError as exc:
+        return parsed.poison(f"missing or malformed broker timestamps: {exc!r}")
 
 
-def _parse_envelope(work: Work, marker: MessageAttributeValueTypeDef, attrs: Mapping[str, Any], now_ms: int) -> Work:
-    """Unpack an envelope record into one child per inner message (a bad entry gets a reason alone)."""
+def _parse_envelope(
+    parsed: ParsedRecord, marker: MessageAttributeValueTypeDef, attrs: Mapping[str, Any], now_ms: int
+) -> ParsedRecord:
+    """Unpack an envelope record into one inner message per entry (a bad entry gets a reason alone)."""
     if marker.get("StringValue") != envelope_attributes()[ENVELOPE_ATTRIBUTE].get("StringValue"):
-        work.reason = f"malformed envelope: unknown format {marker.get('StringValue')!r}"
-        return work
+        return parsed.poison(f"malformed envelope: unknown format {marker.get('StringValue')!r}")
     try:
         times = BrokerTimes.of(attrs)
-        entries = decode_envelope(work.body)
+        entries = decode_envelope(parsed.message.body)
     except (KeyError, ValueError, TypeError) as exc:
-        work.reason = (
+        return parsed.poison(
             str(exc) if isinstance(exc, InvalidMessageError) else f"missing or malformed broker timestamps: {exc!r}"
         )
-        return work
-    work.sent_ms, work.first_ms, work.count, work.age_ms = times.sent_ms, times.first_ms, times.count, times.age_ms
-    children: list[Work] = []
+    record = parsed.message
+    inner: list[ParsedMessage] = []
     for entry in entries:
         if isinstance(entry, BadItem):
-            children.append(Work(work.record_id, entry.message_id, 0, entry.body, {}, work.source, reason=entry.reason))
+            inner.append(
+                ParsedMessage(record.record_id, entry.message_id, 0, entry.body, {}, record.source, reason=entry.reason)
+            )
             continue
-        child = Work(work.record_id, entry.message_id, entry.hop, entry.body, dict(entry.attributes), work.source)
+        message = ParsedMessage(
+            record.record_id, entry.message_id, entry.hop, entry.body, dict(entry.attributes), record.source
+        )
         try:
-            child.set_times(entry.remaining_ms, times, now_ms)
+            inner.append(message.timed(entry.remaining_ms, times, now_ms))
         except InvalidMessageError as exc:
-            child.reason = f"malformed envelope entry {entry.message_id!r}: {exc}"
-        child.remaining = math.ceil(child.remaining_ms / 1000)
-        children.append(child)
-    work.children = children
-    return work
+            inner.append(replace(message, remaining=0, reason=f"malformed envelope entry {entry.message_id!r}: {exc}"))
+    return replace(parsed, times=times, age_ms=times.age_ms, inner=tuple(inner))
 
 
 def to_ms(seconds: str) -> int:

@@ -15,13 +15,14 @@ from ...settings import DelayedDeliverySettings
 from ..packing import PackedMessage, envelope_attributes, envelope_body, envelope_id, pack
 from ..sender import deduplication_id
 from ..sqs import MAX_ATTRIBUTES, QueueDirectory, QueueInfo, message_size, send_batches
-from .records import HopOutcome, RecordResult, Work, seconds_text
+from .plan import Action, Ledger, MessagePlan, result_of
+from .records import HopOutcome, ParsedMessage, RecordResult, seconds_text
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
 
-__all__ = ["SendVerdict", "Sending", "classify_send", "error_attributes", "fail"]
+__all__ = ["SendVerdict", "Sending", "classify_send", "error_attributes"]
 
 _ATTRIBUTE_NAME = re.compile(r"^(?!\.)(?!.*\.\.)(?!.*\.$)(?!(?i:aws\.|amazon\.))[A-Za-z0-9_.-]{1,256}$")
 
@@ -46,13 +47,6 @@ def classify_send(error: DelayedDeliveryError | None) -> SendVerdict:
     return SendVerdict.RETRY
 
 
-def fail(w: Work, error: DelayedDeliveryError) -> None:
-    """Report ``w`` ``FAILED`` (the event source makes its record visible again)."""
-    w.result = RecordResult(
-        w.record_id, w.message_id, HopOutcome.FAILED, w.hop, w.source.destination, w.remaining, str(error), error
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class Sending:
     """The SQS sends of one batch: hops in batches per queue, packed requeues, the error queue."""
@@ -63,27 +57,48 @@ class Sending:
     clock: Clock
     pack_bytes: int
 
-    def _settle(self, queue: str, w: Work, error: DelayedDeliveryError | None, what: str, result: RecordResult) -> None:
-        """Apply one send result to ``w``: its result, a poison reason, or ``FAILED``."""
+    def _settle(
+        self,
+        queue: str,
+        p: MessagePlan,
+        error: DelayedDeliveryError | None,
+        what: str,
+        done: RecordResult,
+        ledger: Ledger,
+    ) -> None:
+        """Apply one send result to ``p``'s message: its result, a poison reason, or ``FAILED``."""
         verdict = classify_send(error)
         if verdict is SendVerdict.OK:
-            w.result = result
+            ledger.settle(p, done)
         elif verdict is SendVerdict.GONE:
             self.directory.forget(queue)
-            w.reason = f"destination gone: {error}"
+            ledger.refuse(p, f"destination gone: {error}")
         elif verdict is SendVerdict.REFUSED:
-            w.reason = f"{queue!r} refused the {what}: {error}"
+            ledger.refuse(p, f"{queue!r} refused the {what}: {error}")
         else:
             assert error is not None
-            fail(w, error)
+            ledger.fail(p, error)
 
-    def send_packed(self, queue: str, info: QueueInfo, items: list[Work]) -> list[Work]:
+    def send_hops(self, plans: list[MessagePlan], ledger: Ledger) -> None:
+        """Send every planned hop not settled yet: the requeues by queue, then the forwards by queue."""
+        requeue: dict[str, list[MessagePlan]] = {}
+        forward: dict[str, list[MessagePlan]] = {}
+        for p in plans:
+            if p.index not in ledger.results and p.action in (Action.REQUEUE, Action.FORWARD):
+                (requeue if p.action is Action.REQUEUE else forward).setdefault(p.queue, []).append(p)
+        for queue, group in requeue.items():
+            self.send(queue, group, HopOutcome.REQUEUED, ledger)
+        for queue, group in forward.items():
+            self.send(queue, group, HopOutcome.FORWARDED, ledger)
+
+    def send_packed(self, queue: str, info: QueueInfo, items: list[MessagePlan], ledger: Ledger) -> list[MessagePlan]:
         """Requeue ``items`` in envelopes; returns the ones to send on their own (too big, or alone in a bin)."""
-        owner: dict[int, Work] = {}
+        owner: dict[int, MessagePlan] = {}
         messages: list[PackedMessage] = []
-        for w in items:
+        for p in items:
+            w = p.message
             m = PackedMessage(w.message_id, w.hop + 1, w.remaining_ms, w.body, w.attributes)
-            owner[id(m)] = w
+            owner[id(m)] = p
             messages.append(m)
         envelopes, alone = pack(messages, min(self.pack_bytes, info.max_message_size))
         if not envelopes:
@@ -104,49 +119,43 @@ class Sending:
         for entry, envelope in zip(entries, envelopes, strict=True):
             error = results[entry["Id"]].error
             for m in envelope:
-                w = owner[id(m)]
-                done = RecordResult(
-                    w.record_id,
-                    w.message_id,
-                    HopOutcome.REQUEUED,
-                    w.hop + 1,
-                    w.source.destination,
-                    w.remaining,
-                    envelope_id=entry["MessageDeduplicationId"],
+                p = owner[id(m)]
+                done = result_of(
+                    p.message, HopOutcome.REQUEUED, p.message.hop + 1, envelope_id=entry["MessageDeduplicationId"]
                 )
-                self._settle(queue, w, error, "envelope", done)
+                self._settle(queue, p, error, "envelope", done, ledger)
         return [owner[id(m)] for m in alone]
 
-    def send(self, queue: str, items: list[Work], outcome: HopOutcome) -> None:
+    def send(self, queue: str, items: list[MessagePlan], outcome: HopOutcome, ledger: Ledger) -> None:
         """Send one hop for ``items`` to ``queue`` in batches; poison ones get a reason instead of a result."""
         try:
             info = self.directory.get(queue)
         except DestinationNotFoundError as exc:
-            for w in items:
-                w.reason = f"destination gone: {exc}"
+            for p in items:
+                ledger.refuse(p, f"destination gone: {exc}")
             return
         except DelayedDeliveryError as exc:
-            for w in items:
-                fail(w, exc)
+            for p in items:
+                ledger.fail(p, exc)
             return
         if outcome is HopOutcome.REQUEUED and self.pack_bytes and len(items) >= 2:
-            items = self.send_packed(queue, info, items)
+            items = self.send_packed(queue, info, items, ledger)
         entries: list[SendMessageBatchRequestEntryTypeDef] = []
-        sendable: list[Work] = []
-        for index, w in enumerate(items):
-            entry = self._hop_entry(str(index), w, outcome)
-            size = message_size(w.body, entry.get("MessageAttributes", {}))
+        sendable: list[MessagePlan] = []
+        for index, p in enumerate(items):
+            entry = self._hop_entry(str(index), p.message, outcome)
+            size = message_size(p.message.body, entry.get("MessageAttributes", {}))
             if size > info.max_message_size:
-                w.reason = f"body too large: {size:,} bytes, {queue!r} accepts at most {info.max_message_size:,}"
+                ledger.refuse(p, f"body too large: {size:,} bytes, {queue!r} accepts at most {info.max_message_size:,}")
                 continue
             entries.append(entry)
-            sendable.append(w)
+            sendable.append(p)
         results = send_batches(self.client, info.url, entries, what=f"{outcome.value} to {queue!r}")
-        for entry, w in zip(entries, sendable, strict=True):
-            done = RecordResult(w.record_id, w.message_id, outcome, w.hop + 1, w.source.destination, w.remaining)
-            self._settle(queue, w, results[entry["Id"]].error, "message", done)
+        for entry, p in zip(entries, sendable, strict=True):
+            done = result_of(p.message, outcome, p.message.hop + 1)
+            self._settle(queue, p, results[entry["Id"]].error, "message", done, ledger)
 
-    def _hop_entry(self, entry_id: str, w: Work, outcome: HopOutcome) -> SendMessageBatchRequestEntryTypeDef:
+    def _hop_entry(self, entry_id: str, w: ParsedMessage, outcome: HopOutcome) -> SendMessageBatchRequestEntryTypeDef:
         """The batch entry of one hop: back to the FIFO queue with the control attribute, or to the destination."""
         assert w.remaining is not None
         entry: SendMessageBatchRequestEntryTypeDef = {"Id": entry_id, "MessageBody": w.body}
@@ -163,14 +172,15 @@ class Sending:
             entry["DelaySeconds"] = min(w.remaining, self.settings.max_native_delay)  # a skewed local clock
         return entry
 
-    def to_error_queue(self, items: list[Work]) -> None:
-        """Send poison records to the error queue with the reason headers."""
+    def to_error_queue(self, poison: list[MessagePlan], ledger: Ledger) -> None:
+        """Send poison messages (each with its reason) to the error queue with the reason headers."""
+        items = [p.message for p in poison]
         try:
             info = self.directory.get(self.settings.error_queue)
         except DelayedDeliveryError as exc:
             error = exc if isinstance(exc, TransientError) else TransientError(f"error queue unusable: {exc}")
-            for w in items:
-                fail(w, error)
+            for p in poison:
+                ledger.fail(p, error)
             return
         failed_at = self.clock.now().isoformat()
         entries: list[SendMessageBatchRequestEntryTypeDef] = []
@@ -204,20 +214,12 @@ class Sending:
             retried = send_batches(self.client, info.url, bare, what=f"error queue {info.name!r}")
             for entry, again in zip((e for e, _ in refused), bare, strict=True):
                 results[entry["Id"]] = retried[again["Id"]]
-        for entry, w in zip(entries, items, strict=True):
-            result = results[entry["Id"]]
-            if result.error is None:
-                w.result = RecordResult(
-                    w.record_id,
-                    w.message_id,
-                    HopOutcome.ERROR_QUEUE,
-                    w.hop,
-                    w.source.destination,
-                    w.remaining,
-                    w.reason,
-                )
+        for entry, p in zip(entries, poison, strict=True):
+            problem = results[entry["Id"]].error
+            if problem is None:
+                ledger.settle(p, result_of(p.message, HopOutcome.ERROR_QUEUE, p.message.hop, reason=p.message.reason))
             else:
-                fail(w, result.error)
+                ledger.fail(p, problem)
 
 
 def valid_attribute_name(name: str) -> bool:
@@ -226,7 +228,7 @@ def valid_attribute_name(name: str) -> bool:
 
 
 def error_attributes(
-    w: Work, failed_at: str, *, keep_user_attributes: bool = True
+    w: ParsedMessage, failed_at: str, *, keep_user_attributes: bool = True
 ) -> dict[str, MessageAttributeValueTypeDef]:
     """The user's attributes plus the reason headers, within SQS's 10-attribute limit (reason first)."""
     reason = w.reason or "unknown"
