@@ -181,7 +181,6 @@ def _quick(*args: str) -> str:
     started = time.monotonic()
     result = run(*args)
     line = one_line_error(result)
-    print(f"{time.monotonic() - started:5.1f} s  {' '.join(args[:2])}")
     assert time.monotonic() - started < 10, f"took {time.monotonic() - started:.1f} s: {line}"
     return result.output
 

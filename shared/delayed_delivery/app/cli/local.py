@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import threading
-from typing import Annotated
+from types import FrameType
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -43,27 +45,57 @@ def up(
     Example: delayed-delivery local up   (then, in another shell: delayed-delivery send --cloud aws --local …)
     """
     ports = (azurite_port, azurite_port + 1, azurite_port + 2)
+    previous = _stop_on_signals()  # SIGTERM too: the emulators run in their own sessions and would outlive us
     try:
-        emulators = LocalEmulators(moto_port=moto_port, azurite_ports=ports).start()
+        _serve(moto_port, ports, seconds, as_json)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _serve(moto_port: int, ports: tuple[int, int, int], seconds: float | None, as_json: bool) -> None:
+    """Start both emulators, print how to reach them, wait, and stop them (also on Ctrl-C or SIGTERM)."""
+    try:
+        emulators = LocalEmulators(moto_port=moto_port, azurite_ports=ports)
+        try:
+            emulators.start()
+            _print_settings(emulators.sqs_endpoint, ports, as_json)
+            threading.Event().wait(seconds)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            emulators.stop()
     except DelayedDeliveryError as exc:
         _err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(code=2) from None
+
+
+def _print_settings(sqs_endpoint: str, ports: tuple[int, int, int], as_json: bool) -> None:
+    """Where the emulators listen, as the settings ``--local`` stands for."""
     settings = {
-        "AWS_ENDPOINT_URL_SQS": emulators.sqs_endpoint,
+        "AWS_ENDPOINT_URL_SQS": sqs_endpoint,
         "DELAYED_DELIVERY_STORAGE_CONNECTION_STRING": azurite_connection_string(*ports),
     }
-    try:
-        if as_json:
-            _out.print_json(json.dumps(settings))
-        else:
-            _out.print(f"moto server  {emulators.sqs_endpoint}", highlight=False)
-            _out.print(f"Azurite      blob {ports[0]}, queue {ports[1]}, table {ports[2]}", highlight=False)
-            _out.print("use --local with --cloud aws|azure, or export:", highlight=False)
-            for key, value in settings.items():
-                _out.print(f"  export {key}='{value}'", highlight=False, soft_wrap=True)
-            _out.print("Ctrl-C stops both.", highlight=False)
-        threading.Event().wait(seconds)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        emulators.stop()
+    if as_json:
+        _out.print_json(json.dumps(settings))
+        return
+    _out.print(f"moto server  {sqs_endpoint}", highlight=False)
+    _out.print(f"Azurite      blob {ports[0]}, queue {ports[1]}, table {ports[2]}", highlight=False)
+    _out.print("use --local with --cloud aws|azure, or export:", highlight=False)
+    for key, value in settings.items():
+        _out.print(f"  export {key}='{value}'", highlight=False, soft_wrap=True)
+    _out.print("Ctrl-C (or SIGTERM) stops both.", highlight=False)
+
+
+def _stop_on_signals() -> dict[int, Any]:
+    """Make SIGTERM and SIGHUP end ``local up`` as Ctrl-C does (KeyboardInterrupt); returns the handlers replaced."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}  # only the main thread may set handlers (and receives the signals)
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        previous[signum] = signal.signal(signum, interrupt)
+    return previous
