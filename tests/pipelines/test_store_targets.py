@@ -71,3 +71,30 @@ def test_migrate_into_the_azure_table_reruns_without_duplicates_and_aborts(
     run_migration(spark, MigrationOptions(source=export.path, target=f"azure-table:{table}?shards=4"), str(tmp_path))
     due = store.fetch_due(NOW + timedelta(seconds=1), 100)
     assert due and all(m.due_at <= NOW for m in due)
+
+
+def test_store_target_refuses_repeated_and_conflicting_ids_and_stores_the_rest(tmp_path) -> None:
+    """A repeated id in one batch keeps the later copy; an id pending with other content is a reject, not a crash."""
+    from datetime import UTC, datetime, timedelta
+
+    from delayed_delivery import DelayedMessage, SqliteDelayedMessageStore
+    from delayed_delivery.pipelines.targets import StoreTarget
+
+    store = SqliteDelayedMessageStore(tmp_path / "t.db")
+    target = StoreTarget(store)
+    target.prepare()
+    soon = datetime.now(UTC) + timedelta(days=1)
+    pending = DelayedMessage("taken", "orders", b"old", soon)
+    store.store(pending)
+    batch = [
+        DelayedMessage("a", "orders", b"a1", soon),
+        DelayedMessage("a", "orders", b"a2", soon + timedelta(hours=1)),
+        DelayedMessage("taken", "orders", b"new", soon),
+        DelayedMessage("b", "orders", b"b", soon),
+    ]
+    refused = dict(target.write(batch))
+    assert set(refused) == {"a", "taken"}
+    assert "repeated" in refused["a"] and "taken" in refused["taken"]
+    assert len(store) == 3
+    assert target.write([DelayedMessage("b", "orders", b"b", soon)]) == []  # the same again: a no-op
+    target.close()

@@ -206,10 +206,22 @@ class StoreTarget:
         self.store.setup_infrastructure()
 
     def write(self, messages: Sequence[DelayedMessage]) -> Sequence[tuple[str, str]]:
-        """Store the batch with the store's own batching (one transaction); refuses nothing."""
-        if messages:
-            self.store.store_many(messages)
-        return ()
+        """Store the batch in one transaction; refuse repeated ids and ids pending with other content (rejects)."""
+        from ..errors import MessageIdConflictError
+        from .batches import one_per_id
+
+        unique, refused = one_per_id(messages)
+        if not unique:
+            return refused
+        try:
+            self.store.store_many(unique)
+        except MessageIdConflictError:  # the batch changed nothing: store one by one, refusing the conflicts
+            for m in unique:
+                try:
+                    self.store.store_many([m])
+                except MessageIdConflictError as exc:
+                    refused.append((m.message_id, str(exc)))
+        return refused
 
     def flush(self) -> None:
         """Nothing buffered: every ``write`` is acknowledged when it returns."""
