@@ -95,7 +95,7 @@ def _stop_on_signals() -> dict[int, Any]:
 
     if threading.current_thread() is not threading.main_thread():
         return {}  # only the main thread may set handlers (and receives the signals)
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
+    previous: dict[int, Any] = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
     for signum in (signal.SIGTERM, signal.SIGHUP):
         previous[signum] = signal.signal(signum, interrupt)
     return previous
