@@ -1,20 +1,22 @@
 """Crash injection for the SQS FIFO-requeue handler on moto server.
 
 The real Lambda handler (``delayed_delivery.aws.handler.build_handler``) is driven by the local event source
-(``LocalEventSourcePoller``), with compressed times (native cap and FIFO hop 1 s, visibility timeout 1 s),
-so each message makes several FIFO hops before its native hand-over. Two kinds of crash:
+(``LocalEventSourcePoller``), with compressed times (native cap and FIFO hop 1 s, visibility timeout 1 s).
+Two kinds of crash:
 
-* **in-process fault points** (driven by a seed) in an SQS client wrapper shared by the poller and the
-  handler: right after a receive, before a ``SendMessageBatch``, in the middle of one (the first half of
-  the entries sent, then death), after it, and before the ``DeleteMessageBatch``. The crash is a
-  ``BaseException`` nothing catches; the handler and poller are thrown away and rebuilt, as a Lambda
-  container that died would be. The records it held come back after the visibility timeout.
+* **in-process fault points** (driven by a seed; the soak itself is ``sqssoak.py``) in an SQS client wrapper
+  shared by the poller and the handler: right after a receive, before a ``SendMessageBatch``, in the middle of
+  one (the first half of the entries sent, then death), after it, after a ``ChangeMessageVisibilityBatch`` (a
+  park), and before the ``DeleteMessageBatch``. The crash is a ``BaseException`` nothing catches; the handler
+  and poller are thrown away and rebuilt, as a Lambda container that died would be. The records it held come
+  back after the visibility timeout (a parked one after its park).
 * **real process kills**: poller+handler subprocesses are SIGKILLed at random moments and restarted.
 
-Each message's body is its id; the destination queue is drained by the test, so every delivery is counted
-(lost must be 0; duplicates are the final native hand-over repeated, which the design allows).
+Each message's body is its id; the destination queue is drained by the lab, so every delivery is counted
+(lost must be 0; duplicates are repeated hand-overs, which at-least-once allows).
 
-Soak: ``python -m tests.reliability.sqslab --crashes 10000 --kills 50`` (starts its own moto server).
+Soak: ``python -m tests.reliability.sqslab --crashes 10000 --kills 30`` (starts its own moto server; progress
+on stderr every 10 s, the JSON result on stdout).
 """
 
 from __future__ import annotations
