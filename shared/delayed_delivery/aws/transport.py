@@ -8,7 +8,9 @@ so a dispatcher can hand off the last ≤900 s early. Errors are the package's o
 A body that is not UTF-8 cannot be an SQS body: its delivery fails permanently. The error-queue copy
 (recognised by its ``DelayedDelivery.FailureReason`` header) must always fit, or the message could go
 nowhere and be retried forever: its body travels as base64 with ``DelayedDelivery.BodyEncoding: base64``,
-and user headers SQS would refuse (invalid, or past the 10-attribute limit) are dropped, named in the reason.
+and user headers SQS would refuse (invalid, or past the 10-attribute limit) are dropped, named in the reason;
+a body bigger than the error queue takes (e.g. 2 MB stored for an SQS destination) is cut to fit, the reason
+giving its size.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ class SqsTransport:
             body, attributes = _body_and_attributes(message)
         queue = self.directory.get(message.destination)
         size = message_size(body, attributes)
+        if size > queue.max_message_size and hdr.FAILURE_REASON in message.headers:
+            body, attributes = _fit(body, attributes, queue.max_message_size)
+            size = message_size(body, attributes)
         if size > queue.max_message_size:
             raise PermanentError(
                 f"message {message.message_id!r} is {size:,} bytes; {queue.name!r} accepts at most "
@@ -130,6 +135,19 @@ def _error_queue_copy(message: DelayedMessage) -> tuple[str, dict[str, MessageAt
         reason = str(message.headers.get(hdr.FAILURE_REASON, ""))
         attributes[hdr.FAILURE_REASON] = {"DataType": "String", "StringValue": f"{reason} ({'; '.join(notes)})"}
     return body, attributes
+
+
+def _fit(
+    body: str, attributes: dict[str, MessageAttributeValueTypeDef], limit: int
+) -> tuple[str, dict[str, MessageAttributeValueTypeDef]]:
+    """An error-queue copy too big for its queue: the body cut to fit, the reason saying so (never retried forever)."""
+    raw = body.encode("utf-8")
+    current = attributes.get(hdr.FAILURE_REASON)
+    reason = str(current.get("StringValue", "")) if current is not None else ""
+    note = f" (body of {len(raw):,} bytes cut to fit the error queue's {limit:,}-byte limit)"
+    attributes = {**attributes, hdr.FAILURE_REASON: {"DataType": "String", "StringValue": f"{reason}{note}"}}
+    room = max(1, limit - message_size("", attributes))
+    return raw[:room].decode("utf-8", "ignore") or "-", attributes
 
 
 def _valid(headers: Mapping[str, Any]) -> dict[str, MessageAttributeValueTypeDef]:
