@@ -5,6 +5,7 @@ connection strings, a missing region, unreachable endpoints, and a message id th
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import sqlite3
 import time
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from delayed_delivery.app.cli import _configure_logging
 from delayed_delivery.errors import MessageIdConflictError, MessageInFlightError
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.stores import open_store
@@ -228,3 +230,13 @@ def test_aws_without_a_region_on_aws_is_a_clear_error(monkeypatch: pytest.Monkey
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     one_line_error(run("aws", "check", "--queue", "orders"), "no AWS region", "--region")
     one_line_error(run("pending", "--cloud", "aws"), "no AWS region")
+
+
+def test_verbose_log_lines_mask_secrets() -> None:
+    _configure_logging(verbose=True)
+    handler = logging.getLogger("delayed_delivery").handlers[0]
+    record = logging.LogRecord(
+        "delayed_delivery.x", logging.ERROR, __file__, 1, "cannot reach %s", ("postgresql://u:hunter2@db/app",), None
+    )
+    line = handler.format(record)
+    assert "hunter2" not in line and "u:***@db" in line

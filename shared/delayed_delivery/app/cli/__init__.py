@@ -368,10 +368,17 @@ register_operator_commands(app)
 app.add_typer(local_app, name="local")
 
 
+class _RedactingFormatter(JsonFormatter):
+    """JSON log lines with URL passwords and storage keys masked (a driver error may quote a connection string)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
 def _configure_logging(verbose: bool) -> None:
     """JSON lines on stderr when verbose; otherwise only critical errors."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(_RedactingFormatter())
     root = logging.getLogger("delayed_delivery")
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO if verbose else logging.CRITICAL)
