@@ -204,6 +204,8 @@ def test_unreachable_azure_storage_fails_fast(dead_port: int) -> None:
     for command in (["pending"], ["send", *SEND], ["cancel", "x"], ["reschedule", "x", "--delay", "1h"]):
         output = _quick(*command, *azure)
         assert "c2VjcmV0a2V5" not in output
+    for command in (["setup"], ["send", "--queue", "orders", "--delay", "1h", "--body", "a"]):
+        assert "c2VjcmV0a2V5" not in _quick("azure", *command, "--connection-string", conn, "--endpoint", "shop")
 
 
 def test_unreachable_postgres_fails_fast_without_the_password(dead_port: int) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from delayed_delivery.azure.config import ENV_CONNECTION, ENV_ENDPOINT, AzureDelayedDeliveryConfig
+from delayed_delivery.azure.config import ENV_CONNECTION, ENV_ENDPOINT, AzureClients, AzureDelayedDeliveryConfig
 from delayed_delivery.azure.packaging import build_function_app
 from delayed_delivery.azure.runner import AzureDispatcherHost
 from delayed_delivery.azure.sender import AzureDelayedSender
@@ -80,7 +80,7 @@ def setup(
         for name in queues:  # every name is checked before anything is created
             validate_azure_queue_name(name)
         config = _config(connection, endpoint)
-        host = AzureDispatcherHost(config)
+        host = AzureDispatcherHost(config, AzureClients.create(config, fail_fast=True))
         host.setup_infrastructure()
         for name in queues:
             host.transport.create_queue(name)
@@ -103,7 +103,8 @@ def send(
 ) -> None:
     """Send one delayed message and print where it went."""
     try:
-        sender = AzureDelayedSender.from_config(_config(connection, endpoint))
+        config = _config(connection, endpoint)
+        sender = AzureDelayedSender.from_config(config, AzureClients.create(config, fail_fast=True))
         result = sender.send(queue, body.encode(), delay=delay, cancellable=cancellable)
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
