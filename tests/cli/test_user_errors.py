@@ -224,6 +224,12 @@ def test_aws_create_on_a_local_endpoint_without_a_region(moto_endpoint: str, mon
     result = run("aws", "create", "--queue", "orders", "--endpoint-url", moto_endpoint)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["delay"].endswith("/orders-delay.fifo")
+    result = run("aws", "requeue", "--queue", "orders", "--endpoint-url", moto_endpoint, "--for", "0.5")
+    assert result.exit_code == 0, result.output
+    result = run("pending", "--cloud", "aws", "--endpoint-url", moto_endpoint, "--json")
+    assert result.exit_code == 0 and "orders" in [q["queue"] for q in json.loads(result.stdout)["queues"]], (
+        result.output
+    )
 
 
 def test_aws_without_a_region_on_aws_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

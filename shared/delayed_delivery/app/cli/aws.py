@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from delayed_delivery.app.routes.sqs import cli_client
+from delayed_delivery.app.routes.sqs import cli_client, cli_region
 from delayed_delivery.aws.cancellations import DEFAULT_TABLE, TABLE_ENV, ensure_cancellation_table
 from delayed_delivery.aws.config import AwsConfig
 from delayed_delivery.aws.queues import check_endpoint, ensure_endpoint
@@ -178,7 +178,7 @@ def requeue(
     sink: IO[str] = _err.file if verbose else _Discard()
     try:
         config = AwsConfig.from_env(os.environ)
-        sqs, dynamodb = _local_clients(endpoint, region or (LOCAL_REGION if local else None), local, config)
+        sqs, dynamodb = _local_clients(endpoint, cli_region(endpoint, region, local=local), local, config)
         with redirect_stdout(sink):  # Powertools writes logs and EMF metrics to stdout
             pollers = _requeue_pollers(sqs, dynamodb, config, queue, results, errors)
         _out.print(f"requeue on {', '.join(p.queue_url.rsplit('/', 1)[-1] for p in pollers)} for {seconds:g} s")
