@@ -33,6 +33,7 @@ from .durations import MAX_DELAY, format_duration
 from .errors import DelayedDeliveryError, InvalidMessageError
 
 __all__ = [
+    "BINDING_ALLOWANCE",
     "FAILURE_BACKOFF_S",
     "RECORD_TTL",
     "Cancellation",
@@ -47,6 +48,9 @@ __all__ = [
 #: How long a record lives if nothing applies it: 5 days (a message passes the function at least every 12 h, the
 #: longest park; the rest is room for an outage). Applied records are deleted at once.
 RECORD_TTL = timedelta(days=5)
+#: A record binds to the messages first sent before it was requested, plus this much for the difference between
+#: the broker's clock (the send time) and the operator's (the request time).
+BINDING_ALLOWANCE = timedelta(seconds=1)
 #: After a failed lookup, how long the cache waits before asking the store again (at most ``max_age``).
 FAILURE_BACKOFF_S = 5.0
 
@@ -72,6 +76,10 @@ class Cancellation:
     def __post_init__(self) -> None:
         if (self.kind is CancellationKind.RESCHEDULE) != (self.due_at is not None):
             raise InvalidMessageError("a reschedule record needs a due time, a cancel record has none")
+
+    def binds(self, sent_at: datetime | None) -> bool:
+        """Whether this record applies to a message first sent at ``sent_at`` (``None``, unknown: it applies)."""
+        return sent_at is None or utc(sent_at) <= self.requested_at + BINDING_ALLOWANCE
 
 
 @runtime_checkable

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from delayed_delivery.aws.packing import content_fingerprint
 from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender, send_delayed
 from delayed_delivery.errors import (
@@ -79,7 +80,8 @@ def test_long_delay_goes_to_the_delay_queue_with_control_attribute_and_ids(
     )
     [message] = reply["Messages"]
     assert message["Attributes"]["MessageGroupId"] == "m-1"
-    assert message["Attributes"]["MessageDeduplicationId"] == "m-1:0"
+    fp = content_fingerprint("later", {"k": {"DataType": "String", "StringValue": "v"}})
+    assert message["Attributes"]["MessageDeduplicationId"] == f"m-1:{fp}:0"
     assert message["MessageAttributes"][DELAY_SECONDS_ATTRIBUTE] == {"DataType": "Number", "StringValue": "7"}
     assert message["MessageAttributes"]["k"] == {"DataType": "String", "StringValue": "v"}
     assert sqs.receive_message(QueueUrl=endpoint.input_url).get("Messages", []) == []

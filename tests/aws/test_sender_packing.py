@@ -15,7 +15,7 @@ import pytest
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
 from delayed_delivery.aws.handler import build_handler
-from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE, PackedMessage, decode_envelope
+from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE, PackedMessage, content_fingerprint, decode_envelope
 from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.errors import ConfigurationError, PermanentError, TransientError
@@ -92,7 +92,8 @@ def test_envelopes_respect_the_configured_size_and_a_lone_long_delay_is_not_pack
     envelopes = [r for r in records if ENVELOPE_ATTRIBUTE in r.get("MessageAttributes", {})]
     assert len(envelopes) == 3 and all(len(r["Body"]) <= 4096 for r in envelopes)  # 4 + 4 + 2 messages of 900 B
     [alone] = [r for r in records if r not in envelopes]
-    assert alone["Attributes"]["MessageDeduplicationId"] == "big:0"  # too big to share: sent as before
+    fp = content_fingerprint("y" * 5000, {})
+    assert alone["Attributes"]["MessageDeduplicationId"] == f"big:{fp}:0"  # too big to share: sent as before
     assert SqsDelayedSender(sqs, settings).send_delayed("orders", "one", 3600, message_id="one").envelope_id is None
     with pytest.raises(ConfigurationError):
         SqsDelayedSender(sqs, settings, pack_bytes=-1)

@@ -40,6 +40,7 @@ from delayed_delivery.aws.packing import (
     MAX_REMAINING_MS,
     BadItem,
     PackedMessage,
+    content_fingerprint,
     decode_envelope,
 )
 from delayed_delivery.aws.sender import DelayedSend, SendReceipt, SqsDelayedSender, deduplication_id
@@ -422,6 +423,11 @@ def _check_sqs_native(
     assert message["_received"] >= sent_at + receipt.delay_seconds - SLACK.total_seconds(), (receipt, sent_at)
 
 
+def _user_attributes(message: dict[str, Any]) -> dict[str, Any]:
+    """A received message's attributes without the delay control attribute (what the fingerprint covers)."""
+    return {k: v for k, v in message.get("MessageAttributes", {}).items() if k != DELAY_SECONDS_ATTRIBUTE}
+
+
 def _check_sqs_fifo(message: dict[str, Any], body: str, attributes: Any, receipt: SendReceipt) -> None:
     """A long delay travels alone on ``-delay.fifo`` with its delay attribute, group id and hop-0 deduplication id."""
     control = {DELAY_SECONDS_ATTRIBUTE: {"DataType": "Number", "StringValue": str(receipt.delay_seconds)}}
@@ -429,7 +435,8 @@ def _check_sqs_fifo(message: dict[str, Any], body: str, attributes: Any, receipt
     assert message["Body"] == body
     assert _received(message.get("MessageAttributes", {})) == expected
     assert message["Attributes"]["MessageGroupId"] == receipt.message_id
-    assert message["Attributes"]["MessageDeduplicationId"] == deduplication_id(receipt.message_id, 0)
+    fp = content_fingerprint(body, _user_attributes(message))
+    assert message["Attributes"]["MessageDeduplicationId"] == deduplication_id(receipt.message_id, 0, fp)
 
 
 @pytest.mark.moto
@@ -531,7 +538,8 @@ def test_sqs_batch_sends_every_accepted_message_where_it_belongs_or_nothing_at_a
             assert mid not in arrived, "a message twice on the delay queue"
             attrs = _received(m["MessageAttributes"])
             seconds = int(attrs.pop(DELAY_SECONDS_ATTRIBUTE)["StringValue"])
-            assert m["Attributes"]["MessageDeduplicationId"] == deduplication_id(mid, 0)
+            fp = content_fingerprint(m["Body"], _user_attributes(m))
+            assert m["Attributes"]["MessageDeduplicationId"] == deduplication_id(mid, 0, fp)
             arrived[mid] = (m["Body"], attrs, seconds)
     assert set(arrived) == set(fifo), "long delays: each accepted one once on the delay queue, nothing else"
     for mid, (body, attrs, seconds) in arrived.items():

@@ -3,13 +3,16 @@
 An envelope is a FIFO message with the attribute ``DelayedDelivery.Envelope`` = ``"1"`` (the format version)
 and a compact JSON body::
 
-    {"v":1,"m":[{"i":"<message id>","h":<hop>,"d":<remaining ms>,"b":"<body>","a":{"<name>":["String","s","x"]}}]}
+    {"v":1,"m":[{"i":"<message id>","h":<hop>,"d":<remaining ms>,"b":"<body>","a":{"<name>":["String","s","x"]},
+                 "s":<sent ms>}]}
 
-Per inner message: ``i`` its id, ``h`` the hop it is on (as in its own dedup id ``<id>:<h>``), ``d`` the delay
-it still had when it was packed (ms; the envelope's broker timestamps tell how much of it has passed since),
-``b`` its body, ``a`` its user attributes as ``[DataType, "s", text]`` or ``[DataType, "b", base64]``.
-The envelope's ``MessageGroupId`` and ``MessageDeduplicationId`` are ``pack-<sha256 of the sorted "<id>:<h>"
-lines>``: the same messages on the same hops always give the same id, so a repeated send is dropped by FIFO.
+Per inner message: ``i`` its id, ``h`` the hop it is on (as in its own dedup id ``<id>:<fp>:<h>``), ``d`` the
+delay it still had when it was packed (ms; the envelope's broker timestamps tell how much of it has passed since),
+``b`` its body, ``a`` its user attributes as ``[DataType, "s", text]`` or ``[DataType, "b", base64]``, and
+``s`` (optional, from hop 1 on) when the message was first sent (epoch ms; readers without it ignore it).
+The envelope's ``MessageGroupId`` and ``MessageDeduplicationId`` are ``pack-<sha256 of the sorted
+"<id>:<fp>:<h>" lines>`` (``fp``: ``content_fingerprint``): the same messages on the same hops always give the
+same id, so a repeated send is dropped by FIFO, and other content under the same ids gives another envelope.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_PACK_BYTES",
     "ENVELOPE_ATTRIBUTE",
+    "FINGERPRINT_CHARS",
     "MAX_ENVELOPE_CHARS",
     "MAX_ENVELOPE_ENTRIES",
     "MAX_HOP",
@@ -42,6 +46,7 @@ __all__ = [
     "PACK_BYTES_ENV",
     "BadItem",
     "PackedMessage",
+    "content_fingerprint",
     "decode_envelope",
     "envelope_attributes",
     "envelope_body",
@@ -66,10 +71,14 @@ MAX_ENVELOPE_ENTRIES = 500
 MAX_ENVELOPE_CHARS = 1_048_576
 #: Longest remaining delay an entry may carry: 100 years in milliseconds.
 MAX_REMAINING_MS = int(MAX_DELAY.total_seconds()) * 1000
+#: Latest send time an entry may carry (epoch ms, year 9999); another value is read as unknown.
+MAX_SENT_MS = 253_402_300_799_999
 #: Highest hop an entry may be on: more than 100 years of 1-second hops.
 MAX_HOP = 2**32
 #: Deepest JSON nesting read: an envelope nests 5 deep (object, list, entry, attributes, attribute).
 _MAX_DEPTH = 16
+#: Hex characters of the content fingerprint in deduplication ids (48 bits).
+FINGERPRINT_CHARS = 12
 _MESSAGE_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
 _EMPTY = len(json.dumps({"v": _VERSION, "m": []}, separators=(",", ":")))
 
@@ -83,6 +92,8 @@ class PackedMessage:
     remaining_ms: int
     body: str
     attributes: Mapping[str, MessageAttributeValueTypeDef]
+    #: When the message was first sent (epoch ms), or ``None`` when unknown (packed by an older version).
+    sent_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,20 +110,35 @@ def envelope_attributes() -> dict[str, MessageAttributeValueTypeDef]:
     return {ENVELOPE_ATTRIBUTE: {"DataType": "String", "StringValue": str(_VERSION)}}
 
 
-def _encode(message: PackedMessage) -> dict[str, Any]:
-    attributes: dict[str, list[str]] = {}
-    for name, value in message.attributes.items():
+def _encode_attributes(attributes: Mapping[str, MessageAttributeValueTypeDef] | None) -> dict[str, list[str]]:
+    """Attributes as ``{name: [DataType, "s", text] or [DataType, "b", base64]}``."""
+    encoded: dict[str, list[str]] = {}
+    for name, value in (attributes or {}).items():
         if "BinaryValue" in value:
             data = value["BinaryValue"]
             if not isinstance(data, bytes | bytearray):
                 raise InvalidMessageError(f"attribute {name!r}: a binary value to pack must be bytes")
-            attributes[name] = [value["DataType"], "b", base64.b64encode(data).decode("ascii")]
+            encoded[name] = [value["DataType"], "b", base64.b64encode(data).decode("ascii")]
         else:
-            attributes[name] = [value["DataType"], "s", str(value.get("StringValue", ""))]
+            encoded[name] = [value["DataType"], "s", str(value.get("StringValue", ""))]
+    return encoded
+
+
+def _encode(message: PackedMessage) -> dict[str, Any]:
+    attributes = _encode_attributes(message.attributes)
     item: dict[str, Any] = {"i": message.message_id, "h": message.hop, "d": message.remaining_ms, "b": message.body}
     if attributes:
         item["a"] = attributes
+    if message.sent_ms is not None:
+        item["s"] = message.sent_ms
     return item
+
+
+def content_fingerprint(body: str, attributes: Mapping[str, MessageAttributeValueTypeDef] | None) -> str:
+    """The first 12 hex characters of SHA-256 over the body and the user attributes (by name, typed)."""
+    encoded = _encode_attributes(attributes)
+    canonical = json.dumps([body, sorted([name, *value] for name, value in encoded.items())], separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()[:FINGERPRINT_CHARS]
 
 
 def _dumps(value: Any) -> str:
@@ -130,8 +156,8 @@ def envelope_body(messages: Sequence[PackedMessage]) -> str:
 
 
 def envelope_id(messages: Iterable[PackedMessage]) -> str:
-    """``pack-<sha256>`` of the sorted ``<id>:<hop>`` lines: group and deduplication id of the envelope."""
-    lines = sorted(f"{m.message_id}:{m.hop}" for m in messages)
+    """``pack-<sha256>`` of the sorted ``<id>:<fp>:<hop>`` lines: group and deduplication id of the envelope."""
+    lines = sorted(f"{m.message_id}:{content_fingerprint(m.body, m.attributes)}:{m.hop}" for m in messages)
     return "pack-" + hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
@@ -209,7 +235,9 @@ def _decode_item(index: int, item: Any) -> PackedMessage | BadItem:
     except InvalidMessageError as exc:
         return BadItem(name, text, f"malformed envelope entry {index}: {exc}")
     assert isinstance(message_id, str)
-    return PackedMessage(message_id, hop, remaining, body, attributes)
+    sent = item.get("s")
+    known = isinstance(sent, int) and not isinstance(sent, bool) and 0 <= sent <= MAX_SENT_MS
+    return PackedMessage(message_id, hop, remaining, body, attributes, sent if known else None)
 
 
 def _bounded_int(label: str, value: Any, limit: int | None = None) -> int:

@@ -14,13 +14,15 @@ Guarantees:
   attribute set over the queue's own ``MaximumMessageSize`` (read from the queue), text SQS refuses
   (lone surrogates, U+FFFE/U+FFFF, control characters other than tab and newlines) in the body or an
   attribute, an unknown destination or delay queue, too many attributes. A bad batch sends nothing.
-* Long delays use ``MessageGroupId`` = message id and ``MessageDeduplicationId`` = ``<id>:0``; each hop
-  of the requeue function uses ``<id>:<hop>``, so a hop repeated within SQS's 5-minute window is dropped.
+* Long delays use ``MessageGroupId`` = message id and ``MessageDeduplicationId`` = ``<id>:<fp>:0``, where
+  ``fp`` is the content fingerprint (body and typed attributes): the same send repeated within SQS's 5-minute
+  window is dropped, another message under the same id is not. Each hop of the requeue function uses
+  ``<id>:<fp>.<first send time>:<hop>``, so a hop repeated within the window is dropped (docs/identity.md).
 
 Packing (``pack_bytes`` > 0, the default 64 KiB): ``send_delayed_batch`` puts two or more long-delay messages
 for the same destination into envelopes (``packing.py``, the requeue function's format and limits; at most
 ``pack_bytes`` and the delay queue's ``MaximumMessageSize``), each with the deduplication id
-``pack-<sha256 of its "<id>:0" lines>``. Packing is deterministic in the set of messages, so sending the same
+``pack-<sha256 of its "<id>:<fp>:0" lines>``. Packing is deterministic in the set of messages, so sending the same
 batch again within 5 minutes repeats the same envelopes and FIFO drops the ones already accepted. A refused
 envelope lists every message inside it in ``failures``; ``BatchSendResult.raise_for_failures`` turns them into
 one error naming them. ``send_delayed`` (one message) never packs.
@@ -50,7 +52,16 @@ from ..headers import DELAY_SECONDS_ATTRIBUTE
 from ..naming import sqs_delay_queue_name, validate_sqs_queue_name
 from ..planning import SqsRoute, plan_sqs_delay
 from ..settings import DelayedDeliverySettings
-from .packing import DEFAULT_PACK_BYTES, PackedMessage, envelope_attributes, envelope_body, envelope_id, pack
+from .packing import (
+    DEFAULT_PACK_BYTES,
+    FINGERPRINT_CHARS,
+    PackedMessage,
+    content_fingerprint,
+    envelope_attributes,
+    envelope_body,
+    envelope_id,
+    pack,
+)
 from .sqs import (
     MAX_ATTRIBUTES,
     QueueDirectory,
@@ -73,19 +84,56 @@ __all__ = [
     "deduplication_id",
     "hop_of",
     "send_delayed",
+    "sent_of",
 ]
 
 _MESSAGE_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
 _MAX_DEDUP = 128
 
 
-def deduplication_id(message_id: str, hop: int) -> str:
-    """The per-hop deduplication id ``<id>:<hop>`` (a SHA-256 prefix replaces ids too long for 128 characters)."""
-    suffix = f":{hop}"
+_TAG = re.compile(rf"^[0-9a-f]{{{FINGERPRINT_CHARS}}}(?:\.([0-9a-z]{{1,12}}))?$")
+_DIGITS36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def deduplication_id(message_id: str, hop: int, fingerprint: str | None = None, sent_ms: int | None = None) -> str:
+    """The per-hop deduplication id ``<id>:<fp>[.<sent ms, base 36>]:<hop>`` (``<id>:<hop>`` without ``fp``).
+
+    A SHA-256 prefix replaces ids too long for 128 characters. ``hop_of`` reads the hop of every form.
+    """
+    tag = "" if fingerprint is None else fingerprint + ("" if sent_ms is None else "." + _base36(sent_ms))
+    suffix = f":{tag}:{hop}" if tag else f":{hop}"
     prefix = message_id
     if len(prefix) + len(suffix) > _MAX_DEDUP:
-        prefix = hashlib.sha256(message_id.encode("utf-8")).hexdigest()
+        prefix = _hashed(message_id)
     return prefix + suffix
+
+
+def sent_of(dedup_id: str | None, message_id: str) -> int | None:
+    """The first send time (epoch ms) a hop's deduplication id of ``message_id`` carries, else ``None``."""
+    if not dedup_id:
+        return None
+    rest, sep, tail = dedup_id.rpartition(":")
+    if not sep or not tail.isdigit():
+        return None
+    for prefix in (message_id, _hashed(message_id)):
+        if rest.startswith(prefix + ":"):
+            found = _TAG.match(rest[len(prefix) + 1 :])
+            if found is not None and found.group(1) is not None:
+                return int(found.group(1), 36)
+    return None
+
+
+def _hashed(message_id: str) -> str:
+    return hashlib.sha256(message_id.encode("utf-8")).hexdigest()
+
+
+def _base36(value: int) -> str:
+    digits = ""
+    while True:
+        value, digit = divmod(value, 36)
+        digits = _DIGITS36[digit] + digits
+        if not value:
+            return digits
 
 
 def hop_of(dedup_id: str | None) -> int:
@@ -337,7 +385,8 @@ class SqsDelayedSender:
             )
         entry["MessageAttributes"] = fifo_attributes
         entry["MessageGroupId"] = message_id
-        entry["MessageDeduplicationId"] = deduplication_id(message_id, 0)
+        fingerprint = content_fingerprint(entry["MessageBody"], attributes)
+        entry["MessageDeduplicationId"] = deduplication_id(message_id, 0, fingerprint)
         return delay_queue.url, delay_queue.max_message_size
 
 
