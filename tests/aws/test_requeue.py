@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from delayed_delivery.aws.queues import EndpointQueues
-from delayed_delivery.aws.sender import SqsDelayedSender
+from delayed_delivery.aws.sender import SqsDelayedSender, hop_of
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON, ORIGINAL_DESTINATION
 from delayed_delivery.planning import SqsRoute
 from delayed_delivery.settings import DelayedDeliverySettings
@@ -35,9 +35,9 @@ Poller = Callable[..., LocalEventSourcePoller]
 
 
 def _hops(poller: LocalEventSourcePoller, message_id: str) -> list[str]:
-    """Deduplication ids of the records the handler saw for ``message_id``, in order."""
+    """``<id>:<hop>`` of the records the handler saw for ``message_id``, in order (from their deduplication ids)."""
     return [
-        r["attributes"]["MessageDeduplicationId"]
+        f"{message_id}:{hop_of(r['attributes']['MessageDeduplicationId'])}"
         for event in poller.events
         for r in event["Records"]
         if r["attributes"]["MessageGroupId"] == message_id

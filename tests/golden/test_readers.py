@@ -8,14 +8,22 @@ attributes, due time or remaining delay, hop.
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE, BadItem, PackedMessage, decode_envelope
+from delayed_delivery.aws.packing import (
+    ENVELOPE_ATTRIBUTE,
+    BadItem,
+    PackedMessage,
+    content_fingerprint,
+    decode_envelope,
+)
 from delayed_delivery.aws.requeue import HopOutcome
+from delayed_delivery.aws.sender import deduplication_id, sent_of
 from delayed_delivery.azure import rows
 from delayed_delivery.azure.storage_queue import decode_envelope as decode_queue_text
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
@@ -78,7 +86,10 @@ def test_requeue_reads_the_senders_fifo_message(sqs: SQSClient, golden: str) -> 
     [entry] = call["Entries"]
     assert call["Queue"] == "orders-delay.fifo"
     assert entry["MessageBody"] == wire.BODY
-    assert entry["MessageGroupId"] == wire.MESSAGE_ID and entry["MessageDeduplicationId"] == f"{wire.MESSAGE_ID}:1"
+    # The first hop carries the content fingerprint and the first send (the record's SentTimestamp) in every version.
+    fp = content_fingerprint(wire.BODY, USER_ATTRIBUTES)
+    assert entry["MessageGroupId"] == wire.MESSAGE_ID
+    assert entry["MessageDeduplicationId"] == deduplication_id(wire.MESSAGE_ID, 1, fp, wire.SENT_MS)
     control = {"DataType": "Number", "StringValue": "258298.766"}
     assert entry["MessageAttributes"] == {**USER_ATTRIBUTES, DELAY_SECONDS_ATTRIBUTE: control}
 
@@ -90,7 +101,11 @@ def test_requeue_reads_its_own_hop_with_fractional_seconds(sqs: SQSClient, golde
     result, call = _hop(sqs, request, sent_ms=wire.SENT_MS, elapsed_ms=900_500)
     assert (result.outcome, result.message_id, result.hop) == (HopOutcome.REQUEUED, wire.MESSAGE_ID, 2)
     [entry] = call["Entries"]
-    assert entry["MessageDeduplicationId"] == f"{wire.MESSAGE_ID}:2"
+    # v1 (an older requeue's <id>:1) carries no first send time, v2 on do: the next hop keeps what it knew.
+    sent = sent_of(request["MessageDeduplicationId"], wire.MESSAGE_ID)
+    assert sent == (None if wire.version_of(golden) == 1 else wire.SENT_MS)
+    fp = content_fingerprint(wire.BODY, USER_ATTRIBUTES)
+    assert entry["MessageDeduplicationId"] == deduplication_id(wire.MESSAGE_ID, 2, fp, sent)
     assert entry["MessageBody"] == wire.BODY
     control = {"DataType": "Number", "StringValue": "257398.266"}  # 258,298.766 s less the 900.5 s just waited
     assert entry["MessageAttributes"] == {**USER_ATTRIBUTES, DELAY_SECONDS_ATTRIBUTE: control}
@@ -148,7 +163,9 @@ def test_decode_envelope_reads_the_golden_envelopes(golden: str, part: str, hop:
     assert entry["MessageGroupId"].startswith("pack-")
     decoded = decode_envelope(entry["MessageBody"])
     assert not any(isinstance(item, BadItem) for item in decoded)
-    assert decoded == _batch_expected(hop, remaining_ms)
+    # From v3 on the requeue step writes each entry's first send time (the sender's hop 0 needs none).
+    sent = wire.SENT_MS if part == "requeued" and wire.version_of(golden) >= 3 else None
+    assert decoded == [replace(m, sent_ms=sent) for m in _batch_expected(hop, remaining_ms)]
 
 
 @pytest.mark.moto

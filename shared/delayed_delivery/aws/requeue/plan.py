@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -84,13 +85,23 @@ def result_of(m: ParsedMessage, outcome: HopOutcome, hop: int, **extra: Any) -> 
 
 
 def lookup_cancellations(cache: CancellationCache, messages: Sequence[ParsedMessage]) -> list[Cancellation | None]:
-    """The live cancellation record of each message, if any (one cached lookup per endpoint)."""
+    """The live cancellation record bound to each message, if any (one cached lookup per endpoint).
+
+    A record binds to a message first sent before it was requested (``Cancellation.binds``), or of unknown send
+    time; a message sent later under the same id is left alone.
+    """
     live = [m.live for m in messages]
     endpoints = {m.source.destination for m, ok in zip(messages, live, strict=True) if ok}
     records = {endpoint: cache.lookup(endpoint) for endpoint in endpoints}
-    return [
+    found = [
         records[m.source.destination].get(m.message_id) if ok else None for m, ok in zip(messages, live, strict=True)
     ]
+    return [r if r is not None and r.binds(_sent_at(m)) else None for r, m in zip(found, messages, strict=True)]
+
+
+def _sent_at(m: ParsedMessage) -> datetime | None:
+    """When ``m`` was first sent, if known."""
+    return None if m.sent_ms is None else datetime.fromtimestamp(m.sent_ms / 1000, UTC)
 
 
 def rescheduled(m: ParsedMessage, record: Cancellation, now_ms: int) -> ParsedMessage:

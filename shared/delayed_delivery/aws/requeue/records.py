@@ -15,7 +15,7 @@ from ...headers import DELAY_SECONDS_ATTRIBUTE
 from ...naming import sqs_input_queue_name
 from ...planning import remaining_delay_ms
 from ..packing import ENVELOPE_ATTRIBUTE, BadItem, decode_envelope, envelope_attributes
-from ..sender import hop_of
+from ..sender import hop_of, sent_of
 from ..sqs import attributes_from_record
 
 if TYPE_CHECKING:
@@ -134,6 +134,9 @@ class ParsedMessage:
     remaining: int | None = None
     park_return: bool = False
     reason: str | None = None
+    #: When the message was first sent (epoch ms; the broker's clock), ``None`` when unknown: it binds
+    #: cancellation records to the messages sent before them (docs/identity.md).
+    sent_ms: int | None = None
 
     @property
     def live(self) -> bool:
@@ -186,13 +189,16 @@ def parse_record(record: Mapping[str, Any], now_ms: int) -> ParsedRecord:
     """Read one record; problems with the message itself become a poison reason, not an exception."""
     attrs = record.get("attributes") or {}
     record_id = str(record.get("messageId", ""))
+    message_id = str(attrs.get("MessageGroupId") or record_id)
+    dedup = attrs.get("MessageDeduplicationId")
     message = ParsedMessage(
         record_id=record_id,
-        message_id=str(attrs.get("MessageGroupId") or record_id),
-        hop=hop_of(attrs.get("MessageDeduplicationId")),
+        message_id=message_id,
+        hop=hop_of(dedup),
         body=str(record.get("body", "")),
         attributes={},
         source=parse_source_arn(str(record.get("eventSourceARN", ""))),
+        sent_ms=sent_of(dedup, message_id),
     )
     parsed = ParsedRecord(message, receipt_handle=str(record.get("receiptHandle") or ""))
     try:
@@ -214,6 +220,8 @@ def parse_record(record: Mapping[str, Any], now_ms: int) -> ParsedRecord:
     except (KeyError, ValueError, TypeError) as exc:
         return parsed.poison(f"missing or malformed broker timestamps: {exc!r}")
     parsed = replace(parsed, times=times, age_ms=times.age_ms)
+    if parsed.message.hop == 0:  # the sender's own record: the broker stamped its first send
+        parsed = replace(parsed, message=replace(parsed.message, sent_ms=times.sent_ms))
     try:
         return replace(parsed, message=parsed.message.timed(total_ms, times, now_ms))
     except InvalidMessageError as exc:
@@ -242,7 +250,13 @@ def _parse_envelope(
             )
             continue
         message = ParsedMessage(
-            record.record_id, entry.message_id, entry.hop, entry.body, dict(entry.attributes), record.source
+            record.record_id,
+            entry.message_id,
+            entry.hop,
+            entry.body,
+            dict(entry.attributes),
+            record.source,
+            sent_ms=times.sent_ms if entry.hop == 0 else entry.sent_ms,
         )
         try:
             inner.append(message.timed(entry.remaining_ms, times, now_ms))

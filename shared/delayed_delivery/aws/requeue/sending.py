@@ -12,7 +12,7 @@ from ...clock import Clock
 from ...errors import DelayedDeliveryError, DestinationNotFoundError, PermanentError, TransientError
 from ...headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
 from ...settings import DelayedDeliverySettings
-from ..packing import PackedMessage, envelope_attributes, envelope_body, envelope_id, pack
+from ..packing import PackedMessage, content_fingerprint, envelope_attributes, envelope_body, envelope_id, pack
 from ..sender import deduplication_id
 from ..sqs import MAX_ATTRIBUTES, QueueDirectory, QueueInfo, message_size, send_batches
 from .plan import Action, Ledger, MessagePlan, result_of
@@ -97,7 +97,7 @@ class Sending:
         messages: list[PackedMessage] = []
         for p in items:
             w = p.message
-            m = PackedMessage(w.message_id, w.hop + 1, w.remaining_ms, w.body, w.attributes)
+            m = PackedMessage(w.message_id, w.hop + 1, w.remaining_ms, w.body, w.attributes, w.sent_ms)
             owner[id(m)] = p
             messages.append(m)
         envelopes, alone = pack(messages, min(self.pack_bytes, info.max_message_size))
@@ -165,7 +165,8 @@ class Sending:
                 DELAY_SECONDS_ATTRIBUTE: {"DataType": "Number", "StringValue": seconds_text(w.remaining_ms)},
             }
             entry["MessageGroupId"] = w.message_id
-            entry["MessageDeduplicationId"] = deduplication_id(w.message_id, w.hop + 1)
+            fingerprint = content_fingerprint(w.body, w.attributes)
+            entry["MessageDeduplicationId"] = deduplication_id(w.message_id, w.hop + 1, fingerprint, w.sent_ms)
         else:
             if w.attributes:
                 entry["MessageAttributes"] = w.attributes
