@@ -3,7 +3,8 @@
 A message on the hop cycle has no row anyone could delete or move: it *is* the FIFO message. Instead an
 operator writes a small record (``Cancellation``) keyed by endpoint and message id; the requeue function reads
 the endpoint's live records once per ``max_age`` seconds (``CancellationCache``), checks every message of a
-batch in memory, drops cancelled ones, re-plans rescheduled ones, and deletes the records it applied. Every
+batch in memory, drops cancelled ones, re-plans rescheduled ones, and deletes the records it applied. A record
+applies only to messages first sent before it was requested (``Cancellation.binds``; docs/identity.md). Every
 message in the cycle passes a hop each ``fifo_queue_delay`` seconds, or comes back from a park (SQS visibility
 parking, at most ``max_park_seconds``, 12 h), so a record is applied within one hop or park and the set of live
 records stays small: the lookup cost does not grow with the number of pending messages.

@@ -216,3 +216,35 @@ def test_a_reschedule_written_before_the_send_does_not_move_the_message(
     start_poller()
     [arrival] = collect(sqs, endpoint.input_url, expect=1, timeout=5 + SLACK + 2)
     assert arrival.at <= start + 5 + SLACK
+
+
+def _envelope_outcomes(sqs: SQSClient, requested_at: datetime) -> dict[str, str]:
+    """Run the requeue step on the golden re-packed envelope (hop 1, first sent at ``wire.SENT_MS``) with a cancel
+    record for ``golden-batch-b`` requested at ``requested_at``: the outcome of each inner message."""
+    from delayed_delivery.aws.requeue import FifoRequeuer
+    from delayed_delivery.cancellations import CancellationCache, InMemoryCancellationStore
+    from delayed_delivery.clock import ManualClock
+    from tests.golden import wire
+
+    wire.create_queues(sqs)
+    [request] = wire.load("sqs_envelope.v3.json")["requeued"]["Entries"]
+    first_ms = wire.SENT_MS + 60_000
+    clock = ManualClock(datetime.fromtimestamp((first_ms + 50) / 1000, UTC))
+    store = InMemoryCancellationStore()
+    store.put(cancel_request("orders", "golden-batch-b", now=requested_at, max_native_delay=900, max_age=0))
+    cache = CancellationCache(store, 0, clock=clock)
+    requeuer = FifoRequeuer(sqs, DelayedDeliverySettings(max_park_seconds=0), clock=clock, cancellations=cache)
+    record = wire.lambda_record(request, record_id="rec", sent_ms=wire.SENT_MS + 1_000, first_receive_ms=first_ms)
+    [result] = requeuer.process([record])
+    return {r.message_id: r.outcome.value for r in result.inner}
+
+
+@pytest.mark.moto
+def test_an_envelope_entry_is_cancelled_only_by_a_record_requested_after_its_first_send(sqs: SQSClient) -> None:
+    from tests.golden import wire
+
+    sent = datetime.fromtimestamp(wire.SENT_MS / 1000, UTC)
+    before = _envelope_outcomes(sqs, sent - timedelta(seconds=5))
+    assert before == {"golden-batch-a": "requeued", "golden-batch-b": "requeued", "golden-batch-c": "requeued"}
+    after = _envelope_outcomes(sqs, sent + timedelta(seconds=5))
+    assert after == {"golden-batch-a": "requeued", "golden-batch-b": "cancelled", "golden-batch-c": "requeued"}
