@@ -51,6 +51,7 @@ def test_cancel_a_long_delay_it_never_arrives(sqs: SQSClient, aws: list[str]) ->
     data = ok_json("cancel", "c1", *aws, "--to", "orders")
     assert data == {**data, "message_id": "c1", "route": "aws", "requested": "cancel", "certain": False}
     assert "unless it is due within 2s" in data["note"] and data["table"] == TABLE
+    assert "applies only to a message with this id sent before now" in data["note"]
     text = run("cancel", "c1", *aws, "--to", "orders")
     assert text.exit_code == 0 and "cancel of c1 accepted (route: aws)" in text.stdout
     with _requeue(sqs, aws):
@@ -63,6 +64,7 @@ def test_reschedule_arrives_at_the_new_time_not_before(sqs: SQSClient, aws: list
     data = ok_json("reschedule", "r1", *aws, "--to", "orders", "--delay", "7s")
     new_due = datetime.fromisoformat(data["due_at"])
     assert data["requested"] == "reschedule" and "next hop" in data["note"]
+    assert "never to one sent later" in data["note"]
     with _requeue(sqs, aws):
         [arrival] = collect(sqs, _orders(sqs), expect=1, timeout=7 + SLACK + 2)
     assert new_due.timestamp() - EPSILON <= arrival.at <= new_due.timestamp() + SLACK

@@ -251,7 +251,7 @@ class SqsOperatorRoute:
                 f"it is dropped at its next hop unless it is due within {reach}: then it already waits out its "
                 f"final native delay on {to!r} and is delivered (give --due to know for sure)"
             )
-        receipt = RecordReceipt(to, store.table, record.expires_at, note)
+        receipt = RecordReceipt(to, store.table, record.expires_at, note + _binding(record.requested_at))
         return CancelResult(message_id, "aws", cancelled=False, record=receipt, certain=due is not None)
 
     def reschedule(self, message_id: str, due: datetime, *, to: str | None = None) -> RescheduleResult:
@@ -268,8 +268,16 @@ class SqsOperatorRoute:
             f"it moves at its next hop (every {format_duration(self.settings.fifo_queue_delay)}), unless it is "
             f"already due within {reach}; a new due time sooner than that hop is met at the hop"
         )
-        receipt = RecordReceipt(to, store.table, record.expires_at, note)
+        receipt = RecordReceipt(to, store.table, record.expires_at, note + _binding(record.requested_at))
         return RescheduleResult(message_id, "aws", utc(due), moved=False, record=receipt)
+
+
+def _binding(requested_at: datetime) -> str:
+    """What the record applies to: the messages under its id sent before it (docs/identity.md)."""
+    return (
+        f"; it applies only to a message with this id sent before now ({requested_at.isoformat()}), "
+        "never to one sent later"
+    )
 
 
 def _queue(to: str | None) -> str:
