@@ -5,7 +5,8 @@ Context keys: ``endpoints`` (list of queue names or ``{"name", "existingQueueArn
 "senders"}``), ``stackName``, ``powertoolsLayerVersion``, ``maxNativeDelay``, ``fifoQueueDelay``, ``alarmTopicArn``,
 ``cancellationTable``, ``cancellationCacheSeconds``, ``maxParkSeconds`` (0 turns parking off), ``parkMaxInFlight``,
 ``kmsKey`` (``"create"`` or a key ARN; absent = SQS-managed encryption), ``delaySenders`` (role ARNs, ``*`` patterns
-allowed, that may send to every ``-delay.fifo``; each endpoint's ``senders`` add to it).
+allowed, that may send to every ``-delay.fifo``; each endpoint's ``senders`` add to it), ``exampleConsumer`` (true adds
+the example consumer, ``functions/aws/consumer.py``, on each endpoint's input queue).
 cdk-nag's AwsSolutions checks run on every synth; an unsuppressed finding fails it.
 """
 
@@ -40,6 +41,15 @@ def _senders(value: Any) -> list[str]:
     return [i.strip() for i in items if i.strip()]
 
 
+def _flag(value: Any) -> bool:
+    """A boolean context value: JSON true/false, or ``-c exampleConsumer=true`` (a string)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ValueError(f"context 'exampleConsumer' is true or false, not {value!r}")
+
+
 def build(app: cdk.App) -> DelayedDeliveryStack:
     """Instantiate the stack from the app's context."""
     raw = _context(app, "endpoints", ["orders"])
@@ -58,6 +68,7 @@ def build(app: cdk.App) -> DelayedDeliveryStack:
         park_max_in_flight=int(_context(app, "parkMaxInFlight", 100_000)),
         kms_key=_context(app, "kmsKey", None),
         senders=_senders(_context(app, "delaySenders", [])),
+        example_consumer=_flag(_context(app, "exampleConsumer", False)),
         description="Unrestricted SQS delayed delivery (delayed-delivery)",
     )
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))

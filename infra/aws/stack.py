@@ -1,5 +1,5 @@
 """``DelayedDeliveryStack``: the function code and Powertools layer once, one endpoint per queue, the cancellation
-table, a dashboard, and optionally a customer-managed KMS key for the queues."""
+table, a dashboard, and optionally a customer-managed KMS key for the queues and the example consumer."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from infra.aws.consumer import ExampleConsumer
 from infra.aws.endpoint import MAX_PARK_SECONDS, DelayedDeliveryEndpoint
 from infra.aws.packaging import prepare_function_asset
 
@@ -89,6 +90,7 @@ class DelayedDeliveryStack(Stack):
         park_max_in_flight: int = 100_000,
         kms_key: str | None = None,
         senders: Sequence[str] = (),
+        example_consumer: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -120,6 +122,18 @@ class DelayedDeliveryStack(Stack):
             "encryption_key": self.encryption_key,
         }
         self.endpoints = [self._endpoint(config, senders, common) for config in endpoints]
+        self.consumers = [
+            ExampleConsumer(
+                self,
+                f"ExampleConsumer-{e.queue_name}",
+                queue=e.input_queue,
+                queue_name=e.queue_name,
+                code=code,
+                layers=[layer],
+            )
+            for e in self.endpoints
+            if example_consumer
+        ]
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{construct_id}-delayed-delivery")
         for endpoint in self.endpoints:
             title, *graphs = endpoint.widgets()

@@ -62,6 +62,31 @@ param maximumInstanceCount int = 40
 @allowed([512, 2048, 4096])
 param instanceMemoryMB int = 2048
 
+@description('Action group (resource id) every alert notifies. Empty: the alerts are created and show in the portal, but notify no one.')
+param alertActionGroupId string = ''
+
+@description('Alert when a message is dispatched more than this many seconds after its due time.')
+@minValue(1)
+param latenessAlertSeconds int = 60
+
+@description('Alert when more than this many shard leases are lost within 15 minutes.')
+@minValue(0)
+param leaseLossAlertCount int = 3
+
+@description('Alert when no timer run has finished for this many minutes.')
+@allowed([5, 10, 15, 30, 45])
+param timerSilenceMinutes int = 10
+
+@description('Alert when more than this many sends to destination queues fail within 5 minutes.')
+@minValue(0)
+param sendFailureAlertCount int = 10
+
+@description('Add the example consumer: a queue-trigger function in the same app that reads exampleConsumerQueue and logs each message\'s lateness (functions/azure/consumer_app.py shows it to copy).')
+param deployExampleConsumer bool = false
+
+@description('Queue the example consumer reads (default: the first destination queue).')
+param exampleConsumerQueue string = join(take(destinationQueues, 1), '')
+
 param tags object = {}
 
 var suffix = uniqueString(subscription().id, resourceGroup().id, namePrefix)
@@ -70,6 +95,15 @@ var hostStorageName = toLower(take('${namePrefix}${uniqueString(subscription().i
 var deploymentContainer = 'app-package-${take(suffix, 8)}'
 // Never empty: an empty DELAYED_DELIVERY_ALLOWED_DESTINATIONS would mean any queue of the account.
 var destinationAllowList = empty(allowedDestinations) ? [errorQueueName] : allowedDestinations
+// The example consumer's queue trigger: the queue, and an identity-based connection to the delays account.
+var exampleConsumerSettings = deployExampleConsumer
+  ? {
+      DELAYED_DELIVERY_EXAMPLE_CONSUMER_QUEUE: exampleConsumerQueue
+      DelayedDeliveryQueues__queueServiceUri: storage.outputs.queueEndpoint
+      DelayedDeliveryQueues__credential: 'managedidentity'
+      DelayedDeliveryQueues__clientId: identity.outputs.clientId
+    }
+  : {}
 
 module identity 'modules/identity.bicep' = {
   name: 'identity'
@@ -113,6 +147,30 @@ module monitoring 'modules/monitoring.bicep' = {
   }
 }
 
+module operations 'modules/operations.bicep' = {
+  name: 'operations'
+  params: {
+    namePrefix: '${namePrefix}-${suffix}'
+    location: location
+    tags: tags
+    appInsightsName: monitoring.outputs.appInsightsName
+    actionGroupId: alertActionGroupId
+    latenessThresholdSeconds: latenessAlertSeconds
+    leaseLossThreshold: leaseLossAlertCount
+    timerSilenceMinutes: timerSilenceMinutes
+    sendFailureThreshold: sendFailureAlertCount
+  }
+}
+
+module consumer 'modules/consumer.bicep' = if (deployExampleConsumer) {
+  name: 'consumer'
+  params: {
+    principalId: identity.outputs.principalId
+    storageName: storage.outputs.name
+    queueName: exampleConsumerQueue
+  }
+}
+
 module roles 'modules/roles.bicep' = {
   name: 'roles'
   params: {
@@ -128,7 +186,7 @@ module roles 'modules/roles.bicep' = {
 
 module functionApp 'modules/functionapp.bicep' = {
   name: 'functionapp'
-  dependsOn: [roles]
+  dependsOn: [roles, consumer]
   params: {
     name: '${namePrefix}-func-${suffix}'
     location: location
@@ -142,7 +200,7 @@ module functionApp 'modules/functionapp.bicep' = {
     appInsightsConnectionString: monitoring.outputs.connectionString
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
-    appSettings: {
+    appSettings: union(exampleConsumerSettings, {
       DELAYED_DELIVERY_ENDPOINT: endpointName
       DELAYED_DELIVERY_TABLE_NAME: delaysName
       DELAYED_DELIVERY_CONTAINER_NAME: delaysName
@@ -152,7 +210,7 @@ module functionApp 'modules/functionapp.bicep' = {
       DELAYED_DELIVERY_LEASE_SECONDS: string(leaseSeconds)
       DELAYED_DELIVERY_RUN_SECONDS: string(runSeconds)
       DELAYED_DELIVERY_ENABLED: string(enabled)
-    }
+    })
   }
 }
 
@@ -162,3 +220,5 @@ output hostStorageAccountName string = hostStorage.outputs.name
 output delaysTableName string = delaysName
 output appInsightsName string = monitoring.outputs.appInsightsName
 output identityClientId string = identity.outputs.clientId
+output alertNames array = operations.outputs.alertNames
+output workbookId string = operations.outputs.workbookId

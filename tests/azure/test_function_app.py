@@ -97,3 +97,21 @@ def test_a_prepared_host_replaces_the_one_from_app_settings() -> None:
     finally:
         function_app.use_host(None)
     assert Prepared.runs == 0
+
+
+def test_the_example_consumer_is_registered_only_when_its_queue_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(function_app.ENV_EXAMPLE_CONSUMER_QUEUE, raising=False)
+    assert list(functions_of(importlib.reload(function_app))) == ["dispatch_delayed_messages"]
+    monkeypatch.setenv(function_app.ENV_EXAMPLE_CONSUMER_QUEUE, "orders")
+    try:
+        module = importlib.reload(function_app)
+        found = functions_of(module)
+        assert sorted(found) == ["consume_example_message", "dispatch_delayed_messages"]
+        (binding,) = found["consume_example_message"].get_bindings()
+        assert binding.type == "queueTrigger"
+        assert binding.queue_name == f"%{function_app.ENV_EXAMPLE_CONSUMER_QUEUE}%", "the queue is the app setting's"
+        assert binding.connection == function_app.EXAMPLE_CONSUMER_CONNECTION == "DelayedDeliveryQueues"
+        assert module._host_from_settings.cache_info().currsize == 0, "still nothing built at import"
+    finally:
+        monkeypatch.delenv(function_app.ENV_EXAMPLE_CONSUMER_QUEUE)
+        importlib.reload(function_app)

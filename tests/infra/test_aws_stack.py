@@ -411,7 +411,7 @@ def test_cdk_nag_is_live_an_unencrypted_queue_fails_synth(tmp_path: Path) -> Non
 def test_function_asset_holds_only_the_function_code(tmp_path: Path) -> None:
     asset = prepare_function_asset(tmp_path / "asset")
     assert (asset / "functions" / "aws" / "requeue.py").exists()
-    assert (asset / "delayed_delivery" / "aws" / "requeue.py").exists()
+    assert (asset / "delayed_delivery" / "aws" / "requeue" / "__init__.py").exists()
     for excluded in ("azure", "postgres", "pipelines", "testing"):
         assert not (asset / "delayed_delivery" / excluded).exists()
     assert not list(asset.rglob("__pycache__"))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from delayed_delivery.azure import config as azure_config
+from delayed_delivery.azure.app_files import function_app
 from delayed_delivery.azure.blob_lease import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
 from delayed_delivery.azure.destinations import DestinationPolicy, parse_patterns
 from delayed_delivery.naming import azure_delays_table_name
@@ -18,7 +19,7 @@ from delayed_delivery.settings import DelayedDeliverySettings
 pytestmark = pytest.mark.infra
 
 INFRA = Path(__file__).resolve().parents[2] / "infra" / "azure"
-MODULES = ("identity", "storage", "hoststorage", "monitoring", "roles", "functionapp")
+MODULES = ("identity", "storage", "hoststorage", "monitoring", "roles", "functionapp", "operations", "consumer")
 
 ROLES = {
     "b7e6dc6d-f1e8-4753-8033-0f2253ddb2a6": "Storage Blob Data Owner",
@@ -154,6 +155,7 @@ def test_app_settings_are_the_ones_the_code_reads() -> None:
     used = set(re.findall(r"\b(DELAYED_DELIVERY_\w+):", text))
     known = {v for k, v in vars(azure_config).items() if k.startswith("ENV_") and isinstance(v, str)}
     known |= {env for _, env, _, _ in DelayedDeliverySettings.reference()}
+    known.add(function_app.ENV_EXAMPLE_CONSUMER_QUEUE)
     assert used and used <= known, f"settings the code never reads: {used - known}"
     assert {"DELAYED_DELIVERY_STORAGE_ACCOUNT", "DELAYED_DELIVERY_TABLE_NAME", "DELAYED_DELIVERY_ENABLED"} <= used
 
@@ -202,7 +204,9 @@ def test_identity_gets_exactly_the_least_data_plane_roles() -> None:
     roles = code(source("modules/roles.bicep"))
     ids = _role_ids(roles)
     assert set(ids.values()) == set(ROLES), {g: ROLES.get(g, BROAD_ROLES.get(g, "?")) for g in set(ids.values())}
-    assert not set(BROAD_ROLES) & set(re.findall(r"[0-9a-f-]{36}", all_bicep()))
+    # the example consumer's reader and processor roles, on its own queue only: test_azure_operations.py
+    consumer = code(source("modules/consumer.bicep"))
+    assert not set(BROAD_ROLES) & set(re.findall(r"[0-9a-f-]{36}", all_bicep().replace(consumer, "")))
     granted = {name: (scope, ROLES[ids[role]], header) for name, (scope, role, header) in _assignments(roles).items()}
     assert granted == {
         "hostBlobOwner": ("hostAccount", "Storage Blob Data Owner", ""),
@@ -292,4 +296,4 @@ def test_storage_provisions_the_delays_table_lease_container_and_error_queue() -
     main = code(source("main.bicep"))
     assert "Microsoft.Insights/components" in code(source("modules/monitoring.bicep"))
     assert "WorkspaceResourceId: workspace.id" in code(source("modules/monitoring.bicep"))
-    assert "dependsOn: [roles]" in main, "the app starts only after its roles exist"
+    assert "dependsOn: [roles, consumer]" in main, "the app starts only after its roles exist"

@@ -66,3 +66,4 @@ resource destinations 'Microsoft.Storage/storageAccounts/queueServices/queues@20
 
 output name string = account.name
 output id string = account.id
+output queueEndpoint string = account.properties.primaryEndpoints.queue

@@ -1,4 +1,5 @@
-"""Azure Functions (Python v2 model): a timer that runs the delayed-message dispatcher every minute.
+"""Azure Functions (Python v2 model): a timer that runs the delayed-message dispatcher every minute, and, when
+the app setting ``DELAYED_DELIVERY_EXAMPLE_CONSUMER_QUEUE`` names a queue, the example consumer reading it.
 
 Nothing is read from the environment and no SDK client is built at import time: ``host()`` does that on
 the first run and caches the result for the life of the worker. The storage SDKs are imported then too, so
@@ -47,6 +48,34 @@ def _host_from_settings() -> AzureDispatcherHost:
 
     configure_telemetry(os.environ)
     return AzureDispatcherHost(AzureDelayedDeliveryConfig.from_env(os.environ))
+
+
+#: App setting naming the queue the example consumer reads; unset (the default), no consumer is registered.
+ENV_EXAMPLE_CONSUMER_QUEUE = "DELAYED_DELIVERY_EXAMPLE_CONSUMER_QUEUE"
+#: The queue trigger's connection: ``DelayedDeliveryQueues__queueServiceUri`` (identity) or a connection string.
+EXAMPLE_CONSUMER_CONNECTION = "DelayedDeliveryQueues"
+
+
+def consume_example_message(msg: func.QueueMessage) -> None:
+    """The example consumer: read the delivered message and log it (functions/azure/consumer_app.py)."""
+    import logging
+
+    from delayed_delivery import logfields as lf
+    from delayed_delivery.azure.storage_queue import decode_envelope
+    from delayed_delivery.azure.telemetry import configure_telemetry
+
+    configure_telemetry(os.environ)  # once per worker: Application Insights gets the log line
+    envelope = decode_envelope(msg.get_body().decode("ascii"))
+    logging.getLogger("delayed_delivery.consumer").info(
+        "consumed", extra={lf.EVENT: "consumed", lf.MESSAGE_ID: envelope.message_id}
+    )
+
+
+# Functions are found by importing this module, so the one optional trigger is decided here, by one app setting.
+if os.environ.get(ENV_EXAMPLE_CONSUMER_QUEUE, "").strip():
+    app.queue_trigger(
+        arg_name="msg", queue_name=f"%{ENV_EXAMPLE_CONSUMER_QUEUE}%", connection=EXAMPLE_CONSUMER_CONNECTION
+    )(consume_example_message)
 
 
 @app.timer_trigger(schedule=SCHEDULE, arg_name="timer", run_on_startup=False, use_monitor=True)

@@ -1,0 +1,92 @@
+"""``ExampleConsumer``: the copy-this consumer (``functions/aws/consumer.py``) on an endpoint's destination queue.
+
+Opt-in (context ``exampleConsumer: true``): a Lambda with an SQS event source on the input queue that logs and
+measures each delivered message's lateness. It competes with any other consumer of that queue, so deploy it where
+the example is the only one, or copy it into your own consumer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from aws_cdk.aws_lambda_event_sources import SqsEventSource
+from constructs import Construct
+
+from infra.aws.endpoint import METRICS_NAMESPACE
+
+__all__ = ["CONSUMER_HANDLER", "ExampleConsumer"]
+
+#: The example consumer's Lambda handler, by dotted name.
+CONSUMER_HANDLER = "functions.aws.consumer.handler"
+
+
+class ExampleConsumer(Construct):
+    """A Lambda reading ``queue`` (batch 10, partial batch responses) with its own role and log group."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        queue: sqs.IQueue,
+        queue_name: str,
+        code: lambda_.Code,
+        layers: Sequence[lambda_.ILayerVersion] = (),
+        runtime: lambda_.Runtime = lambda_.Runtime.PYTHON_3_13,
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        timeout = Duration.seconds(30)
+        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"Example consumer of {queue_name}: receives from that queue and logs to its own group only",
+        )
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[self.log_group.log_group_arn]
+            )
+        )
+        self.function = lambda_.Function(
+            self,
+            "Consumer",
+            runtime=runtime,
+            handler=CONSUMER_HANDLER,
+            code=code,
+            layers=list(layers),
+            role=self.role,
+            timeout=timeout,
+            memory_size=256,
+            tracing=lambda_.Tracing.ACTIVE,
+            log_group=self.log_group,
+            description=f"Example consumer of {queue_name}: logs each delayed message's lateness (copy it)",
+            environment={
+                "POWERTOOLS_SERVICE_NAME": f"delayed-delivery-consumer-{queue_name}",
+                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                "POWERTOOLS_LOG_LEVEL": "INFO",
+            },
+        )
+        # The event source grants receive, delete, change visibility and attributes on this queue (and the key's
+        # decrypt when it is encrypted with one); nothing else.
+        self.function.add_event_source(SqsEventSource(queue, batch_size=10, report_batch_item_failures=True))
+        Validations.of(self.function).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-L1",
+                reason="The runtime is pinned (default python3.13) to one the pinned public Powertools layer is "
+                "published for; raise the runtime and the layer version together.",
+            )
+        )
+        Validations.of(self.role).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason="X-Ray PutTraceSegments/PutTelemetryRecords have no resource-level permissions, so "
+                "Tracing.ACTIVE needs Resource '*'; the SQS and Logs statements name their own resources.",
+            )
+        )
