@@ -13,15 +13,16 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from .. import logfields as lf
 from ..cancellations import CancellationCache, CancellationKind
-from ..errors import DelayedDeliveryError
+from ..errors import ConfigurationError, DelayedDeliveryDisabledError, DelayedDeliveryError
 from .cancellations import DynamoDbCancellationStore
 from .config import AwsConfig
 from .queues import check_endpoint
-from .requeue import FifoRequeuer, HopOutcome, RecordResult, parse_source_arn
+from .requeue import FifoRequeuer, HopOutcome, RecordResult, failed_record, parse_source_arn
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -107,7 +108,18 @@ def build_handler(
     @metrics.log_metrics(capture_cold_start_metric=True)
     def entrypoint(event: dict[str, Any], context: Any) -> dict[str, Any]:
         startup_check(event)
-        outcome = requeuer.process(event.get("Records", []))
+        records = event.get("Records", [])
+        try:
+            outcome = requeuer.process(records)
+        except (ConfigurationError, DelayedDeliveryDisabledError):
+            raise  # the deployment is wrong: fail the invocation loudly, the records stay on the queue
+        except Exception as exc:  # never out of the handler: the batch is retried instead
+            metrics.add_metric(name="InvocationFailures", unit=MetricUnit.Count, value=1)
+            logger.exception(
+                "the batch could not be handled; every record will be retried",
+                extra={lf.CLOUD: "aws", lf.EVENT: lf.EVENT_RETRY, lf.REASON: f"{type(exc).__name__}: {exc}"[:1024]},
+            )
+            outcome = [failed_record(r, exc) for r in records]
         if on_results is not None:
             on_results(outcome)
         return _respond(event, context, outcome, logger, metrics)
@@ -158,9 +170,12 @@ def _respond(
     # (the benchmark's pollers) must not share one. Each record is its own FIFO group (the message id),
     # so skip_group_on_error fails only a failed record and later records of the same message.
     processor = SqsFifoPartialProcessor(skip_group_on_error=True)
-    response = process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context
-    )
+    try:
+        response = process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )
+    except BatchProcessingError:  # every record failed: report them all rather than raise
+        response = {"batchItemFailures": [{"itemIdentifier": str(r["messageId"])} for r in event["Records"]]}
     if parked:
         # A parked record is hidden on the queue until its park ends: the event source must not delete it.
         failures = [*response.get("batchItemFailures", []), *({"itemIdentifier": rid} for rid in parked)]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...cancellations import Cancellation, CancellationCache
 from ...clock import Clock, SystemClock
-from ...errors import ConfigurationError, DelayedDeliveryDisabledError
+from ...errors import ConfigurationError, DelayedDeliveryDisabledError, TransientError
 from ...planning import PARK_RETENTION_HEADROOM, SqsParkPolicy
 from ...settings import DelayedDeliverySettings
 from ..brokerclock import BrokerClock
@@ -43,6 +43,7 @@ __all__ = [
     "HopOutcome",
     "RecordResult",
     "SourceQueue",
+    "failed_record",
     "parse_source_arn",
 ]
 
@@ -82,12 +83,33 @@ class FifoRequeuer:
         )
 
     def process(self, records: Sequence[Mapping[str, Any]]) -> list[RecordResult]:
-        """Handle the ``Records`` of one SQS event; one result per record, in order."""
+        """Handle the ``Records`` of one SQS event; one result per record, in order.
+
+        No record's content raises out of it: an unexpected exception in the batch makes it handle each record
+        alone, and a record that raises even alone is ``FAILED`` (retried) without taking its neighbours down.
+        """
         if not self.settings.enabled:
             raise DelayedDeliveryDisabledError(
                 "unrestricted delayed delivery is disabled on this receiver (DELAYED_DELIVERY_ENABLED): "
                 "records stay on the -delay.fifo queue"
             )
+        try:
+            return self._process(records)
+        except (ConfigurationError, DelayedDeliveryDisabledError):
+            raise
+        except Exception:  # contained: each record alone, so only the one at fault fails
+            outcome: list[RecordResult] = []
+            for record in records:
+                try:
+                    outcome += self._process([record])
+                except ConfigurationError:
+                    raise
+                except Exception as exc:  # that record fails alone
+                    outcome.append(failed_record(record, exc))
+            return outcome
+
+    def _process(self, records: Sequence[Mapping[str, Any]]) -> list[RecordResult]:
+        """The pipeline over a batch: parse, plan, park, send, error queue, one result per record."""
         now_ms = int(self.clock.now().timestamp() * 1000)
         parsed = [parse_record(record, now_ms) for record in records]
         parking = self.settings.max_park_seconds > 0
@@ -137,6 +159,27 @@ class FifoRequeuer:
     def park_policy(self, queue: QueueInfo) -> SqsParkPolicy:
         """The park rules for ``queue``: the settings plus its retention and visibility timeout."""
         return self._parking.policy(queue)
+
+
+def failed_record(record: Mapping[str, Any], exc: Exception) -> RecordResult:
+    """``FAILED`` for a record whose handling raised ``exc`` unexpectedly (the event source retries it)."""
+    record_id = str(record.get("messageId", "")) if isinstance(record, Mapping) else ""
+    attrs = record.get("attributes") if isinstance(record, Mapping) else None
+    group = attrs.get("MessageGroupId") if isinstance(attrs, Mapping) else None
+    try:
+        destination = parse_source_arn(str(record.get("eventSourceARN", ""))).destination
+    except ConfigurationError:
+        destination = ""
+    reason = f"unexpected {type(exc).__name__} while handling the record: {str(exc)[:300]}"
+    return RecordResult(
+        record_id,
+        str(group or record_id),
+        HopOutcome.FAILED,
+        0,
+        destination,
+        reason=reason,
+        error=TransientError(reason),
+    )
 
 
 def _by_record(parsed: list[ParsedRecord], plans: list[MessagePlan]) -> list[list[MessagePlan]]:
