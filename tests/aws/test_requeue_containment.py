@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
@@ -12,7 +13,7 @@ import pytest
 from delayed_delivery.aws.handler import LambdaHandler, build_handler
 from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE
 from delayed_delivery.aws.queues import EndpointQueues
-from delayed_delivery.aws.requeue import FifoRequeuer, RecordResult
+from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome, RecordResult
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalLambdaContext
@@ -117,6 +118,89 @@ def test_a_poison_entry_goes_to_the_error_queue_and_its_neighbours_are_forwarded
     errors = drain(sqs, _error_url(sqs))
     assert len(errors) == 1
     assert "malformed envelope entry 1" in reason_of(errors[0])
+
+
+class RefusingErrorQueue:
+    """Wraps an SQS client: the error queue refuses (``Failed``, not retryable) bodies matching ``refuse``."""
+
+    def __init__(self, client: SQSClient, refuse: Any) -> None:
+        self._client = client
+        self._refuse = refuse
+        self.refused: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def send_message_batch(self, **kwargs: Any) -> Any:
+        if not str(kwargs["QueueUrl"]).endswith(f"/{ERRORS}"):
+            return self._client.send_message_batch(**kwargs)
+        keep = [e for e in kwargs["Entries"] if not self._refuse(e)]
+        failed = [
+            {"Id": e["Id"], "SenderFault": True, "Code": "InvalidParameterValue", "Message": "refused (test)"}
+            for e in kwargs["Entries"]
+            if self._refuse(e)
+        ]
+        self.refused += [e["MessageBody"] for e in kwargs["Entries"] if self._refuse(e)]
+        reply: dict[str, Any] = {"Successful": [], "Failed": failed}
+        if keep:
+            sent = self._client.send_message_batch(QueueUrl=kwargs["QueueUrl"], Entries=keep)
+            reply["Successful"] = sent.get("Successful", [])
+            reply["Failed"] += sent.get("Failed", [])
+        return reply
+
+
+def test_a_refused_error_queue_send_leaves_a_reduced_form_and_no_failed_record(
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings
+) -> None:
+    # The error queue refuses the poison entry's own text (as SQS would refuse a body too large or with NUL).
+    wrapped = RefusingErrorQueue(sqs, lambda e: '"b":"a\\u0000b"' in e["MessageBody"])
+    results: list[RecordResult] = []
+    handle = build_handler(env_of(settings), sqs_client=wrapped, on_results=results.extend)  # type: ignore[arg-type]
+    body = envelope([entry("good-1", "one"), '{"i":"bad","h":1,"d":0,"b":"a\\u0000b"}', entry("good-2", "two")])
+    response = handle({"Records": [record(endpoint, "env-1", body, envelope=True)]}, LocalLambdaContext())
+    assert response == {"batchItemFailures": []}
+    assert wrapped.refused, "the wrapper must have refused the full form"
+    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url)) == ["one", "two"]
+    errors = drain(sqs, _error_url(sqs))
+    assert len(errors) == 1
+    reduced = json.loads(errors[0]["Body"])
+    assert reduced["id"] == "bad"
+    assert "malformed envelope entry 1" in reduced["reason"]
+    assert base64.b64decode(reduced["body"]).decode("utf-8") == wrapped.refused[0]
+    assert results[0].outcome is not HopOutcome.FAILED
+
+
+def test_when_even_the_reduced_form_is_refused_the_entry_is_dropped_not_looped(
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrapped = RefusingErrorQueue(sqs, lambda e: True)
+    handle = build_handler(env_of(settings), sqs_client=wrapped)  # type: ignore[arg-type]
+    body = envelope([entry("good-1", "one"), '{"i":"bad","h":1,"d":0,"b":"a\\u0000b"}', entry("good-2", "two")])
+    response = handle({"Records": [record(endpoint, "env-1", body, envelope=True)]}, LocalLambdaContext())
+    assert response == {"batchItemFailures": []}
+    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url)) == ["one", "two"]
+    assert len(wrapped.refused) == 2  # the full form, then the reduced form
+    assert "dropped" in caplog.text
+
+
+def test_a_plain_record_bigger_than_the_error_queue_takes_goes_there_reduced(
+    sqs: SQSClient, endpoint: EndpointQueues, handler: tuple[LambdaHandler, list[RecordResult]]
+) -> None:
+    handle, results = handler
+    sqs.set_queue_attributes(QueueUrl=_error_url(sqs), Attributes={"MaximumMessageSize": "1024"})
+    poison = record(endpoint, "big", "x" * 5000, envelope=False)
+    poison["messageAttributes"] = {}  # no control attribute: poison
+    response = handle({"Records": [poison]}, LocalLambdaContext())
+    assert response == {"batchItemFailures": []}
+    errors = drain(sqs, _error_url(sqs))
+    assert len(errors) == 1
+    reduced = json.loads(errors[0]["Body"])
+    assert reduced["id"] == "big"
+    assert "missing control attribute" in reduced["reason"]
+    assert len(errors[0]["Body"]) <= 1024
+    assert results[0].outcome is HopOutcome.ERROR_QUEUE
+
+
 
 
 def test_an_exception_in_one_records_processing_fails_only_that_record(

@@ -23,6 +23,7 @@ from .cancellations import DynamoDbCancellationStore
 from .config import AwsConfig
 from .queues import check_endpoint
 from .requeue import FifoRequeuer, HopOutcome, RecordResult, failed_record, parse_source_arn
+from .requeue.errorqueue import DROPPED
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -208,6 +209,10 @@ def _observe(logger: Logger, metrics: Metrics, result: RecordResult) -> None:
         # SQS refused to park it (e.g. no sqs:ChangeMessageVisibility): it hopped
         metrics.add_metric(name="ParkRefusals", unit=MetricUnit.Count, value=1)
         logger.warning("parking refused by SQS; hopped instead", extra={**fields, lf.REASON: result.reason})
+    if result.outcome is HopOutcome.ERROR_QUEUE and (result.reason or "").startswith(DROPPED):
+        metrics.add_metric(name="ErrorQueueDrops", unit=MetricUnit.Count, value=1)
+        logger.error("dropped: the error queue refused it, even reduced", extra={**fields, lf.REASON: result.reason})
+        return
     for name in seen.metrics:
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
     if seen.hop_metric is not None:

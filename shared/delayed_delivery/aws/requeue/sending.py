@@ -14,7 +14,8 @@ from ...headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGI
 from ...settings import DelayedDeliverySettings
 from ..packing import PackedMessage, content_fingerprint, envelope_attributes, envelope_body, envelope_id, pack
 from ..sender import deduplication_id
-from ..sqs import MAX_ATTRIBUTES, QueueDirectory, QueueInfo, message_size, send_batches
+from ..sqs import MAX_ATTRIBUTES, EntryResult, QueueDirectory, QueueInfo, message_size, send_batches
+from .errorqueue import DROPPED, full_form_problem, reduced_entry
 from .plan import Action, Ledger, MessagePlan, result_of
 from .records import HopOutcome, ParsedMessage, RecordResult, seconds_text
 
@@ -174,8 +175,11 @@ class Sending:
         return entry
 
     def to_error_queue(self, poison: list[MessagePlan], ledger: Ledger) -> None:
-        """Send poison messages (each with its reason) to the error queue with the reason headers."""
-        items = [p.message for p in poison]
+        """Send poison messages (each with its reason) to the error queue with the reason headers.
+
+        What the error queue refuses for good (checked before sending: text SQS refuses, too large; or refused)
+        goes in reduced form (``errorqueue``); refused even so, it is dropped with its reason, never retried.
+        """
         try:
             info = self.directory.get(self.settings.error_queue)
         except DelayedDeliveryError as exc:
@@ -185,42 +189,73 @@ class Sending:
             return
         failed_at = self.clock.now().isoformat()
         entries: list[SendMessageBatchRequestEntryTypeDef] = []
-        for index, w in enumerate(items):
-            entries.append(
-                {
-                    "Id": str(index),
-                    "MessageBody": w.body or "(empty body)",
-                    "MessageAttributes": error_attributes(w, failed_at),
-                }
-            )
+        reduced: set[str] = set()
+        for index, p in enumerate(poison):
+            w, attributes = p.message, error_attributes(p.message, failed_at)
+            why = full_form_problem(w, attributes, info.max_message_size)
+            if why is not None:
+                entries.append(reduced_entry(str(index), w, failed_at, info.max_message_size, why))
+                reduced.add(str(index))
+            else:
+                entries.append(
+                    {"Id": str(index), "MessageBody": w.body or "(empty body)", "MessageAttributes": attributes}
+                )
         results = send_batches(self.client, info.url, entries, what=f"error queue {info.name!r}")
-        # A poison record's own attributes may be what SQS refuses: send those again with only our headers,
-        # so a bad record reaches the error queue instead of coming back forever.
-        refused = [
-            (entry, w)
-            for entry, w in zip(entries, items, strict=True)
-            if results[entry["Id"]].error is not None
-            and not isinstance(results[entry["Id"]].error, TransientError)
-            and w.attributes
-        ]
-        if refused:
-            bare: list[SendMessageBatchRequestEntryTypeDef] = [
-                {
-                    "Id": f"bare-{entry['Id']}",
-                    "MessageBody": entry["MessageBody"],
-                    "MessageAttributes": error_attributes(w, failed_at, keep_user_attributes=False),
-                }
-                for entry, w in refused
-            ]
-            retried = send_batches(self.client, info.url, bare, what=f"error queue {info.name!r}")
-            for entry, again in zip((e for e, _ in refused), bare, strict=True):
-                results[entry["Id"]] = retried[again["Id"]]
+        self._error_queue_retries(info, entries, poison, reduced, results, failed_at)
         for entry, p in zip(entries, poison, strict=True):
             problem = results[entry["Id"]].error
             if problem is None:
                 ledger.settle(p, result_of(p.message, HopOutcome.ERROR_QUEUE, p.message.hop, reason=p.message.reason))
-            else:
+            elif isinstance(problem, TransientError):
                 ledger.fail(p, problem)
+            else:  # refused for good even reduced: retrying would only deliver its neighbours again
+                reason = f"{DROPPED} ({problem}); {p.message.reason}"
+                ledger.settle(p, result_of(p.message, HopOutcome.ERROR_QUEUE, p.message.hop, reason=reason))
+
+    def _error_queue_retries(
+        self,
+        info: QueueInfo,
+        entries: list[SendMessageBatchRequestEntryTypeDef],
+        poison: list[MessagePlan],
+        reduced: set[str],
+        results: dict[str, EntryResult],
+        failed_at: str,
+    ) -> None:
+        """Send again what the error queue refused for good: without the user's attributes, then reduced."""
+        what = f"error queue {info.name!r}"
+
+        def refused() -> list[tuple[SendMessageBatchRequestEntryTypeDef, ParsedMessage]]:
+            return [
+                (entry, p.message)
+                for entry, p in zip(entries, poison, strict=True)
+                if results[entry["Id"]].error is not None
+                and not isinstance(results[entry["Id"]].error, TransientError)
+                and entry["Id"] not in reduced
+            ]
+
+        # A poison record's own attributes may be what SQS refuses: send those again with only our headers.
+        bare: list[SendMessageBatchRequestEntryTypeDef] = [
+            {
+                "Id": f"bare-{entry['Id']}",
+                "MessageBody": entry["MessageBody"],
+                "MessageAttributes": error_attributes(w, failed_at, keep_user_attributes=False),
+            }
+            for entry, w in refused()
+            if w.attributes
+        ]
+        if bare:
+            retried = send_batches(self.client, info.url, bare, what=what)
+            for again in bare:
+                results[again["Id"].removeprefix("bare-")] = retried[again["Id"]]
+        still = refused()
+        if still:
+            forms = [
+                reduced_entry(f"reduced-{e['Id']}", w, failed_at, info.max_message_size, str(results[e["Id"]].error))
+                for e, w in still
+            ]
+            retried = send_batches(self.client, info.url, forms, what=what)
+            for form in forms:
+                results[form["Id"].removeprefix("reduced-")] = retried[form["Id"]]
 
 
 def valid_attribute_name(name: str) -> bool:
