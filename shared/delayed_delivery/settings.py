@@ -7,9 +7,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from .buckets import BucketLevel
 from .errors import ConfigurationError
 
-__all__ = ["ENV_PREFIX", "MAX_PARK_SECONDS", "MAX_VISIBILITY_TIMEOUT", "DelayedDeliverySettings"]
+__all__ = ["ENV_PREFIX", "LONG_DELAY_ROUTES", "MAX_PARK_SECONDS", "MAX_VISIBILITY_TIMEOUT", "DelayedDeliverySettings"]
 
 #: Environment variables are ``ENV_PREFIX`` + the upper-cased field name.
 ENV_PREFIX = "DELAYED_DELIVERY_"
@@ -37,7 +38,16 @@ _DOCS = {
     "0 turns parking off).",
     "park_max_in_flight": "The SQS requeue function parks no new records while its -delay.fifo queue has more "
     "messages in flight than this (SQS FIFO queues stop at 120,000).",
+    "long_delay_route": "How SQS delays beyond max_native_delay travel: fifo (the -delay.fifo queue), buckets (the "
+    "S3 time-bucket tier, not deployable yet: docs/buckets.md) or auto (the cheaper of the two for each delay).",
+    "bucket_fine_seconds": "Length of a fine (near) time bucket (seconds).",
+    "bucket_coarse_seconds": "Length of a coarse (far) time bucket; a multiple of bucket_fine_seconds (seconds).",
+    "bucket_dispatch_lead_seconds": "How long before a fine bucket starts it is dispatched, the rest waiting as "
+    "DelaySeconds; plus bucket_fine_seconds at most 900 (seconds).",
 }
+
+#: The values of ``long_delay_route``.
+LONG_DELAY_ROUTES = ("auto", "fifo", "buckets")
 
 #: SQS's longest visibility timeout (12 hours): the longest a received message can stay hidden.
 MAX_VISIBILITY_TIMEOUT = 43_200
@@ -69,6 +79,10 @@ class DelayedDeliverySettings:
     fifo_queue_delay: int = 900
     max_park_seconds: int = MAX_PARK_SECONDS
     park_max_in_flight: int = 100_000
+    long_delay_route: str = "fifo"
+    bucket_fine_seconds: int = 60
+    bucket_coarse_seconds: int = 86_400
+    bucket_dispatch_lead_seconds: int = 600
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -90,6 +104,11 @@ class DelayedDeliverySettings:
                 f"max_park_seconds must be at most {MAX_PARK_SECONDS} (SQS's 12-hour visibility limit counts from the "
                 f"receive, and 10 minutes are kept for the function to act), got {self.max_park_seconds}"
             )
+        if self.long_delay_route not in LONG_DELAY_ROUTES:
+            raise ConfigurationError(
+                f"long_delay_route must be one of {', '.join(LONG_DELAY_ROUTES)}, got {self.long_delay_route!r}"
+            )
+        BucketLevel.from_settings(self)  # validates the bucket_* settings together
 
     def with_(self, **changes: Any) -> DelayedDeliverySettings:
         """A copy with ``changes`` applied (validated)."""
