@@ -1,0 +1,105 @@
+"""The effectively-once contract on an Azure Table (Azurite): conditional insert, ETag take-over."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from delayed_delivery.azure.idempotency import TableProcessedLog, effectively_once, table_key
+from delayed_delivery.errors import ConfigurationError
+from delayed_delivery.idempotency import Claim, InProgress, ProcessingInProgressError, once
+from delayed_delivery.testing.idempotency_contract import IdempotencyContract, Process, ProcessedLogContract
+from tests.azure.conftest import new_name
+from tests.fixtures.azurite import Azurite
+
+
+@pytest.fixture
+def table_log(azurite: Azurite) -> Iterator[TableProcessedLog]:
+    """A processed log on a fresh table."""
+    log = TableProcessedLog.from_connection_string(azurite.connection_string, new_name("once"), name="orders")
+    log.setup_infrastructure()
+    yield log
+    log.drop()
+
+
+class TestTableEffectivelyOnce(IdempotencyContract):
+    expiry_seconds = 1.0
+
+    @pytest.fixture
+    def process(self, table_log: TableProcessedLog) -> Process:
+        return lambda message, fn: once(table_log, message, fn, expiry=self.expiry_seconds, in_progress_timeout=60)
+
+
+class TestTableProcessedLog(ProcessedLogContract):
+    @pytest.fixture
+    def log(self, table_log: TableProcessedLog) -> TableProcessedLog:
+        return table_log
+
+
+def test_the_decorator_keys_by_the_first_argument(table_log: TableProcessedLog) -> None:
+    charged: list[tuple[str, int]] = []
+
+    @effectively_once(table_log, expires_after=3600)
+    def charge(message_id: str, amount: int) -> dict[str, Any]:
+        charged.append((message_id, amount))
+        return {"charged": amount}
+
+    assert charge("order-1", 5) == {"charged": 5}
+    assert charge("order-1", 7) == {"charged": 5}
+    assert charge("order-2", 7) == {"charged": 7}
+    assert charged == [("order-1", 5), ("order-2", 7)]
+
+
+def test_two_consumers_on_one_table_keep_their_own_records(azurite: Azurite, table_log: TableProcessedLog) -> None:
+    shipping = TableProcessedLog.from_connection_string(
+        azurite.connection_string, table_log.table.table_name, name="shipping"
+    )
+    effects: list[str] = []
+    once(table_log, "order-1", lambda: effects.append("bill"))
+    once(shipping, "order-1", lambda: effects.append("ship"))
+    once(table_log, "order-1", lambda: effects.append("bill again"))
+    assert effects == ["bill", "ship"]
+
+
+def test_an_attempt_that_died_holds_the_id_only_for_its_in_progress_timeout(table_log: TableProcessedLog) -> None:
+    now = datetime.now(UTC)
+    assert isinstance(table_log.begin("order-1", now=now, in_progress_until=now + timedelta(seconds=1)), Claim)
+    effects: list[str] = []
+    with pytest.raises(ProcessingInProgressError):
+        once(table_log, "order-1", lambda: effects.append("too early"))
+    time.sleep(1.1)
+    once(table_log, "order-1", lambda: effects.append("taken over"))
+    assert effects == ["taken over"]
+
+
+def test_two_attempts_taking_over_one_ended_hold_get_one_claim(table_log: TableProcessedLog) -> None:
+    t0 = datetime(2030, 1, 1, tzinfo=UTC)
+    table_log.begin("order-1", now=t0, in_progress_until=t0 + timedelta(seconds=1))
+    later = t0 + timedelta(seconds=5)
+    first = table_log.begin("order-1", now=later, in_progress_until=later + timedelta(seconds=30))
+    second = table_log.begin("order-1", now=later, in_progress_until=later + timedelta(seconds=30))
+    assert isinstance(first, Claim)
+    assert isinstance(second, InProgress)
+
+
+def test_table_keys_escape_reserved_characters_and_hash_long_ids() -> None:
+    assert table_key("order-17") == "order-17"
+    assert table_key("a/b#c?d\\e%f~g") == "a%2Fb%23c%3Fd%5Ce%25f%7Eg"
+    long = table_key("x" * 300)
+    assert long.startswith("~") and len(long) == 65
+    assert table_key("x" * 300) != table_key("x" * 301)
+
+
+def test_a_missing_table_is_a_configuration_error(azurite: Azurite) -> None:
+    log = TableProcessedLog.from_connection_string(azurite.connection_string, new_name("missing"))
+    with pytest.raises(ConfigurationError):
+        once(log, "order-1", lambda: None)
+
+
+def test_an_empty_consumer_name_is_refused(table_log: TableProcessedLog) -> None:
+    with pytest.raises(ConfigurationError):
+        TableProcessedLog(table_log.table, name="")
