@@ -6,27 +6,38 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 from .durations import Delay, to_seconds
 from .errors import ConfigurationError, InvalidMessageError
 from .planning import SqsParkPolicy, SqsRoute, plan_sqs_delay, sqs_park_schedule
 
 __all__ = [
+    "ASSUMED_BUCKET_COUNTS",
     "BILLED_CHUNK_BYTES",
     "FIFO_PRICE_PER_REQUEST",
+    "LAMBDA_PRICE_PER_GB_SECOND",
+    "LAMBDA_PRICE_PER_INVOCATION",
     "MEASURED_METRICS",
     "PACKED_MEASURED_SIZE",
+    "S3_GET_PRICE_PER_REQUEST",
+    "S3_PUT_PRICE_PER_REQUEST",
+    "S3_STORAGE_PRICE_PER_GB_MONTH",
     "SCHEDULER_MAX_BYTES",
     "SCHEDULER_PRICE_PER_INVOCATION",
     "SQS_MAX_BYTES",
     "STANDARD_PRICE_PER_REQUEST",
+    "BucketCostEstimate",
+    "BucketCounts",
+    "LongDelayRoute",
     "MeasuredFigure",
     "MeasuredFigures",
     "SqsCostComparison",
     "SqsCostEstimate",
     "SqsParkedCostEstimate",
+    "choose_long_delay_route",
     "compare_sqs_costs",
+    "estimate_bucket_cost",
     "estimate_sqs_cost",
     "estimate_sqs_parked_cost",
     "fifo_cycle_cost",
@@ -270,3 +281,109 @@ def compare_sqs_costs(
         ),
         figures=f,
     )
+
+
+# ------------------------------------------------------------------------------------ the time-bucket tier
+
+#: us-east-1 list prices of the bucket tier (USD).
+S3_PUT_PRICE_PER_REQUEST = 0.000005
+S3_GET_PRICE_PER_REQUEST = 0.0000004
+S3_STORAGE_PRICE_PER_GB_MONTH = 0.023
+LAMBDA_PRICE_PER_INVOCATION = 0.0000002
+LAMBDA_PRICE_PER_GB_SECOND = 0.0000166667
+#: The month S3 storage is billed by (30 days) and its gigabyte (2^30 bytes).
+_MONTH_SECONDS = 30 * 86_400
+_GB = 1024**3
+#: SQS batches hold 10 messages.
+_BATCH = 10
+
+
+@dataclass(frozen=True, slots=True)
+class BucketCounts:
+    """The bucket tier's work per message. ASSUMED, not measured (``measured=False``): docs/buckets.md says why.
+
+    Ingest: one send, one receive and one delete per message, in batches of 10. Each write puts the message into an
+    object of ``messages_per_object``; it is written once when due within a coarse bucket, else twice (coarse, then
+    fine), and each object is read once. Dispatch: one ``SendMessageBatch`` per 10 messages.
+    """
+
+    ingest_calls_per_message: float = 3.0
+    messages_per_object: float = 1_000.0
+    lambda_invocations_per_message: float = 0.002
+    lambda_gb_seconds_per_message: float = 0.0006
+    coarse_seconds: int = 86_400
+    measured: bool = False
+    source: str = "assumed from the design (docs/buckets.md), not yet measured"
+
+
+#: Where a delay travels: SQS's own DelaySeconds, the -delay.fifo queue, or the time-bucket tier.
+LongDelayRoute = Literal["native", "fifo", "buckets"]
+#: The counts ``estimate_bucket_cost`` uses unless given others.
+ASSUMED_BUCKET_COUNTS = BucketCounts()
+
+
+@dataclass(frozen=True, slots=True)
+class BucketCostEstimate:
+    """Dollars for one message through the bucket tier, line by line; ``measured`` is the counts' ``measured``."""
+
+    delay_seconds: float
+    size_bytes: int
+    writes_per_message: int
+    sqs_requests: float
+    s3_puts: float
+    s3_gets: float
+    ingest_usd: float
+    s3_requests_usd: float
+    dispatch_usd: float
+    lambda_usd: float
+    storage_usd: float
+    measured: bool
+
+    @property
+    def dollars(self) -> float:
+        """The total per message."""
+        return self.ingest_usd + self.s3_requests_usd + self.dispatch_usd + self.lambda_usd + self.storage_usd
+
+
+def estimate_bucket_cost(
+    delay_seconds: Delay, size_bytes: int = PACKED_MEASURED_SIZE, counts: BucketCounts = ASSUMED_BUCKET_COUNTS
+) -> BucketCostEstimate:
+    """Cost of one message of ``size_bytes`` delayed ``delay_seconds`` in the time-bucket tier under ``counts``."""
+    if not 1 <= size_bytes <= SQS_MAX_BYTES:
+        raise InvalidMessageError(f"size must be from 1 to {SQS_MAX_BYTES:,} bytes (the SQS message limit)")
+    seconds = to_seconds(delay_seconds)
+    chunks_per_message = -(-_BATCH * size_bytes // BILLED_CHUNK_BYTES) / _BATCH  # a batch of 10, per 64 KiB
+    writes = 1 if seconds <= counts.coarse_seconds else 2
+    puts = gets = writes / counts.messages_per_object
+    ingest_requests = counts.ingest_calls_per_message * chunks_per_message
+    dispatch_requests = chunks_per_message
+    return BucketCostEstimate(
+        delay_seconds=seconds,
+        size_bytes=size_bytes,
+        writes_per_message=writes,
+        sqs_requests=ingest_requests + dispatch_requests,
+        s3_puts=puts,
+        s3_gets=gets,
+        ingest_usd=ingest_requests * STANDARD_PRICE_PER_REQUEST,
+        s3_requests_usd=puts * S3_PUT_PRICE_PER_REQUEST + gets * S3_GET_PRICE_PER_REQUEST,
+        dispatch_usd=dispatch_requests * STANDARD_PRICE_PER_REQUEST,
+        lambda_usd=counts.lambda_invocations_per_message * LAMBDA_PRICE_PER_INVOCATION
+        + counts.lambda_gb_seconds_per_message * LAMBDA_PRICE_PER_GB_SECOND,
+        storage_usd=size_bytes / _GB * S3_STORAGE_PRICE_PER_GB_MONTH * seconds / _MONTH_SECONDS,
+        measured=counts.measured,
+    )
+
+
+def choose_long_delay_route(
+    delay_seconds: Delay,
+    measured: MeasuredFigures | None = None,
+    counts: BucketCounts = ASSUMED_BUCKET_COUNTS,
+    *,
+    max_native_delay: int = 900,
+) -> LongDelayRoute:
+    """What ``long_delay_route = auto`` picks for 1 KiB messages: the cheaper of parked FIFO and buckets (tie: fifo)."""
+    if to_seconds(delay_seconds) <= max_native_delay:
+        return "native"
+    f = measured if measured is not None else load_measured_figures()
+    fifo = estimate_sqs_parked_cost(delay_seconds, f.requests_per_park.value, f.parked_requests_per_hop.value)
+    return "buckets" if estimate_bucket_cost(delay_seconds, counts=counts).dollars < fifo.dollars else "fifo"

@@ -20,7 +20,15 @@ from delayed_delivery import __version__
 from delayed_delivery.app.cli.local import local_app
 from delayed_delivery.app.cli.ops import register_operator_commands
 from delayed_delivery.app.demo.core import DemoProgress, run_core_demo
-from delayed_delivery.cost import PACKED_MEASURED_SIZE, SQS_MAX_BYTES, SqsCostComparison, compare_sqs_costs
+from delayed_delivery.cost import (
+    PACKED_MEASURED_SIZE,
+    SQS_MAX_BYTES,
+    BucketCostEstimate,
+    SqsCostComparison,
+    choose_long_delay_route,
+    compare_sqs_costs,
+    estimate_bucket_cost,
+)
 from delayed_delivery.durations import format_duration, to_seconds
 from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.logjson import JsonFormatter
@@ -84,12 +92,40 @@ def cost(
         raise _fail(f"--size must be from 1 to {SQS_MAX_BYTES:,} bytes (the SQS message limit)")
     try:
         comparison = compare_sqs_costs(seconds, size, messages)
+        buckets = estimate_bucket_cost(seconds, size)
+        auto = choose_long_delay_route(seconds, comparison.figures) if size <= PACKED_MEASURED_SIZE else None
     except DelayedDeliveryError as exc:
         raise _fail(str(exc)) from None
     if as_json:
-        console.print_json(json.dumps(comparison.as_dict()))
+        console.print_json(json.dumps(comparison.as_dict() | _bucket_json(buckets, messages, auto)))
     else:
-        console.print(_cost_table(comparison))
+        table = _cost_table(comparison)
+        _add_bucket_row(table, buckets, messages, auto)
+        console.print(table)
+
+
+def _bucket_json(b: BucketCostEstimate, n: int, auto: str | None) -> dict[str, object]:
+    """The bucket tier's keys of ``cost --json`` (counts assumed until measured)."""
+    return {
+        "buckets_usd_total": b.dollars * n,
+        "buckets_requests_per_message": b.sqs_requests + b.s3_puts + b.s3_gets,
+        "buckets_writes_per_message": b.writes_per_message,
+        "buckets_counts_measured": b.measured,
+        "auto_route": auto,
+    }
+
+
+def _add_bucket_row(table: Table, b: BucketCostEstimate, n: int, auto: str | None) -> None:
+    """The time-bucket row and which route ``long_delay_route = auto`` picks."""
+    counts = "measured counts" if b.measured else "assumed counts, not yet measured"
+    table.add_row(
+        f"time buckets on S3 ({counts}; not deployable yet): {b.writes_per_message} write(s) per message in "
+        "objects of 1,000, batches of 10",
+        f"{b.sqs_requests:,.2f} SQS + {b.s3_puts + b.s3_gets:,.4f} S3",
+        f"${b.dollars * n:,.2f}",
+    )
+    picks = auto if auto is not None else f"n/a (parked FIFO measured for ≤ {PACKED_MEASURED_SIZE:,} bytes)"
+    table.caption = f"{table.caption}; long_delay_route = auto picks: {picks}"
 
 
 def _cost_table(c: SqsCostComparison) -> Table:
