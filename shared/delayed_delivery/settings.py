@@ -39,7 +39,8 @@ _DOCS = {
     "park_max_in_flight": "The SQS requeue function parks no new records while its -delay.fifo queue has more "
     "messages in flight than this (SQS FIFO queues stop at 120,000).",
     "long_delay_route": "How SQS delays beyond max_native_delay travel: fifo (the -delay.fifo queue), buckets (the "
-    "S3 time-bucket tier, not deployable yet: docs/buckets.md) or auto (the cheaper of the two for each delay).",
+    "S3 time-bucket tier) or auto (the cheaper of the two for each delay). Only fifo is built yet: the sender does "
+    "not read this setting (docs/buckets.md).",
     "bucket_fine_seconds": "Length of a fine (near) time bucket (seconds).",
     "bucket_coarse_seconds": "Length of a coarse (far) time bucket; a multiple of bucket_fine_seconds (seconds).",
     "bucket_dispatch_lead_seconds": "How long before a fine bucket starts it is dispatched, the rest waiting as "

@@ -78,7 +78,8 @@ def cost(
     """Price SQS delayed delivery for DELAY: the NServiceBus formula, our plan at the measured figures, Scheduler.
 
     Every SQS request and Scheduler invocation is billed per 64 KiB chunk of payload. us-east-1 list prices.
-    The measured figures ship with the package (refreshed by `python -m benchmarks`).
+    The measured figures ship with the package (refreshed by `python -m benchmarks`). The time-bucket row uses
+    assumed counts, not yet measured (docs/buckets.md), and the caption names the route `auto` would pick.
 
     Example: delayed-delivery cost --delay 365d --size 2048
     """
