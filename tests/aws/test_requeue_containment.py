@@ -13,7 +13,7 @@ import pytest
 from delayed_delivery.aws.handler import LambdaHandler, build_handler
 from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE
 from delayed_delivery.aws.queues import EndpointQueues
-from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome, RecordResult
+from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome, RecordResult, receive_limit
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalLambdaContext
@@ -201,6 +201,21 @@ def test_a_plain_record_bigger_than_the_error_queue_takes_goes_there_reduced(
     assert results[0].outcome is HopOutcome.ERROR_QUEUE
 
 
+def test_a_record_received_too_often_goes_to_the_error_queue_with_the_count(
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings
+) -> None:
+    env = env_of(settings, DELAYED_DELIVERY_MAX_RECEIVE_COUNT="5")
+    results: list[RecordResult] = []
+    handle = build_handler(env, sqs_client=sqs, on_results=results.extend)
+    limit = receive_limit(5, settings.max_park_seconds)  # park returns are receives too: allowed on top
+    again = record(endpoint, "again", "payload", envelope=False, count=limit + 1)
+    fine = record(endpoint, "fine", "ok", envelope=False, count=limit)
+    response = handle({"Records": [again, fine]}, LocalLambdaContext())
+    assert response == {"batchItemFailures": []}
+    errors = drain(sqs, _error_url(sqs))
+    assert [m["Body"] for m in errors] == ["payload"]
+    assert f"received {limit + 1} times without success" in reason_of(errors[0])
+    assert [m["Body"] for m in drain(sqs, endpoint.input_url)] == ["ok"]
 
 
 def test_an_exception_in_one_records_processing_fails_only_that_record(
@@ -243,3 +258,23 @@ def test_the_handler_survives_process_raising_and_fails_the_whole_batch(
     assert response == {"batchItemFailures": [{"itemIdentifier": "a"}, {"itemIdentifier": "b"}]}
     assert "the batch could not be handled; every record will be retried" in caplog.text
     assert '"InvocationFailures":[1.0]' in capsys.readouterr().out
+
+
+def test_the_receive_limit_allows_every_park_return_on_top() -> None:
+    assert receive_limit(50, 42_600) == 50 + 29  # 14 days of retention / 42,600 s parks
+    assert receive_limit(50, 0) == 50  # parking off
+    assert receive_limit(0, 42_600) == 0  # no limit
+
+
+def test_an_envelope_received_too_often_sends_every_entry_to_the_error_queue(
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings
+) -> None:
+    handle = build_handler(env_of(settings, DELAYED_DELIVERY_MAX_RECEIVE_COUNT="5"), sqs_client=sqs)
+    body = envelope([entry("one", "1"), entry("two", "2")])
+    count = receive_limit(5, settings.max_park_seconds) + 1
+    response = handle({"Records": [record(endpoint, "env", body, envelope=True, count=count)]}, LocalLambdaContext())
+    assert response == {"batchItemFailures": []}
+    errors = drain(sqs, _error_url(sqs))
+    assert sorted(m["Body"] for m in errors) == ["1", "2"]
+    assert all("without success" in reason_of(m) for m in errors)
+    assert drain(sqs, endpoint.input_url, linger=0.2) == []

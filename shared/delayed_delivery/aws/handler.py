@@ -101,7 +101,13 @@ def build_handler(
         )
 
     cancellations = cancellation_cache(config, dynamodb_client, cancellation_problem)
-    requeuer = FifoRequeuer(sqs_client, config.settings, pack_bytes=config.pack_bytes, cancellations=cancellations)
+    requeuer = FifoRequeuer(
+        sqs_client,
+        config.settings,
+        pack_bytes=config.pack_bytes,
+        cancellations=cancellations,
+        max_receive_count=config.max_receive_count,
+    )
     startup_check = _startup_check(sqs_client, config, logger, metrics)
 
     @logger.inject_lambda_context(clear_state=True)

@@ -7,6 +7,7 @@ The guarantees, packing, parking and the clock rules case by case are in ``docs/
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,8 @@ __all__ = [
     "SourceQueue",
     "failed_record",
     "parse_source_arn",
+    "receive_limit",
+    "received_too_often",
 ]
 
 
@@ -62,6 +65,7 @@ class FifoRequeuer:
         cancellations: CancellationCache | None = None,
         retention_headroom: int = PARK_RETENTION_HEADROOM,
         broker_clock: BrokerClock | None = None,
+        max_receive_count: int = 0,
     ) -> None:
         if isinstance(pack_bytes, bool) or not isinstance(pack_bytes, int) or pack_bytes < 0:
             raise ConfigurationError(f"pack_bytes must be a non-negative integer (0 = off), got {pack_bytes!r}")
@@ -78,6 +82,10 @@ class FifoRequeuer:
         self.broker_clock = broker_clock
         if self.broker_clock is None and self.settings.max_park_seconds > 0:
             self.broker_clock = BrokerClock(self.clock).attach(client)
+        if isinstance(max_receive_count, bool) or not isinstance(max_receive_count, int) or max_receive_count < 0:
+            raise ConfigurationError(f"max_receive_count must be a non-negative integer, got {max_receive_count!r}")
+        #: Receives past which a record goes to the error queue (0 = no limit), park returns allowed on top.
+        self.receive_limit = receive_limit(max_receive_count, self.settings.max_park_seconds)
         self._parking = Parking(
             client, self.directory, self.settings, self.clock, self.broker_clock, retention_headroom, pack_bytes
         )
@@ -115,6 +123,8 @@ class FifoRequeuer:
         parking = self.settings.max_park_seconds > 0
         if parking:
             parsed = self._parking.find_park_returns(parsed, now_ms)
+        if self.receive_limit:
+            parsed = [received_too_often(r, self.receive_limit) for r in parsed]
         plans = self._plan(parsed, parking, now_ms)
         ledger = Ledger()
         for p in plans:
@@ -159,6 +169,33 @@ class FifoRequeuer:
     def park_policy(self, queue: QueueInfo) -> SqsParkPolicy:
         """The park rules for ``queue``: the settings plus its retention and visibility timeout."""
         return self._parking.policy(queue)
+
+
+#: The longest a record stays on its queue (SQS's largest retention): it bounds a record's park returns.
+_MAX_RETENTION_S = 14 * 24 * 3600
+
+
+def receive_limit(max_receive_count: int, max_park_seconds: int) -> int:
+    """Receives allowed before the error queue: ``max_receive_count`` plus one per park return a record can have.
+
+    Each park return is a receive too, and a record is parked at most once per ``max_park_seconds`` of its
+    retention (14 days at most): about 29 returns with the default 42,600 s parks.
+    """
+    if max_receive_count == 0:
+        return 0
+    returns = math.ceil(_MAX_RETENTION_S / max_park_seconds) if max_park_seconds > 0 else 0
+    return max_receive_count + returns
+
+
+def received_too_often(record: ParsedRecord, limit: int) -> ParsedRecord:
+    """``record``, poisoned with the count when it was received more than ``limit`` times (no redrive on FIFO)."""
+    if record.count <= limit:
+        return record
+    reason = f"received {record.count} times without success (more than {limit})"
+    if record.inner is None:
+        return record if record.message.reason is not None else record.poison(reason)
+    inner = tuple(m if m.reason is not None else replace(m, reason=reason) for m in record.inner)
+    return replace(record, inner=inner)
 
 
 def failed_record(record: Mapping[str, Any], exc: Exception) -> RecordResult:
