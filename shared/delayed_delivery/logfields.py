@@ -33,3 +33,10 @@ EVENT_CANCELLED = "cancelled"
 EVENT_RESCHEDULED = "rescheduled"
 EVENT_CANCELLATION_UNAVAILABLE = "cancellation_records_unavailable"
 EVENT_PARKED = "parked"
+EVENT_CONSUMED = "consumed"
+
+#: Keys of the ``consumed`` line (a consumer's receive helper).
+SENT_AT = "sent_at"
+ROUTE = "route"
+DELAY_S = "delay_s"
+CONSUMER_LATENESS_S = "consumer_lateness_s"

@@ -15,6 +15,7 @@ import pytest
 
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.sender import SqsDelayedSender, hop_of
+from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery, user_headers
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON, ORIGINAL_DESTINATION
 from delayed_delivery.planning import SqsRoute
 from delayed_delivery.settings import DelayedDeliverySettings
@@ -67,7 +68,8 @@ def test_seed_1925s_example_two_fifo_cycles_then_native_remainder(
     [arrival] = collect(sqs, endpoint.input_url, expect=1, timeout=15)
     assert start + 5 - EPSILON <= arrival.at <= start + 5 + SLACK, arrival.at - start
     assert arrival.body == "1925"
-    assert arrival.attributes == {"kind": {"DataType": "String", "StringValue": "seed"}}
+    assert user_headers(arrival.attributes) == {"kind": {"DataType": "String", "StringValue": "seed"}}
+    assert decode_delivery(arrival.attributes[DELIVERY_HEADER]["StringValue"]).message_id == "m1925"
     # Two cycles when each hop is picked up within 1 s of becoming visible (the plan above); a slower pickup
     # leaves less to wait, so the remainder may already fit natively after the first cycle (never early).
     assert _hops(poller, "m1925") in (["m1925:0", "m1925:1"], ["m1925:0"])

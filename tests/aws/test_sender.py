@@ -11,6 +11,7 @@ import pytest
 from delayed_delivery.aws.packing import content_fingerprint
 from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender, send_delayed
+from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery, user_headers
 from delayed_delivery.errors import (
     ConfigurationError,
     DelayedDeliveryDisabledError,
@@ -59,7 +60,9 @@ def test_short_delay_goes_native_with_exact_attributes(
     assert delayed["Attributes"]["ApproximateNumberOfMessagesDelayed"] == "1"
     [arrival] = collect(sqs, endpoint.input_url, expect=1, timeout=8)
     assert arrival.body == "hello"
-    assert arrival.attributes == EXPECTED  # nothing added, nothing lost
+    # Nothing lost, nothing added but the delivery header for the consumer (#16).
+    assert user_headers(arrival.attributes) == EXPECTED
+    assert decode_delivery(arrival.attributes[DELIVERY_HEADER]["StringValue"]).route == "native"
 
 
 def test_long_delay_goes_to_the_delay_queue_with_control_attribute_and_ids(

@@ -10,6 +10,7 @@ import pytest
 from delayed_delivery import DelayedMessage, Dispatcher, InMemoryDelayedMessageStore, ManualClock, Transport
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.transport import SqsTransport
+from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery, user_headers
 from delayed_delivery.errors import DestinationNotFoundError, InvalidMessageError, PermanentError
 from delayed_delivery.headers import FAILURE_REASON, ORIGINAL_DESTINATION
 from delayed_delivery.settings import DelayedDeliverySettings
@@ -37,7 +38,8 @@ def test_dispatcher_delivers_due_messages_and_moves_unknown_destinations_to_the_
     dispatcher.dispatch_due(budget=5)
     [arrival] = collect(sqs, endpoint.input_url, expect=1, timeout=5)
     assert arrival.body == "due"
-    assert arrival.attributes == {"type": {"DataType": "String", "StringValue": "Reminder"}}
+    assert user_headers(arrival.attributes) == {"type": {"DataType": "String", "StringValue": "Reminder"}}
+    assert decode_delivery(arrival.attributes[DELIVERY_HEADER]["StringValue"]).route == "store"
     [error] = collect(sqs, endpoint.error_url, expect=1, timeout=5)
     assert error.body == "lost?"
     assert error.attributes[ORIGINAL_DESTINATION]["StringValue"] == "gone"

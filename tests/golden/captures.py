@@ -35,7 +35,7 @@ def sqs_send(client: SQSClient) -> dict[str, Any]:
     """``send_delayed`` of a long delay (the ``-delay.fifo`` route) and of a short one (native)."""
     wire.create_queues(client)
     calls = wire.record_calls(client)
-    sender = SqsDelayedSender(client)
+    sender = SqsDelayedSender(client, clock=ManualClock(datetime.fromtimestamp(wire.SENT_MS / 1000, UTC)))
     sender.send_delayed(
         wire.DESTINATION, wire.BODY, wire.LONG_DELAY, attributes=wire.ATTRIBUTES, message_id=wire.MESSAGE_ID
     )

@@ -26,6 +26,7 @@ from delayed_delivery.aws.requeue import HopOutcome
 from delayed_delivery.aws.sender import deduplication_id, sent_of
 from delayed_delivery.azure import rows
 from delayed_delivery.azure.storage_queue import decode_envelope as decode_queue_text
+from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.sqlite_store import SqliteDelayedMessageStore
@@ -126,7 +127,10 @@ def test_requeue_forwards_the_golden_hop_when_it_is_due(sqs: SQSClient, golden: 
     assert call["Queue"] == "orders"
     assert entry["DelaySeconds"] == 120
     assert entry["MessageBody"] == wire.BODY
-    assert entry["MessageAttributes"] == USER_ATTRIBUTES
+    attributes = dict(entry["MessageAttributes"])
+    delivery = decode_delivery(attributes.pop(DELIVERY_HEADER)["StringValue"])  # added for the consumer (#16)
+    assert attributes == USER_ATTRIBUTES
+    assert (delivery.message_id, delivery.hops, delivery.route) == (wire.MESSAGE_ID, 2, "fifo")
 
 
 def _batch_expected(hop: int, remaining_ms: int) -> list[PackedMessage]:
@@ -178,6 +182,10 @@ def test_requeue_unpacks_the_golden_envelope_and_forwards_each_message(sqs: SQSC
     assert inner == [(m, HopOutcome.FORWARDED, 2, "orders") for m, _, _ in wire.BATCH]
     assert call["Queue"] == "orders"
     sent = [(e["MessageBody"], e.get("MessageAttributes", {}), e["DelaySeconds"]) for e in call["Entries"]]
+    # The forwards carry the delivery header for the consumer (#16) beside the user's attributes.
+    ids = [decode_delivery(a[DELIVERY_HEADER]["StringValue"]).message_id for _, a, _ in sent]
+    assert ids == [m for m, _, _ in wire.BATCH]
+    sent = [(body, {k: v for k, v in a.items() if k != DELIVERY_HEADER}, d) for body, a, d in sent]
     assert sent == [(m.body, m.attributes, 60) for m in _batch_expected(1, 0)]
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from delayed_delivery.delivery import DELIVERY_HEADER
 from delayed_delivery.pipelines.migrate import MigrationOptions, abort_migration, run_migration
 from tests.fixtures.moto import queue_depth
 
@@ -57,7 +58,8 @@ def test_migrate_into_sqs_routes_by_delay_refuses_what_sqs_cannot_take_and_canno
     assert _counts(sqs, "orders") == 2 and _counts(sqs, "orders-delay.fifo") == 2
     url = sqs.get_queue_url(QueueName="orders")["QueueUrl"]
     (got,) = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"], WaitTimeSeconds=1)["Messages"]
-    assert got["Body"] == "b1" and set(got["MessageAttributes"]) == {"h"}  # no DelayedDelivery.* markers
+    # No control attribute: the user's header and the delivery header for the consumer (#16).
+    assert got["Body"] == "b1" and set(got["MessageAttributes"]) == {"h", DELIVERY_HEADER}
     refused = {}
     for p in (Path(out) / "runs" / summary.run_id / "refused").glob("*.jsonl"):
         for line in p.read_text().splitlines():

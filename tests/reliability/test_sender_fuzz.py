@@ -49,6 +49,7 @@ from delayed_delivery.azure.sender import AzureDelayedSender, DelayRequest, Send
 from delayed_delivery.azure.storage_queue import MAX_QUEUE_MESSAGE_BYTES, StorageQueueTransport, encode_envelope
 from delayed_delivery.azure.storage_queue import decode_envelope as decode_azure
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
+from delayed_delivery.delivery import DELIVERY_HEADER
 from delayed_delivery.durations import MAX_DELAY, parse_duration, to_seconds
 from delayed_delivery.errors import DelayedDeliveryError, InvalidMessageError
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, is_reserved
@@ -178,10 +179,11 @@ def _attribute_value(value: Any) -> dict[str, Any]:
 
 
 def _received(attributes: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Attributes as received, without the empty list fields boto3 adds."""
+    """Attributes as received, without the empty list fields boto3 adds nor the delivery header for consumers."""
     return {
         name: {k: v for k, v in value.items() if k in ("DataType", "StringValue", "BinaryValue")}
         for name, value in attributes.items()
+        if name != DELIVERY_HEADER
     }
 
 

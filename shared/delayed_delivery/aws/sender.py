@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ..clock import Clock, SystemClock
+from ..delivery import DELIVERY_HEADER, encode_delivery, epoch_ms
 from ..durations import Delay
 from ..errors import (
     ConfigurationError,
@@ -207,6 +209,7 @@ class SqsDelayedSender:
         *,
         directory: QueueDirectory | None = None,
         pack_bytes: int = DEFAULT_PACK_BYTES,
+        clock: Clock | None = None,
     ) -> None:
         if isinstance(pack_bytes, bool) or not isinstance(pack_bytes, int) or pack_bytes < 0:
             raise ConfigurationError(f"pack_bytes must be a non-negative integer (0 = off), got {pack_bytes!r}")
@@ -215,6 +218,7 @@ class SqsDelayedSender:
         self.settings = settings if settings is not None else DelayedDeliverySettings.from_env(os.environ)
         self.directory = directory or QueueDirectory(client)
         self.pack_bytes = pack_bytes
+        self.clock = clock or SystemClock()
 
     def send_delayed(
         self,
@@ -357,11 +361,33 @@ class SqsDelayedSender:
         if route is SqsRoute.FIFO:
             url, max_size = self._fifo_entry(entry, queue_name, attributes, message_id, plan.delay_seconds)
         else:
-            if attributes:
-                entry["MessageAttributes"] = attributes
+            delivered = self._with_delivery(message_id, message.body, attributes, plan.delay_seconds, max_size)
+            if delivered:
+                entry["MessageAttributes"] = delivered
             entry["DelaySeconds"] = plan.delay_seconds
         receipt = SendReceipt(message_id, message.destination, queue_name, route, plan.delay_seconds, plan.fifo_cycles)
         return _Prepared(receipt, url, entry, attributes, max_size)
+
+    def _with_delivery(
+        self,
+        message_id: str,
+        body: str,
+        attributes: Mapping[str, MessageAttributeValueTypeDef],
+        delay_seconds: int,
+        max_size: int,
+    ) -> Mapping[str, MessageAttributeValueTypeDef]:
+        """``attributes`` plus the delivery header of a native send, left out when no slot or byte is free."""
+        if len(attributes) >= MAX_ATTRIBUTES:
+            return attributes
+        sent = epoch_ms(self.clock.now())
+        value = encode_delivery(
+            message_id=message_id, due_ms=sent + delay_seconds * 1000, sent_ms=sent, hops=0, route="native"
+        )
+        with_header: dict[str, MessageAttributeValueTypeDef] = {
+            **attributes,
+            DELIVERY_HEADER: {"DataType": "String", "StringValue": value},
+        }
+        return with_header if message_size(body, with_header) <= max_size else attributes
 
     def _fifo_entry(
         self,

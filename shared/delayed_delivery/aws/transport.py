@@ -24,6 +24,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from .. import headers as hdr
 from ..clock import Clock, SystemClock
+from ..delivery import DELIVERY_HEADER, encode_delivery, epoch_ms
 from ..errors import DestinationNotFoundError, InvalidMessageError, PermanentError
 from ..model import DelayedMessage
 from ..settings import DelayedDeliverySettings
@@ -74,6 +75,8 @@ class SqsTransport:
                 f"message {message.message_id!r} is {size:,} bytes; {queue.name!r} accepts at most "
                 f"{queue.max_message_size:,}"
             )
+        if hdr.FAILURE_REASON not in message.headers:
+            attributes = _with_delivery(message, body, attributes, queue.max_message_size)
         try:
             if attributes:
                 self.client.send_message(
@@ -104,6 +107,22 @@ def _body_and_attributes(message: DelayedMessage) -> tuple[str, dict[str, Messag
     except InvalidMessageError as exc:
         raise PermanentError(f"message {message.message_id!r}: {exc}") from exc
     return body, attributes
+
+
+def _with_delivery(
+    message: DelayedMessage, body: str, attributes: dict[str, MessageAttributeValueTypeDef], limit: int
+) -> dict[str, MessageAttributeValueTypeDef]:
+    """``attributes`` plus the delivery header (store route), left out when no slot or byte is free."""
+    if len(attributes) >= MAX_ATTRIBUTES:
+        return attributes
+    value = encode_delivery(
+        message_id=message.message_id, due_ms=epoch_ms(message.due_at), hops=message.failure_count, route="store"
+    )
+    with_header: dict[str, MessageAttributeValueTypeDef] = {
+        **attributes,
+        DELIVERY_HEADER: {"DataType": "String", "StringValue": value},
+    }
+    return with_header if message_size(body, with_header) <= limit else attributes
 
 
 def _error_queue_copy(message: DelayedMessage) -> tuple[str, dict[str, MessageAttributeValueTypeDef]]:

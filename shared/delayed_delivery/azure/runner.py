@@ -87,7 +87,7 @@ class AzureDispatcherHost:
             claim_timeout=config.claim_timeout,
         )
         self.container = self.clients.blobs.get_container_client(config.container_name)
-        self.transport = StorageQueueTransport(self.clients.queues)
+        self.transport = StorageQueueTransport(self.clients.queues, route="table")
         self.settings: DelayedDeliverySettings = config.settings.with_(
             max_idle_sleep=min(config.settings.max_idle_sleep, POLL_SECONDS)
         )

@@ -129,9 +129,11 @@ class AzureDelayedSender:
             self.store.store_many(table)
         failures: dict[str, DelayedDeliveryError] = {}
 
+        sent_at = self.clock.now()
+
         def send(message: DelayedMessage, seconds: int) -> None:
             try:
-                self.transport.send(message, visibility_timeout=seconds)
+                self.transport.send(message, visibility_timeout=seconds, route="native", sent_at=sent_at)
             except DelayedDeliveryError as exc:
                 failures[message.message_id] = exc
 

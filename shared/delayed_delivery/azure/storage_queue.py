@@ -16,11 +16,14 @@ import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueServiceClient
 
+from ..delivery import DELIVERY_HEADER, encode_delivery, epoch_ms
 from ..errors import DestinationNotFoundError, InvalidMessageError
+from ..headers import FAILURE_REASON
 from ..jsonbounds import headers_from_json, loads_bounded
 from ..model import DelayedMessage, Headers
 from ..naming import validate_azure_queue_name
@@ -83,11 +86,28 @@ def decode_envelope(text: str | bytes) -> Envelope:
         raise InvalidMessageError(f"not a delayed-delivery envelope: {exc}") from exc
 
 
+def _with_delivery(message: DelayedMessage, text: str, route: str, sent_at: datetime | None) -> str:
+    """The queue text of ``message`` with the delivery header, or ``text`` when that would not fit."""
+    value = encode_delivery(
+        message_id=message.message_id,
+        due_ms=epoch_ms(message.due_at),
+        sent_ms=epoch_ms(sent_at) if sent_at is not None else None,
+        hops=0 if route == "native" else message.failure_count,
+        route=route,
+    )
+    try:
+        return encode_envelope(message.with_headers({DELIVERY_HEADER: value}))
+    except InvalidMessageError:
+        return text
+
+
 class StorageQueueTransport:
     """``Transport`` that puts each message on the Storage Queue named by its destination."""
 
-    def __init__(self, service: QueueServiceClient) -> None:
+    def __init__(self, service: QueueServiceClient, *, route: str = "store") -> None:
         self.service = service
+        #: The route named in the delivery header of what the dispatcher sends (``table`` or ``store``).
+        self.route = route
         self._queues: dict[str, QueueClient] = {}
         self._lock = threading.Lock()
 
@@ -117,9 +137,22 @@ class StorageQueueTransport:
         except AzureError as exc:
             raise translate(exc, f"creating queue {name}") from exc
 
-    def send(self, message: DelayedMessage, *, visibility_timeout: int = 0) -> None:
-        """Put ``message`` on its destination queue, invisible for ``visibility_timeout`` seconds."""
+    def send(
+        self,
+        message: DelayedMessage,
+        *,
+        visibility_timeout: int = 0,
+        route: str | None = None,
+        sent_at: datetime | None = None,
+    ) -> None:
+        """Put ``message`` on its destination queue, invisible for ``visibility_timeout`` seconds.
+
+        The queue text carries the delivery header for the consumer (``route``, default ``self.route``), left out
+        of error-queue copies and when it would not fit.
+        """
         text = encode_envelope(message)
+        if FAILURE_REASON not in message.headers:
+            text = _with_delivery(message, text, route or self.route, sent_at)
         if not 0 <= visibility_timeout <= MAX_NATIVE_DELAY_SECONDS:
             raise InvalidMessageError(
                 f"visibility timeout {visibility_timeout} s is outside 0..{MAX_NATIVE_DELAY_SECONDS} s"

@@ -9,6 +9,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from ...clock import Clock
+from ...delivery import DELIVERY_HEADER, encode_delivery
 from ...errors import DelayedDeliveryError, DestinationNotFoundError, PermanentError, TransientError
 from ...headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
 from ...settings import DelayedDeliverySettings
@@ -169,8 +170,21 @@ class Sending:
             fingerprint = content_fingerprint(w.body, w.attributes)
             entry["MessageDeduplicationId"] = deduplication_id(w.message_id, w.hop + 1, fingerprint, w.sent_ms)
         else:
-            if w.attributes:
-                entry["MessageAttributes"] = w.attributes
+            attributes = dict(w.attributes)
+            if len(attributes) < MAX_ATTRIBUTES:  # the delivery header for the consumer, when a slot and bytes are free
+                value = encode_delivery(
+                    message_id=w.message_id,
+                    due_ms=w.received_ms + w.decision_ms,
+                    sent_ms=w.sent_ms,
+                    hops=w.hop + 1,
+                    route="fifo",
+                )
+                delivery: MessageAttributeValueTypeDef = {"DataType": "String", "StringValue": value}
+                limit = self.directory.get(w.source.destination).max_message_size
+                if message_size(w.body, {**attributes, DELIVERY_HEADER: delivery}) <= limit:
+                    attributes[DELIVERY_HEADER] = delivery
+            if attributes:
+                entry["MessageAttributes"] = attributes
             entry["DelaySeconds"] = min(w.remaining, self.settings.max_native_delay)  # a skewed local clock
         return entry
 
