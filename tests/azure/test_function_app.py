@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import importlib
 import json
+import logging
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,8 @@ def test_host_json_is_sensible() -> None:
     h, m, s = (int(x) for x in host["functionTimeout"].split(":"))
     assert h * 3600 + m * 60 + s > 60, "a run (≤ 58 s) fits the timeout"
     assert "Request" in host["logging"]["applicationInsights"]["samplingSettings"]["excludedTypes"]
+    # the example consumer's queue trigger reads the envelope as it is (JSON text), not as base64
+    assert host["extensions"]["queues"]["messageEncoding"] == "none"
     requirements = (APP_DIR / "requirements.txt").read_text()
     for package in (
         "azure-functions",
@@ -115,3 +120,41 @@ def test_the_example_consumer_is_registered_only_when_its_queue_is_set(monkeypat
     finally:
         monkeypatch.delenv(function_app.ENV_EXAMPLE_CONSUMER_QUEUE)
         importlib.reload(function_app)
+
+
+def test_the_example_consumer_logs_each_message_with_its_lateness(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import azure.functions as func
+
+    monkeypatch.delenv("APPLICATIONINSIGHTS_CONNECTION_STRING", raising=False)
+    due = int(time.time() * 1000) - 2_000
+    envelope = {
+        "v": 1,
+        "id": "order-17",
+        "headers": {
+            "type": "Reminder",
+            "DelayedDelivery.Delivery": f"v1;id=order-17;due={due};sent={due - 60_000};hops=0;route=table",
+        },
+        "body": base64.b64encode(b"hello").decode(),
+    }
+    message = func.QueueMessage(id="q-1", body=json.dumps(envelope).encode())
+    with caplog.at_level(logging.INFO, logger="delayed_delivery"):
+        function_app.consume_example_message(message)
+    [line] = [r for r in caplog.records if getattr(r, "event", None) == "consumed"]
+    assert line.message_id == "order-17"  # type: ignore[attr-defined]
+    assert 1.5 <= line.consumer_lateness_s < 30  # type: ignore[attr-defined]
+
+
+def test_the_copy_this_consumer_is_one_queue_trigger() -> None:
+    consumer_app = importlib.import_module("functions.azure.consumer_app")
+    found = functions_of(consumer_app)
+    assert list(found) == ["consume_orders"]
+    (binding,) = found["consume_orders"].get_bindings()
+    assert (binding.type, binding.queue_name, binding.connection) == (
+        "queueTrigger",
+        "%ORDERS_QUEUE%",
+        "DelayedDeliveryQueues",
+    )
+    source = Path(consumer_app.__file__).read_text()
+    assert len(source.splitlines()) <= 30, "a consumer to copy stays short"

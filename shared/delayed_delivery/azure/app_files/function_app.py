@@ -57,18 +57,12 @@ EXAMPLE_CONSUMER_CONNECTION = "DelayedDeliveryQueues"
 
 
 def consume_example_message(msg: func.QueueMessage) -> None:
-    """The example consumer: read the delivered message and log it (functions/azure/consumer_app.py)."""
-    import logging
-
-    from delayed_delivery import logfields as lf
-    from delayed_delivery.azure.storage_queue import decode_envelope
+    """The example consumer: read the delivered message and log its lateness (functions/azure/consumer_app.py)."""
+    from delayed_delivery.azure.receive import delivered_from_queue_message, observe_lateness
     from delayed_delivery.azure.telemetry import configure_telemetry
 
-    configure_telemetry(os.environ)  # once per worker: Application Insights gets the log line
-    envelope = decode_envelope(msg.get_body().decode("ascii"))
-    logging.getLogger("delayed_delivery.consumer").info(
-        "consumed", extra={lf.EVENT: "consumed", lf.MESSAGE_ID: envelope.message_id}
-    )
+    configure_telemetry(os.environ)  # once per worker: Application Insights gets the log line and the histogram
+    observe_lateness(delivered_from_queue_message(msg))
 
 
 # Functions are found by importing this module, so the one optional trigger is decided here, by one app setting.
