@@ -219,3 +219,50 @@ def test_synthesised_one_cloud_logs_without_lateness_or_delay(spark: Any, tmp_pa
     (cost,) = r.tables["cost_by_band"]
     assert (cost["messages"], cost["mean_hops"], cost["measured_requests_per_message"]) == (2, 1.5, 4.0)
     assert cost["nservicebus_formula_requests_per_message"] is None
+
+
+def consumed(mid: str, t: float, destination: str, lateness: float | None, delay: float | None) -> str:
+    """A consumer's ``consumed`` line, as ``observe_lateness`` writes it (docs/receiving.md)."""
+    return json.dumps({"timestamp": at(t), "level": "INFO", "message": "consumed", "event": "consumed",
+                       "cloud": "aws", "destination": destination, "message_id": mid, "due_at": at(t - (lateness or 0)),
+                       "hop": 1, "route": "fifo", "consumer_lateness_s": lateness, "delay_s": delay})  # fmt: skip
+
+
+def test_consumer_lines_give_end_to_end_lateness_and_leave_the_other_tables_alone(
+    spark: Any, logs: Path, tmp_path: Path
+) -> None:
+    before = build_report(spark, str(logs), str(tmp_path / "before"))
+    assert before.tables["consumer_lateness_by_endpoint"] == [] == before.tables["consumer_lateness_by_band"]
+    assert any("No `consumed` line" in note for note in before.notes)
+    (logs / "consumer.jsonl").write_text(
+        "\n".join(
+            [
+                consumed("m1", 603, "q-A", 3.0, 600),  # 2 s after its dispatch
+                consumed("m1", 700, "q-A", 100.0, 600),  # consumed again: the first one counts
+                consumed("m3", 3009, "q-A", 9.0, 3000),
+                consumed("m5", 100_010, "q-B", 10.0, 100_000),
+                consumed("x9", 50, "q-B", 0.5, None),  # no send time: the unknown band
+                consumed("x10", 60, "q-B", None, None),  # no due time: no lateness, left out
+            ]
+        )
+        + "\n"
+    )
+    out = tmp_path / "after"
+    after = build_report(spark, str(logs), str(out))
+    assert after.tables["consumer_lateness_by_endpoint"] == [
+        {"endpoint": "q-A", "messages": 2, "p50_s": 3.0, "p95_s": 9.0, "p99_s": 9.0, "max_s": 9.0},
+        {"endpoint": "q-B", "messages": 2, "p50_s": 0.5, "p95_s": 10.0, "p99_s": 10.0, "max_s": 10.0},
+    ]
+    assert after.tables["consumer_lateness_by_band"] == [
+        {"band": "≤15 min", "messages": 1, "p50_s": 3.0, "p95_s": 3.0, "p99_s": 3.0, "max_s": 3.0},
+        {"band": "15 min–1 h", "messages": 1, "p50_s": 9.0, "p95_s": 9.0, "p99_s": 9.0, "max_s": 9.0},
+        {"band": "1 d–30 d", "messages": 1, "p50_s": 10.0, "p95_s": 10.0, "p99_s": 10.0, "max_s": 10.0},
+        {"band": "unknown", "messages": 1, "p50_s": 0.5, "p95_s": 0.5, "p99_s": 0.5, "max_s": 0.5},
+    ]
+    others = [name for name in TABLE_COLUMNS if not name.startswith("consumer_")]
+    assert {n: after.tables[n] for n in others} == {n: before.tables[n] for n in others}  # dispatch side unchanged
+    assert after.messages == before.messages and after.events == before.events + 6
+    assert not any("No `consumed` line" in note for note in after.notes)
+    summary = (out / "summary.md").read_text()
+    assert "## End-to-end lateness at the consumer by endpoint" in summary and "| q-B | 2 |" in summary
+    _assert_every_table_is_written_with_its_columns(spark, out)

@@ -11,14 +11,15 @@ write and CloudWatch Logs or Application Insights export; unknown fields are ign
   ``requeued`` or ``forwarded``;
 * ``message_id``, ``destination``, ``endpoint`` (optional; the destination stands in), ``due_at`` (ISO-8601),
   ``lateness_s``, ``hop``, ``remaining_delay_s``, ``reason``, ``cloud`` (``aws``/``azure``/``local``),
-  and optionally ``delay_s`` and ``requests``.
+  and optionally ``delay_s`` and ``requests``; consumers' ``consumed`` lines add ``consumer_lateness_s``.
 
 Definitions: a message's delay is ``delay_s`` if logged, else ``due_at`` minus the time of its ``stored``
 event; its lateness is the ``lateness_s`` of its first ``dispatched`` event; a duplicate delivery is every
 ``dispatched``/``already_removed`` event after the first; its hops are its ``requeued``/``forwarded``
 events (SQS FIFO cycles); its SQS requests are the logged ``requests`` sum, else 2 per hop (send and
 delete; receives are batched) plus 1 final send. Percentiles are nearest-rank: the smallest value with at
-least p of the values at or below it.
+least p of the values at or below it. ``consumed`` lines (docs/receiving.md) feed only the end-to-end lateness
+tables (``report_bands.consumer_frames``); dispatch-side lateness stays the dispatchers' own.
 """
 
 from __future__ import annotations
@@ -31,24 +32,24 @@ from typing import Any
 
 from delayed_delivery.cost import FIFO_PRICE_PER_REQUEST, STANDARD_PRICE_PER_REQUEST
 from delayed_delivery.errors import ConfigurationError
+from delayed_delivery.pipelines.report_bands import (
+    BANDS,
+    CONSUMER_TABLE_COLUMNS,
+    LATENESS_COLUMNS,
+    PERCENTILE_ACCURACY,
+    band_expr,
+    band_order,
+    consumer_frames,
+    consumer_note,
+    pct,
+)
 
 __all__ = ["BANDS", "TABLE_COLUMNS", "ReportResult", "build_report", "main"]
 
-#: Delay bands: (label, upper bound in seconds, inclusive).
-BANDS: tuple[tuple[str, float], ...] = (
-    ("≤15 min", 900),
-    ("15 min–1 h", 3_600),
-    ("1 h–1 d", 86_400),
-    ("1 d–30 d", 30 * 86_400),
-    ("over 30 d", float("inf")),
-)
-_PERCENTILE_ACCURACY = 1_000_000
-
-_LATENESS = (("messages", "bigint"), ("p50_s", "double"), ("p95_s", "double"), ("p99_s", "double"), ("max_s", "double"))
 #: Every table's columns and Spark SQL types: its CSV header and Parquet schema, also when it has no rows.
 TABLE_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
-    "lateness_by_endpoint": (("endpoint", "string"), *_LATENESS),
-    "lateness_by_band": (("band", "string"), *_LATENESS),
+    "lateness_by_endpoint": (("endpoint", "string"), *LATENESS_COLUMNS),
+    "lateness_by_band": (("band", "string"), *LATENESS_COLUMNS),
     "duplicates": (
         ("endpoint", "string"),
         ("delivered_messages", "bigint"),
@@ -75,6 +76,7 @@ TABLE_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("nservicebus_formula_requests_per_message", "double"),
         ("nservicebus_formula_usd_per_message", "double"),
     ),
+    **CONSUMER_TABLE_COLUMNS,
 }
 
 
@@ -99,6 +101,7 @@ def _log_schema() -> Any:
                 ("cloud", s),
                 ("delay_s", d),
                 ("requests", d),
+                ("consumer_lateness_s", d),
             )
         ]
     )
@@ -117,13 +120,6 @@ class ReportResult:
     summary_markdown: str = ""
     #: Why tables are empty (no log lines, no lateness logged, no SQS messages), in the words of the summary.
     notes: tuple[str, ...] = ()
-
-
-def _band_expr(F: Any, col: Any) -> Any:
-    expr = F.when(col.isNull(), F.lit("unknown"))
-    for label, upper in BANDS:
-        expr = expr.when(col <= F.lit(upper), F.lit(label)) if upper != float("inf") else expr.otherwise(label)
-    return expr
 
 
 def _timestamp(F: Any, column: str) -> Any:
@@ -149,29 +145,30 @@ def build_report(spark: Any, logs: str, output: str) -> ReportResult:
         raise ConfigurationError(f"log path {logs!r} does not exist")
     raw = spark.read.schema(_log_schema()).option("mode", "PERMISSIVE").json(logs)
     lines = raw.count()
-    ev = (
+    events_all = (
         raw.filter(F.col("event").isNotNull() & F.col("message_id").isNotNull())
         .withColumn("ts", _timestamp(F, "timestamp"))
         .withColumn("due", _timestamp(F, "due_at"))
         .persist()
     )
+    ev = events_all.filter(F.col("event") != "consumed")  # consumers' lines feed only the end-to-end tables
     per_msg = _per_message(F, ev).persist()
     try:
         out = Path(output)
         out.mkdir(parents=True, exist_ok=True)
         per_msg.write.mode("overwrite").parquet(str(out / "messages.parquet"))
-        tables = _tables(F, ev, per_msg)
+        tables = _tables(F, ev, per_msg, events_all.filter(F.col("event") == "consumed"))
         for name, rows in tables.items():
             _write_table(spark, out, name, rows)
         charts = _charts(out, tables)
-        events, messages = ev.count(), per_msg.count()
+        events, messages = events_all.count(), per_msg.count()
         clouds = sorted(r[0] for r in per_msg.select("cloud").distinct().collect() if r[0])
         notes = _notes(logs, tables, lines, events, clouds)
         summary = _summary(tables, lines, events, messages, notes, charts)
         (out / "summary.md").write_text(summary, encoding="utf-8")
         return ReportResult(str(out), lines, events, messages, tables, charts, summary, notes)
     finally:
-        ev.unpersist()
+        events_all.unpersist()
         per_msg.unpersist()
 
 
@@ -203,7 +200,7 @@ def _per_message(F: Any, ev: Any) -> Any:
             F.coalesce(F.col("logged_delay"), F.expr("unix_micros(due) - unix_micros(stored_at)").cast("double") / 1e6),
         )
         .withColumn("hops", F.greatest(F.col("hop_events"), F.coalesce(F.col("max_hop"), F.lit(0))).cast("long"))
-        .withColumn("band", _band_expr(F, F.col("delay_s")))
+        .withColumn("band", band_expr(F, F.col("delay_s")))
         .withColumn("duplicates", F.greatest(F.col("deliveries") - 1, F.lit(0)))
         .withColumn(
             "requests",
@@ -213,11 +210,6 @@ def _per_message(F: Any, ev: Any) -> Any:
         )
         .drop("logged_delay", "hop_events", "max_hop", "logged_requests")
     )
-
-
-def _pct(F: Any, column: str) -> list[Any]:
-    p = F.percentile_approx(column, [0.5, 0.95, 0.99], _PERCENTILE_ACCURACY)
-    return [p[0].alias("p50_s"), p[1].alias("p95_s"), p[2].alias("p99_s"), F.max(column).alias("max_s")]
 
 
 def _ddl(name: str) -> str:
@@ -230,21 +222,22 @@ def _rows(F: Any, name: str, df: Any) -> list[dict[str, Any]]:
     return [r.asDict() for r in typed.collect()]
 
 
-def _band_order(F: Any) -> Any:
-    return F.array_position(F.array(*[F.lit(b) for b, _ in BANDS], F.lit("unknown")), F.col("band"))
-
-
-def _tables(F: Any, ev: Any, per_msg: Any) -> dict[str, list[dict[str, Any]]]:
+def _tables(F: Any, ev: Any, per_msg: Any, consumed: Any) -> dict[str, list[dict[str, Any]]]:
     """Every table's rows, in ``TABLE_COLUMNS`` order."""
-    frames = {**_lateness_frames(F, per_msg), **_delivery_frames(F, ev, per_msg), **_cost_frames(F, per_msg)}
+    frames = {
+        **_lateness_frames(F, per_msg),
+        **_delivery_frames(F, ev, per_msg),
+        **_cost_frames(F, per_msg),
+        **consumer_frames(F, consumed),
+    }
     return {name: _rows(F, name, frames[name]) for name in TABLE_COLUMNS}
 
 
 def _lateness_frames(F: Any, per_msg: Any) -> dict[str, Any]:
     delivered = per_msg.filter(F.col("lateness_s").isNotNull())
-    by = {"lateness_by_endpoint": ("endpoint", F.col("endpoint")), "lateness_by_band": ("band", _band_order(F))}
+    by = {"lateness_by_endpoint": ("endpoint", F.col("endpoint")), "lateness_by_band": ("band", band_order(F))}
     return {
-        name: delivered.groupBy(key).agg(F.count("*").alias("messages"), *_pct(F, "lateness_s")).orderBy(order)
+        name: delivered.groupBy(key).agg(F.count("*").alias("messages"), *pct(F, "lateness_s")).orderBy(order)
         for name, (key, order) in by.items()
     }
 
@@ -263,10 +256,10 @@ def _delivery_frames(F: Any, ev: Any, per_msg: Any) -> dict[str, Any]:
         .agg(
             F.count("*").alias("messages"),
             F.avg("hops").alias("mean_hops"),
-            F.percentile_approx("hops", 0.5, _PERCENTILE_ACCURACY).alias("p50_hops"),
+            F.percentile_approx("hops", 0.5, PERCENTILE_ACCURACY).alias("p50_hops"),
             F.max("hops").alias("max_hops"),
         )
-        .orderBy(_band_order(F)),
+        .orderBy(band_order(F)),
         "error_queue": ev.filter(F.col("event") == "moved_to_error_queue")
         .withColumn("endpoint", F.coalesce(F.col("endpoint"), F.col("destination")))
         .groupBy("endpoint", F.coalesce(F.col("reason"), F.lit("(no reason logged)")).alias("reason"))
@@ -295,7 +288,7 @@ def _cost_frames(F: Any, per_msg: Any) -> dict[str, Any]:
             F.avg(formula_requests).alias("nservicebus_formula_requests_per_message"),
             F.avg(formula_requests * F.lit(FIFO_PRICE_PER_REQUEST)).alias("nservicebus_formula_usd_per_message"),
         )
-        .orderBy(_band_order(F))
+        .orderBy(band_order(F))
     )
     return {"cost_by_band": cost}
 
@@ -407,6 +400,9 @@ def _notes(
         notes.append("No `dispatched` events, so there is no throughput to chart.")
     if not tables["cost_by_band"]:
         notes.append("No SQS messages (`cloud` `aws`, or logged `requests`), so the cost table is empty.")
+    consumer = consumer_note(tables)
+    if consumer:
+        notes.append(consumer)
     return tuple(notes)
 
 
@@ -448,6 +444,10 @@ def _summary(
         "Measured: logged requests, or 2 per hop + 1.\n",
         _md_table(tables["cost_by_band"]),
         _image(charts, "cost_by_band", "cost"),
+        "## End-to-end lateness at the consumer by endpoint (received − due)\n",
+        _md_table(tables["consumer_lateness_by_endpoint"]),
+        "## End-to-end lateness at the consumer by delay band\n",
+        _md_table(tables["consumer_lateness_by_band"]),
     ]
     return "\n".join(part for part in parts if part)
 
