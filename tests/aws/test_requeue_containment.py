@@ -278,3 +278,35 @@ def test_an_envelope_received_too_often_sends_every_entry_to_the_error_queue(
     assert sorted(m["Body"] for m in errors) == ["1", "2"]
     assert all("without success" in reason_of(m) for m in errors)
     assert drain(sqs, endpoint.input_url, linger=0.2) == []
+
+
+def test_the_record_by_record_pass_stops_when_the_invocations_time_is_almost_up(
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    handler: tuple[LambdaHandler, list[RecordResult]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import delayed_delivery.aws.requeue as requeue_pkg
+
+    real = requeue_pkg.parse_record
+
+    def explode(raw: Any, now_ms: int) -> Any:
+        if raw["messageId"] == "boom":
+            raise RuntimeError("injected")
+        return real(raw, now_ms)
+
+    calls: list[int] = []
+
+    class Hurried(LocalLambdaContext):
+        """Time for the first record of the record-by-record pass only."""
+
+        def get_remaining_time_in_millis(self) -> int:
+            calls.append(1)
+            return 60_000 if len(calls) == 1 else 1_000
+
+    monkeypatch.setattr(requeue_pkg, "parse_record", explode)
+    handle, _ = handler
+    records = [record(endpoint, rid, rid, envelope=False) for rid in ("boom", "a", "b")]
+    response = handle({"Records": records}, Hurried())
+    assert response == {"batchItemFailures": [{"itemIdentifier": r} for r in ("boom", "a", "b")]}
+    assert drain(sqs, endpoint.input_url, linger=0.2) == []

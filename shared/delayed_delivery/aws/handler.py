@@ -117,7 +117,7 @@ def build_handler(
         startup_check(event)
         records = event.get("Records", [])
         try:
-            outcome = requeuer.process(records)
+            outcome = requeuer.process(records, getattr(context, "get_remaining_time_in_millis", None))
         except (ConfigurationError, DelayedDeliveryDisabledError):
             raise  # the deployment is wrong: fail the invocation loudly, the records stay on the queue
         except Exception as exc:  # never out of the handler: the batch is retried instead

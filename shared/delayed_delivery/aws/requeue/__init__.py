@@ -8,7 +8,7 @@ The guarantees, packing, parking and the clock rules case by case are in ``docs/
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IN_FLIGHT_CACHE_S",
+    "RECORD_BUDGET_MS",
     "FifoRequeuer",
     "HopOutcome",
     "RecordResult",
@@ -90,11 +91,15 @@ class FifoRequeuer:
             client, self.directory, self.settings, self.clock, self.broker_clock, retention_headroom, pack_bytes
         )
 
-    def process(self, records: Sequence[Mapping[str, Any]]) -> list[RecordResult]:
+    def process(
+        self, records: Sequence[Mapping[str, Any]], time_left_ms: Callable[[], int] | None = None
+    ) -> list[RecordResult]:
         """Handle the ``Records`` of one SQS event; one result per record, in order.
 
         No record's content raises out of it: an unexpected exception in the batch makes it handle each record
         alone, and a record that raises even alone is ``FAILED`` (retried) without taking its neighbours down.
+        ``time_left_ms`` (the Lambda context's remaining time) stops the record-by-record pass when less than
+        ``RECORD_BUDGET_MS`` is left: the records not handled yet are ``FAILED`` and come back.
         """
         if not self.settings.enabled:
             raise DelayedDeliveryDisabledError(
@@ -108,6 +113,9 @@ class FifoRequeuer:
         except Exception:  # contained: each record alone, so only the one at fault fails
             outcome: list[RecordResult] = []
             for record in records:
+                if time_left_ms is not None and time_left_ms() < RECORD_BUDGET_MS:
+                    outcome.append(failed_record(record, TimeoutError("the invocation's time is almost up")))
+                    continue
                 try:
                     outcome += self._process([record])
                 except ConfigurationError:
@@ -171,6 +179,8 @@ class FifoRequeuer:
         return self._parking.policy(queue)
 
 
+#: Time kept free per record in the record-by-record pass (ms): one record's sends, with retries.
+RECORD_BUDGET_MS = 5_000
 #: The longest a record stays on its queue (SQS's largest retention): it bounds a record's park returns.
 _MAX_RETENTION_S = 14 * 24 * 3600
 
