@@ -1,8 +1,9 @@
 """``ExampleConsumer``: the copy-this consumer (``functions/aws/consumer.py``) on an endpoint's destination queue.
 
 Opt-in (context ``exampleConsumer: true``): a Lambda with an SQS event source on the input queue that logs and
-measures each delivered message's lateness. It competes with any other consumer of that queue, so deploy it where
-the example is the only one, or copy it into your own consumer.
+measures each delivered message's lateness, and processes each message id once through its own idempotency table
+(Powertools idempotency: partition key ``id``, TTL ``expiration``). It competes with any other consumer of that
+queue, so deploy it where the example is the only one, or copy it into your own consumer.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -47,12 +49,28 @@ class ExampleConsumer(Construct):
             self,
             "Role",
             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description=f"Example consumer of {queue_name}: receives from that queue and logs to its own group only",
+            description=f"Example consumer of {queue_name}: receives from that queue, its idempotency table, its logs",
         )
         self.role.add_to_policy(
             iam.PolicyStatement(
                 actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[self.log_group.log_group_arn]
             )
+        )
+        self.table = dynamodb.Table(
+            self,
+            "Processed",
+            partition_key=dynamodb.Attribute(name="id", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            time_to_live_attribute="expiration",
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            removal_policy=RemovalPolicy.DESTROY,  # records of processed ids expire anyway
+        )
+        # What the Powertools idempotency utility calls, on this table only.
+        self.table.grant(
+            self.role, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"
         )
         self.function = lambda_.Function(
             self,
@@ -71,6 +89,7 @@ class ExampleConsumer(Construct):
                 "POWERTOOLS_SERVICE_NAME": f"delayed-delivery-consumer-{queue_name}",
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
                 "POWERTOOLS_LOG_LEVEL": "INFO",
+                "IDEMPOTENCY_TABLE": self.table.table_name,
             },
         )
         # The event source grants receive, delete, change visibility and attributes on this queue (and the key's

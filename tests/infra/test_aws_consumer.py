@@ -78,10 +78,11 @@ def test_a_lambda_reads_each_input_queue(with_consumer: tuple[Template, dict[str
     assert len(_resources(raw, "AWS::Lambda::EventSourceMapping")) == 4  # two requeue functions, two consumers
 
 
-def test_the_consumer_role_reads_its_queue_and_writes_its_log_group_only(
+def test_the_consumer_role_reads_its_queue_uses_its_table_and_writes_its_log_group_only(
     with_consumer: tuple[Template, dict[str, Any], Path],
 ) -> None:
     _, raw, _ = with_consumer
+    tables: set[str] = set()
     for logical, function in _consumers(raw).items():
         role = function["Properties"]["Role"]["Fn::GetAtt"][0]
         queue_name = function["Properties"]["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"].rsplit("-", 1)[1]
@@ -99,11 +100,30 @@ def test_the_consumer_role_reads_its_queue_and_writes_its_log_group_only(
             if any(a.startswith("logs:") for a in found):
                 assert "ExampleConsumer" in statement["Resource"]["Fn::GetAtt"][0], logical
                 continue
+            if any(a.startswith("dynamodb:") for a in found):
+                table = function["Properties"]["Environment"]["Variables"]["IDEMPOTENCY_TABLE"]["Ref"]
+                assert sorted(found) == [
+                    "dynamodb:DeleteItem",
+                    "dynamodb:GetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                ]
+                assert {"Fn::GetAtt": [table, "Arn"]} in (
+                    statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+                )
+                tables.add(table)
+                continue
             assert statement["Resource"] == {"Fn::GetAtt": [queue, "Arn"]}, statement
             actions.update(found)
         assert "sqs:ReceiveMessage" in actions and "sqs:DeleteMessage" in actions
         assert "sqs:SendMessage" not in actions, "the example only reads"
         assert "ManagedPolicyArns" not in raw["Resources"][role]["Properties"]
+    assert len(tables) == 2, "each consumer has its own idempotency table"
+    for table in tables:
+        properties = raw["Resources"][table]["Properties"]
+        assert properties["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]  # what Powertools expects
+        assert properties["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
+        assert properties["BillingMode"] == "PAY_PER_REQUEST"
 
 
 def test_cfn_lint_passes_with_the_consumer(with_consumer: tuple[Template, dict[str, Any], Path]) -> None:
