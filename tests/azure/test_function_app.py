@@ -13,11 +13,14 @@ from typing import Any
 
 import pytest
 from azure.core.exceptions import HttpResponseError
+from azure.data.tables import TableServiceClient
 
 import functions.azure.function_app as function_app
 from delayed_delivery.azure.storage_queue import StorageQueueTransport
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
+from tests.azure.conftest import new_name
 from tests.azure.harness import functions_of, timer_schedule
+from tests.fixtures.azurite import Azurite
 
 APP_DIR = Path(function_app.__file__).parent
 
@@ -125,20 +128,8 @@ def test_the_example_consumer_is_registered_only_when_its_queue_is_set(monkeypat
 def test_the_example_consumer_logs_each_message_with_its_lateness(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import azure.functions as func
-
     monkeypatch.delenv("APPLICATIONINSIGHTS_CONNECTION_STRING", raising=False)
-    due = int(time.time() * 1000) - 2_000
-    envelope = {
-        "v": 1,
-        "id": "order-17",
-        "headers": {
-            "type": "Reminder",
-            "DelayedDelivery.Delivery": f"v1;id=order-17;due={due};sent={due - 60_000};hops=0;route=table",
-        },
-        "body": base64.b64encode(b"hello").decode(),
-    }
-    message = func.QueueMessage(id="q-1", body=json.dumps(envelope).encode())
+    message = _envelope_message("order-17")
     with caplog.at_level(logging.INFO, logger="delayed_delivery"):
         function_app.consume_example_message(message)
     [line] = [r for r in caplog.records if getattr(r, "event", None) == "consumed"]
@@ -157,4 +148,41 @@ def test_the_copy_this_consumer_is_one_queue_trigger() -> None:
         "DelayedDeliveryQueues",
     )
     source = Path(consumer_app.__file__).read_text()
-    assert len(source.splitlines()) <= 30, "a consumer to copy stays short"
+    assert len(source.splitlines()) <= 50, "a consumer to copy stays short"
+
+
+def _envelope_message(message_id: str) -> Any:
+    """A queue-trigger message holding the envelope the table route writes, due 2 s ago."""
+    import azure.functions as func
+
+    due = int(time.time() * 1000) - 2_000
+    delivery = f"v1;id={message_id};due={due};sent={due - 60_000};hops=0;route=table"
+    envelope = {
+        "v": 1,
+        "id": message_id,
+        "headers": {"DelayedDelivery.Delivery": delivery},
+        "body": base64.b64encode(b"hello").decode(),
+    }
+    return func.QueueMessage(id="q-1", body=json.dumps(envelope).encode())
+
+
+def test_the_copy_this_consumer_processes_each_id_once_with_its_table(
+    azurite: Azurite, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    consumer_app = importlib.import_module("functions.azure.consumer_app")
+    table = new_name("processed")
+    monkeypatch.setenv("IDEMPOTENCY_CONNECTION", azurite.connection_string)
+    monkeypatch.setenv("IDEMPOTENCY_TABLE", table)
+    consumer_app._processor.cache_clear()
+    consume = functions_of(consumer_app)["consume_orders"].get_user_function()
+    try:
+        with caplog.at_level(logging.INFO, logger="delayed_delivery"):
+            for _ in range(3):  # the same message delivered three times (at-least-once)
+                consume(_envelope_message("order-17"))
+            consume(_envelope_message("order-18"))
+    finally:
+        consumer_app._processor.cache_clear()
+        TableServiceClient.from_connection_string(azurite.connection_string).delete_table(table)
+    events = [(getattr(r, "event", None), getattr(r, "message_id", None)) for r in caplog.records]
+    assert events.count(("consumed", "order-17")) == 3
+    assert [e for e in events if e[0] == "processed"] == [("processed", "order-17"), ("processed", "order-18")]
