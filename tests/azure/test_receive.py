@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import azure.functions as func
+import azure.functions.queue as func_queue
 import pytest
 from azure.storage.queue import QueueServiceClient
 from opentelemetry.sdk.metrics import MeterProvider
@@ -124,11 +125,17 @@ def test_functions_binding_reads_our_envelope_plain_or_base64() -> None:
         "fn-1", "q", b"payload", due, {DELIVERY_HEADER: "v1;id=fn-1;due=1893456000000;hops=2;route=table"}
     )
     text = encode_envelope(message).encode()
+    inserted = datetime(2029, 12, 31, tzinfo=UTC)
     for body in (text, base64.b64encode(text)):
-        binding = func.QueueMessage(id="queue-id", body=body)
-        d = delivered_from_queue_message(binding)
-        assert (d.message_id, d.body, d.due_at, d.hops, d.route) == ("fn-1", b"payload", due, 2, "table")
-        assert d.headers == {}
+        # What the Functions worker passes a queue trigger (with the broker's insertion time), and the plain type.
+        for binding in (
+            func_queue.QueueMessage(id="queue-id", body=body, insertion_time=inserted),
+            func.QueueMessage(id="queue-id", body=body),
+        ):
+            d = delivered_from_queue_message(binding)
+            assert (d.message_id, d.body, d.due_at, d.hops, d.route) == ("fn-1", b"payload", due, 2, "table")
+            assert d.headers == {}
+            assert d.broker_sent_at == (inserted if isinstance(binding, func_queue.QueueMessage) else None)
 
 
 def test_a_foreign_message_is_returned_as_it_is() -> None:
