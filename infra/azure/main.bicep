@@ -81,6 +81,13 @@ param timerSilenceMinutes int = 10
 @minValue(0)
 param sendFailureAlertCount int = 10
 
+@description('Log the delays table\'s pending rows by due hour every 15 minutes (a second timer; reads the due rows\' keys, at most 200,000) for the workbook and the oldest-overdue alert.')
+param pendingCensus bool = true
+
+@description('Alert when the census finds a row overdue by more than this many seconds.')
+@minValue(1)
+param oldestOverdueAlertSeconds int = 300
+
 @description('Add the example consumer: a queue-trigger function in the same app that reads exampleConsumerQueue and logs each message\'s lateness (functions/azure/consumer_app.py shows it to copy).')
 param deployExampleConsumer bool = false
 
@@ -159,6 +166,7 @@ module operations 'modules/operations.bicep' = {
     leaseLossThreshold: leaseLossAlertCount
     timerSilenceMinutes: timerSilenceMinutes
     sendFailureThreshold: sendFailureAlertCount
+    oldestOverdueSeconds: oldestOverdueAlertSeconds
   }
 }
 
@@ -210,6 +218,7 @@ module functionApp 'modules/functionapp.bicep' = {
       DELAYED_DELIVERY_LEASE_SECONDS: string(leaseSeconds)
       DELAYED_DELIVERY_RUN_SECONDS: string(runSeconds)
       DELAYED_DELIVERY_ENABLED: string(enabled)
+      DELAYED_DELIVERY_PENDING_CENSUS: string(pendingCensus)
     })
   }
 }

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from delayed_delivery import logfields as lf
-from delayed_delivery.azure import blob_lease
+from delayed_delivery.azure import blob_lease, census
 from tests.infra.test_azure_bicep import INFRA, block, code, module_calls, params, source
 
 pytestmark = pytest.mark.infra
@@ -35,8 +35,10 @@ EVENTS = {
     "shard_run",  # azure/runner.py, at the end of each shard's run
     "disabled",  # azure/runner.py, a run with delayed delivery switched off
     "consumed",  # the receive helpers' line per delivered message (docs/receiving.md)
+    census.EVENT_PENDING_HOUR,
+    census.EVENT_CENSUS,
 }
-RULES = {"dispatch-lateness", "error-queue", "lease-loss", "no-timer-run", "send-failures"}
+RULES = {"dispatch-lateness", "oldest-overdue", "error-queue", "lease-loss", "no-timer-run", "send-failures"}
 
 
 def operations() -> str:
@@ -64,7 +66,7 @@ def test_every_loaded_file_exists() -> None:
         base = (INFRA / module).parent
         for path in loaded_files(source(module)):
             assert (base / path).is_file(), f"{module} loads {path}, which does not exist"
-    assert len(loaded_files(source("modules/operations.bicep"))) == 12  # 6 workbook + 5 alert queries + workbook
+    assert len(loaded_files(source("modules/operations.bicep"))) == 14  # 7 workbook + 6 alert queries + workbook
 
 
 def test_main_passes_the_operations_parameters() -> None:
@@ -123,6 +125,8 @@ def test_alert_and_workbook_parameters_are_documented() -> None:
                 "leaseLossAlertCount",
                 "timerSilenceMinutes",
                 "sendFailureAlertCount",
+                "pendingCensus",
+                "oldestOverdueAlertSeconds",
                 "deployExampleConsumer",
                 "exampleConsumerQueue",
             ),
@@ -135,6 +139,7 @@ def test_alert_and_workbook_parameters_are_documented() -> None:
                 "leaseLossThreshold",
                 "timerSilenceMinutes",
                 "sendFailureThreshold",
+                "oldestOverdueSeconds",
             ),
         ),
     ):
@@ -148,6 +153,8 @@ def test_alert_and_workbook_parameters_are_documented() -> None:
         "leaseLossAlertCount",
         "timerSilenceMinutes",
         "sendFailureAlertCount",
+        "pendingCensus",
+        "oldestOverdueAlertSeconds",
         "deployExampleConsumer",
         "exampleConsumerQueue",
     ):
@@ -220,7 +227,8 @@ def test_kusto_query_shape(name: str) -> None:
             assert depth >= 0, f"{c} before {o}"
         assert depth == 0, f"unbalanced {o}{c}"
     lines = query.strip().splitlines()
-    assert lines[0].strip() in TABLES, f"starts from {lines[0]!r}"
+    start = re.fullmatch(r"(?:let \w+ = )?(\w+)", lines[0].strip())
+    assert start and start.group(1) in TABLES, f"starts from {lines[0]!r}"
     for step in bare.split("|")[1:]:
         word = step.split()[0]
         assert word in OPERATORS, f"unknown operator {word!r}"
@@ -228,7 +236,8 @@ def test_kusto_query_shape(name: str) -> None:
     for event in re.findall(r"customDimensions\.event (?:==|in) \(?([^)\n]+)", query):
         assert set(re.findall(r'"(\w+)"', event)) <= EVENTS, event
     keys = set(re.findall(r"customDimensions\.(\w+)", query))
-    known = {v for k, v in vars(lf).items() if k.isupper() and isinstance(v, str)} | {"consumer_lateness_s"}
+    known = {v for k, v in vars(lf).items() if k.isupper() and isinstance(v, str)}
+    known |= {census.CENSUS_AT, census.DUE_HOUR, census.PENDING, census.OLDEST_OVERDUE_S}
     assert keys <= known, keys - known
 
 

@@ -15,6 +15,8 @@ param leaseLossThreshold int
 param timerSilenceMinutes int
 @description('Alert when more than this many sends failed within 5 minutes.')
 param sendFailureThreshold int
+@description('Alert when the census finds a row overdue by more than this (seconds); needs the census timer.')
+param oldestOverdueSeconds int
 
 resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: appInsightsName
@@ -29,6 +31,7 @@ var queries = {
   'failures.kql': loadTextContent('../queries/failures.kql')
   'error_queue.kql': loadTextContent('../queries/error_queue.kql')
   'lease_holders.kql': loadTextContent('../queries/lease_holders.kql')
+  'pending_by_due_hour.kql': loadTextContent('../queries/pending_by_due_hour.kql')
   none: ''
 }
 
@@ -45,6 +48,17 @@ var rules = [
     operator: 'GreaterThan'
     threshold: latenessThresholdSeconds
     minutes: 5
+  }
+  {
+    name: 'oldest-overdue'
+    description: 'A pending row has been overdue for more than ${oldestOverdueSeconds} s (the census, every 15 minutes).'
+    severity: 2
+    query: loadTextContent('../queries/alert_oldest_overdue.kql')
+    timeAggregation: 'Maximum'
+    metricMeasureColumn: 'oldest_overdue_s'
+    operator: 'GreaterThan'
+    threshold: oldestOverdueSeconds
+    minutes: 30
   }
   {
     name: 'error-queue'

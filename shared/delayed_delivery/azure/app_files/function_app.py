@@ -72,6 +72,23 @@ if os.environ.get(ENV_EXAMPLE_CONSUMER_QUEUE, "").strip():
     )(consume_example_message)
 
 
+#: App setting that, ``true``, adds the census timer: pending rows by due hour logged for the workbook.
+ENV_PENDING_CENSUS = "DELAYED_DELIVERY_PENDING_CENSUS"
+#: Every 15 minutes, at second 30 (away from the dispatcher's second 0).
+CENSUS_SCHEDULE = "30 */15 * * * *"
+
+
+def census_pending_messages(timer: func.TimerRequest) -> None:
+    """Log the delays table's pending rows by due hour and its oldest overdue row (delayed_delivery.azure.census)."""
+    from delayed_delivery.azure.census import census_from_settings
+
+    census_from_settings(os.environ)
+
+
+if os.environ.get(ENV_PENDING_CENSUS, "").strip().lower() == "true":
+    app.timer_trigger(schedule=CENSUS_SCHEDULE, arg_name="timer", run_on_startup=False)(census_pending_messages)
+
+
 @app.timer_trigger(schedule=SCHEDULE, arg_name="timer", run_on_startup=False, use_monitor=True)
 def dispatch_delayed_messages(timer: func.TimerRequest) -> None:
     """Dispatch due delayed messages until this run's time budget ends."""
