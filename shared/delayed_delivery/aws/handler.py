@@ -115,24 +115,30 @@ def build_handler(
     @metrics.log_metrics(capture_cold_start_metric=True)
     def entrypoint(event: dict[str, Any], context: Any) -> dict[str, Any]:
         startup_check(event)
-        records = event.get("Records", [])
-        try:
-            outcome = requeuer.process(records, getattr(context, "get_remaining_time_in_millis", None))
-        except (ConfigurationError, DelayedDeliveryDisabledError):
-            raise  # the deployment is wrong: fail the invocation loudly, the records stay on the queue
-        except Exception as exc:  # never out of the handler: the batch is retried instead
-            metrics.add_metric(name="InvocationFailures", unit=MetricUnit.Count, value=1)
-            logger.exception(
-                "the batch could not be handled; every record will be retried",
-                extra={lf.CLOUD: "aws", lf.EVENT: lf.EVENT_RETRY, lf.REASON: f"{type(exc).__name__}: {exc}"[:1024]},
-            )
-            outcome = [failed_record(r, exc) for r in records]
+        outcome = _process_safely(requeuer, event.get("Records", []), context, logger, metrics)
         if on_results is not None:
             on_results(outcome)
         return _respond(event, context, outcome, logger, metrics)
 
     built: LambdaHandler = entrypoint
     return built
+
+
+def _process_safely(
+    requeuer: FifoRequeuer, records: list[Any], context: Any, logger: Logger, metrics: Metrics
+) -> list[RecordResult]:
+    """Run the requeuer; an unexpected exception fails every record of the batch (retried), never the handler."""
+    try:
+        return requeuer.process(records, getattr(context, "get_remaining_time_in_millis", None))
+    except (ConfigurationError, DelayedDeliveryDisabledError):
+        raise  # the deployment is wrong: fail the invocation loudly, the records stay on the queue
+    except Exception as exc:  # never out of the handler: the batch is retried instead
+        metrics.add_metric(name="InvocationFailures", unit=MetricUnit.Count, value=1)
+        logger.exception(
+            "the batch could not be handled; every record will be retried",
+            extra={lf.CLOUD: "aws", lf.EVENT: lf.EVENT_RETRY, lf.REASON: f"{type(exc).__name__}: {exc}"[:1024]},
+        )
+        return [failed_record(r, exc) for r in records]
 
 
 def _startup_check(

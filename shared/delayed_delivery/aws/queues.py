@@ -1,7 +1,7 @@
 """Create and check an endpoint's queues: ``<queue>``, ``<queue>-delay.fifo`` and the error queue.
 
 ``ensure_endpoint`` is what tests, the demo and scripts use (the CDK construct does the same in the
-cloud). ``check_endpoint`` validates a manually created FIFO queue as the SQS seed requires: delivery
+cloud). ``check_endpoint`` validates a manually created FIFO queue as the NServiceBus FIFO queue rules require: delivery
 delay = ``fifo_queue_delay`` (900 s), retention ≥ 4 days, no redrive policy, and explains each mismatch.
 It also warns (without failing) when the queue leaves the requeue function no room to park long delays: a park
 keeps 4 days of the retention free, so only a retention beyond that (14 days, the SQS maximum, is what
@@ -36,7 +36,7 @@ __all__ = [
     "longest_first_park",
 ]
 
-#: The seed's minimum message retention for a ``-delay.fifo`` queue: 4 days.
+#: The NServiceBus minimum message retention for a ``-delay.fifo`` queue: 4 days.
 MIN_RETENTION_SECONDS = 4 * 24 * 3600
 #: The retention queues are created with: 14 days, the SQS maximum, so parked messages re-send rarely.
 PARK_RETENTION_SECONDS = 14 * 24 * 3600
@@ -90,7 +90,7 @@ def ensure_endpoint(
 
 @dataclass(frozen=True, slots=True)
 class EndpointCheck:
-    """Findings for one endpoint; ``problems`` empty means the seed's requirements hold (``warnings`` do not fail)."""
+    """Findings for one endpoint; ``problems`` empty means the FIFO queue rules hold (``warnings`` do not fail)."""
 
     queue: str
     delay_queue: str
@@ -105,7 +105,7 @@ class EndpointCheck:
 
 
 def check_endpoint(client: SQSClient, queue: str, settings: DelayedDeliverySettings | None = None) -> EndpointCheck:
-    """Check ``queue`` (an input queue or its ``-delay.fifo``) against the seed's FIFO queue requirements."""
+    """Check ``queue`` (an input queue or its ``-delay.fifo``) against the FIFO queue rules."""
     settings = settings or DelayedDeliverySettings()
     input_name = queue.removesuffix("-delay.fifo") if queue.endswith("-delay.fifo") else queue
     delay_name = sqs_delay_queue_name(input_name)

@@ -117,7 +117,7 @@ class AzureDelayedDeliveryConfig:
         container_name: str | None = None,
         **kwargs: Any,
     ) -> AzureDelayedDeliveryConfig:
-        """Config with the seed's default names for ``endpoint`` (``delays`` + SHA-1), overridable."""
+        """Config with the NServiceBus default names for ``endpoint`` (``delays`` + SHA-1), overridable."""
         default = azure_delays_table_name(endpoint)
         return cls(table_name=table_name or default, container_name=container_name or default, **kwargs)
 
