@@ -13,6 +13,7 @@ from azure.storage.blob import BlobLeaseClient, BlobServiceClient
 from azure.storage.queue import QueueServiceClient
 
 import functions.azure.function_app as function_app
+from delayed_delivery.azure import function_host
 from delayed_delivery.azure.blob_lease import lease_blob_name
 from delayed_delivery.azure.config import AzureClients, AzureDelayedDeliveryConfig
 from delayed_delivery.azure.runner import AzureDispatcherHost
@@ -69,7 +70,7 @@ def test_timer_function_dispatches_due_rows_and_keeps_future_ones(
     monkeypatch.setenv("DELAYED_DELIVERY_ERROR_QUEUE", new_name("e"))
     monkeypatch.delenv("APPLICATIONINSIGHTS_CONNECTION_STRING", raising=False)
     assert timer_schedule(function_app, "dispatch_delayed_messages") == "0 * * * * *"
-    function_app._host_from_settings.cache_clear()
+    function_host.host_from_settings.cache_clear()
     try:
         host = function_app.host()
         host.setup_infrastructure()
@@ -80,7 +81,7 @@ def test_timer_function_dispatches_due_rows_and_keeps_future_ones(
         fire_timer(function_app, "dispatch_delayed_messages")
         elapsed = time.monotonic() - started
     finally:
-        function_app._host_from_settings.cache_clear()
+        function_host.host_from_settings.cache_clear()
     got = drain(queues, queue)
     assert sorted(e.message_id for e in got) == sorted(f"m-{i}" for i in range(20))
     assert {e.body for e in got} == {f"body {i}".encode() for i in range(20)}
@@ -234,14 +235,14 @@ def test_off_switch_makes_the_function_do_nothing(
         "DELAYED_DELIVERY_ENABLED": "false",
     }.items():
         monkeypatch.setenv(key, value)
-    function_app._host_from_settings.cache_clear()
+    function_host.host_from_settings.cache_clear()
     try:
         started = time.monotonic()
         fire_timer(function_app, "dispatch_delayed_messages")
         assert time.monotonic() - started < 2
         assert function_app.host().run().enabled is False
     finally:
-        function_app._host_from_settings.cache_clear()
+        function_host.host_from_settings.cache_clear()
     assert drain(queues, queue) == []
     assert on.store.count() == 1
 

@@ -16,6 +16,7 @@ from azure.core.exceptions import HttpResponseError
 from azure.data.tables import TableServiceClient
 
 import functions.azure.function_app as function_app
+from delayed_delivery.azure import function_host
 from delayed_delivery.azure.storage_queue import StorageQueueTransport
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
 from tests.azure.conftest import new_name
@@ -28,8 +29,9 @@ APP_DIR = Path(function_app.__file__).parent
 def test_import_reads_no_settings_and_builds_no_client(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("DELAYED_DELIVERY_ENDPOINT", "DELAYED_DELIVERY_STORAGE_CONNECTION_STRING", "AzureWebJobsStorage"):
         monkeypatch.delenv(key, raising=False)
+    function_host.host_from_settings.cache_clear()
     module = importlib.reload(function_app)  # would raise ConfigurationError if settings were read at import
-    assert module._host_from_settings.cache_info().currsize == 0
+    assert function_host.host_from_settings.cache_info().currsize == 0
     assert list(functions_of(module)) == ["dispatch_delayed_messages"]
     schedule = timer_schedule(module, "dispatch_delayed_messages")
     assert len(schedule.split()) == 6, "NCRONTAB with seconds"
@@ -111,6 +113,7 @@ def test_the_example_consumer_is_registered_only_when_its_queue_is_set(monkeypat
     monkeypatch.delenv(function_app.ENV_EXAMPLE_CONSUMER_QUEUE, raising=False)
     assert list(functions_of(importlib.reload(function_app))) == ["dispatch_delayed_messages"]
     monkeypatch.setenv(function_app.ENV_EXAMPLE_CONSUMER_QUEUE, "orders")
+    function_host.host_from_settings.cache_clear()
     try:
         module = importlib.reload(function_app)
         found = functions_of(module)
@@ -119,7 +122,7 @@ def test_the_example_consumer_is_registered_only_when_its_queue_is_set(monkeypat
         assert binding.type == "queueTrigger"
         assert binding.queue_name == f"%{function_app.ENV_EXAMPLE_CONSUMER_QUEUE}%", "the queue is the app setting's"
         assert binding.connection == function_app.EXAMPLE_CONSUMER_CONNECTION == "DelayedDeliveryQueues"
-        assert module._host_from_settings.cache_info().currsize == 0, "still nothing built at import"
+        assert function_host.host_from_settings.cache_info().currsize == 0, "still nothing built at import"
     finally:
         monkeypatch.delenv(function_app.ENV_EXAMPLE_CONSUMER_QUEUE)
         importlib.reload(function_app)
