@@ -56,7 +56,7 @@ ENV_HOST_STORAGE = "AzureWebJobsStorage"
 #: A lease renewal that stalls must fail (and be retried) well within the lease duration.
 _LEASE_TIMEOUTS = {"connection_timeout": 5.0, "read_timeout": 10.0}
 #: Commands people run: a storage endpoint that is down or silent fails within seconds (with one retry).
-_FAIL_FAST_TIMEOUTS = {"connection_timeout": 2.0, "read_timeout": 3.0}
+_FAIL_FAST_TIMEOUTS = {"connection_timeout": 2.0, "read_timeout": 2.0}
 _UNUSABLE_CONNECTION = (
     "the storage connection string is not usable (it needs AccountName with AccountKey or SharedAccessSignature, "
     "and DefaultEndpointsProtocol or the service endpoints; Azurite: UseDevelopmentStorage=true)"
@@ -175,12 +175,12 @@ class AzureClients:
     def create(cls, config: AzureDelayedDeliveryConfig, *, fail_fast: bool = False) -> AzureClients:
         """Clients from a connection string, or from a managed identity when only the account is known.
 
-        ``fail_fast`` (commands run by people): short timeouts and one retry, so a storage endpoint that is down
+        ``fail_fast`` (commands run by people): short timeouts and no retry, so a storage endpoint that is down
         or silent fails within seconds instead of retrying for minutes.
         """
         pool = max(10, config.settings.max_concurrency + 4)  # parallel puts must not queue for connections
         lease_timeouts, timeouts = (_FAIL_FAST_TIMEOUTS, _FAIL_FAST_TIMEOUTS) if fail_fast else (_LEASE_TIMEOUTS, {})
-        options: dict[str, Any] = {"retry_total": 1} if fail_fast else {}
+        options: dict[str, Any] = {"retry_total": 0} if fail_fast else {}
         # Storage queues and blobs wait 15 s before their first retry by default (tables 0.8 s).
         storage = {**options, "initial_backoff": 1, "increment_base": 1} if fail_fast else {}
         if config.connection_string:
