@@ -154,10 +154,18 @@ class AwsSide:
             self.threads.append(thread)
 
     def _collect(self, queue: str) -> None:
+        from delayed_delivery.aws.receive import delivered_from_boto3, observe_lateness
+
         client = self.collect_clients[queue]
         while not self.stop.is_set():
             try:
-                reply = client.receive_message(QueueUrl=self.urls[queue], MaxNumberOfMessages=10, WaitTimeSeconds=1)
+                reply = client.receive_message(
+                    QueueUrl=self.urls[queue],
+                    MaxNumberOfMessages=10,
+                    WaitTimeSeconds=1,
+                    MessageAttributeNames=["All"],
+                    AttributeNames=["All"],
+                )
             except Exception:
                 time.sleep(0.2)
                 continue
@@ -169,6 +177,8 @@ class AwsSide:
                     self.tracker.errored(message_id)
                 else:
                     self.tracker.arrived(message_id, now)
+                    with contextlib.suppress(Exception):  # the tracker counts arrivals; this only logs `consumed`
+                        observe_lateness(delivered_from_boto3(m, destination=queue))
             if messages:
                 client.delete_message_batch(
                     QueueUrl=self.urls[queue],

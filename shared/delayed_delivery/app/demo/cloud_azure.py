@@ -218,9 +218,11 @@ class AzureSide:
             self.stop.wait(max(0.0, next_fire - time.monotonic()))
 
     def _collect(self, queue: str) -> None:
+        from delayed_delivery.azure.receive import ConsumerMetrics, delivered_from_queue_message, observe_lateness
         from delayed_delivery.azure.storage_queue import decode_envelope
 
         client = self.collector.get_queue_client(queue)
+        metrics = ConsumerMetrics()
         while not self.stop.is_set():
             try:
                 batch = list(client.receive_messages(messages_per_page=32, max_messages=32, visibility_timeout=300))
@@ -236,6 +238,8 @@ class AzureSide:
                     self.tracker.errored(envelope.message_id)
                 else:
                     self.tracker.arrived(envelope.message_id, now)
+                    with contextlib.suppress(Exception):  # the tracker counts arrivals; this only logs `consumed`
+                        observe_lateness(delivered_from_queue_message(m, destination=queue), metrics)
                 with contextlib.suppress(Exception):
                     client.delete_message(m)
             if not batch:
