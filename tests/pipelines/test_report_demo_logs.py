@@ -1,0 +1,48 @@
+"""The report on the tiny cloud demo's own ``-v`` logs: the demo's drains log ``consumed`` lines, one per arrival."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from delayed_delivery.pipelines.report import build_report
+
+pytestmark = [pytest.mark.spark, pytest.mark.moto, pytest.mark.azurite]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_report_turns_the_demo_logs_into_end_to_end_lateness(spark: Any, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    command = [sys.executable, "-c", "from delayed_delivery.app.entry import main; main()"]
+    args = ["demo", "--quick", "--json", "--messages", "9", "--year-seconds", "8", "-v"]
+    with (logs / "demo.jsonl").open("w", encoding="utf-8") as stderr:
+        run = subprocess.run(command + args, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + (logs / "demo.jsonl").read_text(encoding="utf-8")[-4000:]
+    delivered = {c["cloud"]: c["delivered"] for c in json.loads(run.stdout)["clouds"]}
+    assert delivered == {"aws": 10, "azure": 10}
+
+    consumed: dict[str, set[str]] = defaultdict(set)
+    lateness: list[float] = []
+    for text in (logs / "demo.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(text) if text.startswith("{") else {}
+        if record.get("event") == "consumed":
+            assert record["destination"] in ("orders", "billing") and record["due_at"]
+            consumed[record["cloud"]].add(record["message_id"])
+            lateness.append(record["consumer_lateness_s"])
+    assert {cloud: len(ids) for cloud, ids in consumed.items()} == delivered
+    assert lateness and min(lateness) >= 0
+
+    report = build_report(spark, str(logs), str(tmp_path / "report"))
+    rows = report.tables["consumer_lateness_by_endpoint"]
+    assert {r["endpoint"] for r in rows} == {"orders", "billing"}
+    assert sum(r["messages"] for r in rows) == sum(delivered.values())
+    assert all(0 <= r["p50_s"] <= r["max_s"] for r in rows)
+    assert not any("No `consumed` line" in note for note in report.notes)
