@@ -9,6 +9,7 @@ from typing import Any
 
 from .buckets import BucketLevel
 from .errors import ConfigurationError
+from .naming import validate_sqs_queue_name
 
 __all__ = ["ENV_PREFIX", "LONG_DELAY_ROUTES", "MAX_PARK_SECONDS", "MAX_VISIBILITY_TIMEOUT", "DelayedDeliverySettings"]
 
@@ -39,8 +40,8 @@ _DOCS = {
     "park_max_in_flight": "The SQS requeue function parks no new records while its -delay.fifo queue has more "
     "messages in flight than this (SQS FIFO queues stop at 120,000).",
     "long_delay_route": "How SQS delays beyond max_native_delay travel: fifo (the -delay.fifo queue), buckets (the "
-    "S3 time-bucket tier) or auto (the cheaper of the two for each delay). Only fifo is built yet: the sender does "
-    "not read this setting (docs/buckets.md).",
+    "S3 time-bucket tier) or auto (the cheaper of the two for each delay, from the measured cost model).",
+    "bucket_ingest_queue": "The standard SQS queue the sender hands bucket-routed messages to (the tier's ingest).",
     "bucket_fine_seconds": "Length of a fine (near) time bucket (seconds).",
     "bucket_coarse_seconds": "Length of a coarse (far) time bucket; a multiple of bucket_fine_seconds (seconds).",
     "bucket_dispatch_lead_seconds": "How long before a fine bucket starts it is dispatched, the rest waiting as "
@@ -81,6 +82,7 @@ class DelayedDeliverySettings:
     max_park_seconds: int = MAX_PARK_SECONDS
     park_max_in_flight: int = 100_000
     long_delay_route: str = "fifo"
+    bucket_ingest_queue: str = "delayed-delivery-ingest"
     bucket_fine_seconds: int = 60
     bucket_coarse_seconds: int = 86_400
     bucket_dispatch_lead_seconds: int = 600
@@ -109,6 +111,7 @@ class DelayedDeliverySettings:
             raise ConfigurationError(
                 f"long_delay_route must be one of {', '.join(LONG_DELAY_ROUTES)}, got {self.long_delay_route!r}"
             )
+        validate_sqs_queue_name(self.bucket_ingest_queue)
         BucketLevel.from_settings(self)  # validates the bucket_* settings together
 
     def with_(self, **changes: Any) -> DelayedDeliverySettings:
