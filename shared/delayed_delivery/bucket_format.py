@@ -35,6 +35,7 @@ __all__ = [
     "bucket_object_key",
     "decode_bucket",
     "encode_bucket",
+    "encoded_line_bytes",
 ]
 
 FORMAT_VERSION = 1
@@ -186,6 +187,11 @@ def _ordered(bucket: BucketKey, messages: Sequence[BucketMessage], levels: Bucke
     if not unique or len(unique) > MAX_OBJECT_MESSAGES:
         raise InvalidMessageError(f"a bucket object holds 1 to {MAX_OBJECT_MESSAGES:,} messages, not {len(unique):,}")
     return sorted(unique.values(), key=lambda m: (m.due_at_ms, m.message_id))
+
+
+def encoded_line_bytes(message: BucketMessage) -> int:
+    """The bytes ``message`` takes in an object once decompressed (its line and the newline), for writers that split."""
+    return len(_dumps(_line(message)).encode("utf-8")) + 1
 
 
 def encode_bucket(bucket: BucketKey, messages: Sequence[BucketMessage], levels: BucketLevel | None = None) -> bytes:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from .clock import utc
 from .errors import ConfigurationError, InvalidMessageError
@@ -30,12 +30,14 @@ __all__ = [
     "BucketLevel",
     "DispatchWindow",
     "LevelName",
+    "ParsedKey",
     "bucket_of",
     "cascade_window",
     "content_hash",
     "dispatch_window",
     "object_key",
     "parse_object_key",
+    "parse_object_key_count",
 ]
 
 LevelName = Literal["fine", "coarse"]
@@ -50,7 +52,11 @@ LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 _SECOND = timedelta(seconds=1)
 _ISO = "%Y-%m-%dT%H:%M:%SZ"
 _PREFIX = re.compile(r"[A-Za-z0-9!_.*'()-]+(?:/[A-Za-z0-9!_.*'()-]+)*")
-_KEY = re.compile(r"(?P<prefix>.+)/(?P<level>fine|coarse)/(?P<start>[0-9T:Z-]{20})/(?P<hash>[0-9a-f]{64})\.jsonl\.gz")
+#: v1 keys end ``<hash>.jsonl.gz``; v2 keys ``<hash>-<count>.jsonl.gz`` (the count of messages inside).
+_KEY = re.compile(
+    r"(?P<prefix>.+)/(?P<level>fine|coarse)/(?P<start>[0-9T:Z-]{20})/(?P<hash>[0-9a-f]{64})"
+    r"(?:-(?P<count>[1-9][0-9]{0,5}))?\.jsonl\.gz"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,8 +241,8 @@ def dispatch_window(now: datetime, lead: int | None = None, levels: BucketLevel 
 
 
 def content_hash(entries: Iterable[tuple[str, int]]) -> str:
-    """sha256 (hex) of the sorted ``(message id, due ms)`` pairs: a retried write of the same messages gets one key."""
-    pairs = sorted((str(message_id), int(due_ms)) for message_id, due_ms in entries)
+    """sha256 (hex) of the sorted distinct ``(message id, due ms)`` pairs: a retried write gets the same key."""
+    pairs = sorted({(str(message_id), int(due_ms)) for message_id, due_ms in entries})
     if not pairs:
         raise InvalidMessageError("a bucket object holds at least one message")
     text = json.dumps(pairs, ensure_ascii=True, separators=(",", ":"))
@@ -244,18 +250,38 @@ def content_hash(entries: Iterable[tuple[str, int]]) -> str:
 
 
 def object_key(prefix: str, bucket: BucketKey, entries: Iterable[tuple[str, int]]) -> str:
-    """``<prefix>/<level>/<bucket start ISO>/<content hash>.jsonl.gz`` for the messages ``entries`` names."""
+    """Key v2 ``<prefix>/<level>/<start ISO>/<content hash>-<count>.jsonl.gz``; count = distinct message ids."""
     if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix) or len(prefix) > 512:
         raise ConfigurationError(
             f"bucket prefix {str(prefix)[:60]!r} must be S3-safe path segments (letters, digits, !_.*'()-) joined "
             "by single slashes, without a slash at either end, at most 512 characters"
         )
-    return f"{prefix}/{bucket.level}/{bucket.iso}/{content_hash(entries)}.jsonl.gz"
+    pairs = [(str(message_id), int(due_ms)) for message_id, due_ms in entries]
+    count = len({message_id for message_id, _ in pairs})
+    return f"{prefix}/{bucket.level}/{bucket.iso}/{content_hash(pairs)}-{count}.jsonl.gz"
+
+
+class ParsedKey(NamedTuple):
+    """An object key read back: prefix, bucket, content hash and message count (``None`` for a v1 key)."""
+
+    prefix: str
+    bucket: BucketKey
+    content_hash: str
+    count: int | None
+
+
+def parse_object_key_count(key: str) -> ParsedKey:
+    """The parts of a v1 or v2 object key, with the count a v2 key carries; anything else raises InvalidMessageError."""
+    match = _KEY.fullmatch(key) if isinstance(key, str) else None
+    if match is None:
+        raise InvalidMessageError(
+            f"{str(key)[:200]!r} is not a bucket object key (<prefix>/<level>/<start>/<hash>[-<count>].jsonl.gz)"
+        )
+    count = int(match["count"]) if match["count"] else None
+    return ParsedKey(match["prefix"], BucketKey.parse(match["level"], match["start"]), match["hash"], count)
 
 
 def parse_object_key(key: str) -> tuple[str, BucketKey, str]:
-    """``(prefix, bucket, content hash)`` of an object key; anything else raises InvalidMessageError."""
-    match = _KEY.fullmatch(key) if isinstance(key, str) else None
-    if match is None:
-        raise InvalidMessageError(f"{str(key)[:200]!r} is not a bucket object key (<prefix>/<level>/<start>/<hash>)")
-    return match["prefix"], BucketKey.parse(match["level"], match["start"]), match["hash"]
+    """``(prefix, bucket, content hash)`` of a v1 or v2 object key; anything else raises InvalidMessageError."""
+    parsed = parse_object_key_count(key)
+    return parsed.prefix, parsed.bucket, parsed.content_hash

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from delayed_delivery.bucket_format import BucketMessage, bucket_object_key, decode_bucket, encode_bucket
-from delayed_delivery.buckets import FINE, BucketKey
+from delayed_delivery.buckets import FINE, BucketKey, parse_object_key_count
 from tests.golden import wire
 
 KIND = "s3_bucket"
@@ -88,4 +88,7 @@ def test_bucket_reader_reads_every_golden_object(golden: str) -> None:
         assert message == expected
         assert message.body == expected.body and dict(message.attributes) == dict(expected.attributes)
     assert stored["key"].startswith(f"{PREFIX}/fine/2031-02-03T04:05:00Z/")
+    parsed = parse_object_key_count(stored["key"])  # v1 keys carry no count, v2 keys the count of messages
+    assert (parsed.prefix, parsed.bucket) == (PREFIX, BUCKET)
+    assert parsed.count == (None if wire.version_of(golden) == 1 else 3)
     assert stored["lines"][0] == {"v": 1, "level": "fine", "bucket": "2031-02-03T04:05:00Z", "count": 3}

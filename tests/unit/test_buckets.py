@@ -21,6 +21,7 @@ from delayed_delivery.buckets import (
     dispatch_window,
     object_key,
     parse_object_key,
+    parse_object_key_count,
 )
 from delayed_delivery.errors import ConfigurationError, InvalidMessageError
 from delayed_delivery.settings import DelayedDeliverySettings
@@ -181,11 +182,15 @@ def test_object_key_is_derived_from_the_ids_and_due_times_only() -> None:
     bucket = BucketKey(FINE, datetime(2031, 2, 3, 4, 5, tzinfo=UTC))
     entries = [("b", 2), ("a", 1)]
     key = object_key("delayed/buckets", bucket, entries)
-    assert key == f"delayed/buckets/fine/2031-02-03T04:05:00Z/{content_hash(entries)}.jsonl.gz"
+    assert key == f"delayed/buckets/fine/2031-02-03T04:05:00Z/{content_hash(entries)}-2.jsonl.gz"
     assert key == object_key("delayed/buckets", bucket, list(reversed(entries)))  # a retry overwrites itself
     assert key != object_key("delayed/buckets", bucket, [("a", 1), ("b", 3)])
     assert content_hash([("a", 1)]) != content_hash([("a", 1), ("b", 2)])
     assert parse_object_key(key) == ("delayed/buckets", bucket, content_hash(entries))
+    assert parse_object_key_count(key).count == 2  # key v2 carries the count
+    v1 = f"delayed/buckets/fine/2031-02-03T04:05:00Z/{content_hash(entries)}.jsonl.gz"
+    assert parse_object_key_count(v1) == ("delayed/buckets", bucket, content_hash(entries), None)
+    assert parse_object_key(v1) == parse_object_key(key)
     for prefix in ("", "/x", "x/", "a//b", "a b"):
         with pytest.raises(ConfigurationError):
             object_key(prefix, bucket, entries)
