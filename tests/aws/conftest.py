@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from delayed_delivery.aws.cancellations import (
+    CACHE_SECONDS_ENV,
+    TABLE_ENV,
+    DynamoDbCancellationStore,
+    ensure_cancellation_table,
+)
 from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller, RequestCounter
+from tests.aws.test_cancel_dynamodb import dynamodb_client
 from tests.fixtures.moto import queue_depth as queue_depth  # re-exported for the aws tests
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
 #: Time compression: the 900 s native cap and FIFO hop become 2 s.
@@ -69,8 +77,10 @@ def make_poller(
     """Start a local event source on ``orders-delay.fifo`` that invokes the real Lambda handler."""
     started: list[LocalEventSourcePoller] = []
 
-    def make(**kwargs: Any) -> LocalEventSourcePoller:
-        handler = build_handler(handler_env(settings), sqs_client=sqs)
+    def make(
+        *, env: Mapping[str, str] | None = None, dynamodb: DynamoDBClient | None = None, **kwargs: Any
+    ) -> LocalEventSourcePoller:
+        handler = build_handler({**handler_env(settings), **(env or {})}, sqs_client=sqs, dynamodb_client=dynamodb)
         poller = LocalEventSourcePoller(sqs, endpoint.delay_url, endpoint.delay_arn, handler, **kwargs)
         started.append(poller.start())
         return poller
@@ -80,6 +90,30 @@ def make_poller(
         poller.stop()
     for poller in started:  # a handler crash or a failing poll would otherwise go unnoticed
         assert (poller.stats.handler_errors, poller.stats.poll_errors) == (0, 0), poller.stats
+
+
+#: The cancellation table of the cancel / reschedule tests.
+CANCELLATION_TABLE = "cancellations"
+StartPoller = Callable[..., LocalEventSourcePoller]
+
+
+@pytest.fixture
+def records(moto_endpoint: str) -> DynamoDbCancellationStore:
+    """The cancellation table on moto."""
+    client = dynamodb_client(moto_endpoint)
+    ensure_cancellation_table(client, CANCELLATION_TABLE)
+    return DynamoDbCancellationStore(client, CANCELLATION_TABLE)
+
+
+@pytest.fixture
+def start_poller(make_poller: Callable[..., LocalEventSourcePoller], moto_endpoint: str) -> StartPoller:
+    """Start the local event source with the real handler reading the cancellation table (no cache)."""
+
+    def start(dynamodb: DynamoDBClient | None = None) -> LocalEventSourcePoller:
+        env = {TABLE_ENV: CANCELLATION_TABLE, CACHE_SECONDS_ENV: "0"}
+        return make_poller(env=env, dynamodb=dynamodb or dynamodb_client(moto_endpoint))
+
+    return start
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,68 +5,28 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from delayed_delivery.aws.cancellations import (
-    CACHE_SECONDS_ENV,
-    TABLE_ENV,
     DynamoDbCancellationStore,
-    ensure_cancellation_table,
 )
-from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.cancellations import cancel_request, reschedule_request
-from delayed_delivery.settings import DelayedDeliverySettings
-from delayed_delivery.testing.aws import LocalEventSourcePoller
-from tests.aws.conftest import collect, handler_env, queue_depth
+from tests.aws.conftest import StartPoller, collect, queue_depth
 from tests.aws.test_cancel_dynamodb import dynamodb_client
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
 pytestmark = pytest.mark.moto
 
 SLACK = 3.5
 EPSILON = 0.25
-TABLE = "cancellations"
-
-StartPoller = Callable[..., LocalEventSourcePoller]
-
-
-@pytest.fixture
-def records(moto_endpoint: str) -> DynamoDbCancellationStore:
-    """The cancellation table on moto."""
-    client = dynamodb_client(moto_endpoint)
-    ensure_cancellation_table(client, TABLE)
-    return DynamoDbCancellationStore(client, TABLE)
-
-
-@pytest.fixture
-def start_poller(
-    sqs: SQSClient, settings: DelayedDeliverySettings, endpoint: EndpointQueues, moto_endpoint: str
-) -> Iterator[StartPoller]:
-    """Start the local event source with the real handler reading ``TABLE`` (no cache: compressed time)."""
-    started: list[LocalEventSourcePoller] = []
-
-    def start(dynamodb: DynamoDBClient | None = None) -> LocalEventSourcePoller:
-        env = {**handler_env(settings), TABLE_ENV: TABLE, CACHE_SECONDS_ENV: "0"}
-        handler = build_handler(env, sqs_client=sqs, dynamodb_client=dynamodb or dynamodb_client(moto_endpoint))
-        poller = LocalEventSourcePoller(sqs, endpoint.delay_url, endpoint.delay_arn, handler)
-        started.append(poller.start())
-        return poller
-
-    yield start
-    for poller in started:
-        poller.stop()
-    for poller in started:
-        assert (poller.stats.handler_errors, poller.stats.poll_errors) == (0, 0), poller.stats
 
 
 def _now() -> datetime:

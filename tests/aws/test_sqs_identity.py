@@ -5,33 +5,25 @@ messages sent before the request (a record for an id nobody has pending never to
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from delayed_delivery.aws.cancellations import (
-    CACHE_SECONDS_ENV,
-    TABLE_ENV,
     DynamoDbCancellationStore,
-    ensure_cancellation_table,
 )
-from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.packing import PackedMessage, content_fingerprint, decode_envelope, envelope_body, envelope_id
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender, deduplication_id, hop_of, sent_of
 from delayed_delivery.cancellations import BINDING_ALLOWANCE, cancel_request, reschedule_request
 from delayed_delivery.settings import DelayedDeliverySettings
-from delayed_delivery.testing.aws import LocalEventSourcePoller
-from tests.aws.conftest import collect, handler_env, queue_depth
-from tests.aws.test_cancel_dynamodb import dynamodb_client
+from tests.aws.conftest import StartPoller, collect, queue_depth
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 SLACK = 3.5
-TABLE = "cancellations"
 FP = "0123456789ab"
 #: 2026-01-01T00:00:00Z in epoch ms.
 SENT_MS = 1_767_225_600_000
@@ -149,38 +141,6 @@ def test_a_batch_of_other_content_under_the_same_ids_is_not_dropped(
     assert queue_depth(sqs, endpoint.delay_url) == 1  # the same batch again: the same envelope
     sender.send_delayed_batch([DelayedSend("orders", f"v2 {i}", "1d", message_id=i) for i in ids]).raise_for_failures()
     assert queue_depth(sqs, endpoint.delay_url) == 2
-
-
-StartPoller = Callable[[], LocalEventSourcePoller]
-
-
-@pytest.fixture
-def records(moto_endpoint: str) -> DynamoDbCancellationStore:
-    """The cancellation table on moto."""
-    client = dynamodb_client(moto_endpoint)
-    ensure_cancellation_table(client, TABLE)
-    return DynamoDbCancellationStore(client, TABLE)
-
-
-@pytest.fixture
-def start_poller(
-    sqs: SQSClient, settings: DelayedDeliverySettings, endpoint: EndpointQueues, moto_endpoint: str
-) -> Iterator[StartPoller]:
-    """Start the local event source with the real handler reading ``TABLE`` (no cache)."""
-    started: list[LocalEventSourcePoller] = []
-
-    def start() -> LocalEventSourcePoller:
-        env = {**handler_env(settings), TABLE_ENV: TABLE, CACHE_SECONDS_ENV: "0"}
-        handler = build_handler(env, sqs_client=sqs, dynamodb_client=dynamodb_client(moto_endpoint))
-        poller = LocalEventSourcePoller(sqs, endpoint.delay_url, endpoint.delay_arn, handler)
-        started.append(poller.start())
-        return poller
-
-    yield start
-    for poller in started:
-        poller.stop()
-    for poller in started:
-        assert (poller.stats.handler_errors, poller.stats.poll_errors) == (0, 0), poller.stats
 
 
 @pytest.mark.moto
