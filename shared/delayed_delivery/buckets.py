@@ -267,7 +267,7 @@ class ParsedKey(NamedTuple):
     prefix: str
     bucket: BucketKey
     content_hash: str
-    count: int | None
+    message_count: int | None
 
 
 def parse_object_key_count(key: str) -> ParsedKey:

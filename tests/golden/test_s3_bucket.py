@@ -90,5 +90,5 @@ def test_bucket_reader_reads_every_golden_object(golden: str) -> None:
     assert stored["key"].startswith(f"{PREFIX}/fine/2031-02-03T04:05:00Z/")
     parsed = parse_object_key_count(stored["key"])  # v1 keys carry no count, v2 keys the count of messages
     assert (parsed.prefix, parsed.bucket) == (PREFIX, BUCKET)
-    assert parsed.count == (None if wire.version_of(golden) == 1 else 3)
+    assert parsed.message_count == (None if wire.version_of(golden) == 1 else 3)
     assert stored["lines"][0] == {"v": 1, "level": "fine", "bucket": "2031-02-03T04:05:00Z", "count": 3}

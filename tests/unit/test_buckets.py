@@ -187,7 +187,7 @@ def test_object_key_is_derived_from_the_ids_and_due_times_only() -> None:
     assert key != object_key("delayed/buckets", bucket, [("a", 1), ("b", 3)])
     assert content_hash([("a", 1)]) != content_hash([("a", 1), ("b", 2)])
     assert parse_object_key(key) == ("delayed/buckets", bucket, content_hash(entries))
-    assert parse_object_key_count(key).count == 2  # key v2 carries the count
+    assert parse_object_key_count(key).message_count == 2  # key v2 carries the count
     v1 = f"delayed/buckets/fine/2031-02-03T04:05:00Z/{content_hash(entries)}.jsonl.gz"
     assert parse_object_key_count(v1) == ("delayed/buckets", bucket, content_hash(entries), None)
     assert parse_object_key(v1) == parse_object_key(key)
