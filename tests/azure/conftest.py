@@ -41,6 +41,14 @@ def queues(azurite: Azurite) -> QueueServiceClient:
 
 
 @pytest.fixture
+def queue(queues: QueueServiceClient) -> str:
+    """A fresh, empty queue on Azurite (its name)."""
+    name = new_name("q")
+    queues.create_queue(name)
+    return name
+
+
+@pytest.fixture
 def blobs(azurite: Azurite) -> BlobServiceClient:
     """Blob service client on Azurite."""
     return BlobServiceClient.from_connection_string(azurite.connection_string)

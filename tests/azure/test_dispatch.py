@@ -51,13 +51,6 @@ def msg(i: int, queue: str, due: datetime, **kw: Any) -> DelayedMessage:
     return DelayedMessage(f"m-{i}", queue, f"body {i}".encode(), due, **kw)
 
 
-@pytest.fixture
-def queue(queues: QueueServiceClient) -> str:
-    name = new_name("q")
-    queues.create_queue(name)
-    return name
-
-
 def test_timer_function_dispatches_due_rows_and_keeps_future_ones(
     azurite: Azurite, queues: QueueServiceClient, queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -36,13 +36,6 @@ def due_rows(store: TableDelayedMessageStore) -> dict[str, Any]:
 
 
 @pytest.fixture
-def queue(queues: QueueServiceClient) -> str:
-    name = new_name("q")
-    queues.create_queue(name)
-    return name
-
-
-@pytest.fixture
 def requests_sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     """Counts the HTTP requests leaving this process, by service port (the real calls still go to Azurite)."""
     counts: Counter[str] = Counter()

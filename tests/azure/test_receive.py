@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,24 +27,16 @@ from delayed_delivery.dispatcher import Dispatcher
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.sqlite_store import SqliteDelayedMessageStore
-from tests.azure.conftest import make_store, new_name
+from tests.azure.conftest import new_name
 from tests.fixtures.azurite import Azurite
 
 pytestmark = pytest.mark.azurite
 
 
 @pytest.fixture
-def queue(queues: QueueServiceClient) -> str:
-    name = new_name("q")
-    queues.create_queue(name)
-    return name
-
-
-@pytest.fixture
-def store(azurite: Azurite) -> Iterator[TableDelayedMessageStore]:
-    s = make_store(azurite.connection_string, new_name())
-    yield s
-    s.drop()
+def store(table_store: TableDelayedMessageStore) -> TableDelayedMessageStore:
+    """The empty table store of this module's tests."""
+    return table_store
 
 
 def _receive(queues: QueueServiceClient, name: str, *, expect: int, timeout: float) -> list[DeliveredMessage]:

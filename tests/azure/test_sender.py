@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,17 +31,9 @@ pytestmark = pytest.mark.azurite
 
 
 @pytest.fixture
-def queue(queues: QueueServiceClient) -> str:
-    name = new_name("q")
-    queues.create_queue(name)
-    return name
-
-
-@pytest.fixture
-def store(azurite: Azurite) -> Iterator[TableDelayedMessageStore]:
-    s = make_store(azurite.connection_string, new_name())
-    yield s
-    s.drop()
+def store(table_store: TableDelayedMessageStore) -> TableDelayedMessageStore:
+    """The empty table store of this module's tests."""
+    return table_store
 
 
 def sender(
