@@ -32,7 +32,7 @@ DELIVERY_HEADER = HEADER_PREFIX + "Delivery"
 #: Longest header value written or read.
 MAX_DELIVERY_CHARS = 512
 #: The routes a message can take.
-ROUTES = frozenset({"native", "fifo", "envelope", "table", "store"})
+ROUTES = frozenset({"native", "fifo", "envelope", "table", "store", "buckets"})
 #: Fields of a ``DeliveredMessage`` set by the broker: a sender cannot forge them.
 BROKER_FIELDS = ("body", "received_at", "broker_sent_at")
 
