@@ -44,6 +44,7 @@ __all__ = [
     "InMemoryCancellationStore",
     "cancel_request",
     "reschedule_request",
+    "tier_record_ttl",
 ]
 
 #: How long a record lives if nothing applies it: 5 days (a message passes the function at least every 12 h, the
@@ -136,8 +137,9 @@ def cancel_request(
     max_native_delay: int,
     max_age: float,
     due: datetime | None = None,
+    ttl: timedelta = RECORD_TTL,
 ) -> Cancellation:
-    """A cancel record; raises ``InvalidMessageError`` when ``due`` shows the message is already out of reach."""
+    """A cancel record living ``ttl``; raises ``InvalidMessageError`` when ``due`` shows it is already out of reach."""
     now = utc(now)
     if due is not None:
         left = (utc(due) - now).total_seconds()
@@ -150,15 +152,35 @@ def cancel_request(
                 f"already wait out its final native delay on {endpoint!r}, where SQS cannot recall it; "
                 "have the consumer drop it by id"
             )
-    return Cancellation(endpoint, message_id, CancellationKind.CANCEL, now, now + RECORD_TTL)
+    return Cancellation(endpoint, message_id, CancellationKind.CANCEL, now, now + _positive(ttl))
 
 
-def reschedule_request(endpoint: str, message_id: str, due_at: datetime, *, now: datetime) -> Cancellation:
-    """A reschedule record moving ``message_id`` to ``due_at`` (at most 100 years ahead)."""
+def reschedule_request(
+    endpoint: str, message_id: str, due_at: datetime, *, now: datetime, ttl: timedelta = RECORD_TTL
+) -> Cancellation:
+    """A reschedule record moving ``message_id`` to ``due_at`` (at most 100 years ahead), living ``ttl``."""
     now, due_at = utc(now), utc(due_at)
     if due_at - now > MAX_DELAY:
         raise InvalidMessageError(f"new due time {due_at.isoformat()} is more than 100 years away")
-    return Cancellation(endpoint, message_id, CancellationKind.RESCHEDULE, now, now + RECORD_TTL, due_at)
+    return Cancellation(endpoint, message_id, CancellationKind.RESCHEDULE, now, now + _positive(ttl), due_at)
+
+
+def tier_record_ttl(now: datetime, due: datetime | None = None) -> timedelta:
+    """How long a record for a message in the time-bucket tier lives: until it is applied at the message's dispatch.
+
+    The tier applies a record only when the message's bucket is cascaded or dispatched, which may be up to 100 years
+    away: the record lives until ``RECORD_TTL`` after ``due`` when the due time is known, else 100 years plus
+    ``RECORD_TTL``. Applied records are deleted at once.
+    """
+    if due is None:
+        return MAX_DELAY + RECORD_TTL
+    return max(RECORD_TTL, utc(due) - utc(now) + RECORD_TTL)
+
+
+def _positive(ttl: timedelta) -> timedelta:
+    if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
+        raise InvalidMessageError(f"a record's time to live must be a positive timedelta, got {ttl!r}")
+    return ttl
 
 
 #: ``on_error(operation, error)``: operation is ``"lookup"`` or ``"delete"``.

@@ -7,7 +7,9 @@ Table (the CDK stack creates it; ``ensure_cancellation_table`` does on emulators
      "requested_at": "<ISO-8601>", "expires_at": 1767225600, "due_at": "<ISO-8601>" (reschedule only)}
 
 The requeue function reads one endpoint's items with one eventually consistent ``Query`` per cache period and
-deletes an applied item with a ``DeleteItem`` conditioned on its ``requested_at`` (a newer request stays).
+deletes an applied item with a ``DeleteItem`` conditioned on its ``requested_at`` (a newer request stays). The
+time-bucket tier's timer reads the same items; a record written for it only lives longer (``tier_record_ttl``), so
+every item reads the same. ``every`` lists the table for operators (``pending``).
 botocore errors become the package's errors here; a missing table is a ``ConfigurationError``.
 """
 
@@ -104,6 +106,21 @@ class DynamoDbCancellationStore:
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         except (ClientError, BotoCoreError) as exc:
             raise _translate(exc, f"reading the cancellation records of {endpoint!r}", self.table) from exc
+
+    def every(self, limit: int = 1_000) -> tuple[list[Cancellation], bool]:
+        """Up to ``limit`` records of every endpoint (a paged Scan: for operators) and whether more were left."""
+        found: list[Cancellation] = []
+        kwargs: dict[str, Any] = {"TableName": self.table}
+        try:
+            while len(found) < limit:
+                page = self.client.scan(**kwargs, Limit=min(1_000, limit - len(found)))
+                found.extend(r for r in (_record(item) for item in page.get("Items", [])) if r is not None)
+                if "LastEvaluatedKey" not in page:
+                    return found, False
+                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        except (ClientError, BotoCoreError) as exc:
+            raise _translate(exc, "reading the cancellation records", self.table) from exc
+        return found[:limit], True
 
     def delete(self, records: Sequence[Cancellation]) -> None:
         """Delete each record unless it was replaced by a newer request (then that one stays)."""

@@ -98,10 +98,27 @@ class RouteOptions:
             "DELAYED_DELIVERY_ENDPOINT",
         ),
     ] = ""
+    bucket_name: Annotated[
+        str | None,
+        _route_option(
+            "--bucket-name",
+            "aws: the time-bucket tier's S3 bucket: exact pending for bucketed messages, cancel / reschedule records "
+            "kept until dispatch (env DELAYED_DELIVERY_BUCKET_NAME).",
+            "DELAYED_DELIVERY_BUCKET_NAME",
+        ),
+    ] = None
+    bucket_prefix: Annotated[
+        str | None,
+        _route_option(
+            "--bucket-prefix",
+            "aws: key prefix of the tier's objects (default delayed-delivery/buckets).",
+            "DELAYED_DELIVERY_BUCKET_PREFIX",
+        ),
+    ] = None
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False
 
     def open(self) -> OperatorRoute:
-        """The cloud route when ``--cloud`` is given, else the ``--store`` route."""
+        """The cloud route when ``--cloud`` is given (with the tier when ``--bucket-name``), else ``--store``."""
         if self.cloud is None:
             if self.local:
                 raise UsageError("--local needs --cloud aws or --cloud azure")
@@ -109,6 +126,10 @@ class RouteOptions:
         cloud = CloudOptions(
             self.cloud, self.local, self.endpoint_url, self.region, self.connection_string, self.endpoint
         )
+        if self.cloud == "aws" and self.bucket_name and self.bucket_name.strip():
+            from delayed_delivery.app.routes.buckets import open_bucket_route
+
+            return open_bucket_route(cloud, self.bucket_name.strip(), self.bucket_prefix)
         return open_route(cloud, None)
 
     def print(self, document: dict[str, Any], text: str) -> None:
@@ -238,18 +259,22 @@ def pending(
 ) -> None:
     """Show the backlog by due hour or day, the next due time and the oldest overdue message.
 
-    Exact for SQL stores and the Azure delays table; on SQS, approximate counts from queue attributes.
+    Exact for SQL stores and the Azure delays table; on SQS, approximate counts from queue attributes; with the
+    S3 time-bucket tier (--bucket-name), exact counts of the tier's messages from the object listing.
 
     Examples:
       delayed-delivery pending --store sqlite:///delays.db --by hour
       delayed-delivery pending --cloud azure --local --endpoint shop --json
       delayed-delivery pending --cloud aws --local
+      delayed-delivery pending --cloud aws --local --bucket-name delays --by hour
     """
     if by not in ("hour", "day"):
         raise UsageError("--by must be hour or day")
     report = route.open().pending(3600 if by == "hour" else 86_400, queue=queue)
     if route.as_json:
         console.print_json(json.dumps(report.as_dict()))
+    elif getattr(report, "census", None) is not None:
+        _print_tier(report, by)
     elif report.queues is not None:
         _print_queue_depths(report)
     else:
@@ -295,6 +320,45 @@ def _print_backlog(report: PendingReport, by: str) -> None:
         console.print(f"[dim]limits: {report.limits}[/dim]", highlight=False)
 
 
+def _print_tier(report: PendingReport, by: str) -> None:
+    """AWS with the time-bucket tier: the tier's exact table, its live records, then the FIFO route's counts."""
+    from delayed_delivery.app.routes.buckets import BucketPendingReport
+
+    assert isinstance(report, BucketPendingReport) and report.census is not None
+    census, overdue = report.census, report.census.oldest_overdue
+    late = f"{_bucket_text(overdue)}, {format_duration(census.oldest_overdue_seconds)} past its end" if overdue else "-"
+    console.print(
+        f"time-bucket tier s3://{report.bucket_name}/{report.prefix}: {census.describe_total()} message(s) in "
+        f"{census.objects} object(s) ({census.fine_messages} in fine buckets, {census.coarse_messages} in coarse)\n"
+        f"next due bucket: {_bucket_text(census.next_due)}   oldest overdue: {late}",
+        highlight=False,
+    )
+    table = Table(title=f"time-bucket tier by due {by} (exact, from the object listing)")
+    for col in (by, "messages", "fine", "coarse", "objects"):
+        table.add_column(col, justify="left" if col == by else "right")
+    for row in census.rows[:48]:
+        label = row.start.strftime("%Y-%m-%d %H:00" if by == "hour" else "%Y-%m-%d")
+        count = f"≥ {row.messages}" if row.uncounted_objects else str(row.messages)
+        table.add_row(label, count, str(row.fine_messages), str(row.coarse_messages), str(row.objects))
+    if len(census.rows) > 48:
+        table.caption = f"… {len(census.rows) - 48} more rows (use --json for all)"
+    console.print(table)
+    more = " (more not listed)" if report.records_truncated else ""
+    console.print(f"cancel / reschedule records waiting: {len(report.records)}{more}", highlight=False)
+    for r in report.records[:20]:
+        moved = f" → {r.due_at.isoformat()}" if r.due_at else ""
+        console.print(f"  {r.kind.value} {r.message_id} on {r.endpoint}{moved}", highlight=False)
+    if report.queues:
+        _print_queue_depths(report)
+        return
+    _print_error_queue(report)
+    console.print(f"[dim]limits: {report.limits}[/dim]", highlight=False)
+
+
+def _bucket_text(bucket: Any) -> str:
+    return "-" if bucket is None else f"{bucket.level} {bucket.start.isoformat()}"
+
+
 def _print_error_queue(report: PendingReport) -> None:
     if report.error_queue_messages is not None:
         console.print(f"error queue {report.error_queue!r}: {report.error_queue_messages} message(s)", highlight=False)
@@ -307,14 +371,17 @@ def cancel(
     due: Annotated[
         str | None,
         typer.Option(
-            "--due", help="aws: the message's due time (ISO-8601), if known: says for sure if it is too late."
+            "--due",
+            "--at",
+            help="aws: the message's due time (ISO-8601), if known: says for sure if it is too late.",
         ),
     ] = None,
 ) -> None:
     """Cancel a delayed message that has not been delivered yet (SQL stores and the Azure table: exact).
 
     On SQS a record is written and the message is dropped at its next hop, unless it already waits out its
-    final native delay (due within 15 minutes).
+    final native delay (due within 15 minutes). With the time-bucket tier (--bucket-name) the record is kept until
+    the message's bucket is dispatched; --at warns when it may already be on its way.
 
     Examples:
       delayed-delivery cancel 3f2c… --store sqlite:///delays.db
@@ -324,6 +391,9 @@ def cancel(
     opened = route.open()
     result = opened.cancel(message_id, to=to, due=_instant(due, "--due") if due is not None else None)
     if result.record is not None:
+        warning = getattr(result, "warning", None)
+        if warning:
+            err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
         route.print(result.as_dict(), f"cancel of {message_id} accepted (route: aws): {result.record.note}")
         return
     if not result.cancelled:
@@ -341,7 +411,8 @@ def reschedule(
     """Move a pending message to a new due time (SQL stores and the Azure table: exact).
 
     On SQS a record is written and the message moves at its next hop, unless it already waits out its final
-    native delay (due within 15 minutes).
+    native delay (due within 15 minutes). With the time-bucket tier (--bucket-name) the record is kept until the
+    message's bucket is cascaded or dispatched; a time in the past is refused.
 
     Examples:
       delayed-delivery reschedule 3f2c… --delay 3d --store sqlite:///delays.db

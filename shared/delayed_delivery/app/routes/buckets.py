@@ -1,0 +1,285 @@
+"""The SQS route with the S3 time-bucket tier (``--cloud aws --bucket-name B``): exact pending for bucketed messages
+from the object listing, and cancel / reschedule records that live until the tier's timer applies them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import chain
+from typing import TYPE_CHECKING, Any
+
+from delayed_delivery.app.routes.base import (
+    LOCAL_MOTO_URL,
+    BacklogBucket,
+    CancelResult,
+    CloudOptions,
+    PendingReport,
+    RecordReceipt,
+    RescheduleResult,
+)
+from delayed_delivery.app.routes.sqs import FAIL_FAST, SqsOperatorRoute, _binding, _queue, cli_region
+from delayed_delivery.clock import SystemClock, utc
+from delayed_delivery.errors import DestinationNotFoundError, InvalidMessageError
+
+if TYPE_CHECKING:
+    from delayed_delivery.aws.buckets.config import BucketTierConfig
+    from delayed_delivery.aws.buckets.store import S3BucketStore
+    from delayed_delivery.aws.cancellations import DynamoDbCancellationStore
+    from delayed_delivery.bucket_census import BucketCensus, CensusPeriod
+    from delayed_delivery.cancellations import Cancellation
+
+__all__ = [
+    "MAX_LISTED_RECORDS",
+    "BucketCancelResult",
+    "BucketPendingReport",
+    "BucketTierRoute",
+    "open_bucket_route",
+]
+
+#: ``pending`` lists at most this many live cancel / reschedule records (the table holds only unapplied ones).
+MAX_LISTED_RECORDS = 1_000
+PER_DESTINATION = (
+    "not available: the counts come from the object keys alone, and an object holds messages for many destinations; "
+    "counting per destination would mean reading every object's body"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BucketPendingReport(PendingReport):
+    """``pending`` on AWS with the tier: the tier's exact census beside the FIFO route's approximate queue counts."""
+
+    census: BucketCensus | None = None
+    bucket_name: str = ""
+    prefix: str = ""
+    records: tuple[Cancellation, ...] = ()
+    records_truncated: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``pending --json`` document: the SQS one plus ``buckets``."""
+        d = PendingReport.as_dict(self)
+        assert self.census is not None
+        d["buckets"] = {
+            "bucket_name": self.bucket_name,
+            "prefix": self.prefix,
+            **self.census.as_dict(),
+            "per_destination": PER_DESTINATION,
+            "records": [_record_dict(r) for r in self.records],
+            "records_truncated": self.records_truncated,
+        }
+        return d
+
+
+def _record_dict(record: Cancellation) -> dict[str, Any]:
+    return {
+        "endpoint": record.endpoint,
+        "message_id": record.message_id,
+        "kind": record.kind.value,
+        "requested_at": record.requested_at.isoformat(),
+        "expires_at": record.expires_at.isoformat(),
+        "due_at": record.due_at.isoformat() if record.due_at else None,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class BucketCancelResult(CancelResult):
+    """A cancel record on AWS with the tier, with a warning when the message may already be on its way."""
+
+    warning: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``cancel --json`` document, with ``warning``."""
+        return {**CancelResult.as_dict(self), "warning": self.warning}
+
+
+class BucketTierRoute(SqsOperatorRoute):
+    """``SqsOperatorRoute`` plus the tier: exact counts from the S3 listing, records that wait for the dispatch."""
+
+    def __init__(self, options: CloudOptions, bucket_name: str, prefix: str | None = None) -> None:
+        from delayed_delivery.aws.buckets.config import BUCKET_NAME_ENV, BUCKET_PREFIX_ENV, BucketTierConfig
+        from delayed_delivery.aws.buckets.store import S3BucketStore
+
+        super().__init__(options)
+        env = {**os.environ, BUCKET_NAME_ENV: bucket_name}
+        if prefix:
+            env[BUCKET_PREFIX_ENV] = prefix
+        self.config: BucketTierConfig = BucketTierConfig.from_env(env)
+        endpoint_url = options.endpoint_url or (LOCAL_MOTO_URL if options.local else None)
+        # moto serves S3 on the SQS port; AWS_ENDPOINT_URL_S3 splits them.
+        self.s3 = _s3_client(os.environ.get("AWS_ENDPOINT_URL_S3") or endpoint_url, options.region, options.local)
+        self.store: S3BucketStore = S3BucketStore.from_config(self.s3, self.config)
+
+    def pending(self, bucket_seconds: int, *, queue: str | None = None) -> PendingReport:
+        """The tier's exact census by hour or day (listing only) and live records, beside the FIFO queue counts."""
+        from delayed_delivery.bucket_census import take_census
+
+        period: CensusPeriod = "hour" if bucket_seconds <= 3600 else "day"
+        fifo = self._fifo_pending(bucket_seconds, queue)
+        census = take_census(
+            chain(self.store.objects("fine"), self.store.objects("coarse")),
+            SystemClock().now(),
+            period=period,
+            levels=self.config.levels,
+        )
+        records, truncated = self._live_records(queue)
+        return BucketPendingReport(
+            pending=fifo.pending + census.messages,
+            route="sqs-queue-attributes+s3-buckets",
+            cloud="aws",
+            backlog=tuple(BacklogBucket(row.start, row.messages) for row in census.rows),
+            next_due=census.next_due.start if census.next_due else None,
+            oldest_overdue_seconds=census.oldest_overdue_seconds,
+            queues=fifo.queues,
+            error_queue=fifo.error_queue,
+            error_queue_messages=fifo.error_queue_messages,
+            limits=_limits(census, queue),
+            census=census,
+            bucket_name=self.config.bucket_name,
+            prefix=self.config.prefix,
+            records=tuple(records),
+            records_truncated=truncated,
+        )
+
+    def _fifo_pending(self, bucket_seconds: int, queue: str | None) -> PendingReport:
+        """The FIFO route's counts; none for a queue without a ``-delay.fifo`` (it uses only the tier)."""
+        try:
+            return super().pending(bucket_seconds, queue=queue)
+        except DestinationNotFoundError:
+            if queue is None:
+                raise
+            return PendingReport(
+                pending=0, route="", queues=(), error_queue=self.settings.error_queue, error_queue_messages=None
+            )
+
+    def _live_records(self, queue: str | None) -> tuple[list[Cancellation], bool]:
+        """Unexpired records of ``queue`` (or of every queue, at most ``MAX_LISTED_RECORDS``); none without a table."""
+        from delayed_delivery.errors import ConfigurationError
+
+        store = self._table()
+        try:
+            found, truncated = (store.live(queue), False) if queue else store.every(MAX_LISTED_RECORDS)
+        except ConfigurationError:
+            return [], False  # no table: no records (cancel says how to create it)
+        now = SystemClock().now()
+        live = sorted((r for r in found if r.expires_at > now), key=lambda r: (r.endpoint, r.requested_at))
+        return live, truncated
+
+    def _table(self) -> DynamoDbCancellationStore:
+        from delayed_delivery.aws.cancellations import DEFAULT_TABLE, DynamoDbCancellationStore
+
+        return DynamoDbCancellationStore(self.dynamodb, self.config.cancellation_table or DEFAULT_TABLE)
+
+    def _tier_records(self, to: str) -> DynamoDbCancellationStore:
+        """The record table, after checking the S3 bucket, the destination queue ``to`` and the table exist."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from delayed_delivery.aws.sqs import translate_error
+
+        self.store.check()
+        try:
+            self.client.get_queue_url(QueueName=to)
+        except (ClientError, BotoCoreError) as exc:
+            error = translate_error(exc, f"looking up {to!r} at {self.where}")
+            if isinstance(error, DestinationNotFoundError):
+                raise DestinationNotFoundError(
+                    f"unknown queue {to!r} at {self.where}: no message is delayed for it (check --to)"
+                ) from exc
+            raise error from exc
+        store = self._table()
+        store.check()
+        return store
+
+    def _reach_seconds(self) -> float:
+        """Seconds before its due time a message may have left for its destination (the tier's, or both routes')."""
+        from delayed_delivery.aws.cancellations import cache_seconds_from_env
+
+        tier = self.config.levels.dispatch_lead_seconds + self.config.levels.fine_seconds
+        if self.settings.long_delay_route == "buckets":
+            return float(tier)
+        return float(max(tier, self.settings.max_native_delay + cache_seconds_from_env(os.environ)))
+
+    def cancel(self, message_id: str, *, to: str | None = None, due: datetime | None = None) -> CancelResult:
+        """Write a cancel record living until the message's dispatch; warn when ``due`` is within the reach."""
+        from delayed_delivery.cancellations import cancel_request, tier_record_ttl
+        from delayed_delivery.durations import format_duration
+
+        to = _queue(to)
+        store = self._tier_records(to)
+        now = SystemClock().now()
+        record = cancel_request(to, message_id, now=now, max_native_delay=0, max_age=0, ttl=tier_record_ttl(now, due))
+        store.put(record)
+        reach = self._reach_seconds()
+        warning = None
+        if due is not None and (utc(due) - now).total_seconds() <= reach:
+            warning = (
+                f"{message_id!r} is due {utc(due).isoformat()}, within {format_duration(reach)} of now: it may already "
+                f"be on its way to {to!r} and then is delivered; have the consumer drop it by id"
+            )
+        note = (
+            "it is dropped when its time bucket is cascaded or dispatched (or at its next hop on the FIFO route); "
+            f"the record lives until then ({record.expires_at.date().isoformat()})"
+        )
+        receipt = RecordReceipt(to, store.table, record.expires_at, note + _binding(record.requested_at))
+        certain = due is not None and warning is None
+        return BucketCancelResult(message_id, "aws", False, receipt, certain, warning)
+
+    def reschedule(self, message_id: str, due: datetime, *, to: str | None = None) -> RescheduleResult:
+        """Write a reschedule record, refused for a time in the past; it lives until the message's dispatch."""
+        from delayed_delivery.cancellations import reschedule_request, tier_record_ttl
+
+        to = _queue(to)
+        now = SystemClock().now()
+        if utc(due) <= now:
+            raise InvalidMessageError(
+                f"new due time {utc(due).isoformat()} is in the past (now {now.isoformat()}): give a later --at or a "
+                "--delay, or cancel it"
+            )
+        store = self._tier_records(to)
+        record = reschedule_request(to, message_id, due, now=now, ttl=tier_record_ttl(now))
+        store.put(record)
+        note = (
+            "it moves when its time bucket is cascaded (up to a coarse bucket before its old due time) or dispatched, "
+            "or at its next hop on the FIFO route; a new due time sooner than that is met then, late"
+        )
+        receipt = RecordReceipt(to, store.table, record.expires_at, note + _binding(record.requested_at))
+        return RescheduleResult(message_id, "aws", utc(due), moved=False, record=receipt)
+
+
+def _limits(census: BucketCensus, queue: str | None) -> str:
+    """What ``pending`` says it cannot know."""
+    parts = [
+        f"time-bucket tier: {census.describe_total()} message(s), exact, from the object listing (no body read)",
+        f"per destination: {PER_DESTINATION}" + (f", so --queue {queue!r} filters only the records" if queue else ""),
+        "a coarse bucket's messages are due anywhere in it (shown in the row where it starts)",
+        "the FIFO route's counts ('hop cycle', 'final native delay') are approximate SQS attributes",
+    ]
+    if not census.exact:
+        parts.insert(1, f"{census.uncounted_objects} object(s) have keys without a count (written before key v2)")
+    return "; ".join(parts) + "."
+
+
+def _s3_client(endpoint_url: str | None, region: str | None, local: bool) -> Any:
+    """A quick-to-give-up S3 client; path-style addressing on an explicit endpoint (emulators)."""
+    import boto3
+    from botocore.config import Config
+
+    key = "testing" if local and not os.environ.get("AWS_ACCESS_KEY_ID") else None
+    style: dict[str, Any] = {"s3": {"addressing_style": "path"}} if endpoint_url else {}
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=cli_region(endpoint_url, region, local=local),
+        aws_access_key_id=key,
+        aws_secret_access_key=key,
+        config=Config(**FAIL_FAST, **style),
+    )
+
+
+def open_bucket_route(options: CloudOptions, bucket_name: str, prefix: str | None = None) -> BucketTierRoute:
+    """The AWS route with the tier; ``ConfigurationError`` without the aws extra."""
+    from delayed_delivery.errors import ConfigurationError
+
+    try:
+        return BucketTierRoute(options, bucket_name, prefix)
+    except ImportError as exc:
+        raise ConfigurationError("the aws route needs the aws extra: pip install 'delayed-delivery[aws]'") from exc

@@ -1,0 +1,177 @@
+"""The AWS operator route with the time-bucket tier on moto: exact pending from the listing, records kept until
+dispatch, refusals and warnings; the records' time to live in the core."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from delayed_delivery.app.routes.base import CloudOptions
+from delayed_delivery.app.routes.buckets import PER_DESTINATION, BucketPendingReport, BucketTierRoute
+from delayed_delivery.aws.buckets.store import S3BucketStore
+from delayed_delivery.aws.cancellations import TABLE_ENV, DynamoDbCancellationStore, ensure_cancellation_table
+from delayed_delivery.bucket_format import BucketMessage
+from delayed_delivery.buckets import FINE, BucketKey, BucketLevel
+from delayed_delivery.cancellations import (
+    RECORD_TTL,
+    CancellationKind,
+    cancel_request,
+    reschedule_request,
+    tier_record_ttl,
+)
+from delayed_delivery.durations import MAX_DELAY
+from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError, InvalidMessageError
+from tests.aws.test_cancel_dynamodb import dynamodb_client
+
+pytestmark = pytest.mark.moto
+
+TABLE = "tier-cancellations"
+PREFIX = "delayed-delivery/buckets"
+
+
+@pytest.fixture
+def route(moto_endpoint: str, tier_bucket: str, sqs: Any, monkeypatch: pytest.MonkeyPatch) -> BucketTierRoute:
+    """The route on moto with default bucket sizes, the table created and an ``orders`` queue."""
+    monkeypatch.setenv(TABLE_ENV, TABLE)
+    for name in ("DELAYED_DELIVERY_BUCKET_PREFIX", "DELAYED_DELIVERY_LONG_DELAY_ROUTE"):
+        monkeypatch.delenv(name, raising=False)
+    ensure_cancellation_table(dynamodb_client(moto_endpoint), TABLE)
+    sqs.create_queue(QueueName="orders")
+    return BucketTierRoute(CloudOptions("aws", endpoint_url=moto_endpoint, region="us-east-1"), tier_bucket)
+
+
+@pytest.fixture
+def table(moto_endpoint: str) -> DynamoDbCancellationStore:
+    return DynamoDbCancellationStore(dynamodb_client(moto_endpoint), TABLE)
+
+
+def _message(n: int, due: datetime, destination: str = "orders") -> BucketMessage:
+    return BucketMessage(f"m-{n:04d}", destination, b"x", int(due.timestamp() * 1000))
+
+
+def test_pending_counts_exactly_from_the_listing(route: BucketTierRoute, s3: Any, tier_bucket: str) -> None:
+    store = S3BucketStore(s3, tier_bucket, PREFIX, BucketLevel())
+    now = datetime.now(UTC)
+    store.write_due([_message(i, now + timedelta(minutes=30)) for i in range(3)], now)  # fine
+    store.write_due([_message(10 + i, now + timedelta(days=3), "billing") for i in range(5)], now)  # coarse
+    late = BucketKey(FINE, (now - timedelta(hours=1)).replace(second=0, microsecond=0))
+    store.write(late, [_message(20, late.start)])
+    calls: list[str] = []
+    s3.meta.events.register("before-send.s3.GetObject", lambda **kw: calls.append("get"))
+
+    report = route.pending(3600)
+
+    assert isinstance(report, BucketPendingReport) and report.census is not None
+    census = report.census
+    assert (census.messages, census.fine_messages, census.coarse_messages, census.objects) == (9, 4, 5, 3)
+    assert census.exact and calls == []  # no body read
+    assert census.next_due == late and census.oldest_overdue == late
+    assert census.oldest_overdue_seconds >= 60 * 59
+    assert report.pending == 9 and report.oldest_overdue_seconds == census.oldest_overdue_seconds
+    doc = report.as_dict()
+    assert doc["buckets"]["messages"] == 9 and doc["buckets"]["per_destination"] == PER_DESTINATION
+    assert doc["buckets"]["bucket_name"] == tier_bucket and doc["backlog"][0]["count"] == 1
+    assert "per destination: not available" in (report.limits or "")
+
+
+def test_a_v1_key_makes_the_total_a_lower_bound(route: BucketTierRoute, s3: Any, tier_bucket: str) -> None:
+    start = (datetime.now(UTC) + timedelta(minutes=5)).replace(second=0, microsecond=0)
+    digest = hashlib.sha256(b"v1").hexdigest()
+    s3.put_object(Bucket=tier_bucket, Key=f"{PREFIX}/fine/{start.strftime('%Y-%m-%dT%H:%M:%SZ')}/{digest}.jsonl.gz")
+    report = route.pending(86_400)
+    assert isinstance(report, BucketPendingReport) and report.census is not None
+    assert report.census.uncounted_objects == 1 and report.census.describe_total() == "at least 0"
+    assert "keys without a count" in (report.limits or "")
+
+
+def test_cancel_writes_a_record_living_until_dispatch(route: BucketTierRoute, table: DynamoDbCancellationStore) -> None:
+    result = route.cancel("m-1", to="orders")
+    (record,) = table.live("orders")
+    assert record.kind is CancellationKind.CANCEL and record.message_id == "m-1"
+    assert record.expires_at - record.requested_at >= MAX_DELAY  # no due time: it may wait up to 100 years
+    assert result.record is not None and abs((result.record.expires_at - record.expires_at).total_seconds()) < 1
+    assert "cascaded or dispatched" in result.record.note and not result.certain
+    assert result.as_dict()["warning"] is None
+
+
+def test_cancel_with_a_due_time_lives_until_just_after_it(
+    route: BucketTierRoute, table: DynamoDbCancellationStore
+) -> None:
+    due = datetime.now(UTC) + timedelta(days=40)
+    result = route.cancel("m-2", to="orders", due=due)
+    (record,) = table.live("orders")
+    assert abs((record.expires_at - (due + RECORD_TTL)).total_seconds()) <= 2
+    assert result.certain and result.as_dict()["warning"] is None
+
+
+def test_cancel_near_the_due_time_warns(route: BucketTierRoute, table: DynamoDbCancellationStore) -> None:
+    result = route.cancel("m-3", to="orders", due=datetime.now(UTC) + timedelta(minutes=5))
+    warning = result.as_dict()["warning"]
+    assert warning and "may already be on its way" in warning and not result.certain
+    assert [r.message_id for r in table.live("orders")] == ["m-3"]  # written all the same
+
+
+def test_cancel_for_an_unknown_queue_or_bucket_is_refused(route: BucketTierRoute, s3: Any, tier_bucket: str) -> None:
+    with pytest.raises(DestinationNotFoundError, match="unknown queue 'nope'"):
+        route.cancel("m-4", to="nope")
+    s3.delete_bucket(Bucket=tier_bucket)
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        route.cancel("m-4", to="orders")
+
+
+def test_reschedule_refuses_the_past_and_beyond_a_century(route: BucketTierRoute) -> None:
+    now = datetime.now(UTC)
+    with pytest.raises(InvalidMessageError, match="in the past"):
+        route.reschedule("m-5", now - timedelta(seconds=1), to="orders")
+    with pytest.raises(InvalidMessageError, match="100 years"):
+        route.reschedule("m-5", now + MAX_DELAY + timedelta(days=2), to="orders")
+
+
+def test_reschedule_writes_a_long_lived_record_and_pending_lists_it(
+    route: BucketTierRoute, table: DynamoDbCancellationStore
+) -> None:
+    due = datetime.now(UTC) + timedelta(days=90)
+    result = route.reschedule("m-6", due, to="orders")
+    route.cancel("m-7", to="orders")
+    (moved,) = [r for r in table.live("orders") if r.message_id == "m-6"]
+    assert moved.due_at == due and moved.expires_at - moved.requested_at > MAX_DELAY
+    assert result.record is not None and "late" in result.record.note
+    report = route.pending(86_400)
+    assert isinstance(report, BucketPendingReport)
+    assert [(r.message_id, r.kind.value) for r in report.records] == [("m-6", "reschedule"), ("m-7", "cancel")]
+    assert [r["message_id"] for r in report.as_dict()["buckets"]["records"]] == ["m-6", "m-7"]
+    only_billing = route.pending(86_400, queue="billing")
+    assert isinstance(only_billing, BucketPendingReport) and only_billing.records == ()
+
+
+def test_every_lists_all_endpoints_up_to_a_limit(table: DynamoDbCancellationStore, route: BucketTierRoute) -> None:
+    now = datetime.now(UTC)
+    for i in range(5):
+        table.put(cancel_request(f"q{i % 2}", f"id-{i}", now=now, max_native_delay=0, max_age=0))
+    found, more = table.every()
+    assert sorted(r.message_id for r in found) == [f"id-{i}" for i in range(5)] and not more
+    some, more = table.every(limit=2)
+    assert len(some) == 2 and more
+
+
+def test_records_ttl_in_the_core() -> None:
+    now = datetime(2031, 1, 1, tzinfo=UTC)
+    assert tier_record_ttl(now) == MAX_DELAY + RECORD_TTL
+    assert tier_record_ttl(now, now + timedelta(days=400)) == timedelta(days=400) + RECORD_TTL
+    assert tier_record_ttl(now, now - timedelta(days=1)) == RECORD_TTL  # never shorter than the FIFO route's
+    plain = cancel_request("q", "a", now=now, max_native_delay=900, max_age=60)
+    assert plain.expires_at == now + RECORD_TTL  # the default is unchanged
+    long = reschedule_request("q", "a", now + timedelta(days=1), now=now, ttl=timedelta(days=1000))
+    assert long.expires_at == now + timedelta(days=1000)
+    with pytest.raises(InvalidMessageError, match="positive"):
+        cancel_request("q", "a", now=now, max_native_delay=0, max_age=0, ttl=timedelta(0))
+
+
+def test_an_old_record_reads_unchanged(table: DynamoDbCancellationStore, route: BucketTierRoute) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    old = cancel_request("orders", "legacy", now=now, max_native_delay=900, max_age=60)
+    table.put(old)
+    assert table.live("orders") == [old]
