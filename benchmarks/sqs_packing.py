@@ -21,15 +21,16 @@ Scheduler ($1 per million invocations).
 end (every message delivered). Time is compressed further than a hop: hop and native cap 1 s (900 s real),
 ``max_park_seconds`` 12 (12 hops; the real default of 43,200 s is 48 hops), visibility timeout 1 s. Two delays,
 ``PARK_DELAYS`` (30 and 78 hops), each run ``runs`` times, all messages on one endpoint (``PARK_ENDPOINTS``: the
-sender's envelopes of 50 fill whole receive batches of 10, as on a busy queue). What the handler did is counted
-per message (parks, hops) from its results. Solving "billed requests per message = c_park × parks + c_hop ×
-hops" over the two delays gives what one park and one hop (the ones around the parks) cost per message. The
-real-scale cost of a delay is those two figures times the parks and hops of ``planning.sqs_park_schedule`` under
-the real policy (900 s hops, 12 h parks, 14-day retention, 180 s visibility), plus the measured first send and
-one standard send. Empty receives are left out of that fit: a parked queue is mostly idle and the local event
-sources poll it every second, so their empty receives grow with the run's length, not with the messages (a real
-event source's idle polling is a fixed cost per queue, about 15 requests a minute); the raw figures with them
-are reported beside.
+sender's envelopes of 50 fill whole receive batches of 10, as on a busy queue). Every request is counted per step
+(``benchmarks.costs.fifo``): a park is its ``ChangeMessageVisibilityBatch`` plus the receive that brings the
+envelope back (``ApproximateReceiveCount`` > 1, its share of the receive's billed chunks by bytes); a hop is the
+FIFO send, the receive of the new message and its delete; the first send and the final send to the destination
+are apart. Each is divided by how often the handler did it (its outcomes, per message), per run, so the figures
+are medians, min and max over the runs, not a fit. The real-scale cost of a delay is those figures times the parks
+and hops of ``planning.sqs_park_schedule`` under the real policy (900 s hops, 12 h parks, 14-day retention), plus
+the counted first send (FIFO) and final send (standard). Empty receives (the local event sources poll an idle
+queue every second; a real event source's idle polling is a fixed cost per queue) and queue look-ups are
+reported per run, beside.
 
 Run: ``python -m benchmarks.sqs_packing [--smoke] [--runs 5] [--messages 500] [--endpoints 10] [--hops 10]
 [--only parked]``. Starts its own moto server unless ``MOTO_ENDPOINT`` is set. Figures: benchmarks/aws.md.
@@ -42,6 +43,7 @@ import statistics
 from typing import Any
 
 from benchmarks.common import Row, print_table, write_json
+from benchmarks.costs.fifo import PARK_HOP, PARK_MAX, measure_parked, parked_steps
 from benchmarks.sqs_hops import _moto, measure, quiet_handler_output
 from delayed_delivery.aws.packing import DEFAULT_PACK_BYTES
 from delayed_delivery.cost import (
@@ -64,8 +66,6 @@ CONFIGS = {
 }
 
 
-#: Parked configuration: compressed hop (s), longest park (s), the FIFO queues' visibility timeout (s).
-PARK_HOP, PARK_MAX, PARK_VISIBILITY = 1, 12, 1
 #: The two delays of the parked runs, in hops (each message is due ``hops × hop + 1`` s after its send).
 PARK_DELAYS = (30, 78)
 #: Parked runs put all messages on one endpoint: the sender's envelopes of 50 then fill whole batches of 10, as
@@ -75,35 +75,12 @@ PARK_ENDPOINTS = 1
 REAL_POLICY = SqsParkPolicy()
 
 
-def parked_counts(counts: dict[str, Any]) -> dict[str, float]:
-    """Per message: billed hop-path requests (with and without empty receives), parks, hops, first send."""
-    n = float(counts["messages"])
-    outcomes = counts["outcomes"]
-    return {
-        "billed": counts["hop_billed_requests"] / n,
-        "billed_busy": (counts["hop_billed_requests"] - counts["empty_receives"]) / n,
-        "parks": outcomes.get("parked", 0) / n,
-        "hops": (outcomes.get("requeued", 0) + outcomes.get("forwarded", 0)) / n,
-        "first_send": counts["send_billed_requests"] / n,
-        "hop_equivalents": float(counts["planned_hops"] + 1),
-    }
-
-
-def fit_park_costs(short: dict[str, float], long: dict[str, float]) -> tuple[float, float]:
-    """(c_park, c_hop): billed requests per message per park and per hop, solved from two delays (no empties)."""
-    det = short["parks"] * long["hops"] - long["parks"] * short["hops"]
-    if abs(det) < 1e-9:
-        raise ValueError("the two parked runs made the same parks and hops per message: nothing to solve")
-    c_park = (short["billed_busy"] * long["hops"] - long["billed_busy"] * short["hops"]) / det
-    c_hop = (short["parks"] * long["billed_busy"] - long["parks"] * short["billed_busy"]) / det
-    return c_park, c_hop
-
-
-def parked_usd_per_million(seconds: int, c_park: float, c_hop: float, first_send: float) -> float:
-    """USD per million messages parked at real scale: parks and hops of the real schedule, first and last send."""
+def parked_usd_per_million(seconds: int, steps: dict[str, float]) -> float:
+    """USD per million messages parked at real scale: the real schedule's parks and hops at the counted per-park and
+    per-hop requests, the counted first send (FIFO) and final send (standard)."""
     schedule = sqs_park_schedule(seconds, REAL_POLICY)
-    fifo = schedule.parks * c_park + schedule.hops * c_hop + first_send
-    return (fifo * FIFO_PRICE_PER_REQUEST + STANDARD_PRICE_PER_REQUEST) * 1e6
+    fifo = schedule.parks * steps["per_park"] + schedule.hops * steps["per_hop"] + steps["first_send_per_message"]
+    return (fifo * FIFO_PRICE_PER_REQUEST + steps["final_send_per_message"] * STANDARD_PRICE_PER_REQUEST) * 1e6
 
 
 def per_hop(counts: dict[str, Any], *, billed: bool = False, minus_empty: bool = False) -> float:
@@ -135,14 +112,14 @@ def usd_per_million(seconds: int, requests_per_hop: float, first_send_per_messag
     return (estimate.dollars + first_send_per_message * FIFO_PRICE_PER_REQUEST) * 1e6
 
 
-def cost_rows(figures: dict[str, tuple[float, float]], parked: tuple[float, float, float] | None = None) -> list[Row]:
+def cost_rows(figures: dict[str, tuple[float, float]], parked: dict[str, float] | None = None) -> list[Row]:
     """Dollars per million messages per delay: each measured configuration, parked, NServiceBus, Scheduler."""
     scheduler = SCHEDULER_PRICE_PER_INVOCATION * 1e6
     rows: list[Row] = []
     for label, seconds in DELAYS.items():
         dollars = {what: usd_per_million(seconds, hop, send) for what, (hop, send) in figures.items()}
         if parked is not None:
-            dollars["parked"] = parked_usd_per_million(seconds, *parked)
+            dollars["parked"] = parked_usd_per_million(seconds, parked)
         dollars["nservicebus_formula"] = fifo_cycle_cost(seconds) * 1e6
         for what, value in dollars.items():
             rows.append(
@@ -158,106 +135,81 @@ def cost_rows(figures: dict[str, tuple[float, float]], parked: tuple[float, floa
     return rows
 
 
-def parked_rows(parked: dict[int, list[dict[str, Any]]]) -> tuple[list[Row], tuple[float, float, float]]:
-    """Rows of the parked runs (per delay, and the fitted per-park and per-hop costs) and (c_park, c_hop, send)."""
+#: Per-step figures of the parked runs: (step key of ``parked_steps``, metric suffix, unit).
+PARKED_STEP_ROWS = (
+    ("per_park", "billed_requests_per_message_per_park", "requests"),
+    ("visibility_per_park", "visibility_change_requests_per_message_per_park", "requests"),
+    ("return_receive_per_park", "return_receive_billed_requests_per_message_per_park", "requests"),
+    ("per_hop", "billed_requests_per_message_per_hop", "requests"),
+    ("fifo_send_per_hop", "fifo_send_billed_requests_per_message_per_hop", "requests"),
+    ("arrival_receive_per_hop", "arrival_receive_billed_requests_per_message_per_hop", "requests"),
+    ("delete_per_hop", "delete_requests_per_message_per_hop", "requests"),
+    ("first_send_per_message", "first_send_billed_requests_per_message", "requests"),
+    ("final_send_per_message", "final_send_billed_requests_per_message", "requests"),
+    ("parks_per_message", "parks_per_message", "parks"),
+    ("hops_per_message", "hops_per_message", "hops"),
+    ("empty_receives_per_run", "empty_receives_per_run", "requests"),
+    ("lost", "delivery_lost", "messages"),
+    ("duplicates", "delivery_duplicates", "messages"),
+)
+
+
+def parked_rows(parked: dict[int, list[dict[str, Any]]]) -> tuple[list[Row], dict[str, float]]:
+    """Rows of the parked runs, each step counted per run (no fit), and the medians over every parked run."""
     rows: list[Row] = []
-    medians: dict[int, dict[str, float]] = {}
+    every: list[dict[str, float]] = []
     for hops, samples in parked.items():
-        per = [parked_counts(c) for c in samples]
-        medians[hops] = {k: statistics.median(p[k] for p in per) for k in per[0]}
+        per = [parked_steps(c) for c in samples]
+        every += per
         note = (
             f"{samples[0]['messages']} messages of {BODY_BYTES} B due {hops + 1} s (hop {PARK_HOP} s, parks ≤ "
-            f"{PARK_MAX} s), {samples[0]['endpoints']} endpoints, {len(samples)} runs, end to end"
+            f"{PARK_MAX} s), {samples[0]['endpoints']} endpoints, {len(samples)} runs, end to end, counted per step"
         )
         rows += [
-            Row(
-                NAME,
-                f"parked_{hops}_hops_billed_requests_per_message",
-                "requests",
-                tuple(p["billed"] for p in per),
-                notes=note,
-            ),
-            Row(
-                NAME,
-                f"parked_{hops}_hops_billed_requests_per_message_without_empty_receives",
-                "requests",
-                tuple(p["billed_busy"] for p in per),
-            ),
-            Row(
-                NAME,
-                f"parked_{hops}_hops_billed_requests_per_message_per_hop_equivalent",
-                "requests",
-                tuple(p["billed"] / p["hop_equivalents"] for p in per),
-                "packed hopping: one hop per hop",
-                None,
-            ),
-            Row(
-                NAME,
-                f"parked_{hops}_hops_billed_requests_per_message_per_hop_equivalent_without_empty_receives",
-                "requests",
-                tuple(p["billed_busy"] / p["hop_equivalents"] for p in per),
-            ),
-            Row(NAME, f"parked_{hops}_hops_parks_per_message", "parks", tuple(p["parks"] for p in per)),
-            Row(NAME, f"parked_{hops}_hops_hops_per_message", "hops", tuple(p["hops"] for p in per)),
-            Row(
-                NAME,
-                f"parked_{hops}_hops_first_send_billed_requests_per_message",
-                "requests",
-                tuple(p["first_send"] for p in per),
-            ),
-            Row(
-                NAME,
-                f"parked_{hops}_hops_visibility_changes_per_message",
-                "requests",
-                tuple(c["hop_requests"].get("ChangeMessageVisibilityBatch", 0) / c["messages"] for c in samples),
-            ),
-            Row(
-                NAME,
-                f"parked_{hops}_hops_in_flight_reads",
-                "requests",
-                tuple(float(c["in_flight_reads"]) for c in samples),
-            ),
-            Row(
-                NAME,
-                f"parked_{hops}_hops_delivery_lost",
-                "messages",
-                tuple(float(c["messages"] - c["delivered"]) for c in samples),
-            ),
-            Row(
-                NAME,
-                f"parked_{hops}_hops_delivery_duplicates",
-                "messages",
-                tuple(float(c["duplicates"]) for c in samples),
-            ),
+            Row(NAME, f"parked_{hops}_hops_{metric}", unit, tuple(p[key] for p in per), notes=note if i == 0 else "")
+            for i, (key, metric, unit) in enumerate(PARKED_STEP_ROWS)
+        ]
+        rows.append(
             Row(
                 NAME,
                 f"parked_{hops}_hops_delivery_early",
                 "messages",
                 tuple(float(sum(1 for x in c["lateness_s_sorted"] or [] if x < -0.25)) for c in samples),
-            ),
-        ]
-    short, long = (medians[h] for h in sorted(medians))
-    c_park, c_hop = fit_park_costs(short, long)
-    send = statistics.median(m["first_send"] for m in medians.values())
+            )
+        )
+    medians = {k: statistics.median(p[k] for p in every) for k in every[0]}
     rows += [
         Row(
             NAME,
             "parked_billed_requests_per_message_per_park",
             "requests",
-            (c_park,),
-            notes="fitted from the two parked delays (medians), empty receives left out",
+            tuple(p["per_park"] for p in every),
+            notes="counted per step over every parked run: the visibility change and the receive that brings the "
+            "envelope back, per message-park",
         ),
         Row(
             NAME,
             "parked_billed_requests_per_message_per_hop",
             "requests",
-            (c_hop,),
-            notes="the hops around parks: the first and post-park requeues and the forward",
+            tuple(p["per_hop"] for p in every),
+            notes="counted per step: the FIFO send, the receive of the new message and its delete, per message-hop",
+        ),
+        Row(
+            NAME,
+            "parked_first_send_billed_requests_per_message",
+            "requests",
+            tuple(p["first_send_per_message"] for p in every),
+        ),
+        Row(
+            NAME,
+            "parked_final_send_billed_requests_per_message",
+            "requests",
+            tuple(p["final_send_per_message"] for p in every),
         ),
     ]
     for label, seconds in DELAYS.items():
         schedule = sqs_park_schedule(seconds, REAL_POLICY)
-        total = schedule.parks * c_park + schedule.hops * c_hop
+        total = schedule.parks * medians["per_park"] + schedule.hops * medians["per_hop"]
         rows.append(
             Row(
                 NAME,
@@ -269,7 +221,7 @@ def parked_rows(parked: dict[int, list[dict[str, Any]]]) -> tuple[list[Row], tup
                 f"{schedule.parks} parks of ≤ 12 h and {schedule.hops} hops (planning.sqs_park_schedule)",
             )
         )
-    return rows, (c_park, c_hop, send)
+    return rows, medians
 
 
 def parked_delivery_rows(delivery: dict[str, Any]) -> list[Row]:
@@ -439,20 +391,8 @@ def run(
     parked_delivery: dict[str, Any] = {}
 
     def park(n: int, endpoints: int, delay: int, endpoint: str) -> dict[str, Any]:
-        """One parked delivery run: packed sender and handler, short hops, parks of at most ``PARK_MAX``."""
-        return measure(
-            n,
-            endpoints,
-            delay,
-            PARK_HOP,
-            endpoint,
-            deliver=True,
-            pack_bytes=DEFAULT_PACK_BYTES,
-            body_bytes=BODY_BYTES,
-            sender_pack_bytes=DEFAULT_PACK_BYTES,
-            max_park_seconds=PARK_MAX,
-            visibility_timeout=PARK_VISIBILITY,
-        )
+        """One parked delivery run (packed sender and handler, short hops, parks ≤ ``PARK_MAX``), counted per step."""
+        return measure_parked(n, endpoints, delay, endpoint)
 
     with _moto() as endpoint:
         for _ in range(runs):
