@@ -333,7 +333,7 @@ def _print_tier(report: PendingReport, by: str) -> None:
         f"next due bucket: {_bucket_text(census.next_due)}   oldest overdue: {late}",
         highlight=False,
     )
-    table = Table(title=f"time-bucket tier by due {by} (exact, from the object listing)")
+    table = Table(title=f"tier by due {by} (exact)")
     for col in (by, "messages", "fine", "coarse", "objects"):
         table.add_column(col, justify="left" if col == by else "right")
     for row in census.rows[:48]:

@@ -1,0 +1,94 @@
+"""``pending`` / ``cancel`` / ``reschedule --cloud aws --bucket-name`` on moto: the tier's exact table from the listing,
+the records, the warning near the due time and the one-line refusals."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from delayed_delivery.aws.buckets.store import S3BucketStore
+from delayed_delivery.aws.cancellations import TABLE_ENV, ensure_cancellation_table
+from delayed_delivery.bucket_format import BucketMessage
+from delayed_delivery.buckets import BucketLevel
+from tests.aws.buckets.conftest import s3 as s3  # the S3 client fixture on moto
+from tests.aws.test_cancel_dynamodb import dynamodb_client
+from tests.cli.conftest import ok_json, one_line_error, run
+
+pytestmark = pytest.mark.moto
+
+BUCKET = "cli-tier-bucket"
+TABLE = "cli-tier-records"
+
+
+@pytest.fixture
+def aws(moto_endpoint: str, s3: Any, sqs: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A bucket with 4 fine and 6 coarse messages, a table, an ``orders`` queue; the route's options."""
+    monkeypatch.setenv(TABLE_ENV, TABLE)
+    for name in ("DELAYED_DELIVERY_BUCKET_NAME", "DELAYED_DELIVERY_BUCKET_PREFIX", "DELAYED_DELIVERY_LONG_DELAY_ROUTE"):
+        monkeypatch.delenv(name, raising=False)
+    s3.create_bucket(Bucket=BUCKET)
+    ensure_cancellation_table(dynamodb_client(moto_endpoint), TABLE)
+    sqs.create_queue(QueueName="orders")
+    now = datetime.now(UTC)
+    store = S3BucketStore(s3, BUCKET, levels=BucketLevel())
+    due = [now + timedelta(hours=2)] * 4 + [now + timedelta(days=5)] * 6
+    store.write_due([BucketMessage(f"m{i}", "orders", b"x", int(d.timestamp() * 1000)) for i, d in enumerate(due)], now)
+    return ["--cloud", "aws", "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+
+
+def test_pending_json_has_the_exact_census(aws: list[str]) -> None:
+    data = ok_json("pending", *aws, "--bucket-name", BUCKET, "--by", "hour")
+    tier = data["buckets"]
+    assert (tier["messages"], tier["fine_messages"], tier["coarse_messages"], tier["exact"]) == (10, 4, 6, True)
+    assert tier["by"] == "hour" and tier["next_due_bucket"]["level"] == "fine" and tier["oldest_overdue_seconds"] == 0
+    assert tier["per_destination"].startswith("not available") and tier["records"] == []
+    assert data["pending"] == 10 and data["route"] == "sqs-queue-attributes+s3-buckets"
+    assert sum(row["count"] for row in data["backlog"]) == 10
+
+
+def test_pending_text_from_the_environment(aws: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DELAYED_DELIVERY_BUCKET_NAME", BUCKET)
+    result = run("pending", *aws)
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.stdout.split())
+    assert f"time-bucket tier s3://{BUCKET}/delayed-delivery/buckets: 10 message(s)" in out
+    assert "4 in fine buckets, 6 in coarse" in out and "oldest overdue: -" in out
+    assert "per destination: not available" in out and "cancel / reschedule records waiting: 0" in out
+
+
+def test_without_the_tier_pending_stays_approximate(aws: list[str]) -> None:
+    data = ok_json("pending", *aws)
+    assert "buckets" not in data and data["route"] == "sqs-queue-attributes"
+
+
+def test_cancel_and_reschedule_show_in_pending(aws: list[str]) -> None:
+    tier = [*aws, "--bucket-name", BUCKET]
+    cancelled = ok_json("cancel", "m1", *tier, "--to", "orders")
+    assert cancelled["requested"] == "cancel" and cancelled["warning"] is None and cancelled["table"] == TABLE
+    assert cancelled["record_expires_at"] > "2100"
+    moved = ok_json("reschedule", "m2", *tier, "--to", "orders", "--delay", "3d")
+    assert moved["requested"] == "reschedule" and "cascaded" in moved["note"]
+    records = ok_json("pending", *tier)["buckets"]["records"]
+    assert sorted((r["message_id"], r["kind"]) for r in records) == [("m1", "cancel"), ("m2", "reschedule")]
+
+
+def test_cancel_at_a_near_due_time_warns(aws: list[str]) -> None:
+    soon = (datetime.now(UTC) + timedelta(minutes=3)).isoformat()
+    result = run("cancel", "m3", *aws, "--bucket-name", BUCKET, "--to", "orders", "--at", soon)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith("warning:") and "may already be on its way" in result.stderr
+    assert "cancel of m3 accepted" in result.stdout
+
+
+def test_reschedule_into_the_past_is_one_line(aws: list[str]) -> None:
+    past = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    result = run("reschedule", "m4", *aws, "--bucket-name", BUCKET, "--to", "orders", "--at", past)
+    one_line_error(result, "is in the past")
+    far = (datetime.now(UTC) + timedelta(days=365 * 101)).isoformat()
+    one_line_error(run("reschedule", "m4", *aws, "--bucket-name", BUCKET, "--to", "orders", "--at", far), "100-year")
+
+
+def test_a_missing_bucket_is_one_line(aws: list[str]) -> None:
+    one_line_error(run("pending", *aws, "--bucket-name", "no-such-tier-bucket"), "no-such-tier-bucket")
