@@ -42,6 +42,8 @@ class SqsRoute(StrEnum):
 
     NATIVE = "native"
     FIFO = "fifo"
+    #: The S3 time-bucket tier (``long_delay_route``): the sender picks it, ``plan_sqs_delay`` never does.
+    BUCKETS = "buckets"
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,9 @@ for the same destination into envelopes (``packing.py``, the requeue function's 
 batch again within 5 minutes repeats the same envelopes and FIFO drops the ones already accepted. A refused
 envelope lists every message inside it in ``failures``; ``BatchSendResult.raise_for_failures`` turns them into
 one error naming them. ``send_delayed`` (one message) never packs.
+
+``long_delay_route`` (``fifo`` by default) may send delays past the cap to the S3 time-bucket tier instead: its
+ingest queue, packed in ingest envelopes (``aws/buckets/sender.py``, docs/buckets.md); the receipt says ``buckets``.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from ..headers import DELAY_SECONDS_ATTRIBUTE
 from ..naming import sqs_delay_queue_name, validate_sqs_queue_name
 from ..planning import SqsRoute, plan_sqs_delay
 from ..settings import DelayedDeliverySettings
+from .buckets.sender import BucketSend, BucketSendLeg
 from .packing import (
     DEFAULT_PACK_BYTES,
     FINGERPRINT_CHARS,
@@ -219,6 +223,8 @@ class SqsDelayedSender:
         self.directory = directory or QueueDirectory(client)
         self.pack_bytes = pack_bytes
         self.clock = clock or SystemClock()
+        #: Delays past the cap that ``long_delay_route`` sends to the time-bucket tier (aws/buckets/sender.py).
+        self.buckets = BucketSendLeg(client, self.settings, self.directory, self.clock)
 
     def send_delayed(
         self,
@@ -231,6 +237,11 @@ class SqsDelayedSender:
     ) -> SendReceipt:
         """Deliver ``body`` to the queue ``destination`` after ``delay`` (seconds, timedelta or e.g. ``"40d"``)."""
         prepared = self._prepare(DelayedSend(destination, body, delay, attributes, message_id), where="")
+        if prepared.receipt.route is SqsRoute.BUCKETS:
+            result = self.buckets.send([_bucket_send(prepared)])[prepared.receipt.message_id]
+            if result.error is not None:
+                raise result.error
+            return _with_sqs_id(prepared.receipt, result.sqs_message_id)
         entry = prepared.entry
         kwargs: dict[str, Any] = {"QueueUrl": prepared.queue_url, "MessageBody": entry["MessageBody"]}
         for key in ("MessageAttributes", "DelaySeconds", "MessageGroupId", "MessageDeduplicationId"):
@@ -264,6 +275,15 @@ class SqsDelayedSender:
         receipts: list[SendReceipt] = []
         failures: dict[str, DelayedDeliveryError] = {}
         for url, group in by_queue.items():
+            if group[0].receipt.route is SqsRoute.BUCKETS:
+                sent = self.buckets.send([_bucket_send(p) for p in group])
+                for p in group:
+                    result = sent[p.receipt.message_id]
+                    if result.error is not None:
+                        failures[p.receipt.message_id] = result.error
+                    else:
+                        receipts.append(_with_sqs_id(p.receipt, result.sqs_message_id))
+                continue
             entries = [p.entry for p in group]
             envelopes: dict[str, list[_Prepared]] = {}
             if self.pack_bytes and len(group) >= 2 and group[0].receipt.route is SqsRoute.FIFO:
@@ -338,6 +358,8 @@ class SqsDelayedSender:
         message_id = _checked_message_id(message.message_id)
         attributes = normalize_attributes(message.attributes)
         route = plan.route
+        if route is SqsRoute.FIFO and self.buckets.takes(plan.delay_seconds):
+            route = SqsRoute.BUCKETS
         room = MAX_ATTRIBUTES - (1 if route is SqsRoute.FIFO else 0)
         if len(attributes) > room:
             raise InvalidMessageError(
@@ -360,12 +382,17 @@ class SqsDelayedSender:
         url, max_size = destination.url, destination.max_message_size
         if route is SqsRoute.FIFO:
             url, max_size = self._fifo_entry(entry, queue_name, attributes, message_id, plan.delay_seconds)
+        elif route is SqsRoute.BUCKETS:
+            send = BucketSend(message_id, message.destination, message.body, attributes, plan.delay_seconds)
+            ingest = self.buckets.check(send)
+            url, max_size, queue_name = ingest.url, ingest.max_message_size, ingest.name
         else:
             delivered = self._with_delivery(message_id, message.body, attributes, plan.delay_seconds, max_size)
             if delivered:
                 entry["MessageAttributes"] = delivered
             entry["DelaySeconds"] = plan.delay_seconds
-        receipt = SendReceipt(message_id, message.destination, queue_name, route, plan.delay_seconds, plan.fifo_cycles)
+        cycles = plan.fifo_cycles if route is SqsRoute.FIFO else 0
+        receipt = SendReceipt(message_id, message.destination, queue_name, route, plan.delay_seconds, cycles)
         return _Prepared(receipt, url, entry, attributes, max_size)
 
     def _with_delivery(
@@ -436,6 +463,11 @@ def _checked_message_id(message_id: str | None) -> str:
             "(it becomes the FIFO MessageGroupId)"
         )
     return message_id
+
+
+def _bucket_send(p: _Prepared) -> BucketSend:
+    r = p.receipt
+    return BucketSend(r.message_id, r.destination, p.entry["MessageBody"], p.attributes, r.delay_seconds)
 
 
 def _with_sqs_id(receipt: SendReceipt, sqs_message_id: str | None) -> SendReceipt:
