@@ -190,6 +190,17 @@ class S3BucketStore:
             return BucketContents(None, None, None, (), (), f"more than {MAX_DECODED_BYTES:,} bytes stored")
         return decode_bucket(data)
 
+    def set_aside(self, key: str) -> str:
+        """Copy the object at ``key`` under ``<prefix>/problems/`` (kept for an operator); the copy's key."""
+        copy = f"{self.prefix}/problems/{key.removeprefix(self.prefix + '/')}"
+        try:
+            self.client.copy_object(
+                Bucket=self.bucket_name, Key=copy, CopySource={"Bucket": self.bucket_name, "Key": key}
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(exc, f"set aside {key}") from exc
+        return copy
+
     def delete(self, keys: Sequence[str]) -> None:
         """Delete ``keys`` (DeleteObjects, up to 1,000 per call); a key already gone is not an error."""
         for start in range(0, len(keys), DELETE_BATCH):

@@ -1,0 +1,146 @@
+"""The timer on moto S3 + SQS over simulated time: every message once, never early; cancel, reschedule, duplicates."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+from delayed_delivery.aws.buckets.timer import TimerResult
+from delayed_delivery.buckets import COARSE, FINE
+from delayed_delivery.cancellations import (
+    CancellationCache,
+    InMemoryCancellationStore,
+    cancel_request,
+    reschedule_request,
+)
+from delayed_delivery.clock import ManualClock
+from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery
+from delayed_delivery.settings import DelayedDeliverySettings
+from tests.aws.buckets.timer_support import (
+    START,
+    Recorder,
+    drain,
+    make_store,
+    make_timer,
+    message,
+    queue_url,
+    run_for,
+    total,
+)
+
+
+def test_every_message_arrives_once_and_never_early(
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+) -> None:
+    clock = ManualClock(START)
+    orders = queue_url(sqs, "orders")
+    queue_url(sqs, "errors")
+    recorder = Recorder(clock).attach(sqs)
+    store = make_store(s3, tier_bucket, tier_settings)
+    batch = [message(n, START + timedelta(milliseconds=1_700 * n + 300)) for n in range(30)]  # 0.3 s to 49.6 s
+    written = store.write_due(batch, START)
+    assert {b.level for b in written} == {FINE, COARSE}  # some wait coarse first, then are split
+    results = run_for(make_timer(store, sqs, tier_settings, clock), clock, 55)
+    sent = recorder.to("orders")
+    assert sorted(s.message_id or "" for s in sent) == sorted(m.message_id for m in batch)  # each exactly once
+    due = {m.message_id: m.due_at for m in batch}
+    for s in sent:
+        assert s.arrives >= due[s.message_id or ""], s  # never early
+        assert s.arrives - due[s.message_id or ""] < timedelta(seconds=1)  # on time to the second
+        assert 0 <= s.delay_seconds <= 3
+    assert total(results, "dispatched") == 30 and total(results, "cascaded_messages") > 0
+    assert total(results, "to_error_queue") == 0 and total(results, "kept_for_retry") == 0
+    assert list(store.objects(FINE)) == [] and list(store.objects(COARSE)) == []
+    time.sleep(3.5)  # moto holds the real DelaySeconds
+    arrived = drain(sqs, orders)
+    assert sorted(m["Body"] for m in arrived) == sorted(m.body.decode() for m in batch)
+    first = next(m for m in arrived if m["Body"] == "body-0")
+    assert first["MessageAttributes"]["kind"]["StringValue"] == "k0"
+    info = decode_delivery(first["MessageAttributes"][DELIVERY_HEADER]["StringValue"])
+    assert (info.message_id, info.route, info.due_ms) == ("m-0", "buckets", batch[0].due_at_ms)
+
+
+def test_cancel_drops_one_and_reschedule_moves_one(
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+) -> None:
+    clock = ManualClock(START)
+    queue_url(sqs, "orders")
+    queue_url(sqs, "errors")
+    recorder = Recorder(clock).attach(sqs)
+    store = make_store(s3, tier_bucket, tier_settings)
+    sent_at = START - timedelta(seconds=5)
+    a, b, c = (message(n, START + timedelta(seconds=25 + n), sent=sent_at) for n in range(3))  # coarse
+    d = message(3, START + timedelta(seconds=5), sent=sent_at)  # fine: the record is checked at dispatch
+    store.write_due([a, b, c, d], START)
+    records = InMemoryCancellationStore()
+    records.put(cancel_request("orders", a.message_id, now=START, max_native_delay=2, max_age=0))
+    records.put(reschedule_request("orders", b.message_id, START + timedelta(seconds=42), now=START))
+    records.put(cancel_request("orders", d.message_id, now=START, max_native_delay=2, max_age=0))
+    late = message(9, START + timedelta(seconds=26), sent=START + timedelta(seconds=5))  # sent after: not bound
+    store.write_due([late], START)
+    records.put(cancel_request("orders", "m-9", now=START - timedelta(seconds=3), max_native_delay=2, max_age=0))
+    timer = make_timer(store, sqs, tier_settings, clock, CancellationCache(records, 0, clock=clock))
+    results = run_for(timer, clock, 50)
+    sent = {s.message_id: s for s in recorder.to("orders")}
+    assert set(sent) == {"m-1", "m-2", "m-9"}
+    assert sent["m-1"].arrives >= START + timedelta(seconds=42)
+    assert decode_delivery(sent["m-1"].attributes[DELIVERY_HEADER]["StringValue"]).due_ms == int(
+        (START + timedelta(seconds=42)).timestamp() * 1000
+    )
+    assert total(results, "cancelled") == 2 and total(results, "rescheduled") == 1
+    assert [r.message_id for r in records.live("orders")] == ["m-9"]  # applied records are deleted, others stay
+
+
+def test_duplicates_are_counted_and_a_conflict_goes_to_the_error_queue(
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+) -> None:
+    clock = ManualClock(START)
+    queue_url(sqs, "orders")
+    errors = queue_url(sqs, "errors")
+    recorder = Recorder(clock).attach(sqs)
+    store = make_store(s3, tier_bucket, tier_settings)
+    due = START + timedelta(seconds=3)
+    one, two = message(1, due), message(2, due)
+    first = message(3, due, body="first", sent=START - timedelta(seconds=2))
+    second = message(3, due, body="second", sent=START - timedelta(seconds=1))
+    store.write_due([one, two, first], START)
+    store.write_due([one, second], START)  # one again (a retried write), and another message under id m-3
+    results = run_for(make_timer(store, sqs, tier_settings, clock), clock, 4)
+    assert sorted(s.body for s in recorder.to("orders")) == ["body-1", "body-2", "first"]
+    assert total(results, "duplicates_skipped") == 1 and total(results, "to_error_queue") == 1
+    [rejected] = drain(sqs, errors)
+    assert rejected["Body"] == "second"
+    reason = rejected["MessageAttributes"]["DelayedDelivery.FailureReason"]["StringValue"]
+    assert "another message with id 'm-3'" in reason
+
+
+def test_a_missing_destination_goes_to_the_error_queue_with_a_reason(
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+) -> None:
+    clock = ManualClock(START)
+    errors = queue_url(sqs, "errors")
+    store = make_store(s3, tier_bucket, tier_settings)
+    store.write_due([message(1, START + timedelta(seconds=2), destination="nowhere")], START)
+    results = run_for(make_timer(store, sqs, tier_settings, clock), clock, 3)
+    assert total(results, "to_error_queue") == 1 and total(results, "dispatched") == 0
+    [rejected] = drain(sqs, errors)
+    attributes = rejected["MessageAttributes"]
+    assert "destination gone" in attributes["DelayedDelivery.FailureReason"]["StringValue"]
+    assert attributes["DelayedDelivery.OriginalDestination"]["StringValue"] == "nowhere"
+    assert attributes["kind"]["StringValue"] == "k1" and rejected["Body"] == "body-1"
+    assert list(store.objects(FINE)) == []
+
+
+def test_oldest_overdue_is_the_age_of_the_oldest_late_bucket(
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+) -> None:
+    clock = ManualClock(START + timedelta(seconds=30))
+    queue_url(sqs, "orders")
+    queue_url(sqs, "errors")
+    store = make_store(s3, tier_bucket, tier_settings)
+    store.write_due([message(1, START + timedelta(seconds=5, milliseconds=500))], START)
+    timer = make_timer(store, sqs, tier_settings, clock)
+    late = timer.run()
+    assert late.oldest_overdue_seconds == 24.0 and late.dispatched == 1
+    assert timer.run() == TimerResult()
