@@ -75,6 +75,23 @@ def sqs_envelope(client: SQSClient) -> dict[str, Any]:
     return {"sent": sent, "requeued": calls[1]}
 
 
+def sqs_ingest(client: SQSClient) -> dict[str, Any]:
+    """The bucket route (#17): one message and a batch sent to the tier's ingest queue in ingest envelopes."""
+    wire.create_queues(client)
+    client.create_queue(QueueName=wire.INGEST_QUEUE)
+    calls = wire.record_calls(client)
+    settings = DelayedDeliverySettings(long_delay_route="buckets", bucket_ingest_queue=wire.INGEST_QUEUE)
+    clock = ManualClock(datetime.fromtimestamp(wire.SENT_MS / 1000, UTC))
+    sender = SqsDelayedSender(client, settings, clock=clock)
+    sender.send_delayed(
+        wire.DESTINATION, wire.BODY, wire.LONG_DELAY, attributes=wire.ATTRIBUTES, message_id=wire.MESSAGE_ID
+    )
+    batch = [DelayedSend(wire.DESTINATION, body, wire.LONG_DELAY, attrs, mid) for mid, body, attrs in wire.BATCH]
+    sender.send_delayed_batch(batch).raise_for_failures()
+    single, packed = calls
+    return {"single": single, "batch": packed}
+
+
 def sqs_error_queue(client: SQSClient) -> dict[str, Any]:
     """A FIFO record without its control attribute, sent to the error queue with the reason attributes."""
     fifo = sqs_send(client)["fifo"]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from delayed_delivery.aws.buckets.ingest_format import INGEST_ATTRIBUTE, decode_ingest
 from delayed_delivery.aws.packing import (
     ENVELOPE_ATTRIBUTE,
     BadItem,
@@ -24,8 +25,10 @@ from delayed_delivery.aws.packing import (
 )
 from delayed_delivery.aws.requeue import HopOutcome
 from delayed_delivery.aws.sender import deduplication_id, sent_of
+from delayed_delivery.aws.sqs import normalize_attributes
 from delayed_delivery.azure import rows
 from delayed_delivery.azure.storage_queue import decode_envelope as decode_queue_text
+from delayed_delivery.bucket_format import BucketMessage
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
 from delayed_delivery.model import DelayedMessage
@@ -189,6 +192,27 @@ def test_requeue_unpacks_the_golden_envelope_and_forwards_each_message(sqs: SQSC
     assert sent == [(m.body, m.attributes, 60) for m in _batch_expected(1, 0)]
 
 
+@pytest.mark.parametrize("golden", wire.versions("sqs_ingest"))
+def test_decode_ingest_reads_the_golden_ingest_envelopes(golden: str) -> None:
+    stored = wire.load(golden)
+    due, sent = wire.SENT_MS + wire.LONG_DELAY * 1000, wire.SENT_MS
+    expected = {
+        "single": [BucketMessage(wire.MESSAGE_ID, "orders", wire.BODY.encode(), due, USER_ATTRIBUTES, 0, sent)],
+        "batch": [
+            BucketMessage(mid, "orders", body.encode(), due, normalize_attributes(attrs), 0, sent)
+            for mid, body, attrs in wire.BATCH
+        ],
+    }
+    for part, messages in expected.items():
+        assert stored[part]["Queue"] == wire.INGEST_QUEUE
+        [entry] = stored[part]["Entries"]
+        assert entry["MessageAttributes"] == {INGEST_ATTRIBUTE: {"DataType": "String", "StringValue": "1"}}
+        decoded = decode_ingest(entry["MessageBody"])
+        assert decoded == messages
+        for got, want in zip(decoded, messages, strict=True):
+            assert isinstance(got, BucketMessage) and dict(got.attributes) == dict(want.attributes)
+
+
 @pytest.mark.parametrize("golden", wire.versions("sqs_error_queue"))
 def test_error_queue_golden_names_the_reason_destination_and_time(golden: str) -> None:
     call = wire.load(golden)["error"]
@@ -315,6 +339,6 @@ def test_postgres_store_reads_a_golden_row(postgres_conninfo: str, postgres_tabl
 
 
 def test_every_kind_of_golden_exists() -> None:
-    kinds = ("sqs_send", "sqs_requeue", "sqs_envelope", "sqs_error_queue", "azure_queue", "azure_table")
+    kinds = ("sqs_send", "sqs_requeue", "sqs_envelope", "sqs_error_queue", "sqs_ingest", "azure_queue", "azure_table")
     for kind in (*kinds, "sqlite_row", "postgres_row"):
         assert wire.versions(kind), f"no golden file for {kind}: its reader tests would not run"

@@ -52,6 +52,11 @@ def test_sqs_envelopes_are_the_golden_ones(sqs: SQSClient) -> None:
 
 
 @pytest.mark.moto
+def test_sqs_ingest_envelopes_are_the_golden_ones(sqs: SQSClient) -> None:
+    _check("sqs_ingest", captures.sqs_ingest(sqs))
+
+
+@pytest.mark.moto
 def test_sqs_error_queue_attributes_are_the_golden_ones(sqs: SQSClient) -> None:
     _check("sqs_error_queue", captures.sqs_error_queue(sqs))
 

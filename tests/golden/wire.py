@@ -43,6 +43,9 @@ BATCH = (
     ("golden-batch-c", "third", {}),
 )
 
+#: The S3 time-bucket tier's ingest queue (sqs_ingest).
+INGEST_QUEUE = "delayed-delivery-ingest"
+
 #: The store messages (Azure queue, Azure table, SQL rows).
 STORE_ID = "golden-stored-1"
 STORE_DESTINATION = "orders"
