@@ -6,7 +6,9 @@ Context keys: ``endpoints`` (list of queue names or ``{"name", "existingQueueArn
 ``cancellationTable``, ``cancellationCacheSeconds``, ``maxParkSeconds`` (0 turns parking off), ``parkMaxInFlight``,
 ``kmsKey`` (``"create"`` or a key ARN; absent = SQS-managed encryption), ``delaySenders`` (role ARNs, ``*`` patterns
 allowed, that may send to every ``-delay.fifo``; each endpoint's ``senders`` add to it), ``exampleConsumer`` (true adds
-the example consumer, ``functions/aws/consumer.py``, on each endpoint's input queue).
+the example consumer, ``functions/aws/consumer.py``, on each endpoint's input queue), ``longDelayRoute`` (``fifo``,
+the default, or ``buckets`` / ``auto``, which deploy the S3 time-bucket tier) with ``bucketName``, ``bucketPrefix``,
+``bucketIngestQueue``, ``bucketFineSeconds``, ``bucketCoarseSeconds``, ``bucketDispatchLeadSeconds``.
 cdk-nag's AwsSolutions checks run on every synth; an unsuppressed finding fails it.
 """
 
@@ -50,6 +52,23 @@ def _flag(value: Any) -> bool:
     raise ValueError(f"context 'exampleConsumer' is true or false, not {value!r}")
 
 
+#: Context keys of the time-bucket tier -> ``TimeBucketTier`` arguments (and how to read them).
+_TIER_CONTEXT: dict[str, tuple[str, type]] = {
+    "bucketName": ("bucket_name", str),
+    "bucketPrefix": ("prefix", str),
+    "bucketIngestQueue": ("ingest_queue_name", str),
+    "bucketFineSeconds": ("fine_seconds", int),
+    "bucketCoarseSeconds": ("coarse_seconds", int),
+    "bucketDispatchLeadSeconds": ("dispatch_lead_seconds", int),
+}
+
+
+def _bucket_tier(app: cdk.App) -> dict[str, Any]:
+    """The tier's options given in context (the construct's defaults for the rest)."""
+    found = {key: _context(app, key, None) for key in _TIER_CONTEXT}
+    return {_TIER_CONTEXT[k][0]: _TIER_CONTEXT[k][1](v) for k, v in found.items() if v is not None}
+
+
 def build(app: cdk.App) -> DelayedDeliveryStack:
     """Instantiate the stack from the app's context."""
     raw = _context(app, "endpoints", ["orders"])
@@ -69,6 +88,8 @@ def build(app: cdk.App) -> DelayedDeliveryStack:
         kms_key=_context(app, "kmsKey", None),
         senders=_senders(_context(app, "delaySenders", [])),
         example_consumer=_flag(_context(app, "exampleConsumer", False)),
+        long_delay_route=str(_context(app, "longDelayRoute", "fifo")),
+        bucket_tier=_bucket_tier(app),
         description="Unrestricted SQS delayed delivery (delayed-delivery)",
     )
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
+from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
-from infra.aws.endpoint import METRICS_NAMESPACE
+from infra.aws.functions import powertools_function
 
 __all__ = ["CONSUMER_HANDLER", "ExampleConsumer"]
 
@@ -43,19 +42,6 @@ class ExampleConsumer(Construct):
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
     ) -> None:
         super().__init__(scope, construct_id)
-        timeout = Duration.seconds(30)
-        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
-        self.role = iam.Role(
-            self,
-            "Role",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description=f"Example consumer of {queue_name}: receives from that queue, its idempotency table, its logs",
-        )
-        self.role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[self.log_group.log_group_arn]
-            )
-        )
         self.table = dynamodb.Table(
             self,
             "Processed",
@@ -68,44 +54,25 @@ class ExampleConsumer(Construct):
             ),
             removal_policy=RemovalPolicy.DESTROY,  # records of processed ids expire anyway
         )
+        made = powertools_function(
+            self,
+            "Consumer",
+            handler=CONSUMER_HANDLER,
+            code=code,
+            layers=layers,
+            runtime=runtime,
+            log_retention=log_retention,
+            service=f"delayed-delivery-consumer-{queue_name}",
+            description=f"Example consumer of {queue_name}: logs each delayed message's lateness (copy it)",
+            role_description=f"Example consumer of {queue_name}: receives from that queue, its idempotency table, "
+            "its logs",
+            environment={"IDEMPOTENCY_TABLE": self.table.table_name},
+        )
+        self.function, self.role, self.log_group = made.function, made.role, made.log_group
         # What the Powertools idempotency utility calls, on this table only.
         self.table.grant(
             self.role, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"
         )
-        self.function = lambda_.Function(
-            self,
-            "Consumer",
-            runtime=runtime,
-            handler=CONSUMER_HANDLER,
-            code=code,
-            layers=list(layers),
-            role=self.role,
-            timeout=timeout,
-            memory_size=256,
-            tracing=lambda_.Tracing.ACTIVE,
-            log_group=self.log_group,
-            description=f"Example consumer of {queue_name}: logs each delayed message's lateness (copy it)",
-            environment={
-                "POWERTOOLS_SERVICE_NAME": f"delayed-delivery-consumer-{queue_name}",
-                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
-                "POWERTOOLS_LOG_LEVEL": "INFO",
-                "IDEMPOTENCY_TABLE": self.table.table_name,
-            },
-        )
         # The event source grants receive, delete, change visibility and attributes on this queue (and the key's
         # decrypt when it is encrypted with one); nothing else.
         self.function.add_event_source(SqsEventSource(queue, batch_size=10, report_batch_item_failures=True))
-        Validations.of(self.function).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-L1",
-                reason="The runtime is pinned (default python3.13) to one the pinned public Powertools layer is "
-                "published for; raise the runtime and the layer version together.",
-            )
-        )
-        Validations.of(self.role).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-IAM5[Resource::*]",
-                reason="X-Ray PutTraceSegments/PutTelemetryRecords have no resource-level permissions, so "
-                "Tracing.ACTIVE needs Resource '*'; the SQS and Logs statements name their own resources.",
-            )
-        )

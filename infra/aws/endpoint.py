@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jsii
-from aws_cdk import Acknowledgment, Duration, IStableListProducer, Lazy, RemovalPolicy, Validations
+from aws_cdk import Acknowledgment, Duration, IStableListProducer, Lazy, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
@@ -25,12 +25,12 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
+from infra.aws.functions import METRICS_NAMESPACE, powertools_function
+
 __all__ = ["BACKLOG_THRESHOLD", "HANDLER", "METRICS_NAMESPACE", "RETENTION", "DelayedDeliveryEndpoint"]
 
 #: The Lambda handler, by dotted name (infra never imports function code).
 HANDLER = "functions.aws.requeue.handler"
-#: CloudWatch namespace of the function's EMF metrics.
-METRICS_NAMESPACE = "DelayedDelivery"
 #: FIFO queue retention: the longest SQS allows. The FIFO queue rules ask for >= 4 days; parking keeps 4 days of it
 #: free for outages and parks within the rest, so a long delay is re-sent about every 10 days instead of every hop.
 RETENTION = Duration.days(14)
@@ -128,9 +128,21 @@ class DelayedDeliveryEndpoint(Construct):
         self.encryption_key = encryption_key
         self._senders = _Arns()
         self._queues(existing_queue, fifo_queue_delay, timeout)
-        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=RemovalPolicy.DESTROY)
-        self.role = self._role()
-        self.function = self._function(code, layers, runtime, timeout)
+        made = powertools_function(
+            self,
+            "Requeue",
+            handler=HANDLER,
+            code=code,
+            layers=layers,
+            runtime=runtime,
+            timeout=timeout,
+            log_retention=log_retention,
+            service=self.service_name,
+            description=f"Moves {queue_name}-delay.fifo records one hop on (unrestricted delayed delivery)",
+            role_description=f"Requeue function of {queue_name}: its own queues and log group only",
+            environment={"DELAYED_DELIVERY_ERROR_QUEUE": self.error_queue.queue_name},
+        )
+        self.function, self.role, self.log_group = made.function, made.role, made.log_group
         self.function.add_environment("DELAYED_DELIVERY_MAX_NATIVE_DELAY", str(max_native_delay))
         self.function.add_environment("DELAYED_DELIVERY_FIFO_QUEUE_DELAY", str(fifo_queue_delay))
         self.function.add_environment("DELAYED_DELIVERY_MAX_PARK_SECONDS", str(max_park_seconds))
@@ -147,7 +159,7 @@ class DelayedDeliveryEndpoint(Construct):
         self._senders.arns.extend(sender_arns)
         self._restrict_senders()
         self.alarms = self._alarms(backlog_threshold, alarm_actions)
-        self._suppress(self.role)
+        self._suppress()
 
     def grant_send_delayed(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let ``grantee`` (a role or function of this app) send to ``-delay.fifo``, past the queue policy's Deny."""
@@ -196,47 +208,6 @@ class DelayedDeliveryEndpoint(Construct):
                 resources=[self.delay_queue.queue_arn],
                 conditions={"ArnNotLike": {"aws:PrincipalArn": Lazy.list(self._senders)}},
             )
-        )
-
-    def _role(self) -> iam.Role:
-        """The function's role: its own log group here; queue, table and key grants are added to it."""
-        role = iam.Role(
-            self,
-            "Role",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description=f"Requeue function of {self.queue_name}: its own queues and log group only",
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-                resources=[self.log_group.log_group_arn],
-            )
-        )
-        return role
-
-    def _function(
-        self, code: lambda_.Code, layers: Sequence[lambda_.ILayerVersion], runtime: lambda_.Runtime, timeout: Duration
-    ) -> lambda_.Function:
-        """The requeue function, traced, logging to its own group, configured by environment."""
-        return lambda_.Function(
-            self,
-            "Requeue",
-            runtime=runtime,
-            handler=HANDLER,
-            code=code,
-            layers=list(layers),
-            role=self.role,
-            timeout=timeout,
-            memory_size=256,
-            tracing=lambda_.Tracing.ACTIVE,
-            log_group=self.log_group,
-            description=f"Moves {self.queue_name}-delay.fifo records one hop on (unrestricted delayed delivery)",
-            environment={
-                "DELAYED_DELIVERY_ERROR_QUEUE": self.error_queue.queue_name,
-                "POWERTOOLS_SERVICE_NAME": self.service_name,
-                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
-                "POWERTOOLS_LOG_LEVEL": "INFO",
-            },
         )
 
     def _read_cancellations(self, table: dynamodb.ITable, cache_seconds: int) -> None:
@@ -359,7 +330,7 @@ class DelayedDeliveryEndpoint(Construct):
             ),
         ]
 
-    def _suppress(self, role: iam.Role) -> None:
+    def _suppress(self) -> None:
         """cdk-nag findings that are deliberate, each acknowledged with its reason."""
         Validations.of(self.delay_queue).acknowledge(
             Acknowledgment(
@@ -383,17 +354,3 @@ class DelayedDeliveryEndpoint(Construct):
                     "pass existing_queue to manage the queue elsewhere.",
                 )
             )
-        Validations.of(self.function).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-L1",
-                reason="The runtime is pinned (default python3.13) to one the pinned public Powertools layer is "
-                "published for; raise the runtime and the layer version together.",
-            )
-        )
-        Validations.of(role).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-IAM5[Resource::*]",
-                reason="X-Ray PutTraceSegments/PutTelemetryRecords have no resource-level permissions, so "
-                "Tracing.ACTIVE needs Resource '*'; every SQS and Logs statement names its own resources.",
-            )
-        )

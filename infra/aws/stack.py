@@ -1,9 +1,10 @@
 """``DelayedDeliveryStack``: the function code and Powertools layer once, one endpoint per queue, the cancellation
-table, a dashboard, and optionally a customer-managed KMS key for the queues and the example consumer."""
+table, a dashboard, and optionally a customer-managed KMS key for the queues, the example consumer and the S3
+time-bucket tier for long delays."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from infra.aws.buckets import TimeBucketTier
 from infra.aws.consumer import ExampleConsumer
 from infra.aws.endpoint import MAX_PARK_SECONDS, DelayedDeliveryEndpoint
 from infra.aws.packaging import prepare_function_asset
@@ -25,6 +27,7 @@ from infra.aws.packaging import prepare_function_asset
 __all__ = [
     "CREATE_KEY",
     "DEFAULT_CANCELLATION_TABLE",
+    "LONG_DELAY_ROUTES",
     "POWERTOOLS_ACCOUNT",
     "DelayedDeliveryStack",
     "EndpointConfig",
@@ -35,6 +38,8 @@ __all__ = [
 POWERTOOLS_ACCOUNT = "017000801446"
 #: The table `delayed-delivery cancel --cloud aws` writes to (unless DELAYED_DELIVERY_CANCELLATION_TABLE is set).
 DEFAULT_CANCELLATION_TABLE = "delayed-delivery-cancellations"
+#: Values of ``long_delay_route``: ``fifo`` (no tier), ``buckets`` or ``auto`` (both deploy the time-bucket tier).
+LONG_DELAY_ROUTES = ("fifo", "buckets", "auto")
 #: ``kms_key`` value that creates a customer-managed key (rotation on) instead of importing one by ARN.
 CREATE_KEY = "create"
 
@@ -91,9 +96,13 @@ class DelayedDeliveryStack(Stack):
         kms_key: str | None = None,
         senders: Sequence[str] = (),
         example_consumer: bool = False,
+        long_delay_route: str = "fifo",
+        bucket_tier: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        if long_delay_route not in LONG_DELAY_ROUTES:
+            raise ValueError(f"long_delay_route {long_delay_route!r}: use one of {', '.join(LONG_DELAY_ROUTES)}")
         if not endpoints:
             raise ValueError("give at least one endpoint (context 'endpoints')")
         names = [e.name for e in endpoints]
@@ -134,12 +143,55 @@ class DelayedDeliveryStack(Stack):
             for e in self.endpoints
             if example_consumer
         ]
+        self.buckets = (
+            None
+            if long_delay_route == "fifo"
+            else self._buckets(long_delay_route, endpoints, senders, common, dict(bucket_tier or {}))
+        )
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{construct_id}-delayed-delivery")
         for endpoint in self.endpoints:
             title, *graphs = endpoint.widgets()
             self.dashboard.add_widgets(title)
             self.dashboard.add_widgets(*graphs[:3])
             self.dashboard.add_widgets(*graphs[3:])
+        for row in self.buckets.widgets() if self.buckets else []:
+            self.dashboard.add_widgets(*row)
+
+    def _buckets(
+        self,
+        route: str,
+        endpoints: Sequence[EndpointConfig],
+        senders: Sequence[str],
+        common: dict[str, Any],
+        options: dict[str, Any],
+    ) -> TimeBucketTier:
+        """The time-bucket tier dispatching to every endpoint's input queue, and what a sender needs from it."""
+        tier = TimeBucketTier(
+            self,
+            "TimeBuckets",
+            code=common["code"],
+            layers=common["layers"],
+            destinations={e.queue_name: e.input_queue for e in self.endpoints},
+            cancellation_table=self.cancellation_table,
+            cancellation_cache_seconds=common["cancellation_cache_seconds"],
+            encryption_key=self.encryption_key,
+            alarm_actions=common["alarm_actions"],
+            max_native_delay=common["max_native_delay"],
+            sender_arns=[*senders, *(s for e in endpoints for s in e.senders)],
+            **options,
+        )
+        CfnOutput(self, "BucketName", value=tier.bucket.bucket_name, description="DELAYED_DELIVERY_BUCKET_NAME")
+        CfnOutput(self, "IngestQueueUrl", value=tier.ingest_queue.queue_url)
+        CfnOutput(
+            self,
+            "SenderIngestQueue",
+            value=tier.ingest_queue.queue_name,
+            description="DELAYED_DELIVERY_BUCKET_INGEST_QUEUE for senders",
+        )
+        CfnOutput(
+            self, "SenderLongDelayRoute", value=route, description="DELAYED_DELIVERY_LONG_DELAY_ROUTE for senders"
+        )
+        return tier
 
     def _cancellation_table(self, name: str) -> dynamodb.Table:
         """Cancel / reschedule records: one partition per endpoint, each record lives ≤ 5 days (TTL)."""

@@ -1,0 +1,479 @@
+"""``TimeBucketTier``: the S3 time-bucket tier for long SQS delays, as a reusable construct (docs/buckets.md).
+
+It creates the S3 bucket of bucket objects, the standard ingest queue (with its DLQ) that senders hand long delays
+to, the tier's error queue, the ingest function (SQS event source, big batches) and the timer function (every
+minute, one at a time), least-privilege IAM scoped to the prefix, queues and table, alarms and dashboard widgets.
+Deployment is described in docs/aws.md ("Deploying the time-bucket tier").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jsii
+from aws_cdk import Acknowledgment, Duration, IStableListProducer, Lazy, RemovalPolicy, Stack, Validations
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
+from aws_cdk.aws_lambda_event_sources import SqsEventSource
+from constructs import Construct
+
+from infra.aws.functions import METRICS_NAMESPACE, PowertoolsFunction, powertools_function
+
+__all__ = [
+    "DEFAULT_INGEST_QUEUE",
+    "DEFAULT_PREFIX",
+    "INGEST_HANDLER",
+    "OVERDUE_THRESHOLD_SECONDS",
+    "SERVICE",
+    "TIMER_HANDLER",
+    "TimeBucketTier",
+]
+
+#: The ingest function's handler, by dotted name (infra never imports function code).
+INGEST_HANDLER = "functions.aws.bucket_ingest.handler"
+#: The timer function's handler.
+TIMER_HANDLER = "functions.aws.bucket_timer.handler"
+#: Powertools service of both functions (the ``service`` dimension of their metrics).
+SERVICE = "delayed-delivery-buckets"
+#: Key prefix of the bucket objects (``DELAYED_DELIVERY_BUCKET_PREFIX``'s default).
+DEFAULT_PREFIX = "delayed-delivery/buckets"
+#: The ingest queue (``DELAYED_DELIVERY_BUCKET_INGEST_QUEUE``'s default).
+DEFAULT_INGEST_QUEUE = "delayed-delivery-ingest"
+#: A fine bucket still holding objects this long after its end raises the overdue alarm.
+OVERDUE_THRESHOLD_SECONDS = 120
+#: Ingest batching: up to this many records, gathered for up to this long (bigger objects, fewer requests).
+INGEST_BATCH_SIZE = 1_000
+INGEST_BATCHING_WINDOW = Duration.seconds(20)
+INGEST_TIMEOUT = Duration.seconds(60)
+TIMER_TIMEOUT = Duration.minutes(5)
+#: Receives before an ingest record goes to the DLQ.
+INGEST_MAX_RECEIVES = 5
+RETENTION = Duration.days(14)
+#: An ingest message older than this (5 minutes running) means the ingest falls behind.
+INGEST_AGE_THRESHOLD_SECONDS = 600
+
+
+def _check(prefix: str, fine: int, coarse: int, lead: int, ingest_queue_name: str) -> None:
+    """``ValueError`` for a prefix or bucket sizes the functions would refuse at start."""
+    if not prefix or prefix.startswith("/") or prefix.endswith("/") or "*" in prefix:
+        raise ValueError(f"bucket prefix {prefix!r}: path segments without a slash at either end")
+    if fine < 1 or coarse < fine or coarse % fine:
+        raise ValueError("bucket sizes: fine >= 1 s and coarse a multiple of fine")
+    if lead < 0 or lead + fine > 900:
+        raise ValueError("dispatch lead + fine bucket must be at most 900 s (the longest DelaySeconds)")
+    if not 1 <= len(ingest_queue_name) <= 76 or ingest_queue_name.endswith(".fifo"):
+        raise ValueError(f"ingest queue {ingest_queue_name!r}: a standard queue name leaving room for '-dlq'")
+
+
+@jsii.implements(IStableListProducer)
+class _Arns:
+    """The principal ARNs allowed to send to the ingest queue, read when the template is written."""
+
+    def __init__(self) -> None:
+        self.arns: list[str] = []
+
+    def produce(self) -> list[str]:
+        """The ARNs granted so far."""
+        return list(self.arns)
+
+
+def _grant_send(queue: sqs.IQueue, grantee: iam.IGrantable) -> None:
+    """Send to ``queue`` (found by name), with the two key actions SQS needs when it is encrypted with a key."""
+    queue.grant(grantee, "sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl")
+    if queue.encryption_master_key is not None:
+        queue.encryption_master_key.grant(grantee, "kms:GenerateDataKey", "kms:Decrypt")
+
+
+def _alarm(scope: Construct, construct_id: str, description: str, metric: cloudwatch.IMetric, **kw: Any) -> Any:
+    """An alarm at ``>= threshold`` (default 1) that treats missing data as fine."""
+    return cloudwatch.Alarm(
+        scope,
+        construct_id,
+        alarm_description=description,
+        metric=metric,
+        threshold=kw.pop("threshold", 1),
+        evaluation_periods=kw.pop("evaluation_periods", 1),
+        comparison_operator=kw.pop(
+            "comparison_operator", cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+        ),
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        **kw,
+    )
+
+
+class TimeBucketTier(Construct):
+    """S3 bucket, ingest queue and DLQ, error queue, ingest and timer functions, IAM, alarms for the tier."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        code: lambda_.Code,
+        destinations: Mapping[str, sqs.IQueue],
+        layers: Sequence[lambda_.ILayerVersion] = (),
+        cancellation_table: dynamodb.ITable | None = None,
+        cancellation_cache_seconds: int = 60,
+        encryption_key: kms.IKey | None = None,
+        alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
+        prefix: str = DEFAULT_PREFIX,
+        ingest_queue_name: str = DEFAULT_INGEST_QUEUE,
+        bucket_name: str | None = None,
+        max_native_delay: int = 900,
+        fine_seconds: int = 60,
+        coarse_seconds: int = 86_400,
+        dispatch_lead_seconds: int = 600,
+        overdue_threshold_seconds: int = OVERDUE_THRESHOLD_SECONDS,
+        sender_arns: Sequence[str] = (),
+    ) -> None:
+        super().__init__(scope, construct_id)
+        _check(prefix, fine_seconds, coarse_seconds, dispatch_lead_seconds, ingest_queue_name)
+        if not destinations:
+            raise ValueError("the time-bucket tier needs at least one destination queue")
+        self.prefix = prefix
+        self.encryption_key = encryption_key
+        self.destinations = dict(destinations)
+        self.bucket = self._bucket(bucket_name)
+        self._queues(ingest_queue_name)
+        self._senders = _Arns()
+        self._restricted = False
+        self._allow_senders(sender_arns)
+        environment = {
+            "DELAYED_DELIVERY_BUCKET_NAME": self.bucket.bucket_name,
+            "DELAYED_DELIVERY_BUCKET_PREFIX": prefix,
+            "DELAYED_DELIVERY_BUCKET_INGEST_QUEUE": ingest_queue_name,
+            "DELAYED_DELIVERY_ERROR_QUEUE": self.error_queue.queue_name,
+            "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(max_native_delay),
+            "DELAYED_DELIVERY_BUCKET_FINE_SECONDS": str(fine_seconds),
+            "DELAYED_DELIVERY_BUCKET_COARSE_SECONDS": str(coarse_seconds),
+            "DELAYED_DELIVERY_BUCKET_DISPATCH_LEAD_SECONDS": str(dispatch_lead_seconds),
+        }
+        if cancellation_table is not None:
+            environment["DELAYED_DELIVERY_CANCELLATION_TABLE"] = cancellation_table.table_name
+            environment["DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS"] = str(cancellation_cache_seconds)
+        self.ingest = self._ingest(code, layers, environment)
+        self.timer = self._timer(code, layers, environment, cancellation_table)
+        self.alarms = self._alarms(overdue_threshold_seconds, alarm_actions)
+        self._suppress()
+        for made in (self.ingest, self.timer):
+            self._acknowledge_prefix(made.role)
+
+    def grant_send_ingest(self, grantee: iam.IGrantable) -> None:
+        """Let ``grantee`` (a role, or a function or task running as one) hand messages to the ingest queue."""
+        arn = getattr(grantee.grant_principal, "role_arn", None)
+        if not isinstance(arn, str):
+            raise TypeError("an ingest sender is a role, or runs as one (a function, a task): its ARN is the condition")
+        self._allow_senders([arn])
+        _grant_send(self.ingest_queue, grantee)
+
+    def _allow_senders(self, arns: Sequence[str]) -> None:
+        """Once any sender is named, deny ``SendMessage`` on the ingest queue to every other principal."""
+        self._senders.arns.extend(arns)
+        if self._restricted or not self._senders.arns:
+            return
+        self._restricted = True
+        self.ingest_queue.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="OnlyGrantedSendersMayIngest",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["sqs:SendMessage"],
+                resources=[self.ingest_queue.queue_arn],
+                conditions={"ArnNotLike": {"aws:PrincipalArn": Lazy.list(self._senders)}},
+            )
+        )
+
+    def _bucket(self, bucket_name: str | None) -> s3.Bucket:
+        """Private, encrypted, TLS-only, unversioned; debris expires, the bucket outlives the stack."""
+        encryption: dict[str, Any] = (
+            {"encryption": s3.BucketEncryption.S3_MANAGED}
+            if self.encryption_key is None
+            else {
+                "encryption": s3.BucketEncryption.KMS,
+                "encryption_key": self.encryption_key,
+                "bucket_key_enabled": True,
+            }
+        )
+        return s3.Bucket(
+            self,
+            "Objects",
+            bucket_name=bucket_name,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            versioned=False,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[
+                s3.LifecycleRule(id="AbortIncompleteUploads", abort_incomplete_multipart_upload_after=Duration.days(1)),
+                s3.LifecycleRule(id="ExpireLeases", prefix=f"{self.prefix}/leases/", expiration=Duration.days(2)),
+            ],
+            removal_policy=RemovalPolicy.RETAIN,  # messages wait here for years
+            **encryption,
+        )
+
+    def _queue_encryption(self) -> dict[str, Any]:
+        if self.encryption_key is None:
+            return {"encryption": sqs.QueueEncryption.SQS_MANAGED}
+        return {"encryption": sqs.QueueEncryption.KMS, "encryption_master_key": self.encryption_key}
+
+    def _queues(self, ingest_queue_name: str) -> None:
+        """The ingest queue (standard) with its DLQ, and the tier's error queue: encrypted, TLS-only, 14 days."""
+        common: dict[str, Any] = {"retention_period": RETENTION, "enforce_ssl": True, **self._queue_encryption()}
+        self.ingest_dlq = sqs.Queue(self, "IngestDlq", queue_name=f"{ingest_queue_name}-dlq", **common)
+        # Lambda advises a visibility of 6x the function timeout plus the batching window.
+        visibility = INGEST_TIMEOUT.to_seconds() * 6 + INGEST_BATCHING_WINDOW.to_seconds()
+        self.ingest_queue = sqs.Queue(
+            self,
+            "Ingest",
+            queue_name=ingest_queue_name,
+            visibility_timeout=Duration.seconds(visibility),
+            dead_letter_queue=sqs.DeadLetterQueue(queue=self.ingest_dlq, max_receive_count=INGEST_MAX_RECEIVES),
+            **common,
+        )
+        self.error_queue = sqs.Queue(self, "Errors", **common)
+
+    def _ingest(
+        self, code: lambda_.Code, layers: Sequence[lambda_.ILayerVersion], env: dict[str, str]
+    ) -> PowertoolsFunction:
+        """Ingest: big SQS batches into one object per bucket; may only write objects under the prefix."""
+        made = powertools_function(
+            Construct(self, "IngestFunction"),
+            "Function",
+            handler=INGEST_HANDLER,
+            code=code,
+            layers=layers,
+            timeout=INGEST_TIMEOUT,
+            memory_size=512,
+            service=SERVICE,
+            description="Writes bucket-routed messages from the ingest queue into S3 bucket objects",
+            role_description="Time-bucket ingest: its queue, PutObject under the prefix, the error queue, its logs",
+            environment=env,
+        )
+        made.function.add_event_source(
+            SqsEventSource(
+                self.ingest_queue,
+                batch_size=INGEST_BATCH_SIZE,
+                max_batching_window=INGEST_BATCHING_WINDOW,
+                report_batch_item_failures=True,
+            )
+        )
+        made.role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject"], resources=[self._objects_arn()]))
+        if self.bucket.encryption_key is not None:
+            self.bucket.encryption_key.grant(made.role, "kms:GenerateDataKey", "kms:Decrypt")
+        _grant_send(self.error_queue, made.role)
+        return made
+
+    def _objects_arn(self) -> str:
+        return self.bucket.arn_for_objects(f"{self.prefix}/*")
+
+    def _timer(
+        self,
+        code: lambda_.Code,
+        layers: Sequence[lambda_.ILayerVersion],
+        env: dict[str, str],
+        table: dynamodb.ITable | None,
+    ) -> PowertoolsFunction:
+        """Timer: every minute, one at a time; lists, reads, writes and deletes under the prefix, sends on."""
+        made = powertools_function(
+            Construct(self, "TimerFunction"),
+            "Function",
+            handler=TIMER_HANDLER,
+            code=code,
+            layers=layers,
+            timeout=TIMER_TIMEOUT,
+            memory_size=512,
+            reserved_concurrent_executions=1,
+            service=SERVICE,
+            description="Cascades coarse time buckets into fine ones and dispatches due fine buckets (every minute)",
+            role_description="Time-bucket timer: objects under the prefix, sends to the destinations and the error "
+            "queue, its endpoints' cancellation records, its logs",
+            environment=env,
+        )
+        role = made.role
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[self.bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{self.prefix}/*"]}},
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], resources=[self._objects_arn()]
+            )
+        )
+        if self.bucket.encryption_key is not None:
+            self.bucket.encryption_key.grant(role, "kms:GenerateDataKey", "kms:Decrypt")
+        for queue in (*self.destinations.values(), self.error_queue):
+            _grant_send(queue, role)
+        if table is not None:
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["dynamodb:Query", "dynamodb:DeleteItem"],
+                    resources=[table.table_arn],
+                    conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": sorted(self.destinations)}},
+                )
+            )
+        # A tick that cannot run (the one allowed instance is busy) is dropped, not retried: the next comes anyway.
+        events.Rule(
+            self,
+            "EveryMinute",
+            description="Runs the time-bucket timer every minute",
+            schedule=events.Schedule.rate(Duration.minutes(1)),
+            targets=[targets.LambdaFunction(made.function, retry_attempts=0, max_event_age=Duration.minutes(1))],
+        )
+        return made
+
+    def _metric(self, name: str, statistic: str = "Sum") -> cloudwatch.Metric:
+        """One of the functions' own EMF metrics (namespace ``DelayedDelivery``, dimension ``service``)."""
+        return cloudwatch.Metric(
+            namespace=METRICS_NAMESPACE,
+            metric_name=name,
+            dimensions_map={"service": SERVICE},
+            statistic=statistic,
+            period=Duration.minutes(1),
+        )
+
+    def _alarms(self, overdue_seconds: int, actions: Sequence[cloudwatch.IAlarmAction]) -> list[cloudwatch.Alarm]:
+        """Overdue buckets, ingest age, the DLQ and error queue not empty, either function failing."""
+        greater = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
+        minute, five = Duration.minutes(1), Duration.minutes(5)
+        alarms = [
+            _alarm(
+                self,
+                "BucketOverdue",
+                f"A fine time bucket still held messages more than {overdue_seconds} s after its end: the timer "
+                "is not dispatching (failing, throttled, or behind)",
+                self._metric("BucketOldestOverdueSeconds", "Maximum"),
+                threshold=overdue_seconds,
+                comparison_operator=greater,
+            ),
+            _alarm(
+                self,
+                "IngestFallingBehind",
+                f"The oldest ingest message waited over {INGEST_AGE_THRESHOLD_SECONDS} s for 5 minutes: bucket-routed "
+                "messages are not being written to S3",
+                self.ingest_queue.metric_approximate_age_of_oldest_message(period=minute, statistic="Maximum"),
+                threshold=INGEST_AGE_THRESHOLD_SECONDS,
+                evaluation_periods=5,
+                comparison_operator=greater,
+            ),
+            _alarm(
+                self,
+                "IngestDlqNotEmpty",
+                f"Ingest records failed {INGEST_MAX_RECEIVES} times and reached the ingest DLQ (redrive them once "
+                "the cause is fixed)",
+                self.ingest_dlq.metric_approximate_number_of_messages_visible(period=minute, statistic="Maximum"),
+                threshold=0,
+                comparison_operator=greater,
+            ),
+            _alarm(
+                self,
+                "ErrorQueueNotEmpty",
+                "Bucket-routed messages reached the tier's error queue",
+                self.error_queue.metric_approximate_number_of_messages_visible(period=minute, statistic="Maximum"),
+            ),
+            _alarm(
+                self,
+                "IngestErrors",
+                "The time-bucket ingest function failed",
+                self.ingest.function.metric_errors(period=five, statistic="Sum"),
+            ),
+            _alarm(
+                self,
+                "TimerErrors",
+                "The time-bucket timer function failed",
+                self.timer.function.metric_errors(period=five, statistic="Sum"),
+            ),
+        ]
+        for alarm in alarms:
+            for action in actions:
+                alarm.add_alarm_action(action)
+        return alarms
+
+    def widgets(self) -> list[list[cloudwatch.IWidget]]:
+        """Dashboard rows for the tier: its flow, its timing, its queues and its functions."""
+        flow = cloudwatch.GraphWidget(
+            title="Time buckets: messages",
+            left=[self._metric(n) for n in ("BucketMessagesIngested", "BucketMessagesCascaded")],
+            right=[
+                self._metric(n)
+                for n in ("BucketMessagesDispatched", "BucketDuplicatesSkipped", "BucketErrorQueueSends")
+            ],
+            width=8,
+        )
+        timing = cloudwatch.GraphWidget(
+            title="Time buckets: oldest overdue (s), objects written, poison",
+            left=[self._metric("BucketOldestOverdueSeconds", "Maximum")],
+            right=[self._metric("BucketObjectsWritten"), self._metric("BucketIngestPoison")],
+            width=8,
+        )
+        queues = cloudwatch.GraphWidget(
+            title="Ingest queue, its DLQ and the tier's error queue",
+            left=[
+                self.ingest_queue.metric_approximate_number_of_messages_visible(),
+                self.ingest_dlq.metric_approximate_number_of_messages_visible(),
+                self.error_queue.metric_approximate_number_of_messages_visible(),
+            ],
+            right=[self.ingest_queue.metric_approximate_age_of_oldest_message()],
+            width=8,
+        )
+        functions = [
+            cloudwatch.GraphWidget(
+                title=title,
+                left=[
+                    made.function.metric_invocations(),
+                    made.function.metric_errors(),
+                    made.function.metric_throttles(),
+                ],
+                right=[made.function.metric_duration(statistic="p99")],
+                width=12,
+            )
+            for title, made in (("Ingest function", self.ingest), ("Timer function", self.timer))
+        ]
+        title = cloudwatch.TextWidget(markdown="## Time-bucket tier (S3)", width=24, height=1)
+        return [[title], [flow, timing, queues], functions]
+
+    def _acknowledge_prefix(self, role: iam.Role) -> None:
+        """The object actions' resource ends in ``<prefix>/*``: the tier's own objects, nothing else in the bucket."""
+        stack = Stack.of(self)
+        logical = stack.resolve(stack.get_logical_id(self.bucket.node.default_child))  # type: ignore[arg-type]
+        Validations.of(role).acknowledge(
+            Acknowledgment(
+                id=f"AwsSolutions-IAM5[Resource::<{logical}.Arn>/{self.prefix}/*]",
+                reason="Bucket objects have content-derived keys, so the object actions name the tier's prefix "
+                "(every key the tier writes) rather than keys; ListBucket is limited to that prefix by condition.",
+            )
+        )
+
+    def _suppress(self) -> None:
+        """cdk-nag findings that are deliberate, each acknowledged with its reason."""
+        Validations.of(self.bucket).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-S1",
+                reason="Only the tier's two functions read and write this bucket, under one prefix, each request "
+                "logged by its function; S3 server access logs would add a log object per few requests to a "
+                "bucket written every minute. Enable CloudTrail data events on it when an audit trail is needed.",
+            )
+        )
+        Validations.of(self.error_queue).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-SQS3",
+                reason="This is the tier's terminal error queue: no further DLQ; 14-day retention and an alarm as "
+                "soon as it is not empty.",
+            )
+        )
+        Validations.of(self.ingest_dlq).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-SQS3",
+                reason="This is the ingest queue's dead-letter queue: 14-day retention and an alarm as soon as it "
+                "is not empty.",
+            )
+        )
