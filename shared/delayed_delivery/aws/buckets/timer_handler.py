@@ -1,0 +1,147 @@
+"""The timer Lambda's handler: Powertools Logger/Metrics/Tracer around ``BucketTimer.run`` (EventBridge, every minute).
+
+``functions/aws/bucket_timer.py`` (the deployed entry point) builds it once from the environment; tests, the demo
+and benchmarks build it with their own clients and clock.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+
+from ... import logfields as lf
+from ...cancellations import CancellationCache
+from ...clock import Clock, SystemClock
+from ...errors import ConfigurationError, DelayedDeliveryError
+from ..cancellations import DynamoDbCancellationStore
+from .config import BucketTierConfig
+from .store import S3BucketStore, S3Client
+from .timer import BucketTimer, TimerResult
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = ["METRICS", "TimerHandler", "build_timer_handler"]
+
+#: ``handler(event, context) -> summary``
+TimerHandler = Callable[[Any, Any], dict[str, Any]]
+#: The EMF metric each ``TimerResult`` field is emitted as (with its unit).
+METRICS: Mapping[str, tuple[str, str]] = {
+    "dispatched": ("BucketMessagesDispatched", MetricUnit.Count.value),
+    "duplicates_skipped": ("BucketDuplicatesSkipped", MetricUnit.Count.value),
+    "to_error_queue": ("BucketErrorQueueSends", MetricUnit.Count.value),
+    "oldest_overdue_seconds": ("BucketOldestOverdueSeconds", MetricUnit.Seconds.value),
+    "cascaded_messages": ("BucketMessagesCascaded", MetricUnit.Count.value),
+    "cancelled": ("BucketMessagesCancelled", MetricUnit.Count.value),
+    "rescheduled": ("BucketMessagesRescheduled", MetricUnit.Count.value),
+    "kept_for_retry": ("BucketMessagesKeptForRetry", MetricUnit.Count.value),
+    "buckets_skipped_leased": ("BucketsSkippedLeased", MetricUnit.Count.value),
+    "buckets_failed": ("BucketFailures", MetricUnit.Count.value),
+    "dropped": ("BucketErrorQueueDrops", MetricUnit.Count.value),
+}
+_EVENT_TIMER = "bucket_timer_run"
+
+
+def _cancellations(
+    config: BucketTierConfig, dynamodb: DynamoDBClient | None, logger: Logger, metrics: Metrics
+) -> CancellationCache | None:
+    """Records read fresh for every bucket (``max_age`` 0), so a record written before a dispatch is honoured."""
+    if config.cancellation_table is None:
+        return None
+    if dynamodb is None:
+        import boto3
+        from botocore.config import Config
+
+        quick = Config(connect_timeout=2, read_timeout=3, retries={"mode": "standard", "max_attempts": 2})
+        dynamodb = boto3.client("dynamodb", config=quick)
+
+    def problem(operation: str, error: DelayedDeliveryError) -> None:
+        metrics.add_metric(name="CancellationLookupFailures", unit=MetricUnit.Count, value=1)
+        logger.warning(
+            f"cancellation records: {operation} failed; messages go on as planned",
+            extra={lf.CLOUD: "aws", lf.EVENT: lf.EVENT_CANCELLATION_UNAVAILABLE, lf.REASON: str(error)},
+        )
+
+    return CancellationCache(DynamoDbCancellationStore(dynamodb, config.cancellation_table), 0, on_error=problem)
+
+
+def _deadline(context: Any) -> float | None:
+    """The end of this invocation as a ``time.monotonic`` value, from the Lambda context (``None`` without one)."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    try:
+        return time.monotonic() + float(remaining()) / 1000 if callable(remaining) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _event_problem(event: Any) -> str | None:
+    """Why ``event`` is not an EventBridge scheduled event (the run goes ahead anyway: it needs nothing from it)."""
+    if not isinstance(event, Mapping):
+        return f"the event is a {type(event).__name__}, not an object"
+    if event.get("detail-type") not in (None, "Scheduled Event"):
+        return f"unexpected detail-type {str(event.get('detail-type'))[:60]!r}"
+    return None
+
+
+def build_timer_handler(
+    config: BucketTierConfig,
+    *,
+    s3: S3Client,
+    sqs: SQSClient,
+    dynamodb: DynamoDBClient | None = None,
+    clock: Clock | None = None,
+    on_result: Callable[[TimerResult], None] | None = None,
+) -> TimerHandler:
+    """Wire the store, the timer, the cancellation records and Powertools for one function instance."""
+    logger = Logger(service=config.service)
+    metrics = Metrics(namespace=config.metrics_namespace, service=config.service)
+    tracer = Tracer(service=config.service)
+    store = S3BucketStore.from_config(s3, config)
+    cancellations = _cancellations(config, dynamodb, logger, metrics)
+    clock = clock or SystemClock()
+
+    @logger.inject_lambda_context(clear_state=True)
+    @tracer.capture_lambda_handler(capture_response=False)
+    @metrics.log_metrics(capture_cold_start_metric=True)
+    def entrypoint(event: Any, context: Any) -> dict[str, Any]:
+        problem = _event_problem(event)
+        if problem is not None:
+            logger.warning("not a scheduled event; running anyway", extra={lf.EVENT: _EVENT_TIMER, lf.REASON: problem})
+        owner = str(getattr(context, "aws_request_id", "") or uuid.uuid4().hex)
+        timer = BucketTimer(store, sqs, config.settings, clock, cancellations=cancellations, owner=owner)
+        try:
+            result = timer.run(_deadline(context))
+        except ConfigurationError:
+            metrics.add_metric(name="BucketTimerFailures", unit=MetricUnit.Count, value=1)
+            raise  # the deployment is wrong (bucket missing, access refused): fail the invocation loudly
+        except Exception as exc:  # never out of the handler: the next run starts over
+            metrics.add_metric(name="BucketTimerFailures", unit=MetricUnit.Count, value=1)
+            logger.exception(
+                "timer run failed; the next run starts over",
+                extra={lf.CLOUD: "aws", lf.EVENT: _EVENT_TIMER, lf.REASON: f"{type(exc).__name__}: {exc}"[:1024]},
+            )
+            return {"ok": False, "reason": f"{type(exc).__name__}: {exc}"[:1024]}
+        return _report(result, logger, metrics, on_result)
+
+    built: TimerHandler = entrypoint
+    return built
+
+
+def _report(
+    result: TimerResult, logger: Logger, metrics: Metrics, on_result: Callable[[TimerResult], None] | None
+) -> dict[str, Any]:
+    """Emit the metrics and one summary log line; the summary is also the invocation's response."""
+    summary = asdict(result)
+    for field_name, (metric, unit) in METRICS.items():
+        metrics.add_metric(name=metric, unit=MetricUnit(unit), value=float(summary[field_name]))
+    logger.info("timer run", extra={lf.CLOUD: "aws", lf.EVENT: _EVENT_TIMER, **summary})
+    if on_result is not None:
+        on_result(result)
+    return {"ok": True, **summary}
