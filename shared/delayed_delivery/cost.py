@@ -8,6 +8,25 @@ from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from typing import Any, Literal
 
+from .cost_buckets import (
+    ASSUMED_BUCKET_COUNTS,
+    BILLED_CHUNK_BYTES,
+    DYNAMODB_READ_PRICE,
+    LAMBDA_PRICE_PER_GB_SECOND,
+    LAMBDA_PRICE_PER_INVOCATION,
+    PACKED_MEASURED_SIZE,
+    S3_GET_PRICE_PER_REQUEST,
+    S3_PUT_PRICE_PER_REQUEST,
+    S3_STORAGE_PRICE_PER_GB_MONTH,
+    SQS_MAX_BYTES,
+    STANDARD_PRICE_PER_REQUEST,
+    BucketCostEstimate,
+    BucketCounts,
+    BucketFixedCost,
+    BucketPath,
+    estimate_bucket_cost,
+    estimate_bucket_fixed_cost,
+)
 from .durations import Delay, to_seconds
 from .errors import ConfigurationError, InvalidMessageError
 from .planning import SqsParkPolicy, SqsRoute, plan_sqs_delay, sqs_park_schedule
@@ -15,9 +34,11 @@ from .planning import SqsParkPolicy, SqsRoute, plan_sqs_delay, sqs_park_schedule
 __all__ = [
     "ASSUMED_BUCKET_COUNTS",
     "BILLED_CHUNK_BYTES",
+    "DYNAMODB_READ_PRICE",
     "FIFO_PRICE_PER_REQUEST",
     "LAMBDA_PRICE_PER_GB_SECOND",
     "LAMBDA_PRICE_PER_INVOCATION",
+    "MEASURED_BUCKET_METRICS",
     "MEASURED_METRICS",
     "PACKED_MEASURED_SIZE",
     "S3_GET_PRICE_PER_REQUEST",
@@ -29,6 +50,8 @@ __all__ = [
     "STANDARD_PRICE_PER_REQUEST",
     "BucketCostEstimate",
     "BucketCounts",
+    "BucketFixedCost",
+    "BucketPath",
     "LongDelayRoute",
     "MeasuredFigure",
     "MeasuredFigures",
@@ -38,15 +61,15 @@ __all__ = [
     "choose_long_delay_route",
     "compare_sqs_costs",
     "estimate_bucket_cost",
+    "estimate_bucket_fixed_cost",
     "estimate_sqs_cost",
     "estimate_sqs_parked_cost",
     "fifo_cycle_cost",
     "load_measured_figures",
 ]
 
-#: us-east-1 list prices (USD per request / invocation).
+#: us-east-1 list prices (USD per request / invocation); the standard queue's and the tier's are in cost_buckets.
 FIFO_PRICE_PER_REQUEST = 0.0000005
-STANDARD_PRICE_PER_REQUEST = 0.0000004
 SCHEDULER_PRICE_PER_INVOCATION = 0.000001
 
 
@@ -103,29 +126,54 @@ def estimate_sqs_parked_cost(
     requests_per_hop: float,
     *,
     policy: SqsParkPolicy | None = None,
+    first_send: float = 0.0,
+    final_send: float = 1.0,
 ) -> SqsParkedCostEstimate:
-    """Cost of one message with parking: parks × ``requests_per_park`` + hops × ``requests_per_hop`` + final send.
+    """Cost of one message with parking: parks × ``requests_per_park`` + hops × ``requests_per_hop`` + the sends.
 
     The parks and hops are those of ``sqs_park_schedule`` under ``policy`` (default: 900 s hops, 12 h parks, 14 days
-    of retention); a delay too short to park is priced as hops alone, like ``estimate_sqs_cost``.
+    of retention); a delay too short to park is priced as hops alone, like ``estimate_sqs_cost``. ``first_send``:
+    the sender's FIFO requests per message; ``final_send``: the standard requests of the forward (1 unless counted).
     """
     schedule = sqs_park_schedule(delay_seconds, policy)
-    fifo_requests = schedule.parks * requests_per_park + schedule.hops * requests_per_hop
-    dollars = fifo_requests * FIFO_PRICE_PER_REQUEST + STANDARD_PRICE_PER_REQUEST
-    return SqsParkedCostEstimate(schedule.delay_seconds, schedule.parks, schedule.hops, fifo_requests + 1, dollars)
+    fifo_requests = schedule.parks * requests_per_park + schedule.hops * requests_per_hop + first_send
+    dollars = fifo_requests * FIFO_PRICE_PER_REQUEST + final_send * STANDARD_PRICE_PER_REQUEST
+    return SqsParkedCostEstimate(
+        schedule.delay_seconds, schedule.parks, schedule.hops, fifo_requests + final_send, dollars
+    )
 
 
 # ------------------------------------------------------------------------------------ measured figures
 
-#: Where each measured figure comes from: (benchmark module, metric) of ``python -m benchmarks``.
+#: Where each measured figure comes from: (benchmark module, metric) of ``python -m benchmarks``. The parked ones
+#: are counted per step (``benchmarks/costs/fifo.py``); the first and final send are optional in the package data.
 MEASURED_METRICS: Mapping[str, tuple[str, str]] = {
     "requests_per_hop": ("sqs_hops", "fifo_requests_per_message_per_hop"),
     "packed_requests_per_hop": ("sqs_packing", "packed_billed_requests_per_message_per_hop_40_hops"),
-    "requests_per_park": ("sqs_packing", "parked_billed_requests_per_message_per_park"),
-    "parked_requests_per_hop": ("sqs_packing", "parked_billed_requests_per_message_per_hop"),
+    "requests_per_park": ("aws_costs", "parked_billed_requests_per_message_per_park"),
+    "parked_requests_per_hop": ("aws_costs", "parked_billed_requests_per_message_per_hop"),
+    "parked_first_send_requests": ("aws_costs", "parked_first_send_billed_requests_per_message"),
+    "parked_final_send_requests": ("aws_costs", "parked_final_send_billed_requests_per_message"),
 }
-#: Packing and parking were measured with 1 KiB messages; larger ones pack fewer per envelope.
-PACKED_MEASURED_SIZE = 1024
+_OPTIONAL = ("parked_first_send_requests", "parked_final_send_requests")
+#: The tier's counted work: ``BucketCounts`` field (``near.<f>`` / ``far.<f>`` for a path) -> aws_costs metric.
+MEASURED_BUCKET_METRICS: Mapping[str, tuple[str, str]] = {
+    **{
+        f"{p}.{f}": ("aws_costs", f"buckets_{p}_{f}_per_message")
+        for p in ("near", "far")
+        for f in (
+            "ingest_requests",
+            "dispatch_requests",
+            "s3_puts",
+            "s3_gets",
+            "dynamodb_reads",
+            "lambda_invocations",
+            "lambda_gb_seconds",
+        )
+    },
+    "timer_lists_per_run": ("aws_costs", "buckets_idle_timer_lists_per_run"),
+    "timer_gb_seconds_per_run": ("aws_costs", "buckets_idle_timer_gb_seconds_per_run"),
+}
 _DATA = ("data", "measured.json")
 
 
@@ -145,31 +193,64 @@ class MeasuredFigures:
     packed_requests_per_hop: MeasuredFigure
     requests_per_park: MeasuredFigure
     parked_requests_per_hop: MeasuredFigure
+    parked_first_send_requests: MeasuredFigure | None = None
+    parked_final_send_requests: MeasuredFigure | None = None
+    buckets: BucketCounts | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MeasuredFigures:
-        """Read the package-data form: ``{name: {"value": float, "source": str}}``."""
+        """Read the package-data form: ``{name: {"value": float, "source": str}}`` (older files lack some)."""
         try:
-            return cls(
-                **{
-                    f.name: MeasuredFigure(float(data[f.name]["value"]), str(data[f.name]["source"]))
-                    for f in fields(cls)
-                }
-            )
+            figures = {
+                f.name: MeasuredFigure(float(data[f.name]["value"]), str(data[f.name]["source"]))
+                for f in fields(cls)
+                if f.name != "buckets" and (f.name in data or f.name not in _OPTIONAL)
+            }
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(f"measured figures are malformed: {exc!r}") from None
+        buckets = BucketCounts.from_dict(data["buckets"]) if "buckets" in data else None
+        return cls(**figures, buckets=buckets)
 
-    def as_dict(self) -> dict[str, dict[str, Any]]:
+    def as_dict(self) -> dict[str, Any]:
         """The package-data form (what ``from_dict`` reads)."""
-        return {f.name: asdict(getattr(self, f.name)) for f in fields(self)}
+        out: dict[str, Any] = {
+            f.name: asdict(getattr(self, f.name)) for f in fields(self) if f.name != "buckets" and getattr(self, f.name)
+        }
+        if self.buckets is not None:
+            out["buckets"] = self.buckets.as_dict()
+        return out
 
-    def updated(self, medians: Mapping[tuple[str, str], float], source: str) -> MeasuredFigures:
+    def bucket_counts(self) -> BucketCounts:
+        """The tier's counts: measured when the package data has them, else the design's assumptions."""
+        return self.buckets if self.buckets is not None else ASSUMED_BUCKET_COUNTS
+
+    def parked_sends(self) -> tuple[float, float]:
+        """The parked route's first (FIFO) and final (standard) send per message: counted, or 0 and 1."""
+        first, final = self.parked_first_send_requests, self.parked_final_send_requests
+        return (first.value if first else 0.0, final.value if final else 1.0)
+
+    def parked_estimate(self, delay_seconds: Delay) -> SqsParkedCostEstimate:
+        """One 1 KiB message parked for ``delay_seconds`` at these figures."""
+        first, final = self.parked_sends()
+        return estimate_sqs_parked_cost(
+            delay_seconds,
+            self.requests_per_park.value,
+            self.parked_requests_per_hop.value,
+            first_send=first,
+            final_send=final,
+        )
+
+    def updated(self, medians: Mapping[tuple[str, str], float], source: str, volume: str = "") -> MeasuredFigures:
         """These figures with every one whose ``(benchmark, metric)`` is in ``medians`` replaced, from ``source``."""
-        changes = {
+        changes: dict[str, Any] = {
             name: MeasuredFigure(float(medians[key]), f"python -m benchmarks.{key[0]}, {source}")
             for name, key in MEASURED_METRICS.items()
             if key in medians
         }
+        counted = {name: medians[key] for name, key in MEASURED_BUCKET_METRICS.items() if key in medians}
+        if counted:
+            source = f"python -m benchmarks.aws_costs, {source}"
+            changes["buckets"] = self.bucket_counts().updated(counted, source, volume)
         return replace(self, **changes)
 
 
@@ -184,9 +265,6 @@ def load_measured_figures() -> MeasuredFigures:
 
 # ------------------------------------------------------------------------------------ comparison
 
-#: 64 KiB: every SQS request and Scheduler invocation is billed per chunk of payload.
-BILLED_CHUNK_BYTES = 64 * 1024
-SQS_MAX_BYTES = 1_048_576
 SCHEDULER_MAX_BYTES = 256 * 1024
 
 
@@ -263,7 +341,7 @@ def compare_sqs_costs(
     f = figures if figures is not None else load_measured_figures()
     chunks = -(-size_bytes // BILLED_CHUNK_BYTES)
     small = size_bytes <= PACKED_MEASURED_SIZE
-    parked = estimate_sqs_parked_cost(seconds, f.requests_per_park.value, f.parked_requests_per_hop.value)
+    parked = f.parked_estimate(seconds)
     return SqsCostComparison(
         delay_seconds=seconds,
         size_bytes=size_bytes,
@@ -283,107 +361,25 @@ def compare_sqs_costs(
     )
 
 
-# ------------------------------------------------------------------------------------ the time-bucket tier
-
-#: us-east-1 list prices of the bucket tier (USD).
-S3_PUT_PRICE_PER_REQUEST = 0.000005
-S3_GET_PRICE_PER_REQUEST = 0.0000004
-S3_STORAGE_PRICE_PER_GB_MONTH = 0.023
-LAMBDA_PRICE_PER_INVOCATION = 0.0000002
-LAMBDA_PRICE_PER_GB_SECOND = 0.0000166667
-#: The month S3 storage is billed by (30 days) and its gigabyte (2^30 bytes).
-_MONTH_SECONDS = 30 * 86_400
-_GB = 1024**3
-#: SQS batches hold 10 messages.
-_BATCH = 10
-
-
-@dataclass(frozen=True, slots=True)
-class BucketCounts:
-    """The bucket tier's work per message. ASSUMED, not measured (``measured=False``): docs/buckets.md says why.
-
-    Ingest: one send, one receive and one delete per message, in batches of 10. Each write puts the message into an
-    object of ``messages_per_object``; it is written once when due within a coarse bucket, else twice (coarse, then
-    fine), and each object is read once. Dispatch: one ``SendMessageBatch`` per 10 messages.
-    """
-
-    ingest_calls_per_message: float = 3.0
-    messages_per_object: float = 1_000.0
-    lambda_invocations_per_message: float = 0.002
-    lambda_gb_seconds_per_message: float = 0.0006
-    coarse_seconds: int = 86_400
-    measured: bool = False
-    source: str = "assumed from the design (docs/buckets.md), not yet measured"
-
-
 #: Where a delay travels: SQS's own DelaySeconds, the -delay.fifo queue, or the time-bucket tier.
 LongDelayRoute = Literal["native", "fifo", "buckets"]
-#: The counts ``estimate_bucket_cost`` uses unless given others.
-ASSUMED_BUCKET_COUNTS = BucketCounts()
-
-
-@dataclass(frozen=True, slots=True)
-class BucketCostEstimate:
-    """Dollars for one message through the bucket tier, line by line; ``measured`` is the counts' ``measured``."""
-
-    delay_seconds: float
-    size_bytes: int
-    writes_per_message: int
-    sqs_requests: float
-    s3_puts: float
-    s3_gets: float
-    ingest_usd: float
-    s3_requests_usd: float
-    dispatch_usd: float
-    lambda_usd: float
-    storage_usd: float
-    measured: bool
-
-    @property
-    def dollars(self) -> float:
-        """The total per message."""
-        return self.ingest_usd + self.s3_requests_usd + self.dispatch_usd + self.lambda_usd + self.storage_usd
-
-
-def estimate_bucket_cost(
-    delay_seconds: Delay, size_bytes: int = PACKED_MEASURED_SIZE, counts: BucketCounts = ASSUMED_BUCKET_COUNTS
-) -> BucketCostEstimate:
-    """Cost of one message of ``size_bytes`` delayed ``delay_seconds`` in the time-bucket tier under ``counts``."""
-    if not 1 <= size_bytes <= SQS_MAX_BYTES:
-        raise InvalidMessageError(f"size must be from 1 to {SQS_MAX_BYTES:,} bytes (the SQS message limit)")
-    seconds = to_seconds(delay_seconds)
-    chunks_per_message = -(-_BATCH * size_bytes // BILLED_CHUNK_BYTES) / _BATCH  # a batch of 10, per 64 KiB
-    writes = 1 if seconds <= counts.coarse_seconds else 2
-    puts = gets = writes / counts.messages_per_object
-    ingest_requests = counts.ingest_calls_per_message * chunks_per_message
-    dispatch_requests = chunks_per_message
-    return BucketCostEstimate(
-        delay_seconds=seconds,
-        size_bytes=size_bytes,
-        writes_per_message=writes,
-        sqs_requests=ingest_requests + dispatch_requests,
-        s3_puts=puts,
-        s3_gets=gets,
-        ingest_usd=ingest_requests * STANDARD_PRICE_PER_REQUEST,
-        s3_requests_usd=puts * S3_PUT_PRICE_PER_REQUEST + gets * S3_GET_PRICE_PER_REQUEST,
-        dispatch_usd=dispatch_requests * STANDARD_PRICE_PER_REQUEST,
-        lambda_usd=counts.lambda_invocations_per_message * LAMBDA_PRICE_PER_INVOCATION
-        + counts.lambda_gb_seconds_per_message * LAMBDA_PRICE_PER_GB_SECOND,
-        storage_usd=size_bytes / _GB * S3_STORAGE_PRICE_PER_GB_MONTH * seconds / _MONTH_SECONDS,
-        measured=counts.measured,
-    )
 
 
 def choose_long_delay_route(
     delay_seconds: Delay,
     measured: MeasuredFigures | None = None,
-    counts: BucketCounts = ASSUMED_BUCKET_COUNTS,
+    counts: BucketCounts | None = None,
     *,
     max_native_delay: int = 900,
 ) -> LongDelayRoute:
-    """What ``long_delay_route = auto`` picks for 1 KiB messages: the cheaper of parked FIFO and buckets (tie: fifo)."""
+    """What ``long_delay_route = auto`` picks for 1 KiB messages: the cheaper of parked FIFO and buckets (tie: fifo).
+
+    Both sides come from counted requests (``measured``, default the package's figures; ``counts``, default the
+    tier's counts in them).
+    """
     if to_seconds(delay_seconds) <= max_native_delay:
         return "native"
     f = measured if measured is not None else load_measured_figures()
-    fifo = estimate_sqs_parked_cost(delay_seconds, f.requests_per_park.value, f.parked_requests_per_hop.value)
-    return "buckets" if estimate_bucket_cost(delay_seconds, counts=counts).dollars < fifo.dollars else "fifo"
+    tier = counts if counts is not None else f.bucket_counts()
+    fifo = f.parked_estimate(delay_seconds).dollars
+    return "buckets" if estimate_bucket_cost(delay_seconds, counts=tier).dollars < fifo else "fifo"

@@ -1,28 +1,34 @@
-"""``cost`` shows the time-bucket row (assumed counts, not yet measured) and the route ``auto`` picks."""
+"""``cost`` shows the time-bucket row (counted at moto, or labelled assumed) and the route ``auto`` picks."""
 
 from __future__ import annotations
 
 import pytest
 
 from delayed_delivery.app import cli
-from delayed_delivery.cost import estimate_bucket_cost
+from delayed_delivery.cost import choose_long_delay_route, estimate_bucket_cost, load_measured_figures
 from tests.cli.conftest import ok_json, run
 
 
 def test_json_carries_the_bucket_estimate_and_the_auto_route() -> None:
+    counts = load_measured_figures().bucket_counts()
     data = ok_json("cost", "--delay", "30d", "--messages", "1000000")
-    assert data["buckets_usd_total"] == pytest.approx(estimate_bucket_cost(30 * 86_400).dollars * 1e6)
-    assert data["buckets_usd_total"] < data["our_parked_usd_total"]
-    assert data["buckets_counts_measured"] is False and data["buckets_writes_per_message"] == 2
-    assert data["auto_route"] == "buckets"
+    assert data["buckets_usd_total"] == pytest.approx(estimate_bucket_cost(30 * 86_400, counts=counts).dollars * 1e6)
+    assert data["buckets_counts_measured"] is counts.measured and data["buckets_writes_per_message"] == 2
+    assert data["buckets_counts_source"] == counts.source and data["buckets_fixed_usd_per_month"] > 0
+    assert data["auto_route"] == choose_long_delay_route(30 * 86_400) in ("fifo", "buckets")
+    assert set(data["auto_route_by_delay"]) == {"1d", "30d", "1y"}
+    assert data["auto_route_by_delay"]["1y"] == choose_long_delay_route(365 * 86_400)
     assert ok_json("cost", "--delay", "10m")["auto_route"] == "native"
     assert ok_json("cost", "--delay", "1d", "--size", "2048")["auto_route"] is None  # parked FIFO not measured
 
 
-def test_table_labels_the_bucket_row_as_assumed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_table_labels_the_bucket_row_and_names_what_auto_picks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli.console, "width", 400)  # one line per row
     result = run("cost", "--delay", "365d")
     assert result.exit_code == 0
     text = " ".join(result.stdout.split())
-    assert "assumed counts, not yet measured" in text and "auto picks: buckets" in text
+    counts = load_measured_figures().bucket_counts()
+    label = f"counted at moto, {counts.volume}" if counts.measured else "assumed counts, not yet measured"
+    assert label in text and f"auto picks: {choose_long_delay_route(365 * 86_400)}" in text
+    assert "1 KiB at 1 d / 30 d / 1 y:" in text and "a month for the timer" in text
     assert "seed" not in text.lower()

@@ -1,26 +1,31 @@
-"""The time-bucket tier's cost: assumed counts, priced line by line, below parked FIFO and near the design's floor."""
+"""The time-bucket tier's cost: counts per path priced line by line, the fixed timer cost, and what auto picks."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 
 from delayed_delivery.cost import (
     ASSUMED_BUCKET_COUNTS,
+    MEASURED_BUCKET_METRICS,
     BucketCounts,
+    BucketPath,
+    MeasuredFigures,
     choose_long_delay_route,
     estimate_bucket_cost,
+    estimate_bucket_fixed_cost,
     estimate_sqs_parked_cost,
     load_measured_figures,
 )
-from delayed_delivery.errors import InvalidMessageError
+from delayed_delivery.errors import ConfigurationError, InvalidMessageError
 
 DAY = 86_400
 
 
 @pytest.mark.parametrize(("delay", "floor"), [(DAY, 0.18), (30 * DAY, 0.20), (365 * DAY, 0.45)])
-def test_bucket_cost_is_near_the_floor_and_below_parked_fifo(delay: int, floor: float) -> None:
+def test_the_assumed_counts_price_near_the_floor_and_below_parked_fifo(delay: int, floor: float) -> None:
     per_million = estimate_bucket_cost(delay).dollars * 1e6
     assert per_million == pytest.approx(floor, rel=0.1)
     f = load_measured_figures()
@@ -28,30 +33,69 @@ def test_bucket_cost_is_near_the_floor_and_below_parked_fifo(delay: int, floor: 
     assert per_million < parked.dollars * 1e6
 
 
-def test_the_counts_are_marked_as_assumptions() -> None:
+def test_the_assumed_counts_are_marked_and_measured_ones_say_where_from() -> None:
     assert ASSUMED_BUCKET_COUNTS.measured is False and "assumed" in ASSUMED_BUCKET_COUNTS.source
     assert estimate_bucket_cost(DAY).measured is False
-    assert estimate_bucket_cost(DAY, counts=replace(ASSUMED_BUCKET_COUNTS, measured=True)).measured is True
+    counted = ASSUMED_BUCKET_COUNTS.updated({"near.s3_puts": 0.01, "far.s3_gets": 0.5}, "run X", "10 a minute")
+    assert counted.measured and counted.source == "run X" and counted.volume == "10 a minute"
+    assert counted.near.s3_puts == 0.01 and counted.far.s3_gets == 0.5 and counted.far.s3_puts == 0.002
+    assert estimate_bucket_cost(DAY, counts=counted).measured is True
 
 
-def test_lines_add_up_and_follow_the_counts() -> None:
+def test_lines_add_up_and_follow_the_path() -> None:
     e = estimate_bucket_cost(30 * DAY)
     assert e.writes_per_message == 2 and e.s3_puts == pytest.approx(0.002) and e.s3_gets == pytest.approx(0.002)
     assert e.sqs_requests == pytest.approx(0.4)  # send, receive, delete and dispatch, each in batches of 10
-    assert e.dollars == pytest.approx(e.ingest_usd + e.s3_requests_usd + e.dispatch_usd + e.lambda_usd + e.storage_usd)
+    parts = e.ingest_usd + e.s3_requests_usd + e.dispatch_usd + e.lambda_usd + e.storage_usd + e.dynamodb_usd
+    assert e.dollars == pytest.approx(parts)
     assert estimate_bucket_cost(DAY).writes_per_message == 1  # due within a coarse bucket: written fine at once
-    # fewer messages per object (a quiet minute) costs more per message; storage grows with the delay and the size
-    quiet = estimate_bucket_cost(30 * DAY, counts=BucketCounts(messages_per_object=1))
-    assert quiet.s3_requests_usd == pytest.approx(2 * (5e-6 + 4e-7))
+    quiet = replace(ASSUMED_BUCKET_COUNTS, far=BucketPath(2, 0.3, 0.1, 2.0, 2.0, dynamodb_reads=1.0))
+    q = estimate_bucket_cost(30 * DAY, counts=quiet)  # one message per object: each write is a PUT and a GET
+    assert q.s3_requests_usd == pytest.approx(2 * (5e-6 + 4e-7)) and q.dynamodb_usd == pytest.approx(1.25e-7)
     assert estimate_bucket_cost(365 * DAY).storage_usd > estimate_bucket_cost(30 * DAY).storage_usd
     assert estimate_bucket_cost(DAY, 65_536).sqs_requests == pytest.approx(4 * 1.0)  # 10 × 64 KiB = 10 chunks
     with pytest.raises(InvalidMessageError):
         estimate_bucket_cost(DAY, 0)
 
 
+def test_the_fixed_cost_is_a_timer_run_every_minute() -> None:
+    fixed = estimate_bucket_fixed_cost(BucketCounts(timer_lists_per_run=2.0, timer_gb_seconds_per_run=0.0))
+    assert fixed.runs == 43_200 and fixed.lists == 86_400
+    assert fixed.usd == pytest.approx(43_200 * 2e-7 + 86_400 * 5e-6)
+
+
 def test_auto_route_picks_native_then_the_cheaper_long_route() -> None:
+    f = load_measured_figures()
     assert choose_long_delay_route(900) == "native"
-    assert choose_long_delay_route(901) == "buckets"  # under the assumed counts
-    assert choose_long_delay_route(365 * DAY) == "buckets"
-    costly = replace(ASSUMED_BUCKET_COUNTS, messages_per_object=1, lambda_invocations_per_message=10)
-    assert choose_long_delay_route(DAY, counts=costly) == "fifo"
+    cheap = ASSUMED_BUCKET_COUNTS
+    assert choose_long_delay_route(901, f, cheap) == "buckets"
+    assert choose_long_delay_route(365 * DAY, f, cheap) == "buckets"
+    costly = BucketPath(2, 0.3, 0.1, 1.0, 1.0, lambda_invocations=10)
+    assert choose_long_delay_route(30 * DAY, f, replace(cheap, far=costly)) == "fifo"
+
+
+def test_the_package_data_round_trips_and_older_files_still_read() -> None:
+    f = load_measured_figures()
+    again = MeasuredFigures.from_dict(json.loads(json.dumps(f.as_dict())))
+    assert again == f
+    old = {
+        k: v
+        for k, v in f.as_dict().items()
+        if k in ("requests_per_hop", "packed_requests_per_hop", "requests_per_park", "parked_requests_per_hop")
+    }
+    read = MeasuredFigures.from_dict(old)
+    assert read.buckets is None and read.bucket_counts() == ASSUMED_BUCKET_COUNTS
+    assert read.parked_sends() == (0.0, 1.0)
+    with pytest.raises(ConfigurationError):
+        MeasuredFigures.from_dict(old | {"buckets": {"near": {}}})
+
+
+def test_refreshing_fills_the_bucket_counts_from_benchmark_rows() -> None:
+    f = MeasuredFigures.from_dict(load_measured_figures().as_dict())
+    medians = {key: 0.5 for key in MEASURED_BUCKET_METRICS.values()}
+    medians[("aws_costs", "parked_first_send_billed_requests_per_message")] = 0.02
+    updated = f.updated(medians, "2031-01-01 run", "10,000 messages")
+    counts = updated.bucket_counts()
+    assert counts.measured and counts.near.s3_puts == 0.5 and counts.timer_lists_per_run == 0.5
+    assert "benchmarks.aws_costs" in counts.source and counts.volume == "10,000 messages"
+    assert updated.parked_sends()[0] == 0.02

@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Annotated
@@ -28,6 +28,7 @@ from delayed_delivery.cost import (
     choose_long_delay_route,
     compare_sqs_costs,
     estimate_bucket_cost,
+    estimate_bucket_fixed_cost,
 )
 from delayed_delivery.durations import format_duration, to_seconds
 from delayed_delivery.errors import DelayedDeliveryError
@@ -78,8 +79,9 @@ def cost(
     """Price SQS delayed delivery for DELAY: the NServiceBus formula, our plan at the measured figures, Scheduler.
 
     Every SQS request and Scheduler invocation is billed per 64 KiB chunk of payload. us-east-1 list prices.
-    The measured figures ship with the package (refreshed by `python -m benchmarks`). The time-bucket row uses
-    assumed counts, not yet measured (docs/buckets.md), and the caption names the route `auto` would pick.
+    The measured figures ship with the package (refreshed by `python -m benchmarks`). The time-bucket row prices the
+    requests counted per step at moto (`python -m benchmarks --only aws_costs`), and the caption names the route
+    `long_delay_route = auto` picks at this delay and at 1 d / 30 d / 1 y.
 
     Example: delayed-delivery cost --delay 365d --size 2048
     """
@@ -93,20 +95,22 @@ def cost(
         raise _fail(f"--size must be from 1 to {SQS_MAX_BYTES:,} bytes (the SQS message limit)")
     try:
         comparison = compare_sqs_costs(seconds, size, messages)
-        buckets = estimate_bucket_cost(seconds, size)
+        buckets = estimate_bucket_cost(seconds, size, comparison.figures.bucket_counts())
         auto = choose_long_delay_route(seconds, comparison.figures) if size <= PACKED_MEASURED_SIZE else None
+        by_delay = {d: choose_long_delay_route(to_seconds(d), comparison.figures) for d in ("1d", "30d", "1y")}
     except DelayedDeliveryError as exc:
         raise _fail(str(exc)) from None
     if as_json:
-        console.print_json(json.dumps(comparison.as_dict() | _bucket_json(buckets, messages, auto)))
+        tier = _bucket_json(buckets, messages, auto) | {"auto_route_by_delay": by_delay}
+        console.print_json(json.dumps(comparison.as_dict() | tier | _fixed_json(comparison)))
     else:
         table = _cost_table(comparison)
-        _add_bucket_row(table, buckets, messages, auto)
+        _add_bucket_row(table, buckets, messages, auto, by_delay, comparison)
         console.print(table)
 
 
 def _bucket_json(b: BucketCostEstimate, n: int, auto: str | None) -> dict[str, object]:
-    """The bucket tier's keys of ``cost --json`` (counts assumed until measured)."""
+    """The bucket tier's keys of ``cost --json``."""
     return {
         "buckets_usd_total": b.dollars * n,
         "buckets_requests_per_message": b.sqs_requests + b.s3_puts + b.s3_gets,
@@ -116,17 +120,34 @@ def _bucket_json(b: BucketCostEstimate, n: int, auto: str | None) -> dict[str, o
     }
 
 
-def _add_bucket_row(table: Table, b: BucketCostEstimate, n: int, auto: str | None) -> None:
-    """The time-bucket row and which route ``long_delay_route = auto`` picks."""
-    counts = "measured counts" if b.measured else "assumed counts, not yet measured"
+def _fixed_json(c: SqsCostComparison) -> dict[str, object]:
+    """The tier's fixed monthly cost and where its counts come from."""
+    counts = c.figures.bucket_counts()
+    return {
+        "buckets_fixed_usd_per_month": estimate_bucket_fixed_cost(counts).usd,
+        "buckets_counts_source": counts.source,
+        "buckets_counts_volume": counts.volume,
+    }
+
+
+def _add_bucket_row(
+    table: Table, b: BucketCostEstimate, n: int, auto: str | None, by_delay: Mapping[str, str], c: SqsCostComparison
+) -> None:
+    """The time-bucket row, its fixed monthly cost, and which route ``long_delay_route = auto`` picks."""
+    counts = c.figures.bucket_counts()
+    label = f"counted at moto, {counts.volume}" if b.measured else "assumed counts, not yet measured"
     table.add_row(
-        f"time buckets on S3 ({counts}; not deployable yet): {b.writes_per_message} write(s) per message in "
-        "objects of 1,000, batches of 10",
-        f"{b.sqs_requests:,.2f} SQS + {b.s3_puts + b.s3_gets:,.4f} S3",
+        f"time buckets on S3 ({label}): {b.writes_per_message} write(s) per message, plus "
+        f"${estimate_bucket_fixed_cost(counts).usd:,.2f} a month for the timer",
+        f"{b.sqs_requests:,.3f} SQS + {b.s3_puts + b.s3_gets:,.4f} S3",
         f"${b.dollars * n:,.2f}",
     )
     picks = auto if auto is not None else f"n/a (parked FIFO measured for ≤ {PACKED_MEASURED_SIZE:,} bytes)"
-    table.caption = f"{table.caption}; long_delay_route = auto picks: {picks}"
+    each = " / ".join(by_delay.values())
+    table.caption = (
+        f"{table.caption}; buckets: {counts.source}; long_delay_route = auto picks: {picks} "
+        f"(1 KiB at 1 d / 30 d / 1 y: {each})"
+    )
 
 
 def _cost_table(c: SqsCostComparison) -> Table:
