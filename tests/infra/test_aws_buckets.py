@@ -1,0 +1,360 @@
+"""The time-bucket tier in the CDK app: absent with ``longDelayRoute`` fifo; with ``buckets`` or ``auto`` the S3
+bucket (SSE, public access blocked, TLS, lifecycle, kept), the ingest queue with its DLQ, the ingest and timer
+functions, prefix-scoped IAM, alarms, dashboard and outputs; cdk-nag and cfn-lint clean."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.infra
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+import aws_cdk as cdk  # noqa: E402
+from aws_cdk.assertions import Match, Template  # noqa: E402
+
+from infra.aws.app import build  # noqa: E402
+from infra.aws.buckets import INGEST_HANDLER, TIMER_HANDLER, TimeBucketTier  # noqa: E402
+from tests.infra.test_aws_stack import _actions, _cfn_lint, _logical_id, _resources, _synth  # noqa: E402
+
+PREFIX = "delayed-delivery/buckets"
+KEY_ARN = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+Synth = tuple[Template, dict[str, Any], Path]
+
+
+@pytest.fixture(scope="module")
+def tier(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    return _synth(tmp_path_factory.mktemp("tier"), {"endpoints": ["orders", "billing"], "longDelayRoute": "buckets"})
+
+
+def _function(raw: dict[str, Any], handler: str) -> tuple[str, dict[str, Any]]:
+    [found] = [
+        (k, v) for k, v in _resources(raw, "AWS::Lambda::Function").items() if v["Properties"]["Handler"] == handler
+    ]
+    return found
+
+
+def _statements(raw: dict[str, Any], function: dict[str, Any]) -> list[dict[str, Any]]:
+    role = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    [policy] = [p for p in _resources(raw, "AWS::IAM::Policy").values() if p["Properties"]["Roles"] == [{"Ref": role}]]
+    statements: list[dict[str, Any]] = policy["Properties"]["PolicyDocument"]["Statement"]
+    return statements
+
+
+def _bucket(raw: dict[str, Any]) -> str:
+    [bucket] = _resources(raw, "AWS::S3::Bucket")
+    return bucket
+
+
+def _tier_errors(raw: dict[str, Any]) -> str:
+    [errors] = [k for k in _resources(raw, "AWS::SQS::Queue") if k.startswith("TimeBucketsErrors")]
+    return errors
+
+
+def _objects(bucket: str, prefix: str = PREFIX) -> dict[str, Any]:
+    return {"Fn::Join": ["", [{"Fn::GetAtt": [bucket, "Arn"]}, f"/{prefix}/*"]]}
+
+
+def test_absent_with_the_fifo_route(tmp_path: Path) -> None:
+    for context in ({"endpoints": ["orders"]}, {"endpoints": ["orders"], "longDelayRoute": "fifo"}):
+        _, raw, _ = _synth(tmp_path / str(len(context)), context)
+        assert not _resources(raw, "AWS::S3::Bucket")
+        assert not _resources(raw, "AWS::Events::Rule")
+        assert len(_resources(raw, "AWS::Lambda::Function")) == 1
+        assert "BucketName" not in raw["Outputs"]
+    with pytest.raises(ValueError, match="long_delay_route"):
+        _synth(tmp_path / "bad", {"endpoints": ["orders"], "longDelayRoute": "s3"})
+
+
+def test_bucket_is_private_encrypted_tls_only_unversioned_kept_with_lifecycle(tier: Synth) -> None:
+    template, raw, _ = tier
+    bucket = _bucket(raw)
+    template.has_resource(
+        "AWS::S3::Bucket",
+        {
+            "DeletionPolicy": "Retain",
+            "UpdateReplacePolicy": "Retain",
+            "Properties": {
+                "BucketEncryption": {
+                    "ServerSideEncryptionConfiguration": [{"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
+                },
+                "PublicAccessBlockConfiguration": {
+                    "BlockPublicAcls": True,
+                    "BlockPublicPolicy": True,
+                    "IgnorePublicAcls": True,
+                    "RestrictPublicBuckets": True,
+                },
+                "VersioningConfiguration": Match.absent(),
+                "LifecycleConfiguration": {
+                    "Rules": Match.array_with(
+                        [
+                            Match.object_like(
+                                {"AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}, "Status": "Enabled"}
+                            ),
+                            Match.object_like(
+                                {"Prefix": f"{PREFIX}/leases/", "ExpirationInDays": 2, "Status": "Enabled"}
+                            ),
+                        ]
+                    )
+                },
+            },
+        },
+    )
+    [rules] = [b["Properties"]["LifecycleConfiguration"]["Rules"] for b in _resources(raw, "AWS::S3::Bucket").values()]
+    assert all("ExpirationInDays" not in r or r.get("Prefix") == f"{PREFIX}/leases/" for r in rules), (
+        "no message expires"
+    )
+    [policy] = _resources(raw, "AWS::S3::BucketPolicy").values()
+    assert policy["Properties"]["Bucket"] == {"Ref": bucket}
+    [deny] = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert (deny["Effect"], deny["Action"], deny["Condition"]) == (
+        "Deny",
+        "s3:*",
+        {"Bool": {"aws:SecureTransport": "false"}},
+    )
+
+
+def test_ingest_queue_is_encrypted_with_a_dlq_and_room_for_retries(tier: Synth) -> None:
+    template, raw, _ = tier
+    dlq = _logical_id(raw, "AWS::SQS::Queue", QueueName="delayed-delivery-ingest-dlq")
+    template.has_resource_properties(
+        "AWS::SQS::Queue",
+        {
+            "QueueName": "delayed-delivery-ingest",
+            "SqsManagedSseEnabled": True,
+            "MessageRetentionPeriod": 14 * 86_400,
+            "VisibilityTimeout": 6 * 60 + 20,  # 6x the 60 s ingest timeout, plus the 20 s batching window
+            "RedrivePolicy": {"deadLetterTargetArn": {"Fn::GetAtt": [dlq, "Arn"]}, "maxReceiveCount": 5},
+        },
+    )
+    template.has_resource_properties(
+        "AWS::SQS::Queue", {"QueueName": "delayed-delivery-ingest-dlq", "MessageRetentionPeriod": 14 * 86_400}
+    )
+    queues = _resources(raw, "AWS::SQS::Queue")
+    guarded = set()
+    for policy in _resources(raw, "AWS::SQS::QueuePolicy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if statement["Effect"] == "Deny" and statement.get("Condition") == {
+                "Bool": {"aws:SecureTransport": "false"}
+            }:
+                guarded.update(q["Ref"] for q in policy["Properties"]["Queues"])
+    assert guarded == set(queues)  # the tier's three queues too
+    assert all(q["Properties"].get("SqsManagedSseEnabled") is True for q in queues.values())
+
+
+def test_ingest_function_reads_big_batches_with_partial_failures(tier: Synth) -> None:
+    template, raw, _ = tier
+    ingest_queue = _logical_id(raw, "AWS::SQS::Queue", QueueName="delayed-delivery-ingest")
+    name, function = _function(raw, INGEST_HANDLER)
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {
+            "EventSourceArn": {"Fn::GetAtt": [ingest_queue, "Arn"]},
+            "FunctionName": {"Ref": name},
+            "BatchSize": 1000,
+            "MaximumBatchingWindowInSeconds": 20,
+            "FunctionResponseTypes": ["ReportBatchItemFailures"],
+        },
+    )
+    props = function["Properties"]
+    assert (props["Timeout"], props["Runtime"], props["TracingConfig"]) == (60, "python3.13", {"Mode": "Active"})
+
+
+def test_timer_runs_every_minute_one_at_a_time(tier: Synth) -> None:
+    template, raw, _ = tier
+    name, function = _function(raw, TIMER_HANDLER)
+    assert function["Properties"]["ReservedConcurrentExecutions"] == 1
+    assert function["Properties"]["Timeout"] == 300
+    template.has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "ScheduleExpression": "rate(1 minute)",
+            "State": "ENABLED",
+            "Targets": [Match.object_like({"Arn": {"Fn::GetAtt": [name, "Arn"]}})],
+        },
+    )
+    template.has_resource_properties(
+        "AWS::Lambda::Permission",
+        {"Action": "lambda:InvokeFunction", "Principal": "events.amazonaws.com", "FunctionName": Match.any_value()},
+    )
+    [rule] = _resources(raw, "AWS::Events::Rule").values()
+    assert rule["Properties"]["Targets"][0]["RetryPolicy"] == {
+        "MaximumRetryAttempts": 0,
+        "MaximumEventAgeInSeconds": 60,
+    }
+
+
+def test_both_functions_get_the_tier_environment(tier: Synth) -> None:
+    _, raw, _ = tier
+    bucket = _bucket(raw)
+    errors = _tier_errors(raw)
+    [table] = _resources(raw, "AWS::DynamoDB::Table")
+    for handler in (INGEST_HANDLER, TIMER_HANDLER):
+        env = _function(raw, handler)[1]["Properties"]["Environment"]["Variables"]
+        assert env["DELAYED_DELIVERY_BUCKET_NAME"] == {"Ref": bucket}
+        assert env["DELAYED_DELIVERY_BUCKET_PREFIX"] == PREFIX
+        assert env["DELAYED_DELIVERY_BUCKET_INGEST_QUEUE"] == "delayed-delivery-ingest"
+        assert env["DELAYED_DELIVERY_ERROR_QUEUE"] == {"Fn::GetAtt": [errors, "QueueName"]}
+        assert env["DELAYED_DELIVERY_BUCKET_FINE_SECONDS"] == "60"
+        assert env["DELAYED_DELIVERY_BUCKET_COARSE_SECONDS"] == "86400"
+        assert env["DELAYED_DELIVERY_BUCKET_DISPATCH_LEAD_SECONDS"] == "600"
+        assert env["POWERTOOLS_SERVICE_NAME"] == "delayed-delivery-buckets"
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == "DelayedDelivery"
+        assert env["DELAYED_DELIVERY_CANCELLATION_TABLE"] == {"Ref": table}
+
+
+def test_ingest_may_only_write_objects_under_the_prefix_and_send_to_the_error_queue(tier: Synth) -> None:
+    _, raw, _ = tier
+    bucket = _bucket(raw)
+    ingest_queue = _logical_id(raw, "AWS::SQS::Queue", QueueName="delayed-delivery-ingest")
+    errors = _tier_errors(raw)
+    granted: dict[str, set[str]] = {}
+    for statement in _statements(raw, _function(raw, INGEST_HANDLER)[1]):
+        key = json.dumps(statement["Resource"], sort_keys=True)
+        granted.setdefault(key, set()).update(_actions(statement))
+        assert "Condition" not in statement
+    assert granted.pop(json.dumps(_objects(bucket), sort_keys=True)) == {"s3:PutObject"}
+    assert {"sqs:ReceiveMessage", "sqs:DeleteMessage"} <= granted.pop(
+        json.dumps({"Fn::GetAtt": [ingest_queue, "Arn"]}, sort_keys=True)
+    )
+    assert granted.pop(json.dumps({"Fn::GetAtt": [errors, "Arn"]}, sort_keys=True)) == {
+        "sqs:SendMessage",
+        "sqs:GetQueueAttributes",
+        "sqs:GetQueueUrl",
+    }
+    assert granted.pop('"*"') == {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+    [(logs, actions)] = granted.items()
+    assert "Logs" in logs and actions == {"logs:CreateLogStream", "logs:PutLogEvents"}
+
+
+def test_timer_is_scoped_to_the_prefix_the_destinations_the_error_queue_and_their_records(tier: Synth) -> None:
+    _, raw, _ = tier
+    bucket = _bucket(raw)
+    statements = _statements(raw, _function(raw, TIMER_HANDLER)[1])
+    [listing] = [s for s in statements if "s3:ListBucket" in _actions(s)]
+    assert _actions(listing) == ["s3:ListBucket"] and listing["Resource"] == {"Fn::GetAtt": [bucket, "Arn"]}
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"{PREFIX}/*"]}}
+    [objects] = [s for s in statements if s["Resource"] == _objects(bucket)]
+    assert sorted(_actions(objects)) == ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]
+    sends = {
+        s["Resource"]["Fn::GetAtt"][0]
+        for s in statements
+        if "sqs:SendMessage" in _actions(s) and "Fn::GetAtt" in s["Resource"]
+    }
+    orders = _logical_id(raw, "AWS::SQS::Queue", QueueName="orders")
+    billing = _logical_id(raw, "AWS::SQS::Queue", QueueName="billing")
+    errors = _tier_errors(raw)
+    assert sends == {orders, billing, errors}
+    assert not [s for s in statements if "sqs:ReceiveMessage" in _actions(s)]
+    [records] = [s for s in statements if any(a.startswith("dynamodb:") for a in _actions(s))]
+    [table] = _resources(raw, "AWS::DynamoDB::Table")
+    assert sorted(_actions(records)) == ["dynamodb:DeleteItem", "dynamodb:Query"]
+    assert records["Resource"] == {"Fn::GetAtt": [table, "Arn"]}
+    assert records["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["billing", "orders"]}}
+    wide = [a for s in statements for a in _actions(s) if a.endswith("*") or (s["Resource"] == "*" and "xray" not in a)]
+    assert not wide
+
+
+def test_alarms_on_overdue_buckets_ingest_age_the_dlq_and_errors(tier: Synth) -> None:
+    _, raw, _ = tier
+    alarms = [a["Properties"] for a in _resources(raw, "AWS::CloudWatch::Alarm").values()]
+    [overdue] = [a for a in alarms if a["MetricName"] == "BucketOldestOverdueSeconds"]
+    assert (overdue["Namespace"], overdue["Threshold"], overdue["ComparisonOperator"]) == (
+        "DelayedDelivery",
+        120,
+        "GreaterThanThreshold",
+    )
+    assert overdue["Dimensions"] == [{"Name": "service", "Value": "delayed-delivery-buckets"}]
+    ingest_queue = _logical_id(raw, "AWS::SQS::Queue", QueueName="delayed-delivery-ingest")
+    dlq = _logical_id(raw, "AWS::SQS::Queue", QueueName="delayed-delivery-ingest-dlq")
+    [age] = [a for a in alarms if a["MetricName"] == "ApproximateAgeOfOldestMessage"]
+    assert age["Dimensions"][0]["Value"] == {"Fn::GetAtt": [ingest_queue, "QueueName"]}
+    [dead] = [a for a in alarms if a["MetricName"] == "ApproximateNumberOfMessagesVisible" and dlq in json.dumps(a)]
+    assert (dead["Threshold"], dead["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    errors = [a for a in alarms if a["MetricName"] == "Errors"]
+    functions = {json.dumps(a["Dimensions"]) for a in errors}
+    for handler in (INGEST_HANDLER, TIMER_HANDLER):
+        name, _ = _function(raw, handler)
+        assert any(name in f for f in functions), handler
+    [dashboard] = _resources(raw, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in ("BucketMessagesIngested", "BucketMessagesDispatched", "BucketOldestOverdueSeconds", "Requeued"):
+        assert metric in body
+
+
+def test_outputs_name_what_a_sender_needs(tier: Synth) -> None:
+    _, raw, _ = tier
+    outputs = raw["Outputs"]
+    assert outputs["BucketName"]["Value"] == {"Ref": _bucket(raw)}
+    ingest_queue = _logical_id(raw, "AWS::SQS::Queue", QueueName="delayed-delivery-ingest")
+    assert outputs["IngestQueueUrl"]["Value"] == {"Ref": ingest_queue}
+    assert outputs["SenderIngestQueue"]["Value"] == {"Fn::GetAtt": [ingest_queue, "QueueName"]}
+    assert "DELAYED_DELIVERY_BUCKET_INGEST_QUEUE" in outputs["SenderIngestQueue"]["Description"]
+    assert outputs["SenderLongDelayRoute"]["Value"] == "buckets"
+    assert "DELAYED_DELIVERY_LONG_DELAY_ROUTE" in outputs["SenderLongDelayRoute"]["Description"]
+
+
+def test_cfn_lint_passes_with_the_tier(tier: Synth) -> None:
+    _cfn_lint(tier[2])
+
+
+def test_a_key_encrypts_the_bucket_and_queues_and_is_granted(tmp_path: Path) -> None:
+    context = {
+        "endpoints": ["orders"],
+        "longDelayRoute": "auto",
+        "kmsKey": KEY_ARN,
+        "delaySenders": "arn:aws:iam::111122223333:role/ops-*",
+        "bucketPrefix": "dd/tier",
+        "bucketIngestQueue": "tier-ingest",
+    }
+    _, raw, path = _synth(tmp_path, context)
+    [bucket] = _resources(raw, "AWS::S3::Bucket").values()
+    [rule] = bucket["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": KEY_ARN}
+    assert {q["Properties"].get("KmsMasterKeyId") for q in _resources(raw, "AWS::SQS::Queue").values()} == {KEY_ARN}
+    for handler in (INGEST_HANDLER, TIMER_HANDLER):
+        statements = _statements(raw, _function(raw, handler)[1])
+        used = {a for s in statements if s["Resource"] == KEY_ARN for a in _actions(s)}
+        assert {"kms:GenerateDataKey", "kms:Decrypt"} <= used
+        assert "/dd/tier/*" in json.dumps(statements)
+    ingest = _logical_id(raw, "AWS::SQS::Queue", QueueName="tier-ingest")
+    [policy] = [
+        p for p in _resources(raw, "AWS::SQS::QueuePolicy").values() if p["Properties"]["Queues"] == [{"Ref": ingest}]
+    ]
+    [deny] = [
+        s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s.get("Sid") == "OnlyGrantedSendersMayIngest"
+    ]
+    assert deny["Condition"] == {"ArnNotLike": {"aws:PrincipalArn": ["arn:aws:iam::111122223333:role/ops-*"]}}
+    assert raw["Outputs"]["SenderLongDelayRoute"]["Value"] == "auto"
+    _cfn_lint(path)
+
+
+def test_grant_send_ingest_allows_a_role_and_bad_sizes_are_refused(tmp_path: Path) -> None:
+    from aws_cdk import aws_iam as iam
+
+    app = cdk.App(outdir=str(tmp_path / "cdk.out"), context={"endpoints": ["orders"], "longDelayRoute": "buckets"})
+    stack = build(app)
+    assert isinstance(stack.buckets, TimeBucketTier)
+    sender = iam.Role(stack, "Sender", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"))
+    stack.buckets.grant_send_ingest(sender)
+    raw = json.loads(Path(app.synth().get_stack_artifact(stack.artifact_id).template_full_path).read_text())
+    sender_id = _logical_id(raw, "AWS::IAM::Role", Description=None)
+    ingest = _logical_id(raw, "AWS::SQS::Queue", QueueName="delayed-delivery-ingest")
+    [policy] = [
+        p for p in _resources(raw, "AWS::IAM::Policy").values() if p["Properties"]["Roles"] == [{"Ref": sender_id}]
+    ]
+    [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert "sqs:SendMessage" in statement["Action"] and statement["Resource"] == {"Fn::GetAtt": [ingest, "Arn"]}
+    text = json.dumps(raw["Resources"])
+    assert "OnlyGrantedSendersMayIngest" in text and sender_id in text
+    with pytest.raises(TypeError, match="role"):
+        stack.buckets.grant_send_ingest(iam.AccountRootPrincipal())
+    for bad in ({"bucketCoarseSeconds": 90}, {"bucketDispatchLeadSeconds": 880}, {"bucketPrefix": "/x/"}):
+        with pytest.raises(ValueError):
+            build(cdk.App(context={"endpoints": ["orders"], "longDelayRoute": "buckets", **bad}))
