@@ -173,3 +173,31 @@ def test_no_bucket_is_started_when_the_deadline_is_near(
     assert stopped.buckets_left_for_deadline == 2 and stopped.dispatched == 0 and stopped.cascaded_objects == 0
     done = timer.run(deadline=time.monotonic() + 60)
     assert done.dispatched == 1 and done.cascaded_objects == 1
+
+
+def test_without_an_error_queue_nothing_is_lost(
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+) -> None:
+    clock = ManualClock(START)
+    queue_url(sqs, "orders")  # no error queue
+    store = make_store(s3, tier_bucket, tier_settings)
+    due = START + timedelta(seconds=2)
+    stray = message(1, due, destination="nowhere")
+    store.write_due([stray], START)
+    bucket = bucket_of(due, START, store.levels)
+    poison = f"{PREFIX}/fine/{bucket.iso}/{'c' * 64}-1.jsonl.gz"
+    header = json.dumps({"v": 1, "level": "fine", "bucket": bucket.iso, "count": 1})
+    s3.put_object(Bucket=tier_bucket, Key=poison, Body=gzip.compress(f'{header}\n{{"id":"p-1"}}\n'.encode(), mtime=0))
+    timer = make_timer(store, sqs, tier_settings, clock)
+    clock.advance(1)
+    result = timer.run()
+    assert result.kept_for_retry == 1 and result.to_error_queue == 0
+    [kept] = [o for o in store.objects(FINE)]
+    assert [m.message_id for m in store.read(kept.key).messages] == ["m-1"]  # the message, written back
+    copy = f"{PREFIX}/problems/fine/{bucket.iso}/{'c' * 64}-1.jsonl.gz"
+    assert b'"id":"p-1"' in gzip.decompress(s3.get_object(Bucket=tier_bucket, Key=copy)["Body"].read())
+    errors = queue_url(sqs, "errors")  # the error queue is back: the message goes there
+    clock.advance(1)
+    assert timer.run().to_error_queue == 1
+    assert drain(sqs, errors)[0]["Body"] == "body-1"
+    assert list(store.objects(FINE)) == []

@@ -18,6 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ... import logfields as lf
+from ...bucket_format import BucketMessage
 from ...buckets import COARSE, FINE, BucketKey, cascade_window, dispatch_window
 from ...cancellations import Cancellation, CancellationCache
 from ...clock import Clock
@@ -209,17 +210,42 @@ class BucketTimer:
                 notices.append(_notice({**document, "problem": contents.problem}, reason, stored.key))
         return found, notices, keys
 
-    def _report_errors(self, items: Sequence[Rejected | Notice], tally: _Tally) -> tuple[list[Rejected], set[str]]:
-        """Send ``items`` to the error queue; what could not be sent: messages to write again, objects to keep."""
+    def _report_errors(self, items: Sequence[Rejected | Notice], tally: _Tally) -> list[Rejected]:
+        """Send ``items`` to the error queue; returns the messages it did not take now, to be written back.
+
+        A notice it did not take leaves a copy of its object under ``problems/`` (the raw line is kept there).
+        """
         outcome: ErrorQueueOutcome = self.sqs.to_error_queue(items)
         tally.add(to_error_queue=outcome.sent, dropped=len(outcome.dropped))
         for item in outcome.dropped:
             _log.error(
-                "dropped: the error queue refused it", extra={lf.EVENT: lf.EVENT_ERROR_QUEUE, lf.REASON: item.reason}
+                "dropped: the error queue refused it, even reduced",
+                extra={lf.EVENT: lf.EVENT_ERROR_QUEUE, lf.REASON: item.reason},
             )
-        rewrite = [item for item in outcome.retry if isinstance(item, Rejected) and not item.key]
-        keep = {item.key for item in outcome.retry if item.key}
-        return rewrite, keep
+        for key in sorted({item.key for item in outcome.retry if isinstance(item, Notice)}):
+            copy = self.store.set_aside(key)
+            _log.error(
+                "the error queue did not take a notice; the object is kept under problems/",
+                extra={lf.EVENT: lf.EVENT_ERROR_QUEUE, "object": copy, lf.REASON: "error queue unavailable"},
+            )
+        return [item for item in outcome.retry if isinstance(item, Rejected)]
+
+    def _write_back(
+        self, bucket: BucketKey | None, messages: Sequence[BucketMessage], rejected: Sequence[Rejected]
+    ) -> set[str]:
+        """Write ``messages`` (and each rejected message on its own: two may share an id) back; the keys written."""
+        now = self.clock.now()
+        written: set[str] = set()
+        groups = [list(messages), *([r.message] for r in rejected)]
+        for group in groups:
+            if not group:
+                continue
+            if bucket is None:
+                for keys in self.store.write_due(group, now).values():
+                    written.update(keys)
+            else:
+                written.update(self.store.write(bucket, group))
+        return written
 
     def _cascade_bucket(
         self, bucket: BucketKey, objects: Sequence[StoredObject], deadline: float | None, tally: _Tally
@@ -231,17 +257,17 @@ class BucketTimer:
                 return
             found, notices, keys = self._read(group)
             plan = plan_bucket(found, self._lookup)
-            _, keep = self._report_errors([*plan.conflicts, *notices], tally)
-            self.store.write_due([*plan.keep, *plan.moved], self.clock.now())
-            done = [key for key in keys if key not in keep]
-            self.store.delete(done)
+            rewrite = self._report_errors([*plan.conflicts, *notices], tally)
+            self._write_back(None, [*plan.keep, *plan.moved], rewrite)
+            self.store.delete(keys)
             self._applied(plan)
             tally.add(
-                cascaded_objects=len(done),
+                cascaded_objects=len(keys),
                 cascaded_messages=len(plan.keep) + len(plan.moved),
                 duplicates_skipped=plan.duplicates,
                 cancelled=plan.cancelled,
                 rescheduled=len(plan.moved),
+                kept_for_retry=len(rewrite),
             )
 
     def _dispatch_bucket(self, bucket: BucketKey, objects: Sequence[StoredObject], tally: _Tally) -> None:
@@ -250,15 +276,10 @@ class BucketTimer:
         plan = plan_bucket(found, self._lookup)
         window = dispatch_window(self.clock.now(), levels=self.store.levels)
         sent = self.sqs.dispatch(plan.keep, window)
-        rewrite, keep = self._report_errors([*plan.conflicts, *sent.rejected, *notices], tally)
-        written: set[str] = set()
-        if sent.retry:
-            written.update(self.store.write(bucket, sent.retry))
-        for rejected in rewrite:  # one object each: two of them may share an id
-            written.update(self.store.write(bucket, [rejected.message]))
-        for keys_of_bucket in self.store.write_due(plan.moved, self.clock.now()).values():
-            written.update(keys_of_bucket)
-        self.store.delete([key for key in keys if key not in written and key not in keep])
+        rewrite = self._report_errors([*plan.conflicts, *sent.rejected, *notices], tally)
+        written = self._write_back(bucket, sent.retry, rewrite)
+        written |= self._write_back(None, plan.moved, ())
+        self.store.delete([key for key in keys if key not in written])  # a rewrite may reuse a key: keep it
         self._applied(plan)
         tally.add(
             dispatched=len(sent.sent),
