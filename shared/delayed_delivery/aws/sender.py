@@ -163,7 +163,7 @@ class DelayedSend:
 
 @dataclass(frozen=True, slots=True)
 class SendReceipt:
-    """What was sent: ``queue`` is the destination (native) or its ``-delay.fifo`` queue."""
+    """What was sent: ``queue`` is the destination (native), its ``-delay.fifo`` queue or the tier's ingest queue."""
 
     message_id: str
     destination: str
