@@ -13,11 +13,20 @@ import os
 import time
 from collections import Counter
 from contextlib import redirect_stdout
+from dataclasses import replace
 from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
+from delayed_delivery.app.cli.aws_buckets import (
+    BucketName,
+    BucketPrefix,
+    BucketsFlag,
+    check_tier,
+    create_tier,
+    tier_config,
+)
 from delayed_delivery.app.routes.sqs import cli_client, cli_region
 from delayed_delivery.aws.cancellations import DEFAULT_TABLE, TABLE_ENV, ensure_cancellation_table
 from delayed_delivery.aws.config import AwsConfig
@@ -69,20 +78,36 @@ def _fail(exc: DelayedDeliveryError) -> typer.Exit:
 
 
 @aws_app.command()
-def check(queue: Queue, endpoint_url: EndpointUrl = None, region: Region = None) -> None:
-    """Check QUEUE's -delay.fifo against the FIFO queue rules (DelaySeconds 900, retention ≥ 4 days, no redrive)."""
+def check(
+    queue: Queue,
+    endpoint_url: EndpointUrl = None,
+    region: Region = None,
+    buckets: BucketsFlag = None,
+    bucket_name: BucketName = None,
+    bucket_prefix: BucketPrefix = None,
+) -> None:
+    """Check QUEUE's -delay.fifo against the FIFO queue rules (DelaySeconds 900, retention ≥ 4 days, no redrive).
+
+    With the time-bucket tier (--buckets, or DELAYED_DELIVERY_LONG_DELAY_ROUTE buckets/auto) also its S3 bucket
+    (public access blocked, encryption, TLS policy, lifecycle), its ingest queue and DLQ, and the error queue.
+    """
     try:
-        result = check_endpoint(_client(endpoint_url, region), queue, _settings())
+        settings = _settings()
+        tier = tier_config(buckets, bucket_name, bucket_prefix, settings)
+        result = check_endpoint(_client(endpoint_url, region), queue, settings)
+        tier_problems = check_tier(tier, endpoint_url, region) if tier else []
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
     for fact in result.facts:
         _out.print(f"[green]ok[/green]   {fact}", highlight=False)
+    if tier and not tier_problems:
+        _out.print(f"[green]ok[/green]   time-bucket tier: s3://{tier.bucket_name}/{tier.prefix}", highlight=False)
     for warning in result.warnings:
         _out.print(f"[yellow]warn[/yellow] {warning}", highlight=False)
-    for problem in result.problems:
+    for problem in (*result.problems, *tier_problems):
         _out.print(f"[red]FAIL[/red] {problem}", highlight=False)
-    if not result.ok:
-        _out.print(f"{result.delay_queue}: {len(result.problems)} problem(s)", highlight=False)
+    if not result.ok or tier_problems:
+        _out.print(f"{result.delay_queue}: {len(result.problems) + len(tier_problems)} problem(s)", highlight=False)
         raise typer.Exit(code=1)
     _out.print(f"{result.delay_queue}: ready for unrestricted delayed delivery", highlight=False)
 
@@ -97,16 +122,30 @@ def create(
         str,
         typer.Option(envvar=TABLE_ENV, help="DynamoDB table of cancel / reschedule records ('' = do not create)."),
     ] = DEFAULT_TABLE,
+    buckets: BucketsFlag = None,
+    bucket_name: BucketName = None,
+    bucket_prefix: BucketPrefix = None,
 ) -> None:
-    """Create QUEUE, its -delay.fifo, the error queue and the cancellation table (emulators; CDK in the cloud)."""
+    """Create QUEUE, its -delay.fifo, the error queue and the cancellation table (emulators; CDK in the cloud).
+
+    With --buckets (or DELAYED_DELIVERY_LONG_DELAY_ROUTE buckets/auto) also the time-bucket tier: the S3 bucket,
+    the ingest queue (DELAYED_DELIVERY_BUCKET_INGEST_QUEUE) and its -dlq.
+    """
+    tier_urls: dict[str, str] = {}
     try:
-        queues = ensure_endpoint(_client(endpoint_url, region), queue, _settings(), error_queue=error_queue)
+        settings = _settings()
+        if error_queue:
+            settings = replace(settings, error_queue=error_queue)
+        tier = tier_config(buckets, bucket_name, bucket_prefix, settings)
+        queues = ensure_endpoint(_client(endpoint_url, region), queue, settings)
         if cancellation_table:
             ensure_cancellation_table(cli_client("dynamodb", endpoint_url, region), cancellation_table)
+        if tier:
+            tier_urls = create_tier(tier, endpoint_url, region)
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
     urls = {"input": queues.input_url, "delay": queues.delay_url, "error": queues.error_url}
-    _out.print_json(json.dumps({**urls, "cancellation_table": cancellation_table or None}))
+    _out.print_json(json.dumps({**urls, "cancellation_table": cancellation_table or None, **tier_urls}))
 
 
 @aws_app.command()

@@ -1,0 +1,93 @@
+"""The time-bucket tier in ``delayed-delivery aws create`` and ``aws check``: its options and the two steps."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any
+
+import typer
+
+from delayed_delivery.app.routes.sqs import cli_client
+from delayed_delivery.aws.buckets.config import BUCKET_NAME_ENV, BUCKET_PREFIX_ENV, DEFAULT_PREFIX, BucketTierConfig
+from delayed_delivery.settings import DelayedDeliverySettings
+
+__all__ = [
+    "DEFAULT_BUCKET",
+    "BucketName",
+    "BucketPrefix",
+    "BucketsFlag",
+    "check_tier",
+    "create_tier",
+    "tier_config",
+]
+
+#: The bucket ``aws create --buckets`` makes when neither --bucket-name nor DELAYED_DELIVERY_BUCKET_NAME names one.
+DEFAULT_BUCKET = "delayed-delivery-buckets"
+
+BucketsFlag = Annotated[
+    bool | None,
+    typer.Option(
+        "--buckets/--no-buckets",
+        help="Include the S3 time-bucket tier (bucket, ingest queue and its -dlq). Default: on when "
+        "DELAYED_DELIVERY_LONG_DELAY_ROUTE is buckets or auto.",
+        show_default=False,
+    ),
+]
+BucketName = Annotated[
+    str | None,
+    typer.Option(
+        "--bucket-name",
+        envvar=BUCKET_NAME_ENV,
+        help=f"The tier's S3 bucket (default {DEFAULT_BUCKET}).",
+        show_default=False,
+    ),
+]
+BucketPrefix = Annotated[
+    str | None,
+    typer.Option(
+        "--bucket-prefix",
+        envvar=BUCKET_PREFIX_ENV,
+        help=f"Key prefix of the tier's objects (default {DEFAULT_PREFIX}).",
+    ),
+]
+
+
+def tier_config(
+    enabled: bool | None, bucket_name: str | None, prefix: str | None, settings: DelayedDeliverySettings
+) -> BucketTierConfig | None:
+    """The tier's configuration when it is included (``--buckets``, or the route says so), else ``None``."""
+    if enabled is None:
+        enabled = settings.long_delay_route != "fifo"
+    if not enabled:
+        return None
+    return BucketTierConfig(
+        bucket_name=(bucket_name or "").strip() or DEFAULT_BUCKET,
+        prefix=(prefix or "").strip() or DEFAULT_PREFIX,
+        settings=settings,
+    )
+
+
+def _clients(endpoint_url: str | None, region: str | None) -> tuple[Any, Any]:
+    """S3 and SQS clients; moto serves S3 on the SQS port, AWS_ENDPOINT_URL_S3 splits them."""
+    s3 = cli_client("s3", os.environ.get("AWS_ENDPOINT_URL_S3") or endpoint_url, region)
+    return s3, cli_client("sqs", endpoint_url, region)
+
+
+def create_tier(config: BucketTierConfig, endpoint_url: str | None, region: str | None) -> dict[str, str]:
+    """Create the bucket, the ingest queue and its DLQ, and the error queue; what was made, for the JSON output."""
+    from delayed_delivery.aws.buckets.provision import ensure_bucket_tier
+
+    made = ensure_bucket_tier(*_clients(endpoint_url, region), config)
+    return {
+        "bucket": made.bucket_name,
+        "bucket_prefix": made.prefix,
+        "ingest": made.ingest_url,
+        "ingest_dlq": made.ingest_dlq_url,
+    }
+
+
+def check_tier(config: BucketTierConfig, endpoint_url: str | None, region: str | None) -> list[str]:
+    """The tier's problems (empty: ready)."""
+    from delayed_delivery.aws.buckets.provision import check_bucket_tier
+
+    return check_bucket_tier(*_clients(endpoint_url, region), config)
