@@ -203,3 +203,24 @@ def test_import_reads_no_environment_and_creates_no_client(monkeypatch: pytest.M
     monkeypatch.setattr(boto3, "client", refuse)
     monkeypatch.delenv("DELAYED_DELIVERY_BUCKET_NAME", raising=False)
     importlib.reload(bucket_ingest)
+
+
+def test_the_timer_dispatches_what_the_ingest_wrote(s3: Any, sqs: SQSClient, tier_bucket: str) -> None:
+    from delayed_delivery.aws.buckets.timer import BucketTimer
+    from tests.fixtures.moto import queue_depth
+
+    urls = _queues(sqs)
+    clock = ManualClock(NOW)
+    sender = SqsDelayedSender(sqs, SETTINGS, clock=clock)
+    delays = {"3h": 3 * 3_600, "40d": 40 * DAY, "2y": 730 * DAY}
+    for label in delays:
+        sender.send_delayed("orders", f"due in {label}", label, message_id=f"m-{label}")
+    poller = _poller(sqs, urls["ingest"], build_ingest_handler(_config(tier_bucket), s3=s3, sqs=sqs, clock=clock))
+    while poller.poll_once():
+        pass
+    timer = BucketTimer(S3BucketStore(s3, tier_bucket), sqs, SETTINGS, clock, owner="test")
+    for expected, seconds in enumerate(delays.values(), start=1):
+        clock.set(NOW + timedelta(seconds=seconds - 300))
+        timer.run()
+        assert queue_depth(sqs, urls["orders"]) == expected
+    assert _keys(s3, tier_bucket) == [] or all("/leases/" in k for k in _keys(s3, tier_bucket))
