@@ -6,8 +6,8 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from delayed_delivery.aws.buckets.timer import TimerResult
-from delayed_delivery.buckets import COARSE, FINE
+from delayed_delivery.aws.buckets.timer import BucketTimer, TimerResult
+from delayed_delivery.buckets import COARSE, FINE, BucketKey
 from delayed_delivery.cancellations import (
     CancellationCache,
     InMemoryCancellationStore,
@@ -144,3 +144,26 @@ def test_oldest_overdue_is_the_age_of_the_oldest_late_bucket(
     late = timer.run()
     assert late.oldest_overdue_seconds == 24.0 and late.dispatched == 1
     assert timer.run() == TimerResult()
+
+
+def test_a_coarse_bucket_is_split_in_bounded_groups_and_a_repeat_is_harmless(
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+) -> None:
+    clock = ManualClock(START)
+    queue_url(sqs, "orders")
+    queue_url(sqs, "errors")
+    recorder = Recorder(clock).attach(sqs)
+    store = make_store(s3, tier_bucket, tier_settings)
+    coarse = BucketKey(COARSE, START + timedelta(seconds=20))
+    batches = [[message(n * 2 + i, coarse.start + timedelta(seconds=n * 3 + i)) for i in range(2)] for n in range(3)]
+    for batch in batches:
+        store.write(coarse, batch)
+    store.write(coarse, batches[0][:1])  # the same message once more, in its own object
+    timer = BucketTimer(store, sqs, tier_settings, clock, owner="t", lease_seconds=5, cascade_group_messages=2)
+    clock.advance(8)  # cascade_window(now) is now the bucket at +20 s
+    first = timer.run()
+    assert first.cascaded_objects == 4 and first.cascaded_messages == 7  # four groups: the copy is in another one
+    assert list(store.objects(COARSE)) == []
+    results = run_for(timer, clock, 25)
+    assert sorted(s.message_id or "" for s in recorder.to("orders")) == sorted(f"m-{n}" for n in range(6))
+    assert total(results, "duplicates_skipped") == 0  # the copy wrote the very fine object its group wrote

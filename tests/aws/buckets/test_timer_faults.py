@@ -15,7 +15,7 @@ from delayed_delivery.aws.buckets import timer_sqs
 from delayed_delivery.aws.buckets.lease import BucketLeases
 from delayed_delivery.aws.sqs import EntryResult
 from delayed_delivery.bucket_format import encode_bucket
-from delayed_delivery.buckets import FINE, BucketKey, bucket_of
+from delayed_delivery.buckets import COARSE, FINE, BucketKey, bucket_of
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.errors import TransientError
 from delayed_delivery.settings import DelayedDeliverySettings
@@ -201,3 +201,27 @@ def test_without_an_error_queue_nothing_is_lost(
     assert timer.run().to_error_queue == 1
     assert drain(sqs, errors)[0]["Body"] == "body-1"
     assert list(store.objects(FINE)) == []
+
+
+def test_a_message_in_a_bucket_it_is_not_due_in_is_moved_not_sent_early(
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings, queues: dict[str, str]
+) -> None:
+    clock = ManualClock(START)
+    recorder = Recorder(clock).attach(sqs)
+    store = make_store(s3, tier_bucket, tier_settings)
+    far = message(1, START + timedelta(seconds=2_000))  # beyond SQS's 900 s from its bucket
+    bucket = BucketKey(FINE, START + timedelta(seconds=1))
+    lines = gzip.decompress(encode_bucket(bucket, [message(1, bucket.start)], store.levels)).decode()
+    wrong = lines.replace(str(message(1, bucket.start).due_at_ms), str(far.due_at_ms))
+    s3.put_object(
+        Bucket=tier_bucket, Key=f"{PREFIX}/fine/{bucket.iso}/{'d' * 64}-1.jsonl.gz", Body=gzip.compress(wrong.encode())
+    )
+    timer = make_timer(store, sqs, tier_settings, clock)
+    clock.advance(1)
+    moved = timer.run()
+    assert moved.kept_for_retry == 1 and moved.buckets_failed == 0 and recorder.sent == []
+    [stored] = list(store.objects(COARSE))
+    assert stored.bucket == bucket_of(far.due_at, clock.now(), store.levels)
+    run_for(timer, clock, 2_010, step=5)
+    [sent] = recorder.sent
+    assert sent.arrives >= far.due_at and sent.message_id == "m-1"

@@ -14,12 +14,13 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
+from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
 from ... import logfields as lf
 from ...bucket_format import BucketMessage
-from ...buckets import COARSE, FINE, BucketKey, cascade_window, dispatch_window
+from ...buckets import COARSE, FINE, MAX_DELAY_SECONDS, BucketKey, cascade_window, dispatch_window
 from ...cancellations import Cancellation, CancellationCache
 from ...clock import Clock
 from ...errors import ConfigurationError, DelayedDeliveryError
@@ -275,10 +276,12 @@ class BucketTimer:
         found, notices, keys = self._read(objects)
         plan = plan_bucket(found, self._lookup)
         window = dispatch_window(self.clock.now(), levels=self.store.levels)
-        sent = self.sqs.dispatch(plan.keep, window)
+        horizon = window.now + timedelta(seconds=MAX_DELAY_SECONDS)
+        misplaced = [m for m in plan.keep if m.due_at > horizon]  # in a bucket it is not due in: move it
+        sent = self.sqs.dispatch([m for m in plan.keep if m.due_at <= horizon], window)
         rewrite = self._report_errors([*plan.conflicts, *sent.rejected, *notices], tally)
         written = self._write_back(bucket, sent.retry, rewrite)
-        written |= self._write_back(None, plan.moved, ())
+        written |= self._write_back(None, [*plan.moved, *misplaced], ())
         self.store.delete([key for key in keys if key not in written])  # a rewrite may reuse a key: keep it
         self._applied(plan)
         tally.add(
@@ -286,7 +289,7 @@ class BucketTimer:
             duplicates_skipped=plan.duplicates,
             cancelled=plan.cancelled,
             rescheduled=len(plan.moved),
-            kept_for_retry=len(sent.retry) + len(rewrite),
+            kept_for_retry=len(sent.retry) + len(rewrite) + len(misplaced),
         )
 
     def _applied(self, plan: BucketPlan) -> None:
