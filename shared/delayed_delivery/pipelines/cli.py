@@ -30,6 +30,7 @@ __all__ = [
     "parse_cutoff",
     "preview_totals",
     "summary_rows",
+    "target_url",
     "to_json",
 ]
 
@@ -77,6 +78,19 @@ def migration_options(
         endpoints=tuple(endpoints or ()),
         batches=batches,
     )
+
+
+def target_url(
+    target: str, bucket_name: str | None = None, prefix: str | None = None, endpoint_url: str | None = None
+) -> str:
+    """``--target``; for ``s3buckets``, the tier's URL from ``--bucket-name``, ``--prefix`` and ``--endpoint-url``."""
+    from delayed_delivery.pipelines.bucket_target import BUCKET_SCHEME, bucket_target_url
+
+    if target == BUCKET_SCHEME:
+        return bucket_target_url(bucket_name, prefix, endpoint_url)
+    if bucket_name or prefix or endpoint_url:
+        raise ConfigurationError("--bucket-name, --prefix and --endpoint-url go with --target s3buckets")
+    return target
 
 
 def legacy_table(table: str | None, schema: str | None) -> LegacyTable | None:
@@ -151,8 +165,18 @@ def _common(p: argparse.ArgumentParser, *, as_json: bool = True) -> None:
 
 def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--target", "-t", required=True, help="sqlite:PATH, postgresql://…, azure-table:TABLE or sqs:REGION."
+        "--target",
+        "-t",
+        required=True,
+        help="sqlite:PATH, postgresql://…, azure-table:TABLE, sqs:REGION, or s3buckets (the S3 time-bucket tier).",
     )
+    p.add_argument(
+        "--bucket-name", help="With --target s3buckets: the tier's S3 bucket (default $DELAYED_DELIVERY_BUCKET_NAME)."
+    )
+    p.add_argument(
+        "--prefix", help="With --target s3buckets: the tier's key prefix (default delayed-delivery/buckets)."
+    )
+    p.add_argument("--endpoint-url", help="With --target s3buckets: the S3 endpoint (moto, LocalStack).")
     p.add_argument("--output", "-o", default="migration", help="Folder for the ledger and rejects.")
     p.add_argument("--run-id", help="Run id (default: a hash of the arguments).")
     p.add_argument("--dry-run", action="store_true", help="Count only; write nothing.")
@@ -253,7 +277,8 @@ def _progress_printer() -> Callable[[int, int], None] | None:
 def _run(args: argparse.Namespace) -> int:
     from delayed_delivery.pipelines.migrate import run_migration
 
-    options = _options_of(args, args.target, args.batches)
+    target = target_url(args.target, args.bucket_name, args.prefix, args.endpoint_url)
+    options = _options_of(args, target, args.batches)
     legacy = legacy_table(args.legacy_table, args.legacy_schema)
     summary = run_migration(
         _session(args.master, "delayed-delivery-migrate"),

@@ -1,8 +1,7 @@
 """Migration targets behind one small protocol, chosen by a target URL.
 
-A target is built on each executor from a picklable ``TargetSpec`` and receives batches of
-``DelayedMessage`` values whose ids are the legacy ids, so writing the same batch again replaces
-rather than duplicates. URL forms:
+A target is built on each executor from a picklable ``TargetSpec`` and receives batches of ``DelayedMessage`` values
+whose ids are the legacy ids, so writing the same batch again replaces rather than duplicates. URL forms:
 
 ``sqlite:PATH`` or ``sqlite:///relative.db`` / ``sqlite:////abs.db`` (the ``--store`` convention), ``?table=NAME``
     The embedded SQLite store (``SqliteDelayedMessageStore`` behind ``StoreTarget``), one transaction per batch.
@@ -10,21 +9,21 @@ rather than duplicates. URL forms:
     The PostgreSQL store (``PostgresDelayedMessageStore`` behind ``StoreTarget``). The password is masked in the
     run's recorded arguments; prefer ``PGPASSWORD`` or a ``.pgpass`` file.
 ``azure-table:TABLE[?shards=N&in_flight=K&connection_env=VAR]``
-    The Azure delays table (``AzureTableTarget``): the table's own row design (``azure/rows.py``),
-    written in full entity-group transactions (50 messages, 100 operations, one partition each), up
-    to ``K`` (default 4) in flight per executor on one pooled HTTP connection set. Row keys are
-    deterministic, so a rerun replaces. The job sorts each batch by shard first (``sort_expression``)
-    so that transactions are full. The connection string is read on the driver from ``VAR`` (default
-    ``DELAYED_DELIVERY_STORAGE_CONNECTION_STRING``) and shipped to the executors with the job; it is
-    never recorded in the run's files.
+    The Azure delays table (``AzureTableTarget``): the table's own row design (``azure/rows.py``), written in full
+    entity-group transactions (50 messages, 100 operations, one partition each), up to ``K`` (default 4) in flight
+    per executor on one pooled HTTP connection set. Row keys are deterministic, so a rerun replaces. The job sorts
+    each batch by shard first (``sort_expression``) so that transactions are full. The connection string is read on
+    the driver from ``VAR`` (default ``DELAYED_DELIVERY_STORAGE_CONNECTION_STRING``) and shipped to the executors
+    with the job; it is never recorded in the run's files.
 
 ``sqs:REGION[?endpoint_url=URL]``
     SQS through the AWS adapter's sender (credentials from the usual boto3 chain on each executor).
     A message already due is sent with no delay. Not undoable.
+``s3buckets:BUCKET[?prefix=P&endpoint_url=URL&region=R]``
+    The S3 time-bucket tier, one object per bucket (``bucket_target.BucketTarget``). Not undoable.
 
-In every store a message already due is stored with its past due time; the dispatcher's next fetch
-(``due_at <= now``) delivers it at once. Undo removes the ids a run wrote (those already delivered are
-gone and are reported as such).
+In every store a message already due is stored with its past due time; the dispatcher's next fetch (``due_at <= now``)
+delivers it at once. Undo removes the ids a run wrote (those already delivered are gone and are reported as such).
 """
 
 from __future__ import annotations
@@ -40,6 +39,7 @@ from ..errors import ConfigurationError
 from ..headers import HEADER_PREFIX
 from ..model import DelayedMessage
 from ..sqlite_store import SqliteDelayedMessageStore
+from .bucket_target import BUCKET_SCHEME, build_bucket_target
 
 __all__ = [
     "TARGET_FACTORIES",
@@ -107,8 +107,8 @@ class TargetSpec:
         scheme = "postgresql" if scheme == "postgres" else scheme
         if not sep or scheme not in TARGET_FACTORIES:
             raise ConfigurationError(
-                f"unknown target {url!r}: use sqlite:PATH, postgresql://…, azure-table:TABLE or sqs:REGION "
-                "(see docs/pipelines.md)"
+                f"unknown target {url!r}: use sqlite:PATH, postgresql://…, azure-table:TABLE, sqs:REGION or "
+                "s3buckets:BUCKET (see docs/pipelines.md)"
             )
         if scheme == "postgresql":
             return cls._postgres(url)
@@ -495,4 +495,5 @@ TARGET_FACTORIES: dict[str, Callable[[TargetSpec], MigrationTarget]] = {
     "postgresql": _postgres,
     "azure-table": _azure_table,
     "sqs": _sqs,
+    BUCKET_SCHEME: build_bucket_target,
 }

@@ -14,7 +14,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from delayed_delivery.pipelines.cli import legacy_table, migration_options, preview_totals, summary_rows, to_json
+from delayed_delivery.pipelines.cli import (
+    legacy_table,
+    migration_options,
+    preview_totals,
+    summary_rows,
+    target_url,
+    to_json,
+)
 from delayed_delivery.pipelines.schema import BodyEncoding, LegacyShape
 
 if TYPE_CHECKING:
@@ -92,7 +99,12 @@ def preview(
 def run(
     source: Source,
     target: Annotated[
-        str, typer.Option("--target", "-t", help="sqlite:PATH, postgresql://…, azure-table:TABLE or sqs:REGION.")
+        str,
+        typer.Option(
+            "--target",
+            "-t",
+            help="sqlite:PATH, postgresql://…, azure-table:TABLE, sqs:REGION, or s3buckets (the S3 time-bucket tier).",
+        ),
     ],
     output: Annotated[str, typer.Option("--output", "-o", help="Folder for the ledger and rejects.")] = "migration",
     run_id: Annotated[str | None, typer.Option("--run-id", help="Run id (default: a hash of the arguments).")] = None,
@@ -118,6 +130,22 @@ def run(
     legacy_schema: Annotated[
         str | None, typer.Option("--legacy-schema", help="Its schema (default: the connection's search path).")
     ] = None,
+    bucket_name: Annotated[
+        str | None,
+        typer.Option(
+            "--bucket-name",
+            help="With --target s3buckets: the tier's S3 bucket (default $DELAYED_DELIVERY_BUCKET_NAME).",
+        ),
+    ] = None,
+    prefix: Annotated[
+        str | None,
+        typer.Option(
+            "--prefix", help="With --target s3buckets: the tier's key prefix (default delayed-delivery/buckets)."
+        ),
+    ] = None,
+    endpoint_url: Annotated[
+        str | None, typer.Option("--endpoint-url", help="With --target s3buckets: the S3 endpoint (moto, LocalStack).")
+    ] = None,
     master: Master = None,
     as_json: AsJson = False,
 ) -> None:
@@ -128,6 +156,7 @@ def run(
     from delayed_delivery.pipelines.migrate import run_migration
     from delayed_delivery.pipelines.session import get_session
 
+    target = target_url(target, bucket_name, prefix, endpoint_url)
     options = migration_options(source, target, fmt, shape, body_encoding, source_endpoint, cutoff, endpoint, batches)
     legacy = legacy_table(legacy_table_name, legacy_schema)
     spark = get_session(master, "delayed-delivery-migrate")

@@ -81,7 +81,7 @@ def _undo(spark: Any, options: MigrationOptions, spec: TargetSpec, touched: list
         return 0, 0
     loaded = load_source(spark, options)
     try:
-        rows = with_batch(filtered(loaded.valid, options), options.batches)
+        rows = with_batch(filtered(loaded.valid, options), options.batches, spec)
         mine = rows.filter(rows["batch"].isin(touched))
         expected = mine.count()
         removed = spark.sparkContext.accumulator(0)

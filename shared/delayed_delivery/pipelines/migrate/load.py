@@ -13,8 +13,10 @@ from typing import Any
 from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.jsonbounds import parse_headers_json
 from delayed_delivery.model import DelayedMessage, Headers
+from delayed_delivery.pipelines.bucket_target import BUCKET_SCHEME, bucket_batches
 from delayed_delivery.pipelines.migrate.options import MigrationOptions
 from delayed_delivery.pipelines.schema import ColumnMapping, Reject, detect_shape, normalize_row, to_epoch_us
+from delayed_delivery.pipelines.targets import TargetSpec
 
 __all__ = ["LoadedSource", "filtered", "from_epoch_us", "load_source", "to_message", "with_batch"]
 
@@ -169,10 +171,12 @@ def filtered(valid: Any, options: MigrationOptions) -> Any:
     return valid
 
 
-def with_batch(valid: Any, batches: int) -> Any:
-    """Add the ``batch`` column: a hash of the message id modulo the number of batches."""
+def with_batch(valid: Any, batches: int, spec: TargetSpec | None = None) -> Any:
+    """Add the ``batch`` column: a hash of the message id modulo the number of batches (the bucket tier: its day)."""
     from pyspark.sql import functions as F
 
+    if spec is not None and spec.scheme == BUCKET_SCHEME:
+        return bucket_batches(valid, batches, spec)
     return valid.withColumn("batch", F.pmod(F.xxhash64("message_id"), F.lit(batches)).cast("int"))
 
 

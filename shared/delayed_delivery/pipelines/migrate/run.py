@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from delayed_delivery.errors import ConfigurationError
+from delayed_delivery.pipelines.bucket_target import BUCKET_SCHEME, bucket_sort_expression, with_run_time
 from delayed_delivery.pipelines.ledger import BatchState, Ledger, RunManifest, RunState
 from delayed_delivery.pipelines.legacy_sql import LegacyTable, default_legacy_table, write_scripts
 from delayed_delivery.pipelines.migrate.load import LoadedSource, filtered, load_source, with_batch
@@ -103,7 +104,7 @@ def run_migration(
     manifest = None if dry_run else RunManifest.open(output, run_id, args)
     loaded = load_source(spark, options)
     try:
-        todo = with_batch(filtered(loaded.valid, options), options.batches)
+        todo = with_batch(filtered(loaded.valid, options), options.batches, spec)
         rejected = loaded.rejects.count()
         if manifest is None:
             return _dry_run(run, todo, rejected)
@@ -196,6 +197,8 @@ def _write_batches(
         target.close()
     job = _ordered(to_write, run.spec, min(len(chosen), run.options.batches) or 1)
     spec, folder, now_us = run.spec, str(run.folder), to_epoch_us(run.now)
+    if spec.scheme == BUCKET_SCHEME:  # every executor buckets against the run's start
+        spec = with_run_time(spec, run.now)
 
     def work(rows: Iterator[Any]) -> None:
         write_partition(rows, spec, folder, batch_size, now_us, done)
@@ -209,7 +212,7 @@ def _ordered(to_write: Any, spec: TargetSpec, partitions: int) -> Any:
     from pyspark.sql import functions as F
 
     order = ["batch"]
-    group_by = spec.sort_expression()
+    group_by = bucket_sort_expression(spec) if spec.scheme == BUCKET_SCHEME else spec.sort_expression()
     if group_by is not None:  # e.g. the Azure shard, so consecutive rows fill one transaction
         to_write = to_write.withColumn("_group", F.expr(group_by))
         order.append("_group")
