@@ -358,3 +358,20 @@ def test_grant_send_ingest_allows_a_role_and_bad_sizes_are_refused(tmp_path: Pat
     for bad in ({"bucketCoarseSeconds": 90}, {"bucketDispatchLeadSeconds": 880}, {"bucketPrefix": "/x/"}):
         with pytest.raises(ValueError):
             build(cdk.App(context={"endpoints": ["orders"], "longDelayRoute": "buckets", **bad}))
+
+
+def test_the_functions_environment_is_what_the_tier_config_reads(tier: Synth) -> None:
+    from delayed_delivery.aws.buckets.config import BucketTierConfig
+
+    _, raw, _ = tier
+    for handler in (INGEST_HANDLER, TIMER_HANDLER):
+        env = _function(raw, handler)[1]["Properties"]["Environment"]["Variables"]
+        resolved = {
+            k: v if isinstance(v, str) else f"deployed-{k.lower()[-12:].replace('_', '-')}" for k, v in env.items()
+        }
+        config = BucketTierConfig.from_env(resolved)
+        assert config.prefix == PREFIX and config.service == "delayed-delivery-buckets"
+        assert config.settings.bucket_ingest_queue == "delayed-delivery-ingest"
+        assert (config.settings.bucket_fine_seconds, config.settings.bucket_coarse_seconds) == (60, 86_400)
+        assert config.settings.bucket_dispatch_lead_seconds == 600
+        assert config.cancellation_table is not None
