@@ -167,3 +167,27 @@ def test_a_coarse_bucket_is_split_in_bounded_groups_and_a_repeat_is_harmless(
     results = run_for(timer, clock, 25)
     assert sorted(s.message_id or "" for s in recorder.to("orders")) == sorted(f"m-{n}" for n in range(6))
     assert total(results, "duplicates_skipped") == 0  # the copy wrote the very fine object its group wrote
+
+
+def test_a_cascade_stops_before_its_lease_runs_out_and_the_next_run_goes_on(
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings, monkeypatch: Any
+) -> None:
+    clock = ManualClock(START + timedelta(seconds=8))
+    queue_url(sqs, "orders")
+    store = make_store(s3, tier_bucket, tier_settings)
+    coarse = BucketKey(COARSE, START + timedelta(seconds=20))
+    for n in range(3):
+        store.write(coarse, [message(n, coarse.start + timedelta(seconds=n))])
+    timer = BucketTimer(
+        store, sqs, tier_settings, clock, owner="t", lease_seconds=30, cascade_group_messages=1
+    )  # a group is not started in the last quarter of the lease
+    real_write_due = store.write_due
+
+    def slow(messages: Any, now: Any) -> Any:  # each group takes 15 s of the 30 s lease
+        clock.advance(15)
+        return real_write_due(messages, now)
+
+    monkeypatch.setattr(store, "write_due", slow)
+    first = timer.run()
+    assert first.cascaded_objects == 2 and len(list(store.objects(COARSE))) == 1  # the third waits for the next run
+    assert timer.run().cascaded_objects == 1 and list(store.objects(COARSE)) == []

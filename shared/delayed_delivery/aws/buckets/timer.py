@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -131,6 +131,7 @@ class BucketTimer:
         self.margin_seconds = margin_seconds
         self.cascade_group_messages = cascade_group_messages
         self.monotonic = monotonic
+        self._lease_ends = datetime.max.replace(tzinfo=UTC)
 
     def run(self, deadline: float | None = None) -> TimerResult:
         """Cascade, then dispatch, starting no bucket once ``deadline`` (a ``time.monotonic`` value) is near."""
@@ -170,6 +171,7 @@ class BucketTimer:
         if lease is None:
             tally.add(buckets_skipped_leased=1)
             return
+        self._lease_ends = lease.expires_at - timedelta(seconds=self.leases.seconds / 4)  # stop with room to spare
         try:
             work()
         except ConfigurationError:
@@ -253,7 +255,7 @@ class BucketTimer:
     ) -> None:
         """Split a coarse bucket into fine buckets, a group of objects at a time, deleting each group once written."""
         for group in _groups(objects, self.cascade_group_messages):
-            if not self._time_left(deadline):
+            if not self._time_left(deadline) or self.clock.now() >= self._lease_ends:  # the rest: a later run
                 tally.add(buckets_left_for_deadline=1)
                 return
             found, notices, keys = self._read(group)
