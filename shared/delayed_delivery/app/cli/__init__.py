@@ -347,6 +347,11 @@ def _cloud_summary_table(result: CloudDemoResult) -> Table:
     pad = [""] * (len(names) - 1)
     if "aws" in by:
         _aws_request_rows(t, by["aws"].requests, pad)
+        if by["aws"].buckets:
+            from delayed_delivery.app.demo.cloud_buckets import tier_summary_rows
+
+            for label, value in tier_summary_rows(by["aws"].buckets):
+                t.add_row(label, value, *pad)
     if "azure" in by:
         _azure_request_rows(t, by["azure"].requests, pad)
     return t

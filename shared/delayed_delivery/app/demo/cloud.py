@@ -79,12 +79,25 @@ def _run_sides(
         for side in sides:
             side.send(plan_messages(config, side.tracker.cloud))
         status("dispatching …")
-        _wait([side.tracker for side in sides], config, on_progress)
+        _wait(_trackers(sides), config, on_progress)
         status("stopping …")
-        return [side.tracker.summary(side.finish()) for side in sides]
+        summaries = []
+        for side in sides:
+            summary = side.tracker.summary(side.finish())
+            if isinstance(side, AwsSide) and side.tier is not None:
+                summary.buckets = side.tier.finish()
+            summaries.append(summary)
+        return summaries
     finally:
         for side in sides:
             side.close()
+
+
+def _trackers(sides: list[_Side]) -> list[Tracker]:
+    """Every cloud's tracker, and the S3 tier's beside AWS's."""
+    trackers = [side.tracker for side in sides]
+    trackers += [side.tier.tracker for side in sides if isinstance(side, AwsSide) and side.tier is not None]
+    return trackers
 
 
 def _native_caps(sides: list[_Side]) -> dict[str, int]:
@@ -93,6 +106,11 @@ def _native_caps(sides: list[_Side]) -> dict[str, int]:
     for side in sides:
         if isinstance(side, AwsSide):
             caps["sqs_native_and_hop_seconds"] = side.settings.max_native_delay
+            if side.tier is not None:
+                levels = side.tier.tier.levels
+                caps["bucket_fine_seconds"] = levels.fine_seconds
+                caps["bucket_coarse_seconds"] = levels.coarse_seconds
+                caps["bucket_dispatch_lead_seconds"] = levels.dispatch_lead_seconds
         else:
             caps["azure_native_seconds"] = side.native_cap
     return caps

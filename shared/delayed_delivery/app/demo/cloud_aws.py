@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from delayed_delivery.app.demo.cloud_buckets import TIER_CLOUD, TierSide
 from delayed_delivery.app.demo.cloud_model import (
     CANCELLATION_TABLE,
     DESTINATIONS,
@@ -65,6 +66,8 @@ class AwsSide:
         self.pollers: list[Any] = []
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
+        #: The S3 time-bucket tier beside the FIFO route (its own tracker; ``None`` when the demo leaves it out).
+        self.tier: TierSide | None = TierSide(self._client, config, self.settings, verbose) if config.buckets else None
 
     def _client(self, service: str) -> Any:
         """A boto3 client on moto server with the emulator's fixed credentials."""
@@ -116,6 +119,8 @@ class AwsSide:
             )
         self.urls = {q: self.admin.get_queue_url(QueueName=q)["QueueUrl"] for q in (*DESTINATIONS, ERROR_QUEUE)}
         self.delay_urls = {q: self.admin.get_queue_url(QueueName=f"{q}-delay.fifo")["QueueUrl"] for q in DESTINATIONS}
+        if self.tier is not None:
+            self.tier.provision(self.admin)
 
     def _lambda(self) -> Callable[[dict[str, Any], Any], Any]:
         """The requeue handler, as one Lambda sandbox runs it: one invocation at a time."""
@@ -148,6 +153,8 @@ class AwsSide:
         """Start the pollers and a collector per destination and error queue."""
         for poller in self.pollers:
             poller.start()
+        if self.tier is not None:
+            self.tier.start()
         for queue in (*DESTINATIONS, ERROR_QUEUE):
             thread = threading.Thread(target=self._collect, args=(queue,), name=f"collect-sqs-{queue}", daemon=True)
             thread.start()
@@ -173,10 +180,11 @@ class AwsSide:
             messages = reply.get("Messages", [])
             for m in messages:
                 message_id = message_id_of(m["Body"])
+                tracker = self._tracker_of(message_id)
                 if queue == ERROR_QUEUE:
-                    self.tracker.errored(message_id)
+                    tracker.errored(message_id)
                 else:
-                    self.tracker.arrived(message_id, now)
+                    tracker.arrived(message_id, now)
                     with contextlib.suppress(Exception):  # the tracker counts arrivals; this only logs `consumed`
                         observe_lateness(delivered_from_boto3(m, destination=queue))
             if messages:
@@ -184,6 +192,12 @@ class AwsSide:
                     QueueUrl=self.urls[queue],
                     Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)],
                 )
+
+    def _tracker_of(self, message_id: str) -> Tracker:
+        """The tier's tracker for its messages (ids starting ``aws-tier-``), else the FIFO route's."""
+        if self.tier is not None and message_id.startswith(f"{TIER_CLOUD}-"):
+            return self.tier.tracker
+        return self.tracker
 
     def send(self, planned: list[Planned]) -> None:
         """Send the mix, the poison messages, one cancelled and one rescheduled message."""
@@ -197,6 +211,8 @@ class AwsSide:
             self.tracker.expect(p.message_id, p.label, started + p.delay, receipt.route.value)
         self._send_poison()
         self._cancel_and_reschedule(sender)
+        if self.tier is not None:
+            self.tier.send()
 
     def _send_poison(self) -> None:
         """Records on a -delay.fifo queue without (or with a malformed) delay attribute: the error queue's."""
@@ -242,6 +258,8 @@ class AwsSide:
         self.stop.set()
         for poller in self.pollers:
             poller.stop()
+        if self.tier is not None:
+            self.tier.close()
         for thread in self.threads:
             thread.join(5)
 

@@ -18,10 +18,11 @@ from delayed_delivery.app.demo.cloud_model import (
     CloudSummary,
 )
 
-__all__ = ["Planned", "Tracker", "message_body", "message_id_of", "plan_messages"]
+__all__ = ["Planned", "Tracker", "message_body", "message_id_of", "percentile", "plan_messages"]
 
 
-def _percentile(values: list[float], q: int) -> float:
+def percentile(values: list[float], q: int) -> float:
+    """The ``q``-th percentile of ``values`` (inclusive method; 0 for none)."""
     if not values:
         return 0.0
     if len(values) == 1:
@@ -109,8 +110,8 @@ class Tracker:
                     round(self.arrivals[m][0] - self.due[m], 3) if m in self.arrivals else None
                     for m in sorted(self.rescheduled)
                 ],
-                lateness_p50=round(_percentile(lateness, 50), 3),
-                lateness_p99=round(_percentile(lateness, 99), 3),
+                lateness_p50=round(percentile(lateness, 50), 3),
+                lateness_p99=round(percentile(lateness, 99), 3),
                 lateness_max=round(max(lateness, default=0.0), 3),
                 routes=dict(self.routes),
                 requests=requests,
