@@ -25,7 +25,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
-from infra.aws.functions import METRICS_NAMESPACE, powertools_function
+from infra.aws.functions import METRICS_NAMESPACE, PowertoolsFunction, powertools_function
 
 __all__ = ["BACKLOG_THRESHOLD", "HANDLER", "METRICS_NAMESPACE", "RETENTION", "DelayedDeliveryEndpoint"]
 
@@ -128,20 +128,7 @@ class DelayedDeliveryEndpoint(Construct):
         self.encryption_key = encryption_key
         self._senders = _Arns()
         self._queues(existing_queue, fifo_queue_delay, timeout)
-        made = powertools_function(
-            self,
-            "Requeue",
-            handler=HANDLER,
-            code=code,
-            layers=layers,
-            runtime=runtime,
-            timeout=timeout,
-            log_retention=log_retention,
-            service=self.service_name,
-            description=f"Moves {queue_name}-delay.fifo records one hop on (unrestricted delayed delivery)",
-            role_description=f"Requeue function of {queue_name}: its own queues and log group only",
-            environment={"DELAYED_DELIVERY_ERROR_QUEUE": self.error_queue.queue_name},
-        )
+        made = self._function(code, layers, runtime, timeout, log_retention)
         self.function, self.role, self.log_group = made.function, made.role, made.log_group
         self.function.add_environment("DELAYED_DELIVERY_MAX_NATIVE_DELAY", str(max_native_delay))
         self.function.add_environment("DELAYED_DELIVERY_FIFO_QUEUE_DELAY", str(fifo_queue_delay))
@@ -208,6 +195,30 @@ class DelayedDeliveryEndpoint(Construct):
                 resources=[self.delay_queue.queue_arn],
                 conditions={"ArnNotLike": {"aws:PrincipalArn": Lazy.list(self._senders)}},
             )
+        )
+
+    def _function(
+        self,
+        code: lambda_.Code,
+        layers: Sequence[lambda_.ILayerVersion],
+        runtime: lambda_.Runtime,
+        timeout: Duration,
+        log_retention: logs.RetentionDays,
+    ) -> PowertoolsFunction:
+        """The requeue function, traced, logging to its own group, configured by environment."""
+        return powertools_function(
+            self,
+            "Requeue",
+            handler=HANDLER,
+            code=code,
+            layers=layers,
+            runtime=runtime,
+            timeout=timeout,
+            log_retention=log_retention,
+            service=self.service_name,
+            description=f"Moves {self.queue_name}-delay.fifo records one hop on (unrestricted delayed delivery)",
+            role_description=f"Requeue function of {self.queue_name}: its own queues and log group only",
+            environment={"DELAYED_DELIVERY_ERROR_QUEUE": self.error_queue.queue_name},
         )
 
     def _read_cancellations(self, table: dynamodb.ITable, cache_seconds: int) -> None:

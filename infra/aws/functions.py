@@ -27,6 +27,24 @@ class PowertoolsFunction:
     log_group: logs.LogGroup
 
 
+def _acknowledge(function: lambda_.Function, role: iam.Role) -> None:
+    """The findings every function of the app has, acknowledged with their reasons."""
+    Validations.of(function).acknowledge(
+        Acknowledgment(
+            id="AwsSolutions-L1",
+            reason="The runtime is pinned (default python3.13) to one the pinned public Powertools layer is "
+            "published for; raise the runtime and the layer version together.",
+        )
+    )
+    Validations.of(role).acknowledge(
+        Acknowledgment(
+            id="AwsSolutions-IAM5[Resource::*]",
+            reason="X-Ray PutTraceSegments/PutTelemetryRecords have no resource-level permissions, so "
+            "Tracing.ACTIVE needs Resource '*'; every other statement names its own resources.",
+        )
+    )
+
+
 def powertools_function(
     scope: Construct,
     construct_id: str,
@@ -73,18 +91,5 @@ def powertools_function(
             **(environment or {}),
         },
     )
-    Validations.of(function).acknowledge(
-        Acknowledgment(
-            id="AwsSolutions-L1",
-            reason="The runtime is pinned (default python3.13) to one the pinned public Powertools layer is "
-            "published for; raise the runtime and the layer version together.",
-        )
-    )
-    Validations.of(role).acknowledge(
-        Acknowledgment(
-            id="AwsSolutions-IAM5[Resource::*]",
-            reason="X-Ray PutTraceSegments/PutTelemetryRecords have no resource-level permissions, so "
-            "Tracing.ACTIVE needs Resource '*'; every other statement names its own resources.",
-        )
-    )
+    _acknowledge(function, role)
     return PowertoolsFunction(function, role, log_group)

@@ -75,6 +75,17 @@ class EndpointConfig:
         raise ValueError(f"endpoint {value!r}: use a queue name or {{'name': ..., 'existingQueueArn': ...}}")
 
 
+def _check(endpoints: Sequence[EndpointConfig], long_delay_route: str) -> None:
+    """``ValueError`` for no endpoint, a repeated name, or an unknown route."""
+    if long_delay_route not in LONG_DELAY_ROUTES:
+        raise ValueError(f"long_delay_route {long_delay_route!r}: use one of {', '.join(LONG_DELAY_ROUTES)}")
+    if not endpoints:
+        raise ValueError("give at least one endpoint (context 'endpoints')")
+    names = [e.name for e in endpoints]
+    if len(set(names)) != len(names):
+        raise ValueError(f"endpoint names must be unique: {names}")
+
+
 class DelayedDeliveryStack(Stack):
     """Unrestricted SQS delayed delivery for a list of endpoints."""
 
@@ -101,20 +112,16 @@ class DelayedDeliveryStack(Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        if long_delay_route not in LONG_DELAY_ROUTES:
-            raise ValueError(f"long_delay_route {long_delay_route!r}: use one of {', '.join(LONG_DELAY_ROUTES)}")
-        if not endpoints:
-            raise ValueError("give at least one endpoint (context 'endpoints')")
-        names = [e.name for e in endpoints]
-        if len(set(names)) != len(names):
-            raise ValueError(f"endpoint names must be unique: {names}")
+        _check(endpoints, long_delay_route)
         code = lambda_.Code.from_asset(str(prepare_function_asset(asset_dir)))
         layer = lambda_.LayerVersion.from_layer_version_arn(
             self, "Powertools", powertools_layer_arn(powertools_layer_version)
         )
-        actions: list[cloudwatch.IAlarmAction] = []
-        if alarm_topic_arn:
-            actions.append(cloudwatch_actions.SnsAction(sns.Topic.from_topic_arn(self, "AlarmTopic", alarm_topic_arn)))
+        actions: list[cloudwatch.IAlarmAction] = (
+            [cloudwatch_actions.SnsAction(sns.Topic.from_topic_arn(self, "AlarmTopic", alarm_topic_arn))]
+            if alarm_topic_arn
+            else []
+        )
         self.cancellation_table = self._cancellation_table(cancellation_table_name)
         CfnOutput(self, "CancellationTable", value=self.cancellation_table.table_name)
         self.encryption_key = self._key(kms_key)
@@ -131,31 +138,38 @@ class DelayedDeliveryStack(Stack):
             "encryption_key": self.encryption_key,
         }
         self.endpoints = [self._endpoint(config, senders, common) for config in endpoints]
-        self.consumers = [
-            ExampleConsumer(
-                self,
-                f"ExampleConsumer-{e.queue_name}",
-                queue=e.input_queue,
-                queue_name=e.queue_name,
-                code=code,
-                layers=[layer],
-            )
-            for e in self.endpoints
-            if example_consumer
-        ]
+        self.consumers = [self._consumer(e, code, layer) for e in self.endpoints if example_consumer]
         self.buckets = (
             None
             if long_delay_route == "fifo"
             else self._buckets(long_delay_route, endpoints, senders, common, dict(bucket_tier or {}))
         )
-        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{construct_id}-delayed-delivery")
+        self.dashboard = self._dashboard(construct_id)
+
+    def _consumer(
+        self, endpoint: DelayedDeliveryEndpoint, code: lambda_.Code, layer: lambda_.ILayerVersion
+    ) -> ExampleConsumer:
+        """The example consumer on ``endpoint``'s input queue."""
+        return ExampleConsumer(
+            self,
+            f"ExampleConsumer-{endpoint.queue_name}",
+            queue=endpoint.input_queue,
+            queue_name=endpoint.queue_name,
+            code=code,
+            layers=[layer],
+        )
+
+    def _dashboard(self, construct_id: str) -> cloudwatch.Dashboard:
+        """One dashboard: a section per endpoint, then the time-bucket tier's rows."""
+        dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{construct_id}-delayed-delivery")
         for endpoint in self.endpoints:
             title, *graphs = endpoint.widgets()
-            self.dashboard.add_widgets(title)
-            self.dashboard.add_widgets(*graphs[:3])
-            self.dashboard.add_widgets(*graphs[3:])
+            dashboard.add_widgets(title)
+            dashboard.add_widgets(*graphs[:3])
+            dashboard.add_widgets(*graphs[3:])
         for row in self.buckets.widgets() if self.buckets else []:
-            self.dashboard.add_widgets(*row)
+            dashboard.add_widgets(*row)
+        return dashboard
 
     def _buckets(
         self,
