@@ -94,3 +94,33 @@ def test_help_lists_the_tier_options() -> None:
         assert result.exit_code == 0
         for option in ("--buckets", "--no-buckets", "--bucket-name", "--bucket-prefix"):
             assert option in result.output, (command, option)
+
+
+def test_the_ingest_function_writes_into_what_create_made(s3: Any, sqs: SQSClient, moto_endpoint: str) -> None:
+    from datetime import UTC, datetime
+
+    from delayed_delivery.aws.buckets.ingest_handler import build_ingest_handler
+    from delayed_delivery.aws.buckets.store import S3BucketStore
+    from delayed_delivery.aws.sender import SqsDelayedSender
+    from delayed_delivery.clock import ManualClock
+    from delayed_delivery.settings import DelayedDeliverySettings
+    from delayed_delivery.testing.aws import LocalEventSourcePoller
+
+    code, out = _run(moto_endpoint, "create", "--queue", "orders", "--buckets", "--bucket-name", "tier-e2e")
+    assert code == 0, out
+    ingest_url = json.loads(out)["ingest"]
+    settings = DelayedDeliverySettings(long_delay_route="buckets")
+    clock = ManualClock(datetime(2031, 2, 3, 4, 5, 6, tzinfo=UTC))
+    sender = SqsDelayedSender(sqs, settings, clock=clock)
+    for n, delay in enumerate(("40d", "2y", "3h")):
+        assert sender.send_delayed("orders", f"b{n}", delay, message_id=f"id-{n}").route.value == "buckets"
+    config = BucketTierConfig(bucket_name="tier-e2e", settings=settings)
+    handler = build_ingest_handler(config, s3=s3, sqs=sqs, clock=clock)
+    arn = sqs.get_queue_attributes(QueueUrl=ingest_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    poller = LocalEventSourcePoller(sqs, ingest_url, arn, handler, wait_seconds=0)
+    while poller.poll_once():
+        pass
+    assert (poller.stats.records, poller.stats.failed) == (3, 0)
+    store = S3BucketStore.from_config(s3, config)
+    assert sum(o.count or 0 for level in ("fine", "coarse") for o in store.objects(level)) == 3
+    assert check_bucket_tier(s3, sqs, config) == []
