@@ -25,3 +25,27 @@ def test_core_benchmarks_run_at_smoke_size(name: str) -> None:
 
 def test_discovery_finds_the_core_benchmarks() -> None:
     assert set(CORE + SERVICES) <= set(discover())
+
+
+@pytest.mark.moto
+def test_aws_costs_counts_every_route_per_step_at_smoke_size(
+    moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import aws_costs
+
+    monkeypatch.setenv("MOTO_ENDPOINT", moto_endpoint)
+    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "ERROR")  # run() sets these with setdefault; undone after the test
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    rows = {r.metric: r.median for r in aws_costs.run(smoke=True)}
+    for lost in ("parked_lost", "buckets_near_lost", "buckets_far_lost"):
+        assert rows[lost] == 0, lost
+    # a park is its visibility change plus the receive that brings the envelope back: never free
+    assert rows["parked_visibility_per_park"] > 0 and rows["parked_return_receive_per_park"] > 0
+    assert rows["parked_billed_requests_per_message_per_park"] > 0 and rows["parked_parks_per_message"] >= 1
+    # a far message is written twice (coarse, then fine), a near one once; each is dispatched once, in batches
+    assert rows["buckets_far_s3_object_puts_per_message"] > rows["buckets_near_s3_object_puts_per_message"] > 0
+    assert rows["buckets_near_dispatch_requests_per_message"] == pytest.approx(0.1)
+    assert rows["buckets_idle_timer_lists_per_run"] >= 1
+    # the tier's cost does not grow with the delay the way parking does
+    assert rows["usd_per_million_1y_buckets"] < rows["usd_per_million_1y_parked_fifo"]
+    assert 0 < rows["usd_per_million_1d_buckets"] <= rows["usd_per_million_1y_buckets"]

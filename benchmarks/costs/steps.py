@@ -27,6 +27,7 @@ S3_FREE = {"DeleteObject", "DeleteObjects"}
 _HOOKS = (
     ("before-parameter-build.sqs", "_sqs_params"),
     ("after-call.sqs", "_sqs_done"),
+    ("before-parameter-build.s3", "_s3_params"),
     ("after-call.s3", "_s3_done"),
     ("after-call.dynamodb", "_dynamodb_done"),
     ("before-send", "_attempt"),
@@ -50,6 +51,7 @@ class StepCounter:
         self.billed: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
         self.attempts: Counter[str] = Counter()
+        self.bytes: Counter[str] = Counter()
         self._lock = threading.Lock()
 
     @contextmanager
@@ -120,9 +122,19 @@ class StepCounter:
             self.add(step, total * (1 - share), 0)
         self.add(f"{step}_calls", 0)
 
-    def _s3_done(self, **kwargs: Any) -> None:
+    def _s3_params(self, params: dict[str, Any], context: dict[str, Any], **kwargs: Any) -> None:
+        lease = "/leases/" in str(params.get("Key", ""))
+        context["dd_s3"] = "s3_lease_" if lease else "s3_"
+        body = params.get("Body")
+        size = len(body) if isinstance(body, bytes | bytearray) else _buffer_size(body)
+        scope = self.scope()
+        if size and not lease and scope is not None:
+            with self._lock:
+                self.bytes[f"{scope}.s3_put_bytes"] += size
+
+    def _s3_done(self, context: dict[str, Any], **kwargs: Any) -> None:
         operation = str(kwargs.get("event_name", "")).rsplit(".", 1)[-1]
-        self.add(f"s3_{operation}", 0.0 if operation in S3_FREE else 1.0)
+        self.add(f"{context.get('dd_s3', 's3_')}{operation}", 0.0 if operation in S3_FREE else 1.0)
 
     def _dynamodb_done(self, **kwargs: Any) -> None:
         operation = str(kwargs.get("event_name", "")).rsplit(".", 1)[-1]
@@ -131,7 +143,12 @@ class StepCounter:
     def snapshot(self) -> dict[str, dict[str, float]]:
         """Billed requests and calls per step, and HTTP attempts per service."""
         with self._lock:
-            return {"billed": dict(self.billed), "calls": dict(self.calls), "attempts": dict(self.attempts)}
+            return {
+                "billed": dict(self.billed),
+                "calls": dict(self.calls),
+                "attempts": dict(self.attempts),
+                "bytes": dict(self.bytes),
+            }
 
 
 def _receive_count(message: dict[str, Any]) -> int:
@@ -139,3 +156,9 @@ def _receive_count(message: dict[str, Any]) -> int:
         return int((message.get("Attributes") or {}).get("ApproximateReceiveCount", "1"))
     except ValueError:
         return 1
+
+
+def _buffer_size(body: object) -> int:
+    """Bytes of a body botocore has already wrapped in a ``BytesIO`` (0 when it is something else)."""
+    getbuffer = getattr(body, "getbuffer", None)
+    return int(getbuffer().nbytes) if callable(getbuffer) else 0

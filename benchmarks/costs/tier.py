@@ -1,0 +1,270 @@
+"""The S3 time-bucket tier counted per step at moto: sender, ingest Lambda, timer Lambda, under a manual clock.
+
+Time is compressed (``SETTINGS``: fine buckets of 1 s for a minute, coarse of 10 s for a day, dispatch lead 2 s);
+a timer run happens at every fine step of the clock, as the real one runs every minute. Traffic is explicit:
+``messages`` (default 10,000) sent over ``minutes`` fine buckets at a steady rate, all with one delay, and the
+ingest Lambda invoked ``WINDOWS_PER_MINUTE`` times a minute (the CDK's 20 s batching window; 1,000 records and
+6 MB per invocation are never reached at this rate). ``near`` (1 d: due within the coarse horizon) is written
+once; ``far`` (1 y: 365 coarse buckets ahead) twice, coarse then fine. The clock jumps over the idle year: idle
+timer runs are the tier's fixed cost, counted apart (``idle`` runs before any message).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from benchmarks.costs.steps import StepCounter
+from delayed_delivery.aws.buckets.config import BucketTierConfig
+from delayed_delivery.aws.buckets.ingest_handler import build_ingest_handler
+from delayed_delivery.aws.buckets.store import S3BucketStore
+from delayed_delivery.aws.buckets.timer import BucketTimer, TimerResult
+from delayed_delivery.aws.cancellations import DynamoDbCancellationStore, ensure_cancellation_table
+from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.cancellations import CancellationCache
+from delayed_delivery.clock import ManualClock
+from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.testing.aws.poller import LocalLambdaContext, lambda_sqs_record
+
+__all__ = ["LAMBDA_GB", "SCENARIOS", "TierRun", "measure_tier"]
+
+FINE, COARSE, LEAD = 1, 10, 2
+#: The delays, compressed: ``near`` = one coarse bucket (1 d), ``far`` = 365 coarse buckets (1 y).
+SCENARIOS = {"near": COARSE, "far": 365 * COARSE}
+#: The ingest Lambda's invocations per minute: the CDK's batching window of 20 s.
+WINDOWS_PER_MINUTE = 3
+#: Both functions get 512 MB in the CDK construct (infra/aws/buckets.py).
+LAMBDA_GB = 0.5
+BODY_BYTES = 1024
+IDLE_RUNS = 5
+
+
+@dataclass(slots=True)
+class TierRun:
+    """What one run counted: billed requests per ``phase.step``, invocations and their seconds, timer results."""
+
+    scenario: str
+    messages: int
+    minutes: int
+    delay_seconds: int
+    steps: dict[str, dict[str, float]] = field(default_factory=dict)
+    ingest_invocations: int = 0
+    ingest_seconds: float = 0.0
+    timer_runs: int = 0
+    timer_seconds: float = 0.0
+    idle_runs: int = 0
+    idle_seconds: float = 0.0
+    idle_lists: float = 0.0
+    timer: dict[str, float] = field(default_factory=dict)
+    delivered: int = 0
+    object_bytes: int = 0
+    objects_written: dict[str, int] = field(default_factory=dict)
+
+
+class _Phase:
+    """The step group calls are counted under (``None``: set-up and checks, not counted)."""
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+
+    def __call__(self) -> str | None:
+        return self.name
+
+
+def _body(i: int) -> str:
+    """A 1 KiB body that compresses like a real one would not (hex of random bytes), so stored bytes are honest."""
+    return (f"message {i} " + secrets.token_hex(BODY_BYTES))[:BODY_BYTES]
+
+
+def _clients(endpoint: str) -> tuple[Any, Any, Any]:
+    import boto3
+
+    kw: dict[str, Any] = {
+        "endpoint_url": endpoint,
+        "region_name": "us-east-1",
+        "aws_access_key_id": "x",
+        "aws_secret_access_key": "x",
+    }
+    return boto3.client("s3", **kw), boto3.client("sqs", **kw), boto3.client("dynamodb", **kw)
+
+
+def _drain_ingest(sqs: Any, url: str, arn: str, handler: Any) -> tuple[int, float]:
+    """One ingest invocation over everything waiting (as the batching window collects it); (records, seconds)."""
+    records: list[dict[str, Any]] = []
+    while len(records) < 1_000:
+        got = sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"], MessageAttributeNames=["All"]
+        ).get("Messages", [])
+        if not got:
+            break
+        records += [lambda_sqs_record(m, arn, "us-east-1") for m in got]
+    if not records:
+        return 0, 0.0
+    start = time.perf_counter()
+    reply = handler({"Records": records}, LocalLambdaContext(function_name="delayed-delivery-bucket-ingest"))
+    seconds = time.perf_counter() - start
+    failed = {f["itemIdentifier"] for f in (reply or {}).get("batchItemFailures", [])}
+    done = [r for r in records if r["messageId"] not in failed]
+    for i in range(0, len(done), 10):
+        sqs.delete_message_batch(
+            QueueUrl=url,
+            Entries=[{"Id": str(j), "ReceiptHandle": r["receiptHandle"]} for j, r in enumerate(done[i : i + 10])],
+        )
+    return len(records), seconds
+
+
+def measure_tier(scenario: str, messages: int, minutes: int, endpoint: str, *, per_run: bool = False) -> TierRun:
+    """One run of ``scenario`` (``near`` or ``far``): ``messages`` over ``minutes`` fine buckets, counted per step.
+
+    ``per_run``: cancellation records read once per destination per timer run (a fresh cache each run) instead of
+    as the timer handler reads them (a cache of ``max_age`` 0: one query per message per pass).
+    """
+    phase = _Phase()
+    counter = StepCounter(phase)
+    with counter.installed():
+        rig = _Rig.build(scenario, endpoint, per_run)
+        run = TierRun(scenario, messages, minutes, SCENARIOS[scenario])
+        for _ in range(IDLE_RUNS):  # the fixed cost: a timer run with nothing to do
+            phase.name = "idle"
+            run.idle_seconds += rig.tick()
+            run.idle_runs += 1
+        rig.results.clear()
+        _send_and_ingest(rig, run, phase)
+        _dispatch_all(rig, run, phase)
+        phase.name = None
+        _finish(rig, run)
+    run.steps = counter.snapshot()
+    return run
+
+
+@dataclass(slots=True)
+class _Rig:
+    """One run's tier on moto: clients, queues, bucket, table, and the real sender, ingest handler and timer."""
+
+    sqs: Any
+    clock: ManualClock
+    dest: str
+    dest_url: str
+    ingest_url: str
+    ingest_arn: str
+    handler: Any
+    timer: BucketTimer
+    sender: SqsDelayedSender
+    fresh_cache: Any
+    results: list[TimerResult] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, scenario: str, endpoint: str, per_run: bool) -> _Rig:
+        """Create the bucket, queues and table (not counted), then the tier's pieces under a manual clock."""
+        s3, sqs, ddb = _clients(endpoint)
+        tag = f"{scenario}-{time.time_ns()}"
+        settings = DelayedDeliverySettings(
+            max_native_delay=2,
+            fifo_queue_delay=2,
+            bucket_fine_seconds=FINE,
+            bucket_coarse_seconds=COARSE,
+            bucket_dispatch_lead_seconds=LEAD,
+            error_queue=f"bench-errors-{tag}",
+            long_delay_route="buckets",
+            bucket_ingest_queue=f"bench-ingest-{tag}",
+        )
+        bucket, table, dest = f"bench-tier-{tag}", f"bench-cancel-{tag}", f"bench-dest-{tag}"
+        s3.create_bucket(Bucket=bucket)
+        ensure_cancellation_table(ddb, table)
+        queues = (settings.bucket_ingest_queue, settings.error_queue, dest)
+        urls = {q: sqs.create_queue(QueueName=q)["QueueUrl"] for q in queues}
+        ingest_url = urls[settings.bucket_ingest_queue]
+        attrs = sqs.get_queue_attributes(QueueUrl=ingest_url, AttributeNames=["QueueArn"])["Attributes"]
+        config = BucketTierConfig(bucket_name=bucket, settings=settings, cancellation_table=table)
+        clock = ManualClock(START)
+        store = DynamoDbCancellationStore(ddb, table)
+        timer = BucketTimer(
+            S3BucketStore.from_config(s3, config),
+            sqs,
+            settings,
+            clock,
+            cancellations=CancellationCache(store, 0, clock=clock),
+            owner=f"bench-{tag}",
+        )
+        sender = SqsDelayedSender(sqs, settings, clock=clock)
+        sender.directory.get(dest)  # warm the sender's look-ups, as a long-lived sender has them
+        sender.directory.get(settings.bucket_ingest_queue)
+        fresh = (lambda: CancellationCache(store, 3_600, clock=clock)) if per_run else None
+        handler = build_ingest_handler(config, s3=s3, sqs=sqs, clock=clock)
+        return cls(sqs, clock, dest, urls[dest], ingest_url, attrs["QueueArn"], handler, timer, sender, fresh)
+
+    def tick(self) -> float:
+        """One timer run, then the clock one fine bucket on; returns the run's seconds."""
+        if self.fresh_cache is not None:
+            self.timer.cancellations = self.fresh_cache()
+        start = time.perf_counter()
+        self.results.append(self.timer.run())
+        seconds = time.perf_counter() - start
+        self.clock.advance(FINE)
+        return seconds
+
+
+#: The run starts just after a day boundary, so the first minutes' messages share one coarse bucket.
+START = datetime(2031, 1, 1, 0, 0, 1, tzinfo=UTC)
+
+
+def _send_and_ingest(rig: _Rig, run: TierRun, phase: _Phase) -> None:
+    """Each minute: its messages sent in ``WINDOWS_PER_MINUTE`` parts, each ingested by one invocation; a timer run."""
+    per_minute, sent = -(-run.messages // run.minutes), 0
+    for _minute in range(run.minutes):
+        batch = [
+            DelayedSend(rig.dest, _body(i), run.delay_seconds, message_id=f"m{i}", attributes={"n": i})
+            for i in range(sent, min(run.messages, sent + per_minute))
+        ]
+        sent += len(batch)
+        for w in range(WINDOWS_PER_MINUTE):
+            phase.name = "send"
+            part = batch[w::WINDOWS_PER_MINUTE]
+            if part:
+                result = rig.sender.send_delayed_batch(part)
+                assert result.ok, result.failures
+            phase.name = "ingest"
+            records, seconds = _drain_ingest(rig.sqs, rig.ingest_url, rig.ingest_arn, rig.handler)
+            run.ingest_invocations += 1 if records else 0
+            run.ingest_seconds += seconds
+        phase.name = "timer"
+        run.timer_seconds += rig.tick()
+        run.timer_runs += 1
+
+
+def _dispatch_all(rig: _Rig, run: TierRun, phase: _Phase) -> None:
+    """Timer runs until every message is dispatched (the far scenario first jumps over its idle year)."""
+    if run.scenario == "far":
+        due = START + timedelta(seconds=run.delay_seconds)
+        rig.clock.set(max(rig.clock.now(), due - timedelta(seconds=2 * COARSE + LEAD + FINE)))
+    end = rig.clock.now() + timedelta(seconds=run.delay_seconds + run.minutes + 3 * COARSE)
+    phase.name = "timer"
+    while sum(r.dispatched for r in rig.results) < run.messages and rig.clock.now() < end:
+        run.timer_seconds += rig.tick()
+        run.timer_runs += 1
+
+
+_TOTALS = (
+    "cascaded_objects",
+    "cascaded_messages",
+    "dispatched",
+    "duplicates_skipped",
+    "to_error_queue",
+    "kept_for_retry",
+)
+
+
+def _finish(rig: _Rig, run: TierRun) -> None:
+    """The timer results summed, and the messages that reached the destination (not counted)."""
+    totals: Counter[str] = Counter()
+    for r in rig.results:
+        totals.update({k: float(getattr(r, k)) for k in _TOTALS})
+    run.timer = dict(totals)
+    time.sleep(LEAD + 1)  # the last dispatches carry DelaySeconds up to the lead
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed"]
+    attrs = rig.sqs.get_queue_attributes(QueueUrl=rig.dest_url, AttributeNames=names)["Attributes"]
+    run.delivered = sum(int(attrs[n]) for n in names)
