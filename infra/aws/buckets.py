@@ -343,56 +343,48 @@ class TimeBucketTier(Construct):
 
     def _alarms(self, overdue_seconds: int, actions: Sequence[cloudwatch.IAlarmAction]) -> list[cloudwatch.Alarm]:
         """Overdue buckets, ingest age, the DLQ and error queue not empty, either function failing."""
-        greater = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
-        minute, five = Duration.minutes(1), Duration.minutes(5)
-        alarms = [
-            _alarm(
-                self,
+        over = {"comparison_operator": cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD}
+        minute = {"period": Duration.minutes(1), "statistic": "Maximum"}
+        age = INGEST_AGE_THRESHOLD_SECONDS
+        specs: list[tuple[str, str, cloudwatch.IMetric, dict[str, Any]]] = [
+            (
                 "BucketOverdue",
-                f"A fine time bucket still held messages more than {overdue_seconds} s after its end: the timer "
-                "is not dispatching (failing, throttled, or behind)",
+                f"A fine time bucket still held messages over {overdue_seconds} s after its end: the timer is not "
+                "dispatching (failing, throttled, or behind)",
                 self._metric("BucketOldestOverdueSeconds", "Maximum"),
-                threshold=overdue_seconds,
-                comparison_operator=greater,
+                {"threshold": overdue_seconds, **over},
             ),
-            _alarm(
-                self,
+            (
                 "IngestFallingBehind",
-                f"The oldest ingest message waited over {INGEST_AGE_THRESHOLD_SECONDS} s for 5 minutes: bucket-routed "
-                "messages are not being written to S3",
-                self.ingest_queue.metric_approximate_age_of_oldest_message(period=minute, statistic="Maximum"),
-                threshold=INGEST_AGE_THRESHOLD_SECONDS,
-                evaluation_periods=5,
-                comparison_operator=greater,
+                f"The oldest ingest message waited over {age} s for 5 minutes: long delays are not reaching S3",
+                self.ingest_queue.metric_approximate_age_of_oldest_message(**minute),
+                {"threshold": age, "evaluation_periods": 5, **over},
             ),
-            _alarm(
-                self,
+            (
                 "IngestDlqNotEmpty",
                 f"Ingest records failed {INGEST_MAX_RECEIVES} times and reached the ingest DLQ (redrive them once "
                 "the cause is fixed)",
-                self.ingest_dlq.metric_approximate_number_of_messages_visible(period=minute, statistic="Maximum"),
-                threshold=0,
-                comparison_operator=greater,
+                self.ingest_dlq.metric_approximate_number_of_messages_visible(**minute),
+                {"threshold": 0, **over},
             ),
-            _alarm(
-                self,
+            (
                 "ErrorQueueNotEmpty",
                 "Bucket-routed messages reached the tier's error queue",
-                self.error_queue.metric_approximate_number_of_messages_visible(period=minute, statistic="Maximum"),
+                self.error_queue.metric_approximate_number_of_messages_visible(**minute),
+                {},
             ),
-            _alarm(
-                self,
-                "IngestErrors",
-                "The time-bucket ingest function failed",
-                self.ingest.function.metric_errors(period=five, statistic="Sum"),
-            ),
-            _alarm(
-                self,
-                "TimerErrors",
-                "The time-bucket timer function failed",
-                self.timer.function.metric_errors(period=five, statistic="Sum"),
+            (
+                "TimerFailing",
+                "Timer runs failed three minutes running (BucketTimerFailures: the function catches these, so its "
+                "Errors metric does not count them); look for 'timer run failed' in its logs",
+                self._metric("BucketTimerFailures"),
+                {"evaluation_periods": 3},
             ),
         ]
+        for name, made in (("Ingest", self.ingest), ("Timer", self.timer)):
+            errors = made.function.metric_errors(period=Duration.minutes(5), statistic="Sum")
+            specs.append((f"{name}Errors", f"The time-bucket {name.lower()} function failed", errors, {}))
+        alarms = [_alarm(self, name, text, metric, **kw) for name, text, metric, kw in specs]
         for alarm in alarms:
             for action in actions:
                 alarm.add_alarm_action(action)
@@ -402,17 +394,25 @@ class TimeBucketTier(Construct):
         """Dashboard rows for the tier: its flow, its timing, its queues and its functions."""
         flow = cloudwatch.GraphWidget(
             title="Time buckets: messages",
-            left=[self._metric(n) for n in ("BucketMessagesIngested", "BucketMessagesCascaded")],
+            left=[self._metric(f"BucketMessages{n}") for n in ("Ingested", "Cascaded", "Dispatched", "KeptForRetry")],
             right=[
                 self._metric(n)
-                for n in ("BucketMessagesDispatched", "BucketDuplicatesSkipped", "BucketErrorQueueSends")
+                for n in (
+                    "BucketDuplicatesSkipped",
+                    "BucketErrorQueueSends",
+                    "BucketMessagesCancelled",
+                    "BucketMessagesRescheduled",
+                )
             ],
             width=8,
         )
         timing = cloudwatch.GraphWidget(
-            title="Time buckets: oldest overdue (s), objects written, poison",
+            title="Time buckets: oldest overdue (s), objects written, failures",
             left=[self._metric("BucketOldestOverdueSeconds", "Maximum")],
-            right=[self._metric("BucketObjectsWritten"), self._metric("BucketIngestPoison")],
+            right=[
+                self._metric(n)
+                for n in ("BucketObjectsWritten", "BucketIngestPoison", "BucketIngestRetries", "BucketTimerFailures")
+            ],
             width=8,
         )
         queues = cloudwatch.GraphWidget(

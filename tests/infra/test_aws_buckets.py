@@ -277,6 +277,8 @@ def test_alarms_on_overdue_buckets_ingest_age_the_dlq_and_errors(tier: Synth) ->
     assert age["Dimensions"][0]["Value"] == {"Fn::GetAtt": [ingest_queue, "QueueName"]}
     [dead] = [a for a in alarms if a["MetricName"] == "ApproximateNumberOfMessagesVisible" and dlq in json.dumps(a)]
     assert (dead["Threshold"], dead["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    [failing] = [a for a in alarms if a["MetricName"] == "BucketTimerFailures"]  # caught in the handler
+    assert (failing["Namespace"], failing["EvaluationPeriods"], failing["Statistic"]) == ("DelayedDelivery", 3, "Sum")
     errors = [a for a in alarms if a["MetricName"] == "Errors"]
     functions = {json.dumps(a["Dimensions"]) for a in errors}
     for handler in (INGEST_HANDLER, TIMER_HANDLER):
@@ -284,7 +286,14 @@ def test_alarms_on_overdue_buckets_ingest_age_the_dlq_and_errors(tier: Synth) ->
         assert any(name in f for f in functions), handler
     [dashboard] = _resources(raw, "AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
-    for metric in ("BucketMessagesIngested", "BucketMessagesDispatched", "BucketOldestOverdueSeconds", "Requeued"):
+    for metric in (
+        "BucketMessagesIngested",
+        "BucketMessagesDispatched",
+        "BucketOldestOverdueSeconds",
+        "BucketTimerFailures",
+        "BucketMessagesCancelled",
+        "Requeued",
+    ):
         assert metric in body
 
 
