@@ -1,17 +1,20 @@
-"""Benchmark: migrate N synthetic legacy timeouts into SQLite or Azurite, Spark local[2] vs a Python loop.
+"""Benchmark: migrate N synthetic legacy timeouts into SQLite, Azurite or the S3 tier, Spark local[2] vs a loop.
 
 Both variants do the same work on the same export: read CSV, map each row (``normalize_row``), and
 write it with the job's own target: INSERT OR REPLACE into a fresh SQLite store in transactions of
 ``--batch-size`` messages, or (``--store azurite``) the Azure table target's full entity-group
 transactions into a fresh Azurite per variant (one transaction at a time in the loop, ``--in-flight``
-per Spark task). Each runs in its own child process; the parent samples the child's process tree
-(JVM and Python workers included) every 0.1 s for peak RSS and CPU seconds, and the emulator's CPU
-seconds. CPU seconds are the load-independent figure on a shared machine. Prints a table and writes
-JSON under ``benchmarks/results/``.
+per Spark task), or (``--store s3buckets``) the S3 time-bucket tier's target on a fresh moto server per
+variant: the loop holds every message, sorts them bucket after bucket as the job does, and writes one
+object per bucket with the same ``BucketTarget``. Each runs in its own child process; the parent
+samples the child's process tree (JVM and Python workers included) every 0.1 s for peak RSS and CPU
+seconds, and the emulator's CPU seconds. CPU seconds are the load-independent figure on a shared
+machine. Prints a table and writes JSON under ``benchmarks/results/``.
 
     .venv/bin/python benchmarks/spark_migrate.py --rows 1000000      # the documented full run
     .venv/bin/python benchmarks/spark_migrate.py --rows 2000          # smoke size (used by the tests)
     .venv/bin/python benchmarks/spark_migrate.py --rows 100000 --store azurite   # into Azurite (started here)
+    .venv/bin/python -m benchmarks.spark_migrate --rows 1000000 --store s3buckets   # the tier on moto S3
 """
 
 from __future__ import annotations
@@ -25,11 +28,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The S3 bucket each ``--store s3buckets`` variant writes into (on its own fresh moto server).
+_S3_BUCKET = "delayed-delivery-migrate-bench"
 
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -111,11 +118,13 @@ def _python_loop(source: Path, target_url: str, batch_size: int) -> dict[str, ob
     with files[0].open(newline="") as fh:
         columns = next(csv.reader(fh))
     mapping = ColumnMapping.for_columns(LegacyShape.TIMEOUT_MANAGER, columns)
-    target = TargetSpec.parse(target_url).build()
+    spec = TargetSpec.parse(target_url)
+    target = spec.build()
     target.prepare()
     start = time.perf_counter()
-    written = rejected = 0
-    chunk = []
+    grouped = spec.scheme == "s3buckets"  # the tier's grouping: every message first, then bucket after bucket
+    pending: list[Any] = []
+    rejected = written = refused = 0
     for path in files:
         with path.open(newline="", encoding="utf-8") as fh:
             for row in csv.DictReader(fh):
@@ -123,18 +132,27 @@ def _python_loop(source: Path, target_url: str, batch_size: int) -> dict[str, ob
                 if not isinstance(result, NormalizedRow):
                     rejected += 1
                     continue
-                chunk.append(to_message(_as_row(result)))
-                if len(chunk) >= batch_size:
-                    target.write(chunk)
-                    written += len(chunk)
-                    chunk = []
-    if chunk:
-        target.write(chunk)
-        written += len(chunk)
+                pending.append(to_message(_as_row(result)))
+                if not grouped and len(pending) >= batch_size:
+                    refused += len(target.write(pending))
+                    written, pending = written + len(pending), []
+    if grouped:  # the job's order: the fine period of the due time, then the id
+        fine = _fine_seconds(spec)
+        pending.sort(key=lambda m: (int(m.due_at.timestamp()) // fine, m.message_id))
+    for at in range(0, len(pending), batch_size):
+        refused += len(target.write(pending[at : at + batch_size]))
+    written += len(pending)
     target.flush()
     target.close()
     seconds = time.perf_counter() - start
-    return {"variant": "python loop (1 thread)", "rows": written, "rejected": rejected, "seconds": seconds}
+    variant = "python loop (1 thread)"
+    return {"variant": variant, "rows": written - refused, "rejected": rejected, "seconds": seconds}
+
+
+def _fine_seconds(spec: Any) -> int:
+    from delayed_delivery.pipelines.bucket_target import bucket_levels
+
+    return bucket_levels(spec).fine_seconds
 
 
 def _as_row(n: object) -> dict[str, object]:
@@ -161,6 +179,58 @@ def _spark(source: Path, target_url: str, batch_size: int, master: str, workdir:
     }
 
 
+@contextmanager
+def _sink(store: str, variant: str, work: Path, shards: int, in_flight: int) -> Iterator[tuple[str, int | None]]:
+    """A fresh target per variant: its URL and the emulator's pid (None for SQLite); the emulator stops after."""
+    if store == "sqlite":
+        db = work / f"{variant}.db"
+        db.unlink(missing_ok=True)
+        yield f"sqlite:{db}", None
+        return
+    if store == "azurite":  # one transaction at a time in the loop; several per Spark task
+        sys.path.insert(0, str(ROOT))
+        from delayed_delivery.pipelines.targets import DEFAULT_AZURE_CONNECTION_ENV
+        from tests.fixtures.azurite import start_azurite
+
+        azurite = start_azurite()  # fresh per variant: Azurite slows down as its tables grow
+        os.environ[DEFAULT_AZURE_CONNECTION_ENV] = azurite.connection_string
+        flight = 1 if variant == "python" else in_flight
+        url = f"azure-table:bench{variant}{os.getpid()}?shards={shards}&in_flight={flight}"
+        try:
+            yield url, azurite.process.proc.pid if azurite.process.proc else None
+        finally:
+            azurite.process.stop()
+        return
+    import boto3
+
+    from delayed_delivery.app.emulators import LocalEmulators
+    from delayed_delivery.pipelines.bucket_target import bucket_target_url
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
+        os.environ.setdefault(name, value)
+    with LocalEmulators(azurite=False) as emulators:  # a fresh moto server per variant
+        endpoint = emulators.sqs_endpoint
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=_S3_BUCKET)
+        process = emulators.emulators["moto"].process
+        yield bucket_target_url(_S3_BUCKET, None, endpoint, "us-east-1"), process.pid if process else None
+
+
+def _tier_objects(url: str) -> dict[str, int]:
+    """Objects and messages in the tier's S3 bucket, from the listing (keys carry the count)."""
+    import boto3
+
+    from delayed_delivery.aws.buckets.store import S3BucketStore
+    from delayed_delivery.buckets import COARSE, FINE
+    from delayed_delivery.pipelines.targets import TargetSpec
+
+    spec = TargetSpec.parse(url)
+    client = boto3.client("s3", endpoint_url=spec.option("endpoint_url"), region_name="us-east-1")
+    store = S3BucketStore(client, spec.location)
+    listed = [o for level in (FINE, COARSE) for o in store.objects(level)]
+    buckets = {o.bucket for o in listed}
+    return {"objects": len(listed), "buckets": len(buckets), "messages": sum(o.count or 0 for o in listed)}
+
+
 def measure(
     rows: int,
     batch_size: int = 1000,
@@ -177,43 +247,24 @@ def measure(
 
     work = Path(workdir or tempfile.mkdtemp(prefix="dd-bench-"))
     t0 = time.perf_counter()
-    export = write_legacy_export(work / "export", LegacyShape.TIMEOUT_MANAGER, rows, seed=42, files=files)
+    # The tier buckets against the real clock: due times around now, so 1 % are already due as with the other stores.
+    now = {"now": datetime.now(UTC)} if store == "s3buckets" else {}
+    export = write_legacy_export(work / "export", LegacyShape.TIMEOUT_MANAGER, rows, seed=42, files=files, **now)
     gen_seconds = time.perf_counter() - t0
     me = [sys.executable, str(Path(__file__).resolve()), "--batch-size", str(batch_size), "--master", master]
-    azurite = None
-    if store == "azurite":
-        sys.path.insert(0, str(ROOT))
-        from delayed_delivery.pipelines.targets import DEFAULT_AZURE_CONNECTION_ENV
-        from tests.fixtures.azurite import start_azurite
-
-        azurite = start_azurite()
-        os.environ[DEFAULT_AZURE_CONNECTION_ENV] = azurite.connection_string
     results = []
-    try:
-        for variant in ("python", "spark"):
-            if store == "azurite":  # one transaction at a time in the loop; several per Spark task
-                url = f"azure-table:bench{variant}{os.getpid()}?shards={shards}"
-                url += f"&in_flight={1 if variant == 'python' else in_flight}"
-            else:
-                db = work / f"{variant}.db"
-                db.unlink(missing_ok=True)
-                url = f"sqlite:{db}"
-            emulator = azurite.process.proc.pid if azurite is not None and azurite.process.proc else None
+    for variant in ("python", "spark"):
+        with _sink(store, variant, work, shards, in_flight) as (url, emulator):
             res = _run_child([*me, "--variant", variant, "--source", export.path, "--target-url", url,
                               "--workdir", str(work / variant)], also=emulator)  # fmt: skip
-            res["rows_per_second"] = round(float(res["rows"]) / float(res["seconds"]), 1)  # type: ignore[arg-type]
-            results.append(res)
-            if (
-                azurite is not None and variant == "python"
-            ):  # a fresh emulator per variant: Azurite slows down as its tables grow
-                azurite.process.stop()
-                azurite = start_azurite()
-                os.environ[DEFAULT_AZURE_CONNECTION_ENV] = azurite.connection_string
-    finally:
-        if azurite is not None:
-            azurite.process.stop()
-    if results[0]["rows"] != results[1]["rows"]:
-        raise SystemExit(f"the variants wrote different row counts: {results[0]['rows']} vs {results[1]['rows']}")
+            if store == "s3buckets":
+                res["tier"] = _tier_objects(url)
+        res["rows_per_second"] = round(float(res["rows"]) / float(res["seconds"]), 1)  # type: ignore[arg-type]
+        results.append(res)
+    if results[0]["rows"] != results[1]["rows"] or results[0].get("tier", {}).get("messages") != results[1].get(
+        "tier", {}
+    ).get("messages"):
+        raise SystemExit(f"the variants wrote different counts: {results[0]} vs {results[1]}")
     return results, gen_seconds
 
 
@@ -250,7 +301,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--variant", choices=("python", "spark"), help=argparse.SUPPRESS)
     ap.add_argument("--source", help=argparse.SUPPRESS)
-    ap.add_argument("--store", choices=("sqlite", "azurite"), default="sqlite", help="Target store.")
+    ap.add_argument(
+        "--store",
+        choices=("sqlite", "azurite", "s3buckets"),
+        default="sqlite",
+        help="Target: SQLite, Azurite's table, or the S3 time-bucket tier on moto S3 (each started here).",
+    )
     ap.add_argument("--shards", type=int, default=256, help="Azure table shards (partitions).")
     ap.add_argument("--in-flight", type=int, default=4, help="Azure transactions in flight per Spark task.")
     ap.add_argument("--target-url", help=argparse.SUPPRESS)
@@ -276,6 +332,11 @@ def _print_results(a: argparse.Namespace, results: list[dict[str, object]]) -> N
             f"{r.get('emulator_cpu_seconds', '-')}",
         )
     Console().print(table)
+    python, spark = results
+    print(f"spark / loop: {float(spark['rows_per_second']) / float(python['rows_per_second']):.2f}x")  # type: ignore[arg-type]
+    for r in results:
+        if "tier" in r:
+            print(f"{r['variant']}: {r['tier']} in the tier's S3 bucket")
 
 
 def _write_results(a: argparse.Namespace, results: list[dict[str, object]], gen_seconds: float) -> Path:
@@ -291,6 +352,7 @@ def _write_results(a: argparse.Namespace, results: list[dict[str, object]], gen_
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "results": results,
+        "spark_to_loop": round(float(results[1]["rows_per_second"]) / float(results[0]["rows_per_second"]), 2),  # type: ignore[arg-type]
         "command": " ".join(["benchmarks/spark_migrate.py", *sys.argv[1:]]),
     }
     results_dir = Path(a.results)
