@@ -175,3 +175,34 @@ def test_an_old_record_reads_unchanged(table: DynamoDbCancellationStore, route: 
     old = cancel_request("orders", "legacy", now=now, max_native_delay=900, max_age=60)
     table.put(old)
     assert table.live("orders") == [old]
+
+
+def test_the_timer_applies_the_routes_cancel_record(
+    route: BucketTierRoute, s3: Any, tier_bucket: str, sqs: Any, table: DynamoDbCancellationStore
+) -> None:
+    from delayed_delivery.aws.buckets.timer import BucketTimer
+    from delayed_delivery.cancellations import CancellationCache
+    from delayed_delivery.clock import SystemClock
+    from delayed_delivery.settings import DelayedDeliverySettings
+
+    sqs.create_queue(QueueName="errors")
+    store = S3BucketStore(s3, tier_bucket, PREFIX, BucketLevel())
+    now = datetime.now(UTC)
+    sent = int((now - timedelta(seconds=5)).timestamp() * 1000)
+    due = int((now + timedelta(seconds=1)).timestamp() * 1000)
+    store.write_due([BucketMessage(i, "orders", i.encode(), due, sent_at_ms=sent) for i in ("gone", "kept")], now)
+    route.cancel("gone", to="orders")
+    timer = BucketTimer(
+        store,
+        sqs,
+        DelayedDeliverySettings(error_queue="errors"),
+        SystemClock(),
+        cancellations=CancellationCache(table, 0),
+        owner="test",
+    )
+    result = timer.run()
+    assert (result.dispatched, result.cancelled) == (1, 1)
+    assert table.live("orders") == []  # applied, so deleted
+    url = sqs.get_queue_url(QueueName="orders")["QueueUrl"]
+    bodies = [m["Body"] for m in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=3).get("Messages", [])]
+    assert bodies == ["kept"]
