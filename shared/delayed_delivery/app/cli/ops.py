@@ -2,7 +2,9 @@
 
 Routes: ``--store sqlite:///…|postgresql://…`` (exact), ``--cloud azure`` (the endpoint's delays table: exact;
 native sends ≤ 7 days are not in it), ``--cloud aws`` (send through the delayed sender; pending from queue
-attributes, approximate; cancel and reschedule write a record the requeue function applies at the next hop).
+attributes, approximate; cancel and reschedule write a record the requeue function applies at the next hop),
+``--cloud aws --bucket-name B`` (with the S3 time-bucket tier: its messages counted exactly from the object listing,
+records kept until the timer applies them).
 ``--local`` points a cloud route at the local emulators (moto server on 127.0.0.1:5000, Azurite on 10000-10002;
 ``delayed-delivery local up`` starts them there).
 """
