@@ -192,3 +192,32 @@ def test_the_command_line_builds_the_tier_url(monkeypatch: pytest.MonkeyPatch) -
         target_url("s3buckets")
     with pytest.raises(ConfigurationError, match="go with --target s3buckets"):
         target_url("sqlite:x.db", bucket_name="b1")
+
+
+@pytest.mark.spark
+@pytest.mark.moto
+def test_the_main_cli_migrates_into_the_tier_and_names_a_missing_bucket(
+    spark: Any, s3: Any, moto_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from delayed_delivery.app import cli
+    from delayed_delivery.pipelines.schema import LegacyShape
+    from delayed_delivery.pipelines.synthetic import write_legacy_export
+
+    export = write_legacy_export(tmp_path / "src", LegacyShape.TIMEOUT_MANAGER, 40, now=datetime.now(UTC))
+    args = ["migrate", "run", "-s", export.path, "-o", str(tmp_path / "out"), "--json", "--target", "s3buckets",
+            "--bucket-name", BUCKET, "--prefix", PREFIX, "--endpoint-url", moto_endpoint]  # fmt: skip
+    res = CliRunner().invoke(cli.app, args)
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output)
+    assert (summary["rows_written"], summary["state"]) == (40, "completed")
+    assert summary["target"] == f"s3buckets:{BUCKET}?endpoint_url={moto_endpoint}&prefix={PREFIX}"
+    assert sum(len(ms) for ms in _stored(s3)[0].values()) == 40
+
+    monkeypatch.delenv("DELAYED_DELIVERY_BUCKET_NAME", raising=False)
+    missing = CliRunner().invoke(cli.app, ["migrate", "run", "-s", export.path, "--target", "s3buckets"])
+    assert missing.exit_code != 0 and "--bucket-name" in str(missing.exception or missing.output)
+    absent = [*args[:-6], "--bucket-name", "no-such-bucket", "--endpoint-url", moto_endpoint, "--run-id", "r2"]
+    res = CliRunner().invoke(cli.app, absent)
+    assert res.exit_code != 0 and "does not exist" in str(res.exception or res.output)
