@@ -20,7 +20,6 @@ is set. Figures: benchmarks/aws.md.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import threading
@@ -376,7 +375,6 @@ def run(
     """The benchmark-runner entry point."""
     if smoke:
         runs, messages, max_delay, dispatch, pending = 2, 20, 5, 200, (1_000, 20_000)
-    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     ready = 100 if smoke else READY
     with _moto() as endpoint:
         late = [lateness_sample(endpoint, messages, max_delay, seed) for seed in range(1 if smoke else runs)]

@@ -49,3 +49,21 @@ def test_aws_costs_counts_every_route_per_step_at_smoke_size(
     # the tier's cost does not grow with the delay the way parking does
     assert rows["usd_per_million_1y_buckets"] < rows["usd_per_million_1y_parked_fifo"]
     assert 0 < rows["usd_per_million_1d_buckets"] <= rows["usd_per_million_1y_buckets"]
+
+
+@pytest.mark.moto
+def test_bucket_tier_lateness_throughput_and_memory_at_smoke_size(
+    moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import bucket_tier
+
+    monkeypatch.setenv("MOTO_ENDPOINT", moto_endpoint)
+    rows = {r.metric: r for r in bucket_tier.run(smoke=True)}
+    assert rows["lateness_early_count"].median == 0 and rows["lateness_lost_count"].median == 0
+    assert 0 <= rows["lateness_p50"].median <= rows["lateness_p99"].median < 5
+    dispatch = rows["timer_dispatch_messages_per_s"]
+    assert dispatch.median > 0 and dispatch.ratio_to_baseline is not None and dispatch.ratio_to_baseline > 0
+    # the timer lists only what it needs: its peak memory and its listing stay put while pending grows 20×
+    peaks = [r.median for name, r in rows.items() if name.startswith("timer_peak_mib_pending_")]
+    assert len(peaks) == 2 and 0 < max(peaks) < 2 * min(peaks)
+    assert {r.median for name, r in rows.items() if name.startswith("timer_list_calls_pending_")} == {2}
