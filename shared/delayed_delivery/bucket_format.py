@@ -29,6 +29,7 @@ __all__ = [
     "MAX_DECODED_BYTES",
     "MAX_LINE_CHARS",
     "MAX_OBJECT_MESSAGES",
+    "MAX_POISON_RAW_BYTES",
     "BucketContents",
     "BucketMessage",
     "PoisonEntry",
@@ -47,6 +48,8 @@ MAX_DECODED_BYTES = 64 * 1024 * 1024
 MAX_LINE_CHARS = 1_500_000
 #: SQS's limit on message attributes.
 MAX_ATTRIBUTES = 10
+#: How much of a line that cannot be read is kept with its ``PoisonEntry`` (for the error queue).
+MAX_POISON_RAW_BYTES = 8_192
 #: The longest ``sent_at_ms`` / ``due_at_ms`` accepted: the wheel's latest time.
 _MAX_MS = 220_898_664_000_000  # 9000-01-01T00:00:00Z
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -92,6 +95,9 @@ class PoisonEntry:
     line: int
     message_id: str | None
     reason: str
+    #: The line's first ``MAX_POISON_RAW_BYTES`` bytes, as stored (``raw_size``: its whole length).
+    raw: bytes = field(default=b"", compare=False, repr=False)
+    raw_size: int = field(default=0, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +131,7 @@ def _encode_attributes(attributes: Mapping[str, Mapping[str, Any]]) -> dict[str,
         data_type = value.get("DataType") if isinstance(value, Mapping) else None
         if not isinstance(name, str) or not name or not isinstance(data_type, str) or not data_type:
             raise InvalidMessageError(f"attribute {str(name)[:60]!r} needs a name and a DataType")
+        _unicode(f"attribute {name[:60]!r}", name, data_type, value.get("StringValue"))
         if isinstance(value.get("BinaryValue"), bytes | bytearray):
             encoded[name] = [data_type, "b", base64.b64encode(bytes(value["BinaryValue"])).decode("ascii")]
         elif isinstance(value.get("StringValue"), str):
@@ -132,6 +139,16 @@ def _encode_attributes(attributes: Mapping[str, Mapping[str, Any]]) -> dict[str,
         else:
             raise InvalidMessageError(f"attribute {name[:60]!r} needs a StringValue text or a BinaryValue bytes")
     return encoded
+
+
+def _unicode(what: str, *texts: object) -> None:
+    """Refuse text that cannot be written back as UTF-8 (a lone surrogate such as ``"\\ud800"``)."""
+    for text in texts:
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidMessageError(f"{what} holds a lone surrogate: not Unicode text") from None
 
 
 def _decode_attributes(raw: object) -> dict[str, dict[str, Any]]:
@@ -282,7 +299,8 @@ def _poison(number: int, line: bytes, reason: str) -> PoisonEntry:
             value = json.loads(match[1]) if match else None
     except (ValueError, RecursionError, AttributeError):
         value = None
-    return PoisonEntry(number, value if is_usable_message_id(value) else None, reason)
+    usable = value if is_usable_message_id(value) else None
+    return PoisonEntry(number, usable, reason, bytes(line[:MAX_POISON_RAW_BYTES]), len(line))
 
 
 def decode_bucket(data: bytes) -> BucketContents:
