@@ -108,7 +108,7 @@ class BucketLeases:
             value = json.loads(data)
             expires_ms = value["expires_at_ms"]
             expires_at = from_epoch_ms(expires_ms) if isinstance(expires_ms, int) else None
-        except (ValueError, TypeError, KeyError, OverflowError, OSError):
+        except (ValueError, TypeError, KeyError, OverflowError, OSError, RecursionError):
             expires_at = None
         return str(reply["ETag"]), expires_at
 

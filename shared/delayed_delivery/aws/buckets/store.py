@@ -153,8 +153,13 @@ class S3BucketStore:
             groups.setdefault(bucket_of(message.due_at, now, self.levels), []).append(message)
         return {bucket: self.write(bucket, group) for bucket, group in sorted(groups.items())}
 
-    def objects(self, level: LevelName, *, until: datetime | None = None) -> Iterator[StoredObject]:
-        """Listing only (ListObjectsV2), oldest bucket first; ``until``: only buckets starting at or before it."""
+    def objects(
+        self, level: LevelName, *, until: datetime | None = None, strays: list[str] | None = None
+    ) -> Iterator[StoredObject]:
+        """Listing only (ListObjectsV2), oldest bucket first; ``until``: only buckets starting at or before it.
+
+        Keys under the level that are not bucket object keys are skipped; ``strays`` collects them when given.
+        """
         limit = utc(until) if until is not None else None
         paginator = self.client.get_paginator("list_objects_v2")
         pages = paginator.paginate(Bucket=self.bucket_name, Prefix=f"{self.prefix}/{level}/")
@@ -163,6 +168,8 @@ class S3BucketStore:
                 for item in page.get("Contents", []):
                     found = self._stored(item, level)
                     if found is None:
+                        if strays is not None:
+                            strays.append(str(item["Key"]))
                         continue
                     if limit is not None and found.bucket.start > limit:
                         return  # keys sort in time order: nothing later is wanted

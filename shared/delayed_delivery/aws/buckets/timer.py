@@ -19,7 +19,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ... import logfields as lf
-from ...bucket_format import BucketMessage
+from ...bucket_format import BucketMessage, PoisonEntry
 from ...buckets import COARSE, FINE, MAX_DELAY_SECONDS, BucketKey, cascade_window, dispatch_window
 from ...cancellations import Cancellation, CancellationCache
 from ...clock import Clock
@@ -63,6 +63,8 @@ class TimerResult:
     buckets_left_for_deadline: int = 0
     #: Error-queue entries refused even in reduced form (logged with their reason, then dropped).
     dropped: int = 0
+    #: Keys under a level that are not bucket object keys, moved under ``problems/`` (logged).
+    strays_set_aside: int = 0
 
 
 class _Tally:
@@ -101,8 +103,26 @@ def _groups(objects: Sequence[StoredObject], limit: int) -> Iterator[list[Stored
         yield group
 
 
+def _json(document: Mapping[str, object]) -> str:
+    return json.dumps(document, ensure_ascii=True, separators=(",", ":"))
+
+
 def _notice(document: Mapping[str, object], reason: str, key: str) -> Notice:
-    return Notice(json.dumps(document, ensure_ascii=True, separators=(",", ":")), reason, key=key)
+    return Notice(_json(document), reason, key=key)
+
+
+def _line_notice(key: str, entry: PoisonEntry) -> Notice:
+    """The notice for a line that cannot be read: its reason and the line itself, cut and ASCII-escaped.
+
+    Bytes that are not UTF-8 appear as surrogate escapes (``\\udcff``); the reduced form (sent if the error queue
+    refuses the whole notice) leaves the line out.
+    """
+    reason = f"line {entry.line} of {key} cannot be read: {entry.reason}"
+    document = {"format": "delayed-delivery-bucket-line/1", "object": key, "line": entry.line}
+    reduced = {**document, "id": entry.message_id, "reason": entry.reason}
+    raw = entry.raw.decode("utf-8", "surrogateescape")
+    whole = {**reduced, "raw": raw, "raw_bytes": entry.raw_size, "truncated": entry.raw_size > len(entry.raw)}
+    return Notice(_json(whole), reason, key=key, reduced=_json(reduced))
 
 
 class BucketTimer:
@@ -148,14 +168,18 @@ class BucketTimer:
 
     def _cascade(self, deadline: float | None, tally: _Tally) -> None:
         target = cascade_window(self.clock.now(), self.store.levels)
-        ready = list(self.store.objects(COARSE, until=target.start))
+        strays: list[str] = []
+        ready = list(self.store.objects(COARSE, until=target.start, strays=strays))
+        self._set_aside_strays(strays, tally)
         for bucket, objects in _by_bucket(ready):
             self._leased(bucket, deadline, tally, partial(self._cascade_bucket, bucket, objects, deadline, tally))
 
     def _dispatch(self, deadline: float | None, tally: _Tally) -> None:
         now = self.clock.now()
         window = dispatch_window(now, levels=self.store.levels)
-        ready = list(self.store.objects(FINE, until=window.last.start))
+        strays: list[str] = []
+        ready = list(self.store.objects(FINE, until=window.last.start, strays=strays))
+        self._set_aside_strays(strays, tally)
         if ready:
             overdue = (now - ready[0].bucket.end(self.store.levels)).total_seconds()
             tally.counts["oldest_overdue_seconds"] = max(0.0, overdue)
@@ -182,6 +206,12 @@ class BucketTimer:
                 "bucket left for a later run",
                 extra={lf.EVENT: lf.EVENT_RETRY, "bucket": f"{bucket.level}/{bucket.iso}", lf.REASON: str(exc)},
             )
+        except Exception as exc:  # a bug met in one bucket: the other buckets still go out
+            tally.add(buckets_failed=1)
+            _log.exception(
+                "bucket left for a later run after an unexpected failure",
+                extra={lf.EVENT: lf.EVENT_RETRY, "bucket": f"{bucket.level}/{bucket.iso}", lf.REASON: repr(exc)[:1024]},
+            )
         finally:
             try:
                 self.leases.release(lease)
@@ -200,18 +230,30 @@ class BucketTimer:
                 continue  # deleted by another run since the listing
             keys.append(stored.key)
             found.extend(Found(message, stored.key) for message in contents.messages)
-            for entry in contents.poison:
-                document = {"format": "delayed-delivery-bucket-line/1", "object": stored.key, "line": entry.line}
-                reason = f"line {entry.line} of {stored.key} cannot be read: {entry.reason}"
-                notices.append(
-                    _notice({**document, "id": entry.message_id, "reason": entry.reason}, reason, stored.key)
-                )
+            notices.extend(_line_notice(stored.key, entry) for entry in contents.poison)
             if contents.problem is not None:
                 copy = self.store.set_aside(stored.key)
                 reason = f"bucket object {stored.key} is damaged: {contents.problem}; a copy is kept at {copy}"
                 document = {"format": "delayed-delivery-bucket-object/1", "object": stored.key, "copy": copy}
                 notices.append(_notice({**document, "problem": contents.problem}, reason, stored.key))
         return found, notices, keys
+
+    def _set_aside_strays(self, keys: Sequence[str], tally: _Tally) -> None:
+        """Move keys the tier cannot name (not bucket object keys) under ``problems/``, logged; failures: next run."""
+        for key in keys:
+            try:
+                copy = self.store.set_aside(key)
+                self.store.delete([key])
+            except ConfigurationError:
+                raise
+            except DelayedDeliveryError as exc:
+                _log.warning("stray key not set aside", extra={lf.EVENT: lf.EVENT_RETRY, lf.REASON: str(exc)})
+                continue
+            tally.add(strays_set_aside=1)
+            _log.error(
+                "a key under the tier's prefix is not a bucket object key; it is kept under problems/",
+                extra={lf.EVENT: lf.EVENT_ERROR_QUEUE, "object": copy, lf.REASON: f"not a bucket object key: {key}"},
+            )
 
     def _report_errors(self, items: Sequence[Rejected | Notice], tally: _Tally) -> list[Rejected]:
         """Send ``items`` to the error queue; returns the messages it did not take now, to be written back.

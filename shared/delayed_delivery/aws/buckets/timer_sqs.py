@@ -12,12 +12,20 @@ from ...bucket_format import BucketMessage
 from ...buckets import DispatchWindow
 from ...clock import Clock
 from ...delivery import DELIVERY_HEADER, encode_delivery
-from ...errors import DelayedDeliveryError, DestinationNotFoundError, TransientError
+from ...errors import DelayedDeliveryError, DestinationNotFoundError, InvalidMessageError, TransientError
 from ...headers import BODY_ENCODING, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION, is_reserved
 from ...settings import DelayedDeliverySettings
 from ..requeue.errorqueue import REDUCED_FORMAT, REDUCED_MAX_BYTES, sqs_safe
 from ..requeue.sending import SendVerdict, classify_send, valid_attribute_name
-from ..sqs import MAX_ATTRIBUTES, QueueDirectory, QueueInfo, message_size, send_batches, sqs_text_problem
+from ..sqs import (
+    MAX_ATTRIBUTES,
+    QueueDirectory,
+    QueueInfo,
+    message_size,
+    normalize_attributes,
+    send_batches,
+    sqs_text_problem,
+)
 from .timer_plan import Rejected
 
 if TYPE_CHECKING:
@@ -38,6 +46,8 @@ class Notice:
     destination: str = ""
     #: The object the notice is about (kept when the notice cannot be sent).
     key: str = ""
+    #: A shorter body, sent when the error queue refuses ``body`` (empty: ``body`` again).
+    reduced: str = ""
 
 
 @dataclass(slots=True)
@@ -137,7 +147,10 @@ class TimerSqs:
         text = body_text(message.body)
         if text is None:
             return "the body is not UTF-8 text SQS accepts"
-        attributes: _Attributes = {name: dict(value) for name, value in message.attributes.items()}  # type: ignore[misc]
+        try:
+            attributes: _Attributes = normalize_attributes(message.attributes)
+        except InvalidMessageError as exc:  # reserved names, text SQS refuses: objects are written by anyone
+            return f"the message's attributes cannot be sent: {exc}"
         if len(attributes) < MAX_ATTRIBUTES:  # the delivery header, when a slot and the bytes are free
             value = encode_delivery(
                 message_id=message.message_id,
@@ -208,7 +221,10 @@ class TimerSqs:
     ) -> SendMessageBatchRequestEntryTypeDef:
         if isinstance(item, Notice):
             headers = _reason_headers(item.reason, item.destination, failed_at)
-            return {"Id": entry_id, "MessageBody": item.body, "MessageAttributes": headers}
+            body = item.body
+            if item.reduced and (reduced or message_size(body, headers) > info.max_message_size):
+                body = item.reduced
+            return {"Id": entry_id, "MessageBody": body, "MessageAttributes": headers}
         message = item.message
         text = body_text(message.body)
         attributes = {} if reduced else _user_attributes(message.attributes)
@@ -226,11 +242,15 @@ class TimerSqs:
 
 
 def _user_attributes(attributes: Mapping[str, Mapping[str, Any]]) -> _Attributes:
-    return {
-        name: dict(value)  # type: ignore[misc]
-        for name, value in attributes.items()
-        if valid_attribute_name(name) and not is_reserved(name)
-    }
+    """The attributes SQS would take on the error-queue copy (the others are left out)."""
+    kept: _Attributes = {}
+    for name, value in attributes.items():
+        if valid_attribute_name(name) and not is_reserved(name):
+            try:
+                kept.update(normalize_attributes({name: value}))
+            except InvalidMessageError:
+                continue
+    return kept
 
 
 def _reason_headers(reason: str, destination: str, failed_at: str) -> _Attributes:
