@@ -33,6 +33,8 @@ __all__ = ["BucketIngest", "IngestPoison", "IngestResult"]
 
 #: Longest reason put on an error-queue copy.
 _MAX_REASON = 1_024
+#: Bytes kept free for the attributes when an error-queue copy is cut to fit the queue.
+_ROOM = 4_096
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,13 +151,13 @@ class BucketIngest:
             return []
         queue = self.settings.error_queue
         try:
-            url = self.directory.get(queue).url
+            info = self.directory.get(queue)
         except DelayedDeliveryError as exc:
             for p in poison:
                 failures.setdefault(p.record_id, f"error queue {queue!r}: {exc}")
             return poison
-        entries = [_error_entry(str(n), p, now) for n, p in enumerate(poison)]
-        results = send_batches(self.sqs, url, entries, what=f"sending to the error queue {queue!r}")
+        entries = [_error_entry(str(n), p, now, info.max_message_size) for n, p in enumerate(poison)]
+        results = send_batches(self.sqs, info.url, entries, what=f"sending to the error queue {queue!r}")
         out: list[IngestPoison] = []
         for entry, p in zip(entries, poison, strict=True):
             error = results[entry["Id"]].error
@@ -195,14 +197,17 @@ def _items(record: Any) -> list[BucketMessage | BadItem]:
     return decode_ingest(body)
 
 
-def _error_entry(entry_id: str, poison: IngestPoison, now: datetime) -> SendMessageBatchRequestEntryTypeDef:
-    """The error-queue copy: the entry's text (escaped where SQS refuses it, cut to 200 KiB) and the reason."""
+def _error_entry(
+    entry_id: str, poison: IngestPoison, now: datetime, max_size: int = REDUCED_MAX_BYTES + _ROOM
+) -> SendMessageBatchRequestEntryTypeDef:
+    """The error-queue copy: the entry's text (escaped where SQS refuses it, cut to fit) and the reason."""
     body = sqs_safe(poison.body) or "(empty)"
     raw = body.encode("utf-8")
     reason = poison.reason
-    if len(raw) > REDUCED_MAX_BYTES:
-        body = raw[:REDUCED_MAX_BYTES].decode("utf-8", "ignore")
-        reason += f" (body cut to its first {REDUCED_MAX_BYTES:,} bytes of {len(raw):,})"
+    keep = max(1, min(REDUCED_MAX_BYTES, max_size - _ROOM))  # the error queue's own limit, less room for headers
+    if len(raw) > keep:
+        body = raw[:keep].decode("utf-8", "ignore")
+        reason += f" (body cut to its first {keep:,} bytes of {len(raw):,})"
     attributes: dict[str, MessageAttributeValueTypeDef] = {
         FAILURE_REASON: {"DataType": "String", "StringValue": sqs_safe(f"{poison.message_id}: {reason}")[:_MAX_REASON]},
         FAILED_AT: {"DataType": "String", "StringValue": now.isoformat()},
