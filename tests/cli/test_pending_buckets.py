@@ -69,7 +69,7 @@ def test_cancel_and_reschedule_show_in_pending(aws: list[str]) -> None:
     assert cancelled["requested"] == "cancel" and cancelled["warning"] is None and cancelled["table"] == TABLE
     assert cancelled["record_expires_at"] > "2100"
     moved = ok_json("reschedule", "m2", *tier, "--to", "orders", "--delay", "3d")
-    assert moved["requested"] == "reschedule" and "cascaded" in moved["note"]
+    assert moved["requested"] == "reschedule" and moved["found"] and "moved now into the coarse bucket" in moved["note"]
     records = ok_json("pending", *tier)["buckets"]["records"]
     assert sorted((r["message_id"], r["kind"]) for r in records) == [("m1", "cancel"), ("m2", "reschedule")]
 
@@ -92,3 +92,40 @@ def test_reschedule_into_the_past_is_one_line(aws: list[str]) -> None:
 
 def test_a_missing_bucket_is_one_line(aws: list[str]) -> None:
     one_line_error(run("pending", *aws, "--bucket-name", "no-such-tier-bucket"), "no-such-tier-bucket")
+
+
+def test_reschedule_moves_the_message_now(aws: list[str], s3: Any) -> None:
+    tier = [*aws, "--bucket-name", BUCKET, "--to", "orders"]
+    moved = ok_json("reschedule", "m5", *tier, "--delay", "1h", "--scan-limit", "10")
+    assert (
+        moved["found"] and not moved["sent_now"] and moved["bucket"].startswith("fine ") and moved["objects_read"] >= 1
+    )
+    store = S3BucketStore(s3, BUCKET, levels=BucketLevel())
+    data = ok_json("pending", *aws, "--bucket-name", BUCKET)["buckets"]
+    assert data["messages"] == 10 and data["fine_messages"] == 5  # moved, not copied
+    now = ok_json("reschedule", "m0", *tier, "--delay", "5m", "--due", _due_of(store, "m0"))
+    assert now["sent_now"] and now["bucket"] is None
+
+
+def _due_of(store: S3BucketStore, message_id: str) -> str:
+    for level in ("fine", "coarse"):
+        for stored in store.objects(level):
+            for m in store.read(stored.key).messages:
+                if m.message_id == message_id:
+                    return m.due_at.isoformat()
+    raise AssertionError(message_id)
+
+
+def test_reschedule_of_a_message_not_in_the_tier_exits_1(aws: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DELAYED_DELIVERY_LONG_DELAY_ROUTE", "buckets")
+    result = run("reschedule", "nope", *aws, "--bucket-name", BUCKET, "--to", "orders", "--delay", "1h")
+    assert result.exit_code == 1, result.output
+    assert "no message 'nope' is waiting in the tier" in result.stderr and "ingest queue" in result.stdout
+    limited = run(
+        "reschedule", "m1", *aws, "--bucket-name", BUCKET, "--to", "orders", "--delay", "1h", "--scan-limit", "1"
+    )
+    one_line_error(limited, "--scan-limit")
+    one_line_error(
+        run("reschedule", "m1", *aws, "--to", "orders", "--delay", "1h", "--due", "2031-01-01T00:00:00Z"),
+        "--bucket-name",
+    )

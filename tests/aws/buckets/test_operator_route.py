@@ -206,3 +206,65 @@ def test_the_timer_applies_the_routes_cancel_record(
     url = sqs.get_queue_url(QueueName="orders")["QueueUrl"]
     bodies = [m["Body"] for m in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=3).get("Messages", [])]
     assert bodies == ["kept"]
+
+
+def test_reschedule_moves_a_bucketed_message_now(
+    route: BucketTierRoute, s3: Any, tier_bucket: str, table: DynamoDbCancellationStore
+) -> None:
+    from delayed_delivery.app.routes.buckets import BucketRescheduleResult
+    from delayed_delivery.aws.buckets.provision import INGEST_VISIBILITY_SECONDS
+
+    store = S3BucketStore(s3, tier_bucket, PREFIX, BucketLevel())
+    now = datetime.now(UTC)
+    sent = int((now - timedelta(seconds=5)).timestamp() * 1000)
+    old = now + timedelta(days=5)
+    store.write_due([BucketMessage(i, "orders", b"x", int(old.timestamp() * 1000), sent_at_ms=sent) for i in "ab"], now)
+    result = route.reschedule("a", now + timedelta(hours=1), to="orders", current_due=old)
+    assert isinstance(result, BucketRescheduleResult) and result.found and result.moved and not result.sent_now
+    assert result.bucket is not None and result.bucket.startswith("fine") and result.objects_read == 1
+    (record,) = table.live("orders")
+    assert record.expires_at - record.requested_at <= timedelta(seconds=INGEST_VISIBILITY_SECONDS + 5)
+    assert "moved now into the fine bucket" in (result.record.note if result.record else "")
+    counts = sorted((o.bucket.level, o.count) for level in (FINE, "coarse") for o in store.objects(level))
+    assert counts == [("coarse", 1), ("fine", 1)]
+    kept = route.reschedule("b", now + timedelta(days=2), to="orders", current_due=old, keep_record=True)
+    assert kept.moved and [
+        r.expires_at >= now + timedelta(days=5) for r in table.live("orders") if r.message_id == "b"
+    ] == [True]
+
+
+def test_reschedule_not_in_the_tier(
+    route: BucketTierRoute, table: DynamoDbCancellationStore, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
+) -> None:
+    from delayed_delivery.app.routes.buckets import BucketRescheduleResult
+
+    due = datetime.now(UTC) + timedelta(hours=3)
+    fifo = route.reschedule("x", due, to="orders")  # long_delay_route fifo: it may be on the hop cycle
+    assert isinstance(fifo, BucketRescheduleResult) and not fifo.found and not fifo.tier_only
+    assert table.live("orders")[0].expires_at - datetime.now(UTC) > MAX_DELAY  # waits for its next hop
+    monkeypatch.setenv("DELAYED_DELIVERY_LONG_DELAY_ROUTE", "buckets")
+    tier_only = BucketTierRoute(
+        CloudOptions("aws", endpoint_url=moto_endpoint, region="us-east-1"), route.config.bucket_name
+    )
+    gone = tier_only.reschedule("y", due, to="orders")
+    assert isinstance(gone, BucketRescheduleResult) and not gone.found and gone.tier_only and not gone.moved
+    assert gone.record is not None and "no message 'y' is waiting in the tier" in gone.record.note
+    (short,) = [r for r in table.live("orders") if r.message_id == "y"]
+    assert short.expires_at - short.requested_at < timedelta(minutes=10)
+    tier_only.reschedule("z", due, to="orders", keep_record=True)
+    (long,) = [r for r in table.live("orders") if r.message_id == "z"]
+    assert long.expires_at - long.requested_at > MAX_DELAY
+
+
+def test_a_scan_beyond_the_limit_is_refused_before_the_record(
+    route: BucketTierRoute, s3: Any, tier_bucket: str, table: DynamoDbCancellationStore
+) -> None:
+    from delayed_delivery.aws.buckets.relocate import ScanLimitError
+
+    store = S3BucketStore(s3, tier_bucket, PREFIX, BucketLevel())
+    now = datetime.now(UTC)
+    for n in range(3):
+        store.write_due([_message(n, now + timedelta(days=2 + n))], now)
+    with pytest.raises(ScanLimitError, match="--due"):
+        route.reschedule("m-0000", now + timedelta(hours=1), to="orders", scan_limit=2)
+    assert table.live("orders") == []

@@ -409,27 +409,52 @@ def reschedule(
     delay: DelayOption = None,
     at: AtOption = None,
     to: ToOption = None,
+    due: Annotated[
+        str | None,
+        typer.Option("--due", help="time-bucket tier: the message's current due time (ISO-8601), if known."),
+    ] = None,
+    scan_limit: Annotated[
+        int | None,
+        typer.Option("--scan-limit", min=1, help="time-bucket tier, without --due: read at most this many objects."),
+    ] = None,
+    keep_record: Annotated[
+        bool, typer.Option("--keep-record", help="time-bucket tier: keep the record until the due time, found or not.")
+    ] = False,
 ) -> None:
-    """Move a pending message to a new due time (SQL stores and the Azure table: exact).
+    """Move a pending message to a new due time (SQL stores, the Azure table and the time-bucket tier: exact).
 
     On SQS a record is written and the message moves at its next hop, unless it already waits out its final
-    native delay (due within 15 minutes). With the time-bucket tier (--bucket-name) the record is kept until the
-    message's bucket is cascaded or dispatched; a time in the past is refused.
+    native delay (due within 15 minutes). With the time-bucket tier (--bucket-name) the message is found and moved
+    now, under its bucket's lease: --due (its current due time) reads only its buckets, else every object (at most
+    --scan-limit). Exit 1 when it is not in the tier or its bucket is being dispatched (try again).
 
     Examples:
       delayed-delivery reschedule 3f2c… --delay 3d --store sqlite:///delays.db
       delayed-delivery reschedule 3f2c… --at 2027-06-01T08:00:00Z --cloud azure --local --endpoint shop
-      delayed-delivery reschedule 3f2c… --delay 2h --cloud aws --local --to orders
+      delayed-delivery reschedule 3f2c… --delay 2h --cloud aws --local --to orders --bucket-name delays [--due …]
     """
-    result = route.open().reschedule(message_id, _due(delay, at), to=to)
+    opened, new_due = route.open(), _due(delay, at)
+    tier: dict[str, Any] = {"current_due": _instant(due, "--due") if due else None, "scan_limit": scan_limit}
+    if getattr(opened, "relocates", False):
+        tier.update(keep_record=keep_record, progress=_scan_progress)
+    elif due is not None or scan_limit is not None or keep_record:
+        raise UsageError("--due, --scan-limit and --keep-record need the time-bucket tier (--cloud aws --bucket-name)")
+    result = opened.reschedule(message_id, new_due, to=to, **(tier if "progress" in tier else {}))
     due_at = result.due_at.isoformat()
     if result.record is not None:
-        text = f"reschedule of {message_id} to {due_at} accepted (route: aws): {result.record.note}"
-        route.print(result.as_dict(), text)
+        if getattr(result, "tier_only", False) and not result.moved:
+            route.print(result.as_dict(), f"not moved: {result.record.note}")
+            raise _fail(f"no message {message_id!r} is waiting in the tier", code=1)
+        done = "rescheduled {} to {}" if result.moved else "reschedule of {} to {} accepted"
+        route.print(result.as_dict(), f"{done.format(message_id, due_at)} (route: aws): {result.record.note}")
         return
     if not result.moved:
         raise UsageError(f"no pending message {message_id!r} {_GONE[result.route]}")
     route.print(result.as_dict(), f"rescheduled {message_id} to {due_at} (route: {result.route})")
+
+
+def _scan_progress(p: Any) -> None:
+    err.print(f"reschedule: read {p.read:,} of {p.listed:,} objects ({p.seconds:.0f} s)…", highlight=False)
 
 
 _GONE = {

@@ -4,8 +4,9 @@ from the object listing, and cancel / reschedule records that live until the tie
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from delayed_delivery.errors import DestinationNotFoundError, InvalidMessageErro
 
 if TYPE_CHECKING:
     from delayed_delivery.aws.buckets.config import BucketTierConfig
+    from delayed_delivery.aws.buckets.relocate import Relocation, ScanProgress
     from delayed_delivery.aws.buckets.store import S3BucketStore
     from delayed_delivery.aws.cancellations import DynamoDbCancellationStore
     from delayed_delivery.bucket_census import BucketCensus, CensusPeriod
@@ -33,6 +35,7 @@ __all__ = [
     "MAX_LISTED_RECORDS",
     "BucketCancelResult",
     "BucketPendingReport",
+    "BucketRescheduleResult",
     "BucketTierRoute",
     "open_bucket_route",
 ]
@@ -82,6 +85,30 @@ def _record_dict(record: Cancellation) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class BucketRescheduleResult(RescheduleResult):
+    """A reschedule on AWS with the tier: the message moved now (``found``), or not found in the tier."""
+
+    found: bool = False
+    sent_now: bool = False
+    old_due_at: datetime | None = None
+    bucket: str | None = None
+    objects_read: int = 0
+    #: Only the tier carries long delays (``long_delay_route = buckets``): not found means not pending.
+    tier_only: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``reschedule --json`` document, with what the move did."""
+        return {
+            **RescheduleResult.as_dict(self),
+            "found": self.found,
+            "sent_now": self.sent_now,
+            "old_due_at": self.old_due_at.isoformat() if self.old_due_at else None,
+            "bucket": self.bucket,
+            "objects_read": self.objects_read,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class BucketCancelResult(CancelResult):
     """A cancel record on AWS with the tier, with a warning when the message may already be on its way."""
 
@@ -94,6 +121,9 @@ class BucketCancelResult(CancelResult):
 
 class BucketTierRoute(SqsOperatorRoute):
     """``SqsOperatorRoute`` plus the tier: exact counts from the S3 listing, records that wait for the dispatch."""
+
+    #: ``reschedule`` finds and moves the message now (and takes ``current_due``, ``scan_limit``, ``keep_record``).
+    relocates = True
 
     def __init__(self, options: CloudOptions, bucket_name: str, prefix: str | None = None) -> None:
         from delayed_delivery.aws.buckets.config import BUCKET_NAME_ENV, BUCKET_PREFIX_ENV, BucketTierConfig
@@ -223,26 +253,77 @@ class BucketTierRoute(SqsOperatorRoute):
         certain = due is not None and warning is None
         return BucketCancelResult(message_id, "aws", False, receipt, certain, warning)
 
-    def reschedule(self, message_id: str, due: datetime, *, to: str | None = None) -> RescheduleResult:
-        """Write a reschedule record, refused for a time in the past; it lives until the message's dispatch."""
+    def reschedule(
+        self,
+        message_id: str,
+        due: datetime,
+        *,
+        to: str | None = None,
+        current_due: datetime | None = None,
+        scan_limit: int | None = None,
+        keep_record: bool = False,
+        progress: Callable[[ScanProgress], None] | None = None,
+    ) -> RescheduleResult:
+        """Write a reschedule record, then move the message in the tier now (exact); a time in the past is refused."""
+        from delayed_delivery.aws.buckets.provision import INGEST_VISIBILITY_SECONDS
+        from delayed_delivery.aws.buckets.relocate import DEFAULT_SCAN_LIMIT, Relocator
         from delayed_delivery.cancellations import reschedule_request, tier_record_ttl
 
         to = _queue(to)
-        now = SystemClock().now()
+        clock = SystemClock()
+        now = clock.now()
         if utc(due) <= now:
             raise InvalidMessageError(
                 f"new due time {utc(due).isoformat()} is in the past (now {now.isoformat()}): give a later --at or a "
                 "--delay, or cancel it"
             )
         store = self._tier_records(to)
-        record = reschedule_request(to, message_id, due, now=now, ttl=tier_record_ttl(now))
-        store.put(record)
-        note = (
-            "it moves when its time bucket is cascaded (up to a coarse bucket before its old due time) or dispatched, "
-            "or at its next hop on the FIFO route; a new due time sooner than that is met then, late"
-        )
+        limit = DEFAULT_SCAN_LIMIT if scan_limit is None else scan_limit
+        relocator = Relocator(self.store, self.client, self.settings, clock, progress=progress)
+        if current_due is None:
+            relocator.check_scan_limit(limit)  # refused before anything is written
+        last = max(utc(due), utc(current_due)) if current_due is not None else None
+        record = reschedule_request(to, message_id, due, now=now, ttl=tier_record_ttl(now, last))
+        store.put(record)  # first: a timer meeting the message meanwhile moves it too
+        moved = relocator.relocate(record, due=current_due, scan_limit=limit)
+        fifo_too = self.settings.long_delay_route != "buckets"
+        if not keep_record and (moved.found or not fifo_too):
+            record = replace(record, expires_at=clock.now() + timedelta(seconds=INGEST_VISIBILITY_SECONDS))
+            store.put(record)  # kept a little: a copy may still be on its way through the ingest queue
+        note = _moved_note(moved, fifo_too, keep_record)
         receipt = RecordReceipt(to, store.table, record.expires_at, note + _binding(record.requested_at))
-        return RescheduleResult(message_id, "aws", utc(due), moved=False, record=receipt)
+        return BucketRescheduleResult(
+            message_id,
+            "aws",
+            utc(due),
+            moved=moved.found,
+            record=receipt,
+            found=moved.found,
+            sent_now=moved.sent_now,
+            old_due_at=moved.old_due,
+            bucket=f"{moved.bucket.level} {moved.bucket.iso}" if moved.bucket else None,
+            objects_read=moved.objects_read,
+            tier_only=not fifo_too,
+        )
+
+
+def _moved_note(moved: Relocation, fifo_too: bool, keep_record: bool) -> str:
+    """What happened to the message, and how long the record stays."""
+    kept = "the record is kept until the message's due time" if keep_record else ""
+    if not moved.found:
+        where = f"no message {moved.message_id!r} is waiting in the tier ({moved.objects_read} object(s) read)"
+        if fifo_too:
+            return f"{where}; the record waits for its next hop on the FIFO route, where a message sooner is met late"
+        return f"{where}; " + (kept or "the record is kept for the ingest queue's visibility, in case it is on its way")
+    if moved.moved_by_timer:
+        done = "the timer moved it first (the record applied)"
+    elif moved.sent_now:
+        done = f"sent to {moved.destination!r} now with the rest of its delay (due within 900 s)"
+    else:
+        done = f"moved now into the {moved.bucket.level if moved.bucket else ''} bucket of its new due time"
+    if moved.left_alone:
+        done += f"; {len(moved.left_alone)} object(s) with unreadable lines left for the timer, which moves it there"
+    return f"{done}; " + (kept or "the record is kept for the ingest queue's visibility, in case a copy is on its way")
 
 
 def _limits(census: BucketCensus, queue: str | None) -> str:

@@ -186,8 +186,8 @@ class Relocator:
         except (ClientError, BotoCoreError) as exc:
             raise translate_s3_error(exc, f"list {prefix}", self.store.bucket_name) from exc
 
-    def _scan(self, record: Cancellation, scan_limit: int, search: Search) -> Copy | None:
-        """Read every object, fine buckets first, until a copy turns up; refused beyond ``scan_limit`` objects."""
+    def check_scan_limit(self, scan_limit: int) -> list[StoredObject]:
+        """Every object of the tier (fine first), listed only; ``ScanLimitError`` when more than ``scan_limit``."""
         listed: list[StoredObject] = []
         for level in (FINE, COARSE):
             for stored in self.store.objects(level):
@@ -197,6 +197,11 @@ class Relocator:
                         f"the tier holds more than {scan_limit:,} objects (the --scan-limit): give the message's "
                         "current due time (--due) to read only its buckets, or raise --scan-limit"
                     )
+        return listed
+
+    def _scan(self, record: Cancellation, scan_limit: int, search: Search) -> Copy | None:
+        """Read every object, fine buckets first, until a copy turns up; refused beyond ``scan_limit`` objects."""
+        listed = self.check_scan_limit(scan_limit)
         started = last = self.monotonic()
         moved_ms = epoch_ms(record.due_at) if record.due_at is not None else None
         for stored in listed:
