@@ -316,7 +316,7 @@ def _moved_note(moved: Relocation, fifo_too: bool, keep_record: bool) -> str:
             return f"{where}; the record waits for its next hop on the FIFO route, where a message sooner is met late"
         return f"{where}; " + (kept or "the record is kept for the ingest queue's visibility, in case it is on its way")
     if moved.moved_by_timer:
-        done = "the timer moved it first (the record applied)"
+        done = "a timer took its object first: moved by the record, or sent at its old time if it read no record yet"
     elif moved.sent_now:
         done = f"sent to {moved.destination!r} now with the rest of its delay (due within 900 s)"
     else:
