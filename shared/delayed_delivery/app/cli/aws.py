@@ -27,6 +27,7 @@ from delayed_delivery.app.cli.aws_buckets import (
     create_tier,
     tier_config,
 )
+from delayed_delivery.app.cli.aws_tier import run_tier_command
 from delayed_delivery.app.routes.sqs import cli_client, cli_region
 from delayed_delivery.aws.cancellations import DEFAULT_TABLE, TABLE_ENV, ensure_cancellation_table
 from delayed_delivery.aws.config import AwsConfig
@@ -332,3 +333,6 @@ def _report(pollers: list[LocalEventSourcePoller], results: Counter[str], errors
         _out.print_json(json.dumps({**stats, "outcomes": dict(results)}))
         return
     _out.print(f"done: {stats['invocations']} invocation(s), {_counts(pollers, results)}", highlight=False)
+
+
+aws_app.command(name="tier")(run_tier_command)  # the time-bucket tier's two functions, run locally
