@@ -279,7 +279,8 @@ class Relocator:
         due_ms = epoch_ms(new_due)
         stale = self._read_all(sorted({c.key for c in copies if c.message.due_at_ms != due_ms}))
         live = [c for c in copies if c.key in stale or c.message.due_at_ms == due_ms]
-        first = min(copies, key=lambda c: (c.message.sent_at_ms is None, c.message.sent_at_ms or 0, c.key))
+        moving = [c for c in copies if c.message.due_at_ms != due_ms] or list(copies)
+        first = min(moving, key=lambda c: (c.message.sent_at_ms is None, c.message.sent_at_ms or 0, c.key))
         result = Relocation(record.message_id, record.endpoint, new_due, True, old_due=first.message.due_at)
         if not live:  # a timer took it before we held the lease: the record moved it there
             return replace(result, moved_by_timer=True)
