@@ -212,7 +212,7 @@ UNREADABLE_LINES = [
     '{"id":"{id}",\x00"destination":"{dest}"}',
     '{"id":"{id}","destination":"{dest}","body":"eA==","attributes":{"kind":["String","s","a\\ud800b"]},'
     '"due_at_ms":{due},"hops":0,"sent_at_ms":1}',
-    '{"id":"{id}","destination":"\xed\xa0\x80"}',
+    '{"id":"{id}","destination":"\ud800"}',  # a lone surrogate: written as bytes that are not UTF-8
 ]
 
 
