@@ -112,6 +112,26 @@ def test_40d_and_2y_arrive_never_early_and_sigterm_stops_with_the_summary(sqs: S
     assert summary["objects"] >= 2 and summary["duplicates"] == 0, summary
 
 
+def test_ctrl_c_stops_it_after_the_current_step_with_the_summary(sqs: SQSClient, moto_endpoint: str) -> None:
+    code, out = _cli(moto_endpoint, "create", "--queue", "orders", "--buckets")
+    assert code == 0, out
+    env = {**os.environ, **COMPRESSED, "DELAYED_DELIVERY_BUCKET_NAME": "tier-run", "COLUMNS": "200"}
+    env.update(AWS_DEFAULT_REGION="us-east-1", AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    command = [str(Path(sys.executable).parent / "delayed-delivery"), "aws", "tier", "--endpoint-url", moto_endpoint]
+    tier = subprocess.Popen([*command, "--every", "0.5", "--for", "120"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert tier.stdout is not None
+        first = [tier.stdout.readline() for _ in range(2)]  # the banner, then the first timer run
+        assert " s  run 1: " in first[1], first
+        started = time.monotonic()
+        tier.send_signal(signal.SIGINT)
+        output, _ = tier.communicate(timeout=30)
+    finally:
+        tier.kill()
+    assert tier.returncode == 0 and time.monotonic() - started < 10, output
+    assert "done: " in output and "Traceback" not in output, output
+
+
 def test_a_short_run_on_an_empty_tier_prints_progress_and_counts(sqs: SQSClient, moto_endpoint: str) -> None:
     code, out = _cli(moto_endpoint, "create", "--queue", "orders", "--buckets")
     assert code == 0, out
