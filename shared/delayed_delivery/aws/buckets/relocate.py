@@ -48,6 +48,8 @@ __all__ = [
 DEFAULT_SCAN_LIMIT = 2_000
 #: How long a move waits for a bucket another timer holds before giving up (exit 1, try again).
 LEASE_WAIT_SECONDS = 10.0
+#: A move's lease: a few requests long, so a killed move holds a bucket back from the timer for at most this long.
+MOVE_LEASE_SECONDS = 30.0
 #: Seconds between two progress reports of a whole-tier scan.
 PROGRESS_SECONDS = 3.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -143,7 +145,7 @@ class Relocator:
         self.store = store
         self.sqs = TimerSqs(sqs_client, settings, clock)
         self.clock = clock
-        self.leases = BucketLeases(store, clock, owner or f"reschedule-{uuid.uuid4().hex[:12]}")
+        self.leases = BucketLeases(store, clock, owner or f"reschedule-{uuid.uuid4().hex[:12]}", MOVE_LEASE_SECONDS)
         self.lease_wait_seconds = lease_wait_seconds
         self.direct_seconds = min(direct_seconds, MAX_DELAY_SECONDS)
         self.progress = progress
