@@ -29,6 +29,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from delayed_delivery.aws.buckets import timer as timer_module
 from delayed_delivery.aws.buckets.config import BucketTierConfig
 from delayed_delivery.aws.buckets.ingest_format import INGEST_ATTRIBUTE
 from delayed_delivery.aws.buckets.ingest_handler import build_ingest_handler
@@ -608,3 +609,13 @@ def test_a_lone_surrogate_in_an_attribute_is_one_unreadable_line_not_a_blocked_c
     results = lab.run_timer()
     [notice] = lab.check([Item("", "ok", "good")], 1, results)
     assert "lone surrogate" in notice["MessageAttributes"][FAILURE_REASON]["StringValue"]
+
+
+def test_strays_are_set_aside_a_bounded_number_a_listing(s3: Any, sqs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    lab = Lab(s3, sqs)
+    monkeypatch.setattr(timer_module, "MAX_STRAYS_PER_LISTING", 3)
+    for n in range(5):
+        s3.put_object(Bucket=lab.bucket, Key=f"{PREFIX}/fine/stray-{n}", Body=b"x")
+    timer = BucketTimer(lab.store, lab.sqs, lab.settings, lab.clock, owner="fuzz", lease_seconds=5)
+    assert [timer.run().strays_set_aside, timer.run().strays_set_aside] == [3, 2]
+    assert len(lab.keys("problems/fine/")) == 5 and lab.keys("fine/") == []

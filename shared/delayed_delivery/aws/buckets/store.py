@@ -6,7 +6,7 @@ trouble, ``ConfigurationError`` for a missing bucket or refused access, ``Object
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeAlias
@@ -154,11 +154,11 @@ class S3BucketStore:
         return {bucket: self.write(bucket, group) for bucket, group in sorted(groups.items())}
 
     def objects(
-        self, level: LevelName, *, until: datetime | None = None, strays: list[str] | None = None
+        self, level: LevelName, *, until: datetime | None = None, on_stray: Callable[[str], None] | None = None
     ) -> Iterator[StoredObject]:
         """Listing only (ListObjectsV2), oldest bucket first; ``until``: only buckets starting at or before it.
 
-        Keys under the level that are not bucket object keys are skipped; ``strays`` collects them when given.
+        Keys under the level that are not bucket object keys are skipped, each passed to ``on_stray`` when given.
         """
         limit = utc(until) if until is not None else None
         paginator = self.client.get_paginator("list_objects_v2")
@@ -168,8 +168,8 @@ class S3BucketStore:
                 for item in page.get("Contents", []):
                     found = self._stored(item, level)
                     if found is None:
-                        if strays is not None:
-                            strays.append(str(item["Key"]))
+                        if on_stray is not None:
+                            on_stray(str(item["Key"]))
                         continue
                     if limit is not None and found.bucket.start > limit:
                         return  # keys sort in time order: nothing later is wanted

@@ -33,12 +33,14 @@ from .timer_sqs import ErrorQueueOutcome, Notice, TimerSqs
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["CASCADE_GROUP_MESSAGES", "DEADLINE_MARGIN_SECONDS", "BucketTimer", "TimerResult"]
+__all__ = ["CASCADE_GROUP_MESSAGES", "DEADLINE_MARGIN_SECONDS", "MAX_STRAYS_PER_LISTING", "BucketTimer", "TimerResult"]
 
 #: How many messages of a coarse bucket are read, merged and written into fine buckets at a time (bounds memory).
 CASCADE_GROUP_MESSAGES = 100_000
 #: A run starts no new bucket when fewer seconds than this are left before its deadline.
 DEADLINE_MARGIN_SECONDS = 10.0
+#: The most keys that are not bucket object keys one listing sets aside (the rest: later runs).
+MAX_STRAYS_PER_LISTING = 100
 #: Messages assumed in an object whose key carries no count (a v1 key), for grouping.
 _V1_GUESS = 1_000
 _log = logging.getLogger(__name__)
@@ -101,6 +103,11 @@ def _groups(objects: Sequence[StoredObject], limit: int) -> Iterator[list[Stored
         held += count
     if group:
         yield group
+
+
+def _collect(strays: list[str], key: str) -> None:
+    if len(strays) < MAX_STRAYS_PER_LISTING:
+        strays.append(key)
 
 
 def _json(document: Mapping[str, object]) -> str:
@@ -169,8 +176,8 @@ class BucketTimer:
     def _cascade(self, deadline: float | None, tally: _Tally) -> None:
         target = cascade_window(self.clock.now(), self.store.levels)
         strays: list[str] = []
-        ready = list(self.store.objects(COARSE, until=target.start, strays=strays))
-        self._set_aside_strays(strays, tally)
+        ready = list(self.store.objects(COARSE, until=target.start, on_stray=partial(_collect, strays)))
+        self._set_aside_strays(strays, deadline, tally)
         for bucket, objects in _by_bucket(ready):
             self._leased(bucket, deadline, tally, partial(self._cascade_bucket, bucket, objects, deadline, tally))
 
@@ -178,8 +185,8 @@ class BucketTimer:
         now = self.clock.now()
         window = dispatch_window(now, levels=self.store.levels)
         strays: list[str] = []
-        ready = list(self.store.objects(FINE, until=window.last.start, strays=strays))
-        self._set_aside_strays(strays, tally)
+        ready = list(self.store.objects(FINE, until=window.last.start, on_stray=partial(_collect, strays)))
+        self._set_aside_strays(strays, deadline, tally)
         if ready:
             overdue = (now - ready[0].bucket.end(self.store.levels)).total_seconds()
             tally.counts["oldest_overdue_seconds"] = max(0.0, overdue)
@@ -238,9 +245,11 @@ class BucketTimer:
                 notices.append(_notice({**document, "problem": contents.problem}, reason, stored.key))
         return found, notices, keys
 
-    def _set_aside_strays(self, keys: Sequence[str], tally: _Tally) -> None:
+    def _set_aside_strays(self, keys: Sequence[str], deadline: float | None, tally: _Tally) -> None:
         """Move keys the tier cannot name (not bucket object keys) under ``problems/``, logged; failures: next run."""
         for key in keys:
+            if not self._time_left(deadline):
+                return
             try:
                 copy = self.store.set_aside(key)
                 self.store.delete([key])
