@@ -401,6 +401,7 @@ def _bad_entry(case: str, message_id: str, dest: str, due_ms: int) -> str:
         "missing-queue": {"q": f"gone{dest}"},
         "too-big": {"b": "y" * 70_000},
         "negative-due": {"d": -1},
+        "surrogate-attr": {"a": {"kind": ["String", "s", "a\ud800"]}},
         "no-body": {"b": None},
     }
     if case == "deep":
@@ -422,6 +423,7 @@ BAD_ENTRIES = [
     "missing-queue",
     "too-big",
     "negative-due",
+    "surrogate-attr",
     "no-body",
     "deep",
     "not-object",
@@ -435,10 +437,16 @@ BAD_RECORDS = {
     "deep": ("1", '{"v":1,"m":[' + _nested(1_000) + "]}"),
     "huge": ("1", '{"v":1,"m":[{"i":"x","q":"q","b":"' + "z" * 1_500_000 + '","d":1}]}'),
     "too-many": ("1", '{"v":1,"m":[' + ",".join(['{"i":"x","q":"q","b":"b","d":1}'] * 501) + "]}"),
+    "nul": ("1", '{"v":1,"m":[\x00]}'),
+    "surrogate": ("1", '{"v":1,"m":["\ud800"]}'),
+    "empty": ("1", ""),
+    "no-messages": ("1", '{"v":1,"m":{}}'),
+    "body-not-text": ("1", None),
+    "not-a-record": (None, None),
 }
 
 
-def _record(body: str, version: str | None) -> dict[str, Any]:
+def _record(body: str | None, version: str | None) -> dict[str, Any]:
     attributes = {} if version is None else {INGEST_ATTRIBUTE: {"dataType": "String", "stringValue": version}}
     return {"messageId": str(uuid.uuid4()), "receiptHandle": "rh", "body": body, "messageAttributes": attributes}
 
@@ -453,13 +461,14 @@ def test_hostile_ingest_records_never_take_the_ingest_the_timer_or_their_neighbo
     lab = Lab(s3, sqs)
     config = BucketTierConfig(bucket_name=lab.bucket, prefix=PREFIX, settings=lab.settings)
     handler = build_ingest_handler(config, s3=s3, sqs=sqs, clock=lab.clock)
-    records: list[dict[str, Any]] = []
+    records: list[Any] = []
     items: list[Item] = []
     bad_records = 0
     for r in range(data.draw(st.integers(1, 4))):
         if data.draw(st.integers(0, 4)) == 0:
-            version, body = BAD_RECORDS[data.draw(st.sampled_from(sorted(BAD_RECORDS)))]
-            records.append(_record(body, version))
+            name = data.draw(st.sampled_from(sorted(BAD_RECORDS)))
+            version, body = BAD_RECORDS[name]
+            records.append("not a record" if name == "not-a-record" else _record(body, version))
             bad_records += 1
             continue
         texts = []
