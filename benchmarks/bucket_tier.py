@@ -4,10 +4,11 @@
   messages due 3 s to ``max_delay`` s ahead go through the sender (route ``buckets``), the ingest step and the timer
   to a destination queue drained by a thread; lateness = arrival - due (the due time is read from the delivery
   header). Per run: p50, p99, max and the count that arrived before their due time (early).
-* **Dispatch throughput**: ``N`` messages of 1 KiB (one attribute) in the fine buckets of the next ten minutes
-  (ten buckets, default levels) sent by one ``BucketTimer.run`` (listing, leases, reads, SendMessageBatch with
-  DelaySeconds, deletes), against a raw ``SendMessageBatch`` loop of the same entries held in memory. The two
-  alternate round by round on fresh queues; the ratio is timer / raw (target >= 0.8).
+* **Dispatch throughput**: ``N`` messages of 1 KiB (one attribute) for ten destination queues in the fine buckets
+  of the next ten minutes (ten buckets, default levels) sent by one ``BucketTimer.run`` (listing, leases, reads,
+  SendMessageBatch with DelaySeconds, deletes), against a raw ``SendMessageBatch`` loop of the same entries held
+  in memory. The two alternate round by round on fresh queues; the ratio is timer / raw (target >= 0.8). Ten
+  queues, because moto's time per send grows with the depth of the queue (2,000 sends into one queue take 85 s).
 * **Memory**: the timer's peak Python memory (``tracemalloc``, over its baseline) while one run dispatches the same
   ready set (1,000 messages) with 10 thousand, 1 million and 10 million messages pending in far buckets (a tenth in
   fine buckets later today, the rest in coarse buckets 2 to 366 days ahead, 10,000 messages an object, written
@@ -49,6 +50,8 @@ BODY_BYTES = 1024
 START = datetime(2030, 1, 1, tzinfo=UTC)
 PENDING = (10_000, 1_000_000, 10_000_000)
 READY = 1_000
+#: Destination queues a dispatch sample spreads over (moto spends time per send in proportion to a queue's depth).
+DESTINATIONS = 10
 
 
 def _client(service: str, endpoint: str) -> Any:
@@ -188,13 +191,14 @@ def lateness_sample(endpoint: str, messages: int, max_delay: int, seed: int) -> 
 
 
 # --- dispatch throughput --------------------------------------------------------------------------------------------
-def _ready_messages(count: int, now: datetime, destination: str, prefix: str = "t") -> list[BucketMessage]:
-    """``count`` messages of 1 KiB with one attribute, due over the next ten minutes (ten fine buckets)."""
+def _ready_messages(count: int, now: datetime, destinations: Sequence[str], prefix: str = "t") -> list[BucketMessage]:
+    """``count`` messages of 1 KiB with one attribute, due over the next ten minutes (ten fine buckets), round robin
+    over ``destinations``."""
     due0 = epoch_ms(now) + 1_000
     return [
         BucketMessage(
             f"{prefix}{n}",
-            destination,
+            destinations[n % len(destinations)],
             f"message {n} ".ljust(BODY_BYTES, "x").encode(),
             due0 + n * 590_000 // count,
             {"n": {"DataType": "Number", "StringValue": str(n)}},
@@ -204,35 +208,41 @@ def _ready_messages(count: int, now: datetime, destination: str, prefix: str = "
     ]
 
 
+def _raw_batches(messages: Sequence[BucketMessage], urls: dict[str, str]) -> list[tuple[str, list[Any]]]:
+    """The raw loop's requests: per destination, batches of 10 entries with the same body, attribute and delay."""
+    window = dispatch_window(START)
+    grouped: dict[str, list[Any]] = {}
+    for m in messages:
+        entry = {
+            "Id": str(len(grouped.get(m.destination, [])) % 10),
+            "MessageBody": m.body.decode(),
+            "MessageAttributes": dict(m.attributes),
+            "DelaySeconds": window.delay_seconds(m.due_at),
+        }
+        grouped.setdefault(m.destination, []).append(entry)
+    return [(urls[d], e[i : i + 10]) for d, e in grouped.items() for i in range(0, len(e), 10)]
+
+
 def throughput_sample(endpoint: str, side: str, count: int) -> float:
     """Messages per second for ``side`` (``timer`` or ``raw``) on fresh queues and a fresh S3 bucket."""
     s3, sqs, config, dest = _tier(endpoint)
-    clock = ManualClock(START)
-    messages = _ready_messages(count, START, dest.rsplit("/", 1)[1])
+    names = [f"{dest.rsplit('/', 1)[1]}-{n}" for n in range(DESTINATIONS)]
+    urls = {name: sqs.create_queue(QueueName=name)["QueueUrl"] for name in names}
+    messages = _ready_messages(count, START, names)
     if side == "timer":
         store = S3BucketStore.from_config(s3, config)
         store.write_due(messages, START)
-        timer = BucketTimer(store, sqs, config.settings, clock, owner="bench")
+        timer = BucketTimer(store, sqs, config.settings, ManualClock(START), owner="bench")
         begin = time.perf_counter()
         done = timer.run().dispatched
     else:
-        window = dispatch_window(START, levels=config.levels)
-        entries = [
-            {
-                "Id": str(n % 10),
-                "MessageBody": m.body.decode(),
-                "MessageAttributes": dict(m.attributes),
-                "DelaySeconds": window.delay_seconds(m.due_at),
-            }
-            for n, m in enumerate(messages)
-        ]
+        batches = _raw_batches(messages, urls)
         begin = time.perf_counter()
         done = 0
-        for first in range(0, len(entries), 10):
-            reply = sqs.send_message_batch(QueueUrl=dest, Entries=entries[first : first + 10])
-            done += len(reply.get("Successful", []))
+        for url, entries in batches:
+            done += len(sqs.send_message_batch(QueueUrl=url, Entries=entries).get("Successful", []))
     elapsed = time.perf_counter() - begin
-    _drop(sqs, config, dest)
+    _drop(sqs, config, dest, *urls.values())
     if done != count:
         raise RuntimeError(f"{side}: {done} of {count} messages sent")
     return count / elapsed
@@ -263,8 +273,9 @@ def add_pending(store: S3BucketStore, have: int, want: int) -> int:
 
 def memory_sample(store: S3BucketStore, sqs: Any, config: BucketTierConfig, ready: int) -> tuple[float, float, int]:
     """One timer run dispatching the ready set: peak MiB over the baseline, seconds, ListObjectsV2 calls."""
-    dest = sqs.create_queue(QueueName=f"{config.bucket_name}-orders")["QueueUrl"]
-    store.write_due(_ready_messages(ready, START, dest.rsplit("/", 1)[1], "r"), START)
+    names = [f"{config.bucket_name}-ready-{n}" for n in range(DESTINATIONS)]
+    urls = [sqs.create_queue(QueueName=name)["QueueUrl"] for name in names]
+    store.write_due(_ready_messages(ready, START, names, "r"), START)
     lists = [0]
 
     def count(**_: Any) -> None:
@@ -279,7 +290,8 @@ def memory_sample(store: S3BucketStore, sqs: Any, config: BucketTierConfig, read
     elapsed = time.perf_counter() - begin
     peak = tracemalloc.get_traced_memory()[1] - baseline
     store.client.meta.events.unregister("before-call.s3.ListObjectsV2", count)
-    sqs.delete_queue(QueueUrl=dest)
+    for url in urls:
+        sqs.delete_queue(QueueUrl=url)
     if result.dispatched != ready or result.cascaded_messages:
         raise RuntimeError(f"the memory run dispatched {result.dispatched} of {ready} ({result})")
     return peak / 2**20, elapsed, lists[0]
