@@ -45,6 +45,7 @@ METRICS: Mapping[str, tuple[str, str]] = {
     "buckets_skipped_leased": ("BucketsSkippedLeased", MetricUnit.Count.value),
     "buckets_failed": ("BucketFailures", MetricUnit.Count.value),
     "dropped": ("BucketErrorQueueDrops", MetricUnit.Count.value),
+    "strays_set_aside": ("BucketStraysSetAside", MetricUnit.Count.value),
 }
 _EVENT_TIMER = "bucket_timer_run"
 
