@@ -204,7 +204,7 @@ def _serve(tier: _Tier, seconds: float, every: float, stop: threading.Event, sin
         if now >= next_run:
             _run_timer(tier, sink)
             next_run = max(next_run + every, time.monotonic())
-            _out.print(_progress(tier, time.monotonic() - start), highlight=False, soft_wrap=True)
+            _out.print(_progress(tier, now - start), highlight=False, soft_wrap=True)  # when the run started
             continue
         wait = int(min(1.0, next_run - now, deadline - now))
         try:
@@ -230,7 +230,12 @@ def _report(tier: _Tier, stopped: bool, as_json: bool) -> None:
             highlight=False,
             soft_wrap=True,
         )
-    stats = {**t.summary(), "ingest_invocations": tier.poller.stats.invocations, "stopped_by_signal": stopped}
+    stats = {
+        **t.summary(),
+        "ingest_invocations": tier.poller.stats.invocations,
+        "ingest_records_retried": tier.poller.stats.failed,
+        "stopped_by_signal": stopped,
+    }
     if as_json:
         _out.print_json(json.dumps(stats))
         return
