@@ -302,6 +302,9 @@ STRAY_NAMES = [
     "coarse/readme.txt",
     "coarse/{iso}",
     "fine/0000/x.jsonl.gz",
+    "fine/0001-01-01T00:00:00Z/{hash}-1.jsonl.gz",
+    "fine/{iso}/a b+c?d%20\u00e9#x&y=z.jsonl.gz",
+    "coarse/{iso}/../{hash}-1.jsonl.gz",
 ]
 
 
@@ -316,7 +319,7 @@ def puts(draw: st.DrawFn, lab_tag: str) -> list[Put]:
         kind = draw(st.sampled_from(["lines", "lines", "lines", "wrong-count", "garbage", "gzip-junk", "stray"]))
         key = f"{PREFIX}/{bucket.level}/{bucket.iso}/{_hash()}-3.jsonl.gz"
         if kind == "garbage":
-            out.append(Put(key, b"X" + draw(st.binary(max_size=200)), notices=1))
+            out.append(Put(key, draw(st.sampled_from([b"", b"X"])) + draw(st.binary(max_size=200)), notices=1))
         elif kind == "gzip-junk":
             junk = draw(st.sampled_from([b"", b"\xff\x00junk", b"[[[[", b'{"v":2}', b'{"v":1,"count":10000000}']))
             out.append(Put(key, gzip.compress(junk + draw(st.binary(max_size=50))), notices=1))
