@@ -84,14 +84,14 @@ def bucket_batches(valid: Any, batches: int, spec: TargetSpec) -> Any:
     """Add ``batch`` by the coarse bucket (day) of each id's latest due time, so one batch holds whole buckets.
 
     Every bucket, fine or coarse, lies inside one coarse period, and every copy of an id shares a batch: one Spark
-    task writes each bucket, whatever ``now`` is when a resumed run buckets it. Cached: the caller unpersists it.
+    task writes each bucket, whatever ``now`` is when a resumed run buckets it.
     """
     from pyspark.sql import functions as F
 
     coarse_us = bucket_levels(spec).coarse_seconds * 1_000_000
     latest = valid.withColumn("_latest_us", F.expr("max(due_us) over (partition by message_id)"))
     day = F.expr(f"_latest_us div {coarse_us}")
-    return latest.withColumn("batch", F.pmod(F.xxhash64(day), F.lit(batches)).cast("int")).persist()  # one window
+    return latest.withColumn("batch", F.pmod(F.xxhash64(day), F.lit(batches)).cast("int"))
 
 
 def bucket_sort_expression(spec: TargetSpec) -> str:

@@ -103,14 +103,13 @@ def run_migration(
     )
     manifest = None if dry_run else RunManifest.open(output, run_id, args)
     loaded = load_source(spark, options)
-    todo = with_batch(filtered(loaded.valid, options), options.batches, spec)
     try:
+        todo = with_batch(filtered(loaded.valid, options), options.batches, spec)
         rejected = loaded.rejects.count()
         if manifest is None:
             return _dry_run(run, todo, rejected)
         return _run(spark, run, manifest, loaded, todo, rejected, batch_size, max_batches, on_progress, legacy_table)
     finally:
-        todo.unpersist()  # cached for the bucket tier (its batches need a window over the ids); else a no-op
         loaded.rows.unpersist()
 
 
