@@ -14,8 +14,8 @@
   fine buckets later today, the rest in coarse buckets 2 to 366 days ahead, 10,000 messages an object, written
   straight to moto S3). The timer lists only the buckets it needs, so the peak should not grow with pending.
 
-Run: ``python -m benchmarks.bucket_tier [--smoke] [--runs 5]``. Starts its own moto server unless ``MOTO_ENDPOINT``
-is set. Figures: benchmarks/aws.md.
+Run: ``python -m benchmarks.bucket_tier [--smoke] [--runs 5] [--parts memory] [--pending 10000 1000000 ...]``.
+Starts its own moto server unless ``MOTO_ENDPOINT`` is set. Figures: benchmarks/aws.md.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ BODY_BYTES = 1024
 START = datetime(2030, 1, 1, tzinfo=UTC)
 PENDING = (10_000, 1_000_000, 10_000_000)
 READY = 1_000
+PARTS = ("lateness", "throughput", "memory")
 #: Destination queues a dispatch sample spreads over (moto spends time per send in proportion to a queue's depth).
 DESTINATIONS = 10
 
@@ -383,34 +384,45 @@ def run(
     max_delay: int = 30,
     dispatch: int = 2_000,
     pending: Sequence[int] = PENDING,
+    parts: Sequence[str] = PARTS,
 ) -> list[Row]:
-    """The benchmark-runner entry point."""
+    """The benchmark-runner entry point (``parts``: any of lateness, throughput, memory)."""
     if smoke:
         runs, messages, max_delay, dispatch, pending = 2, 20, 5, 200, (1_000, 20_000)
     ready = 100 if smoke else READY
+    rows: list[Row] = []
+    samples: dict[str, object] = {}
     with _moto() as endpoint:
-        late = [lateness_sample(endpoint, messages, max_delay, seed) for seed in range(1 if smoke else runs)]
-        speed: dict[str, list[float]] = {"raw": [], "timer": []}
-        for _ in range(runs):
-            for side in speed:
-                speed[side].append(throughput_sample(endpoint, side, dispatch))
-        memory = memory_levels(endpoint, pending, runs, ready)
-    run.last_samples = {"lateness": late, "throughput": speed, "memory": memory}  # type: ignore[attr-defined]
-    return _rows_lateness(late, messages, max_delay) + _rows_throughput(speed, dispatch) + _rows_memory(memory, ready)
+        if "lateness" in parts:
+            late = [lateness_sample(endpoint, messages, max_delay, seed) for seed in range(1 if smoke else runs)]
+            samples["lateness"], rows = late, rows + _rows_lateness(late, messages, max_delay)
+        if "throughput" in parts:
+            speed: dict[str, list[float]] = {"raw": [], "timer": []}
+            for _ in range(runs):
+                for side in speed:
+                    speed[side].append(throughput_sample(endpoint, side, dispatch))
+            samples["throughput"], rows = speed, rows + _rows_throughput(speed, dispatch)
+        if "memory" in parts:
+            memory = memory_levels(endpoint, pending, runs, ready)
+            samples["memory"], rows = memory, rows + _rows_memory(memory, ready)
+    run.last_samples = samples  # type: ignore[attr-defined]
+    return rows
 
 
 def main() -> None:
-    """Command line: print the table and write ``benchmarks/results/bucket_tier.json``."""
+    """Command line: print the table and write ``benchmarks/results/bucket_tier[-<parts>].json``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--messages", type=int, default=200, help="messages per lateness run")
     parser.add_argument("--dispatch", type=int, default=2_000, help="messages per throughput sample")
     parser.add_argument("--pending", type=int, nargs="+", default=list(PENDING), help="pending levels (growing)")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="what to measure")
     a = parser.parse_args()
-    rows = run(a.smoke, runs=a.runs, messages=a.messages, dispatch=a.dispatch, pending=a.pending)
+    rows = run(a.smoke, runs=a.runs, messages=a.messages, dispatch=a.dispatch, pending=a.pending, parts=a.parts)
     print_table(rows, "S3 time-bucket tier: lateness, dispatch throughput, memory vs pending (moto server)")
-    print(write_json(NAME + ("-smoke" if a.smoke else ""), rows, {"samples": run.last_samples}))  # type: ignore[attr-defined]
+    name = NAME + ("" if set(a.parts) == set(PARTS) else "-" + "-".join(a.parts)) + ("-smoke" if a.smoke else "")
+    print(write_json(name, rows, {"samples": run.last_samples}))  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":
