@@ -228,7 +228,8 @@ def _tier_objects(url: str) -> dict[str, int]:
     store = S3BucketStore(client, spec.location)
     listed = [o for level in (FINE, COARSE) for o in store.objects(level)]
     buckets = {o.bucket for o in listed}
-    return {"objects": len(listed), "buckets": len(buckets), "messages": sum(o.count or 0 for o in listed)}
+    counts = {"objects": len(listed), "buckets": len(buckets), "messages": sum(o.count or 0 for o in listed)}
+    return counts | {f"{level}_objects": sum(o.bucket.level == level for o in listed) for level in (FINE, COARSE)}
 
 
 def measure(

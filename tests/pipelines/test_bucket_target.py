@@ -221,3 +221,15 @@ def test_the_main_cli_migrates_into_the_tier_and_names_a_missing_bucket(
     absent = [*args[:-6], "--bucket-name", "no-such-bucket", "--endpoint-url", moto_endpoint, "--run-id", "r2"]
     res = CliRunner().invoke(cli.app, absent)
     assert res.exit_code != 0 and "does not exist" in str(res.exception or res.output)
+
+
+@pytest.mark.spark
+@pytest.mark.moto
+def test_the_benchmark_migrates_into_the_tier_on_its_own_moto_at_smoke_size(spark: Any) -> None:
+    from benchmarks.spark_migrate import measure
+
+    results, _ = measure(1_000, store="s3buckets")
+    assert [r["rows"] for r in results] == [1_000, 1_000]
+    loop, job = (r["tier"] for r in results)
+    assert loop == job and loop["messages"] == 1_000 and loop["objects"] == loop["buckets"] > 1  # type: ignore[index]
+    assert loop["fine_objects"] + loop["coarse_objects"] == loop["objects"]  # type: ignore[index]
