@@ -67,9 +67,11 @@ def test_the_fixed_cost_is_a_timer_run_every_minute() -> None:
 def test_auto_route_picks_native_then_the_cheaper_long_route() -> None:
     f = load_measured_figures()
     assert choose_long_delay_route(900) == "native"
+    for delay in (901, DAY, 30 * DAY, 365 * DAY):
+        cheaper = estimate_bucket_cost(delay, counts=f.bucket_counts()).dollars < f.parked_estimate(delay).dollars
+        assert choose_long_delay_route(delay) == ("buckets" if cheaper else "fifo")
     cheap = ASSUMED_BUCKET_COUNTS
-    assert choose_long_delay_route(901, f, cheap) == "buckets"
-    assert choose_long_delay_route(365 * DAY, f, cheap) == "buckets"
+    assert choose_long_delay_route(365 * DAY, f, cheap) == "buckets"  # a year parked is hundreds of park returns
     costly = BucketPath(2, 0.3, 0.1, 1.0, 1.0, lambda_invocations=10)
     assert choose_long_delay_route(30 * DAY, f, replace(cheap, far=costly)) == "fifo"
 
