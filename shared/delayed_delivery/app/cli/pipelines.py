@@ -54,6 +54,38 @@ Endpoints = Annotated[list[str] | None, typer.Option("--endpoint", "-e", help="O
 Batches = Annotated[int, typer.Option("--batches", help="Resumable units the run is split into.")]
 Master = Annotated[str | None, typer.Option("--master", help="Spark master (default local[*], or spark-submit's).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+Target = Annotated[
+    str,
+    typer.Option(
+        "--target",
+        "-t",
+        help="sqlite:PATH, postgresql://…, azure-table:TABLE, sqs:REGION, or s3buckets (the S3 time-bucket tier).",
+    ),
+]
+MaxBatches = Annotated[int | None, typer.Option("--max-batches", help="Stop after this many batches (resume later).")]
+LegacyTableName = Annotated[
+    str | None,
+    typer.Option(
+        "--legacy-table",
+        help="Legacy table the generated hide/restore SQL works on (default: TimeoutData, or <endpoint>.timeouts).",
+    ),
+]
+LegacySchema = Annotated[
+    str | None, typer.Option("--legacy-schema", help="Its schema (default: the connection's search path).")
+]
+BucketName = Annotated[
+    str | None,
+    typer.Option(
+        "--bucket-name", help="With --target s3buckets: the tier's S3 bucket (default $DELAYED_DELIVERY_BUCKET_NAME)."
+    ),
+]
+BucketPrefix = Annotated[
+    str | None,
+    typer.Option("--prefix", help="With --target s3buckets: the tier's key prefix (default delayed-delivery/buckets)."),
+]
+EndpointUrl = Annotated[
+    str | None, typer.Option("--endpoint-url", help="With --target s3buckets: the S3 endpoint (moto, LocalStack).")
+]
 
 
 @migrate_app.command("preview")
@@ -98,14 +130,7 @@ def preview(
 @migrate_app.command("run")
 def run(
     source: Source,
-    target: Annotated[
-        str,
-        typer.Option(
-            "--target",
-            "-t",
-            help="sqlite:PATH, postgresql://…, azure-table:TABLE, sqs:REGION, or s3buckets (the S3 time-bucket tier).",
-        ),
-    ],
+    target: Target,
     output: Annotated[str, typer.Option("--output", "-o", help="Folder for the ledger and rejects.")] = "migration",
     run_id: Annotated[str | None, typer.Option("--run-id", help="Run id (default: a hash of the arguments).")] = None,
     fmt: Fmt = None,
@@ -117,35 +142,12 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count only; write nothing.")] = False,
     batches: Batches = 16,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Messages per target write.")] = 500,
-    max_batches: Annotated[
-        int | None, typer.Option("--max-batches", help="Stop after this many batches (resume later).")
-    ] = None,
-    legacy_table_name: Annotated[
-        str | None,
-        typer.Option(
-            "--legacy-table",
-            help="Legacy table the generated hide/restore SQL works on (default: TimeoutData, or <endpoint>.timeouts).",
-        ),
-    ] = None,
-    legacy_schema: Annotated[
-        str | None, typer.Option("--legacy-schema", help="Its schema (default: the connection's search path).")
-    ] = None,
-    bucket_name: Annotated[
-        str | None,
-        typer.Option(
-            "--bucket-name",
-            help="With --target s3buckets: the tier's S3 bucket (default $DELAYED_DELIVERY_BUCKET_NAME).",
-        ),
-    ] = None,
-    prefix: Annotated[
-        str | None,
-        typer.Option(
-            "--prefix", help="With --target s3buckets: the tier's key prefix (default delayed-delivery/buckets)."
-        ),
-    ] = None,
-    endpoint_url: Annotated[
-        str | None, typer.Option("--endpoint-url", help="With --target s3buckets: the S3 endpoint (moto, LocalStack).")
-    ] = None,
+    max_batches: MaxBatches = None,
+    legacy_table_name: LegacyTableName = None,
+    legacy_schema: LegacySchema = None,
+    bucket_name: BucketName = None,
+    prefix: BucketPrefix = None,
+    endpoint_url: EndpointUrl = None,
     master: Master = None,
     as_json: AsJson = False,
 ) -> None:
