@@ -233,3 +233,29 @@ def test_the_benchmark_migrates_into_the_tier_on_its_own_moto_at_smoke_size(spar
     loop, job = (r["tier"] for r in results)
     assert loop == job and loop["messages"] == 1_000 and loop["objects"] == loop["buckets"] > 1  # type: ignore[index]
     assert loop["fine_objects"] + loop["coarse_objects"] == loop["objects"]  # type: ignore[index]
+
+
+@pytest.mark.moto
+def test_the_timer_sends_migrated_messages_an_already_due_one_at_its_first_run(s3: Any, sqs: Any) -> None:
+    from delayed_delivery.aws.buckets.timer import BucketTimer
+    from delayed_delivery.clock import ManualClock
+    from delayed_delivery.settings import DelayedDeliverySettings
+
+    url = sqs.create_queue(QueueName="orders")["QueueUrl"]
+    store = S3BucketStore(s3, BUCKET, PREFIX)
+    target = BucketTarget(store, NOW)
+    headers = Headers({"NServiceBus.MessageId": "m-1", "DelayedDelivery.Migrated.SagaId": "s"})
+    overdue = DelayedMessage("late", "orders", b"late body", NOW - timedelta(hours=2), headers)
+    later = DelayedMessage("later", "orders", b"later body", NOW + timedelta(days=3), headers)
+    assert target.write([overdue, later]) == []
+    target.flush()
+
+    clock = ManualClock(NOW)
+    timer = BucketTimer(store, sqs, DelayedDeliverySettings(), clock, owner="migration-test")
+    assert timer.run().dispatched == 1
+    (got,) = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"], WaitTimeSeconds=1)["Messages"]
+    assert got["Body"] == "late body"
+    assert got["MessageAttributes"]["NServiceBus.MessageId"]["StringValue"] == "m-1"
+    assert "DelayedDelivery.Migrated.SagaId" not in got["MessageAttributes"]
+    clock.set(NOW + timedelta(days=3) - timedelta(minutes=5))
+    assert timer.run().dispatched == 1  # cascaded from its day into its minute, then sent with DelaySeconds
