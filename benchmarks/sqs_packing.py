@@ -207,6 +207,12 @@ def parked_rows(parked: dict[int, list[dict[str, Any]]]) -> tuple[list[Row], dic
             tuple(p["final_send_per_message"] for p in every),
         ),
     ]
+    return rows + _real_scale_rows(medians), medians
+
+
+def _real_scale_rows(medians: dict[str, float]) -> list[Row]:
+    """Billed requests per message per hop-equivalent at real scale, from the counted per-park and per-hop figures."""
+    rows: list[Row] = []
     for label, seconds in DELAYS.items():
         schedule = sqs_park_schedule(seconds, REAL_POLICY)
         total = schedule.parks * medians["per_park"] + schedule.hops * medians["per_hop"]
@@ -221,7 +227,7 @@ def parked_rows(parked: dict[int, list[dict[str, Any]]]) -> tuple[list[Row], dic
                 f"{schedule.parks} parks of ≤ 12 h and {schedule.hops} hops (planning.sqs_park_schedule)",
             )
         )
-    return rows, medians
+    return rows
 
 
 def parked_delivery_rows(delivery: dict[str, Any]) -> list[Row]:
@@ -250,6 +256,56 @@ def parked_delivery_rows(delivery: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _config_rows(config: str, samples: list[dict[str, Any]], bases: tuple[float, float, float], note: str) -> list[Row]:
+    """Rows of one hopping configuration; ``bases``: the unpacked HTTP, billed and all-in medians."""
+    base_http, base_bill, base_all = bases
+    http = tuple(per_hop(c) for c in samples)
+    bill = tuple(per_hop(c, billed=True) for c in samples)
+    total = tuple(all_in(c) for c in samples)
+    vs = config != "unpacked"
+    return [
+        Row(
+            NAME,
+            f"{config}_requests_per_message_per_hop",
+            "requests",
+            http,
+            "unpacked, same run" if vs else "NServiceBus formula (2)",
+            statistics.median(http) / (base_http if vs else 2.0),
+            note if config == "packed" else "",
+        ),
+        Row(
+            NAME,
+            f"{config}_billed_requests_per_message_per_hop",
+            "requests",
+            bill,
+            "unpacked billed" if vs else "NServiceBus formula (2)",
+            statistics.median(bill) / (base_bill if vs else 2.0),
+        ),
+        Row(
+            NAME,
+            f"{config}_billed_requests_per_message_per_hop_with_first_send",
+            "requests",
+            total,
+            "unpacked, same" if vs else None,
+            statistics.median(total) / base_all if vs else None,
+        ),
+        Row(
+            NAME,
+            f"{config}_requests_per_message_per_hop_without_empty_receives",
+            "requests",
+            tuple(per_hop(c, minus_empty=True) for c in samples),
+        ),
+        Row(NAME, f"{config}_first_send_requests_per_message", "requests", tuple(first_send(c) for c in samples)),
+        Row(NAME, f"{config}_hops_per_message", "hops", tuple(c["hops"] / c["messages"] for c in samples)),
+        Row(
+            NAME,
+            f"{config}_failed_or_redelivered_records",
+            "records",
+            tuple(float(c["failed_records"] + c["redelivered_records"] + c["handler_errors"]) for c in samples),
+        ),
+    ]
+
+
 def rows_from(
     runs: dict[str, list[dict[str, Any]]],
     delivery: dict[str, Any],
@@ -260,8 +316,8 @@ def rows_from(
     """Benchmark rows: per-hop requests per configuration (median, min, max of the runs), costs, delivery checks."""
     extra = parked_delivery_rows(parked_delivery) if parked_delivery else []
     if not runs["packed"]:
-        rows, fitted = parked_rows(parked) if parked else ([], None)
-        return rows + (cost_rows({}, fitted) if fitted else []) + extra
+        rows, counted = parked_rows(parked) if parked else ([], None)
+        return rows + (cost_rows({}, counted) if counted else []) + extra
     first = runs["packed"][0]
     note = (
         f"{first['messages']:,} messages of {BODY_BYTES} B × {first['planned_hops']} hops, "
@@ -271,90 +327,58 @@ def rows_from(
     base_bill = _median(runs["unpacked"], per_hop, billed=True)
     base_all = _median(runs["unpacked"], all_in)
     rows: list[Row] = []
+    bases = (base_http, base_bill, base_all)
     for config, samples in runs.items():
-        http = tuple(per_hop(c) for c in samples)
-        bill = tuple(per_hop(c, billed=True) for c in samples)
-        total = tuple(all_in(c) for c in samples)
-        vs = config != "unpacked"
-        rows += [
-            Row(
-                NAME,
-                f"{config}_requests_per_message_per_hop",
-                "requests",
-                http,
-                "unpacked, same run" if vs else "NServiceBus formula (2)",
-                statistics.median(http) / (base_http if vs else 2.0),
-                note if config == "packed" else "",
-            ),
-            Row(
-                NAME,
-                f"{config}_billed_requests_per_message_per_hop",
-                "requests",
-                bill,
-                "unpacked billed" if vs else "NServiceBus formula (2)",
-                statistics.median(bill) / (base_bill if vs else 2.0),
-            ),
-            Row(
-                NAME,
-                f"{config}_billed_requests_per_message_per_hop_with_first_send",
-                "requests",
-                total,
-                "unpacked, same" if vs else None,
-                statistics.median(total) / base_all if vs else None,
-            ),
-            Row(
-                NAME,
-                f"{config}_requests_per_message_per_hop_without_empty_receives",
-                "requests",
-                tuple(per_hop(c, minus_empty=True) for c in samples),
-            ),
-            Row(NAME, f"{config}_first_send_requests_per_message", "requests", tuple(first_send(c) for c in samples)),
-            Row(NAME, f"{config}_hops_per_message", "hops", tuple(c["hops"] / c["messages"] for c in samples)),
-            Row(
-                NAME,
-                f"{config}_failed_or_redelivered_records",
-                "records",
-                tuple(float(c["failed_records"] + c["redelivered_records"] + c["handler_errors"]) for c in samples),
-            ),
-        ]
+        rows += _config_rows(config, samples, bases, note if config == "packed" else "")
     figures = {
         config: (_median(samples, per_hop, billed=True), _median(samples, first_send, billed=True))
         for config, samples in runs.items()
     }
     if long:
-        l_bill = tuple(per_hop(c, billed=True) for c in long)
-        rows += [
-            Row(
-                NAME,
-                f"packed_billed_requests_per_message_per_hop_{long[0]['planned_hops']}_hops",
-                "requests",
-                l_bill,
-                "unpacked billed",
-                statistics.median(l_bill) / base_bill,
-                f"sender and handler packed, {long[0]['planned_hops']} hops per message, {len(long)} runs",
-            ),
-            Row(
-                NAME,
-                f"packed_requests_per_message_per_hop_{long[0]['planned_hops']}_hops",
-                "requests",
-                tuple(per_hop(c) for c in long),
-            ),
-            Row(
-                NAME,
-                f"packed_billed_requests_per_message_per_hop_with_first_send_{long[0]['planned_hops']}_hops",
-                "requests",
-                tuple(all_in(c) for c in long),
-            ),
-        ]
-        figures["packed"] = (statistics.median(l_bill), _median(long, first_send, billed=True))
-    fitted = None
-    if parked:
-        more, fitted = parked_rows(parked)
+        more, figures["packed"] = _long_rows(long, base_bill)
         rows += more
-    rows += cost_rows(figures, fitted)
+    counted = None
+    if parked:
+        more, counted = parked_rows(parked)
+        rows += more
+    rows += cost_rows(figures, counted)
+    return rows + _packed_delivery_rows(delivery) + extra
+
+
+def _long_rows(long: list[dict[str, Any]], base_bill: float) -> tuple[list[Row], tuple[float, float]]:
+    """Rows of the long packed runs, and their (billed per hop, first send) figure for the cost rows."""
+    l_bill = tuple(per_hop(c, billed=True) for c in long)
+    rows = [
+        Row(
+            NAME,
+            f"packed_billed_requests_per_message_per_hop_{long[0]['planned_hops']}_hops",
+            "requests",
+            l_bill,
+            "unpacked billed",
+            statistics.median(l_bill) / base_bill,
+            f"sender and handler packed, {long[0]['planned_hops']} hops per message, {len(long)} runs",
+        ),
+        Row(
+            NAME,
+            f"packed_requests_per_message_per_hop_{long[0]['planned_hops']}_hops",
+            "requests",
+            tuple(per_hop(c) for c in long),
+        ),
+        Row(
+            NAME,
+            f"packed_billed_requests_per_message_per_hop_with_first_send_{long[0]['planned_hops']}_hops",
+            "requests",
+            tuple(all_in(c) for c in long),
+        ),
+    ]
+    return rows, (statistics.median(l_bill), _median(long, first_send, billed=True))
+
+
+def _packed_delivery_rows(delivery: dict[str, Any]) -> list[Row]:
+    """The packed end-to-end delivery check: lost, duplicates, early, lateness."""
     late = delivery["lateness_s_sorted"] or [0.0]
     note = f"packed, {delivery['messages']} messages, {delivery['planned_hops']} planned hops, end to end"
-    rows += [
+    return [
         Row(
             NAME, "packed_delivery_lost", "messages", (float(delivery["messages"] - delivery["delivered"]),), notes=note
         ),
@@ -363,7 +387,31 @@ def rows_from(
         Row(NAME, "packed_delivery_lateness_p50", "s", (late[len(late) // 2],)),
         Row(NAME, "packed_delivery_lateness_p99", "s", (late[min(len(late) - 1, int(len(late) * 0.99))],)),
     ]
-    return rows + extra
+
+
+def _hops(
+    messages: int,
+    endpoints: int,
+    hops: int,
+    endpoint: str,
+    sender_pack: int,
+    handler_pack: int,
+    *,
+    hop_seconds: int = 1,
+    deliver: bool = False,
+) -> dict[str, Any]:
+    """One hopping run of 1 KiB messages with the given sender and handler envelope sizes."""
+    return measure(
+        messages,
+        endpoints,
+        hops,
+        hop_seconds,
+        endpoint,
+        deliver=deliver,
+        pack_bytes=handler_pack,
+        body_bytes=BODY_BYTES,
+        sender_pack_bytes=sender_pack,
+    )
 
 
 def run(
@@ -390,57 +438,22 @@ def run(
     delivery: dict[str, Any] = {}
     parked_delivery: dict[str, Any] = {}
 
-    def park(n: int, endpoints: int, delay: int, endpoint: str) -> dict[str, Any]:
-        """One parked delivery run (packed sender and handler, short hops, parks ≤ ``PARK_MAX``), counted per step."""
-        return measure_parked(n, endpoints, delay, endpoint)
-
     with _moto() as endpoint:
         for _ in range(runs):
             for delay in park_delays:
-                parked[delay].append(park(messages, PARK_ENDPOINTS if not smoke else endpoints, delay, endpoint))
+                parked[delay].append(
+                    measure_parked(messages, PARK_ENDPOINTS if not smoke else endpoints, delay, endpoint)
+                )
             if not hopping:
                 continue
             for config, (sender_pack, handler_pack) in CONFIGS.items():
-                samples[config].append(
-                    measure(
-                        messages,
-                        endpoints,
-                        hops,
-                        1,
-                        endpoint,
-                        deliver=False,
-                        pack_bytes=handler_pack,
-                        body_bytes=BODY_BYTES,
-                        sender_pack_bytes=sender_pack,
-                    )
-                )
+                samples[config].append(_hops(messages, endpoints, hops, endpoint, sender_pack, handler_pack))
             if not smoke:
-                long.append(
-                    measure(
-                        messages,
-                        endpoints,
-                        hops * 4,
-                        1,
-                        endpoint,
-                        deliver=False,
-                        pack_bytes=DEFAULT_PACK_BYTES,
-                        body_bytes=BODY_BYTES,
-                        sender_pack_bytes=DEFAULT_PACK_BYTES,
-                    )
-                )
-        parked_delivery = park(deliver_messages, deliver_endpoints, park_delays[0], endpoint)
+                long.append(_hops(messages, endpoints, hops * 4, endpoint, DEFAULT_PACK_BYTES, DEFAULT_PACK_BYTES))
+        parked_delivery = measure_parked(deliver_messages, deliver_endpoints, park_delays[0], endpoint)
         if hopping:
-            delivery = measure(
-                deliver_messages,
-                deliver_endpoints,
-                3,
-                2,
-                endpoint,
-                deliver=True,
-                pack_bytes=DEFAULT_PACK_BYTES,
-                body_bytes=BODY_BYTES,
-                sender_pack_bytes=DEFAULT_PACK_BYTES,
-            )
+            packed = (DEFAULT_PACK_BYTES, DEFAULT_PACK_BYTES)
+            delivery = _hops(deliver_messages, deliver_endpoints, 3, endpoint, *packed, hop_seconds=2, deliver=True)
     run.last_counts = {  # type: ignore[attr-defined]
         **samples,
         "packed_long": long,
