@@ -233,7 +233,8 @@ def rows_from(parked_runs: list[dict[str, Any]], tier: dict[str, list[TierRun]],
         f"{c0['messages']} messages of 1 KiB due {c0['planned_hops'] + 1} compressed hops (parks ≤ 12), "
         f"{c0['endpoints']} endpoint(s), {len(parked)} runs, counted per step"
     )
-    rows = _per_run_rows("parked", parked, {"parks_per_message": "parks", "hops_per_message": "hops"}, note)
+    units = {"parks_per_message": "parks", "hops_per_message": "hops", "lost": "messages", "duplicates": "messages"}
+    rows = _per_run_rows("parked", parked, units, note)
     rename = {
         "parked_per_park": "parked_billed_requests_per_message_per_park",
         "parked_per_hop": "parked_billed_requests_per_message_per_hop",
