@@ -1,9 +1,11 @@
 """The S3 time-bucket tier on moto server: lateness end to end, dispatch throughput, dispatcher memory vs pending.
 
 * **Lateness** (real, compressed time: fine buckets 1 s, coarse 10 s, dispatch lead 2 s, the timer every second):
-  messages due 3 s to ``max_delay`` s ahead go through the sender (route ``buckets``), the ingest step and the timer
-  to a destination queue drained by a thread; lateness = arrival - due (the due time is read from the delivery
-  header). Per run: p50, p99, max and the count that arrived before their due time (early).
+  messages sent at random moments of the first 5 s, due 3 s to ``max_delay`` s later, go through the sender (route
+  ``buckets``), the ingest step and the timer to a destination queue drained by a thread; lateness = arrival - due
+  (the due time is read from the delivery header). Per run: p50, p99, max and the count that arrived before their
+  due time (early); apart, the two parts of it: the whole-second ``DelaySeconds`` rounding (when the timer's
+  send plus its DelaySeconds makes the message visible, minus due) and what comes after (arrival minus that).
 * **Dispatch throughput**: ``N`` messages of 1 KiB (one attribute) for ten destination queues in the fine buckets
   of the next ten minutes (ten buckets, default levels) sent by one ``BucketTimer.run`` (listing, leases, reads,
   SendMessageBatch with DelaySeconds, deletes), against a raw ``SendMessageBatch`` loop of the same entries held
@@ -50,6 +52,9 @@ BODY_BYTES = 1024
 START = datetime(2030, 1, 1, tzinfo=UTC)
 PENDING = (10_000, 1_000_000, 10_000_000)
 READY = 1_000
+#: Lateness runs send each message at a random moment of their first seconds (so due times fall at any phase of
+#: the timer's runs, as real sends do: DelaySeconds is whole seconds, so this phase decides the rounding).
+SEND_SECONDS = 5.0
 PARTS = ("lateness", "throughput", "memory")
 #: Destination queues a dispatch sample spreads over (moto spends time per send in proportion to a queue's depth).
 DESTINATIONS = 10
@@ -152,6 +157,10 @@ def _ingest_all(sqs: Any, url: str, ingest: BucketIngest) -> None:
             sqs.delete_message_batch(QueueUrl=url, Entries=entries)
 
 
+def _p99(values: Sequence[float]) -> float:
+    return values[min(len(values) - 1, int(len(values) * 0.99))]
+
+
 def lateness_sample(endpoint: str, messages: int, max_delay: int, seed: int) -> dict[str, float]:
     """One end-to-end run in real compressed time: lateness p50/p99/max in seconds, early and lost counts."""
     s3, sqs, config, dest = _tier(endpoint, COMPRESSED)
@@ -163,27 +172,42 @@ def lateness_sample(endpoint: str, messages: int, max_delay: int, seed: int) -> 
     arrivals = _Arrivals(_client("sqs", endpoint), dest)
     arrivals.start()
     sender = SqsDelayedSender(sqs, settings)
-    sends = [
-        DelayedSend(dest.rsplit("/", 1)[1], f"m{n}", rng.randint(3, max_delay), message_id=f"m{n}")
+    name = dest.rsplit("/", 1)[1]
+    planned: dict[str, float] = {}  # message id -> when the timer's DelaySeconds makes it visible
+
+    def dispatching(params: dict[str, Any], **_: Any) -> None:
+        if params.get("QueueUrl") == dest:
+            for entry in params["Entries"]:
+                planned.setdefault(entry["MessageBody"], time.time() + entry.get("DelaySeconds", 0))
+
+    sqs.meta.events.register("before-parameter-build.sqs.SendMessageBatch", dispatching)
+    plan = sorted(
+        (rng.uniform(0, SEND_SECONDS), DelayedSend(name, f"m{n}", rng.randint(3, max_delay), message_id=f"m{n}"))
         for n in range(messages)
-    ]
-    for first in range(0, messages, 10):
-        sender.send_delayed_batch(sends[first : first + 10]).raise_for_failures()
-    deadline = time.monotonic() + max_delay + 30
-    next_run = time.monotonic()
+    )
+    begin = time.monotonic()
+    deadline, next_run = begin + SEND_SECONDS + max_delay + 30, begin
     while len(arrivals.first) < messages and time.monotonic() < deadline:
+        due_now = [send for at, send in plan if at <= time.monotonic() - begin]
+        plan = plan[len(due_now) :]
+        for first in range(0, len(due_now), 10):
+            sender.send_delayed_batch(due_now[first : first + 10]).raise_for_failures()
         _ingest_all(sqs, ingest_url, ingest)
         if time.monotonic() >= next_run:
             next_run += 1.0  # the timer's period: one fine bucket
             timer.run()
-        time.sleep(0.01)
+        time.sleep(0.005)
     arrivals.stop.set()
     arrivals.join()
     _drop(sqs, config, dest)
     late = sorted(arrived - due for arrived, due in arrivals.first.values())
+    beyond = sorted(arrived - planned[m] for m, (arrived, _) in arrivals.first.items() if m in planned)
     return {
+        "rounding_p99": _p99(sorted(planned[m] - due for m, (_, due) in arrivals.first.items() if m in planned)),
+        "beyond_delay_p50": statistics.median(beyond),
+        "beyond_delay_p99": _p99(beyond),
         "p50": statistics.median(late),
-        "p99": late[min(len(late) - 1, int(len(late) * 0.99))],
+        "p99": _p99(late),
         "max": late[-1],
         "early": sum(1 for x in late if x < 0),
         "lost": messages - len(arrivals.first),
@@ -323,7 +347,17 @@ def memory_levels(endpoint: str, pending: Sequence[int], runs: int, ready: int) 
 # --- the runner -----------------------------------------------------------------------------------------------------
 def _rows_lateness(samples: list[dict[str, float]], messages: int, max_delay: int) -> list[Row]:
     note = f"{messages} messages due 3-{max_delay} s ahead per run; fine 1 s, coarse 10 s, lead 2 s, timer every 1 s"
-    units = {"p50": "s", "p99": "s", "max": "s", "early": "messages", "lost": "messages", "duplicates": "messages"}
+    units = {
+        "p50": "s",
+        "p99": "s",
+        "max": "s",
+        "rounding_p99": "s",
+        "beyond_delay_p50": "s",
+        "beyond_delay_p99": "s",
+        "early": "messages",
+        "lost": "messages",
+        "duplicates": "messages",
+    }
     return [
         Row(
             NAME,
