@@ -16,6 +16,7 @@ from delayed_delivery.cancellations import (
 )
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery
+from delayed_delivery.errors import TransientError
 from delayed_delivery.settings import DelayedDeliverySettings
 from tests.aws.buckets.timer_support import (
     START,
@@ -191,3 +192,52 @@ def test_a_cascade_stops_before_its_lease_runs_out_and_the_next_run_goes_on(
     first = timer.run()
     assert first.cascaded_objects == 2 and len(list(store.objects(COARSE))) == 1  # the third waits for the next run
     assert timer.run().cascaded_objects == 1 and list(store.objects(COARSE)) == []
+
+
+def test_each_destination_records_are_read_once_per_run_and_fresh_each_run(
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+) -> None:
+    clock = ManualClock(START)
+    queue_url(sqs, "orders")
+    queue_url(sqs, "errors")
+    recorder = Recorder(clock).attach(sqs)
+    store = make_store(s3, tier_bucket, tier_settings)
+    sent_at = START - timedelta(seconds=5)
+    ready = [message(n, START + timedelta(milliseconds=300 * n + 100), sent=sent_at) for n in range(8)]  # 3 buckets
+    store.write_due(ready, START)
+    records = InMemoryCancellationStore()
+    records.put(cancel_request("orders", "m-2", now=START, max_native_delay=2, max_age=0))
+    timer = make_timer(store, sqs, tier_settings, clock, CancellationCache(records, 0, clock=clock))
+    first = timer.run()
+    assert first.dispatched == 7 and first.cancelled == 1
+    assert records.lookups == 1  # 8 messages in 3 buckets to one destination: one read
+    assert records.live("orders") == []  # the applied record is deleted
+    later = message(20, START + timedelta(seconds=3), sent=sent_at)
+    store.write_due([later], START)
+    records.put(cancel_request("orders", later.message_id, now=START, max_native_delay=2, max_age=0))
+    lookups = records.lookups
+    results = run_for(timer, clock, 4)
+    assert records.lookups == lookups + 1  # read again in the run that met a message (runs with none read nothing)
+    assert total(results, "cancelled") == 1 and total(results, "dispatched") == 0  # the new record is seen
+    assert "m-20" not in {s.message_id for s in recorder.to("orders")}
+
+
+def test_a_failed_read_sends_as_planned_and_reports_once_per_run(
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+) -> None:
+    clock = ManualClock(START)
+    queue_url(sqs, "orders")
+    queue_url(sqs, "errors")
+    store = make_store(s3, tier_bucket, tier_settings)
+    store.write_due([message(n, START + timedelta(milliseconds=300 * n + 100)) for n in range(8)], START)
+    records = InMemoryCancellationStore()
+    records.put(cancel_request("orders", "m-2", now=START, max_native_delay=2, max_age=0))
+    problems: list[str] = []
+
+    def unavailable(endpoint: str) -> Any:
+        raise TransientError("table unavailable")
+
+    records.live = unavailable  # type: ignore[method-assign]
+    cache = CancellationCache(records, 0, clock=clock, on_error=lambda op, exc: problems.append(op))
+    result = make_timer(store, sqs, tier_settings, clock, cache).run()
+    assert result.dispatched == 8 and result.cancelled == 0 and problems == ["lookup"]

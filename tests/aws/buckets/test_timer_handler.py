@@ -122,3 +122,34 @@ def test_the_entry_point_builds_lazily_from_the_environment(
         assert response["ok"] is True and response["dispatched"] == 1
     finally:
         bucket_timer.reset()
+
+
+def test_a_run_queries_the_records_of_a_destination_once(
+    moto_endpoint: str, s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+) -> None:
+    import boto3
+
+    from delayed_delivery.aws.cancellations import DynamoDbCancellationStore, ensure_cancellation_table
+    from delayed_delivery.cancellations import cancel_request
+
+    dynamodb = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+    ensure_cancellation_table(dynamodb, "records")
+    start = datetime(2031, 1, 1, tzinfo=UTC)
+    clock = ManualClock(start + timedelta(seconds=3))
+    queue_url(sqs, "orders")
+    queue_url(sqs, "errors")
+    sent = start - timedelta(seconds=5)
+    records = DynamoDbCancellationStore(dynamodb, "records")
+    records.put(cancel_request("orders", "m-4", now=start, max_native_delay=2, max_age=0))
+    queries: list[str] = []
+    dynamodb.meta.events.register("provide-client-params.dynamodb.Query", lambda params, **_: queries.append("q"))
+    config = BucketTierConfig(
+        tier_bucket, settings=tier_settings, cancellation_table="records", service="timer-q", metrics_namespace="T"
+    )
+    handler = build_timer_handler(config, s3=s3, sqs=sqs, dynamodb=dynamodb, clock=clock)
+    batch = [message(n, start + timedelta(milliseconds=250 * n + 100), sent=sent) for n in range(20)]  # 5 buckets
+    S3BucketStore.from_config(s3, config).write_due(batch, start)
+    response = handler(SCHEDULED, LocalLambdaContext())
+    assert response["dispatched"] == 19 and response["cancelled"] == 1
+    assert len(queries) == 1  # 20 messages to one destination, in 5 buckets: one Query
+    assert records.live("orders") == []  # the applied record is deleted

@@ -159,19 +159,31 @@ class BucketTimer:
         self.cascade_group_messages = cascade_group_messages
         self.monotonic = monotonic
         self._lease_ends = datetime.max.replace(tzinfo=UTC)
+        #: Each destination's records as read in this run (read at most once per run, fresh for every run).
+        self._records: dict[str, dict[str, Cancellation]] = {}
 
     def run(self, deadline: float | None = None) -> TimerResult:
         """Cascade, then dispatch, starting no bucket once ``deadline`` (a ``time.monotonic`` value) is near."""
         tally = _Tally()
-        self._cascade(deadline, tally)
-        self._dispatch(deadline, tally)
+        self._records = {}
+        try:
+            self._cascade(deadline, tally)
+            self._dispatch(deadline, tally)
+        finally:
+            self._records = {}
         return tally.result()
 
     def _time_left(self, deadline: float | None) -> bool:
         return deadline is None or self.monotonic() < deadline - self.margin_seconds
 
     def _lookup(self, destination: str) -> Mapping[str, Cancellation]:
-        return self.cancellations.lookup(destination) if self.cancellations is not None else {}
+        """The destination's records, read once per run (a failed read: none, reported by the cache, once)."""
+        if self.cancellations is None:
+            return {}
+        records = self._records.get(destination)
+        if records is None:
+            records = self._records[destination] = dict(self.cancellations.lookup(destination))
+        return records
 
     def _cascade(self, deadline: float | None, tally: _Tally) -> None:
         target = cascade_window(self.clock.now(), self.store.levels)
@@ -346,5 +358,11 @@ class BucketTimer:
         )
 
     def _applied(self, plan: BucketPlan) -> None:
-        if self.cancellations is not None and plan.applied:
-            self.cancellations.applied(plan.applied)
+        """Delete the records applied, from the store and from this run's records."""
+        if self.cancellations is None or not plan.applied:
+            return
+        for record in plan.applied:
+            held = self._records.get(record.endpoint, {})
+            if held.get(record.message_id) == record:
+                del held[record.message_id]
+        self.cancellations.applied(plan.applied)

@@ -53,7 +53,7 @@ _EVENT_TIMER = "bucket_timer_run"
 def _cancellations(
     config: BucketTierConfig, dynamodb: DynamoDBClient | None, logger: Logger, metrics: Metrics
 ) -> CancellationCache | None:
-    """Records read fresh for every bucket (``max_age`` 0), so a record written before a dispatch is honoured."""
+    """Records uncached across runs (``max_age`` 0): the timer reads each destination's once per run, fresh each run."""
     if config.cancellation_table is None:
         return None
     if dynamodb is None:
