@@ -7,13 +7,16 @@
 * **Time buckets on S3** (``benchmarks.costs.tier``): the real sender, ingest Lambda handler and timer, a manual
   clock and compressed buckets; per message: ingest send / receive / delete, S3 PUT (ingest and cascade writes,
   leases, LISTs beyond the idle ones), GET, DynamoDB look-ups, dispatch ``SendMessageBatch``, Lambda invocations
-  and GB-seconds (measured durations × 512 MB); ``near`` (1 d, written once) and ``far`` (30 d and 1 y, written
-  coarse then fine: the counted steps do not depend on how far). The idle timer run (the fixed cost) apart.
+  and GB-seconds at 512 MB (the functions' CPU seconds plus each counted request × an assumed AWS latency,
+  ``LATENCY``; the wall time at moto kept as an upper bound), the bytes S3 holds per message (listed);
+  ``near`` (1 d, written once) and ``far`` (30 d and 1 y, written coarse then fine: the counted steps do not
+  depend on how far). At 100, 1,000 and 10,000 messages a minute (``VOLUMES``); the idle timer run (the fixed
+  cost) apart.
 
 Costs per million 1 KiB messages at 1 d / 30 d / 1 y come from the medians and the list prices in
 ``delayed_delivery.cost`` (the research note's), beside EventBridge Scheduler plus its send ($1.40). Run:
 ``python -m benchmarks --only aws_costs`` (also refreshes ``measured.json``) or ``python -m benchmarks.aws_costs
-[--smoke] [--runs 5] [--messages 2000] [--minutes 4]``. Figures: benchmarks/aws.md.
+[--smoke] [--runs 5] [--volumes 100:5,1000:3,10000:1]``. Figures: benchmarks/aws.md.
 """
 
 from __future__ import annotations
@@ -45,13 +48,13 @@ TARGETS = {"1d": 0.25, "30d": 0.30, "1y": 0.50}
 SCHEDULER = (SCHEDULER_PRICE_PER_INVOCATION + STANDARD_PRICE_PER_REQUEST) * 1e6
 #: Parked runs: 500 messages on one endpoint, due after 78 compressed hops (7 parks each).
 PARK_MESSAGES, PARK_ENDPOINTS, PARK_DELAY = 500, 1, 78
-#: The tier's runs: as built (the timer reads cancellation records per message), and with one read per run.
-TIER_RUNS = {
-    "near": ("near", False),
-    "far": ("far", False),
-    "near_lookup_per_run": ("near", True),
-    "far_lookup_per_run": ("far", True),
-}
+#: The tier's traffic: messages a minute -> minutes simulated (shorter at high volume: moto's time, not AWS's).
+VOLUMES = {100: 5, 1_000: 3, 10_000: 1}
+#: The volume whose counts ship in measured.json (what ``auto`` decides from).
+SHIPPED = 1_000
+#: Assumed time a function waits on one request on AWS, in seconds (docs/aws.md names the sources): S3 100 ms
+#: (the S3 performance guide's 100-200 ms for small objects, its low end), SQS 20 ms, DynamoDB 10 ms.
+LATENCY = {"s3": 0.100, "sqs": 0.020, "dynamodb": 0.010}
 PATH_FIELDS = (
     "ingest_requests",
     "dispatch_requests",
@@ -60,14 +63,48 @@ PATH_FIELDS = (
     "dynamodb_reads",
     "lambda_invocations",
     "lambda_gb_seconds",
+    "stored_bytes",
 )
+
+
+def tier_runs(volumes: dict[int, int]) -> dict[str, tuple[str, int, str]]:
+    """The tier's runs: key -> (scenario, messages a minute, body); the shipped volume's keys are plain."""
+    shipped = SHIPPED if SHIPPED in volumes else sorted(volumes)[len(volumes) // 2]
+    runs: dict[str, tuple[str, int, str]] = {}
+    for per_minute in volumes:
+        for scenario in ("near", "far"):
+            key = scenario if per_minute == shipped else f"{scenario}_at_{per_minute}pm"
+            runs[key] = (scenario, per_minute, "order")
+    runs["near_random"] = ("near", shipped, "random")
+    return runs
+
+
+def _request_seconds(step: str) -> float:
+    """The assumed wait on AWS for one request of a counted step (``s3_…``, ``dynamodb_…``, else SQS)."""
+    if step.startswith(("s3_", "s3_lease_")):
+        return LATENCY["s3"]
+    return LATENCY["dynamodb"] if step.startswith("dynamodb_") else LATENCY["sqs"]
+
+
+def modelled_seconds(run: TierRun, phase: str, cpu: float) -> float:
+    """A phase's billed seconds on AWS: the functions' CPU seconds plus every request they made × its latency.
+
+    The ingest phase's receive and delete are Lambda's event source mapping's (not billed as the function's time).
+    """
+    waits = 0.0
+    for key, calls in run.steps.get("calls", {}).items():
+        ph, _, step = key.partition(".")
+        if ph == phase and not (phase == "ingest" and (step.startswith("receive") or step == "delete")):
+            waits += calls * _request_seconds(step)
+    return cpu + waits
 
 
 def tier_figures(run: TierRun) -> dict[str, float]:
     """Per message (and per run for the idle timer) from one tier run's counts."""
     b, n = run.steps["billed"], float(run.messages)
     idle_lists = b.get("idle.s3_ListObjectsV2", 0.0) / max(1, run.idle_runs)
-    idle_seconds = run.idle_seconds / max(1, run.idle_runs)
+    idle_wall = run.idle_seconds / max(1, run.idle_runs)
+    idle_model = modelled_seconds(run, "idle", run.idle_cpu) / max(1, run.idle_runs)
     s3 = {"put": 0.0, "get": 0.0}
     for key, value in b.items():
         phase, _, step = key.partition(".")
@@ -76,7 +113,11 @@ def tier_figures(run: TierRun) -> dict[str, float]:
             if op not in S3_FREE:
                 s3["put" if op in S3_TIER1 else "get"] += value
     extra_lists = max(0.0, b.get("timer.s3_ListObjectsV2", 0.0) - idle_lists * run.timer_runs)
-    busy_seconds = run.ingest_seconds + max(0.0, run.timer_seconds - idle_seconds * run.timer_runs)
+    wall = run.ingest_seconds + max(0.0, run.timer_seconds - idle_wall * run.timer_runs)
+    cpu = run.ingest_cpu + max(0.0, run.timer_cpu - run.idle_cpu / max(1, run.idle_runs) * run.timer_runs)
+    model = modelled_seconds(run, "ingest", run.ingest_cpu) + max(
+        0.0, modelled_seconds(run, "timer", run.timer_cpu) - idle_model * run.timer_runs
+    )
     ingest_puts = b.get("ingest.s3_PutObject", 0.0)
     cascade_puts = b.get("timer.s3_PutObject", 0.0)
     return {
@@ -92,23 +133,34 @@ def tier_figures(run: TierRun) -> dict[str, float]:
         "s3_gets": s3["get"] / n,
         "dynamodb_reads": b.get("timer.dynamodb_Query", 0.0) / n,
         "lambda_invocations": run.ingest_invocations / n,
-        "lambda_gb_seconds": busy_seconds * LAMBDA_GB / n,
+        "lambda_gb_seconds": model * LAMBDA_GB / n,
+        "lambda_cpu_seconds": cpu / n,
+        "lambda_gb_seconds_wall": wall * LAMBDA_GB / n,
         "messages_per_ingest_object": n / ingest_puts if ingest_puts else 0.0,
         "messages_per_cascade_object": run.timer.get("cascaded_messages", 0.0) / cascade_puts if cascade_puts else 0.0,
-        "stored_bytes_per_message": run.steps.get("bytes", {}).get("ingest.s3_put_bytes", 0.0) / n,
+        "stored_bytes_per_message": run.stored_bytes / n,
         "idle_timer_lists_per_run": idle_lists,
-        "idle_timer_gb_seconds_per_run": idle_seconds * LAMBDA_GB,
+        "idle_timer_gb_seconds_per_run": idle_model * LAMBDA_GB,
+        "idle_timer_gb_seconds_wall_per_run": idle_wall * LAMBDA_GB,
         "lost": max(0.0, n - run.delivered),
         "duplicates": max(0.0, run.delivered - n) + run.timer.get("duplicates_skipped", 0.0),
         "to_error_queue": run.timer.get("to_error_queue", 0.0),
     }
 
 
-def bucket_counts(near: dict[str, float], far: dict[str, float], source: str, volume: str) -> BucketCounts:
-    """``BucketCounts`` from one near and one far figure set (and the idle timer of the far run)."""
-    values = {f"near.{f}": near[f] for f in PATH_FIELDS} | {f"far.{f}": far[f] for f in PATH_FIELDS}
+def bucket_counts(
+    near: dict[str, float], far: dict[str, float], source: str, volume: str, *, wall: bool = False
+) -> BucketCounts:
+    """``BucketCounts`` from one near and one far figure set (and the idle timer of the far run).
+
+    ``wall``: Lambda GB-seconds from the wall time at moto (an upper bound) instead of the model.
+    """
+    pick = {f: f"{f}_wall" if wall and f == "lambda_gb_seconds" else f for f in PATH_FIELDS}
+    pick["stored_bytes"] = "stored_bytes_per_message"
+    values = {f"near.{f}": near[pick[f]] for f in PATH_FIELDS} | {f"far.{f}": far[pick[f]] for f in PATH_FIELDS}
     values |= {"timer_lists_per_run": far["idle_timer_lists_per_run"]}
-    values |= {"timer_gb_seconds_per_run": far["idle_timer_gb_seconds_per_run"]}
+    idle = "idle_timer_gb_seconds_wall_per_run" if wall else "idle_timer_gb_seconds_per_run"
+    values |= {"timer_gb_seconds_per_run": far[idle]}
     return ASSUMED_BUCKET_COUNTS.updated(values, source, volume)
 
 
@@ -140,59 +192,89 @@ def _per_run_rows(prefix: str, figures: list[dict[str, float]], units: dict[str,
 _TIER_UNITS = {
     "lambda_invocations": "invocations",
     "lambda_gb_seconds": "GB-s",
+    "lambda_cpu_seconds": "CPU s",
+    "lambda_gb_seconds_wall": "GB-s",
     "messages_per_ingest_object": "messages",
     "messages_per_cascade_object": "messages",
     "stored_bytes_per_message": "bytes",
     "idle_timer_gb_seconds_per_run": "GB-s",
+    "idle_timer_gb_seconds_wall_per_run": "GB-s",
     "lost": "messages",
     "duplicates": "messages",
     "to_error_queue": "messages",
 }
+_PLAIN = ("idle_", "messages_per", "lost", "duplicates", "to_error", "stored")
 
 
-def tier_rows(tier: dict[str, list[TierRun]], volume: str) -> list[Row]:
+def tier_rows(tier: dict[str, list[TierRun]], volumes: dict[str, str]) -> list[Row]:
     """Per-step rows of the tier, one sample per run, metric ``buckets_<run>_<field>[_per_message]``."""
     rows: list[Row] = []
-    for scenario, runs in tier.items():
+    for key, runs in tier.items():
         figures = [tier_figures(r) for r in runs]
-        for i, key in enumerate(figures[0]):
-            per = (
-                ""
-                if key.startswith(("idle_", "messages_per", "lost", "duplicates", "to_error", "stored"))
-                else "_per_message"
-            )
-            metric = (
-                f"buckets_{key}" if key.startswith("idle_") and scenario == "far" else f"buckets_{scenario}_{key}{per}"
-            )
-            if key.startswith("idle_") and scenario != "far":
+        for i, field in enumerate(figures[0]):
+            if field.startswith("idle_") and key != "far":
                 continue
+            per = "" if field.startswith(_PLAIN) else "_per_message"
+            metric = f"buckets_{field}" if field.startswith("idle_") else f"buckets_{key}_{field}{per}"
+            samples = tuple(f[field] for f in figures)
             rows.append(
-                Row(
-                    NAME,
-                    metric,
-                    _TIER_UNITS.get(key, "requests"),
-                    tuple(f[key] for f in figures),
-                    notes=volume if i == 0 else "",
-                )
+                Row(NAME, metric, _TIER_UNITS.get(field, "requests"), samples, notes=volumes[key] if i == 0 else "")
             )
     return rows
 
 
-def cost_rows(parked: list[dict[str, float]], tier: dict[str, list[TierRun]], volume: str) -> list[Row]:
-    """USD per million per delay, per run: buckets, parked FIFO, Scheduler; ratios; the fixed monthly cost."""
-    counts, memo = (
-        [
-            bucket_counts(tier_figures(a), tier_figures(b), "this run", volume)
-            for a, b in zip(tier[near], tier[far], strict=False)
-        ]
-        for near, far in (("near", "far"), ("near_lookup_per_run", "far_lookup_per_run"))
-    )
+def _counts(tier: dict[str, list[TierRun]], near: str, far: str, volume: str, **kw: Any) -> list[BucketCounts]:
+    """One ``BucketCounts`` per run from the runs ``near`` and ``far``."""
+    pairs = zip(tier[near], tier[far], strict=False)
+    return [bucket_counts(tier_figures(a), tier_figures(b), "this run", volume, **kw) for a, b in pairs]
+
+
+def _random_body(counts: list[BucketCounts], tier: dict[str, list[TierRun]]) -> list[BucketCounts]:
+    """The counts with the stored bytes of random text: near counted, far scaled by the same ratio (same format)."""
+    out = []
+    for c, order, rand in zip(counts, tier["near"], tier["near_random"], strict=False):
+        ratio = rand.stored_bytes / order.messages / max(1e-9, c.near.stored_bytes) * (order.messages / rand.messages)
+        near = dataclasses.replace(c.near, stored_bytes=c.near.stored_bytes * ratio)
+        out.append(
+            dataclasses.replace(c, near=near, far=dataclasses.replace(c.far, stored_bytes=c.far.stored_bytes * ratio))
+        )
+    return out
+
+
+def _usd(counts: list[BucketCounts], seconds: int) -> tuple[float, ...]:
+    return tuple(estimate_bucket_cost(seconds, counts=c).dollars * 1e6 for c in counts)
+
+
+def _lines(counts: list[BucketCounts], label: str, seconds: int) -> list[Row]:
+    """The shipped volume's dollars per million, line by line (ingest, dispatch, S3, DynamoDB, Lambda, storage)."""
+    parts = ("ingest_usd", "dispatch_usd", "s3_requests_usd", "dynamodb_usd", "lambda_usd", "storage_usd")
+    estimates = [estimate_bucket_cost(seconds, counts=c) for c in counts]
+    return [
+        Row(
+            NAME,
+            f"usd_per_million_{label}_buckets_{p.removesuffix('_usd')}",
+            "USD",
+            tuple(getattr(e, p) * 1e6 for e in estimates),
+        )
+        for p in parts
+    ]
+
+
+def cost_rows(parked: list[dict[str, float]], tier: dict[str, list[TierRun]], volumes: dict[str, str]) -> list[Row]:
+    """USD per million per delay and volume, per run: buckets, parked FIFO, Scheduler; ratios; the fixed cost."""
+    counts = _counts(tier, "near", "far", volumes["near"])
+    variants = {
+        f"at_{k.removeprefix('near_at_')}": _counts(tier, k, "far" + k[4:], volumes[k])
+        for k in tier
+        if k.startswith("near_at_")
+    }
+    variants["wall_at_moto"] = _counts(tier, "near", "far", volumes["near"], wall=True)
+    variants["random_body"] = _random_body(counts, tier)
     rows: list[Row] = []
     for label, seconds in DELAYS.items():
-        buckets = tuple(estimate_bucket_cost(seconds, counts=c).dollars * 1e6 for c in counts)
-        per_run = tuple(estimate_bucket_cost(seconds, counts=c).dollars * 1e6 for c in memo)
-        fifo = tuple(parked_usd(seconds, p) for p in parked)
+        buckets, fifo = _usd(counts, seconds), tuple(parked_usd(seconds, p) for p in parked)
         med_b, med_f = statistics.median(buckets), statistics.median(fifo)
+        vs = f"target ≤ ${TARGETS[label]:.2f}; parked FIFO same run ${med_f:.2f}"
         rows += [
             Row(
                 NAME,
@@ -201,23 +283,29 @@ def cost_rows(parked: list[dict[str, float]], tier: dict[str, list[TierRun]], vo
                 buckets,
                 "Scheduler + send ($1.40)",
                 med_b / SCHEDULER,
-                f"target ≤ ${TARGETS[label]:.2f}; parked FIFO same run ${med_f:.2f} → {med_b / med_f:.2f}×",
+                vs,
             ),
             Row(
                 NAME, f"usd_per_million_{label}_parked_fifo", "USD", fifo, "Scheduler + send ($1.40)", med_f / SCHEDULER
             ),
             Row(NAME, f"usd_per_million_{label}_buckets_to_parked_fifo", "ratio", (med_b / med_f,)),
-            Row(
-                NAME,
-                f"usd_per_million_{label}_buckets_lookup_per_run",
-                "USD",
-                per_run,
-                "Scheduler + send ($1.40)",
-                statistics.median(per_run) / SCHEDULER,
-                "what-if: cancellation records read once per destination per timer run, not per message",
-            ),
-            Row(NAME, f"usd_per_million_{label}_scheduler", "USD", (SCHEDULER,)),
+            *_lines(counts, label, seconds),
         ]
+        for name, c in variants.items():
+            usd = _usd(c, seconds)
+            note = f"to parked FIFO {statistics.median(usd) / med_f:.2f}×"
+            rows.append(
+                Row(
+                    NAME,
+                    f"usd_per_million_{label}_buckets_{name}",
+                    "USD",
+                    usd,
+                    "Scheduler + send ($1.40)",
+                    statistics.median(usd) / SCHEDULER,
+                    note,
+                )
+            )
+        rows.append(Row(NAME, f"usd_per_million_{label}_scheduler", "USD", (SCHEDULER,)))
     fixed = tuple(estimate_bucket_fixed_cost(c).usd for c in counts)
     rows.append(
         Row(NAME, "buckets_fixed_usd_per_month", "USD", fixed, notes="a timer run every minute: 43,200 a month")
@@ -225,7 +313,7 @@ def cost_rows(parked: list[dict[str, float]], tier: dict[str, list[TierRun]], vo
     return rows
 
 
-def rows_from(parked_runs: list[dict[str, Any]], tier: dict[str, list[TierRun]], volume: str) -> list[Row]:
+def rows_from(parked_runs: list[dict[str, Any]], tier: dict[str, list[TierRun]], volumes: dict[str, str]) -> list[Row]:
     """Every row: parked FIFO per step, the tier per step, costs."""
     parked = [parked_steps(c) for c in parked_runs]
     c0 = parked_runs[0]
@@ -242,34 +330,49 @@ def rows_from(parked_runs: list[dict[str, Any]], tier: dict[str, list[TierRun]],
         "parked_final_send_per_message": "parked_final_send_billed_requests_per_message",
     }
     rows = [dataclasses.replace(r, metric=rename.get(r.metric, r.metric)) for r in rows]
-    return rows + tier_rows(tier, volume) + cost_rows(parked, tier, volume)
+    return rows + tier_rows(tier, volumes) + cost_rows(parked, tier, volumes)
 
 
-def run(smoke: bool = False, *, runs: int = 5, messages: int = 2_000, minutes: int = 4) -> list[Row]:
-    """The benchmark-runner entry point: parked FIFO runs, then the tier's near and far runs, ``runs`` times each."""
+def _volume(per_minute: int, minutes: int, body: str, runs: int) -> str:
+    text = "JSON order documents" if body == "order" else "random text"
+    return (
+        f"{per_minute * minutes:,} messages of 1 KiB ({text}) over {minutes} minute(s), {per_minute:,} a minute, "
+        f"{WINDOWS_PER_MINUTE} ingest invocations a minute, {runs} runs"
+    )
+
+
+def run(smoke: bool = False, *, runs: int = 5, volumes: dict[int, int] | None = None) -> list[Row]:
+    """The benchmark-runner entry point: parked FIFO runs, then the tier's runs at each volume, ``runs`` times."""
     quiet_handler_output()
     park = (PARK_MESSAGES, PARK_ENDPOINTS, PARK_DELAY)
+    volumes = dict(volumes or VOLUMES)
     if smoke:
-        runs, messages, minutes, park = 1, 200, 4, (40, 2, 8)
+        runs, volumes, park = 1, {50: 4}, (40, 2, 8)
     else:
         runs = max(5, runs)
+    plan = tier_runs(volumes)
     parked: list[dict[str, Any]] = []
-    tier: dict[str, list[TierRun]] = {key: [] for key in TIER_RUNS}
+    tier: dict[str, list[TierRun]] = {key: [] for key in plan}
     with _moto() as endpoint:
         for _ in range(runs):
             parked.append(measure_parked(*park, endpoint))
-            for key, (scenario, per_run) in TIER_RUNS.items():
-                tier[key].append(measure_tier(scenario, messages, minutes, endpoint, per_run=per_run))
-    volume = (
-        f"{messages:,} messages of 1 KiB over {minutes} minutes ({messages // minutes:,} a minute), "
-        f"{WINDOWS_PER_MINUTE} ingest invocations a minute, {runs} runs"
-    )
+            for key, (scenario, per_minute, body) in plan.items():
+                minutes = volumes[per_minute]
+                tier[key].append(measure_tier(scenario, per_minute * minutes, minutes, endpoint, body=body))
+    notes = {key: _volume(pm, volumes[pm], body, runs) for key, (_, pm, body) in plan.items()}
     run.last_counts = {  # type: ignore[attr-defined]
         "parked": parked,
         "tier": {k: [dataclasses.asdict(r) for r in v] for k, v in tier.items()},
-        "volume": volume,
+        "volumes": notes,
+        "latency_seconds": LATENCY,
     }
-    return rows_from(parked, tier, volume)
+    return rows_from(parked, tier, notes)
+
+
+def _volumes(text: str) -> dict[int, int]:
+    """``100:5,1000:3`` -> {100: 5, 1000: 3} (messages a minute: minutes simulated)."""
+    pairs = (item.split(":") for item in text.split(",") if item)
+    return {int(a): int(b) for a, b in pairs}
 
 
 def main() -> None:
@@ -277,10 +380,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--messages", type=int, default=2_000)
-    parser.add_argument("--minutes", type=int, default=4)
+    parser.add_argument(
+        "--volumes", default="100:5,1000:3,10000:1", help="messages a minute:minutes simulated, comma-separated"
+    )
     a = parser.parse_args()
-    rows = run(a.smoke, runs=a.runs, messages=a.messages, minutes=a.minutes)
+    rows = run(a.smoke, runs=a.runs, volumes=_volumes(a.volumes))
     print_table(rows, "AWS long-delay routes: requests counted per step at moto, and USD per million")
     counts = run.last_counts  # type: ignore[attr-defined]
     print(write_json(NAME + ("-smoke" if a.smoke else ""), rows, {"counts": counts}))

@@ -46,6 +46,14 @@ def test_aws_costs_counts_every_route_per_step_at_smoke_size(
     assert rows["buckets_far_s3_object_puts_per_message"] > rows["buckets_near_s3_object_puts_per_message"] > 0
     assert rows["buckets_near_dispatch_requests_per_message"] == pytest.approx(0.1)
     assert rows["buckets_idle_timer_lists_per_run"] >= 1
+    # storage is what S3 lists: gzip takes a JSON order document below 1 KiB, random text stays near it
+    stored, random_text = (
+        rows["buckets_near_stored_bytes_per_message"],
+        rows["buckets_near_random_stored_bytes_per_message"],
+    )
+    assert 0 < stored < random_text
+    # Lambda time is CPU plus each counted request's assumed latency, never zero
+    assert rows["buckets_near_lambda_gb_seconds_per_message"] > rows["buckets_near_lambda_cpu_seconds_per_message"] / 2
     # the tier's cost does not grow with the delay the way parking does
     assert rows["usd_per_million_1y_buckets"] < rows["usd_per_million_1y_parked_fifo"]
     assert 0 < rows["usd_per_million_1d_buckets"] <= rows["usd_per_million_1y_buckets"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -48,7 +48,7 @@ class StepCounter:
 
     def __init__(self, scope: Callable[[], str | None]) -> None:
         self.scope = scope
-        self.billed: Counter[str] = Counter()
+        self.billed: defaultdict[str, float] = defaultdict(float)
         self.calls: Counter[str] = Counter()
         self.attempts: Counter[str] = Counter()
         self.bytes: Counter[str] = Counter()

@@ -1,16 +1,19 @@
 """The S3 time-bucket tier counted per step at moto: sender, ingest Lambda, timer Lambda, under a manual clock.
 
-Time is compressed (``SETTINGS``: fine buckets of 1 s for a minute, coarse of 10 s for a day, dispatch lead 2 s);
-a timer run happens at every fine step of the clock, as the real one runs every minute. Traffic is explicit:
+Time is compressed (``SETTINGS``: fine buckets of 1 s for a minute, coarse of 10 s for a day, dispatch lead 2 s); a
+timer run happens at every fine step of the clock, as the real one runs every minute. Traffic is explicit:
 ``messages`` (default 10,000) sent over ``minutes`` fine buckets at a steady rate, all with one delay, and the
-ingest Lambda invoked ``WINDOWS_PER_MINUTE`` times a minute (the CDK's 20 s batching window; 1,000 records and
-6 MB per invocation are never reached at this rate). ``near`` (1 d: due within the coarse horizon) is written
-once; ``far`` (1 y: 365 coarse buckets ahead) twice, coarse then fine. The clock jumps over the idle year: idle
-timer runs are the tier's fixed cost, counted apart (``idle`` runs before any message).
+ingest Lambda invoked ``WINDOWS_PER_MINUTE`` times a minute (the CDK's 20 s batching window; 1,000 records and 6 MB
+per invocation are not reached up to 10,000 messages a minute). Bodies (``BODIES``): ``order``, a 1 KiB JSON order
+document; ``random``, 1 KiB of random URL-safe text (6 bits per character). ``near`` (1 d: due within the coarse
+horizon) is written once; ``far`` (1 y: 365 coarse buckets ahead) twice, coarse then fine. The clock jumps over the
+idle year: idle timer runs are the tier's fixed cost, counted apart (``idle`` runs before any message).
 """
 
 from __future__ import annotations
 
+import json
+import random
 import secrets
 import time
 from collections import Counter
@@ -30,7 +33,7 @@ from delayed_delivery.clock import ManualClock
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws.poller import LocalLambdaContext, lambda_sqs_record
 
-__all__ = ["LAMBDA_GB", "SCENARIOS", "TierRun", "measure_tier"]
+__all__ = ["BODIES", "LAMBDA_GB", "SCENARIOS", "TierRun", "measure_tier", "order_body"]
 
 FINE, COARSE, LEAD = 1, 10, 2
 #: The delays, compressed: ``near`` = one coarse bucket (1 d), ``far`` = 365 coarse buckets (1 y).
@@ -41,6 +44,8 @@ WINDOWS_PER_MINUTE = 3
 LAMBDA_GB = 0.5
 BODY_BYTES = 1024
 IDLE_RUNS = 5
+#: What the measured messages carry.
+BODIES = ("order", "random")
 
 
 @dataclass(slots=True)
@@ -51,14 +56,20 @@ class TierRun:
     messages: int
     minutes: int
     delay_seconds: int
+    body: str = "order"
     steps: dict[str, dict[str, float]] = field(default_factory=dict)
     ingest_invocations: int = 0
     ingest_seconds: float = 0.0
+    ingest_cpu: float = 0.0
     timer_runs: int = 0
     timer_seconds: float = 0.0
+    timer_cpu: float = 0.0
     idle_runs: int = 0
     idle_seconds: float = 0.0
+    idle_cpu: float = 0.0
     idle_lists: float = 0.0
+    stored_bytes: int = 0
+    stored_objects: int = 0
     timer: dict[str, float] = field(default_factory=dict)
     delivered: int = 0
     object_bytes: int = 0
@@ -75,9 +86,72 @@ class _Phase:
         return self.name
 
 
-def _body(i: int) -> str:
-    """A 1 KiB body that compresses like a real one would not (hex of random bytes), so stored bytes are honest."""
-    return (f"message {i} " + secrets.token_hex(BODY_BYTES))[:BODY_BYTES]
+_WORDS = (
+    "please",
+    "leave",
+    "at",
+    "the",
+    "back",
+    "door",
+    "ring",
+    "twice",
+    "gift",
+    "wrap",
+    "fragile",
+    "handle",
+    "with",
+    "care",
+    "deliver",
+    "after",
+    "noon",
+    "call",
+    "on",
+    "arrival",
+    "second",
+    "floor",
+    "blue",
+    "gate",
+    "no",
+    "substitutions",
+    "express",
+    "partial",
+    "shipment",
+    "allowed",
+)
+_SKUS = ("desk lamp", "usb-c cable 2 m", "notebook a5 dotted", "espresso beans 1 kg", "wool socks", "phone case")
+
+
+def order_body(i: int) -> str:
+    """A 1 KiB JSON order document (customer, address, a few lines, totals, a note), varied by ``i``."""
+    r = random.Random(i)
+    lines: list[dict[str, Any]] = [
+        {"sku": f"SKU-{r.randrange(10**6):06d}", "name": r.choice(_SKUS), "qty": r.randint(1, 5),
+         "unitPrice": round(r.uniform(2, 200), 2)}
+        for _ in range(r.randint(2, 4))
+    ]  # fmt: skip
+    doc = {
+        "orderId": f"ord-{i:010d}",
+        "placedAt": f"2031-01-{1 + i % 28:02d}T{i % 24:02d}:{i % 60:02d}:{r.randrange(60):02d}Z",
+        "status": "PLACED",
+        "customer": {"id": f"cus-{r.randrange(10**8):08d}", "name": f"Customer {r.randrange(10**5)}",
+                     "email": f"customer{r.randrange(10**6)}@example.com"},
+        "shipTo": {"street": f"{r.randint(1, 400)} {r.choice(_WORDS).title()} Street", "city": "Springfield",
+                   "postcode": f"{r.randrange(10**5):05d}", "country": "US"},
+        "lines": lines,
+        "currency": "USD",
+        "total": round(sum(x["qty"] * x["unitPrice"] for x in lines), 2),
+        "note": "",
+    }  # fmt: skip
+    text = json.dumps(doc, separators=(",", ":"))
+    note = " ".join(r.choice(_WORDS) for _ in range(BODY_BYTES // 3))[: max(0, BODY_BYTES - len(text))]
+    return text.replace('"note":""', f'"note":"{note}"', 1)
+
+
+def _body(i: int, kind: str) -> str:
+    """The 1 KiB body of message ``i``: a JSON order document, or random text that does not compress."""
+    if kind == "order":
+        return order_body(i)
+    return (f"message {i} " + secrets.token_urlsafe(BODY_BYTES))[:BODY_BYTES]
 
 
 def _clients(endpoint: str) -> tuple[Any, Any, Any]:
@@ -92,8 +166,8 @@ def _clients(endpoint: str) -> tuple[Any, Any, Any]:
     return boto3.client("s3", **kw), boto3.client("sqs", **kw), boto3.client("dynamodb", **kw)
 
 
-def _drain_ingest(sqs: Any, url: str, arn: str, handler: Any) -> tuple[int, float]:
-    """One ingest invocation over everything waiting (as the batching window collects it); (records, seconds)."""
+def _drain_ingest(sqs: Any, url: str, arn: str, handler: Any) -> tuple[int, float, float]:
+    """One ingest invocation over everything waiting (as the batching window collects it); records, wall, CPU s."""
     records: list[dict[str, Any]] = []
     while len(records) < 1_000:
         got = sqs.receive_message(
@@ -103,10 +177,10 @@ def _drain_ingest(sqs: Any, url: str, arn: str, handler: Any) -> tuple[int, floa
             break
         records += [lambda_sqs_record(m, arn, "us-east-1") for m in got]
     if not records:
-        return 0, 0.0
-    start = time.perf_counter()
+        return 0, 0.0, 0.0
+    start, cpu = time.perf_counter(), time.process_time()
     reply = handler({"Records": records}, LocalLambdaContext(function_name="delayed-delivery-bucket-ingest"))
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     failed = {f["itemIdentifier"] for f in (reply or {}).get("batchItemFailures", [])}
     done = [r for r in records if r["messageId"] not in failed]
     for i in range(0, len(done), 10):
@@ -114,10 +188,12 @@ def _drain_ingest(sqs: Any, url: str, arn: str, handler: Any) -> tuple[int, floa
             QueueUrl=url,
             Entries=[{"Id": str(j), "ReceiptHandle": r["receiptHandle"]} for j, r in enumerate(done[i : i + 10])],
         )
-    return len(records), seconds
+    return len(records), seconds, cpu
 
 
-def measure_tier(scenario: str, messages: int, minutes: int, endpoint: str, *, per_run: bool = False) -> TierRun:
+def measure_tier(
+    scenario: str, messages: int, minutes: int, endpoint: str, *, per_run: bool = False, body: str = "order"
+) -> TierRun:
     """One run of ``scenario`` (``near`` or ``far``): ``messages`` over ``minutes`` fine buckets, counted per step.
 
     ``per_run``: cancellation records read once per destination per timer run (a fresh cache each run) instead of
@@ -127,13 +203,19 @@ def measure_tier(scenario: str, messages: int, minutes: int, endpoint: str, *, p
     counter = StepCounter(phase)
     with counter.installed():
         rig = _Rig.build(scenario, endpoint, per_run)
-        run = TierRun(scenario, messages, minutes, SCENARIOS[scenario])
+        run = TierRun(scenario, messages, minutes, SCENARIOS[scenario], body)
         for _ in range(IDLE_RUNS):  # the fixed cost: a timer run with nothing to do
             phase.name = "idle"
-            run.idle_seconds += rig.tick()
-            run.idle_runs += 1
+            seconds, cpu = rig.tick()
+            run.idle_seconds, run.idle_cpu, run.idle_runs = (
+                run.idle_seconds + seconds,
+                run.idle_cpu + cpu,
+                run.idle_runs + 1,
+            )
         rig.results.clear()
         _send_and_ingest(rig, run, phase)
+        phase.name = None
+        run.stored_objects, run.stored_bytes = rig.stored()
         _dispatch_all(rig, run, phase)
         phase.name = None
         _finish(rig, run)
@@ -146,6 +228,8 @@ class _Rig:
     """One run's tier on moto: clients, queues, bucket, table, and the real sender, ingest handler and timer."""
 
     sqs: Any
+    s3: Any
+    bucket: str
     clock: ManualClock
     dest: str
     dest_url: str
@@ -195,17 +279,27 @@ class _Rig:
         sender.directory.get(settings.bucket_ingest_queue)
         fresh = (lambda: CancellationCache(store, 3_600, clock=clock)) if per_run else None
         handler = build_ingest_handler(config, s3=s3, sqs=sqs, clock=clock)
-        return cls(sqs, clock, dest, urls[dest], ingest_url, attrs["QueueArn"], handler, timer, sender, fresh)
+        arn = attrs["QueueArn"]
+        return cls(sqs, s3, bucket, clock, dest, urls[dest], ingest_url, arn, handler, timer, sender, fresh)
 
-    def tick(self) -> float:
-        """One timer run, then the clock one fine bucket on; returns the run's seconds."""
+    def tick(self) -> tuple[float, float]:
+        """One timer run, then the clock one fine bucket on; returns the run's wall and CPU seconds."""
         if self.fresh_cache is not None:
             self.timer.cancellations = self.fresh_cache()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         self.results.append(self.timer.run())
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         self.clock.advance(FINE)
-        return seconds
+        return seconds, cpu
+
+    def stored(self) -> tuple[int, int]:
+        """The message objects in the bucket now (leases left out), and their bytes, as S3 lists them."""
+        objects = size = 0
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
+            for item in page.get("Contents", []):
+                if "/leases/" not in item["Key"]:
+                    objects, size = objects + 1, size + int(item["Size"])
+        return objects, size
 
 
 #: The run starts just after a day boundary, so the first minutes' messages share one coarse bucket.
@@ -217,7 +311,7 @@ def _send_and_ingest(rig: _Rig, run: TierRun, phase: _Phase) -> None:
     per_minute, sent = -(-run.messages // run.minutes), 0
     for _minute in range(run.minutes):
         batch = [
-            DelayedSend(rig.dest, _body(i), run.delay_seconds, message_id=f"m{i}", attributes={"n": i})
+            DelayedSend(rig.dest, _body(i, run.body), run.delay_seconds, message_id=f"m{i}", attributes={"n": i})
             for i in range(sent, min(run.messages, sent + per_minute))
         ]
         sent += len(batch)
@@ -228,12 +322,20 @@ def _send_and_ingest(rig: _Rig, run: TierRun, phase: _Phase) -> None:
                 result = rig.sender.send_delayed_batch(part)
                 assert result.ok, result.failures
             phase.name = "ingest"
-            records, seconds = _drain_ingest(rig.sqs, rig.ingest_url, rig.ingest_arn, rig.handler)
+            records, seconds, cpu = _drain_ingest(rig.sqs, rig.ingest_url, rig.ingest_arn, rig.handler)
             run.ingest_invocations += 1 if records else 0
-            run.ingest_seconds += seconds
+            run.ingest_seconds, run.ingest_cpu = run.ingest_seconds + seconds, run.ingest_cpu + cpu
         phase.name = "timer"
-        run.timer_seconds += rig.tick()
-        run.timer_runs += 1
+        _timer_run(rig, run)
+
+
+def _timer_run(rig: _Rig, run: TierRun) -> None:
+    seconds, cpu = rig.tick()
+    run.timer_seconds, run.timer_cpu, run.timer_runs = (
+        run.timer_seconds + seconds,
+        run.timer_cpu + cpu,
+        run.timer_runs + 1,
+    )
 
 
 def _dispatch_all(rig: _Rig, run: TierRun, phase: _Phase) -> None:
@@ -244,8 +346,7 @@ def _dispatch_all(rig: _Rig, run: TierRun, phase: _Phase) -> None:
     end = rig.clock.now() + timedelta(seconds=run.delay_seconds + run.minutes + 3 * COARSE)
     phase.name = "timer"
     while sum(r.dispatched for r in rig.results) < run.messages and rig.clock.now() < end:
-        run.timer_seconds += rig.tick()
-        run.timer_runs += 1
+        _timer_run(rig, run)
 
 
 _TOTALS = (

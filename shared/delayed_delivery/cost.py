@@ -169,6 +169,7 @@ MEASURED_BUCKET_METRICS: Mapping[str, tuple[str, str]] = {
             "dynamodb_reads",
             "lambda_invocations",
             "lambda_gb_seconds",
+            "stored_bytes",
         )
     },
     "timer_lists_per_run": ("aws_costs", "buckets_idle_timer_lists_per_run"),

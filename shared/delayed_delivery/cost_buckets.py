@@ -58,7 +58,8 @@ class BucketPath:
     ``ingest_requests``: billed standard SQS requests of the ingest (send, receive, delete); ``dispatch_requests``:
     the dispatch's ``SendMessageBatch``;
     ``s3_puts``: PUT-class requests (object writes, leases, LISTs beyond the fixed ones); ``s3_gets``: GET-class;
-    ``dynamodb_reads``: read units of the cancellation look-ups; Lambda invocations and GB-seconds.
+    ``dynamodb_reads``: read units of the cancellation look-ups; Lambda invocations and GB-seconds;
+    ``stored_bytes``: the bytes S3 holds per 1 KiB message while it waits (0: its raw size, uncounted).
     """
 
     writes: int
@@ -69,6 +70,7 @@ class BucketPath:
     dynamodb_reads: float = 0.0
     lambda_invocations: float = 0.0
     lambda_gb_seconds: float = 0.0
+    stored_bytes: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +167,8 @@ def estimate_bucket_cost(
     """Cost of one message of ``size_bytes`` delayed ``delay_seconds`` in the time-bucket tier under ``counts``.
 
     The SQS requests were counted for 1 KiB messages; other sizes scale by billed chunks per message in batches
-    of 10 (an approximation above 1 KiB). Storage is the message's bytes for the delay.
+    of 10 (an approximation above 1 KiB). Storage is the bytes stored per message (counted for 1 KiB, scaled by
+    size; the raw size when not counted) for the delay.
     """
     if not 1 <= size_bytes <= SQS_MAX_BYTES:
         raise InvalidMessageError(f"size must be from 1 to {SQS_MAX_BYTES:,} bytes (the SQS message limit)")
@@ -185,10 +188,15 @@ def estimate_bucket_cost(
         dispatch_usd=dispatch * STANDARD_PRICE_PER_REQUEST,
         lambda_usd=path.lambda_invocations * LAMBDA_PRICE_PER_INVOCATION
         + path.lambda_gb_seconds * LAMBDA_PRICE_PER_GB_SECOND,
-        storage_usd=size_bytes / _GB * S3_STORAGE_PRICE_PER_GB_MONTH * seconds / _MONTH_SECONDS,
+        storage_usd=_stored(path, size_bytes) / _GB * S3_STORAGE_PRICE_PER_GB_MONTH * seconds / _MONTH_SECONDS,
         measured=counts.measured,
         dynamodb_usd=path.dynamodb_reads * DYNAMODB_READ_PRICE,
     )
+
+
+def _stored(path: BucketPath, size_bytes: int) -> float:
+    """Bytes S3 holds for one message of ``size_bytes``: the counted figure scaled from 1 KiB, else the raw size."""
+    return path.stored_bytes * size_bytes / PACKED_MEASURED_SIZE if path.stored_bytes > 0 else float(size_bytes)
 
 
 def _chunks_per_message(size_bytes: int) -> float:

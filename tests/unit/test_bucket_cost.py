@@ -101,3 +101,14 @@ def test_refreshing_fills_the_bucket_counts_from_benchmark_rows() -> None:
     assert counts.measured and counts.near.s3_puts == 0.5 and counts.timer_lists_per_run == 0.5
     assert "benchmarks.aws_costs" in counts.source and counts.volume == "10,000 messages"
     assert updated.parked_sends()[0] == 0.02
+
+
+def test_storage_prices_the_counted_bytes_per_message_scaled_by_size() -> None:
+    raw = estimate_bucket_cost(365 * DAY)  # not counted: the message's raw 1 KiB
+    assert raw.storage_usd == pytest.approx(1024 / 1024**3 * 0.023 * 365 / 30)
+    counted = replace(ASSUMED_BUCKET_COUNTS, far=replace(ASSUMED_BUCKET_COUNTS.far, stored_bytes=256.0))
+    e = estimate_bucket_cost(365 * DAY, counts=counted)
+    assert e.storage_usd == pytest.approx(raw.storage_usd / 4)  # gzip took 1 KiB to 256 bytes
+    big = estimate_bucket_cost(365 * DAY, 4096, counts=counted)
+    assert big.storage_usd == pytest.approx(4 * e.storage_usd)  # larger bodies scale from the 1 KiB figure
+    assert BucketCounts.from_dict(counted.as_dict()).far.stored_bytes == 256.0
