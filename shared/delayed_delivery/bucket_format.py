@@ -1,8 +1,9 @@
-"""The S3 time-bucket object format (v1): gzip-compressed JSON lines, a header line then one line per message.
+"""The S3 time-bucket object format (v2; v1 still read): gzip-compressed JSON lines, a header line then one per message.
 
-Header: ``{"v":1,"level":"fine","bucket":"2031-02-03T04:05:00Z","count":N}``. Message lines: ``{"id", "destination",
-"body" (base64), "attributes" ({name: [DataType, "s" | "b", text | base64]}), "due_at_ms", "hops", "sent_at_ms"}``.
-Reading is bounded and total: a bad line becomes a ``PoisonEntry``, a bad object a ``problem``; nothing raises.
+Header: ``{"v":2,"level":"fine","bucket":"2031-02-03T04:05:00Z","count":N}``. Message lines: ``{"id", "destination",
+"t" (the body as text) or "body" (base64), "attributes" ({name: [DataType, "s" | "b", text | base64]}),
+"due_at_ms", "hops", "sent_at_ms"}``; v1 lines always carry ``"body"``. Reading is bounded and total: a bad line
+becomes a ``PoisonEntry``, a bad object a ``problem``; nothing raises. The format is described in docs/buckets.md.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "MAX_LINE_CHARS",
     "MAX_OBJECT_MESSAGES",
     "MAX_POISON_RAW_BYTES",
+    "READ_VERSIONS",
     "BucketContents",
     "BucketMessage",
     "PoisonEntry",
@@ -39,7 +41,9 @@ __all__ = [
     "encoded_line_bytes",
 ]
 
-FORMAT_VERSION = 1
+#: The version writers write; readers read every version in ``READ_VERSIONS``.
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
 #: The most messages one object holds (the ingest writes ~1,000).
 MAX_OBJECT_MESSAGES = 10_000
 #: The most bytes an object holds once decompressed (writers split beyond it; readers stop there).
@@ -55,6 +59,8 @@ _MAX_MS = 220_898_664_000_000  # 9000-01-01T00:00:00Z
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _LEADING_ID = re.compile(rb'\{\s*"id"\s*:\s*("(?:[^"\\]|\\.){1,512}")')
 _FIELDS = ("id", "destination", "body", "attributes", "due_at_ms", "hops", "sent_at_ms")
+#: A v2 line carries the body as ``"t"`` (text) or ``"body"`` (base64).
+_FIELDS_V2 = tuple(name for name in _FIELDS if name != "body")
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,11 +181,26 @@ def _b64(what: str, text: str) -> bytes:
         raise InvalidMessageError(f"{what} is not base64") from None
 
 
+def _body_field(body: bytes) -> tuple[str, str]:
+    """``("t", text)`` for a UTF-8 body no longer in JSON than in base64, else ``("body", base64)``.
+
+    The length test keeps a v2 line never longer than the v1 line of the same message, so every bound holds.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and len(_dumps(text).encode("utf-8")) - 2 <= (len(body) + 2) // 3 * 4:
+        return "t", text
+    return "body", base64.b64encode(body).decode("ascii")
+
+
 def _line(message: BucketMessage) -> dict[str, Any]:
+    name, body = _body_field(message.body)
     return {
         "id": message.message_id,
         "destination": message.destination,
-        "body": base64.b64encode(message.body).decode("ascii"),
+        name: body,
         "attributes": _encode_attributes(message.attributes),
         "due_at_ms": message.due_at_ms,
         "hops": message.hops,
@@ -254,33 +275,48 @@ def _inflate(data: bytes) -> tuple[bytes, str | None]:
 
 def _header(line: bytes) -> tuple[int, BucketKey, int]:
     value = loads_bounded(line, what="header", max_chars=1_000, max_depth=1)
-    if not isinstance(value, dict) or value.get("v") != FORMAT_VERSION:
-        version = value.get("v") if isinstance(value, dict) else None
-        raise InvalidMessageError(
-            f"header: version {str(version)[:20]} is not one this reader knows ({FORMAT_VERSION})"
-        )
+    version = value.get("v") if isinstance(value, dict) else None
+    if isinstance(version, bool) or version not in READ_VERSIONS:
+        known = ", ".join(map(str, READ_VERSIONS))
+        raise InvalidMessageError(f"header: version {str(version)[:20]} is not one this reader knows ({known})")
+    assert isinstance(value, dict) and isinstance(version, int)
     count = value.get("count")
     if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_OBJECT_MESSAGES:
         raise InvalidMessageError(f"header: count {str(count)[:20]} is not from 0 to {MAX_OBJECT_MESSAGES:,}")
     level, start = value.get("level"), value.get("bucket")
     if not isinstance(level, str) or not isinstance(start, str):
         raise InvalidMessageError("header: level and bucket must be text")
-    return FORMAT_VERSION, BucketKey.parse(level, start), count
+    return version, BucketKey.parse(level, start), count
 
 
-def _message(line: bytes) -> BucketMessage:
+def _body(value: dict[str, Any], version: int) -> bytes:
+    """The body of a line: ``"body"`` (base64; v1 lines only have that), or in v2 ``"t"`` (text), exactly one."""
+    has_text = version >= 2 and "t" in value
+    if has_text == ("body" in value):
+        raise InvalidMessageError("line: holds both t and body" if has_text else "line: missing t or body")
+    if not has_text:
+        if not isinstance(value["body"], str):
+            raise InvalidMessageError("body is not base64 text")
+        return _b64("body", value["body"])
+    if not isinstance(value["t"], str):
+        raise InvalidMessageError("t (the body as text) is not text")
+    try:
+        return value["t"].encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMessageError("t (the body as text) holds a lone surrogate: not Unicode text") from None
+
+
+def _message(line: bytes, version: int) -> BucketMessage:
     value = loads_bounded(line, what="line", max_chars=MAX_LINE_CHARS, max_depth=3)
     if not isinstance(value, dict):
         raise InvalidMessageError(f"line: a JSON {type(value).__name__}, not an object")
-    missing = [name for name in _FIELDS if name not in value]
+    missing = [name for name in (_FIELDS if version == 1 else _FIELDS_V2) if name not in value]
     if missing:
         raise InvalidMessageError(f"line: missing {', '.join(missing)}")
-    if not isinstance(value["body"], str):
-        raise InvalidMessageError("body is not base64 text")
     return BucketMessage(
         message_id=value["id"],
         destination=value["destination"],
-        body=_b64("body", value["body"]),
+        body=_body(value, version),
         due_at_ms=_ms("due_at_ms", value["due_at_ms"]),
         attributes=_decode_attributes(value["attributes"]),
         hops=value["hops"],
@@ -319,7 +355,7 @@ def decode_bucket(data: bytes) -> BucketContents:
     poison: list[PoisonEntry] = []
     for number, line in enumerate(lines[1:], start=1):
         try:
-            messages.append(_message(line))
+            messages.append(_message(line, version))
         except InvalidMessageError as exc:
             poison.append(_poison(number, line, str(exc)))
     found = text.count(b"\n") + (0 if text.endswith(b"\n") else 1) - 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 from datetime import UTC, datetime
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from delayed_delivery import bucket_format
 from delayed_delivery.bucket_format import (
+    FORMAT_VERSION,
     MAX_OBJECT_MESSAGES,
     BucketMessage,
     bucket_object_key,
@@ -46,7 +48,7 @@ messages = st.builds(
     BucketMessage,
     message_id=st.text(min_size=1, max_size=128).filter(str.strip),
     destination=st.from_regex(r"[A-Za-z0-9_.-]{1,80}", fullmatch=True),
-    body=st.binary(max_size=300),
+    body=st.binary(max_size=300) | st.text(max_size=300).map(lambda t: t.encode("utf-8", "surrogatepass")),
     due_at_ms=st.integers(START_MS, START_MS + 59_999),
     attributes=attributes,
     hops=st.integers(0, 1_000),
@@ -62,7 +64,7 @@ def _object(*lines: object, header: object = HEADER) -> bytes:
 @given(st.lists(messages, min_size=1, max_size=12, unique_by=lambda m: m.message_id))
 def test_round_trip_keeps_every_field_in_due_order(batch: list[BucketMessage]) -> None:
     contents = decode_bucket(encode_bucket(BUCKET, batch))
-    assert contents.complete and (contents.version, contents.bucket, contents.count) == (1, BUCKET, len(batch))
+    assert contents.complete and (contents.version, contents.bucket, contents.count) == (2, BUCKET, len(batch))
     assert list(contents.messages) == sorted(batch, key=lambda m: (m.due_at_ms, m.message_id))
     assert encode_bucket(BUCKET, list(reversed(batch))) == encode_bucket(BUCKET, batch)  # a retry writes the same
     assert bucket_object_key("p", BUCKET, list(reversed(batch))) == bucket_object_key("p", BUCKET, batch)
@@ -134,7 +136,8 @@ def test_a_bad_line_is_poison_and_the_others_are_read(line: object, reason: str)
         (b"plain text", "not a gzip object"),
         (gzip.compress(b""), "empty object"),
         (_object(header="{broken"), "not JSON"),
-        (_object(header={"v": 2, "level": "fine", "bucket": "x", "count": 0}), "version 2"),
+        (_object(header={"v": 3, "level": "fine", "bucket": "x", "count": 0}), "version 3"),
+        (_object(header=HEADER | {"v": True}), "version True"),
         (_object(header=HEADER | {"count": -1}), "count"),
         (_object(header=HEADER | {"level": "warm"}), "unknown bucket level"),
         (_object(header=HEADER | {"bucket": "tomorrow"}), "of the form"),
@@ -163,3 +166,89 @@ def test_reading_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     too_long = GOOD | {"body": "QUJD" * 400_000}
     [poison] = decode_bucket(_object(too_long)).poison
     assert "characters of JSON" in poison.reason and poison.message_id == "m1"
+
+
+def _lines(data: bytes) -> list[dict[str, object]]:
+    return [json.loads(line) for line in gzip.decompress(data).decode("utf-8").splitlines()]
+
+
+def _v1_line(message: BucketMessage) -> bytes:
+    """The line a v1 writer wrote for ``message`` (the body always base64)."""
+    line = bucket_format._line(message)
+    line.pop("t", None)
+    line = {
+        "id": line["id"],
+        "destination": line["destination"],
+        "body": base64.b64encode(message.body).decode(),
+    } | line
+    return bucket_format._dumps(line).encode("utf-8")
+
+
+def test_v2_writes_a_text_body_as_text_and_other_bytes_as_base64() -> None:
+    text = BucketMessage("a", "orders", '{"order":42,"name":"Zoë ✓"}'.encode(), START_MS)
+    binary = BucketMessage("b", "orders", b"\xff\x00\xfe", START_MS + 1)
+    escapes = BucketMessage("c", "orders", b"\x01\x02\x03\x04\x05\x06", START_MS + 2)  # \u0001...: longer than base64
+    empty = BucketMessage("d", "orders", b"", START_MS + 3)
+    header, *lines = _lines(encode_bucket(BUCKET, [text, binary, escapes, empty]))
+    assert header == {"v": FORMAT_VERSION, "level": "fine", "bucket": "2031-02-03T04:05:00Z", "count": 4}
+    assert FORMAT_VERSION == 2
+    assert [(line.get("t"), line.get("body")) for line in lines] == [
+        ('{"order":42,"name":"Zoë ✓"}', None),
+        (None, "/wD+"),
+        (None, "AQIDBAUG"),
+        ("", None),
+    ]
+    assert list(lines[0])[:3] == ["id", "destination", "t"]  # the id first: a damaged line still names it
+    assert decode_bucket(encode_bucket(BUCKET, [text, binary, escapes, empty])).messages == (
+        text,
+        binary,
+        escapes,
+        empty,
+    )
+
+
+@given(messages)
+def test_a_v2_line_is_never_longer_than_the_v1_line(message: BucketMessage) -> None:
+    assert bucket_format.encoded_line_bytes(message) <= len(_v1_line(message)) + 1
+
+
+def test_a_v1_object_is_still_read() -> None:
+    contents = decode_bucket(_object(GOOD, GOOD | {"id": "m2", "t": "ignored in v1"}, header=HEADER | {"count": 2}))
+    assert contents.complete and contents.version == 1
+    assert [m.body for m in contents.messages] == [b"hi", b"hi"]
+    v1_text = {k: v for k, v in GOOD.items() if k != "body"} | {"t": "hi"}
+    [poison] = decode_bucket(_object(v1_text)).poison  # "t" is a v2 field
+    assert "missing body" in poison.reason
+
+
+V2_HEADER = HEADER | {"v": 2}
+V2_GOOD = {k: v for k, v in GOOD.items() if k != "body"} | {"t": "hi ✓"}
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (V2_GOOD | {"body": "aGk="}, "both t and body"),
+        ({k: v for k, v in V2_GOOD.items() if k != "t"}, "missing t or body"),
+        (V2_GOOD | {"t": 7}, "is not text"),
+        (V2_GOOD | {"t": "a\ud800b"}, "lone surrogate"),
+        ({k: v for k, v in V2_GOOD.items() if k != "t"} | {"body": "@@"}, "not base64"),
+        ({k: v for k, v in V2_GOOD.items() if k != "hops"}, "missing hops"),
+    ],
+)
+def test_a_bad_v2_line_is_poison(line: dict[str, object], reason: str) -> None:
+    data = _object(V2_GOOD | {"id": "before"}, line, V2_GOOD | {"id": "after"}, header=V2_HEADER | {"count": 3})
+    contents = decode_bucket(data)
+    assert [(m.message_id, m.body) for m in contents.messages] == [
+        ("before", "hi ✓".encode()),
+        ("after", "hi ✓".encode()),
+    ]
+    [poison] = contents.poison
+    assert poison.line == 2 and reason in poison.reason and poison.message_id == "m1"
+    assert contents.problem is None
+
+
+def test_a_v2_object_reads_base64_bodies_too() -> None:
+    binary = {k: v for k, v in V2_GOOD.items() if k != "t"} | {"body": "/wD+"}
+    [message] = decode_bucket(_object(binary, header=V2_HEADER)).messages
+    assert message.body == b"\xff\x00\xfe"
