@@ -16,7 +16,7 @@
 Costs per million 1 KiB messages at 1 d / 30 d / 1 y come from the medians and the list prices in
 ``delayed_delivery.cost`` (the research note's), beside EventBridge Scheduler plus its send ($1.40). Run:
 ``python -m benchmarks --only aws_costs`` (also refreshes ``measured.json``) or ``python -m benchmarks.aws_costs
-[--smoke] [--runs 5] [--volumes 100:5,1000:3,10000:1]``. Figures: benchmarks/aws.md.
+[--smoke] [--runs 5] [--volumes 100:6,1000:3,10000:1]``. Figures: benchmarks/aws.md.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
+import sys
+import time
 from typing import Any
 
 from benchmarks.common import Row, print_table, write_json
@@ -48,8 +50,8 @@ TARGETS = {"1d": 0.25, "30d": 0.30, "1y": 0.50}
 SCHEDULER = (SCHEDULER_PRICE_PER_INVOCATION + STANDARD_PRICE_PER_REQUEST) * 1e6
 #: Parked runs: 500 messages on one endpoint, due after 78 compressed hops (7 parks each).
 PARK_MESSAGES, PARK_ENDPOINTS, PARK_DELAY = 500, 1, 78
-#: The tier's traffic: messages a minute -> minutes simulated (shorter at high volume: moto's time, not AWS's).
-VOLUMES = {100: 5, 1_000: 3, 10_000: 1}
+#: The tier's traffic: messages a minute -> ingest windows of 20 s simulated (fewer at high volume: moto's time).
+VOLUMES = {100: 6, 1_000: 3, 10_000: 1}
 #: The volume whose counts ship in measured.json (what ``auto`` decides from).
 SHIPPED = 1_000
 #: Assumed time a function waits on one request on AWS, in seconds (docs/aws.md names the sources): S3 100 ms
@@ -333,11 +335,11 @@ def rows_from(parked_runs: list[dict[str, Any]], tier: dict[str, list[TierRun]],
     return rows + tier_rows(tier, volumes) + cost_rows(parked, tier, volumes)
 
 
-def _volume(per_minute: int, minutes: int, body: str, runs: int) -> str:
+def _volume(per_minute: int, windows: int, body: str, runs: int) -> str:
     text = "JSON order documents" if body == "order" else "random text"
     return (
-        f"{per_minute * minutes:,} messages of 1 KiB ({text}) over {minutes} minute(s), {per_minute:,} a minute, "
-        f"{WINDOWS_PER_MINUTE} ingest invocations a minute, {runs} runs"
+        f"{per_minute:,} messages of 1 KiB ({text}) a minute, {WINDOWS_PER_MINUTE} ingest invocations a minute, "
+        f"{windows} of them simulated ({per_minute * windows // WINDOWS_PER_MINUTE:,} messages), {runs} runs"
     )
 
 
@@ -347,7 +349,7 @@ def run(smoke: bool = False, *, runs: int = 5, volumes: dict[int, int] | None = 
     park = (PARK_MESSAGES, PARK_ENDPOINTS, PARK_DELAY)
     volumes = dict(volumes or VOLUMES)
     if smoke:
-        runs, volumes, park = 1, {50: 4}, (40, 2, 8)
+        runs, volumes, park = 1, {60: 6}, (40, 2, 8)
     else:
         runs = max(5, runs)
     plan = tier_runs(volumes)
@@ -355,10 +357,13 @@ def run(smoke: bool = False, *, runs: int = 5, volumes: dict[int, int] | None = 
     tier: dict[str, list[TierRun]] = {key: [] for key in plan}
     with _moto() as endpoint:
         for _ in range(runs):
+            started = time.monotonic()
             parked.append(measure_parked(*park, endpoint))
+            print(f"aws_costs: parked {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
             for key, (scenario, per_minute, body) in plan.items():
-                minutes = volumes[per_minute]
-                tier[key].append(measure_tier(scenario, per_minute * minutes, minutes, endpoint, body=body))
+                started = time.monotonic()
+                tier[key].append(measure_tier(scenario, per_minute, volumes[per_minute], endpoint, body=body))
+                print(f"aws_costs: {key} {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     notes = {key: _volume(pm, volumes[pm], body, runs) for key, (_, pm, body) in plan.items()}
     run.last_counts = {  # type: ignore[attr-defined]
         "parked": parked,
@@ -370,7 +375,7 @@ def run(smoke: bool = False, *, runs: int = 5, volumes: dict[int, int] | None = 
 
 
 def _volumes(text: str) -> dict[int, int]:
-    """``100:5,1000:3`` -> {100: 5, 1000: 3} (messages a minute: minutes simulated)."""
+    """``100:6,1000:3`` -> {100: 6, 1000: 3} (messages a minute: ingest windows of 20 s simulated)."""
     pairs = (item.split(":") for item in text.split(",") if item)
     return {int(a): int(b) for a, b in pairs}
 
@@ -381,7 +386,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument(
-        "--volumes", default="100:5,1000:3,10000:1", help="messages a minute:minutes simulated, comma-separated"
+        "--volumes", default="100:6,1000:3,10000:1", help="messages a minute:20 s windows simulated, comma-separated"
     )
     a = parser.parse_args()
     rows = run(a.smoke, runs=a.runs, volumes=_volumes(a.volumes))

@@ -2,7 +2,7 @@
 
 Time is compressed (``SETTINGS``: fine buckets of 1 s for a minute, coarse of 10 s for a day, dispatch lead 2 s); a
 timer run happens at every fine step of the clock, as the real one runs every minute. Traffic is explicit:
-``messages`` (default 10,000) sent over ``minutes`` fine buckets at a steady rate, all with one delay, and the
+a number of messages a minute sent over a number of ingest windows at a steady rate, all with one delay, and the
 ingest Lambda invoked ``WINDOWS_PER_MINUTE`` times a minute (the CDK's 20 s batching window; 1,000 records and 6 MB
 per invocation are not reached up to 10,000 messages a minute). Bodies (``BODIES``): ``order``, a 1 KiB JSON order
 document; ``random``, 1 KiB of random URL-safe text (6 bits per character). ``near`` (1 d: due within the coarse
@@ -54,7 +54,7 @@ class TierRun:
 
     scenario: str
     messages: int
-    minutes: int
+    windows: int
     delay_seconds: int
     body: str = "order"
     steps: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -192,9 +192,10 @@ def _drain_ingest(sqs: Any, url: str, arn: str, handler: Any) -> tuple[int, floa
 
 
 def measure_tier(
-    scenario: str, messages: int, minutes: int, endpoint: str, *, per_run: bool = False, body: str = "order"
+    scenario: str, per_minute: int, windows: int, endpoint: str, *, per_run: bool = False, body: str = "order"
 ) -> TierRun:
-    """One run of ``scenario`` (``near`` or ``far``): ``messages`` over ``minutes`` fine buckets, counted per step.
+    """One run of ``scenario`` (``near`` or ``far``): ``per_minute`` messages a minute for ``windows`` ingest
+    windows (``WINDOWS_PER_MINUTE`` a minute: 3 is a minute, 1 a third of one), counted per step.
 
     ``per_run``: cancellation records read once per destination per timer run (a fresh cache each run) instead of
     as the timer handler reads them (a cache of ``max_age`` 0: one query per message per pass).
@@ -203,7 +204,8 @@ def measure_tier(
     counter = StepCounter(phase)
     with counter.installed():
         rig = _Rig.build(scenario, endpoint, per_run)
-        run = TierRun(scenario, messages, minutes, SCENARIOS[scenario], body)
+        messages = per_minute * windows // WINDOWS_PER_MINUTE
+        run = TierRun(scenario, messages, windows, SCENARIOS[scenario], body)
         for _ in range(IDLE_RUNS):  # the fixed cost: a timer run with nothing to do
             phase.name = "idle"
             seconds, cpu = rig.tick()
@@ -307,26 +309,26 @@ START = datetime(2031, 1, 1, 0, 0, 1, tzinfo=UTC)
 
 
 def _send_and_ingest(rig: _Rig, run: TierRun, phase: _Phase) -> None:
-    """Each minute: its messages sent in ``WINDOWS_PER_MINUTE`` parts, each ingested by one invocation; a timer run."""
-    per_minute, sent = -(-run.messages // run.minutes), 0
-    for _minute in range(run.minutes):
+    """Each ingest window (``WINDOWS_PER_MINUTE`` a minute): its share of the minute's messages sent, then one
+    ingest invocation over them; a timer run after every minute's windows (and after the last)."""
+    per_window = -(-run.messages * 1 // max(1, run.windows))
+    for w in range(run.windows):
+        start = w * per_window
         batch = [
             DelayedSend(rig.dest, _body(i, run.body), run.delay_seconds, message_id=f"m{i}", attributes={"n": i})
-            for i in range(sent, min(run.messages, sent + per_minute))
+            for i in range(start, min(run.messages, start + per_window))
         ]
-        sent += len(batch)
-        for w in range(WINDOWS_PER_MINUTE):
-            phase.name = "send"
-            part = batch[w::WINDOWS_PER_MINUTE]
-            if part:
-                result = rig.sender.send_delayed_batch(part)
-                assert result.ok, result.failures
-            phase.name = "ingest"
-            records, seconds, cpu = _drain_ingest(rig.sqs, rig.ingest_url, rig.ingest_arn, rig.handler)
-            run.ingest_invocations += 1 if records else 0
-            run.ingest_seconds, run.ingest_cpu = run.ingest_seconds + seconds, run.ingest_cpu + cpu
-        phase.name = "timer"
-        _timer_run(rig, run)
+        phase.name = "send"
+        if batch:
+            result = rig.sender.send_delayed_batch(batch)
+            assert result.ok, result.failures
+        phase.name = "ingest"
+        records, seconds, cpu = _drain_ingest(rig.sqs, rig.ingest_url, rig.ingest_arn, rig.handler)
+        run.ingest_invocations += 1 if records else 0
+        run.ingest_seconds, run.ingest_cpu = run.ingest_seconds + seconds, run.ingest_cpu + cpu
+        if (w + 1) % WINDOWS_PER_MINUTE == 0 or w + 1 == run.windows:
+            phase.name = "timer"
+            _timer_run(rig, run)
 
 
 def _timer_run(rig: _Rig, run: TierRun) -> None:
@@ -343,7 +345,7 @@ def _dispatch_all(rig: _Rig, run: TierRun, phase: _Phase) -> None:
     if run.scenario == "far":
         due = START + timedelta(seconds=run.delay_seconds)
         rig.clock.set(max(rig.clock.now(), due - timedelta(seconds=2 * COARSE + LEAD + FINE)))
-    end = rig.clock.now() + timedelta(seconds=run.delay_seconds + run.minutes + 3 * COARSE)
+    end = rig.clock.now() + timedelta(seconds=run.delay_seconds + run.windows + 3 * COARSE)
     phase.name = "timer"
     while sum(r.dispatched for r in rig.results) < run.messages and rig.clock.now() < end:
         _timer_run(rig, run)
