@@ -23,6 +23,7 @@ from delayed_delivery.app.demo.cloud_model import (
     CloudDemoConfig,
 )
 from delayed_delivery.app.demo.cloud_tracking import Planned, Tracker, message_body, message_id_of
+from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
 from delayed_delivery.settings import DelayedDeliverySettings
 
@@ -185,7 +186,7 @@ class AwsSide:
                     tracker.errored(message_id)
                 else:
                     tracker.arrived(message_id, now)
-                    with contextlib.suppress(Exception):  # the tracker counts arrivals; this only logs `consumed`
+                    with contextlib.suppress(DelayedDeliveryError):  # counted above; this only logs `consumed`
                         observe_lateness(delivered_from_boto3(m, destination=queue))
             if messages:
                 client.delete_message_batch(

@@ -22,6 +22,7 @@ from delayed_delivery.app.demo.cloud_model import (
     CloudDemoConfig,
 )
 from delayed_delivery.app.demo.cloud_tracking import Planned, Tracker, message_body
+from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.settings import DelayedDeliverySettings
 
 if TYPE_CHECKING:
@@ -238,7 +239,7 @@ class AzureSide:
                     self.tracker.errored(envelope.message_id)
                 else:
                     self.tracker.arrived(envelope.message_id, now)
-                    with contextlib.suppress(Exception):  # the tracker counts arrivals; this only logs `consumed`
+                    with contextlib.suppress(DelayedDeliveryError):  # counted above; this only logs `consumed`
                         observe_lateness(delivered_from_queue_message(m, destination=queue), metrics)
                 with contextlib.suppress(Exception):
                     client.delete_message(m)
