@@ -35,6 +35,7 @@ from benchmarks.costs.tier import LAMBDA_GB, WINDOWS_PER_MINUTE, TierRun, measur
 from benchmarks.sqs_hops import _moto, quiet_handler_output
 from delayed_delivery.cost import (
     ASSUMED_BUCKET_COUNTS,
+    MEASURED_PATH_FIELDS,
     SCHEDULER_PRICE_PER_INVOCATION,
     STANDARD_PRICE_PER_REQUEST,
     BucketCounts,
@@ -57,16 +58,7 @@ SHIPPED = 1_000
 #: Assumed time a function waits on one request on AWS, in seconds (docs/aws.md names the sources): S3 100 ms
 #: (the S3 performance guide's 100-200 ms for small objects, its low end), SQS 20 ms, DynamoDB 10 ms.
 LATENCY = {"s3": 0.100, "sqs": 0.020, "dynamodb": 0.010}
-PATH_FIELDS = (
-    "ingest_requests",
-    "dispatch_requests",
-    "s3_puts",
-    "s3_gets",
-    "dynamodb_reads",
-    "lambda_invocations",
-    "lambda_gb_seconds",
-    "stored_bytes",
-)
+PATH_FIELDS = MEASURED_PATH_FIELDS
 
 
 def tier_runs(volumes: dict[int, int]) -> dict[str, tuple[str, int, str]]:

@@ -14,6 +14,7 @@ from .cost_buckets import (
     DYNAMODB_READ_PRICE,
     LAMBDA_PRICE_PER_GB_SECOND,
     LAMBDA_PRICE_PER_INVOCATION,
+    MEASURED_PATH_FIELDS,
     PACKED_MEASURED_SIZE,
     S3_GET_PRICE_PER_REQUEST,
     S3_PUT_PRICE_PER_REQUEST,
@@ -40,6 +41,7 @@ __all__ = [
     "LAMBDA_PRICE_PER_INVOCATION",
     "MEASURED_BUCKET_METRICS",
     "MEASURED_METRICS",
+    "MEASURED_PATH_FIELDS",
     "PACKED_MEASURED_SIZE",
     "S3_GET_PRICE_PER_REQUEST",
     "S3_PUT_PRICE_PER_REQUEST",
@@ -159,18 +161,7 @@ _OPTIONAL = ("parked_first_send_requests", "parked_final_send_requests")
 #: The tier's counted work: ``BucketCounts`` field (``near.<f>`` / ``far.<f>`` for a path) -> aws_costs metric.
 MEASURED_BUCKET_METRICS: Mapping[str, tuple[str, str]] = {
     **{
-        f"{p}.{f}": ("aws_costs", f"buckets_{p}_{f}_per_message")
-        for p in ("near", "far")
-        for f in (
-            "ingest_requests",
-            "dispatch_requests",
-            "s3_puts",
-            "s3_gets",
-            "dynamodb_reads",
-            "lambda_invocations",
-            "lambda_gb_seconds",
-            "stored_bytes",
-        )
+        f"{p}.{f}": ("aws_costs", f"buckets_{p}_{f}_per_message") for p in ("near", "far") for f in MEASURED_PATH_FIELDS
     },
     "timer_lists_per_run": ("aws_costs", "buckets_idle_timer_lists_per_run"),
     "timer_gb_seconds_per_run": ("aws_costs", "buckets_idle_timer_gb_seconds_per_run"),

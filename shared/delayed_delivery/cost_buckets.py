@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .durations import Delay, to_seconds
@@ -15,6 +15,7 @@ __all__ = [
     "DYNAMODB_READ_PRICE",
     "LAMBDA_PRICE_PER_GB_SECOND",
     "LAMBDA_PRICE_PER_INVOCATION",
+    "MEASURED_PATH_FIELDS",
     "PACKED_MEASURED_SIZE",
     "S3_GET_PRICE_PER_REQUEST",
     "S3_PUT_PRICE_PER_REQUEST",
@@ -71,6 +72,10 @@ class BucketPath:
     lambda_invocations: float = 0.0
     lambda_gb_seconds: float = 0.0
     stored_bytes: float = 0.0
+
+
+#: The per-message fields of a ``BucketPath`` that the benchmark counts (every field but ``writes``).
+MEASURED_PATH_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(BucketPath) if f.name != "writes")
 
 
 @dataclass(frozen=True, slots=True)
