@@ -185,7 +185,22 @@ class TimerSqs:
             outcome.retry.extend(items)
             return outcome
         failed_at = self.clock.now().isoformat()
-        entries = [self._error_entry(str(n), item, failed_at, info, reduced=False) for n, item in enumerate(items)]
+        refused = self._send_errors(items, info, failed_at, outcome, reduced=False)
+        if refused:  # once more, reduced to id, reason and body; refused again, dropped
+            outcome.dropped.extend(self._send_errors(refused, info, failed_at, outcome, reduced=True))
+        return outcome
+
+    def _send_errors(
+        self,
+        items: Sequence[Rejected | Notice],
+        info: QueueInfo,
+        failed_at: str,
+        outcome: ErrorQueueOutcome,
+        *,
+        reduced: bool,
+    ) -> list[Rejected | Notice]:
+        """Send ``items`` to the error queue (counted in ``outcome``); return the ones it refused for good."""
+        entries = [self._error_entry(str(n), item, failed_at, info, reduced=reduced) for n, item in enumerate(items)]
         results = send_batches(self.client, info.url, entries, what=f"error queue {info.name!r}")
         refused: list[Rejected | Notice] = []
         for entry, item in zip(entries, items, strict=True):
@@ -196,25 +211,7 @@ class TimerSqs:
                 outcome.retry.append(item)
             else:
                 refused.append(item)
-        self._reduced(refused, info, failed_at, outcome)
-        return outcome
-
-    def _reduced(
-        self, refused: list[Rejected | Notice], info: QueueInfo, failed_at: str, outcome: ErrorQueueOutcome
-    ) -> None:
-        """Send what the error queue refused once more, reduced to id, reason and body; refused again, dropped."""
-        if not refused:
-            return
-        entries = [self._error_entry(str(n), item, failed_at, info, reduced=True) for n, item in enumerate(refused)]
-        results = send_batches(self.client, info.url, entries, what=f"error queue {info.name!r}")
-        for entry, item in zip(entries, refused, strict=True):
-            error = results[entry["Id"]].error
-            if error is None:
-                outcome.sent += 1
-            elif isinstance(error, TransientError):
-                outcome.retry.append(item)
-            else:
-                outcome.dropped.append(item)
+        return refused
 
     def _error_entry(
         self, entry_id: str, item: Rejected | Notice, failed_at: str, info: QueueInfo, *, reduced: bool
