@@ -46,6 +46,10 @@ _DOCS = {
     "bucket_coarse_seconds": "Length of a coarse (far) time bucket; a multiple of bucket_fine_seconds (seconds).",
     "bucket_dispatch_lead_seconds": "How long before a fine bucket starts it is dispatched, the rest waiting as "
     "DelaySeconds; plus bucket_fine_seconds at most 900 (seconds).",
+    "bucket_send_phase_ms": "The bucket timer sends each message when its due time is a whole number of seconds "
+    "away, within this step, so SQS's whole-second DelaySeconds add at most this much lateness; it costs up to 1 s "
+    "of timer time per bucket sent ahead of its due time and splits a destination's batches into up to 1000 / step "
+    "sends; 0 sends at once, up to 1 s late (1 to 1000 milliseconds, or 0).",
 }
 
 #: The values of ``long_delay_route``.
@@ -86,6 +90,7 @@ class DelayedDeliverySettings:
     bucket_fine_seconds: int = 60
     bucket_coarse_seconds: int = 86_400
     bucket_dispatch_lead_seconds: int = 600
+    bucket_send_phase_ms: int = 250
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -112,6 +117,8 @@ class DelayedDeliverySettings:
                 f"long_delay_route must be one of {', '.join(LONG_DELAY_ROUTES)}, got {self.long_delay_route!r}"
             )
         validate_sqs_queue_name(self.bucket_ingest_queue)
+        if self.bucket_send_phase_ms > 1000:
+            raise ConfigurationError(f"bucket_send_phase_ms must be from 0 to 1000, got {self.bucket_send_phase_ms}")
         BucketLevel.from_settings(self)  # validates the bucket_* settings together
 
     def with_(self, **changes: Any) -> DelayedDeliverySettings:

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from delayed_delivery.aws.buckets.timer import BucketTimer, TimerResult
+from delayed_delivery.aws.buckets.timer_sqs import send_waves
 from delayed_delivery.buckets import COARSE, FINE, BucketKey
 from delayed_delivery.cancellations import (
     CancellationCache,
@@ -241,3 +242,39 @@ def test_a_failed_read_sends_as_planned_and_reports_once_per_run(
     cache = CancellationCache(records, 0, clock=clock, on_error=lambda op, exc: problems.append(op))
     result = make_timer(store, sqs, tier_settings, clock, cache).run()
     assert result.dispatched == 8 and result.cancelled == 0 and problems == ["lookup"]
+
+
+def test_send_waves_put_each_message_a_whole_number_of_seconds_from_due() -> None:
+    due = [START + timedelta(milliseconds=ms) for ms in (30_370, 30_000, 5_999, -2_000, 450, 30_371)]
+    messages = [message(n, d) for n, d in enumerate(due)]
+    waves = send_waves(messages, START, 100)
+    assert [(w // timedelta(milliseconds=1), [m.message_id for m in ms]) for w, ms in waves] == [
+        (0, ["m-1", "m-3"]),  # on a whole second, or overdue: at once
+        (400, ["m-0", "m-5"]),
+        (500, ["m-4"]),  # due in 0.45 s: sent just after due, with DelaySeconds 0
+        (1000, ["m-2"]),
+    ]
+    for offset, wave in waves:
+        for m in wave:
+            remaining = (m.due_at - START - offset).total_seconds()
+            assert remaining <= 0 or -(-remaining // 1) - remaining < 0.1 + 1e-9  # rounded up adds < one step
+    assert send_waves(messages, START, 0) == [(timedelta(0), messages)]
+
+
+def test_sends_aligned_to_the_due_second_are_late_by_one_step_at_most(
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+) -> None:
+    for phase_ms, worst in ((100, timedelta(milliseconds=100)), (0, timedelta(seconds=1))):
+        clock = ManualClock(START)
+        queue_url(sqs, "orders")
+        recorder = Recorder(clock).attach(sqs)
+        settings = tier_settings.with_(bucket_send_phase_ms=phase_ms)
+        store = make_store(s3, tier_bucket, settings)
+        batch = [message(n, START + timedelta(milliseconds=1_000 + 97 * n)) for n in range(20)]  # 1-2.9 s
+        store.write_due(batch, START)
+        make_timer(store, sqs, settings, clock).run()
+        due = {m.message_id: m.due_at for m in batch}
+        lateness = [s.arrives - due[s.message_id or ""] for s in recorder.to("orders")]
+        assert len(lateness) == 20 and min(lateness) >= timedelta(0)
+        assert max(lateness) <= worst and (phase_ms == 0) == (max(lateness) > timedelta(milliseconds=500))
+        sqs.meta.events.unregister("provide-client-params.sqs.SendMessageBatch", recorder._record)

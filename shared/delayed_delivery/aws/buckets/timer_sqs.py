@@ -6,6 +6,7 @@ import base64
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ...bucket_format import BucketMessage
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
 
-__all__ = ["DispatchOutcome", "ErrorQueueOutcome", "Notice", "TimerSqs", "body_text"]
+__all__ = ["DispatchOutcome", "ErrorQueueOutcome", "Notice", "TimerSqs", "body_text", "send_waves"]
 
 _Attributes = dict[str, "MessageAttributeValueTypeDef"]
 
@@ -78,6 +79,24 @@ def body_text(body: bytes) -> str | None:
     return text if sqs_text_problem(text) is None else None
 
 
+def send_waves(
+    messages: Sequence[BucketMessage], start: datetime, phase_ms: int
+) -> list[tuple[timedelta, list[BucketMessage]]]:
+    """``messages`` in waves of (offset from ``start``, messages), earliest first.
+
+    A message due ``x`` seconds after ``start`` goes at the first step of ``phase_ms`` after ``x``'s fractional part
+    has passed, when it is a whole number of seconds (less at most a step) from due: ``DelaySeconds`` rounded up
+    then adds at most a step. Due, overdue, on a whole second, or ``phase_ms`` 0: at once.
+    """
+    waves: dict[int, list[BucketMessage]] = {}
+    for message in messages:
+        remaining_ms = (message.due_at - start) // timedelta(milliseconds=1)
+        fraction = remaining_ms % 1000
+        step = 0 if phase_ms <= 0 or remaining_ms <= 0 or fraction == 0 else fraction // phase_ms + 1
+        waves.setdefault(step, []).append(message)
+    return [(timedelta(milliseconds=step * phase_ms), waves[step]) for step in sorted(waves)]
+
+
 class TimerSqs:
     """Sends for one timer: a queue directory (URLs cached), the settings and the clock for the failure time."""
 
@@ -94,13 +113,23 @@ class TimerSqs:
         self.directory = directory or QueueDirectory(client)
 
     def dispatch(self, messages: Sequence[BucketMessage], window: DispatchWindow) -> DispatchOutcome:
-        """Send ``messages`` to their destinations with ``DelaySeconds = window.delay_seconds(due)``."""
+        """Send ``messages`` to their destinations with ``DelaySeconds`` the remainder at the moment of the send.
+
+        Sends go in waves (``send_waves``): each message when its due time is a whole number of seconds away, within
+        ``bucket_send_phase_ms``, so the whole-second rounding adds at most that much lateness.
+        """
         outcome = DispatchOutcome()
-        by_destination: dict[str, list[BucketMessage]] = {}
-        for message in messages:
-            by_destination.setdefault(message.destination, []).append(message)
-        for destination, group in by_destination.items():
-            self._dispatch_to(destination, group, window, outcome)
+        start = self.clock.now()
+        for offset, wave in send_waves(messages, start, self.settings.bucket_send_phase_ms):
+            wait = (start + offset - self.clock.now()).total_seconds()
+            if wait > 0:
+                self.clock.sleep(wait)
+            now = DispatchWindow(max(self.clock.now(), window.now), window.last)
+            by_destination: dict[str, list[BucketMessage]] = {}
+            for message in wave:
+                by_destination.setdefault(message.destination, []).append(message)
+            for destination, group in by_destination.items():
+                self._dispatch_to(destination, group, now, outcome)
         return outcome
 
     def _dispatch_to(
