@@ -285,14 +285,20 @@ class _Rig:
         return cls(sqs, s3, bucket, clock, dest, urls[dest], ingest_url, arn, handler, timer, sender, fresh)
 
     def tick(self) -> tuple[float, float]:
-        """One timer run, then the clock one fine bucket on; returns the run's wall and CPU seconds."""
+        """One timer run, then the clock one fine bucket on; returns the run's wall and CPU seconds.
+
+        Both include the run's waits for the due second (``bucket_send_phase_ms``): the manual clock skips them, a
+        Lambda is billed for them.
+        """
         if self.fresh_cache is not None:
             self.timer.cancellations = self.fresh_cache()
+        slept = len(self.clock.slept)
         start, cpu = time.perf_counter(), time.process_time()
         self.results.append(self.timer.run())
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+        waited = sum(s for s in self.clock.slept[slept:] if s > 0)
         self.clock.advance(FINE)
-        return seconds, cpu
+        return seconds + waited, cpu + waited
 
     def stored(self) -> tuple[int, int]:
         """The message objects in the bucket now (leases left out), and their bytes, as S3 lists them."""
