@@ -34,7 +34,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -271,14 +271,15 @@ class BucketLab:
 
     # --- one tick --------------------------------------------------------------------------------------------------
     def send_round(self) -> None:
-        """Ten messages due 3 s to ``max_delay`` s (simulated) from now, in one to three batches (several records)."""
+        """Ten messages due 3 s to ``max_delay`` s (simulated, to the ms) from now, in one to three batches."""
         start = self.result.messages
         ids = [f"m{n}" for n in range(start, start + 10)]
         now_ms = epoch_ms(self.clock.now())
         sends = []
         for message_id in ids:
-            delay = self.rng.randint(3, self.max_delay)
-            self.due_ms[message_id] = now_ms + delay * 1000
+            delay_ms = self.rng.randint(3_000, self.max_delay * 1_000)  # any phase of the second: sends go in waves
+            delay = timedelta(milliseconds=delay_ms)
+            self.due_ms[message_id] = now_ms + delay_ms
             self.send_mark[message_id] = len(self.crash_log)
             sends.append(DelayedSend(f"{self.run}-orders", message_id, delay, message_id=message_id))
         cuts = sorted(self.rng.sample(range(1, 10), self.rng.randint(0, 2)))
