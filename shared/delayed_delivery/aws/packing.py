@@ -47,6 +47,7 @@ __all__ = [
     "BadItem",
     "PackedMessage",
     "content_fingerprint",
+    "decode_attribute_entries",
     "decode_envelope",
     "envelope_attributes",
     "envelope_body",
@@ -231,7 +232,7 @@ def _decode_item(index: int, item: Any) -> PackedMessage | BadItem:
         problem = sqs_text_problem(body)
         if problem is not None:
             raise InvalidMessageError(f"the body {problem}")
-        attributes = _decode_attributes(item.get("a", {}))
+        attributes = decode_attribute_entries(item.get("a", {}), limit=MAX_ATTRIBUTES - 1)
     except InvalidMessageError as exc:
         return BadItem(name, text, f"malformed envelope entry {index}: {exc}")
     assert isinstance(message_id, str)
@@ -253,22 +254,22 @@ def _bounded_int(label: str, value: Any, limit: int | None = None) -> int:
     return value
 
 
-def _decode_attributes(raw: Any) -> dict[str, MessageAttributeValueTypeDef]:
-    """The entry's attributes in the boto3 shape, checked like a sender's (names, reserved prefix, SQS text)."""
-    if not isinstance(raw, dict) or len(raw) > MAX_ATTRIBUTES - 1:
-        raise InvalidMessageError("attributes must be an object with at most 9 entries")
+def decode_attribute_entries(raw: Any, *, limit: int) -> dict[str, MessageAttributeValueTypeDef]:
+    """``{name: [DataType, "s" | "b", text | base64]}`` in the boto3 shape, at most ``limit``, checked as sent."""
+    if not isinstance(raw, dict) or len(raw) > limit:
+        raise InvalidMessageError(f"attributes must be an object with at most {limit} entries")
     attributes: dict[str, Any] = {}
     for key, value in raw.items():
         if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, str) for v in value)):
-            raise InvalidMessageError(f"attribute {key!r} is not [DataType, kind, value]")
+            raise InvalidMessageError(f"attribute {key[:60]!r} is not [DataType, kind, value]")
         data_type, kind, data = value
         if kind == "b":
             try:
                 attributes[key] = {"DataType": data_type, "BinaryValue": base64.b64decode(data, validate=True)}
             except (binascii.Error, ValueError):
-                raise InvalidMessageError(f"attribute {key!r}: invalid base64") from None
+                raise InvalidMessageError(f"attribute {key[:60]!r}: invalid base64") from None
         elif kind == "s":
             attributes[key] = {"DataType": data_type, "StringValue": data}
         else:
-            raise InvalidMessageError(f"attribute {key!r}: unknown kind {kind!r}")
+            raise InvalidMessageError(f"attribute {key[:60]!r}: unknown kind {kind[:10]!r}")
     return normalize_attributes(attributes)

@@ -13,7 +13,6 @@ optional. One message sent alone is an envelope of one. Reading is bounded and n
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -25,7 +24,8 @@ from ...errors import ConfigurationError, InvalidMessageError
 from ...headers import HEADER_PREFIX
 from ...jsonbounds import json_depth
 from ...naming import FIFO_SUFFIX, validate_sqs_queue_name
-from ..sqs import MAX_ATTRIBUTES, message_size, normalize_attributes, sqs_text_problem
+from ..packing import decode_attribute_entries
+from ..sqs import MAX_ATTRIBUTES, message_size, sqs_text_problem
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef
@@ -235,7 +235,7 @@ def _decode_item(index: int, item: Any) -> BucketMessage | BadItem:
             destination=where,
             body=body.encode("utf-8"),
             due_at_ms=_ms("due time", item.get("d")),
-            attributes=_decode_attributes(item.get("a", {})),
+            attributes=decode_attribute_entries(item.get("a", {}), limit=MAX_ATTRIBUTES),
             sent_at_ms=None if sent is None else _ms("send time", sent),
         )
     except InvalidMessageError as exc:
@@ -258,24 +258,3 @@ def _ms(label: str, value: Any) -> int:
         shown = repr(value) if isinstance(value, _Unreadable) else _safe(value)[:40]
         raise InvalidMessageError(f"{label} must be whole epoch milliseconds from 1970 to 9000, got {shown}")
     return value
-
-
-def _decode_attributes(raw: Any) -> dict[str, MessageAttributeValueTypeDef]:
-    """The entry's attributes in the boto3 shape, checked like a sender's (names, reserved prefix, SQS text)."""
-    if not isinstance(raw, dict) or len(raw) > MAX_ATTRIBUTES:
-        raise InvalidMessageError(f"attributes must be an object with at most {MAX_ATTRIBUTES} entries")
-    attributes: dict[str, Any] = {}
-    for key, value in raw.items():
-        if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, str) for v in value)):
-            raise InvalidMessageError(f"attribute {key[:60]!r} is not [DataType, kind, value]")
-        data_type, kind, data = value
-        if kind == "b":
-            try:
-                attributes[key] = {"DataType": data_type, "BinaryValue": base64.b64decode(data, validate=True)}
-            except (binascii.Error, ValueError):
-                raise InvalidMessageError(f"attribute {key[:60]!r}: invalid base64") from None
-        elif kind == "s":
-            attributes[key] = {"DataType": data_type, "StringValue": data}
-        else:
-            raise InvalidMessageError(f"attribute {key[:60]!r}: unknown kind {kind[:10]!r}")
-    return normalize_attributes(attributes)
