@@ -71,8 +71,9 @@ def test_figures_ship_as_package_data() -> None:
     shipped = load_measured_figures()
     assert shipped.requests_per_hop.value == pytest.approx(0.316)
     assert shipped.packed_requests_per_hop.value == 0.083
-    assert shipped.requests_per_park.value == pytest.approx(0.0209, abs=1e-4)  # counted per step (aws_costs)
-    assert shipped.parked_requests_per_hop.value == pytest.approx(0.032)
+    park, hop = shipped.requests_per_park.value, shipped.parked_requests_per_hop.value  # counted per step (aws_costs)
+    assert 0.01 < park < hop < 0.1  # a park is never free and costs less than a hop; a re-run moves the digits
+    assert "aws_costs" in shipped.requests_per_park.source
     data = ok_json("cost", "--delay", "30d")
     assert data["our_measured_requests_per_hop"] == shipped.requests_per_hop.value
     assert data["our_measured_requests_per_hop_source"] == shipped.requests_per_hop.source
