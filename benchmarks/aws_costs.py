@@ -368,8 +368,14 @@ def run(smoke: bool = False, *, runs: int = 5, volumes: dict[int, int] | None = 
 
 def _volumes(text: str) -> dict[int, int]:
     """``100:6,1000:3`` -> {100: 6, 1000: 3} (messages a minute: ingest windows of 20 s simulated)."""
-    pairs = (item.split(":") for item in text.split(",") if item)
-    return {int(a): int(b) for a, b in pairs}
+    try:
+        pairs = [item.split(":") for item in text.split(",") if item]
+        volumes = {int(a): int(b) for a, b in pairs}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write messages a minute:windows, e.g. 100:6,1000:3") from None
+    if not volumes or min(volumes) < 1 or min(volumes.values()) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: each figure must be a whole number of at least 1")
+    return volumes
 
 
 def main() -> None:
@@ -378,10 +384,13 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument(
-        "--volumes", default="100:6,1000:3,10000:1", help="messages a minute:20 s windows simulated, comma-separated"
+        "--volumes",
+        type=_volumes,
+        default="100:6,1000:3,10000:1",
+        help="messages a minute:20 s windows simulated, comma-separated",
     )
     a = parser.parse_args()
-    rows = run(a.smoke, runs=a.runs, volumes=_volumes(a.volumes))
+    rows = run(a.smoke, runs=a.runs, volumes=a.volumes)
     print_table(rows, "AWS long-delay routes: requests counted per step at moto, and USD per million")
     counts = run.last_counts  # type: ignore[attr-defined]
     print(write_json(NAME + ("-smoke" if a.smoke else ""), rows, {"counts": counts}))
