@@ -35,17 +35,17 @@ from typing import Any
 
 from benchmarks.common import Row, print_table, write_json
 from benchmarks.sqs_hops import _moto
-from delayed_delivery.aws.buckets.config import BucketTierConfig
-from delayed_delivery.aws.buckets.ingest import BucketIngest
-from delayed_delivery.aws.buckets.provision import ensure_bucket_tier
-from delayed_delivery.aws.buckets.store import S3BucketStore
-from delayed_delivery.aws.buckets.timer import BucketTimer
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
-from delayed_delivery.bucket_format import MAX_OBJECT_MESSAGES, BucketMessage
-from delayed_delivery.buckets import COARSE, FINE, BucketKey, dispatch_window
+from delayed_delivery.aws.tier.config import BucketTierConfig
+from delayed_delivery.aws.tier.ingest import BucketIngest
+from delayed_delivery.aws.tier.provision import ensure_bucket_tier
+from delayed_delivery.aws.tier.store import S3BucketStore
+from delayed_delivery.aws.tier.timer import BucketTimer
 from delayed_delivery.clock import ManualClock, SystemClock
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery, epoch_ms
 from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.timebuckets.format import MAX_OBJECT_MESSAGES, BucketMessage
+from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey, dispatch_window
 
 NAME = "bucket_tier"
 BODY_BYTES = 1024

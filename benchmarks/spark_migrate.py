@@ -219,9 +219,9 @@ def _tier_objects(url: str) -> dict[str, int]:
     """Objects and messages in the tier's S3 bucket, from the listing (keys carry the count)."""
     import boto3
 
-    from delayed_delivery.aws.buckets.store import S3BucketStore
-    from delayed_delivery.buckets import COARSE, FINE
+    from delayed_delivery.aws.tier.store import S3BucketStore
     from delayed_delivery.pipelines.targets import TargetSpec
+    from delayed_delivery.timebuckets.wheel import COARSE, FINE
 
     spec = TargetSpec.parse(url)
     client = boto3.client("s3", endpoint_url=spec.option("endpoint_url"), region_name="us-east-1")

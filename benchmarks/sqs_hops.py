@@ -31,10 +31,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import Row, print_table, write_json
-from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE, PACK_BYTES_ENV
 from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.aws.requeue import RecordResult
+from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller, RequestCounter

@@ -7,8 +7,8 @@ round (so a busy machine slows them alike):
 
 * ``raw``, the baseline, no logic at all: ``receive_message`` (10, all attributes), ``send_message_batch`` of
   the same bodies and attributes back to the queue, ``delete_message_batch``.
-* ``requeue``: the real Lambda handler (``delayed_delivery.aws.handler.build_handler``: Powertools logger, metrics,
-  tracer, ``SqsFifoPartialProcessor``, ``FifoRequeuer``) behind the local event source (``poll_once``), with
+* ``requeue``: the real Lambda handler (``delayed_delivery.aws.requeue.handler.build_handler``: Powertools logger,
+  metrics, tracer, ``SqsFifoPartialProcessor``, ``FifoRequeuer``) behind the local event source (``poll_once``), with
   envelope packing on (the default, 64 KiB).
 * ``requeue_unpacked``: the same with ``DELAYED_DELIVERY_PACK_BYTES=0`` (one FIFO message per record).
 
@@ -128,7 +128,7 @@ WARM_UP = 10
 
 def sample(endpoint: str, side: str, records: int) -> tuple[float, float]:
     """Records per second and client CPU ms per record for ``side`` on a fresh queue (after ``WARM_UP``)."""
-    from delayed_delivery.aws.handler import build_handler
+    from delayed_delivery.aws.requeue.handler import build_handler
 
     client = _client(endpoint)
     run = f"tp{time.time_ns()}"

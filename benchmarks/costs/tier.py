@@ -22,12 +22,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from benchmarks.costs.steps import StepCounter
-from delayed_delivery.aws.buckets.config import BucketTierConfig
-from delayed_delivery.aws.buckets.ingest_handler import build_ingest_handler
-from delayed_delivery.aws.buckets.store import S3BucketStore
-from delayed_delivery.aws.buckets.timer import BucketTimer, TimerResult
 from delayed_delivery.aws.cancellations import DynamoDbCancellationStore, ensure_cancellation_table
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.aws.tier.config import BucketTierConfig
+from delayed_delivery.aws.tier.ingest_handler import build_ingest_handler
+from delayed_delivery.aws.tier.store import S3BucketStore
+from delayed_delivery.aws.tier.timer import BucketTimer, TimerResult
 from delayed_delivery.cancellations import CancellationCache
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.settings import DelayedDeliverySettings

@@ -2,8 +2,8 @@
 
 Wire it to the tier's ingest queue with an SQS event source (``ReportBatchItemFailures``, a batching window).
 Nothing is read or created at import time: the first call reads the environment (``BucketTierConfig.from_env``,
-see ``delayed_delivery/aws/buckets/config.py``) and builds the in-package handler
-(``delayed_delivery.aws.buckets.ingest_handler``).
+see ``delayed_delivery/aws/tier/config.py``) and builds the in-package handler
+(``delayed_delivery.aws.tier.ingest_handler``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from delayed_delivery.aws.buckets.config import BucketTierConfig
-from delayed_delivery.aws.buckets.ingest_handler import LambdaHandler, build_ingest_handler
+from delayed_delivery.aws.tier.config import BucketTierConfig
+from delayed_delivery.aws.tier.ingest_handler import LambdaHandler, build_ingest_handler
 
 __all__ = ["handler", "reset"]
 

@@ -1,8 +1,8 @@
 """Lambda entry point for the time-bucket tier's timer (handler ``functions.aws.bucket_timer.handler``).
 
 Wire it to an EventBridge schedule (every minute). Nothing is read or created at import time: the first call reads
-the environment (``BucketTierConfig.from_env``, see ``delayed_delivery/aws/buckets/config.py``), makes the S3, SQS
-and DynamoDB clients and builds the in-package handler (``delayed_delivery.aws.buckets.timer_handler``).
+the environment (``BucketTierConfig.from_env``, see ``delayed_delivery/aws/tier/config.py``), makes the S3, SQS
+and DynamoDB clients and builds the in-package handler (``delayed_delivery.aws.tier.timer_handler``).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from delayed_delivery.aws.buckets.config import BucketTierConfig
-from delayed_delivery.aws.buckets.timer_handler import TimerHandler, build_timer_handler
+from delayed_delivery.aws.tier.config import BucketTierConfig
+from delayed_delivery.aws.tier.timer_handler import TimerHandler, build_timer_handler
 
 __all__ = ["handler", "reset"]
 

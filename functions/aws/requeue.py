@@ -2,7 +2,7 @@
 
 Wire it to each ``<queue>-delay.fifo`` with an SQS event source (batch 10, ``ReportBatchItemFailures``).
 Nothing is read or created at import time: the first call reads the environment (``AwsConfig.from_env``,
-see ``delayed_delivery/aws/config.py``) and builds the in-package handler (``delayed_delivery.aws.handler``).
+see ``delayed_delivery/aws/config.py``) and builds the in-package handler (``delayed_delivery.aws.requeue.handler``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from delayed_delivery.aws.config import AwsConfig
-from delayed_delivery.aws.handler import LambdaHandler, build_handler
+from delayed_delivery.aws.requeue.handler import LambdaHandler, build_handler
 
 __all__ = ["handler", "reset"]
 

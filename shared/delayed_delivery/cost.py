@@ -8,7 +8,10 @@ from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from typing import Any, Literal
 
-from .cost_buckets import (
+from .durations import Delay, to_seconds
+from .errors import ConfigurationError, InvalidMessageError
+from .planning import SqsParkPolicy, SqsRoute, plan_sqs_delay, sqs_park_schedule
+from .timebuckets.cost import (
     ASSUMED_BUCKET_COUNTS,
     BILLED_CHUNK_BYTES,
     DYNAMODB_READ_PRICE,
@@ -28,9 +31,6 @@ from .cost_buckets import (
     estimate_bucket_cost,
     estimate_bucket_fixed_cost,
 )
-from .durations import Delay, to_seconds
-from .errors import ConfigurationError, InvalidMessageError
-from .planning import SqsParkPolicy, SqsRoute, plan_sqs_delay, sqs_park_schedule
 
 __all__ = [
     "ASSUMED_BUCKET_COUNTS",
@@ -70,7 +70,7 @@ __all__ = [
     "load_measured_figures",
 ]
 
-#: us-east-1 list prices (USD per request / invocation); the standard queue's and the tier's are in cost_buckets.
+#: us-east-1 list prices (USD per request / invocation); the standard queue's and the tier's are in timebuckets/cost.py.
 FIFO_PRICE_PER_REQUEST = 0.0000005
 SCHEDULER_PRICE_PER_INVOCATION = 0.000001
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .buckets import BucketLevel
 from .errors import ConfigurationError
 from .naming import validate_sqs_queue_name
+from .timebuckets.wheel import BucketLevel
 
 __all__ = ["ENV_PREFIX", "LONG_DELAY_ROUTES", "MAX_PARK_SECONDS", "MAX_VISIBILITY_TIMEOUT", "DelayedDeliverySettings"]
 

@@ -15,8 +15,8 @@ from delayed_delivery.aws.cancellations import (
     DynamoDbCancellationStore,
     ensure_cancellation_table,
 )
-from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
+from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller, RequestCounter

@@ -152,7 +152,7 @@ def test_concurrent_invocations_of_one_handler_keep_their_batches_apart(
 
     from aws_lambda_powertools import Logger
 
-    from delayed_delivery.aws.handler import build_handler
+    from delayed_delivery.aws.requeue.handler import build_handler
     from delayed_delivery.aws.sender import DelayedSend
 
     info = Logger.info

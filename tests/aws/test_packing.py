@@ -13,7 +13,6 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from delayed_delivery.aws.config import AwsConfig
-from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.packing import (
     ENVELOPE_ATTRIBUTE,
     MAX_ENVELOPE_ENTRIES,
@@ -27,6 +26,7 @@ from delayed_delivery.aws.packing import (
 )
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome
+from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.aws.sqs import message_size, sqs_text_problem
 from delayed_delivery.delivery import user_headers

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from delayed_delivery.aws.handler import LambdaHandler, build_handler
 from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome, RecordResult, receive_limit
+from delayed_delivery.aws.requeue.handler import LambdaHandler, build_handler
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalLambdaContext

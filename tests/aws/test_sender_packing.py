@@ -14,9 +14,9 @@ import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
-from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE, PackedMessage, content_fingerprint, decode_envelope
 from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
+from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.delivery import user_headers
 from delayed_delivery.errors import ConfigurationError, PermanentError, TransientError

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from delayed_delivery.aws.cancellations import CACHE_SECONDS_ENV, TABLE_ENV
-from delayed_delivery.aws.handler import build_handler
+from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller
 from tests.aws.conftest import collect, handler_env

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from delayed_delivery.app.cli import app
 from delayed_delivery.app.demo.cloud_buckets import tier_settings, tier_summary_rows
 from delayed_delivery.app.demo.cloud_model import CloudDemoResult, CloudSummary
-from delayed_delivery.buckets import COARSE, FINE, BucketLevel, bucket_of
 from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketLevel, bucket_of
 
 
 @pytest.mark.moto

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from delayed_delivery.aws.buckets.ingest_format import INGEST_ATTRIBUTE, decode_ingest
 from delayed_delivery.aws.packing import (
     ENVELOPE_ATTRIBUTE,
     BadItem,
@@ -26,13 +25,14 @@ from delayed_delivery.aws.packing import (
 from delayed_delivery.aws.requeue import HopOutcome
 from delayed_delivery.aws.sender import deduplication_id, sent_of
 from delayed_delivery.aws.sqs import normalize_attributes
+from delayed_delivery.aws.tier.ingest_format import INGEST_ATTRIBUTE, decode_ingest
 from delayed_delivery.azure import rows
 from delayed_delivery.azure.storage_queue import decode_envelope as decode_queue_text
-from delayed_delivery.bucket_format import BucketMessage
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.sqlite_store import SqliteDelayedMessageStore
+from delayed_delivery.timebuckets.format import BucketMessage
 from tests.golden import wire
 from tests.golden.captures import requeuer
 

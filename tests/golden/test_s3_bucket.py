@@ -1,4 +1,4 @@
-"""The S3 time-bucket object (``bucket_format``): today's reader reads every version, today's writer the newest.
+"""The S3 time-bucket object (``timebuckets.format``): today's reader reads every version, today's writer the newest.
 
 The golden ``s3_bucket.vN.json`` holds the object key, the decompressed lines and the base64 of the object. The
 writer is compared on the key and the decompressed bytes (gzip's compressed bytes may differ between zlib builds).
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from delayed_delivery.bucket_format import BucketMessage, bucket_object_key, decode_bucket, encode_bucket
-from delayed_delivery.buckets import FINE, BucketKey, parse_object_key_count
+from delayed_delivery.timebuckets.format import BucketMessage, bucket_object_key, decode_bucket, encode_bucket
+from delayed_delivery.timebuckets.wheel import FINE, BucketKey, parse_object_key_count
 from tests.golden import wire
 
 KIND = "s3_bucket"

@@ -44,13 +44,13 @@ def test_lambda_asset_is_exactly_the_core_the_aws_adapter_and_the_entry(tmp_path
     assert {"app", "testing", "azure", "postgres", "pipelines"} <= SKIP_PACKAGES
     for needed in (
         "delayed_delivery/__init__.py",
-        "delayed_delivery/aws/handler.py",
+        "delayed_delivery/aws/requeue/handler.py",
         "delayed_delivery/planning.py",
         "functions/aws/requeue.py",
         "functions/aws/bucket_ingest.py",  # the time-bucket tier's two entry points and their package
         "functions/aws/bucket_timer.py",
-        "delayed_delivery/aws/buckets/ingest_handler.py",
-        "delayed_delivery/aws/buckets/timer_handler.py",
+        "delayed_delivery/aws/tier/ingest_handler.py",
+        "delayed_delivery/aws/tier/timer_handler.py",
     ):
         assert needed in files_under(asset)
     assert_runtime_only(asset)

@@ -370,7 +370,7 @@ def test_grant_send_ingest_allows_a_role_and_bad_sizes_are_refused(tmp_path: Pat
 
 
 def test_the_functions_environment_is_what_the_tier_config_reads(tier: Synth) -> None:
-    from delayed_delivery.aws.buckets.config import BucketTierConfig
+    from delayed_delivery.aws.tier.config import BucketTierConfig
 
     _, raw, _ = tier
     for handler in (INGEST_HANDLER, TIMER_HANDLER):

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from delayed_delivery.aws.buckets.store import S3BucketStore
-from delayed_delivery.bucket_format import BucketMessage
-from delayed_delivery.buckets import COARSE, FINE, BucketKey, BucketLevel, bucket_of
+from delayed_delivery.aws.tier.store import S3BucketStore
 from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.model import DelayedMessage, Headers
 from delayed_delivery.pipelines.bucket_target import BucketTarget, bucket_target_url, to_bucket_message
 from delayed_delivery.pipelines.cli import build_parser, target_url
 from delayed_delivery.pipelines.migrate import MigrationOptions, abort_migration, run_migration
 from delayed_delivery.pipelines.targets import TargetSpec
+from delayed_delivery.timebuckets.format import BucketMessage
+from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey, BucketLevel, bucket_of
 from tests.fixtures.moto import REGION
 
 NOW = datetime(2026, 3, 1, 12, 0, 30, tzinfo=UTC)
@@ -237,7 +237,7 @@ def test_the_benchmark_migrates_into_the_tier_on_its_own_moto_at_smoke_size(spar
 
 @pytest.mark.moto
 def test_the_timer_sends_migrated_messages_an_already_due_one_at_its_first_run(s3: Any, sqs: Any) -> None:
-    from delayed_delivery.aws.buckets.timer import BucketTimer
+    from delayed_delivery.aws.tier.timer import BucketTimer
     from delayed_delivery.clock import ManualClock
     from delayed_delivery.settings import DelayedDeliverySettings
 

@@ -40,12 +40,12 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from delayed_delivery.aws.buckets.config import BucketTierConfig
-from delayed_delivery.aws.buckets.ingest import BucketIngest
-from delayed_delivery.aws.buckets.provision import ensure_bucket_tier
-from delayed_delivery.aws.buckets.store import S3BucketStore
-from delayed_delivery.aws.buckets.timer import BucketTimer
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.aws.tier.config import BucketTierConfig
+from delayed_delivery.aws.tier.ingest import BucketIngest
+from delayed_delivery.aws.tier.provision import ensure_bucket_tier
+from delayed_delivery.aws.tier.store import S3BucketStore
+from delayed_delivery.aws.tier.timer import BucketTimer
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.delivery import epoch_ms
 from delayed_delivery.settings import DelayedDeliverySettings

@@ -487,8 +487,8 @@ def sqs_transport_outage(
 
 def sqs_requeue_outage(moto_url: str, messages: int = 40, outages: int = 1, down: float = 4.0) -> OutageResult:
     """FIFO requeue handler + local poller on a proxied client; cut the proxy mid-run, count at the destination."""
-    from delayed_delivery.aws.handler import build_handler
     from delayed_delivery.aws.queues import ensure_endpoint
+    from delayed_delivery.aws.requeue.handler import build_handler
     from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
     from delayed_delivery.testing.aws import LocalEventSourcePoller
     from tests.fixtures.outage import TcpProxy

@@ -1,6 +1,6 @@
 """Crash injection for the SQS FIFO-requeue handler on moto server.
 
-The real Lambda handler (``delayed_delivery.aws.handler.build_handler``) is driven by the local event source
+The real Lambda handler (``delayed_delivery.aws.requeue.handler.build_handler``) is driven by the local event source
 (``LocalEventSourcePoller``), with compressed times (native cap and FIFO hop 1 s, visibility timeout 1 s).
 Two kinds of crash:
 
@@ -36,8 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
+from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller

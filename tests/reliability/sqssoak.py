@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
 from delayed_delivery.aws import DelayedSend, EndpointQueues, HopOutcome, SqsDelayedSender, ensure_endpoint
-from delayed_delivery.aws.handler import build_handler
+from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller
 from tests.fixtures.moto import queue_depth

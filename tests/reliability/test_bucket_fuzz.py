@@ -29,19 +29,19 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from delayed_delivery.aws.buckets import timer as timer_module
-from delayed_delivery.aws.buckets.config import BucketTierConfig
-from delayed_delivery.aws.buckets.ingest_format import INGEST_ATTRIBUTE
-from delayed_delivery.aws.buckets.ingest_handler import build_ingest_handler
-from delayed_delivery.aws.buckets.store import S3BucketStore
-from delayed_delivery.aws.buckets.timer import BucketTimer, TimerResult
 from delayed_delivery.aws.sqs import sqs_text_problem
-from delayed_delivery.buckets import FINE, BucketLevel, bucket_of
+from delayed_delivery.aws.tier import timer as timer_module
+from delayed_delivery.aws.tier.config import BucketTierConfig
+from delayed_delivery.aws.tier.ingest_format import INGEST_ATTRIBUTE
+from delayed_delivery.aws.tier.ingest_handler import build_ingest_handler
+from delayed_delivery.aws.tier.store import S3BucketStore
+from delayed_delivery.aws.tier.timer import BucketTimer, TimerResult
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery, epoch_ms
 from delayed_delivery.headers import FAILURE_REASON, is_reserved
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalLambdaContext
+from delayed_delivery.timebuckets.wheel import FINE, BucketLevel, bucket_of
 from tests.fixtures.moto import REGION
 
 pytestmark = pytest.mark.moto

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE, MAX_ENVELOPE_ENTRIES
 from delayed_delivery.aws.queues import ensure_endpoint
+from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.headers import FAILURE_REASON
 from delayed_delivery.testing.aws import LocalLambdaContext
 from tests.reliability.sqslab import handler_env, lab_settings

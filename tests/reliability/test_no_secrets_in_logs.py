@@ -12,8 +12,8 @@ import boto3
 import pytest
 
 from delayed_delivery import DelayedDeliverySettings, DelayedMessage, Dispatcher, ManualClock, SqliteDelayedMessageStore
-from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.queues import ensure_endpoint
+from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.transport import SqsTransport
 from delayed_delivery.testing.aws import LocalLambdaContext
 from tests.reliability.sqslab import handler_env, lab_settings

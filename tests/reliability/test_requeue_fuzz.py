@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from delayed_delivery.aws.handler import build_handler
 from delayed_delivery.aws.queues import ensure_endpoint
+from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON
 from delayed_delivery.testing.aws import LocalLambdaContext
 from tests.fixtures.moto import queue_depth

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from delayed_delivery.bucket_census import take_census
-from delayed_delivery.buckets import COARSE, FINE, BucketKey, BucketLevel
 from delayed_delivery.errors import InvalidMessageError
+from delayed_delivery.timebuckets.census import take_census
+from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey, BucketLevel
 
 NOW = datetime(2031, 2, 3, 4, 5, 6, tzinfo=UTC)
 

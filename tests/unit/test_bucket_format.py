@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delayed_delivery import bucket_format
-from delayed_delivery.bucket_format import (
+from delayed_delivery.errors import InvalidMessageError
+from delayed_delivery.timebuckets import format as bucket_format
+from delayed_delivery.timebuckets.format import (
     FORMAT_VERSION,
     MAX_OBJECT_MESSAGES,
     BucketMessage,
@@ -20,8 +21,7 @@ from delayed_delivery.bucket_format import (
     decode_bucket,
     encode_bucket,
 )
-from delayed_delivery.buckets import COARSE, FINE, BucketKey, BucketLevel
-from delayed_delivery.errors import InvalidMessageError
+from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey, BucketLevel
 
 BUCKET = BucketKey(FINE, datetime(2031, 2, 3, 4, 5, tzinfo=UTC))
 START_MS = 1_927_857_900_000

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delayed_delivery.buckets import (
+from delayed_delivery.errors import ConfigurationError, InvalidMessageError
+from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.timebuckets.wheel import (
     COARSE,
     FINE,
     MAX_DELAY_SECONDS,
@@ -23,8 +25,6 @@ from delayed_delivery.buckets import (
     parse_object_key,
     parse_object_key_count,
 )
-from delayed_delivery.errors import ConfigurationError, InvalidMessageError
-from delayed_delivery.settings import DelayedDeliverySettings
 
 LEVELS = BucketLevel()
 NOW = datetime(2031, 2, 3, 4, 5, 6, 789_000, tzinfo=UTC)

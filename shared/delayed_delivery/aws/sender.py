@@ -28,7 +28,7 @@ envelope lists every message inside it in ``failures``; ``BatchSendResult.raise_
 one error naming them. ``send_delayed`` (one message) never packs.
 
 ``long_delay_route`` (``fifo`` by default) may send delays past the cap to the S3 time-bucket tier instead: its
-ingest queue, packed in ingest envelopes (``aws/buckets/sender.py``, docs/buckets.md); the receipt says ``buckets``.
+ingest queue, packed in ingest envelopes (``aws/tier/sender.py``, docs/buckets.md); the receipt says ``buckets``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ from ..headers import DELAY_SECONDS_ATTRIBUTE
 from ..naming import sqs_delay_queue_name, validate_sqs_queue_name
 from ..planning import SqsRoute, plan_sqs_delay
 from ..settings import DelayedDeliverySettings
-from .buckets.sender import BucketSend, BucketSendLeg
 from .packing import (
     DEFAULT_PACK_BYTES,
     FINGERPRINT_CHARS,
@@ -77,6 +76,7 @@ from .sqs import (
     send_batches,
     translate_error,
 )
+from .tier.sender import BucketSend, BucketSendLeg
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -223,7 +223,7 @@ class SqsDelayedSender:
         self.directory = directory or QueueDirectory(client)
         self.pack_bytes = pack_bytes
         self.clock = clock or SystemClock()
-        #: Delays past the cap that ``long_delay_route`` sends to the time-bucket tier (aws/buckets/sender.py).
+        #: Delays past the cap that ``long_delay_route`` sends to the time-bucket tier (aws/tier/sender.py).
         self.buckets = BucketSendLeg(client, self.settings, self.directory, self.clock)
 
     def send_delayed(

@@ -10,15 +10,15 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from ..bucket_format import MAX_OBJECT_MESSAGES, BucketMessage
-from ..buckets import BucketKey, BucketLevel, bucket_of
 from ..errors import ConfigurationError, InvalidMessageError
 from ..headers import HEADER_PREFIX
 from ..model import DelayedMessage
+from ..timebuckets.format import MAX_OBJECT_MESSAGES, BucketMessage
+from ..timebuckets.wheel import BucketKey, BucketLevel, bucket_of
 from .batches import one_per_id
 
 if TYPE_CHECKING:
-    from ..aws.buckets.store import S3BucketStore
+    from ..aws.tier.store import S3BucketStore
     from .targets import MigrationTarget, TargetSpec
 
 __all__ = [
@@ -50,7 +50,7 @@ def bucket_target_url(
     """The URL for ``--target s3buckets --bucket-name B [--prefix P] [--endpoint-url U]`` (B from the environment)."""
     import os
 
-    from ..aws.buckets.config import BUCKET_NAME_ENV
+    from ..aws.tier.config import BUCKET_NAME_ENV
 
     bucket_name = bucket_name or os.environ.get(BUCKET_NAME_ENV, "").strip()
     if not bucket_name:
@@ -205,8 +205,8 @@ def build_bucket_target(spec: TargetSpec) -> MigrationTarget:
     try:
         import boto3
 
-        from ..aws.buckets.config import DEFAULT_PREFIX, BucketTierConfig
-        from ..aws.buckets.store import S3BucketStore
+        from ..aws.tier.config import DEFAULT_PREFIX, BucketTierConfig
+        from ..aws.tier.store import S3BucketStore
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ConfigurationError("the s3buckets target needs the aws extra: pip install '.[aws]'") from exc
     config = BucketTierConfig(spec.location, spec.option("prefix") or DEFAULT_PREFIX)

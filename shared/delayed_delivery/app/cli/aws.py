@@ -264,7 +264,7 @@ def _requeue_pollers(
     """One local event source per delay queue, all invoking one in-package handler."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from delayed_delivery.aws.handler import build_handler
+    from delayed_delivery.aws.requeue.handler import build_handler
     from delayed_delivery.aws.sqs import translate_error
     from delayed_delivery.testing.aws import LocalEventSourcePoller
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from delayed_delivery.app.routes.sqs import cli_client
-from delayed_delivery.aws.buckets.config import BUCKET_NAME_ENV, BUCKET_PREFIX_ENV, DEFAULT_PREFIX, BucketTierConfig
+from delayed_delivery.aws.tier.config import BUCKET_NAME_ENV, BUCKET_PREFIX_ENV, DEFAULT_PREFIX, BucketTierConfig
 from delayed_delivery.settings import DelayedDeliverySettings
 
 __all__ = [
@@ -75,7 +75,7 @@ def _clients(endpoint_url: str | None, region: str | None) -> tuple[Any, Any]:
 
 def create_tier(config: BucketTierConfig, endpoint_url: str | None, region: str | None) -> dict[str, str]:
     """Create the bucket, the ingest queue and its DLQ, and the error queue; what was made, for the JSON output."""
-    from delayed_delivery.aws.buckets.provision import ensure_bucket_tier
+    from delayed_delivery.aws.tier.provision import ensure_bucket_tier
 
     made = ensure_bucket_tier(*_clients(endpoint_url, region), config)
     return {
@@ -88,6 +88,6 @@ def create_tier(config: BucketTierConfig, endpoint_url: str | None, region: str 
 
 def check_tier(config: BucketTierConfig, endpoint_url: str | None, region: str | None) -> list[str]:
     """The tier's problems (empty: ready)."""
-    from delayed_delivery.aws.buckets.provision import check_bucket_tier
+    from delayed_delivery.aws.tier.provision import check_bucket_tier
 
     return check_bucket_tier(*_clients(endpoint_url, region), config)

@@ -25,13 +25,13 @@ from rich.console import Console
 from delayed_delivery.app.cli.aws_buckets import DEFAULT_BUCKET, BucketName, BucketPrefix
 from delayed_delivery.app.routes.base import LOCAL_MOTO_URL
 from delayed_delivery.app.routes.sqs import cli_client
-from delayed_delivery.aws.buckets.config import BUCKET_NAME_ENV, BucketTierConfig
+from delayed_delivery.aws.tier.config import BUCKET_NAME_ENV, BucketTierConfig
 from delayed_delivery.errors import ConfigurationError, DelayedDeliveryError, DestinationNotFoundError
 from delayed_delivery.redact import redact
 
 if TYPE_CHECKING:
-    from delayed_delivery.aws.buckets.ingest import IngestResult
-    from delayed_delivery.aws.buckets.timer import TimerResult
+    from delayed_delivery.aws.tier.ingest import IngestResult
+    from delayed_delivery.aws.tier.timer import TimerResult
     from delayed_delivery.testing.aws import LocalEventSourcePoller
 
 __all__ = ["TierTally", "run_tier_command"]
@@ -128,10 +128,10 @@ def _build(config: BucketTierConfig, endpoint: str, region: str | None, local: b
     """Clients on the endpoint (S3 and DynamoDB may be split off by AWS_ENDPOINT_URL_S3 / _DYNAMODB), both handlers."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from delayed_delivery.aws.buckets.ingest_handler import build_ingest_handler
-    from delayed_delivery.aws.buckets.store import S3BucketStore
-    from delayed_delivery.aws.buckets.timer_handler import build_timer_handler
     from delayed_delivery.aws.sqs import translate_error
+    from delayed_delivery.aws.tier.ingest_handler import build_ingest_handler
+    from delayed_delivery.aws.tier.store import S3BucketStore
+    from delayed_delivery.aws.tier.timer_handler import build_timer_handler
     from delayed_delivery.testing.aws import LocalEventSourcePoller
 
     s3 = cli_client("s3", os.environ.get("AWS_ENDPOINT_URL_S3") or endpoint, region, local=local)

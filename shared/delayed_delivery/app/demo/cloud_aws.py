@@ -125,7 +125,7 @@ class AwsSide:
 
     def _lambda(self) -> Callable[[dict[str, Any], Any], Any]:
         """The requeue handler, as one Lambda sandbox runs it: one invocation at a time."""
-        from delayed_delivery.aws.handler import build_handler
+        from delayed_delivery.aws.requeue.handler import build_handler
 
         # Powertools writes logs and EMF metrics to stdout (CloudWatch reads them there); keep the demo's own
         # stdout for its table / JSON: verbose → stderr, otherwise discarded.

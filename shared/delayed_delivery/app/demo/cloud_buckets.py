@@ -21,7 +21,7 @@ from delayed_delivery.settings import DelayedDeliverySettings
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-    from delayed_delivery.aws.buckets.timer import TimerResult
+    from delayed_delivery.aws.tier.timer import TimerResult
 
 __all__ = [
     "TIER_BUCKET",
@@ -67,7 +67,7 @@ class TierSide:
         base: DelayedDeliverySettings,
         verbose: bool,
     ) -> None:
-        from delayed_delivery.aws.buckets.config import BucketTierConfig
+        from delayed_delivery.aws.tier.config import BucketTierConfig
         from delayed_delivery.testing.aws import RequestCounter
 
         self.config = config
@@ -116,7 +116,7 @@ class TierSide:
 
     def _ingest_function(self) -> Callable[[dict[str, Any], Any], Any]:
         """The ingest Lambda's handler, one invocation at a time."""
-        from delayed_delivery.aws.buckets.ingest_handler import build_ingest_handler
+        from delayed_delivery.aws.tier.ingest_handler import build_ingest_handler
 
         with contextlib.redirect_stdout(self._sink()):
             handler = build_ingest_handler(self.tier, s3=self.ingest_s3, sqs=self.ingest_sqs)
@@ -136,9 +136,9 @@ class TierSide:
 
     def _timer_loop(self) -> None:
         """Run the timer every ``TIER_TIMER_PERIOD`` seconds, as its EventBridge schedule does every minute."""
-        from delayed_delivery.aws.buckets.store import S3BucketStore
-        from delayed_delivery.aws.buckets.timer import BucketTimer
         from delayed_delivery.aws.cancellations import DynamoDbCancellationStore
+        from delayed_delivery.aws.tier.store import S3BucketStore
+        from delayed_delivery.aws.tier.timer import BucketTimer
         from delayed_delivery.cancellations import CancellationCache
         from delayed_delivery.clock import SystemClock
 

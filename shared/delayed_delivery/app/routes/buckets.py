@@ -24,12 +24,12 @@ from delayed_delivery.clock import SystemClock, utc
 from delayed_delivery.errors import DestinationNotFoundError, InvalidMessageError
 
 if TYPE_CHECKING:
-    from delayed_delivery.aws.buckets.config import BucketTierConfig
-    from delayed_delivery.aws.buckets.relocate import Relocation, ScanProgress
-    from delayed_delivery.aws.buckets.store import S3BucketStore
     from delayed_delivery.aws.cancellations import DynamoDbCancellationStore
-    from delayed_delivery.bucket_census import BucketCensus, CensusPeriod
+    from delayed_delivery.aws.tier.config import BucketTierConfig
+    from delayed_delivery.aws.tier.relocate import Relocation, ScanProgress
+    from delayed_delivery.aws.tier.store import S3BucketStore
     from delayed_delivery.cancellations import Cancellation
+    from delayed_delivery.timebuckets.census import BucketCensus, CensusPeriod
 
 __all__ = [
     "MAX_LISTED_RECORDS",
@@ -126,8 +126,8 @@ class BucketTierRoute(SqsOperatorRoute):
     relocates = True
 
     def __init__(self, options: CloudOptions, bucket_name: str, prefix: str | None = None) -> None:
-        from delayed_delivery.aws.buckets.config import BUCKET_NAME_ENV, BUCKET_PREFIX_ENV, BucketTierConfig
-        from delayed_delivery.aws.buckets.store import S3BucketStore
+        from delayed_delivery.aws.tier.config import BUCKET_NAME_ENV, BUCKET_PREFIX_ENV, BucketTierConfig
+        from delayed_delivery.aws.tier.store import S3BucketStore
 
         super().__init__(options)
         env = {**os.environ, BUCKET_NAME_ENV: bucket_name}
@@ -141,7 +141,7 @@ class BucketTierRoute(SqsOperatorRoute):
 
     def pending(self, bucket_seconds: int, *, queue: str | None = None) -> PendingReport:
         """The tier's exact census by hour or day (listing only) and live records, beside the FIFO queue counts."""
-        from delayed_delivery.bucket_census import take_census
+        from delayed_delivery.timebuckets.census import take_census
 
         period: CensusPeriod = "hour" if bucket_seconds <= 3600 else "day"
         fifo = self._fifo_pending(bucket_seconds, queue)
@@ -265,8 +265,8 @@ class BucketTierRoute(SqsOperatorRoute):
         progress: Callable[[ScanProgress], None] | None = None,
     ) -> RescheduleResult:
         """Write a reschedule record, then move the message in the tier now (exact); a time in the past is refused."""
-        from delayed_delivery.aws.buckets.provision import INGEST_VISIBILITY_SECONDS
-        from delayed_delivery.aws.buckets.relocate import DEFAULT_SCAN_LIMIT, Relocator
+        from delayed_delivery.aws.tier.provision import INGEST_VISIBILITY_SECONDS
+        from delayed_delivery.aws.tier.relocate import DEFAULT_SCAN_LIMIT, Relocator
         from delayed_delivery.cancellations import reschedule_request, tier_record_ttl
 
         to = _queue(to)

@@ -1,0 +1,115 @@
+"""What the timer does with the messages of one bucket: duplicates dropped by id, cancel and reschedule applied.
+
+Pure: no client, no clock. The timer (``timer.py``) reads the objects, asks this module what to send, and sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from ...cancellations import Cancellation, CancellationKind
+from ...delivery import epoch_ms, from_epoch_ms
+from ...timebuckets.format import BucketMessage
+
+__all__ = ["BucketPlan", "Found", "Lookup", "Rejected", "plan_bucket", "same_content"]
+
+#: ``lookup(destination) -> {message id: record}`` (``CancellationCache.lookup``).
+Lookup = Callable[[str], Mapping[str, Cancellation]]
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A message as read, with the key of the object it came from."""
+
+    message: BucketMessage
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A message that goes to the error queue instead, and why (``key``: the object it came from, if kept there)."""
+
+    message: BucketMessage
+    reason: str
+    key: str = ""
+
+
+@dataclass(slots=True)
+class BucketPlan:
+    """The outcome of planning one bucket (or one group of objects of a coarse bucket)."""
+
+    #: Messages to pass on (dispatch, or cascade into fine buckets), one per id.
+    keep: list[BucketMessage] = field(default_factory=list)
+    #: The same message read more than once (a retried write, a crash before a delete).
+    duplicates: int = 0
+    #: Different messages under one id: all but the first sent.
+    conflicts: list[Rejected] = field(default_factory=list)
+    cancelled: int = 0
+    #: Rescheduled messages with their new due time, to be written into the bucket of that time.
+    moved: list[BucketMessage] = field(default_factory=list)
+    #: The records applied (deleted once the bucket's objects are gone).
+    applied: list[Cancellation] = field(default_factory=list)
+
+
+def same_content(a: BucketMessage, b: BucketMessage) -> bool:
+    """Whether two messages are the same message: destination, body, attributes and due time."""
+    return (a.destination, a.body, a.due_at_ms, dict(a.attributes)) == (
+        b.destination,
+        b.body,
+        b.due_at_ms,
+        dict(b.attributes),
+    )
+
+
+def _first_sent(found: Found) -> tuple[bool, int, str]:
+    sent = found.message.sent_at_ms
+    return (sent is None, sent or 0, found.key)
+
+
+def _dedupe(found: Iterable[Found], plan: BucketPlan) -> list[BucketMessage]:
+    """One message per id: the first by (send time, object key); copies counted, conflicts rejected."""
+    by_id: dict[str, list[Found]] = {}
+    for item in found:
+        by_id.setdefault(item.message.message_id, []).append(item)
+    unique: list[BucketMessage] = []
+    for message_id, items in by_id.items():
+        items.sort(key=_first_sent)
+        winner = items[0].message
+        unique.append(winner)
+        for other in items[1:]:
+            if same_content(winner, other.message):
+                plan.duplicates += 1
+            else:
+                reason = (
+                    f"another message with id {message_id!r} (in {items[0].key}) was sent first; an id names one "
+                    f"message, so this one (in {other.key}) is not delivered"
+                )
+                plan.conflicts.append(Rejected(other.message, reason, other.key))
+    return unique
+
+
+def _apply(message: BucketMessage, lookup: Lookup | None, plan: BucketPlan) -> None:
+    record = lookup(message.destination).get(message.message_id) if lookup is not None else None
+    if record is None or not record.binds(from_epoch_ms(message.sent_at_ms)):
+        plan.keep.append(message)
+        return
+    plan.applied.append(record)
+    if record.kind is CancellationKind.CANCEL:
+        plan.cancelled += 1
+        return
+    assert record.due_at is not None
+    due_ms = epoch_ms(record.due_at)
+    if due_ms == message.due_at_ms:  # already moved by an earlier run whose record delete did not happen
+        plan.keep.append(message)
+        return
+    plan.moved.append(replace(message, due_at_ms=due_ms, hops=message.hops + 1))
+
+
+def plan_bucket(found: Sequence[Found], lookup: Lookup | None = None) -> BucketPlan:
+    """Dedupe ``found`` by id, then apply the cancel and reschedule records ``lookup`` gives."""
+    plan = BucketPlan()
+    for message in _dedupe(found, plan):
+        _apply(message, lookup, plan)
+    plan.keep.sort(key=lambda m: (m.due_at_ms, m.message_id))
+    return plan

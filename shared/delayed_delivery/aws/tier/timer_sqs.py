@@ -1,0 +1,302 @@
+"""The timer's SQS sends: ready messages to their destination with ``DelaySeconds``, the rest to the error queue."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ...clock import Clock
+from ...delivery import DELIVERY_HEADER, encode_delivery
+from ...errors import DelayedDeliveryError, DestinationNotFoundError, InvalidMessageError, TransientError
+from ...headers import BODY_ENCODING, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION, is_reserved
+from ...settings import DelayedDeliverySettings
+from ...timebuckets.format import BucketMessage
+from ...timebuckets.wheel import DispatchWindow
+from ..requeue.errorqueue import REDUCED_FORMAT, REDUCED_MAX_BYTES, sqs_safe
+from ..requeue.sending import SendVerdict, classify_send, valid_attribute_name
+from ..sqs import (
+    MAX_ATTRIBUTES,
+    QueueDirectory,
+    QueueInfo,
+    message_size,
+    normalize_attributes,
+    send_batches,
+    sqs_text_problem,
+)
+from .timer_plan import Rejected
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
+
+__all__ = ["DispatchOutcome", "ErrorQueueOutcome", "Notice", "TimerSqs", "body_text", "send_waves"]
+
+_Attributes = dict[str, "MessageAttributeValueTypeDef"]
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """An error-queue entry that is not a whole message: a line or an object that could not be read."""
+
+    body: str
+    reason: str
+    destination: str = ""
+    #: The object the notice is about (kept when the notice cannot be sent).
+    key: str = ""
+    #: A shorter body, sent when the error queue refuses ``body`` (empty: ``body`` again).
+    reduced: str = ""
+
+
+@dataclass(slots=True)
+class DispatchOutcome:
+    """What became of the messages of one dispatch."""
+
+    sent: list[BucketMessage] = field(default_factory=list)
+    #: Not sent for a passing reason (throttling, an unreachable queue): written again, sent by a later run.
+    retry: list[BucketMessage] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ErrorQueueOutcome:
+    """What became of the error-queue entries: sent, to retry later, or dropped (refused even in reduced form)."""
+
+    sent: int = 0
+    retry: list[Rejected | Notice] = field(default_factory=list)
+    dropped: list[Rejected | Notice] = field(default_factory=list)
+
+
+def body_text(body: bytes) -> str | None:
+    """The body as SQS text, or ``None`` when it is not UTF-8 text SQS accepts."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if sqs_text_problem(text) is None else None
+
+
+def send_waves(
+    messages: Sequence[BucketMessage], start: datetime, phase_ms: int
+) -> list[tuple[timedelta, list[BucketMessage]]]:
+    """``messages`` in waves of (offset from ``start``, messages), earliest first.
+
+    A message due ``x`` seconds after ``start`` goes at the first step of ``phase_ms`` after ``x``'s fractional part
+    has passed, when it is a whole number of seconds (less at most a step) from due: ``DelaySeconds`` rounded up
+    then adds at most a step. Due, overdue, on a whole second, or ``phase_ms`` 0: at once.
+    """
+    waves: dict[int, list[BucketMessage]] = {}
+    for message in messages:
+        remaining_ms = (message.due_at - start) // timedelta(milliseconds=1)
+        fraction = remaining_ms % 1000
+        step = 0 if phase_ms <= 0 or remaining_ms <= 0 or fraction == 0 else fraction // phase_ms + 1
+        waves.setdefault(step, []).append(message)
+    return [(timedelta(milliseconds=step * phase_ms), waves[step]) for step in sorted(waves)]
+
+
+class TimerSqs:
+    """Sends for one timer: a queue directory (URLs cached), the settings and the clock for the failure time."""
+
+    def __init__(
+        self,
+        client: SQSClient,
+        settings: DelayedDeliverySettings,
+        clock: Clock,
+        directory: QueueDirectory | None = None,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.clock = clock
+        self.directory = directory or QueueDirectory(client)
+
+    def dispatch(self, messages: Sequence[BucketMessage], window: DispatchWindow) -> DispatchOutcome:
+        """Send ``messages`` to their destinations with ``DelaySeconds`` the remainder at the moment of the send.
+
+        Sends go in waves (``send_waves``): each message when its due time is a whole number of seconds away, within
+        ``bucket_send_phase_ms``, so the whole-second rounding adds at most that much lateness.
+        """
+        outcome = DispatchOutcome()
+        start = self.clock.now()
+        for offset, wave in send_waves(messages, start, self.settings.bucket_send_phase_ms):
+            wait = (start + offset - self.clock.now()).total_seconds()
+            if wait > 0:
+                self.clock.sleep(wait)
+            now = DispatchWindow(max(self.clock.now(), window.now), window.last)
+            by_destination: dict[str, list[BucketMessage]] = {}
+            for message in wave:
+                by_destination.setdefault(message.destination, []).append(message)
+            for destination, group in by_destination.items():
+                self._dispatch_to(destination, group, now, outcome)
+        return outcome
+
+    def _dispatch_to(
+        self, destination: str, group: list[BucketMessage], window: DispatchWindow, outcome: DispatchOutcome
+    ) -> None:
+        if destination.endswith(".fifo"):
+            reason = f"{destination!r} is a FIFO queue: it takes no per-message DelaySeconds, so it cannot be timed"
+            outcome.rejected.extend(Rejected(m, reason) for m in group)
+            return
+        try:
+            info = self.directory.get(destination)
+        except DestinationNotFoundError as exc:
+            outcome.rejected.extend(Rejected(m, f"destination gone: {exc}") for m in group)
+            return
+        except DelayedDeliveryError:
+            outcome.retry.extend(group)
+            return
+        entries: list[SendMessageBatchRequestEntryTypeDef] = []
+        sendable: list[BucketMessage] = []
+        for message in group:
+            entry = self._entry(str(len(entries)), message, window, info)
+            if isinstance(entry, str):
+                outcome.rejected.append(Rejected(message, entry))
+            else:
+                entries.append(entry)
+                sendable.append(message)
+        results = send_batches(self.client, info.url, entries, what=f"dispatch to {destination!r}")
+        for entry, message in zip(entries, sendable, strict=True):
+            error = results[entry["Id"]].error
+            verdict = classify_send(error)
+            if verdict is SendVerdict.OK:
+                outcome.sent.append(message)
+            elif verdict is SendVerdict.RETRY:
+                outcome.retry.append(message)
+            else:
+                if verdict is SendVerdict.GONE:
+                    self.directory.forget(destination)
+                outcome.rejected.append(Rejected(message, f"{destination!r} refused the message: {error}"))
+
+    def _entry(
+        self, entry_id: str, message: BucketMessage, window: DispatchWindow, info: QueueInfo
+    ) -> SendMessageBatchRequestEntryTypeDef | str:
+        """The batch entry for ``message``, or why it cannot be sent."""
+        text = body_text(message.body)
+        if text is None:
+            return "the body is not UTF-8 text SQS accepts"
+        try:
+            attributes: _Attributes = normalize_attributes(message.attributes)
+        except InvalidMessageError as exc:  # reserved names, text SQS refuses: objects are written by anyone
+            return f"the message's attributes cannot be sent: {exc}"
+        if len(attributes) < MAX_ATTRIBUTES:  # the delivery header, when a slot and the bytes are free
+            value = encode_delivery(
+                message_id=message.message_id,
+                due_ms=message.due_at_ms,
+                sent_ms=message.sent_at_ms,
+                hops=message.hops + 1,
+                route="buckets",
+            )
+            header: MessageAttributeValueTypeDef = {"DataType": "String", "StringValue": value}
+            if message_size(text, {**attributes, DELIVERY_HEADER: header}) <= info.max_message_size:
+                attributes[DELIVERY_HEADER] = header
+        size = message_size(text, attributes)
+        if size > info.max_message_size:
+            return f"{size:,} bytes, {info.name!r} accepts at most {info.max_message_size:,}"
+        entry: SendMessageBatchRequestEntryTypeDef = {
+            "Id": entry_id,
+            "MessageBody": text,
+            "DelaySeconds": window.delay_seconds(message.due_at),
+        }
+        if attributes:
+            entry["MessageAttributes"] = attributes
+        return entry
+
+    def to_error_queue(self, items: Sequence[Rejected | Notice]) -> ErrorQueueOutcome:
+        """Send ``items`` to the error queue with the reason headers; what it refuses goes once more in reduced form."""
+        outcome = ErrorQueueOutcome()
+        if not items:
+            return outcome
+        try:
+            info = self.directory.get(self.settings.error_queue)
+        except DelayedDeliveryError:
+            outcome.retry.extend(items)
+            return outcome
+        failed_at = self.clock.now().isoformat()
+        refused = self._send_errors(items, info, failed_at, outcome, reduced=False)
+        if refused:  # once more, reduced to id, reason and body; refused again, dropped
+            outcome.dropped.extend(self._send_errors(refused, info, failed_at, outcome, reduced=True))
+        return outcome
+
+    def _send_errors(
+        self,
+        items: Sequence[Rejected | Notice],
+        info: QueueInfo,
+        failed_at: str,
+        outcome: ErrorQueueOutcome,
+        *,
+        reduced: bool,
+    ) -> list[Rejected | Notice]:
+        """Send ``items`` to the error queue (counted in ``outcome``); return the ones it refused for good."""
+        entries = [self._error_entry(str(n), item, failed_at, info, reduced=reduced) for n, item in enumerate(items)]
+        results = send_batches(self.client, info.url, entries, what=f"error queue {info.name!r}")
+        refused: list[Rejected | Notice] = []
+        for entry, item in zip(entries, items, strict=True):
+            error = results[entry["Id"]].error
+            if error is None:
+                outcome.sent += 1
+            elif isinstance(error, TransientError):
+                outcome.retry.append(item)
+            else:
+                refused.append(item)
+        return refused
+
+    def _error_entry(
+        self, entry_id: str, item: Rejected | Notice, failed_at: str, info: QueueInfo, *, reduced: bool
+    ) -> SendMessageBatchRequestEntryTypeDef:
+        if isinstance(item, Notice):
+            headers = _reason_headers(item.reason, item.destination, failed_at)
+            body = item.body
+            if item.reduced and (reduced or message_size(body, headers) > info.max_message_size):
+                body = item.reduced
+            return {"Id": entry_id, "MessageBody": body, "MessageAttributes": headers}
+        message = item.message
+        text = body_text(message.body)
+        attributes = {} if reduced else _user_attributes(message.attributes)
+        headers = _reason_headers(item.reason, message.destination, failed_at)
+        room = MAX_ATTRIBUTES - len(headers) - (1 if text is None else 0)
+        while len(attributes) > room:
+            attributes.popitem()
+        attributes.update(headers)
+        if text is None:
+            attributes[BODY_ENCODING] = {"DataType": "String", "StringValue": "base64"}
+            text = base64.b64encode(message.body).decode("ascii")
+        if reduced or message_size(text or "(empty body)", attributes) > info.max_message_size:
+            return {"Id": entry_id, "MessageBody": _reduced_body(item, info), "MessageAttributes": headers}
+        return {"Id": entry_id, "MessageBody": text or "(empty body)", "MessageAttributes": attributes}
+
+
+def _user_attributes(attributes: Mapping[str, Mapping[str, Any]]) -> _Attributes:
+    """The attributes SQS would take on the error-queue copy (the others are left out)."""
+    kept: _Attributes = {}
+    for name, value in attributes.items():
+        if valid_attribute_name(name) and not is_reserved(name):
+            try:
+                kept.update(normalize_attributes({name: value}))
+            except InvalidMessageError:
+                continue
+    return kept
+
+
+def _reason_headers(reason: str, destination: str, failed_at: str) -> _Attributes:
+    headers: _Attributes = {FAILURE_REASON: {"DataType": "String", "StringValue": sqs_safe(reason)[:1024]}}
+    if destination:
+        headers[ORIGINAL_DESTINATION] = {"DataType": "String", "StringValue": destination}
+    headers[FAILED_AT] = {"DataType": "String", "StringValue": failed_at}
+    return headers
+
+
+def _reduced_body(item: Rejected, info: QueueInfo) -> str:
+    """JSON (ASCII) with the id, the reason and the body in base64, cut to fit the error queue."""
+    raw = item.message.body
+    keep = max(0, min(REDUCED_MAX_BYTES, info.max_message_size) - 4_096) // 4 * 3
+    document = {
+        "format": REDUCED_FORMAT,
+        "id": item.message.message_id,
+        "reason": sqs_safe(item.reason)[:1024],
+        "size": len(raw),
+        "truncated": len(raw) > keep,
+        "body": base64.b64encode(raw[:keep]).decode("ascii"),
+    }
+    return json.dumps(document, ensure_ascii=True, separators=(",", ":"))

@@ -1,0 +1,364 @@
+"""The S3 time-bucket object format (v2; v1 still read): gzip-compressed JSON lines, a header line then one per message.
+
+Header: ``{"v":2,"level":"fine","bucket":"2031-02-03T04:05:00Z","count":N}``. Message lines: ``{"id", "destination",
+"t" (the body as text) or "body" (base64), "attributes" ({name: [DataType, "s" | "b", text | base64]}),
+"due_at_ms", "hops", "sent_at_ms"}``; v1 lines always carry ``"body"``. Reading is bounded and total: a bad line
+becomes a ``PoisonEntry``, a bad object a ``problem``; nothing raises. The format is described in docs/buckets.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import json
+import re
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..errors import InvalidMessageError
+from ..jsonbounds import loads_bounded
+from ..model import MAX_MESSAGE_ID_LENGTH, check_destination, is_usable_message_id
+from .wheel import BucketKey, BucketLevel, object_key
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAX_ATTRIBUTES",
+    "MAX_DECODED_BYTES",
+    "MAX_LINE_CHARS",
+    "MAX_OBJECT_MESSAGES",
+    "MAX_POISON_RAW_BYTES",
+    "READ_VERSIONS",
+    "BucketContents",
+    "BucketMessage",
+    "PoisonEntry",
+    "bucket_object_key",
+    "decode_bucket",
+    "encode_bucket",
+    "encoded_line_bytes",
+]
+
+#: The version writers write; readers read every version in ``READ_VERSIONS``.
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
+#: The most messages one object holds (the ingest writes ~1,000).
+MAX_OBJECT_MESSAGES = 10_000
+#: The most bytes an object holds once decompressed (writers split beyond it; readers stop there).
+MAX_DECODED_BYTES = 64 * 1024 * 1024
+#: The longest line: a 1 MiB body in base64 plus its attributes.
+MAX_LINE_CHARS = 1_500_000
+#: SQS's limit on message attributes.
+MAX_ATTRIBUTES = 10
+#: How much of a line that cannot be read is kept with its ``PoisonEntry`` (for the error queue).
+MAX_POISON_RAW_BYTES = 8_192
+#: The longest ``sent_at_ms`` / ``due_at_ms`` accepted: the wheel's latest time.
+_MAX_MS = 220_898_664_000_000  # 9000-01-01T00:00:00Z
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_LEADING_ID = re.compile(rb'\{\s*"id"\s*:\s*("(?:[^"\\]|\\.){1,512}")')
+_FIELDS = ("id", "destination", "body", "attributes", "due_at_ms", "hops", "sent_at_ms")
+#: A v2 line carries the body as ``"t"`` (text) or ``"body"`` (base64).
+_FIELDS_V2 = tuple(name for name in _FIELDS if name != "body")
+
+
+@dataclass(frozen=True, slots=True)
+class BucketMessage:
+    """One message waiting in a bucket; ``attributes`` are SQS message attributes in the boto3 shape."""
+
+    message_id: str
+    destination: str
+    body: bytes
+    due_at_ms: int
+    attributes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    hops: int = 0
+    sent_at_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if not is_usable_message_id(self.message_id):
+            raise InvalidMessageError(f"message id must be 1-{MAX_MESSAGE_ID_LENGTH} characters of text")
+        check_destination(self.destination)
+        if not isinstance(self.body, bytes):
+            raise InvalidMessageError("body must be bytes")
+        _ms("due_at_ms", self.due_at_ms)
+        if self.sent_at_ms is not None:
+            _ms("sent_at_ms", self.sent_at_ms)
+        if isinstance(self.hops, bool) or not isinstance(self.hops, int) or not 0 <= self.hops <= 1_000_000:
+            raise InvalidMessageError(f"hops must be a whole number from 0 to 1,000,000, got {self.hops!r}")
+        _encode_attributes(self.attributes)
+
+    @property
+    def due_at(self) -> datetime:
+        """The due time as an aware UTC datetime."""
+        return _EPOCH + timedelta(milliseconds=self.due_at_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class PoisonEntry:
+    """A line that could not be read: its line number (1 = the first message), the id if readable, the reason."""
+
+    line: int
+    message_id: str | None
+    reason: str
+    #: The line's first ``MAX_POISON_RAW_BYTES`` bytes, as stored (``raw_size``: its whole length).
+    raw: bytes = field(default=b"", compare=False, repr=False)
+    raw_size: int = field(default=0, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class BucketContents:
+    """What ``decode_bucket`` read. ``problem`` names what is wrong with the object as a whole, if anything."""
+
+    version: int | None
+    bucket: BucketKey | None
+    count: int | None
+    messages: tuple[BucketMessage, ...]
+    poison: tuple[PoisonEntry, ...]
+    problem: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether every message the header announces was read."""
+        return self.problem is None and not self.poison
+
+
+def _ms(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _MAX_MS:
+        raise InvalidMessageError(f"{name} must be whole milliseconds from 1970 to 9000, got {str(value)[:40]}")
+    return value
+
+
+def _encode_attributes(attributes: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    if not isinstance(attributes, Mapping) or len(attributes) > MAX_ATTRIBUTES:
+        raise InvalidMessageError(f"attributes must be a mapping of at most {MAX_ATTRIBUTES} entries")
+    encoded: dict[str, list[str]] = {}
+    for name, value in attributes.items():
+        data_type = value.get("DataType") if isinstance(value, Mapping) else None
+        if not isinstance(name, str) or not name or not isinstance(data_type, str) or not data_type:
+            raise InvalidMessageError(f"attribute {str(name)[:60]!r} needs a name and a DataType")
+        _unicode(f"attribute {name[:60]!r}", name, data_type, value.get("StringValue"))
+        if isinstance(value.get("BinaryValue"), bytes | bytearray):
+            encoded[name] = [data_type, "b", base64.b64encode(bytes(value["BinaryValue"])).decode("ascii")]
+        elif isinstance(value.get("StringValue"), str):
+            encoded[name] = [data_type, "s", value["StringValue"]]
+        else:
+            raise InvalidMessageError(f"attribute {name[:60]!r} needs a StringValue text or a BinaryValue bytes")
+    return encoded
+
+
+def _unicode(what: str, *texts: object) -> None:
+    """Refuse text that cannot be written back as UTF-8 (a lone surrogate such as ``"\\ud800"``)."""
+    for text in texts:
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidMessageError(f"{what} holds a lone surrogate: not Unicode text") from None
+
+
+def _decode_attributes(raw: object) -> dict[str, dict[str, Any]]:
+    if not isinstance(raw, dict) or len(raw) > MAX_ATTRIBUTES:
+        raise InvalidMessageError(f"attributes must be an object of at most {MAX_ATTRIBUTES} entries")
+    attributes: dict[str, dict[str, Any]] = {}
+    for name, value in raw.items():
+        if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, str) for v in value)):
+            raise InvalidMessageError(f"attribute {name[:60]!r} is not [DataType, kind, value]")
+        data_type, kind, data = value
+        if kind == "b":
+            attributes[name] = {"DataType": data_type, "BinaryValue": _b64(f"attribute {name[:60]!r}", data)}
+        elif kind == "s":
+            attributes[name] = {"DataType": data_type, "StringValue": data}
+        else:
+            raise InvalidMessageError(f"attribute {name[:60]!r} has unknown kind {kind[:10]!r}")
+    return attributes
+
+
+def _b64(what: str, text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidMessageError(f"{what} is not base64") from None
+
+
+def _body_field(body: bytes) -> tuple[str, str]:
+    """``("t", text)`` for a UTF-8 body no longer in JSON than in base64, else ``("body", base64)``.
+
+    The length test keeps a v2 line never longer than the v1 line of the same message, so every bound holds.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and len(_dumps(text).encode("utf-8")) - 2 <= (len(body) + 2) // 3 * 4:
+        return "t", text
+    return "body", base64.b64encode(body).decode("ascii")
+
+
+def _line(message: BucketMessage) -> dict[str, Any]:
+    name, body = _body_field(message.body)
+    return {
+        "id": message.message_id,
+        "destination": message.destination,
+        name: body,
+        "attributes": _encode_attributes(message.attributes),
+        "due_at_ms": message.due_at_ms,
+        "hops": message.hops,
+        "sent_at_ms": message.sent_at_ms,
+    }
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _ordered(bucket: BucketKey, messages: Sequence[BucketMessage], levels: BucketLevel) -> list[BucketMessage]:
+    """The messages sorted by (due, id), exact duplicates dropped; refuses a conflict, an outsider or too many."""
+    unique: dict[str, BucketMessage] = {}
+    for message in messages:
+        if not isinstance(message, BucketMessage):
+            raise InvalidMessageError(f"expected BucketMessage, got {type(message).__name__}")
+        if not bucket.holds(message.due_at, levels):
+            raise InvalidMessageError(f"message {message.message_id!r} is not due within bucket {bucket.iso}")
+        if unique.setdefault(message.message_id, message) != message:
+            raise InvalidMessageError(f"two different messages with id {message.message_id!r} in one bucket object")
+    if not unique or len(unique) > MAX_OBJECT_MESSAGES:
+        raise InvalidMessageError(f"a bucket object holds 1 to {MAX_OBJECT_MESSAGES:,} messages, not {len(unique):,}")
+    return sorted(unique.values(), key=lambda m: (m.due_at_ms, m.message_id))
+
+
+def encoded_line_bytes(message: BucketMessage) -> int:
+    """The bytes ``message`` takes in an object once decompressed (its line and the newline), for writers that split."""
+    return len(_dumps(_line(message)).encode("utf-8")) + 1
+
+
+def encode_bucket(bucket: BucketKey, messages: Sequence[BucketMessage], levels: BucketLevel | None = None) -> bytes:
+    """The object for ``messages`` in ``bucket``: the same messages in any order give the same bytes."""
+    ordered = _ordered(bucket, messages, levels or BucketLevel())
+    header = {"v": FORMAT_VERSION, "level": bucket.level, "bucket": bucket.iso, "count": len(ordered)}
+    lines = [_dumps(header)]
+    for message in ordered:
+        line = _dumps(_line(message))
+        if len(line) > MAX_LINE_CHARS:
+            raise InvalidMessageError(f"message {message.message_id!r} is {len(line):,} characters, over the bound")
+        lines.append(line)
+    text = ("\n".join(lines) + "\n").encode("utf-8")
+    if len(text) > MAX_DECODED_BYTES:
+        raise InvalidMessageError(f"{len(text):,} bytes is more than one bucket object holds: write two objects")
+    return gzip.compress(text, compresslevel=6, mtime=0)
+
+
+def bucket_object_key(prefix: str, bucket: BucketKey, messages: Sequence[BucketMessage]) -> str:
+    """The key of the object ``encode_bucket`` writes for ``messages`` (a hash of their ids and due times)."""
+    return object_key(prefix, bucket, ((m.message_id, m.due_at_ms) for m in messages))
+
+
+def _inflate(data: bytes) -> tuple[bytes, str | None]:
+    """The decompressed bytes (at most the bound) and what stopped the reading early, if anything."""
+    if not isinstance(data, bytes | bytearray):
+        return b"", f"expected bytes, got {type(data).__name__}"
+    if not data:
+        return b"", "not a gzip object (0 bytes)"
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        text = inflater.decompress(bytes(data), MAX_DECODED_BYTES + 1)
+    except zlib.error as exc:
+        return b"", f"not a gzip object ({exc})"
+    if len(text) > MAX_DECODED_BYTES:
+        return text[:MAX_DECODED_BYTES], f"more than {MAX_DECODED_BYTES:,} bytes once decompressed: read that far"
+    if not inflater.eof:
+        return text, "the gzip stream is cut short"
+    if inflater.unused_data:
+        return text, "bytes after the end of the gzip stream"
+    return text, None
+
+
+def _header(line: bytes) -> tuple[int, BucketKey, int]:
+    value = loads_bounded(line, what="header", max_chars=1_000, max_depth=1)
+    version = value.get("v") if isinstance(value, dict) else None
+    if isinstance(version, bool) or version not in READ_VERSIONS:
+        known = ", ".join(map(str, READ_VERSIONS))
+        raise InvalidMessageError(f"header: version {str(version)[:20]} is not one this reader knows ({known})")
+    assert isinstance(value, dict) and isinstance(version, int)
+    count = value.get("count")
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_OBJECT_MESSAGES:
+        raise InvalidMessageError(f"header: count {str(count)[:20]} is not from 0 to {MAX_OBJECT_MESSAGES:,}")
+    level, start = value.get("level"), value.get("bucket")
+    if not isinstance(level, str) or not isinstance(start, str):
+        raise InvalidMessageError("header: level and bucket must be text")
+    return version, BucketKey.parse(level, start), count
+
+
+def _body(value: dict[str, Any], version: int) -> bytes:
+    """The body of a line: ``"body"`` (base64; v1 lines only have that), or in v2 ``"t"`` (text), exactly one."""
+    has_text = version >= 2 and "t" in value
+    if has_text == ("body" in value):
+        raise InvalidMessageError("line: holds both t and body" if has_text else "line: missing t or body")
+    if not has_text:
+        if not isinstance(value["body"], str):
+            raise InvalidMessageError("body is not base64 text")
+        return _b64("body", value["body"])
+    if not isinstance(value["t"], str):
+        raise InvalidMessageError("t (the body as text) is not text")
+    try:
+        return value["t"].encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMessageError("t (the body as text) holds a lone surrogate: not Unicode text") from None
+
+
+def _message(line: bytes, version: int) -> BucketMessage:
+    value = loads_bounded(line, what="line", max_chars=MAX_LINE_CHARS, max_depth=3)
+    if not isinstance(value, dict):
+        raise InvalidMessageError(f"line: a JSON {type(value).__name__}, not an object")
+    missing = [name for name in (_FIELDS if version == 1 else _FIELDS_V2) if name not in value]
+    if missing:
+        raise InvalidMessageError(f"line: missing {', '.join(missing)}")
+    return BucketMessage(
+        message_id=value["id"],
+        destination=value["destination"],
+        body=_body(value, version),
+        due_at_ms=_ms("due_at_ms", value["due_at_ms"]),
+        attributes=_decode_attributes(value["attributes"]),
+        hops=value["hops"],
+        sent_at_ms=value["sent_at_ms"],
+    )
+
+
+def _poison(number: int, line: bytes, reason: str) -> PoisonEntry:
+    """The entry for a bad line, with its message id when one can be read (writers put the id first)."""
+    value: Any = None
+    try:
+        if len(line) <= MAX_LINE_CHARS:
+            value = json.loads(line).get("id")
+        else:
+            match = _LEADING_ID.match(line[:1_000])
+            value = json.loads(match[1]) if match else None
+    except (ValueError, RecursionError, AttributeError):
+        value = None
+    usable = value if is_usable_message_id(value) else None
+    return PoisonEntry(number, usable, reason, bytes(line[:MAX_POISON_RAW_BYTES]), len(line))
+
+
+def decode_bucket(data: bytes) -> BucketContents:
+    """Read an object ``encode_bucket`` wrote (any version this reader knows); never raises."""
+    text, problem = _inflate(data)
+    lines = text.split(b"\n", MAX_OBJECT_MESSAGES + 1)[: MAX_OBJECT_MESSAGES + 1]  # the header, then the messages
+    if lines[-1] == b"":
+        lines.pop()
+    if not lines:
+        return BucketContents(None, None, None, (), (), problem or "empty object: no header line")
+    try:
+        version, bucket, count = _header(lines[0])
+    except InvalidMessageError as exc:
+        return BucketContents(None, None, None, (), (), str(exc))
+    messages: list[BucketMessage] = []
+    poison: list[PoisonEntry] = []
+    for number, line in enumerate(lines[1:], start=1):
+        try:
+            messages.append(_message(line, version))
+        except InvalidMessageError as exc:
+            poison.append(_poison(number, line, str(exc)))
+    found = text.count(b"\n") + (0 if text.endswith(b"\n") else 1) - 1
+    if problem is None and found != count:
+        problem = f"the header announces {count:,} messages, the object has {found:,} lines"
+    return BucketContents(version, bucket, count, tuple(messages), tuple(poison), problem)

@@ -1,0 +1,57 @@
+"""The timer's per-bucket plan (pure): one message per id, the first sent wins, records applied and bound."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from delayed_delivery.aws.tier.timer_plan import Found, plan_bucket, same_content
+from delayed_delivery.cancellations import Cancellation, cancel_request, reschedule_request
+from delayed_delivery.delivery import epoch_ms
+from delayed_delivery.timebuckets.format import BucketMessage
+
+NOW = datetime(2031, 1, 1, tzinfo=UTC)
+
+
+def _m(message_id: str, body: bytes = b"x", sent: int | None = 1, hops: int = 0) -> BucketMessage:
+    return BucketMessage(message_id, "orders", body, epoch_ms(NOW), sent_at_ms=sent, hops=hops)
+
+
+def test_copies_are_counted_and_the_first_sent_wins_a_conflict() -> None:
+    found = [
+        Found(_m("a"), "k2"),
+        Found(_m("a", hops=3, sent=5), "k1"),  # the same message, moved more often: a copy
+        Found(_m("b", b"late", sent=9), "k1"),
+        Found(_m("b", b"unknown send time", sent=None), "k0"),
+        Found(_m("b", b"early", sent=2), "k9"),
+    ]
+    plan = plan_bucket(found)
+    assert [(m.message_id, m.body) for m in plan.keep] == [("a", b"x"), ("b", b"early")]
+    assert plan.keep[0].sent_at_ms == 1  # the first sent copy
+    assert plan.duplicates == 1
+    assert sorted(r.message.body for r in plan.conflicts) == [b"late", b"unknown send time"]
+    assert all("'b'" in r.reason and "k9" in r.reason for r in plan.conflicts)
+    assert {r.key for r in plan.conflicts} == {"k1", "k0"}
+    assert same_content(_m("a"), _m("a", hops=2, sent=7)) and not same_content(_m("a"), _m("a", b"y"))
+
+
+def test_records_cancel_and_move_only_the_messages_they_bind() -> None:
+    sent = epoch_ms(NOW - timedelta(seconds=10))
+    records: dict[str, Cancellation] = {
+        "c": cancel_request("orders", "c", now=NOW, max_native_delay=2, max_age=0),
+        "r": reschedule_request("orders", "r", NOW + timedelta(hours=1), now=NOW),
+        "later": cancel_request("orders", "later", now=NOW, max_native_delay=2, max_age=0),
+        "done": reschedule_request("orders", "done", NOW, now=NOW),
+    }
+    found = [
+        Found(_m("c", sent=sent), "k"),
+        Found(_m("r", sent=sent), "k"),
+        Found(_m("later", sent=epoch_ms(NOW + timedelta(seconds=5))), "k"),  # sent after the request
+        Found(_m("done", sent=sent), "k"),  # already at the new due time: moved by an earlier run
+        Found(_m("plain", sent=sent), "k"),
+    ]
+    plan = plan_bucket(found, lambda destination: records if destination == "orders" else {})
+    assert sorted(m.message_id for m in plan.keep) == ["done", "later", "plain"]
+    assert plan.cancelled == 1
+    [moved] = plan.moved
+    assert moved.message_id == "r" and moved.due_at == NOW + timedelta(hours=1) and moved.hops == 1
+    assert sorted(r.message_id for r in plan.applied) == ["c", "done", "r"]
