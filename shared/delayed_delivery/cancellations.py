@@ -42,6 +42,7 @@ __all__ = [
     "CancellationKind",
     "CancellationStore",
     "InMemoryCancellationStore",
+    "binding_note",
     "cancel_request",
     "reschedule_request",
     "tier_record_ttl",
@@ -175,6 +176,14 @@ def tier_record_ttl(now: datetime, due: datetime | None = None) -> timedelta:
     if due is None:
         return MAX_DELAY + RECORD_TTL
     return max(RECORD_TTL, utc(due) - utc(now) + RECORD_TTL)
+
+
+def binding_note(requested_at: datetime) -> str:
+    """What the record applies to: the messages under its id sent before it (docs/identity.md)."""
+    return (
+        f"; it applies only to a message with this id sent before now ({requested_at.isoformat()}), "
+        "never to one sent later"
+    )
 
 
 def _positive(ttl: timedelta) -> timedelta:

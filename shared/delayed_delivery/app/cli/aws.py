@@ -28,7 +28,7 @@ from delayed_delivery.app.cli.aws_buckets import (
     tier_config,
 )
 from delayed_delivery.app.cli.aws_tier import run_tier_command
-from delayed_delivery.app.routes.sqs import cli_client, cli_region
+from delayed_delivery.app.routes.aws_clients import cli_client, cli_region
 from delayed_delivery.aws.cancellations import DEFAULT_TABLE, TABLE_ENV, ensure_cancellation_table
 from delayed_delivery.aws.config import AwsConfig
 from delayed_delivery.aws.queues import check_endpoint, ensure_endpoint

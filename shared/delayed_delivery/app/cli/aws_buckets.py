@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from delayed_delivery.app.routes.sqs import cli_client
+from delayed_delivery.app.routes.aws_clients import cli_client
 from delayed_delivery.aws.tier.config import BUCKET_NAME_ENV, BUCKET_PREFIX_ENV, DEFAULT_PREFIX, BucketTierConfig
 from delayed_delivery.settings import DelayedDeliverySettings
 

@@ -23,8 +23,8 @@ import typer
 from rich.console import Console
 
 from delayed_delivery.app.cli.aws_buckets import DEFAULT_BUCKET, BucketName, BucketPrefix
+from delayed_delivery.app.routes.aws_clients import cli_client
 from delayed_delivery.app.routes.base import LOCAL_MOTO_URL
-from delayed_delivery.app.routes.sqs import cli_client
 from delayed_delivery.aws.tier.config import BUCKET_NAME_ENV, BucketTierConfig
 from delayed_delivery.errors import ConfigurationError, DelayedDeliveryError, DestinationNotFoundError
 from delayed_delivery.redact import redact

@@ -262,6 +262,13 @@ class OperatorRoute(Protocol):
         ...
 
 
+def require_queue(to: str | None) -> str:
+    """``--to``: required on SQS, where cancel and reschedule records are kept per destination queue."""
+    if not to:
+        raise UsageError("on --cloud aws give --to QUEUE: the destination queue the message was sent to")
+    return to
+
+
 def refuse_sqs_options(to: str | None = None, due: datetime | None = None, queue: str | None = None) -> None:
     """Raise ``UsageError`` for an SQS-only option on another route."""
     if queue is not None:

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
+from delayed_delivery.app.routes.aws_clients import FAIL_FAST, cli_region
 from delayed_delivery.app.routes.base import (
     LOCAL_MOTO_URL,
     BacklogBucket,
@@ -18,8 +19,10 @@ from delayed_delivery.app.routes.base import (
     PendingReport,
     RecordReceipt,
     RescheduleResult,
+    require_queue,
 )
-from delayed_delivery.app.routes.sqs import FAIL_FAST, SqsOperatorRoute, _binding, _queue, cli_region
+from delayed_delivery.app.routes.sqs import SqsOperatorRoute
+from delayed_delivery.cancellations import binding_note
 from delayed_delivery.clock import SystemClock, utc
 from delayed_delivery.errors import DestinationNotFoundError, InvalidMessageError
 
@@ -233,7 +236,7 @@ class BucketTierRoute(SqsOperatorRoute):
         from delayed_delivery.cancellations import cancel_request, tier_record_ttl
         from delayed_delivery.durations import format_duration
 
-        to = _queue(to)
+        to = require_queue(to)
         store = self._tier_records(to)
         now = SystemClock().now()
         record = cancel_request(to, message_id, now=now, max_native_delay=0, max_age=0, ttl=tier_record_ttl(now, due))
@@ -249,7 +252,7 @@ class BucketTierRoute(SqsOperatorRoute):
             "it is dropped when its time bucket is cascaded or dispatched (or at its next hop on the FIFO route); "
             f"the record lives until then ({record.expires_at.date().isoformat()})"
         )
-        receipt = RecordReceipt(to, store.table, record.expires_at, note + _binding(record.requested_at))
+        receipt = RecordReceipt(to, store.table, record.expires_at, note + binding_note(record.requested_at))
         certain = due is not None and warning is None
         return BucketCancelResult(message_id, "aws", False, receipt, certain, warning)
 
@@ -269,7 +272,7 @@ class BucketTierRoute(SqsOperatorRoute):
         from delayed_delivery.aws.tier.relocate import DEFAULT_SCAN_LIMIT, Relocator
         from delayed_delivery.cancellations import reschedule_request, tier_record_ttl
 
-        to = _queue(to)
+        to = require_queue(to)
         clock = SystemClock()
         now = clock.now()
         if utc(due) <= now:
@@ -291,7 +294,7 @@ class BucketTierRoute(SqsOperatorRoute):
             record = replace(record, expires_at=clock.now() + timedelta(seconds=INGEST_VISIBILITY_SECONDS))
             store.put(record)  # kept a little: a copy may still be on its way through the ingest queue
         note = _moved_note(moved, fifo_too, keep_record)
-        receipt = RecordReceipt(to, store.table, record.expires_at, note + _binding(record.requested_at))
+        receipt = RecordReceipt(to, store.table, record.expires_at, note + binding_note(record.requested_at))
         return BucketRescheduleResult(
             message_id,
             "aws",

@@ -7,12 +7,11 @@ import math
 import os
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
+from typing import TYPE_CHECKING
 
+from delayed_delivery.app.routes.aws_clients import cli_client
 from delayed_delivery.app.routes.base import (
     LOCAL_MOTO_URL,
-    LOCAL_REGION,
     CancelResult,
     CloudOptions,
     PendingReport,
@@ -21,10 +20,12 @@ from delayed_delivery.app.routes.base import (
     RescheduleResult,
     SendResult,
     UsageError,
+    require_queue,
     seconds_until,
 )
+from delayed_delivery.cancellations import binding_note
 from delayed_delivery.clock import SystemClock, utc
-from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError, InvalidMessageError
+from delayed_delivery.errors import DestinationNotFoundError, InvalidMessageError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -33,43 +34,7 @@ if TYPE_CHECKING:
 
     from delayed_delivery.aws.cancellations import DynamoDbCancellationStore
 
-__all__ = ["FAIL_FAST", "SqsOperatorRoute", "cli_client", "cli_region"]
-
-#: Client settings of every command: an endpoint that is down or silent fails within seconds, not minutes.
-FAIL_FAST: dict[str, Any] = {
-    "connect_timeout": 2,
-    "read_timeout": 2,
-    "retries": {"max_attempts": 2, "mode": "standard"},
-}
-_LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
-
-
-def cli_region(endpoint_url: str | None, region: str | None, *, local: bool = False) -> str | None:
-    """``region``, else boto's configured one (None: boto finds it), else us-east-1 for a local endpoint."""
-    import boto3
-
-    if region is not None or boto3.session.Session().region_name is not None:
-        return region
-    host = urlparse(endpoint_url).hostname if endpoint_url else None
-    if not (local or host in _LOOPBACK):
-        raise ConfigurationError("no AWS region: give --region or set AWS_DEFAULT_REGION")
-    return LOCAL_REGION  # moto server and other local emulators take any region
-
-
-def cli_client(service: str, endpoint_url: str | None, region: str | None, *, local: bool = False) -> Any:
-    """A boto3 client for a command: quick to give up; region us-east-1 on a local endpoint when none is set."""
-    import boto3
-    from botocore.config import Config
-
-    key = "testing" if local and not os.environ.get("AWS_ACCESS_KEY_ID") else None
-    return boto3.client(
-        service,  # type: ignore[call-overload]
-        endpoint_url=endpoint_url,
-        region_name=cli_region(endpoint_url, region, local=local),
-        aws_access_key_id=key,
-        aws_secret_access_key=key,
-        config=Config(**FAIL_FAST),
-    )
+__all__ = ["SqsOperatorRoute"]
 
 
 class SqsOperatorRoute:
@@ -232,7 +197,7 @@ class SqsOperatorRoute:
         """Write a cancel record for ``message_id`` on ``to``'s hop cycle; refused when ``due`` is too near."""
         from delayed_delivery.cancellations import cancel_request
 
-        to = _queue(to)
+        to = require_queue(to)
         store = self._records(to)
         cache, reach = self._reach()
         record = cancel_request(
@@ -251,7 +216,7 @@ class SqsOperatorRoute:
                 f"it is dropped at its next hop unless it is due within {reach}: then it already waits out its "
                 f"final native delay on {to!r} and is delivered (give --due to know for sure)"
             )
-        receipt = RecordReceipt(to, store.table, record.expires_at, note + _binding(record.requested_at))
+        receipt = RecordReceipt(to, store.table, record.expires_at, note + binding_note(record.requested_at))
         return CancelResult(message_id, "aws", cancelled=False, record=receipt, certain=due is not None)
 
     def reschedule(self, message_id: str, due: datetime, *, to: str | None = None) -> RescheduleResult:
@@ -259,7 +224,7 @@ class SqsOperatorRoute:
         from delayed_delivery.cancellations import reschedule_request
         from delayed_delivery.durations import format_duration
 
-        to = _queue(to)
+        to = require_queue(to)
         store = self._records(to)
         _, reach = self._reach()
         record = reschedule_request(to, message_id, due, now=SystemClock().now())
@@ -268,20 +233,5 @@ class SqsOperatorRoute:
             f"it moves at its next hop (every {format_duration(self.settings.fifo_queue_delay)}), unless it is "
             f"already due within {reach}; a new due time sooner than that hop is met at the hop"
         )
-        receipt = RecordReceipt(to, store.table, record.expires_at, note + _binding(record.requested_at))
+        receipt = RecordReceipt(to, store.table, record.expires_at, note + binding_note(record.requested_at))
         return RescheduleResult(message_id, "aws", utc(due), moved=False, record=receipt)
-
-
-def _binding(requested_at: datetime) -> str:
-    """What the record applies to: the messages under its id sent before it (docs/identity.md)."""
-    return (
-        f"; it applies only to a message with this id sent before now ({requested_at.isoformat()}), "
-        "never to one sent later"
-    )
-
-
-def _queue(to: str | None) -> str:
-    """``--to``: required on SQS, where cancel and reschedule records are kept per destination queue."""
-    if not to:
-        raise UsageError("on --cloud aws give --to QUEUE: the destination queue the message was sent to")
-    return to
