@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from delayed_delivery.aws.fifo_ids import hop_of
 from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome, RecordResult
 from delayed_delivery.aws.requeue.handler import build_handler
-from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender, hop_of
+from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.cancellations import (
     CancellationCache,
     InMemoryCancellationStore,

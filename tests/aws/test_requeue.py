@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from delayed_delivery.aws.fifo_ids import hop_of
 from delayed_delivery.aws.queues import EndpointQueues
-from delayed_delivery.aws.sender import SqsDelayedSender, hop_of
+from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery, user_headers
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON, ORIGINAL_DESTINATION
 from delayed_delivery.planning import SqsRoute

@@ -13,9 +13,10 @@ import pytest
 from delayed_delivery.aws.cancellations import (
     DynamoDbCancellationStore,
 )
+from delayed_delivery.aws.fifo_ids import deduplication_id, hop_of, sent_of
 from delayed_delivery.aws.packing import PackedMessage, content_fingerprint, decode_envelope, envelope_body, envelope_id
 from delayed_delivery.aws.queues import EndpointQueues
-from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender, deduplication_id, hop_of, sent_of
+from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.cancellations import BINDING_ALLOWANCE, cancel_request, reschedule_request
 from delayed_delivery.settings import DelayedDeliverySettings
 from tests.aws.conftest import StartPoller, collect, queue_depth

@@ -7,8 +7,8 @@ from botocore.exceptions import ClientError, EndpointConnectionError, NoCredenti
 from hypothesis import given
 from hypothesis import strategies as st
 
+from delayed_delivery.aws.fifo_ids import deduplication_id, hop_of
 from delayed_delivery.aws.requeue.records import parse_source_arn, seconds_text, to_ms
-from delayed_delivery.aws.sender import deduplication_id, hop_of
 from delayed_delivery.aws.sqs import attributes_from_record, message_size, normalize_attributes, translate_error
 from delayed_delivery.errors import (
     ConfigurationError,

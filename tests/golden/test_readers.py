@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from delayed_delivery.aws.fifo_ids import deduplication_id, sent_of
 from delayed_delivery.aws.packing import (
     ENVELOPE_ATTRIBUTE,
     BadItem,
@@ -23,7 +24,6 @@ from delayed_delivery.aws.packing import (
     decode_envelope,
 )
 from delayed_delivery.aws.requeue import HopOutcome
-from delayed_delivery.aws.sender import deduplication_id, sent_of
 from delayed_delivery.aws.sqs import normalize_attributes
 from delayed_delivery.aws.tier.ingest_format import INGEST_ATTRIBUTE, decode_ingest
 from delayed_delivery.azure import rows

@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from delayed_delivery import DelayedMessage, ManualClock
+from delayed_delivery.aws.fifo_ids import deduplication_id
 from delayed_delivery.aws.packing import (
     ENVELOPE_ATTRIBUTE,
     MAX_ENVELOPE_ENTRIES,
@@ -43,7 +44,7 @@ from delayed_delivery.aws.packing import (
     content_fingerprint,
     decode_envelope,
 )
-from delayed_delivery.aws.sender import DelayedSend, SendReceipt, SqsDelayedSender, deduplication_id
+from delayed_delivery.aws.sender import DelayedSend, SendReceipt, SqsDelayedSender
 from delayed_delivery.aws.sqs import message_size, sqs_text_problem
 from delayed_delivery.azure.sender import AzureDelayedSender, DelayRequest, SendResult
 from delayed_delivery.azure.storage_queue import MAX_QUEUE_MESSAGE_BYTES, StorageQueueTransport, encode_envelope

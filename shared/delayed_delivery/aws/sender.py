@@ -33,7 +33,6 @@ ingest queue, packed in ingest envelopes (``aws/tier/sender.py``, docs/buckets.m
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import uuid
@@ -57,9 +56,9 @@ from ..headers import DELAY_SECONDS_ATTRIBUTE
 from ..naming import sqs_delay_queue_name, validate_sqs_queue_name
 from ..planning import SqsRoute, plan_sqs_delay
 from ..settings import DelayedDeliverySettings
+from .fifo_ids import deduplication_id
 from .packing import (
     DEFAULT_PACK_BYTES,
-    FINGERPRINT_CHARS,
     PackedMessage,
     content_fingerprint,
     envelope_attributes,
@@ -87,67 +86,10 @@ __all__ = [
     "DelayedSend",
     "SendReceipt",
     "SqsDelayedSender",
-    "deduplication_id",
-    "hop_of",
     "send_delayed",
-    "sent_of",
 ]
 
 _MESSAGE_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
-_MAX_DEDUP = 128
-
-
-_TAG = re.compile(rf"^[0-9a-f]{{{FINGERPRINT_CHARS}}}(?:\.([0-9a-z]{{1,12}}))?$")
-_DIGITS36 = "0123456789abcdefghijklmnopqrstuvwxyz"
-
-
-def deduplication_id(message_id: str, hop: int, fingerprint: str | None = None, sent_ms: int | None = None) -> str:
-    """The per-hop deduplication id ``<id>:<fp>[.<sent ms, base 36>]:<hop>`` (``<id>:<hop>`` without ``fp``).
-
-    A SHA-256 prefix replaces ids too long for 128 characters. ``hop_of`` reads the hop of every form.
-    """
-    tag = "" if fingerprint is None else fingerprint + ("" if sent_ms is None else "." + _base36(sent_ms))
-    suffix = f":{tag}:{hop}" if tag else f":{hop}"
-    prefix = message_id
-    if len(prefix) + len(suffix) > _MAX_DEDUP:
-        prefix = _hashed(message_id)
-    return prefix + suffix
-
-
-def sent_of(dedup_id: str | None, message_id: str) -> int | None:
-    """The first send time (epoch ms) a hop's deduplication id of ``message_id`` carries, else ``None``."""
-    if not dedup_id:
-        return None
-    rest, sep, tail = dedup_id.rpartition(":")
-    if not sep or not tail.isdigit():
-        return None
-    for prefix in (message_id, _hashed(message_id)):
-        if rest.startswith(prefix + ":"):
-            found = _TAG.match(rest[len(prefix) + 1 :])
-            if found is not None and found.group(1) is not None:
-                return int(found.group(1), 36)
-    return None
-
-
-def _hashed(message_id: str) -> str:
-    return hashlib.sha256(message_id.encode("utf-8")).hexdigest()
-
-
-def _base36(value: int) -> str:
-    digits = ""
-    while True:
-        value, digit = divmod(value, 36)
-        digits = _DIGITS36[digit] + digits
-        if not value:
-            return digits
-
-
-def hop_of(dedup_id: str | None) -> int:
-    """The hop number inside a deduplication id made by ``deduplication_id`` (0 when it has none)."""
-    if not dedup_id:
-        return 0
-    _, sep, tail = dedup_id.rpartition(":")
-    return int(tail) if sep and tail.isdigit() else 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@ from ...errors import ConfigurationError, DelayedDeliveryError, InvalidMessageEr
 from ...headers import DELAY_SECONDS_ATTRIBUTE
 from ...naming import sqs_input_queue_name
 from ...planning import remaining_delay_ms
+from ..fifo_ids import hop_of, sent_of
 from ..packing import ENVELOPE_ATTRIBUTE, BadItem, decode_envelope, envelope_attributes
-from ..sender import hop_of, sent_of
 from ..sqs import attributes_from_record
 
 if TYPE_CHECKING:
