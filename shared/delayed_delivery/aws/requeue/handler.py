@@ -21,9 +21,9 @@ from ...cancellations import CancellationCache, CancellationKind
 from ...errors import ConfigurationError, DelayedDeliveryDisabledError, DelayedDeliveryError
 from ..cancellations import DynamoDbCancellationStore
 from ..config import AwsConfig
+from ..errorqueue import DROPPED
 from ..queues import check_endpoint
 from . import FifoRequeuer, HopOutcome, RecordResult, failed_record, parse_source_arn
-from .errorqueue import DROPPED
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

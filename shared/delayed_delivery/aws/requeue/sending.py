@@ -13,10 +13,10 @@ from ...delivery import DELIVERY_HEADER, encode_delivery
 from ...errors import DelayedDeliveryError, DestinationNotFoundError, PermanentError, TransientError
 from ...headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
 from ...settings import DelayedDeliverySettings
+from ..errorqueue import DROPPED, full_form_problem, reduced_entry
 from ..fifo_ids import deduplication_id
 from ..packing import PackedMessage, content_fingerprint, envelope_attributes, envelope_body, envelope_id, pack
 from ..sqs import MAX_ATTRIBUTES, EntryResult, QueueDirectory, QueueInfo, message_size, send_batches
-from .errorqueue import DROPPED, full_form_problem, reduced_entry
 from .plan import Action, Ledger, MessagePlan, result_of
 from .records import HopOutcome, ParsedMessage, RecordResult, seconds_text
 

@@ -20,7 +20,7 @@ from ...headers import FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.format import BucketMessage
 from ...timebuckets.wheel import BucketKey, bucket_of
-from ..requeue.errorqueue import REDUCED_MAX_BYTES, sqs_safe
+from ..errorqueue import REDUCED_MAX_BYTES, sqs_safe
 from ..sqs import QueueDirectory, send_batches
 from .ingest_format import INGEST_ATTRIBUTE, INGEST_VERSION, BadItem, decode_ingest
 from .store import S3BucketStore

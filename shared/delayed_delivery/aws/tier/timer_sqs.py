@@ -16,7 +16,7 @@ from ...headers import BODY_ENCODING, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTIN
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.format import BucketMessage
 from ...timebuckets.wheel import DispatchWindow
-from ..requeue.errorqueue import REDUCED_FORMAT, REDUCED_MAX_BYTES, sqs_safe
+from ..errorqueue import REDUCED_FORMAT, REDUCED_MAX_BYTES, sqs_safe
 from ..requeue.sending import SendVerdict, classify_send, valid_attribute_name
 from ..sqs import (
     MAX_ATTRIBUTES,

@@ -7,13 +7,13 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ...headers import FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
-from ..sqs import message_size, sqs_text_problem
+from ..headers import FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
+from .sqs import message_size, sqs_text_problem
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
 
-    from .records import ParsedMessage
+    from .requeue.records import ParsedMessage
 
 __all__ = ["DROPPED", "REDUCED_FORMAT", "REDUCED_MAX_BYTES", "full_form_problem", "reduced_entry", "sqs_safe"]
 
