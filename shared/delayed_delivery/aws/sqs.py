@@ -1,4 +1,4 @@
-"""SQS plumbing shared by the sender, the requeue logic and the transport.
+"""SQS plumbing shared by the sender, the requeue logic, the time-bucket tier and the transport.
 
 * Error translation: botocore errors become ``TransientError`` / ``PermanentError`` /
   ``DestinationNotFoundError`` inside this package, always ``raise … from exc``.
@@ -8,6 +8,8 @@
   normalised to the boto3 shape, converted back from Lambda event records, and sized the way SQS counts them.
 * ``send_batches``: ``SendMessageBatch`` in chunks of ≤10 entries and ≤ the batch payload limit, with a
   per-entry result; a batch rejected as a whole is retried entry by entry so one bad entry cannot sink nine.
+* ``classify_send``: what one entry's result means for its message (sent, queue gone, refused for good, retry),
+  the same for the requeue step and the time-bucket tier.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import (
@@ -52,13 +55,16 @@ __all__ = [
     "NOT_SQS_TEXT",
     "EntryResult",
     "QueueDirectory",
+    "SendVerdict",
     "attributes_from_record",
     "check_sqs_text",
+    "classify_send",
     "message_size",
     "normalize_attributes",
     "send_batches",
     "sqs_text_problem",
     "translate_error",
+    "valid_attribute_name",
 ]
 
 #: SQS allows at most 10 message attributes per message.
@@ -82,6 +88,7 @@ _TRANSIENT = {
     "AWS.SimpleQueueService.RequestThrottled",
 }
 _ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
+_VALID_ATTRIBUTE_NAME = re.compile(r"^(?!\.)(?!.*\.\.)(?!.*\.$)(?!(?i:aws\.|amazon\.))[A-Za-z0-9_.-]{1,256}$")
 #: Characters SQS refuses in a body or attribute (it takes #x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD | #x10000-).
 NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -187,6 +194,11 @@ class QueueDirectory:
         """Drop a cached entry (e.g. after the queue turned out to be gone)."""
         with self._lock:
             self._cache.pop(name, None)
+
+
+def valid_attribute_name(name: str) -> bool:
+    """Whether SQS accepts ``name`` as a message attribute name."""
+    return bool(_VALID_ATTRIBUTE_NAME.match(name))
 
 
 def normalize_attributes(
@@ -299,6 +311,26 @@ class EntryResult:
     def ok(self) -> bool:
         """True when SQS accepted the entry."""
         return self.error is None
+
+
+class SendVerdict(Enum):
+    """What one send result means for its message."""
+
+    OK = "ok"
+    GONE = "destination gone"
+    REFUSED = "refused"
+    RETRY = "retry"
+
+
+def classify_send(error: DelayedDeliveryError | None) -> SendVerdict:
+    """Sent, the queue is gone, the queue refused it (poison), or anything else (retry the record)."""
+    if error is None:
+        return SendVerdict.OK
+    if isinstance(error, DestinationNotFoundError):
+        return SendVerdict.GONE
+    if isinstance(error, PermanentError):
+        return SendVerdict.REFUSED
+    return SendVerdict.RETRY
 
 
 def _chunks(

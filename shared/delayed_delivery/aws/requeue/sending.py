@@ -3,20 +3,28 @@ the error queue."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING
 
 from ...clock import Clock
 from ...delivery import DELIVERY_HEADER, encode_delivery
-from ...errors import DelayedDeliveryError, DestinationNotFoundError, PermanentError, TransientError
+from ...errors import DelayedDeliveryError, DestinationNotFoundError, TransientError
 from ...headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
 from ...settings import DelayedDeliverySettings
 from ..errorqueue import DROPPED, full_form_problem, reduced_entry
 from ..fifo_ids import deduplication_id
 from ..packing import PackedMessage, content_fingerprint, envelope_attributes, envelope_body, envelope_id, pack
-from ..sqs import MAX_ATTRIBUTES, EntryResult, QueueDirectory, QueueInfo, message_size, send_batches
+from ..sqs import (
+    MAX_ATTRIBUTES,
+    EntryResult,
+    QueueDirectory,
+    QueueInfo,
+    SendVerdict,
+    classify_send,
+    message_size,
+    send_batches,
+    valid_attribute_name,
+)
 from .plan import Action, Ledger, MessagePlan, result_of
 from .records import HopOutcome, ParsedMessage, RecordResult, seconds_text
 
@@ -24,29 +32,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
 
-__all__ = ["SendVerdict", "Sending", "classify_send", "error_attributes"]
-
-_ATTRIBUTE_NAME = re.compile(r"^(?!\.)(?!.*\.\.)(?!.*\.$)(?!(?i:aws\.|amazon\.))[A-Za-z0-9_.-]{1,256}$")
-
-
-class SendVerdict(Enum):
-    """What one send result means for its message."""
-
-    OK = "ok"
-    GONE = "destination gone"
-    REFUSED = "refused"
-    RETRY = "retry"
-
-
-def classify_send(error: DelayedDeliveryError | None) -> SendVerdict:
-    """Sent, the queue is gone, the queue refused it (poison), or anything else (retry the record)."""
-    if error is None:
-        return SendVerdict.OK
-    if isinstance(error, DestinationNotFoundError):
-        return SendVerdict.GONE
-    if isinstance(error, PermanentError):
-        return SendVerdict.REFUSED
-    return SendVerdict.RETRY
+__all__ = ["Sending", "error_attributes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,11 +256,6 @@ class Sending:
             retried = send_batches(self.client, info.url, forms, what=what)
             for form in forms:
                 results[form["Id"].removeprefix("reduced-")] = retried[form["Id"]]
-
-
-def valid_attribute_name(name: str) -> bool:
-    """Whether SQS accepts ``name`` as a message attribute name."""
-    return bool(_ATTRIBUTE_NAME.match(name))
 
 
 def error_attributes(

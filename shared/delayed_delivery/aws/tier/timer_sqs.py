@@ -17,15 +17,17 @@ from ...settings import DelayedDeliverySettings
 from ...timebuckets.format import BucketMessage
 from ...timebuckets.wheel import DispatchWindow
 from ..errorqueue import REDUCED_FORMAT, REDUCED_MAX_BYTES, sqs_safe
-from ..requeue.sending import SendVerdict, classify_send, valid_attribute_name
 from ..sqs import (
     MAX_ATTRIBUTES,
     QueueDirectory,
     QueueInfo,
+    SendVerdict,
+    classify_send,
     message_size,
     normalize_attributes,
     send_batches,
     sqs_text_problem,
+    valid_attribute_name,
 )
 from .timer_plan import Rejected
 
