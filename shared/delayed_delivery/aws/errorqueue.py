@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..headers import FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
@@ -13,9 +14,15 @@ from .sqs import message_size, sqs_text_problem
 if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
 
-    from .requeue.records import ParsedMessage
-
-__all__ = ["DROPPED", "REDUCED_FORMAT", "REDUCED_MAX_BYTES", "full_form_problem", "reduced_entry", "sqs_safe"]
+__all__ = [
+    "DROPPED",
+    "REDUCED_FORMAT",
+    "REDUCED_MAX_BYTES",
+    "Poison",
+    "full_form_problem",
+    "reduced_entry",
+    "sqs_safe",
+]
 
 #: The largest reduced form sent (bytes, body and attributes), whatever the error queue takes.
 REDUCED_MAX_BYTES = 200 * 1024
@@ -25,6 +32,16 @@ REDUCED_FORMAT = "delayed-delivery-reduced/1"
 DROPPED = "dropped: the error queue refused it, even in reduced form"
 
 
+@dataclass(frozen=True, slots=True)
+class Poison:
+    """A message on its way to the error queue: its id, body, why, and the destination it was meant for."""
+
+    message_id: str
+    body: str
+    reason: str | None
+    destination: str
+
+
 def sqs_safe(text: str) -> str:
     """``text`` as it is when SQS takes it, else with every non-ASCII character escaped (``\\uXXXX``)."""
     if sqs_text_problem(text) is None:
@@ -32,31 +49,29 @@ def sqs_safe(text: str) -> str:
     return json.dumps(text, ensure_ascii=True)[1:-1]
 
 
-def full_form_problem(
-    w: ParsedMessage, attributes: Mapping[str, MessageAttributeValueTypeDef], max_size: int
-) -> str | None:
-    """Why the error queue would refuse ``w``'s full form (text SQS refuses, too large), checked before sending."""
-    problem = sqs_text_problem(w.body)
+def full_form_problem(body: str, attributes: Mapping[str, MessageAttributeValueTypeDef], max_size: int) -> str | None:
+    """Why the error queue would refuse a full form (text SQS refuses, too large), checked before sending."""
+    problem = sqs_text_problem(body)
     if problem is not None:
         return f"the body {problem}"
     for name, value in attributes.items():
         text = value.get("StringValue")
         if isinstance(text, str) and sqs_text_problem(text) is not None:
             return f"attribute {name!r} {sqs_text_problem(text)}"
-    size = message_size(w.body or "(empty body)", attributes)
+    size = message_size(body or "(empty body)", attributes)
     if size > max_size:
         return f"{size:,} bytes, the error queue accepts at most {max_size:,}"
     return None
 
 
 def reduced_entry(
-    entry_id: str, w: ParsedMessage, failed_at: str, max_size: int, why: str
+    entry_id: str, w: Poison, failed_at: str, max_size: int, why: str
 ) -> SendMessageBatchRequestEntryTypeDef:
     """The reduced form of ``w``: JSON (ASCII) with id, reason and the body's UTF-8 bytes in base64, cut to fit."""
     reason = sqs_safe(f"{w.reason or 'unknown'} (reduced form: {why})")[:1024]
     attributes: dict[str, MessageAttributeValueTypeDef] = {
         FAILURE_REASON: {"DataType": "String", "StringValue": reason},
-        ORIGINAL_DESTINATION: {"DataType": "String", "StringValue": sqs_safe(w.source.destination)},
+        ORIGINAL_DESTINATION: {"DataType": "String", "StringValue": sqs_safe(w.destination)},
         FAILED_AT: {"DataType": "String", "StringValue": failed_at},
     }
     raw = w.body.encode("utf-8", "surrogatepass")

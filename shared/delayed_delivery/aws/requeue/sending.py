@@ -11,7 +11,7 @@ from ...delivery import DELIVERY_HEADER, encode_delivery
 from ...errors import DelayedDeliveryError, DestinationNotFoundError, TransientError
 from ...headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
 from ...settings import DelayedDeliverySettings
-from ..errorqueue import DROPPED, full_form_problem, reduced_entry
+from ..errorqueue import DROPPED, Poison, full_form_problem, reduced_entry
 from ..fifo_ids import deduplication_id
 from ..packing import PackedMessage, content_fingerprint, envelope_attributes, envelope_body, envelope_id, pack
 from ..sqs import (
@@ -192,9 +192,9 @@ class Sending:
         reduced: set[str] = set()
         for index, p in enumerate(poison):
             w, attributes = p.message, error_attributes(p.message, failed_at)
-            why = full_form_problem(w, attributes, info.max_message_size)
+            why = full_form_problem(w.body, attributes, info.max_message_size)
             if why is not None:
-                entries.append(reduced_entry(str(index), w, failed_at, info.max_message_size, why))
+                entries.append(reduced_entry(str(index), _poison(w), failed_at, info.max_message_size, why))
                 reduced.add(str(index))
             else:
                 entries.append(
@@ -250,12 +250,19 @@ class Sending:
         still = refused()
         if still:
             forms = [
-                reduced_entry(f"reduced-{e['Id']}", w, failed_at, info.max_message_size, str(results[e["Id"]].error))
+                reduced_entry(
+                    f"reduced-{e['Id']}", _poison(w), failed_at, info.max_message_size, str(results[e["Id"]].error)
+                )
                 for e, w in still
             ]
             retried = send_batches(self.client, info.url, forms, what=what)
             for form in forms:
                 results[form["Id"].removeprefix("reduced-")] = retried[form["Id"]]
+
+
+def _poison(w: ParsedMessage) -> Poison:
+    """``w`` as the error queue sees it."""
+    return Poison(w.message_id, w.body, w.reason, w.source.destination)
 
 
 def error_attributes(
