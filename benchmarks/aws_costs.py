@@ -33,15 +33,14 @@ from benchmarks.costs.fifo import measure_parked, parked_steps
 from benchmarks.costs.steps import S3_FREE, S3_TIER1
 from benchmarks.costs.tier import LAMBDA_GB, WINDOWS_PER_MINUTE, TierRun, measure_tier
 from benchmarks.sqs_hops import _moto, quiet_handler_output
-from delayed_delivery.cost import (
+from delayed_delivery.cost import SCHEDULER_PRICE_PER_INVOCATION, estimate_sqs_parked_cost
+from delayed_delivery.timebuckets.cost import (
     ASSUMED_BUCKET_COUNTS,
     MEASURED_PATH_FIELDS,
-    SCHEDULER_PRICE_PER_INVOCATION,
     STANDARD_PRICE_PER_REQUEST,
     BucketCounts,
     estimate_bucket_cost,
     estimate_bucket_fixed_cost,
-    estimate_sqs_parked_cost,
 )
 
 NAME = "aws_costs"

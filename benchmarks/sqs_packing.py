@@ -49,11 +49,11 @@ from delayed_delivery.aws.packing import DEFAULT_PACK_BYTES
 from delayed_delivery.cost import (
     FIFO_PRICE_PER_REQUEST,
     SCHEDULER_PRICE_PER_INVOCATION,
-    STANDARD_PRICE_PER_REQUEST,
     estimate_sqs_cost,
     fifo_cycle_cost,
 )
 from delayed_delivery.planning import SqsParkPolicy, sqs_park_schedule
+from delayed_delivery.timebuckets.cost import STANDARD_PRICE_PER_REQUEST
 
 NAME = "sqs_packing"
 BODY_BYTES = 1024

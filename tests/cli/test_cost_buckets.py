@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from delayed_delivery.app import cli
-from delayed_delivery.cost import choose_long_delay_route, estimate_bucket_cost, load_measured_figures
+from delayed_delivery.cost import choose_long_delay_route, load_measured_figures
+from delayed_delivery.timebuckets.cost import estimate_bucket_cost
 from tests.cli.conftest import ok_json, run
 
 

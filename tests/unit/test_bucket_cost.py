@@ -8,18 +8,20 @@ from dataclasses import replace
 import pytest
 
 from delayed_delivery.cost import (
-    ASSUMED_BUCKET_COUNTS,
     MEASURED_BUCKET_METRICS,
-    BucketCounts,
-    BucketPath,
     MeasuredFigures,
     choose_long_delay_route,
-    estimate_bucket_cost,
-    estimate_bucket_fixed_cost,
     estimate_sqs_parked_cost,
     load_measured_figures,
 )
 from delayed_delivery.errors import ConfigurationError, InvalidMessageError
+from delayed_delivery.timebuckets.cost import (
+    ASSUMED_BUCKET_COUNTS,
+    BucketCounts,
+    BucketPath,
+    estimate_bucket_cost,
+    estimate_bucket_fixed_cost,
+)
 
 DAY = 86_400
 

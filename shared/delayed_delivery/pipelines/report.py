@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from delayed_delivery.cost import FIFO_PRICE_PER_REQUEST, STANDARD_PRICE_PER_REQUEST
+from delayed_delivery.cost import FIFO_PRICE_PER_REQUEST
 from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.pipelines.report_bands import (
     BANDS,
@@ -43,6 +43,7 @@ from delayed_delivery.pipelines.report_bands import (
     consumer_note,
     pct,
 )
+from delayed_delivery.timebuckets.cost import STANDARD_PRICE_PER_REQUEST
 
 __all__ = ["BANDS", "TABLE_COLUMNS", "ReportResult", "build_report", "main"]
 

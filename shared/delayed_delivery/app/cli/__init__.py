@@ -20,20 +20,18 @@ from delayed_delivery import __version__
 from delayed_delivery.app.cli.local import local_app
 from delayed_delivery.app.cli.ops import register_operator_commands
 from delayed_delivery.app.demo.core import DemoProgress, run_core_demo
-from delayed_delivery.cost import (
-    PACKED_MEASURED_SIZE,
-    SQS_MAX_BYTES,
-    BucketCostEstimate,
-    SqsCostComparison,
-    choose_long_delay_route,
-    compare_sqs_costs,
-    estimate_bucket_cost,
-    estimate_bucket_fixed_cost,
-)
+from delayed_delivery.cost import SqsCostComparison, choose_long_delay_route, compare_sqs_costs
 from delayed_delivery.durations import format_duration, to_seconds
 from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.logjson import JsonFormatter
 from delayed_delivery.redact import redact
+from delayed_delivery.timebuckets.cost import (
+    PACKED_MEASURED_SIZE,
+    SQS_MAX_BYTES,
+    BucketCostEstimate,
+    estimate_bucket_cost,
+    estimate_bucket_fixed_cost,
+)
 
 if TYPE_CHECKING:
     from delayed_delivery.app.demo.cloud import CloudDemoConfig, CloudDemoResult, CloudProgress, CloudSummary
