@@ -16,7 +16,7 @@ __all__ = [
     "LOCAL_MOTO_PORT",
     "LOCAL_MOTO_URL",
     "LOCAL_REGION",
-    "BacklogBucket",
+    "BacklogPeriod",
     "CancelResult",
     "CloudOptions",
     "OperatorRoute",
@@ -96,8 +96,8 @@ class SendResult:
 
 
 @dataclass(frozen=True, slots=True)
-class BacklogBucket:
-    """Pending messages due in the bucket that starts at ``start``."""
+class BacklogPeriod:
+    """Pending messages due in the period (an hour or a day, ``pending --by``) that starts at ``start``."""
 
     start: datetime
     count: int
@@ -115,13 +115,13 @@ class QueueDepth:
 
 @dataclass(frozen=True, slots=True)
 class PendingReport:
-    """The backlog of a route: exact buckets by due time, or (SQS) approximate counts per queue."""
+    """The backlog of a route: exact counts by due hour or day, or (SQS) approximate counts per queue."""
 
     pending: int
     route: str
     cloud: str | None = None
     #: None when the route knows no due times (SQS); then ``queues`` holds its counts.
-    backlog: tuple[BacklogBucket, ...] | None = None
+    backlog: tuple[BacklogPeriod, ...] | None = None
     next_due: datetime | None = None
     oldest_overdue_seconds: float = 0.0
     queues: tuple[QueueDepth, ...] | None = None
@@ -152,13 +152,13 @@ class PendingReport:
         return d
 
 
-def backlog_report(buckets: Mapping[datetime, int], earliest: datetime | None, **fields: Any) -> PendingReport:
-    """An exact report from due-time ``buckets`` and the ``earliest`` due time; ``fields`` as in ``PendingReport``."""
+def backlog_report(periods: Mapping[datetime, int], earliest: datetime | None, **fields: Any) -> PendingReport:
+    """An exact report from counts by due ``periods``, the ``earliest`` due time and ``PendingReport`` ``fields``."""
     now = SystemClock().now()
     overdue = (now - earliest).total_seconds() if earliest is not None and earliest <= now else 0.0
     return PendingReport(
-        pending=fields.pop("pending", sum(buckets.values())),
-        backlog=tuple(BacklogBucket(start, n) for start, n in sorted(buckets.items())),
+        pending=fields.pop("pending", sum(periods.values())),
+        backlog=tuple(BacklogPeriod(start, n) for start, n in sorted(periods.items())),
         next_due=earliest,
         oldest_overdue_seconds=overdue,
         **fields,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from delayed_delivery.app.routes.aws_clients import FAIL_FAST, cli_region
 from delayed_delivery.app.routes.base import (
     LOCAL_MOTO_URL,
-    BacklogBucket,
+    BacklogPeriod,
     CancelResult,
     CloudOptions,
     PendingReport,
@@ -159,7 +159,7 @@ class BucketTierRoute(SqsOperatorRoute):
             pending=fifo.pending + census.messages,
             route="sqs-queue-attributes+s3-buckets",
             cloud="aws",
-            backlog=tuple(BacklogBucket(row.start, row.messages) for row in census.rows),
+            backlog=tuple(BacklogPeriod(row.start, row.messages) for row in census.rows),
             next_due=census.next_due.start if census.next_due else None,
             oldest_overdue_seconds=census.oldest_overdue_seconds,
             queues=fifo.queues,
