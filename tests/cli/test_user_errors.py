@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from delayed_delivery.app.cli import _configure_logging
+from delayed_delivery.app.stores import open_store
 from delayed_delivery.errors import MessageIdConflictError, MessageInFlightError
 from delayed_delivery.model import DelayedMessage
-from delayed_delivery.stores import open_store
 from tests.cli.conftest import one_line_error, run
 from tests.fixtures.services import free_port
 

@@ -11,12 +11,12 @@ import psycopg
 import pytest
 
 from delayed_delivery import Dispatcher, InMemoryTransport, ManualClock, PostgresDelayedMessageStore
+from delayed_delivery.app.stores import open_store
 from delayed_delivery.errors import ConfigurationError, InvalidMessageError, TransientError
 from delayed_delivery.headers import FAILURE_REASON, UNREADABLE
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.postgres.notify import DueListener, parse_due_payload
 from delayed_delivery.settings import DelayedDeliverySettings
-from delayed_delivery.stores import open_store
 
 pytestmark = pytest.mark.postgres
 

@@ -16,11 +16,11 @@ from delayed_delivery.app.routes.base import (
     backlog_report,
     refuse_sqs_options,
 )
+from delayed_delivery.app.stores import open_store
 from delayed_delivery.errors import ConfigurationError, DelayedDeliveryError
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.ports import DelayedMessageStore, InspectableStore, ReschedulableStore
 from delayed_delivery.redact import redact
-from delayed_delivery.stores import open_store
 
 __all__ = ["StoreOperatorRoute"]
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 from urllib.parse import urlparse
 
-from .errors import ConfigurationError
-from .ports import DelayedMessageStore
-from .redact import redact
-from .sqlite_store import SqliteDelayedMessageStore
+from delayed_delivery.errors import ConfigurationError
+from delayed_delivery.ports import DelayedMessageStore
+from delayed_delivery.redact import redact
+from delayed_delivery.sqlite_store import SqliteDelayedMessageStore
 
 __all__ = ["open_store"]
 
@@ -28,13 +27,15 @@ def open_store(url: str, *, setup: bool = True, connect_timeout: float | None = 
         store = SqliteDelayedMessageStore(path)
     elif parsed.scheme in ("postgres", "postgresql"):
         try:
-            module = importlib.import_module(".postgres.store", __package__)
+            from delayed_delivery.postgres.store import PostgresDelayedMessageStore
         except ImportError as exc:
             raise ConfigurationError(
                 "PostgreSQL support needs the postgres extra: pip install 'delayed-delivery[postgres]'"
             ) from exc
-        options = {} if connect_timeout is None else {"connect_timeout": connect_timeout}
-        store = module.PostgresDelayedMessageStore(url, **options)
+        if connect_timeout is None:
+            store = PostgresDelayedMessageStore(url)
+        else:
+            store = PostgresDelayedMessageStore(url, connect_timeout=connect_timeout)
     else:
         raise ConfigurationError(
             f"unknown store URL {redact(url)!r}: use sqlite:///file.db (relative), sqlite:////abs/file.db or "
