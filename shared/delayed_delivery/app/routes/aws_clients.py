@@ -32,17 +32,20 @@ def cli_region(endpoint_url: str | None, region: str | None, *, local: bool = Fa
     return LOCAL_REGION  # moto server and other local emulators take any region
 
 
-def cli_client(service: str, endpoint_url: str | None, region: str | None, *, local: bool = False) -> Any:
-    """A boto3 client for a command: quick to give up; region us-east-1 on a local endpoint when none is set."""
+def cli_client(
+    service: str, endpoint_url: str | None, region: str | None, *, local: bool = False, path_style: bool = False
+) -> Any:
+    """A boto3 client for a command: quick to give up, us-east-1 on a local endpoint, S3 path-style if asked."""
     import boto3
     from botocore.config import Config
 
     key = "testing" if local and not os.environ.get("AWS_ACCESS_KEY_ID") else None
+    style: dict[str, Any] = {"s3": {"addressing_style": "path"}} if path_style else {}
     return boto3.client(
         service,  # type: ignore[call-overload]
         endpoint_url=endpoint_url,
         region_name=cli_region(endpoint_url, region, local=local),
         aws_access_key_id=key,
         aws_secret_access_key=key,
-        config=Config(**FAIL_FAST),
+        config=Config(**FAIL_FAST, **style),
     )

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-from delayed_delivery.app.routes.aws_clients import FAIL_FAST, cli_region
+from delayed_delivery.app.routes.aws_clients import cli_client
 from delayed_delivery.app.routes.base import (
     LOCAL_MOTO_URL,
     BacklogPeriod,
@@ -139,7 +139,8 @@ class BucketTierRoute(SqsOperatorRoute):
         self.config: BucketTierConfig = BucketTierConfig.from_env(env)
         endpoint_url = options.endpoint_url or (LOCAL_MOTO_URL if options.local else None)
         # moto serves S3 on the SQS port; AWS_ENDPOINT_URL_S3 splits them.
-        self.s3 = _s3_client(os.environ.get("AWS_ENDPOINT_URL_S3") or endpoint_url, options.region, options.local)
+        s3_url = os.environ.get("AWS_ENDPOINT_URL_S3") or endpoint_url
+        self.s3 = cli_client("s3", s3_url, options.region, local=options.local, path_style=s3_url is not None)
         self.store: S3BucketStore = S3BucketStore.from_config(self.s3, self.config)
 
     def pending(self, bucket_seconds: int, *, queue: str | None = None) -> PendingReport:
@@ -340,23 +341,6 @@ def _limits(census: BucketCensus, queue: str | None) -> str:
     if not census.exact:
         parts.insert(1, f"{census.uncounted_objects} object(s) have keys without a count (written before key v2)")
     return "; ".join(parts) + "."
-
-
-def _s3_client(endpoint_url: str | None, region: str | None, local: bool) -> Any:
-    """A quick-to-give-up S3 client; path-style addressing on an explicit endpoint (emulators)."""
-    import boto3
-    from botocore.config import Config
-
-    key = "testing" if local and not os.environ.get("AWS_ACCESS_KEY_ID") else None
-    style: dict[str, Any] = {"s3": {"addressing_style": "path"}} if endpoint_url else {}
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint_url,
-        region_name=cli_region(endpoint_url, region, local=local),
-        aws_access_key_id=key,
-        aws_secret_access_key=key,
-        config=Config(**FAIL_FAST, **style),
-    )
 
 
 def open_bucket_route(options: CloudOptions, bucket_name: str, prefix: str | None = None) -> BucketTierRoute:
