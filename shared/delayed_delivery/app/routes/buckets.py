@@ -4,10 +4,10 @@ from the object listing, and cancel / reschedule records that live until the tie
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
-from itertools import chain
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from delayed_delivery.app.routes.aws_clients import cli_client
@@ -22,14 +22,13 @@ from delayed_delivery.app.routes.base import (
     require_queue,
 )
 from delayed_delivery.app.routes.sqs import SqsOperatorRoute
-from delayed_delivery.cancellations import binding_note
 from delayed_delivery.clock import SystemClock, utc
-from delayed_delivery.errors import DestinationNotFoundError, InvalidMessageError
+from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError, InvalidMessageError
 
 if TYPE_CHECKING:
-    from delayed_delivery.aws.cancellations import DynamoDbCancellationStore
     from delayed_delivery.aws.tier.config import BucketTierConfig
-    from delayed_delivery.aws.tier.relocate import Relocation, ScanProgress
+    from delayed_delivery.aws.tier.operations import TierOperations
+    from delayed_delivery.aws.tier.relocate import ScanProgress
     from delayed_delivery.aws.tier.store import S3BucketStore
     from delayed_delivery.cancellations import Cancellation
     from delayed_delivery.timebuckets.census import BucketCensus, CensusPeriod
@@ -143,18 +142,22 @@ class BucketTierRoute(SqsOperatorRoute):
         self.s3 = cli_client("s3", s3_url, options.region, local=options.local, path_style=s3_url is not None)
         self.store: S3BucketStore = S3BucketStore.from_config(self.s3, self.config)
 
+    def _operations(self, record_cache_seconds: float | None = None) -> TierOperations:
+        """The tier's cancel / reschedule operations on this route's clients."""
+        from delayed_delivery.aws.cancellations import DEFAULT_CACHE_SECONDS, DEFAULT_TABLE, DynamoDbCancellationStore
+        from delayed_delivery.aws.tier.operations import TierOperations
+
+        table = DynamoDbCancellationStore(self.dynamodb, self.config.cancellation_table or DEFAULT_TABLE)
+        cache = DEFAULT_CACHE_SECONDS if record_cache_seconds is None else record_cache_seconds
+        return TierOperations(
+            self.store, self.client, table, self.settings, where=self.where, record_cache_seconds=cache
+        )
+
     def pending(self, bucket_seconds: int, *, queue: str | None = None) -> PendingReport:
         """The tier's exact census by hour or day (listing only) and live records, beside the FIFO queue counts."""
-        from delayed_delivery.timebuckets.census import take_census
-
         period: CensusPeriod = "hour" if bucket_seconds <= 3600 else "day"
         fifo = self._fifo_pending(bucket_seconds, queue)
-        census = take_census(
-            chain(self.store.objects("fine"), self.store.objects("coarse")),
-            SystemClock().now(),
-            period=period,
-            levels=self.config.levels,
-        )
+        census = self._operations().census(period)
         records, truncated = self._live_records(queue)
         return BucketPendingReport(
             pending=fifo.pending + census.messages,
@@ -187,75 +190,22 @@ class BucketTierRoute(SqsOperatorRoute):
 
     def _live_records(self, queue: str | None) -> tuple[list[Cancellation], bool]:
         """Unexpired records of ``queue`` (or of every queue, at most ``MAX_LISTED_RECORDS``); none without a table."""
-        from delayed_delivery.errors import ConfigurationError
-
-        store = self._table()
         try:
-            found, truncated = (store.live(queue), False) if queue else store.every(MAX_LISTED_RECORDS)
+            return self._operations().live_records(queue, limit=MAX_LISTED_RECORDS)
         except ConfigurationError:
             return [], False  # no table: no records (cancel says how to create it)
-        now = SystemClock().now()
-        live = sorted((r for r in found if r.expires_at > now), key=lambda r: (r.endpoint, r.requested_at))
-        return live, truncated
-
-    def _table(self) -> DynamoDbCancellationStore:
-        from delayed_delivery.aws.cancellations import DEFAULT_TABLE, DynamoDbCancellationStore
-
-        return DynamoDbCancellationStore(self.dynamodb, self.config.cancellation_table or DEFAULT_TABLE)
-
-    def _tier_records(self, to: str) -> DynamoDbCancellationStore:
-        """The record table, after checking the S3 bucket, the destination queue ``to`` and the table exist."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        from delayed_delivery.aws.sqs import translate_error
-
-        self.store.check()
-        try:
-            self.client.get_queue_url(QueueName=to)
-        except (ClientError, BotoCoreError) as exc:
-            error = translate_error(exc, f"looking up {to!r} at {self.where}")
-            if isinstance(error, DestinationNotFoundError):
-                raise DestinationNotFoundError(
-                    f"unknown queue {to!r} at {self.where}: no message is delayed for it (check --to)"
-                ) from exc
-            raise error from exc
-        store = self._table()
-        store.check()
-        return store
-
-    def _reach_seconds(self) -> float:
-        """Seconds before its due time a message may have left for its destination (the tier's, or both routes')."""
-        from delayed_delivery.aws.cancellations import cache_seconds_from_env
-
-        tier = self.config.levels.dispatch_lead_seconds + self.config.levels.fine_seconds
-        if self.settings.long_delay_route == "buckets":
-            return float(tier)
-        return float(max(tier, self.settings.max_native_delay + cache_seconds_from_env(os.environ)))
 
     def cancel(self, message_id: str, *, to: str | None = None, due: datetime | None = None) -> CancelResult:
         """Write a cancel record living until the message's dispatch; warn when ``due`` is within the reach."""
-        from delayed_delivery.cancellations import cancel_request, tier_record_ttl
-        from delayed_delivery.durations import format_duration
+        from delayed_delivery.aws.cancellations import cache_seconds_from_env
 
         to = require_queue(to)
-        store = self._tier_records(to)
-        now = SystemClock().now()
-        record = cancel_request(to, message_id, now=now, max_native_delay=0, max_age=0, ttl=tier_record_ttl(now, due))
-        store.put(record)
-        reach = self._reach_seconds()
-        warning = None
-        if due is not None and (utc(due) - now).total_seconds() <= reach:
-            warning = (
-                f"{message_id!r} is due {utc(due).isoformat()}, within {format_duration(reach)} of now: it may already "
-                f"be on its way to {to!r} and then is delivered; have the consumer drop it by id"
-            )
-        note = (
-            "it is dropped when its time bucket is cascaded or dispatched (or at its next hop on the FIFO route); "
-            f"the record lives until then ({record.expires_at.date().isoformat()})"
-        )
-        receipt = RecordReceipt(to, store.table, record.expires_at, note + binding_note(record.requested_at))
-        certain = due is not None and warning is None
-        return BucketCancelResult(message_id, "aws", False, receipt, certain, warning)
+        fifo_too = self.settings.long_delay_route != "buckets"
+        operations = self._operations(cache_seconds_from_env(os.environ) if fifo_too else None)
+        with _unknown_queue_is_to():
+            done = operations.cancel(to, message_id, due=due)
+        receipt = RecordReceipt(to, done.table, done.record.expires_at, done.note)
+        return BucketCancelResult(message_id, "aws", False, receipt, done.certain, done.warning)
 
     def reschedule(
         self,
@@ -269,33 +219,25 @@ class BucketTierRoute(SqsOperatorRoute):
         progress: Callable[[ScanProgress], None] | None = None,
     ) -> RescheduleResult:
         """Write a reschedule record, then move the message in the tier now (exact); a time in the past is refused."""
-        from delayed_delivery.aws.tier.provision import INGEST_VISIBILITY_SECONDS
-        from delayed_delivery.aws.tier.relocate import DEFAULT_SCAN_LIMIT, Relocator
-        from delayed_delivery.cancellations import reschedule_request, tier_record_ttl
-
         to = require_queue(to)
-        clock = SystemClock()
-        now = clock.now()
+        now = SystemClock().now()
         if utc(due) <= now:
             raise InvalidMessageError(
                 f"new due time {utc(due).isoformat()} is in the past (now {now.isoformat()}): give a later --at or a "
                 "--delay, or cancel it"
             )
-        store = self._tier_records(to)
-        limit = DEFAULT_SCAN_LIMIT if scan_limit is None else scan_limit
-        relocator = Relocator(self.store, self.client, self.settings, clock, progress=progress)
-        if current_due is None:
-            relocator.check_scan_limit(limit)  # refused before anything is written
-        last = max(utc(due), utc(current_due)) if current_due is not None else None
-        record = reschedule_request(to, message_id, due, now=now, ttl=tier_record_ttl(now, last))
-        store.put(record)  # first: a timer meeting the message meanwhile moves it too
-        moved = relocator.relocate(record, due=current_due, scan_limit=limit)
-        fifo_too = self.settings.long_delay_route != "buckets"
-        if not keep_record and (moved.found or not fifo_too):
-            record = replace(record, expires_at=clock.now() + timedelta(seconds=INGEST_VISIBILITY_SECONDS))
-            store.put(record)  # kept a little: a copy may still be on its way through the ingest queue
-        note = _moved_note(moved, fifo_too, keep_record)
-        receipt = RecordReceipt(to, store.table, record.expires_at, note + binding_note(record.requested_at))
+        with _unknown_queue_is_to():
+            done = self._operations().reschedule(
+                to,
+                message_id,
+                due,
+                current_due=current_due,
+                scan_limit=scan_limit,
+                keep_record=keep_record,
+                progress=progress,
+            )
+        moved = done.relocation
+        receipt = RecordReceipt(to, done.table, done.record.expires_at, done.note)
         return BucketRescheduleResult(
             message_id,
             "aws",
@@ -307,27 +249,17 @@ class BucketTierRoute(SqsOperatorRoute):
             old_due_at=moved.old_due,
             bucket=f"{moved.bucket.level} {moved.bucket.iso}" if moved.bucket else None,
             objects_read=moved.objects_read,
-            tier_only=not fifo_too,
+            tier_only=done.tier_only,
         )
 
 
-def _moved_note(moved: Relocation, fifo_too: bool, keep_record: bool) -> str:
-    """What happened to the message, and how long the record stays."""
-    kept = "the record is kept until the message's due time" if keep_record else ""
-    if not moved.found:
-        where = f"no message {moved.message_id!r} is waiting in the tier ({moved.objects_read} object(s) read)"
-        if fifo_too:
-            return f"{where}; the record waits for its next hop on the FIFO route, where a message sooner is met late"
-        return f"{where}; " + (kept or "the record is kept for the ingest queue's visibility, in case it is on its way")
-    if moved.moved_by_timer:
-        done = "a timer took its object first: moved by the record, or sent at its old time if it read no record yet"
-    elif moved.sent_now:
-        done = f"sent to {moved.destination!r} now with the rest of its delay (due within 900 s)"
-    else:
-        done = f"moved now into the {moved.bucket.level if moved.bucket else ''} bucket of its new due time"
-    if moved.left_alone:
-        done += f"; {len(moved.left_alone)} object(s) with unreadable lines left for the timer, which moves it there"
-    return f"{done}; " + (kept or "the record is kept for the ingest queue's visibility, in case a copy is on its way")
+@contextmanager
+def _unknown_queue_is_to() -> Iterator[None]:
+    """An unknown destination queue is the one ``--to`` named."""
+    try:
+        yield
+    except DestinationNotFoundError as exc:
+        raise DestinationNotFoundError(f"{exc} (check --to)") from exc
 
 
 def _limits(census: BucketCensus, queue: str | None) -> str:

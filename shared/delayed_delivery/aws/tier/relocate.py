@@ -1,10 +1,10 @@
 """Reschedule on the tier, exactly: find one message in its bucket objects and move it to its new due time now.
 
-Used by the operator route after it wrote the reschedule record. The move runs under the lease of each bucket the
-message is found in (the lease the timer takes to cascade or dispatch it): the message is written first (sent straight
-to its destination when its new due time is within SQS's 900 s, else into the bucket of that time), then each old
-object is written again without it and deleted. A crash between the steps leaves a second copy, never none. The
-design, and what a crash leaves, are in docs/operations.md and docs/buckets.md.
+Used by ``operations.TierOperations.reschedule`` after it wrote the reschedule record. The move runs under the lease
+of each bucket the message is found in (the lease the timer takes to cascade or dispatch it): the message is written
+first (sent straight to its destination when its new due time is within SQS's 900 s, else into the bucket of that
+time), then each old object is written again without it and deleted. A crash between the steps leaves a second copy,
+never none. The design, and what a crash leaves, are in docs/operations.md and docs/buckets.md.
 """
 
 from __future__ import annotations

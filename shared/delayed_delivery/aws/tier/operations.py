@@ -1,0 +1,225 @@
+"""Cancel and reschedule one message on the tier, for any caller (the CLI's operator route is one of them).
+
+A cancel writes a record in the cancellation table that lives until the timer applies it at the message's cascade or
+dispatch (``tier_record_ttl``), with a warning when the message may already be on its way. A reschedule writes its
+record first (a timer meeting the message meanwhile moves it too), moves the message now (``Relocator``), then
+shortens the record to the ingest queue's visibility, unless it is to be kept or the message may be on the FIFO route
+instead. The design, and what a crash leaves, are in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from itertools import chain
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ...cancellations import Cancellation, binding_note, cancel_request, reschedule_request, tier_record_ttl
+from ...clock import Clock, SystemClock, utc
+from ...durations import format_duration
+from ...errors import DestinationNotFoundError, InvalidMessageError
+from ...settings import DelayedDeliverySettings
+from ...timebuckets.census import BucketCensus, CensusPeriod, take_census
+from ..cancellations import DEFAULT_CACHE_SECONDS, DEFAULT_TABLE, DynamoDbCancellationStore
+from ..sqs import translate_error
+from .provision import INGEST_VISIBILITY_SECONDS
+from .relocate import DEFAULT_SCAN_LIMIT, Relocation, Relocator, ScanProgress
+from .store import S3BucketStore, S3Client
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
+
+    from .config import BucketTierConfig
+
+__all__ = ["TierCancel", "TierOperations", "TierReschedule"]
+
+
+@dataclass(frozen=True, slots=True)
+class TierCancel:
+    """A cancel record written: the record, its table, whether the message is certainly dropped, and why not."""
+
+    record: Cancellation
+    table: str
+    #: The due time was given and is far enough away that the message cannot have left yet.
+    certain: bool
+    #: What happens to the message and how long the record lives.
+    note: str
+    #: Set when the due time is near enough that the message may already be on its way (the record is written all
+    #: the same).
+    warning: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TierReschedule:
+    """A reschedule: the record as it stays, what the move did, and what that means for the message."""
+
+    record: Cancellation
+    table: str
+    relocation: Relocation
+    #: Only the tier carries long delays (``long_delay_route = buckets``): not found there means not pending.
+    tier_only: bool
+    note: str
+
+    @property
+    def missing(self) -> bool:
+        """No such message is pending: not in the tier, and no other route could hold it."""
+        return self.tier_only and not self.relocation.found
+
+
+class TierOperations:
+    """Cancel and reschedule on the tier: records in the cancellation table, moves under the buckets' leases."""
+
+    def __init__(
+        self,
+        store: S3BucketStore,
+        sqs_client: SQSClient,
+        records: DynamoDbCancellationStore,
+        settings: DelayedDeliverySettings,
+        *,
+        clock: Clock | None = None,
+        where: str = "AWS",
+        record_cache_seconds: float = DEFAULT_CACHE_SECONDS,
+    ) -> None:
+        self.store = store
+        self.sqs = sqs_client
+        self.records = records
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        #: Where the queues are, for error texts (an endpoint URL, or "AWS").
+        self.where = where
+        #: The requeue function's record cache (``DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS``), for the FIFO route.
+        self.record_cache_seconds = record_cache_seconds
+
+    @classmethod
+    def from_config(
+        cls,
+        config: BucketTierConfig,
+        *,
+        s3_client: S3Client,
+        sqs_client: SQSClient,
+        dynamodb_client: DynamoDBClient,
+        clock: Clock | None = None,
+    ) -> TierOperations:
+        """The tier of ``config``: its bucket objects, and its cancellation table (the default one when unset)."""
+        records = DynamoDbCancellationStore(dynamodb_client, config.cancellation_table or DEFAULT_TABLE)
+        return cls(S3BucketStore.from_config(s3_client, config), sqs_client, records, config.settings, clock=clock)
+
+    @property
+    def fifo_too(self) -> bool:
+        """Whether a long delay may also take the ``-delay.fifo`` route (``long_delay_route`` is not ``buckets``)."""
+        return self.settings.long_delay_route != "buckets"
+
+    def check(self, destination: str) -> None:
+        """The S3 bucket, the destination queue and the cancellation table exist (one request each)."""
+        self.store.check()
+        try:
+            self.sqs.get_queue_url(QueueName=destination)
+        except (ClientError, BotoCoreError) as exc:
+            error = translate_error(exc, f"looking up {destination!r} at {self.where}")
+            if isinstance(error, DestinationNotFoundError):
+                raise DestinationNotFoundError(
+                    f"unknown queue {destination!r} at {self.where}: no message is delayed for it"
+                ) from exc
+            raise error from exc
+        self.records.check()
+
+    def reach_seconds(self) -> float:
+        """Seconds before its due time a message may have left for its destination (the tier's, or both routes')."""
+        levels = self.store.levels
+        tier = levels.dispatch_lead_seconds + levels.fine_seconds
+        if not self.fifo_too:
+            return float(tier)
+        return float(max(tier, self.settings.max_native_delay + self.record_cache_seconds))
+
+    def cancel(self, destination: str, message_id: str, *, due: datetime | None = None) -> TierCancel:
+        """Write a cancel record living until the message's dispatch (``due``: its due time, if known)."""
+        self.check(destination)
+        now = self.clock.now()
+        record = cancel_request(
+            destination, message_id, now=now, max_native_delay=0, max_age=0, ttl=tier_record_ttl(now, due)
+        )
+        self.records.put(record)
+        reach = self.reach_seconds()
+        warning = None
+        if due is not None and (utc(due) - now).total_seconds() <= reach:
+            warning = (
+                f"{message_id!r} is due {utc(due).isoformat()}, within {format_duration(reach)} of now: it may already "
+                f"be on its way to {destination!r} and then is delivered; have the consumer drop it by id"
+            )
+        note = (
+            "it is dropped when its time bucket is cascaded or dispatched (or at its next hop on the FIFO route); "
+            f"the record lives until then ({record.expires_at.date().isoformat()})"
+        )
+        certain = due is not None and warning is None
+        return TierCancel(record, self.records.table, certain, note + binding_note(record.requested_at), warning)
+
+    def reschedule(
+        self,
+        destination: str,
+        message_id: str,
+        due: datetime,
+        *,
+        current_due: datetime | None = None,
+        scan_limit: int | None = None,
+        keep_record: bool = False,
+        progress: Callable[[ScanProgress], None] | None = None,
+    ) -> TierReschedule:
+        """Write a reschedule record, then move the message in the tier now; a time in the past is refused.
+
+        ``current_due`` (its due time now, if known) reads only its buckets, else every object is read (at most
+        ``scan_limit``, refused before anything is written); ``keep_record`` keeps the record until the due time.
+        """
+        now = self.clock.now()
+        if utc(due) <= now:
+            raise InvalidMessageError(
+                f"new due time {utc(due).isoformat()} is in the past (now {now.isoformat()}): give a later one"
+            )
+        self.check(destination)
+        limit = DEFAULT_SCAN_LIMIT if scan_limit is None else scan_limit
+        relocator = Relocator(self.store, self.sqs, self.settings, self.clock, progress=progress)
+        if current_due is None:
+            relocator.check_scan_limit(limit)  # refused before anything is written
+        last = max(utc(due), utc(current_due)) if current_due is not None else None
+        record = reschedule_request(destination, message_id, due, now=now, ttl=tier_record_ttl(now, last))
+        self.records.put(record)  # first: a timer meeting the message meanwhile moves it too
+        moved = relocator.relocate(record, due=current_due, scan_limit=limit)
+        if not keep_record and (moved.found or not self.fifo_too):
+            record = replace(record, expires_at=self.clock.now() + timedelta(seconds=INGEST_VISIBILITY_SECONDS))
+            self.records.put(record)  # kept a little: a copy may still be on its way through the ingest queue
+        note = _moved_note(moved, self.fifo_too, keep_record) + binding_note(record.requested_at)
+        return TierReschedule(record, self.records.table, moved, not self.fifo_too, note)
+
+    def live_records(self, destination: str | None = None, *, limit: int = 1_000) -> tuple[list[Cancellation], bool]:
+        """Unexpired records of ``destination`` (or of every one, at most ``limit``), and whether more were left."""
+        found, truncated = (self.records.live(destination), False) if destination else self.records.every(limit)
+        now = self.clock.now()
+        live = sorted((r for r in found if r.expires_at > now), key=lambda r: (r.endpoint, r.requested_at))
+        return live, truncated
+
+    def census(self, period: CensusPeriod = "day") -> BucketCensus:
+        """The tier's exact counts by due hour or day, from the object listing alone (no body read)."""
+        objects = chain(self.store.objects("fine"), self.store.objects("coarse"))
+        return take_census(objects, self.clock.now(), period=period, levels=self.store.levels)
+
+
+def _moved_note(moved: Relocation, fifo_too: bool, keep_record: bool) -> str:
+    """What happened to the message, and how long the record stays."""
+    kept = "the record is kept until the message's due time" if keep_record else ""
+    if not moved.found:
+        where = f"no message {moved.message_id!r} is waiting in the tier ({moved.objects_read} object(s) read)"
+        if fifo_too:
+            return f"{where}; the record waits for its next hop on the FIFO route, where a message sooner is met late"
+        return f"{where}; " + (kept or "the record is kept for the ingest queue's visibility, in case it is on its way")
+    if moved.moved_by_timer:
+        done = "a timer took its object first: moved by the record, or sent at its old time if it read no record yet"
+    elif moved.sent_now:
+        done = f"sent to {moved.destination!r} now with the rest of its delay (due within 900 s)"
+    else:
+        done = f"moved now into the {moved.bucket.level if moved.bucket else ''} bucket of its new due time"
+    if moved.left_alone:
+        done += f"; {len(moved.left_alone)} object(s) with unreadable lines left for the timer, which moves it there"
+    return f"{done}; " + (kept or "the record is kept for the ingest queue's visibility, in case a copy is on its way")
