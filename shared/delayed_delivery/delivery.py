@@ -11,6 +11,7 @@ from urllib.parse import quote, unquote
 
 from . import logfields as lf
 from .headers import HEADER_PREFIX, is_reserved
+from .validation import is_whole
 
 __all__ = [
     "BROKER_FIELDS",
@@ -68,7 +69,7 @@ def encode_delivery(
     """The header value, e.g. ``v1;id=a%3Bb;due=…;sent=…;hops=2;route=fifo``; the id is left out past 512 chars."""
     parts = [_VERSION]
     for key, value in (("due", due_ms), ("sent", sent_ms), ("hops", hops)):
-        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_MS:
+        if is_whole(value, 0, _MAX_MS):
             parts.append(f"{key}={value}")
     parts.append(f"route={route if route in ROUTES else 'unknown'}")
     if message_id:

@@ -12,6 +12,7 @@ from .clock import Clock, SystemClock, utc
 from .durations import MAX_DELAY, Delay, to_seconds
 from .errors import InvalidMessageError
 from .headers import UNREADABLE, refuse_reserved
+from .validation import is_whole
 
 __all__ = [
     "MAX_DESTINATION_LENGTH",
@@ -89,7 +90,7 @@ class DelayedMessage:
             )
         object.__setattr__(self, "due_at", utc(self.due_at))
         object.__setattr__(self, "headers", _frozen_headers(self.headers))
-        if isinstance(self.failure_count, bool) or not isinstance(self.failure_count, int) or self.failure_count < 0:
+        if not is_whole(self.failure_count):
             raise InvalidMessageError("failure_count must be a non-negative integer")
 
     @classmethod

@@ -16,6 +16,7 @@ from enum import StrEnum
 from .durations import Delay, to_seconds
 from .errors import DelayedDeliveryDisabledError, InvalidMessageError
 from .settings import MAX_PARK_SECONDS
+from .validation import is_whole
 
 __all__ = [
     "MIN_PARK_HOPS",
@@ -116,7 +117,7 @@ def remaining_delay(
         ("ApproximateFirstReceiveTimestamp", first_receive_timestamp_ms),
         ("ApproximateReceiveCount", receive_count),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if not is_whole(value):
             raise InvalidMessageError(f"{name} must be a non-negative integer, got {value!r}")
     if receive_count < 1:
         raise InvalidMessageError("ApproximateReceiveCount must be at least 1")
@@ -140,7 +141,7 @@ def remaining_delay_ms(
     and only when it says more time has passed, a negative elapsed time counts as zero (late, never early).
     """
     for name, value in (("total delay", total_delay_ms), ("now", now_ms)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if not is_whole(value):
             raise InvalidMessageError(f"{name} must be a non-negative integer, got {value!r}")
     # remaining_delay floors whole seconds of elapsed time; scaling by 1000 keeps every millisecond.
     return remaining_delay(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from .errors import ConfigurationError
 from .naming import validate_sqs_queue_name
 from .timebuckets.wheel import BucketLevel
+from .validation import is_number
 
 __all__ = ["ENV_PREFIX", "LONG_DELAY_ROUTES", "MAX_PARK_SECONDS", "MAX_VISIBILITY_TIMEOUT", "DelayedDeliverySettings"]
 
@@ -95,9 +95,7 @@ class DelayedDeliverySettings:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.type in ("int", "float") and (
-                isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or value < 0
-            ):
+            if f.type in ("int", "float") and not is_number(value):
                 raise ConfigurationError(f"setting {f.name} must be a non-negative number, got {value!r}")
         if not self.error_queue.strip():
             raise ConfigurationError("setting error_queue must name a queue")

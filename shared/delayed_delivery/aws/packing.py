@@ -30,6 +30,7 @@ from ..durations import MAX_DELAY
 from ..errors import InvalidMessageError
 from ..headers import HEADER_PREFIX
 from ..jsonbounds import loads_bounded
+from ..validation import is_whole
 from .sqs import MAX_ATTRIBUTES, message_size, normalize_attributes, sqs_text_problem
 
 if TYPE_CHECKING:
@@ -237,13 +238,13 @@ def _decode_item(index: int, item: Any) -> PackedMessage | BadItem:
         return BadItem(name, text, f"malformed envelope entry {index}: {exc}")
     assert isinstance(message_id, str)
     sent = item.get("s")
-    known = isinstance(sent, int) and not isinstance(sent, bool) and 0 <= sent <= MAX_SENT_MS
+    known = is_whole(sent, 0, MAX_SENT_MS)
     return PackedMessage(message_id, hop, remaining, body, attributes, sent if known else None)
 
 
 def _bounded_int(label: str, value: Any, limit: int | None = None) -> int:
     """A non-negative int within ``limit`` (default: the remaining delay's 100 years in ms)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not is_whole(value):
         shown = _safe_dumps(value) if not isinstance(value, int) or value > -(10**30) else "a huge negative number"
         raise InvalidMessageError(f"{label} must be a non-negative integer, got {shown[:40]}")
     shown = str(value) if value < 10**30 else f"a {len(str(value))}-digit number"

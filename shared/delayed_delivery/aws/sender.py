@@ -56,6 +56,7 @@ from ..headers import DELAY_SECONDS_ATTRIBUTE
 from ..naming import sqs_delay_queue_name, validate_sqs_queue_name
 from ..planning import SqsRoute, plan_sqs_delay
 from ..settings import DelayedDeliverySettings
+from ..validation import is_whole
 from .fifo_ids import deduplication_id
 from .packing import (
     DEFAULT_PACK_BYTES,
@@ -157,7 +158,7 @@ class SqsDelayedSender:
         pack_bytes: int = DEFAULT_PACK_BYTES,
         clock: Clock | None = None,
     ) -> None:
-        if isinstance(pack_bytes, bool) or not isinstance(pack_bytes, int) or pack_bytes < 0:
+        if not is_whole(pack_bytes):
             raise ConfigurationError(f"pack_bytes must be a non-negative integer (0 = off), got {pack_bytes!r}")
         self.client = client
         #: Without explicit settings the DELAYED_DELIVERY_* environment applies, read now (never at import).

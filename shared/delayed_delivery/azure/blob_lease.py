@@ -22,6 +22,7 @@ from azure.storage.blob import BlobLeaseClient, ContainerClient
 from .. import logfields as lf
 from ..errors import ConfigurationError
 from ..naming import validate_azure_container_name
+from ..validation import is_whole
 from .sdk_errors import translate
 
 __all__ = ["MAX_LEASE_SECONDS", "MIN_LEASE_SECONDS", "BlobLease", "lease_blob_name"]
@@ -53,11 +54,7 @@ class BlobLease:
         margin: float = 2.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        if (
-            isinstance(duration, bool)
-            or not isinstance(duration, int)
-            or not (MIN_LEASE_SECONDS <= duration <= MAX_LEASE_SECONDS)
-        ):
+        if not is_whole(duration, MIN_LEASE_SECONDS, MAX_LEASE_SECONDS):
             raise ConfigurationError(
                 f"lease duration must be a whole number of seconds from {MIN_LEASE_SECONDS} to "
                 f"{MAX_LEASE_SECONDS}, got {duration!r}"

@@ -32,6 +32,7 @@ from ..errors import ConfigurationError, InvalidMessageError
 from ..jsonbounds import parse_headers_json
 from ..model import DelayedMessage, Headers, is_usable_message_id
 from ..model import unreadable_message as unreadable
+from ..validation import is_whole
 
 __all__ = [
     "CHUNK_BYTES",
@@ -242,7 +243,7 @@ def body_capacity(message: DelayedMessage) -> int:
 def message_from_entity(entity: Mapping[str, Any]) -> DelayedMessage:
     """Rebuild the message stored in a due row (``ValueError``/``KeyError``/``TypeError`` when it is garbage)."""
     chunks = entity.get("BodyChunks", 0)
-    if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < 0:
+    if not is_whole(chunks):
         raise TypeError(f"BodyChunks is {chunks!r}, not a count")
     parts = [entity[f"Body{i:02d}"] for i in range(chunks)]
     if any(not isinstance(part, bytes) for part in parts) or f"Body{chunks:02d}" in entity:

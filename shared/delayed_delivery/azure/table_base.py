@@ -13,6 +13,7 @@ from azure.data.tables import TableClient, TableTransactionError, UpdateMode
 
 from ..errors import ConfigurationError
 from ..naming import validate_azure_table_name
+from ..validation import is_whole
 from . import rows, transactions
 from .sdk_errors import is_status, translate
 
@@ -36,7 +37,7 @@ class TableBase:
         page_size: int = 1000,
         exclusive: bool = False,
     ) -> None:
-        if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= rows.MAX_SHARDS:
+        if not is_whole(shards, 1, rows.MAX_SHARDS):
             raise ConfigurationError(f"shards must be an integer from 1 to {rows.MAX_SHARDS}, got {shards!r}")
         if claim_timeout <= 0:
             raise ConfigurationError("claim_timeout must be positive")

@@ -44,6 +44,7 @@ from ..durations import Delay, to_seconds
 from ..errors import ConfigurationError, InvalidMessageError
 from ..model import DelayedMessage, Headers, is_usable_message_id, unreadable_message
 from ..ports import ClaimedMessage, DelayedMessageStore, id_conflict, in_flight, same_message
+from ..validation import is_number
 from .connection import ConnectionSet, derived_name, validate_identifier
 from .store_sql import Statements
 
@@ -87,7 +88,7 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
         self.endpoint = endpoint
         self.table = validate_identifier("table", table)
         self.schema = validate_identifier("schema", schema)
-        if isinstance(claim_timeout, bool) or not isinstance(claim_timeout, int | float) or claim_timeout <= 0:
+        if not (is_number(claim_timeout) and claim_timeout > 0):
             raise ConfigurationError(f"claim_timeout must be a positive number of seconds, got {claim_timeout!r}")
         self.claim_timeout = float(claim_timeout)
         self.notify_channel = validate_identifier(

@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import InvalidMessageError
 from ..jsonbounds import loads_bounded
 from ..model import MAX_MESSAGE_ID_LENGTH, check_destination, is_usable_message_id
+from ..validation import is_whole
 from .wheel import BucketKey, BucketLevel, object_key
 
 __all__ = [
@@ -84,7 +85,7 @@ class BucketMessage:
         _ms("due_at_ms", self.due_at_ms)
         if self.sent_at_ms is not None:
             _ms("sent_at_ms", self.sent_at_ms)
-        if isinstance(self.hops, bool) or not isinstance(self.hops, int) or not 0 <= self.hops <= 1_000_000:
+        if not is_whole(self.hops, 0, 1_000_000):
             raise InvalidMessageError(f"hops must be a whole number from 0 to 1,000,000, got {self.hops!r}")
         _encode_attributes(self.attributes)
 
@@ -124,9 +125,9 @@ class BucketContents:
 
 
 def _ms(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _MAX_MS:
-        raise InvalidMessageError(f"{name} must be whole milliseconds from 1970 to 9000, got {str(value)[:40]}")
-    return value
+    if is_whole(value, 0, _MAX_MS - 1):
+        return value
+    raise InvalidMessageError(f"{name} must be whole milliseconds from 1970 to 9000, got {str(value)[:40]}")
 
 
 def _encode_attributes(attributes: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
@@ -281,7 +282,7 @@ def _header(line: bytes) -> tuple[int, BucketKey, int]:
         raise InvalidMessageError(f"header: version {str(version)[:20]} is not one this reader knows ({known})")
     assert isinstance(value, dict) and isinstance(version, int)
     count = value.get("count")
-    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_OBJECT_MESSAGES:
+    if not is_whole(count, 0, MAX_OBJECT_MESSAGES):
         raise InvalidMessageError(f"header: count {str(count)[:20]} is not from 0 to {MAX_OBJECT_MESSAGES:,}")
     level, start = value.get("level"), value.get("bucket")
     if not isinstance(level, str) or not isinstance(start, str):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from ..clock import utc
 from ..errors import ConfigurationError, InvalidMessageError
+from ..validation import is_whole
 
 if TYPE_CHECKING:
     from ..settings import DelayedDeliverySettings
@@ -74,7 +75,7 @@ class BucketLevel:
     def __post_init__(self) -> None:
         for name in ("fine_seconds", "coarse_seconds", "dispatch_lead_seconds"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if not is_whole(value):
                 raise ConfigurationError(f"bucket setting {name} must be a whole number of seconds, got {value!r}")
         if self.fine_seconds < 1:
             raise ConfigurationError("bucket_fine_seconds must be at least 1")
@@ -232,7 +233,7 @@ def dispatch_window(now: datetime, lead: int | None = None, levels: BucketLevel 
     """The fine buckets ready at ``now``: those starting within ``lead`` seconds (default: the levels' lead)."""
     levels = levels or BucketLevel()
     lead = levels.dispatch_lead_seconds if lead is None else lead
-    if isinstance(lead, bool) or not isinstance(lead, int) or not 0 <= lead <= MAX_DELAY_SECONDS - levels.fine_seconds:
+    if not is_whole(lead, 0, MAX_DELAY_SECONDS - levels.fine_seconds):
         raise ConfigurationError(
             f"dispatch lead must be from 0 to {MAX_DELAY_SECONDS - levels.fine_seconds} seconds, got {lead!r}"
         )

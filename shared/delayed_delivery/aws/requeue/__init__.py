@@ -17,6 +17,7 @@ from ...clock import Clock, SystemClock
 from ...errors import ConfigurationError, DelayedDeliveryDisabledError, TransientError
 from ...planning import PARK_RETENTION_HEADROOM, SqsParkPolicy
 from ...settings import DelayedDeliverySettings
+from ...validation import is_whole
 from ..brokerclock import BrokerClock
 from ..packing import DEFAULT_PACK_BYTES
 from ..sqs import QueueDirectory, QueueInfo
@@ -68,9 +69,9 @@ class FifoRequeuer:
         broker_clock: BrokerClock | None = None,
         max_receive_count: int = 0,
     ) -> None:
-        if isinstance(pack_bytes, bool) or not isinstance(pack_bytes, int) or pack_bytes < 0:
+        if not is_whole(pack_bytes):
             raise ConfigurationError(f"pack_bytes must be a non-negative integer (0 = off), got {pack_bytes!r}")
-        if isinstance(retention_headroom, bool) or not isinstance(retention_headroom, int) or retention_headroom < 0:
+        if not is_whole(retention_headroom):
             raise ConfigurationError(f"retention_headroom must be non-negative seconds, got {retention_headroom!r}")
         self.client = client
         self.settings = settings or DelayedDeliverySettings()
@@ -83,7 +84,7 @@ class FifoRequeuer:
         self.broker_clock = broker_clock
         if self.broker_clock is None and self.settings.max_park_seconds > 0:
             self.broker_clock = BrokerClock(self.clock).attach(client)
-        if isinstance(max_receive_count, bool) or not isinstance(max_receive_count, int) or max_receive_count < 0:
+        if not is_whole(max_receive_count):
             raise ConfigurationError(f"max_receive_count must be a non-negative integer, got {max_receive_count!r}")
         #: Receives past which a record goes to the error queue (0 = no limit), park returns allowed on top.
         self.receive_limit = receive_limit(max_receive_count, self.settings.max_park_seconds)

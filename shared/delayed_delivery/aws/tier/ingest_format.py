@@ -24,6 +24,7 @@ from ...headers import HEADER_PREFIX
 from ...jsonbounds import json_depth
 from ...naming import FIFO_SUFFIX, validate_sqs_queue_name
 from ...timebuckets.format import BucketMessage
+from ...validation import is_whole
 from ..packing import decode_attribute_entries
 from ..sqs import MAX_ATTRIBUTES, message_size, sqs_text_problem
 
@@ -254,7 +255,7 @@ def _destination(value: Any) -> str | None:
 
 
 def _ms(label: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _MAX_MS:
+    if not is_whole(value, 0, _MAX_MS - 1):
         shown = repr(value) if isinstance(value, _Unreadable) else _safe(value)[:40]
         raise InvalidMessageError(f"{label} must be whole epoch milliseconds from 1970 to 9000, got {shown}")
     return value
