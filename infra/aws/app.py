@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """CDK app: ``cd infra/aws && npx cdk synth`` (or deploy). Configuration is CDK context (cdk.json or ``-c``).
 
+cdk.json runs it as the module ``infra.aws.app`` with the repository root on ``PYTHONPATH``.
+
 Context keys: ``endpoints`` (list of queue names or ``{"name", "existingQueueArn", "existingQueueKeyArn",
 "senders"}``), ``stackName``, ``powertoolsLayerVersion``, ``maxNativeDelay``, ``fifoQueueDelay``, ``alarmTopicArn``,
 ``cancellationTable``, ``cancellationCacheSeconds``, ``maxParkSeconds`` (0 turns parking off), ``parkMaxInFlight``,
@@ -15,11 +17,7 @@ cdk-nag's AwsSolutions checks run on every synth; an unsuppressed finding fails 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
