@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -39,3 +40,15 @@ def test_missing_azurite_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_p
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(ConfigurationError, match="Azurite not found"):
         LocalEmulators(moto=False)
+
+
+def test_a_source_checkout_finds_its_own_azurite_from_any_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    checkout = Path(__file__).resolve().parents[1] / "node_modules" / "azurite" / "dist" / "src" / "azurite.js"
+    if not checkout.exists():
+        pytest.fail(f"{checkout} is missing: run scripts/bootstrap.sh")
+    monkeypatch.delenv("DELAYED_DELIVERY_AZURITE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    emulators = LocalEmulators(moto=False)
+    assert str(checkout) in emulators.emulators["azurite"].argv

@@ -106,7 +106,7 @@ def _azurite_argv(blob: int, queue: int, table: int) -> list[str]:
     for service, port in (("blob", blob), ("queue", queue), ("table", table)):
         flags += [f"--{service}Host", "127.0.0.1", f"--{service}Port", str(port)]
     relative = "node_modules/azurite/dist/src/azurite.js"
-    checkout = Path(__file__).resolve().parents[2] / relative  # a source checkout, run from anywhere
+    checkout = Path(__file__).resolve().parents[3] / relative  # a source checkout (shared/delayed_delivery/app/)
     script = os.environ.get("DELAYED_DELIVERY_AZURITE") or str(Path.cwd() / relative)
     if not os.environ.get("DELAYED_DELIVERY_AZURITE") and not Path(script).exists() and checkout.exists():
         script = str(checkout)
