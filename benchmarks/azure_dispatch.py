@@ -61,13 +61,10 @@ def azurite() -> Iterator[str]:
     if given:
         yield given
         return
-    from tests.fixtures.azurite import start_azurite
+    from delayed_delivery.app.emulators import LocalEmulators
 
-    instance = start_azurite()
-    try:
-        yield instance.connection_string
-    finally:
-        instance.process.stop()
+    with LocalEmulators(moto=False) as instance:
+        yield instance.azure_connection_string
 
 
 def _host(

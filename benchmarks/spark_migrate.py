@@ -187,23 +187,20 @@ def _sink(store: str, variant: str, work: Path, shards: int, in_flight: int) -> 
         db.unlink(missing_ok=True)
         yield f"sqlite:{db}", None
         return
-    if store == "azurite":  # one transaction at a time in the loop; several per Spark task
-        sys.path.insert(0, str(ROOT))
-        from delayed_delivery.pipelines.targets import DEFAULT_AZURE_CONNECTION_ENV
-        from tests.fixtures.azurite import start_azurite
+    from delayed_delivery.app.emulators import LocalEmulators
 
-        azurite = start_azurite()  # fresh per variant: Azurite slows down as its tables grow
-        os.environ[DEFAULT_AZURE_CONNECTION_ENV] = azurite.connection_string
-        flight = 1 if variant == "python" else in_flight
-        url = f"azure-table:bench{variant}{os.getpid()}?shards={shards}&in_flight={flight}"
-        try:
-            yield url, azurite.process.proc.pid if azurite.process.proc else None
-        finally:
-            azurite.process.stop()
+    if store == "azurite":  # one transaction at a time in the loop; several per Spark task
+        from delayed_delivery.pipelines.targets import DEFAULT_AZURE_CONNECTION_ENV
+
+        with LocalEmulators(moto=False) as azurite:  # fresh per variant: Azurite slows down as its tables grow
+            os.environ[DEFAULT_AZURE_CONNECTION_ENV] = azurite.azure_connection_string
+            flight = 1 if variant == "python" else in_flight
+            url = f"azure-table:bench{variant}{os.getpid()}?shards={shards}&in_flight={flight}"
+            node = azurite.emulators["azurite"].process
+            yield url, node.pid if node else None
         return
     import boto3
 
-    from delayed_delivery.app.emulators import LocalEmulators
     from delayed_delivery.pipelines.bucket_target import bucket_target_url
 
     for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
