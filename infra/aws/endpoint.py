@@ -39,7 +39,7 @@ ERROR_RETENTION = Duration.days(14)
 #: Visible (ready, not yet received) FIFO messages that, never fewer for 5 minutes, mean the requeue falls behind.
 BACKLOG_THRESHOLD = 1000
 #: The longest park: SQS's 12-hour visibility limit counts from the receive; 10 minutes are kept for the function
-#: (equal to ``delayed_delivery.settings.MAX_PARK_SECONDS``, which a test checks; the CDK app does not import it).
+#: (equal to ``delayed_delivery.planning.MAX_PARK_SECONDS``, which a test checks; the CDK app does not import it).
 MAX_PARK_SECONDS = 43_200 - 600
 
 

@@ -15,10 +15,11 @@ from enum import StrEnum
 
 from .durations import Delay, to_seconds
 from .errors import DelayedDeliveryDisabledError, InvalidMessageError
-from .settings import MAX_PARK_SECONDS
 from .validation import is_whole
 
 __all__ = [
+    "MAX_PARK_SECONDS",
+    "MAX_VISIBILITY_TIMEOUT",
     "MIN_PARK_HOPS",
     "PARK_RETENTION_HEADROOM",
     "HopAction",
@@ -171,6 +172,12 @@ def decide_hop(remaining_seconds: int, max_native_delay: int = 900) -> HopDecisi
     return HopDecision(HopAction.FORWARD, max(0, remaining_seconds))
 
 
+#: SQS's longest visibility timeout (12 hours): the longest a received message can stay hidden.
+MAX_VISIBILITY_TIMEOUT = 43_200
+#: The longest park: SQS counts the 12 hours from the receive and refuses a change beyond them, and the requeue
+#: function changes the visibility up to a function timeout after the event source received the record; 10
+#: minutes are kept free for that.
+MAX_PARK_SECONDS = MAX_VISIBILITY_TIMEOUT - 600
 #: A park shorter than this many hops is not worth it: the ordinary hops cost about as much.
 MIN_PARK_HOPS = 4
 #: How much of a ``-delay.fifo`` queue's retention a park leaves free: NServiceBus's 4 days, so an outage that long

@@ -8,10 +8,11 @@ from typing import Any
 
 from .errors import ConfigurationError
 from .naming import validate_sqs_queue_name
+from .planning import MAX_PARK_SECONDS
 from .timebuckets.wheel import BucketLevel
 from .validation import is_number
 
-__all__ = ["ENV_PREFIX", "LONG_DELAY_ROUTES", "MAX_PARK_SECONDS", "MAX_VISIBILITY_TIMEOUT", "DelayedDeliverySettings"]
+__all__ = ["ENV_PREFIX", "LONG_DELAY_ROUTES", "DelayedDeliverySettings"]
 
 #: Environment variables are ``ENV_PREFIX`` + the upper-cased field name.
 ENV_PREFIX = "DELAYED_DELIVERY_"
@@ -54,13 +55,6 @@ _DOCS = {
 
 #: The values of ``long_delay_route``.
 LONG_DELAY_ROUTES = ("auto", "fifo", "buckets")
-
-#: SQS's longest visibility timeout (12 hours): the longest a received message can stay hidden.
-MAX_VISIBILITY_TIMEOUT = 43_200
-#: The longest park: SQS counts the 12 hours from the receive and refuses a change beyond them, and the requeue
-#: function changes the visibility up to a function timeout after the event source received the record; 10
-#: minutes are kept free for that.
-MAX_PARK_SECONDS = MAX_VISIBILITY_TIMEOUT - 600
 
 
 @dataclass(frozen=True, slots=True)

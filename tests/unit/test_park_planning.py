@@ -6,6 +6,8 @@ import pytest
 
 from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.planning import (
+    MAX_PARK_SECONDS,
+    MAX_VISIBILITY_TIMEOUT,
     MIN_PARK_HOPS,
     PARK_RETENTION_HEADROOM,
     SqsParkPolicy,
@@ -13,7 +15,7 @@ from delayed_delivery.planning import (
     sqs_park_ms,
     sqs_park_schedule,
 )
-from delayed_delivery.settings import MAX_PARK_SECONDS, MAX_VISIBILITY_TIMEOUT, DelayedDeliverySettings
+from delayed_delivery.settings import DelayedDeliverySettings
 
 HOUR, DAY = 3600, 86_400
 REAL = SqsParkPolicy()  # 900 s hops and cap, parks ≤ 11 h 50 min, 14-day retention, 180 s visibility
