@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
 from rich.console import Console
@@ -31,6 +31,7 @@ from delayed_delivery.app.routes import (  # no cloud SDK at import: the routes 
     UsageError,
     open_route,
 )
+from delayed_delivery.app.routes.buckets import BucketPendingReport
 from delayed_delivery.clock import SystemClock, utc
 from delayed_delivery.durations import MAX_DELAY, format_duration, to_seconds
 from delayed_delivery.errors import (
@@ -41,6 +42,9 @@ from delayed_delivery.errors import (
     TransientError,
 )
 from delayed_delivery.redact import redact
+
+if TYPE_CHECKING:
+    from delayed_delivery.aws.tier.relocate import ScanProgress
 
 __all__ = ["UsageError", "register_operator_commands"]
 
@@ -275,7 +279,7 @@ def pending(
     report = route.open().pending(3600 if by == "hour" else 86_400, queue=queue)
     if route.as_json:
         console.print_json(json.dumps(report.as_dict()))
-    elif getattr(report, "census", None) is not None:
+    elif isinstance(report, BucketPendingReport):
         _print_tier(report, by)
     elif report.queues is not None:
         _print_queue_depths(report)
@@ -322,11 +326,9 @@ def _print_backlog(report: PendingReport, by: str) -> None:
         console.print(f"[dim]limits: {report.limits}[/dim]", highlight=False)
 
 
-def _print_tier(report: PendingReport, by: str) -> None:
+def _print_tier(report: BucketPendingReport, by: str) -> None:
     """AWS with the time-bucket tier: the tier's exact table, its live records, then the FIFO route's counts."""
-    from delayed_delivery.app.routes.buckets import BucketPendingReport
-
-    assert isinstance(report, BucketPendingReport) and report.census is not None
+    assert report.census is not None
     census, overdue = report.census, report.census.oldest_overdue
     late = f"{_bucket_text(overdue)}, {format_duration(census.oldest_overdue_seconds)} past its end" if overdue else "-"
     console.print(
@@ -393,9 +395,8 @@ def cancel(
     opened = route.open()
     result = opened.cancel(message_id, to=to, due=_instant(due, "--due") if due is not None else None)
     if result.record is not None:
-        warning = getattr(result, "warning", None)
-        if warning:
-            err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+        if result.warning:
+            err.print(f"[yellow]warning:[/yellow] {result.warning}", highlight=False, soft_wrap=True)
         route.print(result.as_dict(), f"cancel of {message_id} accepted (route: aws): {result.record.note}")
         return
     if not result.cancelled:
@@ -434,15 +435,18 @@ def reschedule(
       delayed-delivery reschedule 3f2c… --delay 2h --cloud aws --local --to orders --bucket-name delays [--due …]
     """
     opened, new_due = route.open(), _due(delay, at)
-    tier: dict[str, Any] = {"current_due": _instant(due, "--due") if due else None, "scan_limit": scan_limit}
-    if getattr(opened, "relocates", False):
-        tier.update(keep_record=keep_record, progress=_scan_progress)
-    elif due is not None or scan_limit is not None or keep_record:
-        raise UsageError("--due, --scan-limit and --keep-record need the time-bucket tier (--cloud aws --bucket-name)")
-    result = opened.reschedule(message_id, new_due, to=to, **(tier if "progress" in tier else {}))
+    result = opened.reschedule(
+        message_id,
+        new_due,
+        to=to,
+        current_due=_instant(due, "--due") if due else None,
+        scan_limit=scan_limit,
+        keep_record=keep_record,
+        progress=_scan_progress,
+    )
     due_at = result.due_at.isoformat()
     if result.record is not None:
-        if getattr(result, "tier_only", False) and not result.moved:
+        if result.missing:
             route.print(result.as_dict(), f"not moved: {result.record.note}")
             raise _fail(f"no message {message_id!r} is waiting in the tier", code=1)
         done = "rescheduled {} to {}" if result.moved else "reschedule of {} to {} accepted"
@@ -453,7 +457,7 @@ def reschedule(
     route.print(result.as_dict(), f"rescheduled {message_id} to {due_at} (route: {result.route})")
 
 
-def _scan_progress(p: Any) -> None:
+def _scan_progress(p: ScanProgress) -> None:
     err.print(f"reschedule: read {p.read:,} of {p.listed:,} objects ({p.seconds:.0f} s)…", highlight=False)
 
 

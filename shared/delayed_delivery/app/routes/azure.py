@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from delayed_delivery.app.routes.base import (
     CancelResult,
@@ -17,9 +18,13 @@ from delayed_delivery.app.routes.base import (
     backlog_report,
     local_azure_connection_string,
     refuse_sqs_options,
+    refuse_tier_options,
     seconds_until,
 )
 from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError
+
+if TYPE_CHECKING:
+    from delayed_delivery.aws.tier.relocate import ScanProgress
 
 __all__ = ["AzureTableRoute"]
 
@@ -182,8 +187,19 @@ class AzureTableRoute:
         self._check_table()
         return CancelResult(message_id, "azure", cancelled=self.store.remove(message_id))
 
-    def reschedule(self, message_id: str, due: datetime, *, to: str | None = None) -> RescheduleResult:
+    def reschedule(
+        self,
+        message_id: str,
+        due: datetime,
+        *,
+        to: str | None = None,
+        current_due: datetime | None = None,
+        scan_limit: int | None = None,
+        keep_record: bool = False,
+        progress: Callable[[ScanProgress], None] | None = None,
+    ) -> RescheduleResult:
         """Move the message's due row (exact, one transaction)."""
+        refuse_tier_options(current_due, scan_limit, keep_record)
         refuse_sqs_options(to)
         self._check_table()
         return RescheduleResult(message_id, "azure", due, moved=self.store.reschedule(message_id, due))

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from delayed_delivery.app.emulators import azurite_connection_string
 from delayed_delivery.clock import SystemClock, utc
 from delayed_delivery.errors import DelayedDeliveryError
+
+if TYPE_CHECKING:
+    from delayed_delivery.aws.tier.relocate import ScanProgress
 
 __all__ = [
     "LOCAL_AZURITE_PORTS",
@@ -185,6 +188,8 @@ class CancelResult:
     record: RecordReceipt | None = None
     #: With a record: whether the message is certainly dropped (its due time was given and is far enough).
     certain: bool = True
+    #: With a record: why the message may already be on its way (the record is written all the same).
+    warning: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The ``cancel --json`` document."""
@@ -212,6 +217,11 @@ class RescheduleResult:
     due_at: datetime
     moved: bool
     record: RecordReceipt | None = None
+
+    @property
+    def missing(self) -> bool:
+        """No such message is pending: nothing moved, and no record waits to move it later."""
+        return not self.moved and self.record is None
 
     def as_dict(self) -> dict[str, Any]:
         """The ``reschedule --json`` document."""
@@ -257,8 +267,19 @@ class OperatorRoute(Protocol):
         """Cancel ``message_id`` (``to`` / ``due``: SQS only, its queue and due time if known)."""
         ...
 
-    def reschedule(self, message_id: str, due: datetime, *, to: str | None = None) -> RescheduleResult:
-        """Move ``message_id`` to ``due`` (``to``: SQS only, its queue)."""
+    def reschedule(
+        self,
+        message_id: str,
+        due: datetime,
+        *,
+        to: str | None = None,
+        current_due: datetime | None = None,
+        scan_limit: int | None = None,
+        keep_record: bool = False,
+        progress: Callable[[ScanProgress], None] | None = None,
+    ) -> RescheduleResult:
+        """Move ``message_id`` to ``due`` (``to``: SQS only, its queue; the rest: the time-bucket tier only, which
+        finds the message by ``current_due`` or a scan of at most ``scan_limit`` objects, reporting ``progress``)."""
         ...
 
 
@@ -267,6 +288,12 @@ def require_queue(to: str | None) -> str:
     if not to:
         raise UsageError("on --cloud aws give --to QUEUE: the destination queue the message was sent to")
     return to
+
+
+def refuse_tier_options(current_due: datetime | None, scan_limit: int | None, keep_record: bool) -> None:
+    """Raise ``UsageError`` for a reschedule option of the time-bucket tier on another route."""
+    if current_due is not None or scan_limit is not None or keep_record:
+        raise UsageError("--due, --scan-limit and --keep-record need the time-bucket tier (--cloud aws --bucket-name)")
 
 
 def refuse_sqs_options(to: str | None = None, due: datetime | None = None, queue: str | None = None) -> None:

@@ -98,6 +98,11 @@ class BucketRescheduleResult(RescheduleResult):
     #: Only the tier carries long delays (``long_delay_route = buckets``): not found means not pending.
     tier_only: bool = True
 
+    @property
+    def missing(self) -> bool:
+        """Not in the tier, and only the tier carries long delays: no such message is pending."""
+        return self.tier_only and not self.found
+
     def as_dict(self) -> dict[str, Any]:
         """The ``reschedule --json`` document, with what the move did."""
         return {
@@ -112,9 +117,7 @@ class BucketRescheduleResult(RescheduleResult):
 
 @dataclass(frozen=True, slots=True)
 class BucketCancelResult(CancelResult):
-    """A cancel record on AWS with the tier, with a warning when the message may already be on its way."""
-
-    warning: str | None = None
+    """A cancel record on AWS with the tier; its ``--json`` document always says ``warning``."""
 
     def as_dict(self) -> dict[str, Any]:
         """The ``cancel --json`` document, with ``warning``."""
@@ -123,9 +126,6 @@ class BucketCancelResult(CancelResult):
 
 class BucketTierRoute(SqsOperatorRoute):
     """``SqsOperatorRoute`` plus the tier: exact counts from the S3 listing, records that wait for the dispatch."""
-
-    #: ``reschedule`` finds and moves the message now (and takes ``current_due``, ``scan_limit``, ``keep_record``).
-    relocates = True
 
     def __init__(self, options: CloudOptions, bucket_name: str, prefix: str | None = None) -> None:
         from delayed_delivery.aws.tier.config import BUCKET_NAME_ENV, BUCKET_PREFIX_ENV, BucketTierConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,7 @@ from delayed_delivery.app.routes.base import (
     RescheduleResult,
     SendResult,
     UsageError,
+    refuse_tier_options,
     require_queue,
     seconds_until,
 )
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.literals import QueueAttributeNameType
 
     from delayed_delivery.aws.cancellations import DynamoDbCancellationStore
+    from delayed_delivery.aws.tier.relocate import ScanProgress
 
 __all__ = ["SqsOperatorRoute"]
 
@@ -219,8 +221,19 @@ class SqsOperatorRoute:
         receipt = RecordReceipt(to, store.table, record.expires_at, note + binding_note(record.requested_at))
         return CancelResult(message_id, "aws", cancelled=False, record=receipt, certain=due is not None)
 
-    def reschedule(self, message_id: str, due: datetime, *, to: str | None = None) -> RescheduleResult:
+    def reschedule(
+        self,
+        message_id: str,
+        due: datetime,
+        *,
+        to: str | None = None,
+        current_due: datetime | None = None,
+        scan_limit: int | None = None,
+        keep_record: bool = False,
+        progress: Callable[[ScanProgress], None] | None = None,
+    ) -> RescheduleResult:
         """Write a reschedule record: ``message_id`` moves to ``due`` at its next hop on ``to``'s cycle."""
+        refuse_tier_options(current_due, scan_limit, keep_record)
         from delayed_delivery.cancellations import reschedule_request
         from delayed_delivery.durations import format_duration
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from delayed_delivery.app.routes.base import (
     CancelResult,
@@ -15,12 +16,16 @@ from delayed_delivery.app.routes.base import (
     UsageError,
     backlog_report,
     refuse_sqs_options,
+    refuse_tier_options,
 )
 from delayed_delivery.app.stores import open_store
 from delayed_delivery.errors import ConfigurationError, DelayedDeliveryError
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.ports import DelayedMessageStore, InspectableStore, ReschedulableStore
 from delayed_delivery.redact import redact
+
+if TYPE_CHECKING:
+    from delayed_delivery.aws.tier.relocate import ScanProgress
 
 __all__ = ["StoreOperatorRoute"]
 
@@ -109,8 +114,19 @@ class StoreOperatorRoute:
             cancelled = s.remove(message_id)
         return CancelResult(message_id, "store", cancelled=cancelled)
 
-    def reschedule(self, message_id: str, due: datetime, *, to: str | None = None) -> RescheduleResult:
+    def reschedule(
+        self,
+        message_id: str,
+        due: datetime,
+        *,
+        to: str | None = None,
+        current_due: datetime | None = None,
+        scan_limit: int | None = None,
+        keep_record: bool = False,
+        progress: Callable[[ScanProgress], None] | None = None,
+    ) -> RescheduleResult:
         """Move the message's due time (exact)."""
+        refuse_tier_options(current_due, scan_limit, keep_record)
         refuse_sqs_options(to)
         s = self.store
         if not isinstance(s, ReschedulableStore):
