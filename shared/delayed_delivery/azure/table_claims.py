@@ -16,7 +16,7 @@ from ..model import DelayedMessage
 from ..ports import ClaimedMessage
 from . import rows, transactions
 from .sdk_errors import is_status, translate
-from .table_base import CLAIM, Operation, TableBase, if_match
+from .table_gateway import CLAIM, Operation, TableBase, if_match
 
 __all__ = ["MAX_TRANSACTION_OPERATIONS", "TableClaims"]
 

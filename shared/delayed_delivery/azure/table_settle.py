@@ -22,7 +22,7 @@ from ..model import DelayedMessage
 from ..ports import in_flight
 from . import rows, transactions
 from .sdk_errors import is_status, translate
-from .table_base import CLAIM, Operation, if_match
+from .table_gateway import CLAIM, Operation, if_match
 from .table_claims import MAX_TRANSACTION_OPERATIONS, TableClaims
 
 __all__ = ["TableSettling"]

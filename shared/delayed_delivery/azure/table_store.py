@@ -39,7 +39,7 @@ from ..naming import validate_azure_table_name
 from ..ports import DelayedMessageStore, id_conflict, same_message
 from . import rows
 from .sdk_errors import is_status, sdk_errors, translate
-from .table_base import Operation, if_match
+from .table_gateway import Operation, if_match
 from .table_claims import MAX_TRANSACTION_OPERATIONS
 from .table_settle import TableSettling
 
