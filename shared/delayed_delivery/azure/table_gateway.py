@@ -1,66 +1,91 @@
-"""The Azure table store's state and row plumbing: locating, querying and deleting a message's rows."""
+"""The Azure table store's storage primitives: rows, transactions, and a message's pair (write, locate, delete).
+
+``TableGateway`` knows the row design (``rows.py``) and the Table service (ETag-conditional writes, entity-group
+transactions, SDK errors turned into core errors) and keeps no state between calls. What to fetch, claim and
+settle, and the in-memory claims, belong to ``TableDelayedMessageStore`` (``table_store``), its one user.
+"""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterable, Iterator
-from datetime import datetime, timedelta
+from collections.abc import Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.exceptions import AzureError, ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
+from azure.core.exceptions import (
+    AzureError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+)
 from azure.data.tables import TableClient, TableTransactionError, UpdateMode
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, TransientError
+from ..model import DelayedMessage
 from ..naming import validate_azure_table_name
+from ..ports import id_conflict, same_message
 from ..validation import is_whole
 from . import rows, transactions
-from .sdk_errors import is_status, translate
+from .sdk_errors import is_status, sdk_errors, translate
 
-__all__ = ["CLAIM", "Operation", "TableBase", "if_match"]
+__all__ = [
+    "CLAIM",
+    "MAX_TRANSACTION_BYTES",
+    "MAX_TRANSACTION_OPERATIONS",
+    "Operation",
+    "Pair",
+    "TableGateway",
+]
 
-Operation = tuple[str, dict[str, Any], dict[str, Any]]
+Operation = transactions.Operation
+#: A message and its two rows (``rows.to_entities``): the due row and the index row.
+Pair = tuple[DelayedMessage, dict[str, Any], dict[str, Any]]
 #: The due row's property holding the token of the claim that fetched it ("" or missing: none).
 CLAIM = "ClaimToken"
+#: The Table service's limit (and Azurite garbles 101-operation batches instead of refusing them).
+MAX_TRANSACTION_OPERATIONS = 100
+#: Keep transaction payloads well under the service's 4 MiB.
+MAX_TRANSACTION_BYTES = 3 * 1024 * 1024
+_CONFLICT_RETRIES = 5
 
 
-class TableBase:
-    """What every part of ``TableDelayedMessageStore`` shares: the table, its shards and the in-memory claims."""
+class TableGateway:
+    """One table's rows, spread over ``shards`` partitions (fixed for the table's lifetime)."""
 
-    def __init__(
-        self,
-        table: TableClient,
-        *,
-        shards: int = 1,
-        fetch_shards: Iterable[int] | None = None,
-        claim_timeout: float = 60.0,
-        page_size: int = 1000,
-        exclusive: bool = False,
-    ) -> None:
+    def __init__(self, table: TableClient, shards: int) -> None:
         if not is_whole(shards, 1, rows.MAX_SHARDS):
             raise ConfigurationError(f"shards must be an integer from 1 to {rows.MAX_SHARDS}, got {shards!r}")
-        if claim_timeout <= 0:
-            raise ConfigurationError("claim_timeout must be positive")
         validate_azure_table_name(table.table_name)
         self.table = table
         self.shards = shards
-        owned = tuple(range(shards)) if fetch_shards is None else tuple(sorted(set(fetch_shards)))
-        if not owned or any(not 0 <= s < shards for s in owned):
-            raise ConfigurationError(f"fetch_shards must be a non-empty subset of 0..{shards - 1}, got {owned}")
-        self.fetch_shards = owned
-        self.claim_timeout = timedelta(seconds=claim_timeout)
-        self.page_size = max(1, min(1000, page_size))
-        #: Only this object fetches from ``fetch_shards`` (its caller holds their blob leases): no claim writes.
-        self.exclusive = exclusive
-        #: Where each fetched, unsettled message's due row is (partition, row key).
-        self._claimed: dict[str, tuple[str, str]] = {}
-        #: The claim token of each fetched, unsettled message (exclusive mode: the only record of the claim).
-        self._tokens: dict[str, str] = {}
-        #: Exclusive mode: when each handed-out, unsettled row was fetched (an in-memory claim).
-        self._handed: dict[str, datetime] = {}
-        self._lock = threading.Lock()
 
-    def _query(
+    def partition_of(self, message_id: str) -> str:
+        """The partition holding the message's rows."""
+        return rows.partition_key(rows.shard_of(message_id, self.shards))
+
+    # -- the table -------------------------------------------------------------
+
+    def create_table(self) -> None:
+        """Create the table if missing (a 403 means it is provisioned by infrastructure code: fine)."""
+        try:
+            self.table.create_table()
+        except ResourceExistsError:
+            pass
+        except HttpResponseError as exc:
+            if exc.status_code != 403:  # 403: least-privilege identity; the table is provisioned (Bicep)
+                raise translate(exc, f"creating table {self.table.table_name}") from exc
+        except AzureError as exc:
+            raise translate(exc, f"creating table {self.table.table_name}") from exc
+
+    def delete_table(self) -> None:
+        """Delete the table and everything in it."""
+        with sdk_errors(f"deleting table {self.table.table_name}"):
+            self.table.delete_table()
+
+    # -- rows --------------------------------------------------------------------
+
+    def query(
         self, query: str, parameters: dict[str, Any], *, select: list[str] | None = None, page_size: int = 1000
     ) -> Iterator[Any]:
         """Entities matching ``query``, following continuation tokens across pages (empty pages included)."""
@@ -74,8 +99,209 @@ class TableBase:
         except AzureError as exc:
             raise translate(exc, what) from exc
 
-    def _locate(self, message_id: str) -> tuple[str, str] | None:
-        pk = rows.partition_key(rows.shard_of(message_id, self.shards))
+    def get(self, pk: str, rk: str, *, select: list[str] | None = None) -> Any:
+        """The entity at ``(pk, rk)``; SDK errors as raised (``ResourceNotFoundError`` when missing)."""
+        if select is None:
+            return self.table.get_entity(pk, rk)
+        return self.table.get_entity(pk, rk, select=select)
+
+    def read(self, pk: str, rk: str, what: str) -> Any | None:
+        """The entity at ``(pk, rk)``, or None when it is gone; other failures as core errors about ``what``."""
+        try:
+            return self.table.get_entity(pk, rk)
+        except ResourceNotFoundError:
+            return None
+        except AzureError as exc:
+            raise translate(exc, what) from exc
+
+    def merge(self, patch: dict[str, Any], etag: str) -> None:
+        """Merge ``patch`` into its entity while that is unchanged since ``etag``; SDK errors as raised."""
+        self.table.update_entity(patch, **_if_match(etag, UpdateMode.MERGE))
+
+    def count_messages(self) -> int:
+        """Number of index rows (one per stored message) over every shard."""
+        total = 0
+        for shard in range(self.shards):
+            total += sum(
+                1
+                for _ in self.query(
+                    "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
+                    {"pk": rows.partition_key(shard), "lo": rows.INDEX_PREFIX, "hi": "i`"},
+                    select=["RowKey"],
+                )
+            )
+        return total
+
+    def held_etags(self, pk: str, claim: str, row_keys: list[str]) -> dict[str, str]:
+        """ETags of the due rows among ``row_keys`` that still hold ``claim`` (one query over their key range)."""
+        found = self.query(
+            f"PartitionKey eq @pk and RowKey ge @lo and RowKey le @hi and {CLAIM} eq @claim",
+            {"pk": pk, "lo": min(row_keys), "hi": max(row_keys), "claim": claim},
+            select=["RowKey"],
+        )
+        keys = set(row_keys)
+        return {str(e["RowKey"]): str(e.metadata["etag"]) for e in found if str(e["RowKey"]) in keys}
+
+    # -- transactions ------------------------------------------------------------
+
+    def commit(self, operations: Sequence[Operation]) -> None:
+        """Commit ``operations`` as one transaction through the SDK; SDK errors as raised."""
+        self.table.submit_transaction(list(operations))
+
+    def claim(self, wanted: list[rows.DueRow], claim_until: str, token: str) -> list[rows.DueRow]:
+        """Claim the unchanged rows among ``wanted`` for ``token`` until ``claim_until``; the ones won, earliest first.
+
+        Transactions of at most 100 rows per partition; one that loses a race falls back to one conditional
+        merge per row, so a row changed meanwhile (claimed by another dispatcher) is skipped, not fatal.
+        """
+        claimed: list[rows.DueRow] = []
+        by_partition: dict[str, list[rows.DueRow]] = {}
+        for row in wanted:
+            by_partition.setdefault(row.partition_key, []).append(row)
+        for pk, group in by_partition.items():
+            for start in range(0, len(group), MAX_TRANSACTION_OPERATIONS):
+                chunk = group[start : start + MAX_TRANSACTION_OPERATIONS]
+                ops: list[Operation] = [
+                    (
+                        "update",
+                        {"PartitionKey": pk, "RowKey": r.row_key, "AvailableAt": claim_until, CLAIM: token},
+                        _if_match(r.etag, UpdateMode.MERGE),
+                    )
+                    for r in chunk
+                ]
+                try:
+                    if len(ops) > 1:
+                        transactions.submit(self.table, ops)
+                        claimed.extend(chunk)
+                        continue
+                except TableTransactionError:
+                    pass  # another dispatcher claimed one of them: claim the rest one by one
+                except AzureError as exc:
+                    raise translate(exc, "claiming due messages") from exc
+                for r, (_, patch, kwargs) in zip(chunk, ops, strict=True):
+                    try:
+                        self.table.update_entity(patch, **kwargs)
+                    except (ResourceModifiedError, ResourceNotFoundError):
+                        continue
+                    except AzureError as exc:
+                        if is_status(exc, 409, 412):
+                            continue
+                        raise translate(exc, "claiming a due message") from exc
+                    claimed.append(r)
+        claimed.sort(key=lambda r: (r.row_key[: len(rows.DUE_PREFIX) + 20], r.message.message_id))
+        return claimed
+
+    def move_ops(self, pk: str, index: Any, old: Any, due_at: datetime) -> list[Operation]:
+        """The transaction moving the due row ``old`` (whose index row is ``index``) to ``due_at``, unclaimed."""
+        message = rows.message_from_entity(old)
+        moved = DelayedMessage(
+            message.message_id, message.destination, message.body, due_at, message.headers, message.failure_count
+        )
+        new_due, new_index = rows.to_entities(moved, rows.shard_of(message.message_id, self.shards))
+        if new_due["RowKey"] == old["RowKey"]:
+            patch = {"PartitionKey": pk, "RowKey": old["RowKey"], "AvailableAt": rows.due_key(due_at), CLAIM: ""}
+            return [("update", patch, _if_match(old.metadata["etag"], UpdateMode.MERGE))]
+        return [
+            ("create", new_due, {}),
+            ("update", new_index, _if_match(index.metadata["etag"], UpdateMode.REPLACE)),
+            ("delete", dict(old), _if_match(old.metadata["etag"], None)),
+        ]
+
+    # -- a message's pair of rows --------------------------------------------------
+
+    def write(self, planned: Sequence[Pair], *, replace: bool) -> None:
+        """Write each message's pair of rows: transactions per partition (≤ 100 operations, ≤ 3 MiB).
+
+        An id already stored: the same message again is a no-op, another one raises ``MessageIdConflictError``;
+        with ``replace`` it is replaced (unreadable rows). The partitions' transactions are separate.
+        """
+        by_partition: dict[str, list[Pair]] = {}
+        for item in planned:
+            by_partition.setdefault(item[1]["PartitionKey"], []).append(item)
+        for items in by_partition.values():
+            for group in _transaction_groups(items, 2, lambda it: rows.entity_size(it[1])):
+                ops: list[Operation] = []
+                for _, due, index in group:
+                    ops.append(("create", index, {}))
+                    ops.append(("upsert", due, {"mode": UpdateMode.REPLACE}))
+                try:
+                    self.table.submit_transaction(ops)
+                except TableTransactionError as exc:
+                    if not is_status(exc, 409):
+                        raise translate(exc, "storing delayed messages") from exc
+                    for m, due, index in group:  # some ids already exist: one by one
+                        self._write_one(m, due, index, replace)
+                except AzureError as exc:
+                    raise translate(exc, "storing delayed messages") from exc
+
+    def _write_one(self, message: DelayedMessage, due: dict[str, Any], index: dict[str, Any], replace: bool) -> None:
+        what = f"storing delayed message {message.message_id!r}"
+        for _ in range(_CONFLICT_RETRIES):
+            try:
+                current = self.table.get_entity(index["PartitionKey"], index["RowKey"])
+            except ResourceNotFoundError:
+                try:
+                    self.table.submit_transaction(
+                        [("create", index, {}), ("upsert", due, {"mode": UpdateMode.REPLACE})]
+                    )
+                    return
+                except TableTransactionError as exc:
+                    if is_status(exc, 409):
+                        continue
+                    raise translate(exc, what) from exc
+                except AzureError as exc:
+                    raise translate(exc, what) from exc
+            except AzureError as exc:
+                raise translate(exc, what) from exc
+            old_rk = str(current["DueRowKey"])
+            if not replace and self._is_pending(message, index["PartitionKey"], old_rk):
+                return  # the same message again
+            ops: list[Operation] = [
+                ("update", index, _if_match(current.metadata["etag"], UpdateMode.REPLACE)),
+                ("upsert", due, {"mode": UpdateMode.REPLACE}),
+            ]
+            if old_rk != due["RowKey"]:
+                ops.append(("delete", {"PartitionKey": index["PartitionKey"], "RowKey": old_rk}, {}))
+            try:
+                self.table.submit_transaction(ops)
+                return
+            except TableTransactionError as exc:
+                if is_status(exc, 404, 409, 412):
+                    if is_status(exc, 404) and len(ops) == 3:
+                        ops.pop()  # the old due row was already gone: just write the new one
+                        try:
+                            self.table.submit_transaction(ops)
+                            return
+                        except TableTransactionError:
+                            continue
+                    continue
+                raise translate(exc, what) from exc
+            except AzureError as exc:
+                raise translate(exc, what) from exc
+        raise TransientError(f"{what}: kept conflicting with concurrent writers")
+
+    def _is_pending(self, message: DelayedMessage, pk: str, due_rk: str) -> bool:
+        """True when ``message`` is pending already; ``MessageIdConflictError`` when another one is under its id.
+
+        False when the index row points at no due row (a stale index row, which the caller replaces).
+        """
+        try:
+            pending = self.table.get_entity(pk, due_rk)
+        except ResourceNotFoundError:
+            return False
+        except AzureError as exc:
+            raise translate(exc, f"reading {message.message_id!r}") from exc
+        try:
+            same = same_message(rows.message_from_entity(pending), message)
+        except (KeyError, ValueError, TypeError):
+            same = False
+        if not same:
+            raise id_conflict(message.message_id)
+        return True
+
+    def locate(self, message_id: str) -> tuple[str, str] | None:
+        """``(partition, due row key)`` of the message, from its index row; None when it is not stored."""
+        pk = self.partition_of(message_id)
         try:
             index = self.table.get_entity(pk, rows.index_row_key(message_id))
         except ResourceNotFoundError:
@@ -84,38 +310,22 @@ class TableBase:
             raise translate(exc, f"looking up {message_id!r}") from exc
         return pk, str(index["DueRowKey"])
 
-    def _delete_stale_index(self, pk: str, due_rk: str) -> None:
-        """Delete the index row still pointing at a replaced garbage row (found by the id hash in its RowKey)."""
-        index_rk = rows.INDEX_PREFIX + due_rk.rpartition("_")[2]
+    def restore_index(self, message_id: str, pk: str, due_rk: str) -> tuple[str, str] | None:
+        """Write the missing index row of the due row ``(pk, due_rk)`` (a garbage row), so it can be settled by id."""
+        index = {"PartitionKey": pk, "RowKey": rows.index_row_key(message_id), "DueRowKey": due_rk}
         try:
-            index = self.table.get_entity(pk, index_rk)
-            if index.get("DueRowKey") == due_rk:
-                self.table.delete_entity(
-                    pk, index_rk, etag=index.metadata["etag"], match_condition=MatchConditions.IfNotModified
-                )
-        except (ResourceNotFoundError, ResourceModifiedError):
-            pass
-
-    def _restore_index(self, message_id: str) -> tuple[str, str] | None:
-        """Write the missing index row of a claimed due row (a garbage row), so it can be settled by id."""
-        with self._lock:
-            cached = self._claimed.get(message_id)
-        if cached is None or cached[0] != rows.partition_key(rows.shard_of(message_id, self.shards)):
-            return None
-        index = {"PartitionKey": cached[0], "RowKey": rows.index_row_key(message_id), "DueRowKey": cached[1]}
-        try:
-            self.table.get_entity(cached[0], cached[1], select=["RowKey"])
+            self.table.get_entity(pk, due_rk, select=["RowKey"])
             self.table.create_entity(index)
         except (ResourceNotFoundError, ResourceExistsError):
-            return self._locate(message_id)
+            return self.locate(message_id)
         except AzureError as exc:
             raise translate(exc, f"restoring the index row of {message_id!r}") from exc
-        return cached
+        return pk, due_rk
 
-    def _delete_pair(self, message_id: str, pk: str, due_rk: str, etag: str | None = None) -> bool:
+    def delete_pair(self, message_id: str, pk: str, due_rk: str, etag: str | None = None) -> bool:
         """Delete the due row (with ``etag``: only unchanged) and its index row; False when gone or changed."""
         ops: list[Operation] = [
-            ("delete", {"PartitionKey": pk, "RowKey": due_rk}, {} if etag is None else if_match(etag, None)),
+            ("delete", {"PartitionKey": pk, "RowKey": due_rk}, {} if etag is None else _if_match(etag, None)),
             ("delete", {"PartitionKey": pk, "RowKey": rows.index_row_key(message_id)}, {}),
         ]
         try:
@@ -129,6 +339,38 @@ class TableBase:
             raise translate(exc, f"removing {message_id!r}") from exc
         except AzureError as exc:
             raise translate(exc, f"removing {message_id!r}") from exc
+
+    def delete_pairs(self, pk: str, pairs: Sequence[tuple[str, str, str | None]]) -> bool:
+        """Delete ``(id, due row key, etag or None)`` pairs in one transaction; False when a row changed or went."""
+        ops: list[Operation] = []
+        for mid, rk, etag in pairs:
+            ops.append(("delete", {"PartitionKey": pk, "RowKey": rk}, {} if etag is None else _if_match(etag, None)))
+            ops.append(("delete", {"PartitionKey": pk, "RowKey": rows.index_row_key(mid)}, {}))
+        try:
+            transactions.submit(self.table, ops)
+        except TableTransactionError:
+            return False
+        except AzureError as exc:
+            raise translate(exc, "removing dispatched messages") from exc
+        return True
+
+    def delete_replaced(self, entity: Any) -> None:
+        """Delete the unchanged due row ``entity`` and the index row still pointing at it (a replaced garbage row)."""
+        pk, rk = str(entity["PartitionKey"]), str(entity["RowKey"])
+        self.table.delete_entity(pk, rk, etag=entity.metadata["etag"], match_condition=MatchConditions.IfNotModified)
+        self._delete_stale_index(pk, rk)
+
+    def _delete_stale_index(self, pk: str, due_rk: str) -> None:
+        """Delete the index row still pointing at a replaced garbage row (found by the id hash in its RowKey)."""
+        index_rk = rows.INDEX_PREFIX + due_rk.rpartition("_")[2]
+        try:
+            index = self.table.get_entity(pk, index_rk)
+            if index.get("DueRowKey") == due_rk:
+                self.table.delete_entity(
+                    pk, index_rk, etag=index.metadata["etag"], match_condition=MatchConditions.IfNotModified
+                )
+        except (ResourceNotFoundError, ResourceModifiedError):
+            pass
 
     def _delete_orphan(self, message_id: str, pk: str, due_rk: str) -> bool:
         """Delete a due row whose index row is missing (a garbage row); False when the due row is gone too."""
@@ -145,8 +387,25 @@ class TableBase:
             raise translate(exc, f"removing {message_id!r}") from exc
 
 
-def if_match(etag: str | None, mode: UpdateMode | None) -> dict[str, Any]:
+def _if_match(etag: str | None, mode: UpdateMode | None) -> dict[str, Any]:
+    """Keyword arguments for a write that applies only while the entity is unchanged since ``etag``."""
     kwargs: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified}
     if mode is not None:
         kwargs["mode"] = mode
     return kwargs
+
+
+def _transaction_groups(items: list[Any], ops_per_item: int, size: Any) -> Iterator[list[Any]]:
+    """Split ``items`` into transaction-sized groups (≤ 100 operations, ≤ 3 MiB)."""
+    group: list[Any] = []
+    used = 0
+    for item in items:
+        n = size(item)
+        too_many = (len(group) + 1) * ops_per_item > MAX_TRANSACTION_OPERATIONS
+        if group and (too_many or used + n > MAX_TRANSACTION_BYTES):
+            yield group
+            group, used = [], 0
+        group.append(item)
+        used += n
+    if group:
+        yield group

@@ -1,4 +1,4 @@
-"""Delayed messages in an Azure Storage table (row design in ``rows.py``).
+"""Delayed messages in an Azure Storage table (row design in ``rows.py``, storage primitives in ``table_gateway.py``).
 
 Settings: ``shards`` (partitions the rows are spread over; fixed for a table's lifetime),
 ``fetch_shards`` (which of them this instance claims from; default all), ``claim_timeout``.
@@ -12,48 +12,92 @@ Guarantees:
 * A message's due row and index row change together in one entity-group transaction; ``reschedule``
   inserts the new due row and deletes the old one in the same transaction.
 * Finding due rows reads only rows due by then (a RowKey range inside each shard's partition).
+* Settling (remove, count a failure, reschedule) under the fetch's claim token applies only while the due row
+  still holds that claim (its ``ClaimToken`` property, or, for an exclusive view, the token kept in memory);
+  otherwise it does nothing and reports False (superseded). Without one (an operator) a row a dispatcher's
+  claim still holds is refused with ``MessageInFlightError``. Deletes and merges are ETag-conditional on the
+  row that was checked.
 * Every azure.core exception is re-raised as a core error (``TransientError`` for throttling and
   timeouts, ``ConfigurationError`` for a missing table, ``PermanentError`` otherwise).
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
+import threading
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from azure.core import MatchConditions
-from azure.core.exceptions import (
-    AzureError,
-    HttpResponseError,
-    ResourceExistsError,
-    ResourceNotFoundError,
-)
-from azure.data.tables import TableServiceClient, TableTransactionError, UpdateMode
+from azure.core.exceptions import AzureError, ResourceModifiedError, ResourceNotFoundError
+from azure.data.tables import TableClient, TableServiceClient, TableTransactionError
 
 from .. import logfields as lf
-from ..errors import DelayedDeliveryError, InvalidMessageError, TransientError
+from ..clock import utc
+from ..errors import ConfigurationError, DelayedDeliveryError, InvalidMessageError, TransientError
 from ..model import DelayedMessage
 from ..naming import validate_azure_table_name
-from ..ports import DelayedMessageStore, id_conflict, same_message
+from ..ports import ClaimedMessage, DelayedMessageStore, in_flight
 from . import rows
-from .sdk_errors import is_status, sdk_errors, translate
-from .table_gateway import Operation, if_match
-from .table_claims import MAX_TRANSACTION_OPERATIONS
-from .table_settle import TableSettling
+from .sdk_errors import is_status, translate
+from .table_gateway import CLAIM, MAX_TRANSACTION_OPERATIONS, Pair, TableGateway
 
 __all__ = ["MAX_TRANSACTION_OPERATIONS", "TableDelayedMessageStore"]
 
-#: Keep transaction payloads well under the service's 4 MiB.
-_MAX_TRANSACTION_BYTES = 3 * 1024 * 1024
 _CONFLICT_RETRIES = 5
+#: Settled removals per transaction: a due row and an index row each.
+_PAIRS = MAX_TRANSACTION_OPERATIONS // 2
 
 _log = logging.getLogger("delayed_delivery.azure.table_store")
 
+#: A transaction of settled removals: ``(partition, [(id, due row key, etag or None)])``.
+_Removal = tuple[str, list[tuple[str, str, str | None]]]
 
-class TableDelayedMessageStore(TableSettling, DelayedMessageStore):
+
+class TableDelayedMessageStore(DelayedMessageStore):
     """The ``DelayedMessageStore`` on one Azure table (reschedulable, batch-removing, with infrastructure)."""
+
+    def __init__(
+        self,
+        table: TableClient,
+        *,
+        shards: int = 1,
+        fetch_shards: Iterable[int] | None = None,
+        claim_timeout: float = 60.0,
+        page_size: int = 1000,
+        exclusive: bool = False,
+    ) -> None:
+        self._rows = TableGateway(table, shards)
+        if claim_timeout <= 0:
+            raise ConfigurationError("claim_timeout must be positive")
+        owned = tuple(range(shards)) if fetch_shards is None else tuple(sorted(set(fetch_shards)))
+        if not owned or any(not 0 <= s < shards for s in owned):
+            raise ConfigurationError(f"fetch_shards must be a non-empty subset of 0..{shards - 1}, got {owned}")
+        self.fetch_shards = owned
+        self.claim_timeout = timedelta(seconds=claim_timeout)
+        self.page_size = max(1, min(1000, page_size))
+        #: Only this object fetches from ``fetch_shards`` (its caller holds their blob leases): no claim writes.
+        self.exclusive = exclusive
+        #: Where each fetched, unsettled message's due row is (partition, row key).
+        self._claimed: dict[str, tuple[str, str]] = {}
+        #: The claim token of each fetched, unsettled message (exclusive mode: the only record of the claim).
+        self._tokens: dict[str, str] = {}
+        #: Exclusive mode: when each handed-out, unsettled row was fetched (an in-memory claim).
+        self._handed: dict[str, datetime] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def table(self) -> TableClient:
+        """The table client the rows are in."""
+        return self._rows.table
+
+    @property
+    def shards(self) -> int:
+        """The number of partitions the rows are spread over."""
+        return self._rows.shards
 
     @classmethod
     def from_connection_string(cls, connection_string: str, table_name: str, **kwargs: Any) -> TableDelayedMessageStore:
@@ -88,20 +132,11 @@ class TableDelayedMessageStore(TableSettling, DelayedMessageStore):
 
     def setup_infrastructure(self) -> None:
         """Create the table if missing (a 403 means it is provisioned by infrastructure code: fine)."""
-        try:
-            self.table.create_table()
-        except ResourceExistsError:
-            pass
-        except HttpResponseError as exc:
-            if exc.status_code != 403:  # 403: least-privilege identity; the table is provisioned (Bicep)
-                raise translate(exc, f"creating table {self.table.table_name}") from exc
-        except AzureError as exc:
-            raise translate(exc, f"creating table {self.table.table_name}") from exc
+        self._rows.create_table()
 
     def drop(self) -> None:
         """Delete the table and everything in it."""
-        with sdk_errors(f"deleting table {self.table.table_name}"):
-            self.table.delete_table()
+        self._rows.delete_table()
 
     # -- writes ----------------------------------------------------------------
 
@@ -120,7 +155,7 @@ class TableDelayedMessageStore(TableSettling, DelayedMessageStore):
     def _write(self, messages: Sequence[DelayedMessage], *, replace: bool) -> None:
         """``store_many``; with ``replace`` a pending message with the same id is replaced (unreadable rows)."""
         seen: set[str] = set()
-        planned: list[tuple[DelayedMessage, dict[str, Any], dict[str, Any]]] = []
+        planned: list[Pair] = []
         for m in messages:
             if not isinstance(m, DelayedMessage):
                 raise InvalidMessageError(f"expected DelayedMessage, got {type(m).__name__}")
@@ -129,70 +164,7 @@ class TableDelayedMessageStore(TableSettling, DelayedMessageStore):
             seen.add(m.message_id)
             due, index = rows.to_entities(m, rows.shard_of(m.message_id, self.shards))
             planned.append((m, due, index))
-        by_partition: dict[str, list[tuple[DelayedMessage, dict[str, Any], dict[str, Any]]]] = {}
-        for item in planned:
-            by_partition.setdefault(item[1]["PartitionKey"], []).append(item)
-        for items in by_partition.values():
-            for group in _groups(items, 2, lambda it: rows.entity_size(it[1])):
-                ops: list[Operation] = []
-                for _, due, index in group:
-                    ops.append(("create", index, {}))
-                    ops.append(("upsert", due, {"mode": UpdateMode.REPLACE}))
-                try:
-                    self.table.submit_transaction(ops)
-                except TableTransactionError as exc:
-                    if not is_status(exc, 409):
-                        raise translate(exc, "storing delayed messages") from exc
-                    for m, due, index in group:  # some ids already exist: one by one
-                        self._store_one(m, due, index, replace)
-                except AzureError as exc:
-                    raise translate(exc, "storing delayed messages") from exc
-
-    def _store_one(self, message: DelayedMessage, due: dict[str, Any], index: dict[str, Any], replace: bool) -> None:
-        what = f"storing delayed message {message.message_id!r}"
-        for _ in range(_CONFLICT_RETRIES):
-            try:
-                current = self.table.get_entity(index["PartitionKey"], index["RowKey"])
-            except ResourceNotFoundError:
-                try:
-                    self.table.submit_transaction(
-                        [("create", index, {}), ("upsert", due, {"mode": UpdateMode.REPLACE})]
-                    )
-                    return
-                except TableTransactionError as exc:
-                    if is_status(exc, 409):
-                        continue
-                    raise translate(exc, what) from exc
-                except AzureError as exc:
-                    raise translate(exc, what) from exc
-            except AzureError as exc:
-                raise translate(exc, what) from exc
-            old_rk = str(current["DueRowKey"])
-            if not replace and self._is_pending(message, index["PartitionKey"], old_rk):
-                return  # the same message again
-            ops: list[Operation] = [
-                ("update", index, if_match(current.metadata["etag"], UpdateMode.REPLACE)),
-                ("upsert", due, {"mode": UpdateMode.REPLACE}),
-            ]
-            if old_rk != due["RowKey"]:
-                ops.append(("delete", {"PartitionKey": index["PartitionKey"], "RowKey": old_rk}, {}))
-            try:
-                self.table.submit_transaction(ops)
-                return
-            except TableTransactionError as exc:
-                if is_status(exc, 404, 409, 412):
-                    if is_status(exc, 404) and len(ops) == 3:
-                        ops.pop()  # the old due row was already gone: just write the new one
-                        try:
-                            self.table.submit_transaction(ops)
-                            return
-                        except TableTransactionError:
-                            continue
-                    continue
-                raise translate(exc, what) from exc
-            except AzureError as exc:
-                raise translate(exc, what) from exc
-        raise TransientError(f"{what}: kept conflicting with concurrent writers")
+        self._rows.write(planned, replace=replace)
 
     def _replace_unreadable(self, entity: Any, error: Exception, at: datetime) -> Any | None:
         """Swap an unreadable due row for a well-formed one bound for the error queue (``rows.unreadable_message``).
@@ -202,80 +174,323 @@ class TableDelayedMessageStore(TableSettling, DelayedMessageStore):
         pk, rk = str(entity["PartitionKey"]), str(entity["RowKey"])
         message = rows.unreadable_message(entity, error, at)
         try:
-            located = self._locate(message.message_id)
+            located = self._rows.locate(message.message_id)
             if located is not None and located != (pk, rk):  # the id belongs to another row: do not touch it
                 message = rows.unreadable_message({**entity, "MessageId": None}, error, at)
             self._write([message], replace=True)
             due, _ = rows.to_entities(message, rows.shard_of(message.message_id, self.shards))
             if (due["PartitionKey"], due["RowKey"]) != (pk, rk):
-                self.table.delete_entity(
-                    pk, rk, etag=entity.metadata["etag"], match_condition=MatchConditions.IfNotModified
-                )
-                self._delete_stale_index(pk, rk)
-            return self.table.get_entity(pk, due["RowKey"]) if due["PartitionKey"] == pk else None
+                self._rows.delete_replaced(entity)
+            return self._rows.get(pk, due["RowKey"]) if due["PartitionKey"] == pk else None
         except (DelayedDeliveryError, AzureError) as exc:
             _log.warning("could not replace an unreadable row", extra={lf.REASON: repr(exc), lf.SHARD: pk})
             return None
 
-    def _is_pending(self, message: DelayedMessage, pk: str, due_rk: str) -> bool:
-        """True when ``message`` is pending already; ``MessageIdConflictError`` when another one is under its id.
+    # -- reads and claims --------------------------------------------------------
 
-        False when the index row points at no due row (a stale index row, which the caller replaces).
+    def next_due(self) -> datetime | None:
+        """Earliest ``AvailableAt`` over the owned shards (reads from the head until the answer is certain)."""
+        best: str | None = None
+        with self._lock:
+            handed = {self._claimed[mid] for mid in self._handed if mid in self._claimed}
+        for shard in self.fetch_shards:
+            pk = rows.partition_key(shard)
+            for entity in self._rows.query(
+                "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
+                {"pk": pk, "lo": rows.DUE_PREFIX, "hi": rows.DUE_END},
+                select=["RowKey", "AvailableAt"],
+                page_size=100,
+            ):
+                due = _available_of(str(entity["RowKey"]))
+                if best is not None and due >= best:
+                    break  # every later row is due (hence available) no earlier than `best`
+                if (pk, str(entity["RowKey"])) in handed:
+                    continue  # fetched by this exclusive view and not settled yet
+                available = entity.get("AvailableAt")
+                if not isinstance(available, str) or len(available) != 20 or not available.isdigit():
+                    continue  # garbage: fetch_due replaces the row once it is due
+                if best is None or available < best:
+                    best = available
+        return None if best is None else rows.from_due_key(best)
+
+    def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
+        """Claim up to ``limit`` unclaimed rows due at ``at``, earliest first, across the owned shards."""
+        if limit < 1:
+            return []
+        at = utc(at)
+        if self.exclusive:
+            return self._fetch_exclusive(at, limit)
+        claim_until = rows.due_key(at + self.claim_timeout)
+        token = uuid.uuid4().hex
+        claimed: list[rows.DueRow] = []
+        for _ in range(_CONFLICT_RETRIES * 4):
+            need = limit - len(claimed)
+            candidates = heapq.merge(*(self._due_rows(shard, at, need) for shard in self.fetch_shards))
+            wanted: list[rows.DueRow] = []
+            for _, row in candidates:
+                wanted.append(row)
+                if len(wanted) >= need:
+                    break
+            if not wanted:
+                break
+            won = self._rows.claim(wanted, claim_until, token)
+            claimed.extend(won)
+            if len(won) == len(wanted):
+                break
+            # lost some races: rows claimed by others no longer match the query, so look again
+        claimed.sort(key=lambda r: (r.row_key[: len(rows.DUE_PREFIX) + 20], r.message.message_id))
+        with self._lock:
+            for row in claimed:
+                self._claimed[row.message.message_id] = (row.partition_key, row.row_key)
+                self._tokens[row.message.message_id] = token
+        return [ClaimedMessage.of(row.message, token) for row in claimed]
+
+    def _fetch_exclusive(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
+        """``fetch_due`` for the lease holder: unclaimed due rows it has not handed out already, no writes.
+
+        Rows handed out and not yet settled (e.g. while their removal runs beside the next fetch) are claimed
+        in memory for ``claim_timeout``; each shard's query starts after the last of them, so they are not
+        read again. A crash loses nothing: the rows stay in the table, unclaimed, for the next lease holder.
         """
+        with self._lock:
+            expired = [mid for mid, when in self._handed.items() if when + self.claim_timeout <= at]
+            for mid in expired:
+                self._handed.pop(mid, None)
+                self._claimed.pop(mid, None)
+            handed = {mid: self._claimed[mid] for mid in self._handed if mid in self._claimed}
+        after: dict[str, str] = {}
+        for pk, rk in handed.values():
+            after[pk] = max(after.get(pk, rk), rk)
+        candidates = heapq.merge(
+            *(self._due_rows(s, at, limit, after.get(rows.partition_key(s))) for s in self.fetch_shards)
+        )
+        taken: list[rows.DueRow] = []
+        for _, row in candidates:
+            if row.message.message_id in handed:
+                continue
+            taken.append(row)
+            if len(taken) >= limit:
+                break
+        token = uuid.uuid4().hex
+        with self._lock:
+            for row in taken:
+                self._claimed[row.message.message_id] = (row.partition_key, row.row_key)
+                self._handed[row.message.message_id] = at
+                self._tokens[row.message.message_id] = token
+        return [ClaimedMessage.of(row.message, token) for row in taken]
+
+    def _due_rows(
+        self, shard: int, at: datetime, limit: int, after: str | None = None
+    ) -> Iterator[tuple[str, rows.DueRow]]:
+        pk = rows.partition_key(shard)
+        lo, hi = rows.due_range(at)
+        now = rows.due_key(at)
+        for entity in self._rows.query(
+            f"PartitionKey eq @pk and RowKey {'ge' if after is None else 'gt'} @lo and RowKey lt @hi "
+            "and AvailableAt le @now",
+            {"pk": pk, "lo": lo if after is None else after, "hi": hi, "now": now},
+            page_size=min(limit, self.page_size),
+        ):
+            try:
+                message = rows.message_from_entity(entity)
+            except (KeyError, ValueError, TypeError) as exc:  # a garbage row must not block the rest
+                entity = self._replace_unreadable(entity, exc, at)
+                if entity is None:
+                    continue
+                message = rows.message_from_entity(entity)
+            row = rows.DueRow(
+                partition_key=pk,
+                row_key=str(entity["RowKey"]),
+                etag=str(entity.metadata["etag"]),
+                available_at=str(entity["AvailableAt"]),
+                message=message,
+            )
+            yield row.row_key, row
+
+    # -- settling ----------------------------------------------------------------
+
+    def remove(self, message_id: str, claim: str | None = None) -> bool:
+        """Delete the message (due and index rows together); False when gone, or superseded under ``claim``."""
         try:
-            pending = self.table.get_entity(pk, due_rk)
-        except ResourceNotFoundError:
-            return False
-        except AzureError as exc:
-            raise translate(exc, f"reading {message.message_id!r}") from exc
-        try:
-            same = same_message(rows.message_from_entity(pending), message)
-        except (KeyError, ValueError, TypeError):
-            same = False
-        if not same:
-            raise id_conflict(message.message_id)
-        return True
+            for _ in range(_CONFLICT_RETRIES):
+                found = self._due_row(message_id, claim)
+                if found is None:
+                    return False
+                pk, rk, row = found
+                if claim is not None and not self._holds(message_id, claim, row):
+                    return False
+                if claim is None:
+                    self._refuse_in_flight(message_id, row)
+                if self._rows.delete_pair(message_id, pk, rk, row.metadata["etag"]):
+                    return True
+            raise TransientError(f"removing {message_id!r}: kept conflicting with concurrent writers")
+        finally:
+            self._settled([message_id], claim)
+
+    def remove_many(self, message_ids: Sequence[str], claims: Sequence[str | None] | None = None) -> Sequence[bool]:
+        """Delete many messages in transactions of at most 100 operations per partition; one flag per id."""
+        held = list(claims) if claims is not None else [None] * len(message_ids)
+        result = dict.fromkeys(message_ids, False)
+        wanted = dict(zip(message_ids, held, strict=True))
+        jobs, unknown = self._removal_jobs(wanted)
+        if len(jobs) > 1:  # independent transactions: run them side by side
+            with ThreadPoolExecutor(min(4, len(jobs))) as pool:
+                outcomes = list(pool.map(self._delete_chunk, jobs))
+        else:
+            outcomes = [self._delete_chunk(job) for job in jobs]
+        for mids, ok in outcomes:
+            if ok:
+                result.update(dict.fromkeys(mids, True))
+                self._settled(mids)
+            else:
+                unknown.extend(mids)
+        for mid in unknown:
+            result[mid] = self.remove(mid, wanted[mid])
+        return [result[mid] for mid in message_ids]
+
+    def _removal_jobs(self, wanted: dict[str, str | None]) -> tuple[list[_Removal], list[str]]:
+        """Transactions for claimed rows still held; the rest (ids) one by one."""
+        known: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        unknown: list[str] = []
+        with self._lock:
+            for mid, claim in wanted.items():
+                cached = self._claimed.get(mid)
+                if cached is None or claim is None or self._tokens.get(mid) != claim:
+                    unknown.append(mid)
+                else:
+                    known.setdefault((cached[0], claim), []).append((mid, cached[1]))
+        jobs: list[_Removal] = []
+        for (pk, claim), pairs in known.items():
+            etags = {} if self.exclusive else self._rows.held_etags(pk, claim, [rk for _, rk in pairs])
+            still = [(mid, rk, etags.get(rk)) for mid, rk in pairs if self.exclusive or rk in etags]
+            unknown.extend(mid for mid, rk in pairs if not (self.exclusive or rk in etags))
+            jobs.extend((pk, still[i : i + _PAIRS]) for i in range(0, len(still), _PAIRS))
+        return jobs, unknown
+
+    def _delete_chunk(self, job: _Removal) -> tuple[list[str], bool]:
+        """One removal transaction; False when a row changed or went meanwhile (then settle one by one)."""
+        pk, chunk = job
+        return [mid for mid, _, _ in chunk], self._rows.delete_pairs(pk, chunk)
+
+    def increment_failure_count(self, message_id: str, claim: str | None = None) -> bool:
+        """Count one failed delivery and make the row fetchable again at its due time (the claim token stays)."""
+        what = f"counting a failure of {message_id!r}"
+        for _ in range(_CONFLICT_RETRIES):
+            located = self._rows.locate(message_id) or self._restore_index(message_id)
+            if located is None:
+                return False
+            pk, rk = located
+            try:
+                row = self._rows.get(pk, rk, select=["FailureCount", CLAIM])
+                if claim is not None and not self._holds(message_id, claim, row):
+                    return False
+                patch = {
+                    "PartitionKey": pk,
+                    "RowKey": rk,
+                    "FailureCount": int(row.get("FailureCount", 0)) + 1,
+                    "AvailableAt": _available_of(rk),
+                }
+                self._rows.merge(patch, row.metadata["etag"])
+                with self._lock:
+                    self._handed.pop(message_id, None)  # the claim is released; its token stays for the settling
+                return True
+            except (ResourceNotFoundError, ResourceModifiedError):
+                continue
+            except AzureError as exc:
+                raise translate(exc, what) from exc
+        raise TransientError(f"{what}: kept conflicting with concurrent writers")
+
+    def reschedule(self, message_id: str, due_at: datetime, claim: str | None = None) -> bool:
+        """Move the message to ``due_at`` and release its claim: new row in, old row out, one transaction."""
+        due_at = utc(due_at)
+        what = f"rescheduling {message_id!r}"
+        for _ in range(_CONFLICT_RETRIES):
+            pk = self._rows.partition_of(message_id)
+            try:
+                index = self._rows.get(pk, rows.index_row_key(message_id))
+                old = self._rows.get(pk, str(index["DueRowKey"]))
+            except ResourceNotFoundError:
+                if self._rows.locate(message_id) is None:
+                    return False
+                continue
+            except AzureError as exc:
+                raise translate(exc, what) from exc
+            if claim is not None and not self._holds(message_id, claim, old):
+                return False
+            if claim is None:
+                self._refuse_in_flight(message_id, old)
+            try:
+                self._rows.commit(self._rows.move_ops(pk, index, old, due_at))
+            except TableTransactionError as exc:
+                if is_status(exc, 404, 409, 412):
+                    continue
+                raise translate(exc, what) from exc
+            except AzureError as exc:
+                raise translate(exc, what) from exc
+            self._settled([message_id])
+            return True
+        raise TransientError(f"{what}: kept conflicting with concurrent writers")
+
+    def _due_row(self, message_id: str, claim: str | None) -> tuple[str, str, Any] | None:
+        """``(partition, row key, row)`` of the message's due row, or None when it is gone."""
+        with self._lock:
+            cached = self._claimed.get(message_id) if claim is not None else None
+        for located in (cached, self._rows.locate(message_id)):
+            if located is None:
+                continue
+            row = self._rows.read(*located, f"reading {message_id!r}")
+            if row is not None:
+                return located[0], located[1], row
+        return None
+
+    def _restore_index(self, message_id: str) -> tuple[str, str] | None:
+        """Write the missing index row of a claimed due row (a garbage row), so it can be settled by id."""
+        with self._lock:
+            cached = self._claimed.get(message_id)
+        if cached is None or cached[0] != self._rows.partition_of(message_id):
+            return None
+        return self._rows.restore_index(message_id, *cached)
+
+    def _holds(self, message_id: str, claim: str, row: Any) -> bool:
+        """Whether ``row`` (the message's due row) still holds ``claim``."""
+        if self.exclusive:
+            with self._lock:
+                return self._tokens.get(message_id) == claim
+        return str(row.get(CLAIM) or "") == claim
+
+    def _refuse_in_flight(self, message_id: str, row: Any) -> None:
+        """Raise ``MessageInFlightError`` while a dispatcher's claim on ``row`` lasts (this host's clock)."""
+        available = row.get("AvailableAt")
+        if not row.get(CLAIM) or not isinstance(available, str) or not available.isdigit():
+            return
+        if available > _available_of(str(row["RowKey"])) and available > rows.due_key(datetime.now(UTC)):
+            raise in_flight(message_id)
+
+    def _settled(self, message_ids: Iterable[str], claim: str | None = None) -> None:
+        """Drop the in-memory claims of settled messages (with ``claim``: only if it is still theirs)."""
+        with self._lock:
+            for mid in message_ids:
+                if claim is not None and self._tokens.get(mid) != claim:
+                    continue
+                self._claimed.pop(mid, None)
+                self._handed.pop(mid, None)
+                self._tokens.pop(mid, None)
 
     # -- operator helpers ------------------------------------------------------
 
     def get(self, message_id: str) -> DelayedMessage | None:
         """The stored message with this id, claimed or not."""
-        located = self._locate(message_id)
+        located = self._rows.locate(message_id)
         if located is None:
             return None
-        try:
-            return rows.message_from_entity(self.table.get_entity(*located))
-        except ResourceNotFoundError:
-            return None
-        except AzureError as exc:
-            raise translate(exc, f"reading {message_id!r}") from exc
+        entity = self._rows.read(*located, f"reading {message_id!r}")
+        return None if entity is None else rows.message_from_entity(entity)
 
     def count(self) -> int:
         """Number of stored messages (reads every index row: for tests and operators, not the hot path)."""
-        total = 0
-        for shard in range(self.shards):
-            total += sum(
-                1
-                for _ in self._query(
-                    "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
-                    {"pk": rows.partition_key(shard), "lo": rows.INDEX_PREFIX, "hi": "i`"},
-                    select=["RowKey"],
-                )
-            )
-        return total
+        return self._rows.count_messages()
 
 
-def _groups(items: list[Any], ops_per_item: int, size: Any) -> Iterator[list[Any]]:
-    """Split ``items`` into transaction-sized groups (≤ 100 operations, ≤ 3 MiB)."""
-    group: list[Any] = []
-    used = 0
-    for item in items:
-        n = size(item)
-        too_many = (len(group) + 1) * ops_per_item > MAX_TRANSACTION_OPERATIONS
-        if group and (too_many or used + n > _MAX_TRANSACTION_BYTES):
-            yield group
-            group, used = [], 0
-        group.append(item)
-        used += n
-    if group:
-        yield group
+def _available_of(rk: str) -> str:
+    """The due-time key inside a due row's RowKey."""
+    return rk[len(rows.DUE_PREFIX) : len(rows.DUE_PREFIX) + 20]
