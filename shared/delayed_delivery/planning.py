@@ -151,10 +151,18 @@ def remaining_delay_ms(
 
 
 class HopAction(StrEnum):
-    """What the requeue function does with a received FIFO record."""
+    """What the requeue function does with one message of a FIFO record.
+
+    ``decide_hop`` chooses between ``REQUEUE`` and ``FORWARD`` from the time left; the requeue step's plan adds
+    ``PARK`` (hold it on the queue), ``ERROR_QUEUE`` (poison) and ``DROP`` (cancelled). What then happened to the
+    record is ``aws.requeue.HopOutcome``: a plan is never ``FAILED`` or ``UNPACKED``.
+    """
 
     REQUEUE = "requeue"
     FORWARD = "forward"
+    PARK = "park"
+    ERROR_QUEUE = "error_queue"
+    DROP = "drop"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ...cancellations import Cancellation, CancellationCache
 from ...clock import Clock, SystemClock
 from ...errors import ConfigurationError, DelayedDeliveryDisabledError, TransientError
-from ...planning import PARK_RETENTION_HEADROOM, SqsParkPolicy
+from ...planning import PARK_RETENTION_HEADROOM, HopAction, SqsParkPolicy
 from ...settings import DelayedDeliverySettings
 from ...validation import is_whole
 from ..brokerclock import BrokerClock
@@ -23,7 +23,6 @@ from ..packing import DEFAULT_PACK_BYTES
 from ..sqs import QueueDirectory, QueueInfo
 from .parking import IN_FLIGHT_CACHE_S, Parking
 from .plan import (
-    Action,
     Ledger,
     MessagePlan,
     annotate,
@@ -137,11 +136,13 @@ class FifoRequeuer:
         plans = self._plan(parsed, parking, now_ms)
         ledger = Ledger()
         for p in plans:
-            if p.action is Action.DROP:
+            if p.action is HopAction.DROP:
                 ledger.settle(p, result_of(p.message, HopOutcome.CANCELLED, p.message.hop))
         by_record = _by_record(parsed, plans)
         parked = [
-            (r, ps[0].park_s, ps) for r, ps in zip(parsed, by_record, strict=True) if ps and ps[0].action is Action.PARK
+            (r, ps[0].park_s, ps)
+            for r, ps in zip(parsed, by_record, strict=True)
+            if ps and ps[0].action is HopAction.PARK
         ]
         for p in self._parking.park(parked, ledger):
             plans[p.index] = p
@@ -151,7 +152,7 @@ class FifoRequeuer:
         poison = [
             replace(p, message=replace(p.message, reason=ledger.poison.get(p.index, p.message.reason)))
             for p in plans
-            if p.index not in ledger.results and (p.action is Action.ERROR_QUEUE or p.index in ledger.poison)
+            if p.index not in ledger.results and (p.action is HopAction.ERROR_QUEUE or p.index in ledger.poison)
         ]
         if poison:
             sending.to_error_queue(poison, ledger)

@@ -6,7 +6,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any
 
 from ...cancellations import Cancellation, CancellationCache, CancellationKind
@@ -15,7 +14,6 @@ from ...planning import HopAction, decide_hop
 from .records import HopOutcome, ParsedMessage, ParsedRecord, RecordResult
 
 __all__ = [
-    "Action",
     "Ledger",
     "MessagePlan",
     "annotate",
@@ -29,24 +27,14 @@ __all__ = [
 ]
 
 
-class Action(StrEnum):
-    """What the requeue step does with one message."""
-
-    FORWARD = "forward"
-    REQUEUE = "requeue"
-    PARK = "park"
-    ERROR_QUEUE = "error_queue"
-    DROP = "drop"
-
-
 @dataclass(frozen=True, slots=True)
 class MessagePlan:
     """The plan for one message: its action, the hop it takes when not parked, the park and the record applied."""
 
     index: int
     message: ParsedMessage
-    action: Action
-    hop: Action
+    action: HopAction
+    hop: HopAction
     park_s: int = 0
     applied: Cancellation | None = None
     park_failure: str | None = None
@@ -55,7 +43,7 @@ class MessagePlan:
     def queue(self) -> str:
         """The queue a hop goes to: back to the ``-delay.fifo`` queue, or on to the destination."""
         source = self.message.source
-        return source.delay_queue if self.action is Action.REQUEUE else source.destination
+        return source.delay_queue if self.action is HopAction.REQUEUE else source.destination
 
 
 @dataclass(slots=True)
@@ -118,11 +106,11 @@ def rescheduled(m: ParsedMessage, record: Cancellation, now_ms: int) -> ParsedMe
     )
 
 
-def hop_action(m: ParsedMessage, applied: Cancellation | None, max_native_delay: int) -> Action:
+def hop_action(m: ParsedMessage, applied: Cancellation | None, max_native_delay: int) -> HopAction:
     """Requeue or forward, from the broker-only decision; a park return is requeued, never forwarded (case 3)."""
     decision = decide_hop(math.ceil(m.decision_ms / 1000), max_native_delay)
     back = m.park_return and applied is None
-    return Action.REQUEUE if back or decision.action is HopAction.REQUEUE else Action.FORWARD
+    return HopAction.REQUEUE if back else decision.action
 
 
 def plan_message(
@@ -130,13 +118,13 @@ def plan_message(
 ) -> MessagePlan:
     """The plan for one message: error queue (poison), drop (cancelled), park, or its hop."""
     if not m.live:
-        return MessagePlan(index, m, Action.ERROR_QUEUE, Action.ERROR_QUEUE)
+        return MessagePlan(index, m, HopAction.ERROR_QUEUE, HopAction.ERROR_QUEUE)
     if applied is not None and applied.kind is CancellationKind.CANCEL:
-        return MessagePlan(index, m, Action.DROP, Action.DROP, applied=applied)
+        return MessagePlan(index, m, HopAction.DROP, HopAction.DROP, applied=applied)
     if applied is not None:
         m = rescheduled(m, applied, now_ms)
     hop = hop_action(m, applied, max_native_delay)
-    return MessagePlan(index, m, Action.PARK if park_s else hop, hop, park_s, applied)
+    return MessagePlan(index, m, HopAction.PARK if park_s else hop, hop, park_s, applied)
 
 
 def annotate(plan: MessagePlan, result: RecordResult) -> RecordResult:

@@ -39,7 +39,11 @@ _SECONDS = re.compile(r"^\d{1,12}(\.\d{1,3})?$")
 
 
 class HopOutcome(StrEnum):
-    """What happened to one FIFO record."""
+    """What happened to one FIFO record (the plan for its message was a ``planning.HopAction``).
+
+    Kept apart from ``HopAction`` because a result is not a plan: a send can fail (``FAILED``, retried) and an
+    envelope record sums up its messages (``UNPACKED``); the values are what ``aws requeue --local`` and the demo print.
+    """
 
     REQUEUED = "requeued"
     FORWARDED = "forwarded"

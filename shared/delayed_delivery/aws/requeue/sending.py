@@ -10,6 +10,7 @@ from ...clock import Clock
 from ...delivery import DELIVERY_HEADER, encode_delivery
 from ...errors import DelayedDeliveryError, DestinationNotFoundError, TransientError
 from ...headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
+from ...planning import HopAction
 from ...settings import DelayedDeliverySettings
 from ..errorqueue import DROPPED, Poison, full_form_problem, reduced_entry
 from ..fifo_ids import deduplication_id
@@ -25,7 +26,7 @@ from ..sqs import (
     send_batches,
     valid_attribute_name,
 )
-from .plan import Action, Ledger, MessagePlan, result_of
+from .plan import Ledger, MessagePlan, result_of
 from .records import HopOutcome, ParsedMessage, RecordResult, seconds_text
 
 if TYPE_CHECKING:
@@ -72,8 +73,8 @@ class Sending:
         requeue: dict[str, list[MessagePlan]] = {}
         forward: dict[str, list[MessagePlan]] = {}
         for p in plans:
-            if p.index not in ledger.results and p.action in (Action.REQUEUE, Action.FORWARD):
-                (requeue if p.action is Action.REQUEUE else forward).setdefault(p.queue, []).append(p)
+            if p.index not in ledger.results and p.action in (HopAction.REQUEUE, HopAction.FORWARD):
+                (requeue if p.action is HopAction.REQUEUE else forward).setdefault(p.queue, []).append(p)
         for queue, group in requeue.items():
             self.send(queue, group, HopOutcome.REQUEUED, ledger)
         for queue, group in forward.items():
