@@ -1,4 +1,4 @@
-"""The requeue Lambda's handler: Powertools Logger/Metrics/Tracer around ``FifoRequeuer``, partial batch responses.
+"""The requeue Lambda's handler: Powertools (``aws/powertools.py``) around ``FifoRequeuer``, partial batch responses.
 
 ``functions/aws/requeue.py`` (the deployed entry point) builds it once from the environment; tests, benchmarks,
 the demo and ``delayed-delivery aws requeue --local`` build it with their own clients.
@@ -10,18 +10,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ... import logfields as lf
-from ...cancellations import CancellationCache, CancellationKind
+from ...cancellations import CancellationKind
 from ...errors import ConfigurationError, DelayedDeliveryDisabledError, DelayedDeliveryError
-from ..cancellations import DynamoDbCancellationStore
 from ..config import AwsConfig
 from ..errorqueue import DROPPED
+from ..powertools import HandlerTools
 from ..queues import check_endpoint
 from . import FifoRequeuer, HopOutcome, RecordResult, failed_record, parse_source_arn
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["LambdaHandler", "Observation", "ResultsHook", "build_handler", "cancellation_cache"]
+__all__ = ["LambdaHandler", "Observation", "ResultsHook", "build_handler"]
 
 #: ``handler(event, context) -> {"batchItemFailures": [...]}``
 LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
@@ -88,19 +88,11 @@ def build_handler(
         import boto3
 
         sqs_client = boto3.client("sqs")
-    logger = Logger(service=config.service)
-    metrics = Metrics(namespace=config.metrics_namespace, service=config.service)
-    tracer = Tracer(service=config.service)
-
-    def cancellation_problem(operation: str, error: DelayedDeliveryError) -> None:
-        """The table could not be read or written: carry on without it (a late cancel beats a lost message)."""
-        metrics.add_metric(name="CancellationLookupFailures", unit=MetricUnit.Count, value=1)
-        logger.warning(
-            f"cancellation records: {operation} failed; messages go on as planned",
-            extra={lf.CLOUD: "aws", lf.EVENT: lf.EVENT_CANCELLATION_UNAVAILABLE, lf.REASON: str(error)},
-        )
-
-    cancellations = cancellation_cache(config, dynamodb_client, cancellation_problem)
+    tools = HandlerTools.for_service(config.service, config.metrics_namespace)
+    logger, metrics = tools.logger, tools.metrics
+    cancellations = tools.cancellation_cache(
+        config.cancellation_table, dynamodb_client, config.cancellation_cache_seconds
+    )
     requeuer = FifoRequeuer(
         sqs_client,
         config.settings,
@@ -110,9 +102,7 @@ def build_handler(
     )
     startup_check = _startup_check(sqs_client, config, logger, metrics)
 
-    @logger.inject_lambda_context(clear_state=True)
-    @tracer.capture_lambda_handler(capture_response=False)
-    @metrics.log_metrics(capture_cold_start_metric=True)
+    @tools.around
     def entrypoint(event: dict[str, Any], context: Any) -> dict[str, Any]:
         startup_check(event)
         outcome = _process_safely(requeuer, event.get("Records", []), context, logger, metrics)
@@ -120,8 +110,7 @@ def build_handler(
             on_results(outcome)
         return _respond(event, context, outcome, logger, metrics)
 
-    built: LambdaHandler = entrypoint
-    return built
+    return entrypoint
 
 
 def _process_safely(
@@ -234,22 +223,3 @@ def _observe(logger: Logger, metrics: Metrics, result: RecordResult) -> None:
     elif seen.detail == lf.REASON:
         fields[lf.REASON] = result.reason
     getattr(logger, seen.level)(seen.text, extra=fields)
-
-
-def cancellation_cache(
-    config: AwsConfig,
-    client: DynamoDBClient | None,
-    on_error: Callable[[str, DelayedDeliveryError], None],
-) -> CancellationCache | None:
-    """The cached reader of the configured cancellation table, or None when no table is configured."""
-    if config.cancellation_table is None:
-        return None
-    if client is None:
-        import boto3
-        from botocore.config import Config
-
-        # Short timeouts, one retry: a slow table must not hold up the hop (lookups are skipped on failure).
-        quick = Config(connect_timeout=2, read_timeout=3, retries={"mode": "standard", "max_attempts": 2})
-        client = boto3.client("dynamodb", config=quick)
-    store = DynamoDbCancellationStore(client, config.cancellation_table)
-    return CancellationCache(store, config.cancellation_cache_seconds, on_error=on_error)

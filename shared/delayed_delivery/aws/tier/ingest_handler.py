@@ -1,4 +1,4 @@
-"""The ingest Lambda's handler: Powertools Logger/Metrics/Tracer around ``BucketIngest``, partial batch responses.
+"""The ingest Lambda's handler: Powertools (``aws/powertools.py``) around ``BucketIngest``, partial batch responses.
 
 ``functions/aws/bucket_ingest.py`` (the deployed entry point) builds it once from the environment; tests, the
 demo and benchmarks build it with their own clients and clock.
@@ -10,11 +10,12 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ... import logfields as lf
 from ...clock import Clock
+from ..powertools import HandlerTools
 from .config import BucketTierConfig
 from .ingest import BucketIngest, IngestResult
 from .store import S3BucketStore, S3Client
@@ -46,14 +47,11 @@ def build_ingest_handler(
 
         s3 = s3 if s3 is not None else boto3.client("s3")
         sqs = sqs if sqs is not None else boto3.client("sqs")
-    logger = Logger(service=config.service)
-    metrics = Metrics(namespace=config.metrics_namespace, service=config.service)
-    tracer = Tracer(service=config.service)
+    tools = HandlerTools.for_service(config.service, config.metrics_namespace)
+    logger, metrics = tools.logger, tools.metrics
     ingest = BucketIngest(S3BucketStore.from_config(s3, config), sqs, config.settings, clock)
 
-    @logger.inject_lambda_context(clear_state=True)
-    @tracer.capture_lambda_handler(capture_response=False)
-    @metrics.log_metrics(capture_cold_start_metric=True)
+    @tools.around
     def entrypoint(event: dict[str, Any], context: Any) -> dict[str, Any]:
         records = event.get("Records") if isinstance(event, Mapping) else None
         records = records if isinstance(records, list) else []
@@ -63,8 +61,7 @@ def build_ingest_handler(
         _observe(result, logger, metrics)
         return {"batchItemFailures": result.batch_item_failures()}
 
-    built: LambdaHandler = entrypoint
-    return built
+    return entrypoint
 
 
 def _process_safely(ingest: BucketIngest, records: list[Any], logger: Logger, metrics: Metrics) -> IngestResult:

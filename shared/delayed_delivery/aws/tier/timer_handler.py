@@ -1,4 +1,4 @@
-"""The timer Lambda's handler: Powertools Logger/Metrics/Tracer around ``BucketTimer.run`` (EventBridge, every minute).
+"""The timer Lambda's handler: Powertools (``aws/powertools.py``) around ``BucketTimer.run``, run every minute.
 
 ``functions/aws/bucket_timer.py`` (the deployed entry point) builds it once from the environment; tests, the demo
 and benchmarks build it with their own clients and clock.
@@ -12,14 +12,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ... import logfields as lf
-from ...cancellations import CancellationCache
 from ...clock import Clock, SystemClock
-from ...errors import ConfigurationError, DelayedDeliveryError
-from ..cancellations import DynamoDbCancellationStore
+from ...errors import ConfigurationError
+from ..powertools import HandlerTools
 from .config import BucketTierConfig
 from .store import S3BucketStore, S3Client
 from .timer import BucketTimer, TimerResult
@@ -50,29 +49,6 @@ METRICS: Mapping[str, tuple[str, str]] = {
 _EVENT_TIMER = "bucket_timer_run"
 
 
-def _cancellations(
-    config: BucketTierConfig, dynamodb: DynamoDBClient | None, logger: Logger, metrics: Metrics
-) -> CancellationCache | None:
-    """Records uncached across runs (``max_age`` 0): the timer reads each destination's once per run, fresh each run."""
-    if config.cancellation_table is None:
-        return None
-    if dynamodb is None:
-        import boto3
-        from botocore.config import Config
-
-        quick = Config(connect_timeout=2, read_timeout=3, retries={"mode": "standard", "max_attempts": 2})
-        dynamodb = boto3.client("dynamodb", config=quick)
-
-    def problem(operation: str, error: DelayedDeliveryError) -> None:
-        metrics.add_metric(name="CancellationLookupFailures", unit=MetricUnit.Count, value=1)
-        logger.warning(
-            f"cancellation records: {operation} failed; messages go on as planned",
-            extra={lf.CLOUD: "aws", lf.EVENT: lf.EVENT_CANCELLATION_UNAVAILABLE, lf.REASON: str(error)},
-        )
-
-    return CancellationCache(DynamoDbCancellationStore(dynamodb, config.cancellation_table), 0, on_error=problem)
-
-
 def _deadline(context: Any) -> float | None:
     """The end of this invocation as a ``time.monotonic`` value, from the Lambda context (``None`` without one)."""
     remaining = getattr(context, "get_remaining_time_in_millis", None)
@@ -101,16 +77,14 @@ def build_timer_handler(
     on_result: Callable[[TimerResult], None] | None = None,
 ) -> TimerHandler:
     """Wire the store, the timer, the cancellation records and Powertools for one function instance."""
-    logger = Logger(service=config.service)
-    metrics = Metrics(namespace=config.metrics_namespace, service=config.service)
-    tracer = Tracer(service=config.service)
+    tools = HandlerTools.for_service(config.service, config.metrics_namespace)
+    logger, metrics = tools.logger, tools.metrics
     store = S3BucketStore.from_config(s3, config)
-    cancellations = _cancellations(config, dynamodb, logger, metrics)
+    # Records uncached across runs (max age 0): the timer reads each destination's once per run, fresh each run.
+    cancellations = tools.cancellation_cache(config.cancellation_table, dynamodb, 0)
     clock = clock or SystemClock()
 
-    @logger.inject_lambda_context(clear_state=True)
-    @tracer.capture_lambda_handler(capture_response=False)
-    @metrics.log_metrics(capture_cold_start_metric=True)
+    @tools.around
     def entrypoint(event: Any, context: Any) -> dict[str, Any]:
         problem = _event_problem(event)
         if problem is not None:
@@ -131,8 +105,7 @@ def build_timer_handler(
             return {"ok": False, "reason": f"{type(exc).__name__}: {exc}"[:1024]}
         return _report(result, logger, metrics, on_result)
 
-    built: TimerHandler = entrypoint
-    return built
+    return entrypoint
 
 
 def _report(

@@ -1,0 +1,64 @@
+"""The Powertools wiring the Lambda handlers share: the decorators around an invocation, the cancellation table."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from delayed_delivery.aws.powertools import HandlerTools
+from delayed_delivery.testing.aws import LocalLambdaContext
+from tests.aws.test_cancel_dynamodb import dynamodb_client
+
+
+def _lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+
+
+def test_around_logs_with_the_lambda_context_and_flushes_the_metrics(capsys: pytest.CaptureFixture[str]) -> None:
+    service = f"tools-{uuid.uuid4().hex[:8]}"
+    tools = HandlerTools.for_service(service, "NS")
+
+    @tools.around
+    def invocation(event: Any, context: Any) -> dict[str, Any]:
+        tools.logger.info("inside", extra={"event": "probe"})
+        tools.logger.append_keys(during=event["n"])
+        tools.count("Probes", 2)
+        return {"echo": event}
+
+    capsys.readouterr()
+    assert invocation({"n": 1}, LocalLambdaContext()) == {"echo": {"n": 1}}
+    lines = _lines(capsys)
+    inside = next(line for line in lines if line.get("message") == "inside")
+    assert inside["service"] == service and inside["function_request_id"] and "during" not in inside
+    emitted = next(line for line in lines if "Probes" in line)
+    assert emitted["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "NS" and emitted["Probes"] in (2.0, [2.0])
+    assert any("ColdStart" in line for line in lines)
+
+    invocation({"n": 2}, LocalLambdaContext())
+    again = next(line for line in _lines(capsys) if line.get("message") == "inside")
+    assert "during" not in again, "the keys of the previous invocation leaked into this one"
+
+
+def test_no_table_means_no_cache() -> None:
+    assert HandlerTools.for_service("s", "NS").cancellation_cache(None, None, 60) is None
+
+
+@pytest.mark.moto
+def test_an_unreachable_table_is_logged_and_counted_not_raised(capsys: pytest.CaptureFixture[str]) -> None:
+    tools = HandlerTools.for_service(f"tools-{uuid.uuid4().hex[:8]}", "NS")
+    cache = tools.cancellation_cache("records", dynamodb_client("http://127.0.0.1:9"), 0)
+    assert cache is not None
+
+    @tools.around
+    def invocation(event: Any, context: Any) -> dict[str, Any]:
+        return {"records": cache.lookup("orders")}
+
+    capsys.readouterr()
+    assert invocation({}, LocalLambdaContext()) == {"records": {}}
+    lines = _lines(capsys)
+    warning = next(line for line in lines if line.get("event") == "cancellation_records_unavailable")
+    assert warning["level"] == "WARNING" and "127.0.0.1:9" in warning["reason"]
+    assert any(line.get("CancellationLookupFailures") in (1.0, [1.0]) for line in lines)
