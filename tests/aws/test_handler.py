@@ -67,7 +67,7 @@ def test_import_reads_no_environment_and_creates_no_client(monkeypatch: pytest.M
     monkeypatch.setattr(boto3, "client", refuse)
     monkeypatch.setenv("DELAYED_DELIVERY_MAX_NATIVE_DELAY", "not a number")  # would fail if read at import
     module = importlib.reload(requeue)
-    assert module._handler is None
+    assert not module.handler.built
 
 
 def test_handler_wires_itself_from_the_environment_logs_and_emits_metrics(

@@ -202,7 +202,8 @@ def test_import_reads_no_environment_and_creates_no_client(monkeypatch: pytest.M
 
     monkeypatch.setattr(boto3, "client", refuse)
     monkeypatch.delenv("DELAYED_DELIVERY_BUCKET_NAME", raising=False)
-    importlib.reload(bucket_ingest)
+    module = importlib.reload(bucket_ingest)
+    assert not module.handler.built
 
 
 def test_the_timer_dispatches_what_the_ingest_wrote(s3: Any, sqs: SQSClient, tier_bucket: str) -> None:

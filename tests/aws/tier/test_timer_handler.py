@@ -102,7 +102,7 @@ def test_the_entry_point_builds_lazily_from_the_environment(
         patched.setattr(boto3, "client", refuse)
         patched.setenv("DELAYED_DELIVERY_BUCKET_NAME", "")  # would fail if read at import
         module = importlib.reload(bucket_timer)
-        assert module._handler is None
+        assert not module.handler.built
     for key, value in {
         "DELAYED_DELIVERY_BUCKET_NAME": tier_bucket,
         "DELAYED_DELIVERY_ERROR_QUEUE": "errors",

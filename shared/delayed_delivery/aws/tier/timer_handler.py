@@ -68,15 +68,25 @@ def _event_problem(event: Any) -> str | None:
 
 
 def build_timer_handler(
-    config: BucketTierConfig,
+    config: BucketTierConfig | Mapping[str, str],
     *,
-    s3: S3Client,
-    sqs: SQSClient,
+    s3: S3Client | None = None,
+    sqs: SQSClient | None = None,
     dynamodb: DynamoDBClient | None = None,
     clock: Clock | None = None,
     on_result: Callable[[TimerResult], None] | None = None,
 ) -> TimerHandler:
-    """Wire the store, the timer, the cancellation records and Powertools for one function instance."""
+    """Wire the store, the timer, the cancellation records and Powertools for one function instance.
+
+    ``config`` is a ``BucketTierConfig`` or an environment mapping to read one from; missing clients are made.
+    """
+    if not isinstance(config, BucketTierConfig):
+        config = BucketTierConfig.from_env(config)
+    if s3 is None or sqs is None:
+        import boto3
+
+        s3 = s3 if s3 is not None else boto3.client("s3")
+        sqs = sqs if sqs is not None else boto3.client("sqs")
     tools = HandlerTools.for_service(config.service, config.metrics_namespace)
     logger, metrics = tools.logger, tools.metrics
     store = S3BucketStore.from_config(s3, config)
