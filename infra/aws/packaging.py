@@ -1,39 +1,48 @@
-"""Prepare the requeue function's code asset offline (no Docker): a plain folder the Lambda zip is made from.
+"""Prepare the Lambda functions' code assets offline (no Docker): plain folders the Lambda zips are made from.
 
-It holds ``delayed_delivery`` (the stdlib core and the ``aws`` adapter; not the applications (CLI, demo,
-emulators), the Azure, PostgreSQL or Spark adapters, or the test tooling) and ``functions/aws``. boto3 comes
-with the Lambda runtime and Powertools with its public layer, so no third-party code is copied. The folder is
-rebuilt on every synth from the repository, so the asset hash changes exactly when the function's code does.
+One asset per construct, each holding its entry points (``functions/aws/…``, the modules the handlers name) and
+the ``delayed_delivery`` modules they import, found by the package's one packaging rule
+(``delayed_delivery.assets``): no applications, test tooling or other adapters, and no module the functions never
+import. boto3 comes with the Lambda runtime and Powertools with its public layer, so no third-party code is
+copied. The folders are rebuilt on every synth from the repository, so an asset's hash changes exactly when the
+code it holds does.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["REPO_ROOT", "SKIP_PACKAGES", "prepare_function_asset"]
+from delayed_delivery.assets import AssetModules, copy_asset, required_modules
+
+__all__ = ["PACKAGES", "REPO_ROOT", "entry_module", "function_modules", "prepare_function_asset"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-#: Subpackages of ``delayed_delivery`` the requeue function never imports.
-SKIP_PACKAGES = frozenset({"app", "azure", "postgres", "pipelines", "testing"})
-_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".mypy_cache")
+#: The packages an asset's modules come from: the library and the thin entry points.
+PACKAGES = {"delayed_delivery": REPO_ROOT / "shared" / "delayed_delivery", "functions": REPO_ROOT / "functions"}
 
 
-def prepare_function_asset(destination: Path | None = None) -> Path:
-    """Copy the function's sources into ``destination`` (default ``build/aws/requeue``) and return it."""
-    target = destination or REPO_ROOT / "build" / "aws" / "requeue"
-    if target.exists():
-        shutil.rmtree(target)
-    package = REPO_ROOT / "shared" / "delayed_delivery"
-    shutil.copytree(
-        package,
-        target / "delayed_delivery",
-        ignore=lambda folder, names: {
-            *_IGNORE(folder, names),
-            *(n for n in names if Path(folder) == package and n in SKIP_PACKAGES),
-        },
-    )
-    (target / "functions").mkdir(parents=True)
-    shutil.copy2(REPO_ROOT / "functions" / "__init__.py", target / "functions" / "__init__.py")
-    shutil.copytree(REPO_ROOT / "functions" / "aws", target / "functions" / "aws", ignore=_IGNORE)
-    return target
+def entry_module(handler: str) -> str:
+    """The module a Lambda handler string names: ``functions.aws.requeue.handler`` -> ``functions.aws.requeue``."""
+    module, _, function = handler.rpartition(".")
+    if not module or not function:
+        raise ValueError(f"a Lambda handler is <module>.<function>, not {handler!r}")
+    return module
+
+
+def function_modules(handlers: Sequence[str]) -> AssetModules:
+    """The modules an asset serving ``handlers`` holds: their entry points and what those import."""
+    if not handlers:
+        raise ValueError("an asset serves at least one handler")
+    return required_modules([entry_module(h) for h in handlers], PACKAGES)
+
+
+def prepare_function_asset(handlers: Sequence[str], destination: Path) -> Path:
+    """Write the asset serving ``handlers`` into ``destination`` (replaced if it exists) and return it."""
+    modules = function_modules(handlers)
+    if destination.exists():
+        shutil.rmtree(destination)
+    destination.mkdir(parents=True)
+    copy_asset(modules, destination)
+    return destination

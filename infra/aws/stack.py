@@ -1,6 +1,6 @@
-"""``DelayedDeliveryStack``: the function code and Powertools layer once, one endpoint per queue, the cancellation
-table, a dashboard, and optionally a customer-managed KMS key for the queues, the example consumer and the S3
-time-bucket tier for long delays."""
+"""``DelayedDeliveryStack``: the Powertools layer once, one endpoint per queue, the cancellation table, a dashboard,
+and optionally a customer-managed KMS key for the queues, the example consumer and the S3 time-bucket tier for long
+delays. Each construct's functions get a code asset of their own (``packaging``): what their handlers import."""
 
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.aws.buckets import TimeBucketTier
-from infra.aws.consumer import ExampleConsumer
-from infra.aws.endpoint import MAX_PARK_SECONDS, DelayedDeliveryEndpoint
-from infra.aws.packaging import prepare_function_asset
+from infra.aws.buckets import INGEST_HANDLER, TIMER_HANDLER, TimeBucketTier
+from infra.aws.consumer import CONSUMER_HANDLER, ExampleConsumer
+from infra.aws.endpoint import HANDLER, MAX_PARK_SECONDS, DelayedDeliveryEndpoint
+from infra.aws.packaging import REPO_ROOT, prepare_function_asset
 
 __all__ = [
+    "ASSETS",
     "CREATE_KEY",
     "DEFAULT_CANCELLATION_TABLE",
     "LONG_DELAY_ROUTES",
@@ -42,6 +43,12 @@ DEFAULT_CANCELLATION_TABLE = "delayed-delivery-cancellations"
 LONG_DELAY_ROUTES = ("fifo", "buckets", "auto")
 #: ``kms_key`` value that creates a customer-managed key (rotation on) instead of importing one by ARN.
 CREATE_KEY = "create"
+#: The Lambda code assets (a folder each under ``asset_dir``, default ``build/aws``) and the handlers each serves.
+ASSETS: Mapping[str, tuple[str, ...]] = {
+    "requeue": (HANDLER,),
+    "tier": (INGEST_HANDLER, TIMER_HANDLER),
+    "consumer": (CONSUMER_HANDLER,),
+}
 
 
 def powertools_layer_arn(version: str, python: str = "python313", architecture: str = "x86_64") -> str:
@@ -113,7 +120,10 @@ class DelayedDeliveryStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         _check(endpoints, long_delay_route)
-        code = lambda_.Code.from_asset(str(prepare_function_asset(asset_dir)))
+        folder = asset_dir or REPO_ROOT / "build" / "aws"
+        code = {
+            name: lambda_.Code.from_asset(str(prepare_function_asset(h, folder / name))) for name, h in ASSETS.items()
+        }
         layer = lambda_.LayerVersion.from_layer_version_arn(
             self, "Powertools", powertools_layer_arn(powertools_layer_version)
         )
@@ -126,7 +136,7 @@ class DelayedDeliveryStack(Stack):
         CfnOutput(self, "CancellationTable", value=self.cancellation_table.table_name)
         self.encryption_key = self._key(kms_key)
         common: dict[str, Any] = {
-            "code": code,
+            "code": code["requeue"],
             "layers": [layer],
             "max_native_delay": max_native_delay,
             "fifo_queue_delay": fifo_queue_delay,
@@ -138,11 +148,13 @@ class DelayedDeliveryStack(Stack):
             "encryption_key": self.encryption_key,
         }
         self.endpoints = [self._endpoint(config, senders, common) for config in endpoints]
-        self.consumers = [self._consumer(e, code, layer) for e in self.endpoints if example_consumer]
+        self.consumers = [self._consumer(e, code["consumer"], layer) for e in self.endpoints if example_consumer]
         self.buckets = (
             None
             if long_delay_route == "fifo"
-            else self._buckets(long_delay_route, endpoints, senders, common, dict(bucket_tier or {}))
+            else self._buckets(
+                long_delay_route, endpoints, senders, common | {"code": code["tier"]}, dict(bucket_tier or {})
+            )
         )
         self.dashboard = self._dashboard(construct_id)
 

@@ -15,14 +15,21 @@ from pathlib import Path
 import pytest
 from azure.storage.queue import QueueServiceClient
 
-from delayed_delivery.azure.packaging import APP_FILES, EXCLUDED, build_function_app, function_source_dir
+from delayed_delivery.assets import copy_asset, required_modules
+from delayed_delivery.azure.packaging import APP_FILES, app_modules, build_function_app, function_source_dir
 from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.model import DelayedMessage
 from tests.azure.conftest import make_store, new_name
 from tests.azure.harness import drain
 from tests.fixtures.azurite import Azurite
 from tests.fixtures.services import ROOT
-from tests.infra.test_assets import assert_runtime_only, files_under
+from tests.infra.test_assets import (
+    assert_runtime_only,
+    asset_module_names,
+    files_under,
+    graph_upstream,
+    import_everything,
+)
 
 pytestmark = pytest.mark.azurite
 
@@ -124,16 +131,28 @@ def _requirement_names(path: Path) -> set[str]:
     return {re.split(r"[<>=!~\[; ]", line, maxsplit=1)[0].lower() for line in lines if line}
 
 
-def _expected_files(package: Path) -> list[str]:
-    """The folder's files for ``package``: the app files at the root and the package without the excluded folders."""
-    kept = [f for f in files_under(package) if not set(f.split("/")[:-1]) & EXCLUDED]
-    return sorted([*APP_FILES, *(f"delayed_delivery/{f}" for f in kept)])
+def _expected_files(package: Path, tmp_path: Path) -> list[str]:
+    """The folder's files for ``package``: the app files at the root and what the entry point imports from it."""
+    modules = required_modules([function_source_dir() / "function_app.py"], {"delayed_delivery": package})
+    return sorted([*APP_FILES, *(p.as_posix() for p in copy_asset(modules, tmp_path / "expected"))])
+
+
+#: Entry point of the function app as a module of the package (where the checkout keeps it).
+ENTRY = "delayed_delivery.azure.app_files.function_app"
 
 
 def test_built_app_holds_only_runtime_modules_and_runtime_requirements(tmp_path: Path) -> None:
     app = build_function_app(tmp_path / "app")
-    assert files_under(app) == _expected_files(ROOT / "shared" / "delayed_delivery")
+    assert files_under(app) == _expected_files(ROOT / "shared" / "delayed_delivery", tmp_path)
+    held = asset_module_names(app)
+    assert held == {*app_modules().modules, "function_app"}
+    missing = graph_upstream([ENTRY], ("delayed_delivery",)) - {ENTRY} - held
+    assert not missing, f"the function app lacks modules its entry point imports: {sorted(missing)}"
+    for other in ("app", "testing", "aws", "postgres", "pipelines", "azure.app_files"):
+        assert not [m for m in held if m.startswith(f"delayed_delivery.{other}")], other
+    assert "delayed_delivery/data/measured.json" in files_under(app), "the core's data travels with it"
     assert_runtime_only(app)
+    import_everything(app, sorted(held))  # every module's imports resolve inside the folder
     assert (app / "function_app.py").read_bytes() == (function_source_dir() / "function_app.py").read_bytes()
     assert _requirement_names(app / "requirements.txt") == RUNTIME_REQUIREMENTS
 
@@ -202,7 +221,7 @@ def test_an_installed_wheel_builds_the_function_app_outside_the_repository(tmp_p
     app = outside / "app"
     assert Path(done.stdout.strip()) == Path("app")
     installed = Path(purelib) / "delayed_delivery"
-    assert files_under(app) == _expected_files(installed)
+    assert files_under(app) == _expected_files(installed, tmp_path)
     assert files_under(app) == files_under(build_function_app(tmp_path / "from_checkout"))
     assert_runtime_only(app)
     assert _requirement_names(app / "requirements.txt") == RUNTIME_REQUIREMENTS

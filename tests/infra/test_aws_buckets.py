@@ -20,6 +20,7 @@ from aws_cdk.assertions import Match, Template  # noqa: E402
 
 from infra.aws.app import build  # noqa: E402
 from infra.aws.buckets import INGEST_HANDLER, TIMER_HANDLER, TimeBucketTier  # noqa: E402
+from tests.infra.test_assets import assert_functions_use_their_assets  # noqa: E402
 from tests.infra.test_aws_stack import _actions, _cfn_lint, _logical_id, _resources, _synth  # noqa: E402
 
 PREFIX = "delayed-delivery/buckets"
@@ -307,6 +308,13 @@ def test_outputs_name_what_a_sender_needs(tier: Synth) -> None:
     assert "DELAYED_DELIVERY_BUCKET_INGEST_QUEUE" in outputs["SenderIngestQueue"]["Description"]
     assert outputs["SenderLongDelayRoute"]["Value"] == "buckets"
     assert "DELAYED_DELIVERY_LONG_DELAY_ROUTE" in outputs["SenderLongDelayRoute"]["Description"]
+
+
+def test_the_tier_functions_run_from_their_own_asset(tier: Synth) -> None:
+    _, raw, path = tier
+    assert_functions_use_their_assets(raw, path)
+    handlers = {r["Properties"]["Handler"] for r in _resources(raw, "AWS::Lambda::Function").values()}
+    assert {INGEST_HANDLER, TIMER_HANDLER} <= handlers
 
 
 def test_cfn_lint_passes_with_the_tier(tier: Synth) -> None:

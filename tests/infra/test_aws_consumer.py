@@ -20,6 +20,7 @@ from aws_cdk.assertions import Match, Template  # noqa: E402
 from infra.aws.app import build  # noqa: E402
 from infra.aws.consumer import CONSUMER_HANDLER  # noqa: E402
 from infra.aws.packaging import prepare_function_asset  # noqa: E402
+from tests.infra.test_assets import assert_functions_use_their_assets  # noqa: E402
 from tests.infra.test_aws_stack import _cfn_lint, _logical_id, _resources, _synth  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,11 +131,17 @@ def test_cfn_lint_passes_with_the_consumer(with_consumer: tuple[Template, dict[s
     _cfn_lint(with_consumer[2])
 
 
-def test_the_consumer_ships_in_the_function_asset(tmp_path: Path) -> None:
-    asset = prepare_function_asset(tmp_path / "asset")
+def test_the_consumer_ships_in_its_function_asset(tmp_path: Path) -> None:
+    asset = prepare_function_asset([CONSUMER_HANDLER], tmp_path / "asset")
     assert (asset / "functions" / "aws" / "consumer.py").read_text() == (
         ROOT / "functions" / "aws" / "consumer.py"
     ).read_text()
+    assert not (asset / "functions" / "aws" / "requeue.py").exists()
+
+
+def test_the_consumer_runs_from_its_own_asset(with_consumer: tuple[Template, dict[str, Any], Path]) -> None:
+    _, raw, path = with_consumer
+    assert_functions_use_their_assets(raw, path)
 
 
 def test_a_bad_flag_is_refused(tmp_path: Path) -> None:

@@ -23,8 +23,10 @@ import aws_cdk as cdk  # noqa: E402
 from aws_cdk.assertions import Match, Template  # noqa: E402
 
 from infra.aws.app import build  # noqa: E402
+from infra.aws.endpoint import HANDLER  # noqa: E402
 from infra.aws.packaging import prepare_function_asset  # noqa: E402
 from tests.fixtures.services import unavailable  # noqa: E402
+from tests.infra.test_assets import assert_functions_use_their_assets  # noqa: E402
 
 
 def _synth(tmp: Path, context: dict[str, Any]) -> tuple[Template, dict[str, Any], Path]:
@@ -409,12 +411,19 @@ def test_cdk_nag_is_live_an_unencrypted_queue_fails_synth(tmp_path: Path) -> Non
 
 
 def test_function_asset_holds_only_the_function_code(tmp_path: Path) -> None:
-    asset = prepare_function_asset(tmp_path / "asset")
+    asset = prepare_function_asset([HANDLER], tmp_path / "asset")
     assert (asset / "functions" / "aws" / "requeue.py").exists()
     assert (asset / "delayed_delivery" / "aws" / "requeue" / "__init__.py").exists()
-    for excluded in ("azure", "postgres", "pipelines", "testing"):
+    for excluded in ("azure", "postgres", "pipelines", "testing", "app", "aws/tier"):
         assert not (asset / "delayed_delivery" / excluded).exists()
     assert not list(asset.rglob("__pycache__"))
+
+
+def test_each_function_runs_from_the_asset_made_for_its_handler(
+    synth: tuple[Template, dict[str, Any], Path],
+) -> None:
+    _, raw, path = synth
+    assert_functions_use_their_assets(raw, path)
 
 
 def test_real_cdk_cli_synth_offline(tmp_path: Path) -> None:

@@ -1,9 +1,10 @@
 """Build a self-contained function-app folder, ready for ``func azure functionapp publish <app>``.
 
 The folder holds ``function_app.py``, ``host.json``, ``requirements.txt`` and ``.funcignore`` (package data in
-``delayed_delivery/azure/app_files``, so an installed package builds it as well as a checkout) plus the
-``delayed_delivery`` package with the core and the Azure adapter only: the applications (CLI, demo, emulators),
-the test tooling and the other adapters are left out, and ``requirements.txt`` names only runtime dependencies.
+``delayed_delivery/azure/app_files``, so an installed package builds it as well as a checkout) plus the modules of
+``delayed_delivery`` that ``function_app.py`` imports, found by the package's one packaging rule
+(``delayed_delivery.assets``): never the applications (CLI, demo, emulators), the test tooling or the other
+adapters. ``requirements.txt`` names only runtime dependencies.
 ``python -m delayed_delivery.azure.packaging <folder>`` builds it without the CLI.
 """
 
@@ -15,14 +16,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..assets import AssetModules, copy_asset, required_modules
 from ..errors import ConfigurationError
 
-__all__ = ["APP_FILES", "EXCLUDED", "build_function_app", "function_source_dir", "main"]
+__all__ = ["APP_FILES", "ENTRY_POINT", "app_modules", "build_function_app", "function_source_dir", "main"]
 
 #: Files copied from ``delayed_delivery/azure/app_files`` to the root of the folder.
 APP_FILES = ("function_app.py", "host.json", "requirements.txt", ".funcignore")
-#: Folders of the package a deployed dispatcher never imports (``azure/app_files`` goes to the root instead).
-EXCLUDED = frozenset({"app", "aws", "postgres", "pipelines", "testing", "app_files", "__pycache__"})
+#: The app's entry point among them: the Functions host imports it, and the folder holds what it imports.
+ENTRY_POINT = "function_app.py"
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -34,6 +36,11 @@ def function_source_dir() -> Path:
     if missing:
         raise ConfigurationError(f"the package at {_PACKAGE} lacks {', '.join(missing)} in {candidate}: reinstall it")
     return candidate
+
+
+def app_modules(source: Path | None = None) -> AssetModules:
+    """The package modules the function app needs: those its entry point imports, with their packages."""
+    return required_modules([(source or function_source_dir()) / ENTRY_POINT], {"delayed_delivery": _PACKAGE})
 
 
 def _is_earlier_build(folder: Path) -> bool:
@@ -55,11 +62,7 @@ def build_function_app(dest: Path | str, *, source: Path | None = None, clean: b
     out.mkdir(parents=True, exist_ok=True)
     for name in APP_FILES:
         shutil.copyfile(src / name, out / name)
-    shutil.copytree(
-        _PACKAGE,
-        out / "delayed_delivery",
-        ignore=lambda folder, names: [n for n in names if n in EXCLUDED or n.endswith((".pyc", ".pyo"))],
-    )
+    copy_asset(app_modules(src), out)
     return out
 
 
