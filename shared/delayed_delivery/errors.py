@@ -16,6 +16,7 @@ __all__ = [
     "PermanentError",
     "TransientError",
     "batch_failure",
+    "extra_missing",
 ]
 
 
@@ -28,6 +29,18 @@ class DelayedDeliveryError(Exception):
 
 class ConfigurationError(DelayedDeliveryError, ValueError):
     """A setting, name or deployment does not meet the documented rules."""
+
+
+def extra_missing(what: str, *extras: str) -> ConfigurationError:
+    """The one-line error for ``what`` when an optional extra is not installed: which extra, and the pip line.
+
+    ``cli`` in ``extras`` goes into the pip line only (the command line's own users have it already).
+    """
+    needed = [e for e in extras if e != "cli"] or list(extras)
+    names = " and ".join(", ".join(needed).rsplit(", ", 1))
+    plural = "s" if len(needed) > 1 else ""
+    pip = f'pip install "delayed-delivery[{",".join(extras)}]"'
+    return ConfigurationError(f"{what} needs the {names} extra{plural}: {pip}")
 
 
 class InvalidMessageError(DelayedDeliveryError, ValueError):

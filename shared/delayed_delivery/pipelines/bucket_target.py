@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from ..errors import ConfigurationError, InvalidMessageError
+from ..errors import ConfigurationError, InvalidMessageError, extra_missing
 from ..headers import HEADER_PREFIX
 from ..model import DelayedMessage
 from ..timebuckets.format import MAX_OBJECT_MESSAGES, BucketMessage
@@ -208,7 +208,7 @@ def build_bucket_target(spec: TargetSpec) -> MigrationTarget:
         from ..aws.tier.config import DEFAULT_PREFIX, BucketTierConfig
         from ..aws.tier.store import S3BucketStore
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ConfigurationError("the s3buckets target needs the aws extra: pip install '.[aws]'") from exc
+        raise extra_missing("the s3buckets target", "spark", "aws") from exc
     config = BucketTierConfig(spec.location, spec.option("prefix") or DEFAULT_PREFIX)
     client = boto3.client("s3", region_name=spec.option("region"), endpoint_url=spec.option("endpoint_url"))
     store = S3BucketStore(client, config.bucket_name, config.prefix, bucket_levels(spec))

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, extra_missing
 from ..headers import HEADER_PREFIX
 from ..model import DelayedMessage
 from ..sqlite_store import SqliteDelayedMessageStore
@@ -456,7 +456,7 @@ def _sqs(spec: TargetSpec) -> MigrationTarget:
     try:
         return SqsTarget(spec.location, spec.option("endpoint_url"))
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ConfigurationError("the sqs target needs the aws extra: pip install '.[aws]'") from exc
+        raise extra_missing("the sqs target", "spark", "aws") from exc
 
 
 def _sqlite(spec: TargetSpec) -> MigrationTarget:
@@ -468,7 +468,7 @@ def _postgres(spec: TargetSpec) -> MigrationTarget:
     try:
         from ..postgres.store import PostgresDelayedMessageStore
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ConfigurationError("the postgresql target needs the postgres extra: pip install '.[postgres]'") from exc
+        raise extra_missing("the postgresql target", "spark", "postgres") from exc
     kwargs: dict[str, Any] = {"schema": spec.option("schema") or "public"}
     if spec.option("table"):
         kwargs["table"] = spec.option("table")
@@ -479,7 +479,7 @@ def _azure_table(spec: TargetSpec) -> MigrationTarget:
     try:
         import azure.data.tables  # noqa: F401
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ConfigurationError("the azure-table target needs the azure extra: pip install '.[azure]'") from exc
+        raise extra_missing("the azure-table target", "spark", "azure") from exc
     try:
         in_flight = int(spec.option("in_flight") or "4")
     except ValueError:

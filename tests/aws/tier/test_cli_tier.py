@@ -71,23 +71,21 @@ def _arrivals(sqs: SQSClient, url: str, expected: set[str], timeout: float) -> d
     return arrived
 
 
-def _json_tail(output: str) -> dict[str, Any]:
-    """The JSON object ``--json`` prints after the progress lines."""
-    lines = output.splitlines()
-    found: dict[str, Any] = json.loads("\n".join(lines[lines.index("{") :]))
-    return found
-
-
 def _start_tier(moto_endpoint: str, *args: str) -> subprocess.Popen[str]:
-    """``aws tier`` in its own process (signals go to it alone), once its banner is out: its clients are built."""
+    """``aws tier`` in its own process (signals go to it alone), once its banner is out on stderr: its clients are
+    built."""
     env = {**os.environ, **COMPRESSED, "DELAYED_DELIVERY_BUCKET_NAME": "tier-run", "COLUMNS": "200"}
     env.update(AWS_DEFAULT_REGION="us-east-1", AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
     command = [str(Path(sys.executable).parent / "delayed-delivery"), "aws", "tier", "--endpoint-url", moto_endpoint]
     tier = subprocess.Popen(
-        [*command, "--every", "0.5", "--for", "120", *args], env=env, stdout=subprocess.PIPE, text=True
+        [*command, "--every", "0.5", "--for", "120", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    assert tier.stdout is not None
-    banner = tier.stdout.readline()
+    assert tier.stderr is not None
+    banner = tier.stderr.readline()
     assert banner.startswith("tier s3://tier-run/delayed-delivery/buckets, ingest queue delayed-delivery-ingest"), (
         banner
     )
@@ -103,14 +101,14 @@ def test_40d_and_2y_arrive_never_early_and_sigterm_stops_with_the_summary(sqs: S
         url = sqs.get_queue_url(QueueName="orders")["QueueUrl"]
         arrived = _arrivals(sqs, url, set(due), timeout=60)
         tier.send_signal(signal.SIGTERM)
-        output, _ = tier.communicate(timeout=30)
+        output, progress = tier.communicate(timeout=30)
     finally:
         tier.kill()
     assert arrived.keys() == due.keys(), arrived
     assert all(arrived[body] >= due[body] for body in due), (arrived, due)  # never early
-    assert tier.returncode == 0, output
-    assert any(" s  run 1: ingested " in line for line in output.splitlines()), output
-    summary = _json_tail(output)
+    assert tier.returncode == 0, output + progress
+    assert any(" s  run 1: ingested " in line for line in progress.splitlines()), progress
+    summary = json.loads(output)  # --json: stdout holds the summary and nothing else (progress is on stderr)
     assert summary["stopped_by_signal"] is True and summary["timer_runs"] >= 2
     assert (summary["ingested"], summary["dispatched"], summary["error_queue"]) == (2, 2, 0), summary
     assert summary["cascaded"] >= 1, summary  # "2y" was written into a coarse bucket, then split into fine ones
@@ -122,8 +120,8 @@ def test_ctrl_c_stops_it_after_the_current_step_with_the_summary(sqs: SQSClient,
     assert code == 0, out
     tier = _start_tier(moto_endpoint)
     try:
-        assert tier.stdout is not None
-        assert " s  run 1: " in tier.stdout.readline()
+        assert tier.stderr is not None
+        assert " s  run 1: " in tier.stderr.readline()
         started = time.monotonic()
         tier.send_signal(signal.SIGINT)
         output, _ = tier.communicate(timeout=30)

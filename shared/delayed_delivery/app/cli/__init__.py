@@ -2,27 +2,29 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 from importlib.util import find_spec
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+import typer.main
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from delayed_delivery import __version__
 from delayed_delivery.app.cli.local import local_app
 from delayed_delivery.app.cli.ops import register_operator_commands
+from delayed_delivery.app.cli.output import emit_json, err, fail, out, plain_console, print_table, say, styled
 from delayed_delivery.app.demo.core import DemoProgress, run_core_demo
 from delayed_delivery.cost import SqsCostComparison, choose_long_delay_route, compare_sqs_costs
 from delayed_delivery.durations import format_duration, to_seconds
-from delayed_delivery.errors import DelayedDeliveryError
+from delayed_delivery.errors import DelayedDeliveryError, extra_missing
 from delayed_delivery.logjson import JsonFormatter
 from delayed_delivery.redact import redact
 from delayed_delivery.timebuckets.cost import (
@@ -43,13 +45,11 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err = Console(stderr=True)
 
 
 def _version(value: bool) -> None:
     if value:
-        console.print(f"delayed-delivery {__version__}")
+        say(f"delayed-delivery {__version__}")
         raise typer.Exit()
 
 
@@ -63,8 +63,7 @@ def _root(
 
 
 def _fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/red] {' '.join(redact(message).split())}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
+    return fail(message)
 
 
 @app.command()
@@ -100,11 +99,11 @@ def cost(
         raise _fail(str(exc)) from None
     if as_json:
         tier = _bucket_json(buckets, messages, auto) | {"auto_route_by_delay": by_delay}
-        console.print_json(json.dumps(comparison.as_dict() | tier | _fixed_json(comparison)))
+        emit_json(comparison.as_dict() | tier | _fixed_json(comparison))
     else:
         table = _cost_table(comparison)
         _add_bucket_row(table, buckets, messages, auto, by_delay, comparison)
-        console.print(table)
+        print_table(table)
 
 
 def _bucket_json(b: BucketCostEstimate, n: int, auto: str | None) -> dict[str, object]:
@@ -238,18 +237,18 @@ def demo(
         _core_demo(quick, messages, span, as_json, verbose)
         return
     config = _cloud_demo_config(quick, cloud, messages, year_seconds)
-    out = Console(file=sys.stdout)  # bound now: the functions' stdout is redirected while they run
+    stdout = plain_console(file=sys.stdout)  # bound now: the functions' stdout is redirected while they run
     try:
-        result = _run_cloud_demo(config, out, as_json, verbose)
+        result = _run_cloud_demo(config, stdout, as_json, verbose)
     except DelayedDeliveryError as exc:
         raise _fail(str(exc)) from None
     if as_json:
-        out.print_json(json.dumps(result.as_dict()))
+        emit_json(result.as_dict(), file=stdout.file)
     else:
-        out.print(_cloud_summary_table(result))
+        print_table(_cloud_summary_table(result), stdout)
         for c in result.clouds:
             for note in c.notes:
-                out.print(f"[yellow]note ({c.cloud}):[/yellow] {note}", highlight=False)
+                stdout.print(styled(f"note ({c.cloud}):", "yellow", note), soft_wrap=True)
     if not result.ok:
         raise typer.Exit(code=1)
 
@@ -260,13 +259,12 @@ def _cloud_demo_config(quick: bool, cloud: str, messages: int | None, year_secon
         raise _fail("--cloud must be aws, azure or both")
     if (messages is not None and messages < 1) or (year_seconds is not None and year_seconds <= 0):
         raise _fail("--messages and --year-seconds must be positive")
-    try:
-        from delayed_delivery.app.demo.cloud import CloudDemoConfig
-    except ImportError as exc:
-        raise _fail(
-            f"the cloud demo needs the aws and azure extras ({exc.name} is missing): "
-            "pip install 'delayed-delivery[aws,azure]' 'moto[server]', or run `delayed-delivery demo --core`"
-        ) from None
+    missing = missing_extras("aws", "azure", "local")
+    if missing:
+        hint = extra_missing("the cloud demo", "cli", *missing)
+        raise _fail(f"{hint}; or run the demo without clouds: delayed-delivery demo --core")
+    from delayed_delivery.app.demo.cloud import CloudDemoConfig
+
     config = CloudDemoConfig.quick() if quick else CloudDemoConfig()
     config = replace(config, aws=cloud != "azure", azure=cloud != "aws")
     if messages is not None:
@@ -280,7 +278,7 @@ def _run_cloud_demo(config: CloudDemoConfig, out: Console, as_json: bool, verbos
     """Run the cloud demo, with a live progress table on a terminal (not with --json or --verbose)."""
     from delayed_delivery.app.demo.cloud import run_cloud_demo
 
-    status = None if as_json else (lambda text: err.print(f"[dim]{text}[/dim]", highlight=False))
+    status = None if as_json else (lambda text: err.print(Text(text, style="dim"), soft_wrap=True))
     if as_json or verbose or not sys.stdout.isatty():
         return run_cloud_demo(config, on_status=status, verbose=verbose)
     first: list[float] = []
@@ -318,12 +316,12 @@ def _cloud_summary_table(result: CloudDemoResult) -> Table:
     for name in names:
         t.add_column("AWS (SQS)" if name == "aws" else "Azure (Storage Queues)", justify="right")
 
-    def row(label: str, value: Callable[[CloudSummary], object]) -> None:
+    def row(label: str | Text, value: Callable[[CloudSummary], object]) -> None:
         t.add_row(label, *(str(value(by[n])) for n in names))
 
     row("sent (incl. poison, cancelled)", lambda c: c.sent)
     row("delivered / expected", lambda c: f"{c.delivered} / {c.expected_deliveries}")
-    row("[bold]lost (must be 0)[/bold]", lambda c: c.lost)
+    row(Text("lost (must be 0)", style="bold"), lambda c: c.lost)
     row("duplicates", lambda c: c.duplicates)
     row("early (must be 0)", lambda c: c.early)
     row("error queue / poison sent", lambda c: f"{c.error_queue} / {c.expected_error_queue}")
@@ -396,12 +394,12 @@ def _core_demo(quick: bool, messages: int | None, span: float | None, as_json: b
     if quiet:
         result = run_core_demo(messages=count, span_seconds=seconds)
     else:
-        with Live(_progress_table(DemoProgress()), console=console, refresh_per_second=8) as live:
+        with Live(_progress_table(DemoProgress()), console=out, refresh_per_second=8) as live:
             result = run_core_demo(
                 messages=count, span_seconds=seconds, on_progress=lambda p: live.update(_progress_table(p))
             )
     if as_json:
-        console.print_json(json.dumps(asdict(result)))
+        emit_json(asdict(result))
     else:
         summary = Table(title="demo summary")
         summary.add_column("measure")
@@ -420,7 +418,7 @@ def _core_demo(quick: bool, messages: int | None, span: float | None, as_json: b
             ("run time (s)", f"{result.seconds:.1f}"),
         ):
             summary.add_row(name, str(value))
-        console.print(summary)
+        print_table(summary)
     if result.lost or result.error_queue != result.expected_error_queue:
         raise typer.Exit(code=1)
 
@@ -454,29 +452,83 @@ def _installed(module: str) -> bool:
         return False
 
 
+#: The modules each optional extra brings, as the command line checks for them.
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "aws": ("boto3", "aws_lambda_powertools"),
+    "azure": ("azure.storage.queue", "azure.storage.blob", "azure.data.tables"),
+    "spark": ("pyspark", "matplotlib"),
+    "local": ("moto", "flask"),
+}
+
+
+def missing_extras(*extras: str) -> list[str]:
+    """Which of ``extras`` are not (fully) installed."""
+    return [e for e in extras if not all(_installed(m) for m in EXTRA_MODULES[e])]
+
+
+def _needs_extra(name: str, extras: tuple[str, ...], help: str) -> None:
+    """Register ``name`` as a command that says, in one line and exit 2, which extra it needs."""
+    what = f"`delayed-delivery {name}`"
+
+    def missing(ctx: typer.Context) -> None:
+        raise fail(str(extra_missing(what, "cli", *missing_extras(*extras))))
+
+    missing.__doc__ = f"{help} (needs the {' and '.join(extras)} extra: not installed)"
+    settings = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
+    app.command(name, context_settings=settings)(missing)
+
+
 def _register_extras() -> None:
-    """Add the command groups whose extra is installed: aws (boto3), azure (Storage SDKs), spark (PySpark)."""
-    if _installed("boto3"):
+    """Add the command groups whose extra is installed: aws (boto3), azure (Storage SDKs), spark (PySpark).
+
+    A group whose extra is missing is still listed, and running it says which extra to install (exit 2).
+    """
+    if not missing_extras("aws"):
         from delayed_delivery.app.cli.aws import aws_app
 
         app.add_typer(aws_app, name="aws")
-    if _installed("azure.storage.queue") and _installed("azure.data.tables"):
+    else:
+        _needs_extra("aws", ("aws",), "SQS: check, create, send, run the requeue and the time-bucket tier locally")
+    if not missing_extras("azure"):
         from delayed_delivery.app.cli.azure import azure_app
 
         app.add_typer(azure_app, name="azure")
-    if _installed("pyspark"):
+    else:
+        _needs_extra("azure", ("azure",), "Azure Storage Queues: package, set up, send, dispatch")
+    if not missing_extras("spark"):
         from delayed_delivery.app.cli.pipelines import register
 
         register(app)
+    else:
+        _needs_extra("migrate", ("spark",), "Migrate legacy timeouts into native delayed delivery (Spark)")
+        _needs_extra("report", ("spark",), "Report what happened to delayed messages, from their logs (Spark)")
 
 
 _register_extras()
 
 
+def _hide_flag_types(command: Any, parent: Any = None) -> None:
+    """No ``<bool>`` type column for flags (``--json``, ``--help``, …): a flag takes no value."""
+    context = command.context_class(command, parent=parent, info_name=command.name)
+    params = [*command.params, command.get_help_option(context)]
+    for param in params:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _hide_flag_types(sub, context)
+
+
+def build_command() -> Any:
+    """The whole command line as one click command (what ``main`` runs)."""
+    command = typer.main.get_command(app)
+    _hide_flag_types(command)
+    return command
+
+
 def main() -> None:
     """Console-script entry point: user mistakes print one line and exit 2, never a traceback."""
     try:
-        app()
+        build_command()(prog_name="delayed-delivery")
     except DelayedDeliveryError as exc:
-        err.print(f"[red]error:[/red] {' '.join(redact(str(exc)).split())}", highlight=False, soft_wrap=True)
+        fail(str(exc))
         sys.exit(2)

@@ -7,7 +7,6 @@ Every command takes ``--endpoint-url`` (or ``AWS_ENDPOINT_URL_SQS``, e.g. a loca
 from __future__ import annotations
 
 import io
-import json
 import math
 import os
 import time
@@ -17,7 +16,6 @@ from dataclasses import replace
 from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from delayed_delivery.app.cli.aws_buckets import (
     BucketName,
@@ -28,14 +26,15 @@ from delayed_delivery.app.cli.aws_buckets import (
     tier_config,
 )
 from delayed_delivery.app.cli.aws_tier import run_tier_command
+from delayed_delivery.app.cli.output import emit_json, err, fail, say, styled
 from delayed_delivery.app.routes.aws_clients import cli_client, cli_region
+from delayed_delivery.app.routes.base import LOCAL_MOTO_URL
 from delayed_delivery.aws.cancellations import DEFAULT_TABLE, TABLE_ENV, ensure_cancellation_table
 from delayed_delivery.aws.config import AwsConfig
 from delayed_delivery.aws.queues import check_endpoint, ensure_endpoint
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.naming import sqs_delay_queue_name
-from delayed_delivery.redact import redact
 from delayed_delivery.settings import DelayedDeliverySettings
 
 if TYPE_CHECKING:
@@ -54,8 +53,6 @@ aws_app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-_out = Console()
-_err = Console(stderr=True)
 
 EndpointUrl = Annotated[
     str | None, typer.Option("--endpoint-url", envvar="AWS_ENDPOINT_URL_SQS", help="SQS endpoint (e.g. moto server).")
@@ -64,8 +61,19 @@ Region = Annotated[str | None, typer.Option("--region", envvar="AWS_DEFAULT_REGI
 Queue = Annotated[str, typer.Option("--queue", "-q", help="The endpoint's input queue (or its -delay.fifo).")]
 
 
-def _client(endpoint_url: str | None, region: str | None) -> SQSClient:
-    client: SQSClient = cli_client("sqs", endpoint_url, region)
+Local = Annotated[
+    bool,
+    typer.Option("--local", help="Use moto server at 127.0.0.1:5000, as `delayed-delivery local up` starts it."),
+]
+
+
+def _endpoint(local: bool, endpoint_url: str | None) -> str | None:
+    """Moto server as ``local up`` starts it with ``--local``, else ``--endpoint-url`` (None: the SDK's own)."""
+    return LOCAL_MOTO_URL if local else endpoint_url
+
+
+def _client(endpoint_url: str | None, region: str | None, local: bool = False) -> SQSClient:
+    client: SQSClient = cli_client("sqs", endpoint_url, region, local=local)
     return client
 
 
@@ -74,13 +82,13 @@ def _settings() -> DelayedDeliverySettings:
 
 
 def _fail(exc: DelayedDeliveryError) -> typer.Exit:
-    _err.print(f"[red]error:[/red] {' '.join(redact(str(exc)).split())}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
+    return fail(str(exc))
 
 
 @aws_app.command()
 def check(
     queue: Queue,
+    local: Local = False,
     endpoint_url: EndpointUrl = None,
     region: Region = None,
     buckets: BucketsFlag = None,
@@ -93,29 +101,31 @@ def check(
     (public access blocked, encryption, TLS policy, lifecycle), its ingest queue and DLQ, and the error queue.
     """
     try:
+        endpoint_url = _endpoint(local, endpoint_url)
         settings = _settings()
         tier = tier_config(buckets, bucket_name, bucket_prefix, settings)
-        result = check_endpoint(_client(endpoint_url, region), queue, settings)
-        tier_problems = check_tier(tier, endpoint_url, region) if tier else []
+        result = check_endpoint(_client(endpoint_url, region, local), queue, settings)
+        tier_problems = check_tier(tier, endpoint_url, region, local) if tier else []
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
     for fact in result.facts:
-        _out.print(f"[green]ok[/green]   {fact}", highlight=False)
+        say(styled("ok  ", "green", fact))
     if tier and not tier_problems:
-        _out.print(f"[green]ok[/green]   time-bucket tier: s3://{tier.bucket_name}/{tier.prefix}", highlight=False)
+        say(styled("ok  ", "green", f"time-bucket tier: s3://{tier.bucket_name}/{tier.prefix}"))
     for warning in result.warnings:
-        _out.print(f"[yellow]warn[/yellow] {warning}", highlight=False)
+        say(styled("warn", "yellow", warning))
     for problem in (*result.problems, *tier_problems):
-        _out.print(f"[red]FAIL[/red] {problem}", highlight=False)
+        say(styled("FAIL", "red", problem))
     if not result.ok or tier_problems:
-        _out.print(f"{result.delay_queue}: {len(result.problems) + len(tier_problems)} problem(s)", highlight=False)
+        say(f"{result.delay_queue}: {len(result.problems) + len(tier_problems)} problem(s)")
         raise typer.Exit(code=1)
-    _out.print(f"{result.delay_queue}: ready for unrestricted delayed delivery", highlight=False)
+    say(f"{result.delay_queue}: ready for unrestricted delayed delivery")
 
 
 @aws_app.command()
 def create(
     queue: Queue,
+    local: Local = False,
     endpoint_url: EndpointUrl = None,
     region: Region = None,
     error_queue: Annotated[str | None, typer.Option(help="Error queue (default: the error_queue setting).")] = None,
@@ -134,19 +144,21 @@ def create(
     """
     tier_urls: dict[str, str] = {}
     try:
+        endpoint_url = _endpoint(local, endpoint_url)
         settings = _settings()
         if error_queue:
             settings = replace(settings, error_queue=error_queue)
         tier = tier_config(buckets, bucket_name, bucket_prefix, settings)
-        queues = ensure_endpoint(_client(endpoint_url, region), queue, settings)
+        queues = ensure_endpoint(_client(endpoint_url, region, local), queue, settings)
         if cancellation_table:
-            ensure_cancellation_table(cli_client("dynamodb", endpoint_url, region), cancellation_table)
+            table_endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint_url
+            ensure_cancellation_table(cli_client("dynamodb", table_endpoint, region, local=local), cancellation_table)
         if tier:
-            tier_urls = create_tier(tier, endpoint_url, region)
+            tier_urls = create_tier(tier, endpoint_url, region, local)
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
     urls = {"input": queues.input_url, "delay": queues.delay_url, "error": queues.error_url}
-    _out.print_json(json.dumps({**urls, "cancellation_table": cancellation_table or None, **tier_urls}))
+    emit_json({**urls, "cancellation_table": cancellation_table or None, **tier_urls})
 
 
 @aws_app.command()
@@ -156,10 +168,11 @@ def send(
     body: Annotated[str, typer.Option("--body", "-b", help="Message body (text).")],
     attribute: Annotated[list[str] | None, typer.Option("--attribute", "-a", help="NAME=VALUE, repeatable.")] = None,
     message_id: Annotated[str | None, typer.Option(help="Message id (default: a new UUID).")] = None,
+    local: Local = False,
     endpoint_url: EndpointUrl = None,
     region: Region = None,
 ) -> None:
-    """Send BODY to QUEUE after DELAY; prints the route taken."""
+    """Send BODY to QUEUE after DELAY; prints the route taken (JSON)."""
     attributes: dict[str, str] = {}
     for item in attribute or []:
         name, sep, value = item.partition("=")
@@ -167,29 +180,24 @@ def send(
             raise _fail(DelayedDeliveryError(f"--attribute {item!r}: use NAME=VALUE"))
         attributes[name] = value
     try:
-        sender = SqsDelayedSender(_client(endpoint_url, region), _settings())
+        sender = SqsDelayedSender(_client(_endpoint(local, endpoint_url), region, local), _settings())
         receipt = sender.send_delayed(queue, body, delay, attributes=attributes, message_id=message_id)
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
-    _out.print_json(
-        json.dumps(
-            {
-                "message_id": receipt.message_id,
-                "route": receipt.route.value,
-                "queue": receipt.queue,
-                "delay_seconds": receipt.delay_seconds,
-                "fifo_cycles": receipt.fifo_cycles,
-                "sqs_message_id": receipt.sqs_message_id,
-            }
-        )
+    emit_json(
+        {
+            "message_id": receipt.message_id,
+            "route": receipt.route.value,
+            "queue": receipt.queue,
+            "delay_seconds": receipt.delay_seconds,
+            "fifo_cycles": receipt.fifo_cycles,
+            "sqs_message_id": receipt.sqs_message_id,
+        }
     )
 
 
 #: Seconds between progress lines of ``aws requeue``.
 _PROGRESS_EVERY = 5.0
-#: Where ``--local`` points: moto server as ``delayed-delivery local up`` starts it (the operator routes' port).
-LOCAL_MOTO_URL = "http://127.0.0.1:5000"
-LOCAL_REGION = "us-east-1"
 
 
 @aws_app.command()
@@ -215,13 +223,13 @@ def requeue(
         raise _fail(DelayedDeliveryError("give --local (moto server on 127.0.0.1:5000) or --endpoint-url"))
     results: Counter[str] = Counter()
     errors: list[str] = []
-    sink: IO[str] = _err.file if verbose else _Discard()
+    sink: IO[str] = err.file if verbose else _Discard()
     try:
         config = AwsConfig.from_env(os.environ)
         sqs, dynamodb = _local_clients(endpoint, cli_region(endpoint, region, local=local), local, config)
         with redirect_stdout(sink):  # Powertools writes logs and EMF metrics to stdout
             pollers = _requeue_pollers(sqs, dynamodb, config, queue, results, errors)
-        _out.print(f"requeue on {', '.join(p.queue_url.rsplit('/', 1)[-1] for p in pollers)} for {seconds:g} s")
+        say(f"requeue on {', '.join(p.queue_url.rsplit('/', 1)[-1] for p in pollers)} for {seconds:g} s", stderr=True)
         _serve(pollers, seconds, sink, results)
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
@@ -310,7 +318,7 @@ def _serve(pollers: list[LocalEventSourcePoller], seconds: float, sink: IO[str],
                 raise translate_error(exc, poller.queue_url) from None
         if now >= next_progress:
             next_progress += _PROGRESS_EVERY
-            _out.print(f"{now - start:5.0f} s  {_counts(pollers, results)}", highlight=False)
+            say(f"{now - start:5.0f} s  {_counts(pollers, results)}", stderr=True)
 
 
 def _counts(pollers: list[LocalEventSourcePoller], results: Counter[str]) -> str:
@@ -322,7 +330,7 @@ def _counts(pollers: list[LocalEventSourcePoller], results: Counter[str]) -> str
 def _report(pollers: list[LocalEventSourcePoller], results: Counter[str], errors: list[str], as_json: bool) -> None:
     """The final counts; handler errors (records kept for a retry, as Lambda does) go to stderr."""
     if errors:
-        _err.print(f"[yellow]warn[/yellow] {len(errors)} failed invocation(s), last: {errors[-1]}", highlight=False)
+        say(styled("warn", "yellow", f"{len(errors)} failed invocation(s), last: {errors[-1]}"), stderr=True)
     stats = {
         "invocations": sum(p.stats.invocations for p in pollers),
         "records": sum(p.stats.records for p in pollers),
@@ -330,9 +338,9 @@ def _report(pollers: list[LocalEventSourcePoller], results: Counter[str], errors
         "handler_errors": sum(p.stats.handler_errors for p in pollers),
     }
     if as_json:
-        _out.print_json(json.dumps({**stats, "outcomes": dict(results)}))
+        emit_json({**stats, "outcomes": dict(results)})
         return
-    _out.print(f"done: {stats['invocations']} invocation(s), {_counts(pollers, results)}", highlight=False)
+    say(f"done: {stats['invocations']} invocation(s), {_counts(pollers, results)}")
 
 
 aws_app.command(name="tier")(run_tier_command)  # the time-bucket tier's two functions, run locally

@@ -67,17 +67,19 @@ def tier_config(
     )
 
 
-def _clients(endpoint_url: str | None, region: str | None) -> tuple[Any, Any]:
+def _clients(endpoint_url: str | None, region: str | None, local: bool) -> tuple[Any, Any]:
     """S3 and SQS clients; moto serves S3 on the SQS port, AWS_ENDPOINT_URL_S3 splits them."""
-    s3 = cli_client("s3", os.environ.get("AWS_ENDPOINT_URL_S3") or endpoint_url, region)
-    return s3, cli_client("sqs", endpoint_url, region)
+    s3 = cli_client("s3", os.environ.get("AWS_ENDPOINT_URL_S3") or endpoint_url, region, local=local)
+    return s3, cli_client("sqs", endpoint_url, region, local=local)
 
 
-def create_tier(config: BucketTierConfig, endpoint_url: str | None, region: str | None) -> dict[str, str]:
+def create_tier(
+    config: BucketTierConfig, endpoint_url: str | None, region: str | None, local: bool = False
+) -> dict[str, str]:
     """Create the bucket, the ingest queue and its DLQ, and the error queue; what was made, for the JSON output."""
     from delayed_delivery.aws.tier.provision import ensure_bucket_tier
 
-    made = ensure_bucket_tier(*_clients(endpoint_url, region), config)
+    made = ensure_bucket_tier(*_clients(endpoint_url, region, local), config)
     return {
         "bucket": made.bucket_name,
         "bucket_prefix": made.prefix,
@@ -86,8 +88,10 @@ def create_tier(config: BucketTierConfig, endpoint_url: str | None, region: str 
     }
 
 
-def check_tier(config: BucketTierConfig, endpoint_url: str | None, region: str | None) -> list[str]:
+def check_tier(
+    config: BucketTierConfig, endpoint_url: str | None, region: str | None, local: bool = False
+) -> list[str]:
     """The tier's problems (empty: ready)."""
     from delayed_delivery.aws.tier.provision import check_bucket_tier
 
-    return check_bucket_tier(*_clients(endpoint_url, region), config)
+    return check_bucket_tier(*_clients(endpoint_url, region, local), config)

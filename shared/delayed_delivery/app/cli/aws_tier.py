@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import math
 import os
 import signal
@@ -20,14 +19,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from delayed_delivery.app.cli.aws_buckets import DEFAULT_BUCKET, BucketName, BucketPrefix
+from delayed_delivery.app.cli.output import emit_json, err, fail, say, styled
 from delayed_delivery.app.routes.aws_clients import cli_client
 from delayed_delivery.app.routes.base import LOCAL_MOTO_URL
 from delayed_delivery.aws.tier.config import BUCKET_NAME_ENV, BucketTierConfig
 from delayed_delivery.errors import ConfigurationError, DelayedDeliveryError, DestinationNotFoundError
-from delayed_delivery.redact import redact
 
 if TYPE_CHECKING:
     from delayed_delivery.aws.tier.ingest import IngestResult
@@ -36,8 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TierTally", "run_tier_command"]
 
-_out = Console()
-_err = Console(stderr=True)
 
 #: The summary's counts, in the order they are printed.
 SUMMARY_FIELDS = ("ingested", "objects", "cascaded", "dispatched", "duplicates", "error_queue")
@@ -204,7 +200,7 @@ def _serve(tier: _Tier, seconds: float, every: float, stop: threading.Event, sin
         if now >= next_run:
             _run_timer(tier, sink)
             next_run = max(next_run + every, time.monotonic())
-            _out.print(_progress(tier, now - start), highlight=False, soft_wrap=True)  # when the run started
+            say(_progress(tier, now - start), stderr=True)  # when the run started
             continue
         wait = int(min(1.0, next_run - now, deadline - now))
         try:
@@ -217,19 +213,14 @@ def _serve(tier: _Tier, seconds: float, every: float, stop: threading.Event, sin
 
 
 def _fail(exc: BaseException) -> typer.Exit:
-    _err.print(f"[red]error:[/red] {' '.join(redact(str(exc)).split())}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
+    return fail(str(exc))
 
 
 def _report(tier: _Tier, stopped: bool, as_json: bool) -> None:
     """The summary; function errors (retried, as Lambda does) go to stderr."""
     t = tier.tally
     if t.errors:
-        _err.print(
-            f"[yellow]warn[/yellow] {len(t.errors)} failed invocation(s), last: {t.errors[-1]}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        say(styled("warn", "yellow", f"{len(t.errors)} failed invocation(s), last: {t.errors[-1]}"), stderr=True)
     stats = {
         **t.summary(),
         "ingest_invocations": tier.poller.stats.invocations,
@@ -237,14 +228,10 @@ def _report(tier: _Tier, stopped: bool, as_json: bool) -> None:
         "stopped_by_signal": stopped,
     }
     if as_json:
-        _out.print_json(json.dumps(stats))
+        emit_json(stats)
         return
     counts = ", ".join(f"{name.replace('_', ' ')} {stats[name]}" for name in SUMMARY_FIELDS)
-    _out.print(
-        f"done: {t.timer_runs} timer run(s), {stats['ingest_invocations']} ingest invocation(s); {counts}",
-        highlight=False,
-        soft_wrap=True,
-    )
+    say(f"done: {t.timer_runs} timer run(s), {stats['ingest_invocations']} ingest invocation(s); {counts}")
 
 
 def run_tier_command(
@@ -279,16 +266,15 @@ def run_tier_command(
     if not endpoint:
         raise _fail(DelayedDeliveryError("give --local (moto server on 127.0.0.1:5000) or --endpoint-url"))
     stop = threading.Event()
-    sink: IO[str] = _err.file if verbose else _Discard()
+    sink: IO[str] = err.file if verbose else _Discard()
     try:
         config = _config(bucket_name, bucket_prefix)
         with contextlib.redirect_stdout(sink):  # Powertools writes logs and EMF metrics to stdout
             tier = _build(config, endpoint, region, local, TierTally())
-        _out.print(
+        say(
             f"tier s3://{config.bucket_name}/{config.prefix}, ingest queue {config.settings.bucket_ingest_queue}, "
             f"timer every {every:g} s, for {seconds:g} s",
-            highlight=False,
-            soft_wrap=True,
+            stderr=True,
         )
         with _stop_on_signals(stop):
             _serve(tier, seconds, every, stop, sink)

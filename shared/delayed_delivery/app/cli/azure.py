@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from delayed_delivery.app.cli.output import emit_json, fail, say
+from delayed_delivery.app.routes.base import azure_connection, require_endpoint
 from delayed_delivery.azure.config import ENV_CONNECTION, ENV_ENDPOINT, AzureClients, AzureDelayedDeliveryConfig
 from delayed_delivery.azure.packaging import build_function_app
 from delayed_delivery.azure.runner import AzureDispatcherHost
 from delayed_delivery.azure.sender import AzureDelayedSender
 from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.naming import azure_delays_table_name, validate_azure_queue_name
-from delayed_delivery.redact import redact
 
 azure_app = typer.Typer(
     name="azure", help="Azure Storage Queues: package, set up, send, dispatch.", no_args_is_help=True
@@ -23,22 +23,33 @@ azure_app = typer.Typer(
 
 Connection = Annotated[
     str | None,
-    typer.Option("--connection-string", envvar=ENV_CONNECTION, help="Storage connection string (Azurite: see docs)."),
+    typer.Option(
+        "--connection-string",
+        envvar=ENV_CONNECTION,
+        help="Storage connection string (UseDevelopmentStorage=true: Azurite on 10000-10002).",
+    ),
 ]
-Endpoint = Annotated[str, typer.Option("--endpoint", envvar=ENV_ENDPOINT, help="Endpoint owning the delays table.")]
+Endpoint = Annotated[
+    str,
+    typer.Option("--endpoint", envvar=ENV_ENDPOINT, help="The endpoint that owns the delays table (required)."),
+]
+Local = Annotated[
+    bool,
+    typer.Option("--local", help="Use Azurite on 127.0.0.1:10000-10002, as `delayed-delivery local up` starts it."),
+]
 
 
-def _config(connection: str | None, endpoint: str) -> AzureDelayedDeliveryConfig:
+def _config(connection: str | None, endpoint: str, local: bool = False) -> AzureDelayedDeliveryConfig:
     env = dict(os.environ)
-    env[ENV_ENDPOINT] = endpoint
+    env[ENV_ENDPOINT] = require_endpoint(endpoint)
+    connection = azure_connection(connection, local)
     if connection:
         env[ENV_CONNECTION] = connection
     return AzureDelayedDeliveryConfig.from_env(env)
 
 
 def _fail(exc: DelayedDeliveryError) -> typer.Exit:
-    typer.echo(f"error: {' '.join(redact(str(exc)).split())}", err=True)
-    return typer.Exit(code=2)
+    return fail(str(exc))
 
 
 @azure_app.command()
@@ -50,36 +61,37 @@ def package(
         folder = build_function_app(out)
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
-    typer.echo(f"function app written to {folder}; publish with: cd {folder} && func azure functionapp publish <app>")
+    say(f"function app written to {folder}; publish with: cd {folder} && func azure functionapp publish <app>")
 
 
 @azure_app.command()
-def names(endpoint: Endpoint = "") -> None:
+def names(endpoint: Endpoint) -> None:
     """Print the default delays table and container name for ENDPOINT (for Bicep's delaysName)."""
     try:
-        name = azure_delays_table_name(endpoint)
+        name = azure_delays_table_name(require_endpoint(endpoint))
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
-    typer.echo(json.dumps({"endpoint": endpoint, "table": name, "container": name}))
+    emit_json({"endpoint": endpoint, "table": name, "container": name})
 
 
 @azure_app.command()
 def setup(
+    endpoint: Endpoint,
+    local: Local = False,
     connection: Connection = None,
-    endpoint: Endpoint = "",
     queue: Annotated[
         list[str] | None, typer.Option("--queue", "-q", help="A destination queue to create too (repeatable).")
     ] = None,
 ) -> None:
     """Create the delays table, the lease container and blobs, the error queue and any --queue destinations.
 
-    Example: delayed-delivery azure setup --endpoint shop --queue orders --queue billing
+    Example: delayed-delivery azure setup --local --endpoint shop --queue orders --queue billing
     """
     queues = list(dict.fromkeys(queue or []))
     try:
         for name in queues:  # every name is checked before anything is created
             validate_azure_queue_name(name)
-        config = _config(connection, endpoint)
+        config = _config(connection, endpoint, local)
         host = AzureDispatcherHost(config, AzureClients.create(config, fail_fast=True))
         host.setup_infrastructure()
         for name in queues:
@@ -87,45 +99,41 @@ def setup(
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
     created = f", queue(s) {', '.join(queues)}" if queues else ""
-    typer.echo(
-        f"ready: table {config.table_name}, container {config.container_name}, {config.shards} shard(s){created}"
-    )
+    say(f"ready: table {config.table_name}, container {config.container_name}, {config.shards} shard(s){created}")
 
 
 @azure_app.command()
 def send(
     queue: Annotated[str, typer.Option("--queue", "-q", help="Destination queue.")],
     delay: Annotated[str, typer.Option("--delay", "-d", help="Delay, e.g. 90s, 2h, 40d.")],
+    endpoint: Endpoint,
     body: Annotated[str, typer.Option("--body", "-b", help="Message body (UTF-8 text).")] = "",
     cancellable: Annotated[bool, typer.Option(help="Keep it in the table so it can be cancelled.")] = False,
+    local: Local = False,
     connection: Connection = None,
-    endpoint: Endpoint = "",
 ) -> None:
-    """Send one delayed message and print where it went."""
+    """Send one delayed message and print where it went (JSON)."""
     try:
-        config = _config(connection, endpoint)
+        config = _config(connection, endpoint, local)
         sender = AzureDelayedSender.from_config(config, AzureClients.create(config, fail_fast=True))
         result = sender.send(queue, body.encode(), delay=delay, cancellable=cancellable)
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
-    typer.echo(
-        json.dumps({"message_id": result.message_id, "route": result.route, "due_at": result.due_at.isoformat()})
-    )
+    emit_json({"message_id": result.message_id, "route": result.route, "due_at": result.due_at.isoformat()})
 
 
 @azure_app.command()
 def dispatch(
+    endpoint: Endpoint,
     seconds: Annotated[float, typer.Option(help="How long to dispatch.")] = 50.0,
+    local: Local = False,
     connection: Connection = None,
-    endpoint: Endpoint = "",
 ) -> None:
-    """Run the dispatcher here for SECONDS (what one timer run does), then print a summary."""
+    """Run the dispatcher here for SECONDS (what one timer run does), then print a summary (JSON)."""
     try:
-        summary = AzureDispatcherHost(_config(connection, endpoint)).run(budget=seconds)
+        summary = AzureDispatcherHost(_config(connection, endpoint, local)).run(budget=seconds)
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
-    typer.echo(
-        json.dumps(
-            {"enabled": summary.enabled, "dispatched": summary.dispatched, "error_queue": summary.moved_to_error_queue}
-        )
+    emit_json(
+        {"enabled": summary.enabled, "dispatched": summary.dispatched, "error_queue": summary.moved_to_error_queue}
     )

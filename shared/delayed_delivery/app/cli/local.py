@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 from types import FrameType
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
+from delayed_delivery.app.cli.output import emit_json, fail, say
 from delayed_delivery.app.emulators import LocalEmulators, azurite_connection_string
-from delayed_delivery.app.routes import LOCAL_AZURITE_PORTS, LOCAL_MOTO_PORT
+from delayed_delivery.app.routes import LOCAL_AZURITE_PORTS, LOCAL_MOTO_PORT, LOCAL_REGION
 from delayed_delivery.errors import DelayedDeliveryError
 
 __all__ = ["local_app"]
@@ -25,8 +24,6 @@ local_app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-_out = Console()
-_err = Console(stderr=True)
 
 
 @local_app.command()
@@ -66,25 +63,33 @@ def _serve(moto_port: int, ports: tuple[int, int, int], seconds: float | None, a
         finally:
             emulators.stop()
     except DelayedDeliveryError as exc:
-        _err.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(code=2) from None
+        raise fail(str(exc)) from None
 
 
-def _print_settings(sqs_endpoint: str, ports: tuple[int, int, int], as_json: bool) -> None:
-    """Where the emulators listen, as the settings ``--local`` stands for."""
-    settings = {
+def local_settings(sqs_endpoint: str, ports: tuple[int, int, int]) -> dict[str, str]:
+    """The environment that points the SDKs, the examples and the commands at the emulators."""
+    return {
+        "AWS_DEFAULT_REGION": LOCAL_REGION,
+        "AWS_ACCESS_KEY_ID": "testing",  # moto takes any credentials; these are no secret
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_ENDPOINT_URL": sqs_endpoint,  # every AWS SDK client: SQS, S3, DynamoDB (moto serves all on one port)
         "AWS_ENDPOINT_URL_SQS": sqs_endpoint,
         "DELAYED_DELIVERY_STORAGE_CONNECTION_STRING": azurite_connection_string(*ports),
     }
+
+
+def _print_settings(sqs_endpoint: str, ports: tuple[int, int, int], as_json: bool) -> None:
+    """Where the emulators listen, as the settings ``--local`` stands for, ready to paste into another shell."""
+    settings = local_settings(sqs_endpoint, ports)
     if as_json:
-        _out.print_json(json.dumps(settings))
+        emit_json(settings)
         return
-    _out.print(f"moto server  {sqs_endpoint}", highlight=False)
-    _out.print(f"Azurite      blob {ports[0]}, queue {ports[1]}, table {ports[2]}", highlight=False)
-    _out.print("use --local with --cloud aws|azure, or export:", highlight=False)
+    say(f"moto server  {sqs_endpoint}  (SQS, S3, DynamoDB)")
+    say(f"Azurite      blob {ports[0]}, queue {ports[1]}, table {ports[2]}")
+    say("use --local with the commands, or paste these into another shell for the SDKs and the examples:")
     for key, value in settings.items():
-        _out.print(f"  export {key}='{value}'", highlight=False, soft_wrap=True)
-    _out.print("Ctrl-C (or SIGTERM) stops both.", highlight=False)
+        say(f"export {key}='{value}'")
+    say("Ctrl-C (or SIGTERM) stops both.")
 
 
 def _stop_on_signals() -> dict[int, Any]:

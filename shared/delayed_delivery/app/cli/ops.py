@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -21,9 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from delayed_delivery.app.cli.output import emit_json, fail, instant, out, print_table, say, warn
 from delayed_delivery.app.routes import (  # no cloud SDK at import: the routes import theirs when used
     CloudOptions,
     OperatorRoute,
@@ -41,15 +41,11 @@ from delayed_delivery.errors import (
     MessageInFlightError,
     TransientError,
 )
-from delayed_delivery.redact import redact
 
 if TYPE_CHECKING:
     from delayed_delivery.aws.tier.relocate import ScanProgress
 
 __all__ = ["UsageError", "register_operator_commands"]
-
-console = Console()
-err = Console(stderr=True)
 
 
 def _route_option(flag: str, help: str, envvar: str | None = None) -> Any:
@@ -141,9 +137,9 @@ class RouteOptions:
     def print(self, document: dict[str, Any], text: str) -> None:
         """``document`` as JSON with ``--json``, else ``text``."""
         if self.as_json:
-            console.print_json(json.dumps(document))
+            emit_json(document)
         else:
-            console.print(text, highlight=False)
+            say(text)
 
 
 _ROUTE_FIELDS = tuple(inspect.signature(RouteOptions).parameters.values())
@@ -158,8 +154,7 @@ ToOption = Annotated[
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
     """Print ``message`` as one ``error:`` line (secrets masked) and return the exit to raise."""
-    err.print(f"[red]error:[/red] {' '.join(redact(message).split())}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=code)
+    return fail(message, code)
 
 
 def _error_exit(exc: DelayedDeliveryError, options: RouteOptions, message_id: str | None) -> typer.Exit:
@@ -254,7 +249,7 @@ def send(
     result = route.open().send(
         to, payload, due, headers=headers, message_id=message_id, delay=delay, cancellable=cancellable
     )
-    text = f"{result.message_id}  → {to} at {result.due_at.isoformat()} (route: {result.route})"
+    text = f"{result.message_id}  → {to} at {instant(result.due_at)} (route: {result.route})"
     route.print(result.as_dict(), text)
 
 
@@ -278,7 +273,7 @@ def pending(
         raise UsageError("--by must be hour or day")
     report = route.open().pending(3600 if by == "hour" else 86_400, queue=queue)
     if route.as_json:
-        console.print_json(json.dumps(report.as_dict()))
+        emit_json(report.as_dict())
     elif isinstance(report, BucketPendingReport):
         _print_tier(report, by)
     elif report.queues is not None:
@@ -294,20 +289,18 @@ def _print_queue_depths(report: PendingReport) -> None:
         table.add_column(col, justify="left" if col == "queue" else "right")
     for q in report.queues or ():
         table.add_row(q.queue, str(q.hop_cycle), str(q.final_native_delay), str(q.ready_at_destination))
-    console.print(table)
+    print_table(table)
     _print_error_queue(report)
-    console.print(f"[dim]limits: {report.limits}[/dim]", highlight=False)
+    _print_limits(report)
 
 
 def _print_backlog(report: PendingReport, by: str) -> None:
     """The exact form: totals, then a bar per due bucket (at most 48; --json has all)."""
     overdue = report.oldest_overdue_seconds
     claimed = f"   claimed or retrying: {report.claimed_or_retrying}" if report.claimed_or_retrying is not None else ""
-    next_due = report.next_due.isoformat() if report.next_due else "-"
-    console.print(
-        f"pending: {report.pending}   next due: {next_due}   "
-        f"oldest overdue: {format_duration(overdue) if overdue else '-'}{claimed}",
-        highlight=False,
+    say(
+        f"pending: {report.pending}   next due: {instant(report.next_due)}   "
+        f"oldest overdue: {format_duration(overdue) if overdue else '-'}{claimed}"
     )
     backlog = report.backlog or ()
     table = Table(title=f"backlog by due {by}")
@@ -320,10 +313,9 @@ def _print_backlog(report: PendingReport, by: str) -> None:
         table.add_row(label, str(b.count), "█" * max(1, round(30 * b.count / peak)))
     if len(backlog) > 48:
         table.caption = f"… {len(backlog) - 48} more buckets (use --json for all)"
-    console.print(table)
+    print_table(table)
     _print_error_queue(report)
-    if report.limits is not None:
-        console.print(f"[dim]limits: {report.limits}[/dim]", highlight=False)
+    _print_limits(report)
 
 
 def _print_tier(report: BucketPendingReport, by: str) -> None:
@@ -331,11 +323,10 @@ def _print_tier(report: BucketPendingReport, by: str) -> None:
     assert report.census is not None
     census, overdue = report.census, report.census.oldest_overdue
     late = f"{_bucket_text(overdue)}, {format_duration(census.oldest_overdue_seconds)} past its end" if overdue else "-"
-    console.print(
+    say(
         f"time-bucket tier s3://{report.bucket_name}/{report.prefix}: {census.describe_total()} message(s) in "
         f"{census.objects} object(s) ({census.fine_messages} in fine buckets, {census.coarse_messages} in coarse)\n"
-        f"next due bucket: {_bucket_text(census.next_due)}   oldest overdue: {late}",
-        highlight=False,
+        f"next due bucket: {_bucket_text(census.next_due)}   oldest overdue: {late}"
     )
     table = Table(title=f"tier by due {by} (exact)")
     for col in (by, "messages", "fine", "coarse", "objects"):
@@ -346,26 +337,31 @@ def _print_tier(report: BucketPendingReport, by: str) -> None:
         table.add_row(label, count, str(row.fine_messages), str(row.coarse_messages), str(row.objects))
     if len(census.rows) > 48:
         table.caption = f"… {len(census.rows) - 48} more rows (use --json for all)"
-    console.print(table)
+    print_table(table)
     more = " (more not listed)" if report.records_truncated else ""
-    console.print(f"cancel / reschedule records waiting: {len(report.records)}{more}", highlight=False)
+    say(f"cancel / reschedule records waiting: {len(report.records)}{more}")
     for r in report.records[:20]:
-        moved = f" → {r.due_at.isoformat()}" if r.due_at else ""
-        console.print(f"  {r.kind.value} {r.message_id} on {r.endpoint}{moved}", highlight=False)
+        moved = f" → {instant(r.due_at)}" if r.due_at else ""
+        say(f"  {r.kind.value} {r.message_id} on {r.endpoint}{moved}")
     if report.queues:
         _print_queue_depths(report)
         return
     _print_error_queue(report)
-    console.print(f"[dim]limits: {report.limits}[/dim]", highlight=False)
+    _print_limits(report)
 
 
 def _bucket_text(bucket: Any) -> str:
-    return "-" if bucket is None else f"{bucket.level} {bucket.start.isoformat()}"
+    return "-" if bucket is None else f"{bucket.level} {instant(bucket.start)}"
 
 
 def _print_error_queue(report: PendingReport) -> None:
     if report.error_queue_messages is not None:
-        console.print(f"error queue {report.error_queue!r}: {report.error_queue_messages} message(s)", highlight=False)
+        say(f"error queue {report.error_queue!r}: {report.error_queue_messages} message(s)")
+
+
+def _print_limits(report: PendingReport) -> None:
+    if report.limits is not None:
+        out.print(Text(f"limits: {report.limits}", style="dim"), soft_wrap=True)
 
 
 def cancel(
@@ -396,7 +392,7 @@ def cancel(
     result = opened.cancel(message_id, to=to, due=_instant(due, "--due") if due is not None else None)
     if result.record is not None:
         if result.warning:
-            err.print(f"[yellow]warning:[/yellow] {result.warning}", highlight=False, soft_wrap=True)
+            warn(result.warning)
         route.print(result.as_dict(), f"cancel of {message_id} accepted (route: aws): {result.record.note}")
         return
     if not result.cancelled:
@@ -444,7 +440,7 @@ def reschedule(
         keep_record=keep_record,
         progress=_scan_progress,
     )
-    due_at = result.due_at.isoformat()
+    due_at = instant(result.due_at)
     if result.record is not None:
         if result.missing:
             route.print(result.as_dict(), f"not moved: {result.record.note}")
@@ -458,7 +454,7 @@ def reschedule(
 
 
 def _scan_progress(p: ScanProgress) -> None:
-    err.print(f"reschedule: read {p.read:,} of {p.listed:,} objects ({p.seconds:.0f} s)…", highlight=False)
+    say(f"reschedule: read {p.read:,} of {p.listed:,} objects ({p.seconds:.0f} s)…", stderr=True)
 
 
 _GONE = {

@@ -5,15 +5,16 @@ Importing this module does not import PySpark; each command starts Spark only wh
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from delayed_delivery.app.cli.output import emit_json, err, print_table, say, styled, warn
 from delayed_delivery.pipelines.cli import (
     legacy_table,
     migration_options,
@@ -28,9 +29,6 @@ if TYPE_CHECKING:
     from delayed_delivery.pipelines.migrate import MigrationSummary
 
 __all__ = ["migrate_app", "register", "report_command"]
-
-console = Console()
-err = Console(stderr=True)
 
 migrate_app = typer.Typer(
     name="migrate",
@@ -108,7 +106,7 @@ def preview(
     options = migration_options(source, "", fmt, shape, body_encoding, source_endpoint, cutoff, endpoint, 16)
     result = preview_migration(get_session(master, "delayed-delivery-migrate-preview"), options, output)
     if as_json:
-        console.print_json(to_json(result))
+        emit_json(json.loads(to_json(result)))
         return
     table = Table(title=f"Timeouts to migrate from {source}")
     for col in ("endpoint", "destination", "timeouts", "earliest due", "latest due"):
@@ -117,14 +115,14 @@ def preview(
         table.add_row(
             row.endpoint, row.destination, f"{row.count:,}", row.earliest_due.isoformat(), row.latest_due.isoformat()
         )
-    console.print(table)
-    console.print(preview_totals(result))
+    print_table(table)
+    say(preview_totals(result))
     for reason, count in result.rejects_by_reason:
-        console.print(f"  rejected {count:,}: {reason}")
+        say(f"  rejected {count:,}: {reason}")
     if result.chart:
-        console.print(f"due-date histogram ({result.bucket}s): {result.chart}")
+        say(f"due-date histogram ({result.bucket}s): {result.chart}")
     if result.warning:
-        err.print(f"[yellow]warning:[/yellow] {result.warning}", highlight=False)
+        warn(result.warning)
 
 
 @migrate_app.command("run")
@@ -162,7 +160,7 @@ def run(
     options = migration_options(source, target, fmt, shape, body_encoding, source_endpoint, cutoff, endpoint, batches)
     legacy = legacy_table(legacy_table_name, legacy_schema)
     spark = get_session(master, "delayed-delivery-migrate")
-    with _progress(show=not as_json and console.is_terminal) as on_progress:
+    with _progress(show=err.is_terminal) as on_progress:
         summary = run_migration(
             spark,
             options,
@@ -175,7 +173,7 @@ def run(
             legacy_table=legacy,
         )
     if as_json:
-        console.print_json(to_json(summary))
+        emit_json(json.loads(to_json(summary)))
         return
     _print_summary(summary)
 
@@ -184,12 +182,12 @@ def run(
 def _progress(*, show: bool) -> Iterator[Callable[[int, int], None]]:
     """A rows-migrated progress bar (hidden when not shown); yields the job's progress callback."""
     with Progress(
-        TextColumn("[bold]migrating"),
+        TextColumn("migrating", style="bold"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
-        console=console,
+        console=err,
         disable=not show,
         transient=False,
     ) as progress:
@@ -207,7 +205,7 @@ def _print_summary(summary: MigrationSummary) -> None:
     table.add_column("value", justify="right")
     for name, value in summary_rows(summary):
         table.add_row(name, value)
-    console.print(table)
+    print_table(table)
 
 
 @migrate_app.command("abort")
@@ -225,9 +223,9 @@ def abort(
 
     result = abort_migration(get_session(master, "delayed-delivery-migrate-abort"), output, run_id, target)
     if not result.undone:
-        err.print(f"[red]cannot abort run {run_id}:[/red] {result.note}", highlight=False)
+        say(styled(f"cannot abort run {run_id}:", "red", result.note), stderr=True)
         raise typer.Exit(code=1)
-    console.print(f"aborted run {run_id} ({result.batches} batches): {result.note}")
+    say(f"aborted run {run_id} ({result.batches} batches): {result.note}")
 
 
 def report_command(
@@ -242,10 +240,10 @@ def report_command(
 
     result = build_report(get_session(master, "delayed-delivery-report"), logs, output)
     if as_json:
-        console.print_json(to_json(result))
+        emit_json(json.loads(to_json(result)))
         return
-    console.print(result.summary_markdown, markup=False, highlight=False)  # Markdown: [alt](file) is not markup
-    console.print(f"written to {result.output}")
+    say(result.summary_markdown)  # unwrapped: its tables stay tables
+    say(f"written to {result.output}")
 
 
 def register(app: typer.Typer) -> None:

@@ -31,7 +31,7 @@ from delayed_delivery.app.routes.base import (
 )
 from delayed_delivery.app.routes.sqs import SqsOperatorRoute
 from delayed_delivery.app.routes.store import StoreOperatorRoute
-from delayed_delivery.errors import ConfigurationError
+from delayed_delivery.errors import ConfigurationError, extra_missing
 
 __all__ = [
     "LOCAL_AZURITE_PORTS",
@@ -63,14 +63,12 @@ def open_cloud_route(options: CloudOptions) -> OperatorRoute:
         try:
             return SqsOperatorRoute(options)
         except ImportError as exc:
-            raise ConfigurationError("the aws route needs the aws extra: pip install 'delayed-delivery[aws]'") from exc
+            raise extra_missing("the aws route", "cli", "aws") from exc
     if options.cloud == "azure":
         try:
             return AzureTableRoute(options)
         except ImportError as exc:
-            raise ConfigurationError(
-                "the azure route needs the azure extra: pip install 'delayed-delivery[azure]'"
-            ) from exc
+            raise extra_missing("the azure route", "cli", "azure") from exc
     raise ConfigurationError(f"unknown cloud {options.cloud!r}: use aws or azure")
 
 

@@ -15,10 +15,11 @@ from delayed_delivery.app.routes.base import (
     PendingReport,
     RescheduleResult,
     SendResult,
+    azure_connection,
     backlog_report,
-    local_azure_connection_string,
     refuse_sqs_options,
     refuse_tier_options,
+    require_endpoint,
     seconds_until,
 )
 from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
     from delayed_delivery.aws.tier.relocate import ScanProgress
 
 __all__ = ["AzureTableRoute"]
-
-_DEV_STORAGE = "usedevelopmentstorage=true"
 
 
 class AzureTableRoute:
@@ -41,12 +40,7 @@ class AzureTableRoute:
         from delayed_delivery.azure.table_store import TableDelayedMessageStore
 
         env = dict(os.environ)
-        env[ENV_ENDPOINT] = options.endpoint
-        connection = options.connection_string
-        if connection and connection.strip().rstrip(";").lower() == _DEV_STORAGE:
-            connection = local_azure_connection_string()
-        if options.local and not connection:
-            connection = local_azure_connection_string()
+        connection = azure_connection(options.connection_string, options.local)
         if connection:
             env[ENV_CONNECTION] = connection
         if not connection and not env.get("DELAYED_DELIVERY_STORAGE_ACCOUNT") and not env.get("AzureWebJobsStorage"):
@@ -54,7 +48,7 @@ class AzureTableRoute:
                 "no storage account: give --connection-string (env DELAYED_DELIVERY_STORAGE_CONNECTION_STRING), "
                 "set DELAYED_DELIVERY_STORAGE_ACCOUNT, or use --local for Azurite on 10000-10002"
             )
-        self.endpoint = options.endpoint
+        self.endpoint = env[ENV_ENDPOINT] = require_endpoint(options.endpoint)
         self.config = AzureDelayedDeliveryConfig.from_env(env)
         self.clients = AzureClients.create(self.config, fail_fast=True)
         self.store = TableDelayedMessageStore(

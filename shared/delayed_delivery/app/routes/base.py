@@ -29,7 +29,9 @@ __all__ = [
     "RescheduleResult",
     "SendResult",
     "UsageError",
+    "azure_connection",
     "local_azure_connection_string",
+    "require_endpoint",
 ]
 
 LOCAL_MOTO_PORT = 5000
@@ -46,6 +48,25 @@ class UsageError(DelayedDeliveryError):
 def local_azure_connection_string() -> str:
     """The connection string ``UseDevelopmentStorage=true`` stands for (Azurite on 10000-10002)."""
     return azurite_connection_string(*LOCAL_AZURITE_PORTS)
+
+
+def azure_connection(connection: str | None, local: bool) -> str | None:
+    """The connection string to use: ``UseDevelopmentStorage=true`` and ``--local`` mean Azurite on 10000-10002."""
+    if connection and connection.strip().rstrip(";").lower() == "usedevelopmentstorage=true":
+        return local_azure_connection_string()
+    if local and not connection:
+        return local_azure_connection_string()
+    return connection
+
+
+def require_endpoint(endpoint: str) -> str:
+    """``--endpoint``: Azure keeps each endpoint's delayed messages in its own table, so it must be named."""
+    if not endpoint.strip():
+        raise UsageError(
+            "on Azure give --endpoint NAME (env DELAYED_DELIVERY_ENDPOINT): the endpoint whose delays table holds the "
+            "messages (`delayed-delivery azure names --endpoint NAME` shows the table)"
+        )
+    return endpoint.strip()
 
 
 def seconds_until(due: datetime) -> float:

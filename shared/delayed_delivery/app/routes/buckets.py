@@ -277,9 +277,9 @@ def _limits(census: BucketCensus, queue: str | None) -> str:
 
 def open_bucket_route(options: CloudOptions, bucket_name: str, prefix: str | None = None) -> BucketTierRoute:
     """The AWS route with the tier; ``ConfigurationError`` without the aws extra."""
-    from delayed_delivery.errors import ConfigurationError
+    from delayed_delivery.errors import extra_missing
 
     try:
         return BucketTierRoute(options, bucket_name, prefix)
     except ImportError as exc:
-        raise ConfigurationError("the aws route needs the aws extra: pip install 'delayed-delivery[aws]'") from exc
+        raise extra_missing("the aws route", "cli", "aws") from exc
