@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from delayed_delivery.app.emulators import LocalEmulators
-from delayed_delivery.errors import ConfigurationError
 
 
 def _open(port: int) -> bool:
@@ -33,13 +32,6 @@ def test_emulators_start_answer_and_stop() -> None:
         ports = [p for e in emulators.emulators.values() for p in e.ports]
         assert all(_open(p) for p in ports)
     assert not any(_open(p) for p in ports)
-
-
-def test_missing_azurite_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
-    monkeypatch.setenv("DELAYED_DELIVERY_AZURITE", "/nonexistent/azurite.js")
-    monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(ConfigurationError, match="Azurite not found"):
-        LocalEmulators(moto=False)
 
 
 def test_a_source_checkout_finds_its_own_azurite_from_any_folder(

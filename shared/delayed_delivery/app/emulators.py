@@ -1,9 +1,10 @@
 """Local emulators for the demo and for trying things out: moto server (SQS) and Azurite (Table/Blob/Queue).
 
 Both run on free loopback ports, with no telemetry and in-memory state, and stop with the context manager.
-Where they come from: ``moto_server`` beside the running Python (``pip install 'moto[server]'``), and
+Where they come from: ``moto_server`` beside the running Python (the ``local`` extra brings ``moto[server]``), and
 Azurite from ``$DELAYED_DELIVERY_AZURITE`` (path to ``azurite.js``), ``./node_modules``, the source checkout's
-``node_modules`` or ``azurite`` on PATH.
+``node_modules``, ``azurite`` on PATH, or the user cache (``~/.cache/delayed-delivery/azurite-<version>``, or under
+``$XDG_CACHE_HOME``), where it is installed with npm the first time it is needed.
 """
 
 from __future__ import annotations
@@ -15,16 +16,28 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from delayed_delivery.errors import ConfigurationError
+from delayed_delivery.errors import ConfigurationError, extra_missing
 
-__all__ = ["AZURITE_ACCOUNT", "AZURITE_KEY", "Emulator", "LocalEmulators", "azurite_connection_string"]
+__all__ = [
+    "AZURITE_ACCOUNT",
+    "AZURITE_KEY",
+    "AZURITE_VERSION",
+    "Emulator",
+    "LocalEmulators",
+    "azurite_cache",
+    "azurite_connection_string",
+    "find_azurite",
+]
 
 #: Azurite's documented development account (public, not a secret).
 AZURITE_ACCOUNT = "devstoreaccount1"
+#: The Azurite release installed into the user cache (package.json pins the same for a source checkout).
+AZURITE_VERSION = "3.35.0"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
@@ -97,31 +110,86 @@ def _moto_argv(port: int) -> list[str]:
     exe = Path(sys.executable).parent / "moto_server"
     found = str(exe) if exe.exists() else shutil.which("moto_server")
     if not found:
-        raise ConfigurationError("moto_server not found: pip install 'moto[server]' (make demo installs it)")
+        raise extra_missing("moto server (the local SQS, S3 and DynamoDB)", "cli", "local")
     return [found, "-H", "127.0.0.1", "-p", str(port)]
 
 
-def _azurite_argv(blob: int, queue: int, table: int) -> list[str]:
+_AZURITE_JS = Path("node_modules/azurite/dist/src/azurite.js")
+#: A source checkout's root (its ``node_modules`` has Azurite after ``make bootstrap``), wherever the command runs.
+_CHECKOUT = Path(__file__).resolve().parents[3]
+
+
+def azurite_cache() -> Path:
+    """The folder Azurite is installed into for a pip user: ``$XDG_CACHE_HOME`` or ``~/.cache``, per version."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "delayed-delivery" / f"azurite-{AZURITE_VERSION}"
+
+
+def find_azurite() -> list[str] | None:
+    """The command that starts Azurite (before its flags), or ``None`` when it is not installed anywhere we look."""
+    configured = os.environ.get("DELAYED_DELIVERY_AZURITE")
+    if configured:
+        if not Path(configured).exists():
+            raise ConfigurationError(
+                f"DELAYED_DELIVERY_AZURITE={configured!r} does not exist: point it at azurite.js, or unset it to have "
+                "Azurite installed into the user cache with npm"
+            )
+        return [_node(), configured]
+    for script in (Path.cwd() / _AZURITE_JS, _CHECKOUT / _AZURITE_JS):
+        if script.exists():
+            return [_node(), str(script)]
+    binary = shutil.which("azurite")
+    if binary:
+        return [binary]
+    cached = azurite_cache() / _AZURITE_JS
+    return [_node(), str(cached)] if cached.exists() else None
+
+
+def _node() -> str:
+    node = shutil.which("node")
+    if not node:
+        raise ConfigurationError("Azurite needs Node.js 18 or later: install node (Debian: apt-get install nodejs)")
+    return node
+
+
+def install_azurite(status: Callable[[str], None]) -> list[str]:
+    """Install Azurite into the user cache with npm (once); the command that starts it."""
+    npm = shutil.which("npm")
+    if npm is None:
+        raise ConfigurationError(
+            "Azurite (the Azure Storage emulator) is not installed and npm is missing to install it: install Node.js "
+            "18 or later with npm (Debian: apt-get install nodejs npm) and run this again, or install Azurite "
+            "yourself (npm install -g azurite) or set DELAYED_DELIVERY_AZURITE to its azurite.js"
+        )
+    node, target = _node(), azurite_cache()
+    status(f"Azurite not found: installing azurite@{AZURITE_VERSION} with npm into {target} (once, about a minute)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        argv = [npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund", "--no-save", "--loglevel=error"]
+        done = subprocess.run(
+            [*argv, f"azurite@{AZURITE_VERSION}"], capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False
+        )
+        if done.returncode != 0:
+            tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+            raise ConfigurationError(f"npm could not install azurite@{AZURITE_VERSION} ({done.returncode}): {tail}")
+        if not target.exists():
+            staging.rename(target)  # whole or not at all: a killed install leaves only a hidden staging folder
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [node, str(target / _AZURITE_JS)]
+
+
+def _azurite_argv(blob: int, queue: int, table: int, status: Callable[[str], None]) -> list[str]:
     flags = ["--silent", "--disableTelemetry", "--skipApiVersionCheck", "--inMemoryPersistence"]
     for service, port in (("blob", blob), ("queue", queue), ("table", table)):
         flags += [f"--{service}Host", "127.0.0.1", f"--{service}Port", str(port)]
-    relative = "node_modules/azurite/dist/src/azurite.js"
-    checkout = Path(__file__).resolve().parents[3] / relative  # a source checkout (shared/delayed_delivery/app/)
-    script = os.environ.get("DELAYED_DELIVERY_AZURITE") or str(Path.cwd() / relative)
-    if not os.environ.get("DELAYED_DELIVERY_AZURITE") and not Path(script).exists() and checkout.exists():
-        script = str(checkout)
-    if Path(script).exists():
-        node = shutil.which("node")
-        if not node:
-            raise ConfigurationError("Azurite needs Node.js: install node (make demo uses the machine's node)")
-        return [node, script, *flags]
-    binary = shutil.which("azurite")
-    if binary:
-        return [binary, *flags]
-    raise ConfigurationError(
-        "Azurite not found: run `npm install` in the project (package.json pins azurite 3.35.0), "
-        "or set DELAYED_DELIVERY_AZURITE to azurite.js"
-    )
+    command = find_azurite() or install_azurite(status)
+    return [*command, *flags]
+
+
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 class LocalEmulators:
@@ -134,6 +202,7 @@ class LocalEmulators:
         azurite: bool = True,
         moto_port: int | None = None,
         azurite_ports: tuple[int, int, int] | None = None,
+        status: Callable[[str], None] = _to_stderr,
     ) -> None:
         self.emulators: dict[str, Emulator] = {}
         if moto:
@@ -141,7 +210,9 @@ class LocalEmulators:
             self.emulators["moto"] = Emulator("moto server", _moto_argv(port), [port])
         if azurite:
             blob, queue, table = azurite_ports or (_free_port(), _free_port(), _free_port())
-            self.emulators["azurite"] = Emulator("Azurite", _azurite_argv(blob, queue, table), [blob, queue, table])
+            self.emulators["azurite"] = Emulator(
+                "Azurite", _azurite_argv(blob, queue, table, status), [blob, queue, table]
+            )
         busy = [p for e in self.emulators.values() for p in e.ports if (moto_port or azurite_ports) and _listening(p)]
         if busy:
             raise ConfigurationError(
