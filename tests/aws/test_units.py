@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 
 from delayed_delivery.aws.fifo_ids import deduplication_id, hop_of
 from delayed_delivery.aws.requeue.records import parse_source_arn, seconds_text, to_ms
-from delayed_delivery.aws.sqs import attributes_from_record, message_size, normalize_attributes, translate_error
+from delayed_delivery.aws.sqs import (
+    attributes_from_record,
+    message_size,
+    normalize_attributes,
+    translate_error,
+    valid_attribute_name,
+)
 from delayed_delivery.errors import (
     ConfigurationError,
     DestinationNotFoundError,
@@ -89,6 +95,18 @@ def test_message_size_counts_names_types_and_values() -> None:
 def test_bad_attributes(bad: dict[str, object]) -> None:
     with pytest.raises(InvalidMessageError):
         normalize_attributes(bad)
+
+
+@pytest.mark.parametrize("name", ["trailing.", ".leading", "two..dots", "a" * 257, "AWS.x", "amazon.y", "é"])
+def test_attribute_names_sqs_refuses_are_refused_before_sending(name: str) -> None:
+    assert not valid_attribute_name(name)
+    with pytest.raises(InvalidMessageError, match="attribute name"):
+        normalize_attributes({name: "v"})
+
+
+@pytest.mark.parametrize("name", ["a", "a.b", "A-b_c.9", "x" * 256, "awsx", "my.aws.thing"])
+def test_attribute_names_sqs_takes_pass(name: str) -> None:
+    assert valid_attribute_name(name) and name in normalize_attributes({name: "v"})
 
 
 @given(st.integers(0, 10**12))

@@ -87,7 +87,6 @@ _TRANSIENT = {
     "RequestTimeout",
     "AWS.SimpleQueueService.RequestThrottled",
 }
-_ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 _VALID_ATTRIBUTE_NAME = re.compile(r"^(?!\.)(?!.*\.\.)(?!.*\.$)(?!(?i:aws\.|amazon\.))[A-Za-z0-9_.-]{1,256}$")
 #: Characters SQS refuses in a body or attribute (it takes #x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD | #x10000-).
 NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -197,7 +196,8 @@ class QueueDirectory:
 
 
 def valid_attribute_name(name: str) -> bool:
-    """Whether SQS accepts ``name`` as a message attribute name."""
+    """Whether SQS accepts ``name`` as a message attribute name (256 of ``[A-Za-z0-9_.-]``, no ``.`` first or
+    last or twice in a row, no ``AWS.`` or ``Amazon.`` prefix in any case)."""
     return bool(_VALID_ATTRIBUTE_NAME.match(name))
 
 
@@ -211,13 +211,15 @@ def normalize_attributes(
         raise InvalidMessageError(f"attributes must be a mapping, not {type(attributes).__name__}")
     out: dict[str, MessageAttributeValueTypeDef] = {}
     for name, value in attributes.items():
-        if not isinstance(name, str) or not _ATTRIBUTE_NAME.match(name) or ".." in name or name.startswith("."):
+        if not isinstance(name, str) or not valid_attribute_name(name):
+            if isinstance(name, str) and name.lower().startswith(("aws.", "amazon.")):
+                raise InvalidMessageError(
+                    f"message attribute name {name!r}: the AWS. and Amazon. prefixes are reserved"
+                )
             raise InvalidMessageError(
-                f"invalid message attribute name {name!r}: use up to 256 letters, digits, '_', '-' or '.'"
+                f"invalid message attribute name {name!r}: use up to 256 letters, digits, '_', '-' or '.' "
+                "(not first or last, never two in a row)"
             )
-        lowered = name.lower()
-        if lowered.startswith(("aws.", "amazon.")):
-            raise InvalidMessageError(f"message attribute name {name!r}: the AWS. and Amazon. prefixes are reserved")
         if not allow_reserved and is_reserved(name):
             raise InvalidMessageError(
                 f"message attribute name {name!r}: the {HEADER_PREFIX!r} prefix is reserved for delayed delivery"
