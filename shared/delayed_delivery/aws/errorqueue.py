@@ -20,6 +20,7 @@ __all__ = [
     "REDUCED_MAX_BYTES",
     "Poison",
     "full_form_problem",
+    "reduced_body",
     "reduced_entry",
     "sqs_safe",
 ]
@@ -74,18 +75,24 @@ def reduced_entry(
         ORIGINAL_DESTINATION: {"DataType": "String", "StringValue": sqs_safe(w.destination)},
         FAILED_AT: {"DataType": "String", "StringValue": failed_at},
     }
-    raw = w.body.encode("utf-8", "surrogatepass")
+    room = min(REDUCED_MAX_BYTES, max_size) - message_size("", attributes)
+    body = reduced_body(w.message_id, reason, w.body.encode("utf-8", "surrogatepass"), room)
+    return {"Id": entry_id, "MessageBody": body, "MessageAttributes": attributes}
+
+
+def reduced_body(message_id: str, reason: str, raw: bytes, room: int) -> str:
+    """The reduced form's body: JSON (ASCII) with the id, the reason and as much of ``raw`` in base64 as fits
+    ``room`` bytes (``size`` is the whole body's, ``truncated`` says whether some was cut)."""
     document = {
         "format": REDUCED_FORMAT,
-        "id": w.message_id,
+        "id": message_id,
         "reason": reason,
         "size": len(raw),
         "truncated": False,
         "body": "",
     }
     empty = json.dumps(document, ensure_ascii=True, separators=(",", ":"))
-    keep = max(0, min(REDUCED_MAX_BYTES, max_size) - message_size(empty, attributes)) // 4 * 3
+    keep = max(0, room - len(empty)) // 4 * 3
     document["truncated"] = len(raw) > keep
     document["body"] = base64.b64encode(raw[:keep]).decode("ascii")
-    body = json.dumps(document, ensure_ascii=True, separators=(",", ":"))
-    return {"Id": entry_id, "MessageBody": body, "MessageAttributes": attributes}
+    return json.dumps(document, ensure_ascii=True, separators=(",", ":"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -16,7 +15,7 @@ from ...headers import BODY_ENCODING, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTIN
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.format import BucketMessage
 from ...timebuckets.wheel import DispatchWindow
-from ..errorqueue import REDUCED_FORMAT, REDUCED_MAX_BYTES, sqs_safe
+from ..errorqueue import REDUCED_MAX_BYTES, reduced_body, sqs_safe
 from ..sqs import (
     MAX_ATTRIBUTES,
     QueueDirectory,
@@ -265,7 +264,7 @@ class TimerSqs:
             attributes[BODY_ENCODING] = {"DataType": "String", "StringValue": "base64"}
             text = base64.b64encode(message.body).decode("ascii")
         if reduced or message_size(text or "(empty body)", attributes) > info.max_message_size:
-            return {"Id": entry_id, "MessageBody": _reduced_body(item, info), "MessageAttributes": headers}
+            return {"Id": entry_id, "MessageBody": _reduced_body(item, info, headers), "MessageAttributes": headers}
         return {"Id": entry_id, "MessageBody": text or "(empty body)", "MessageAttributes": attributes}
 
 
@@ -289,16 +288,7 @@ def _reason_headers(reason: str, destination: str, failed_at: str) -> _Attribute
     return headers
 
 
-def _reduced_body(item: Rejected, info: QueueInfo) -> str:
-    """JSON (ASCII) with the id, the reason and the body in base64, cut to fit the error queue."""
-    raw = item.message.body
-    keep = max(0, min(REDUCED_MAX_BYTES, info.max_message_size) - 4_096) // 4 * 3
-    document = {
-        "format": REDUCED_FORMAT,
-        "id": item.message.message_id,
-        "reason": sqs_safe(item.reason)[:1024],
-        "size": len(raw),
-        "truncated": len(raw) > keep,
-        "body": base64.b64encode(raw[:keep]).decode("ascii"),
-    }
-    return json.dumps(document, ensure_ascii=True, separators=(",", ":"))
+def _reduced_body(item: Rejected, info: QueueInfo, headers: _Attributes) -> str:
+    """The reduced form (``aws/errorqueue.py``): the id, the reason and the body in base64, cut to fit the queue."""
+    room = min(REDUCED_MAX_BYTES, info.max_message_size) - message_size("", headers)
+    return reduced_body(item.message.message_id, sqs_safe(item.reason)[:1024], item.message.body, room)
