@@ -1,13 +1,11 @@
-"""Entry point for ``func start`` in this folder: the function app itself is ``delayed_delivery.azure.app_files``.
+"""Entry point for ``func start`` in this folder: the app ``delayed-delivery azure package`` publishes.
 
-One source of truth: the module below ships in the package, and ``delayed-delivery azure package`` copies it
-to the root of the folder it builds. This file makes ``import function_app`` (and ``functions.azure.function_app``)
-that very module, with its state, so a prepared host set through either name is the one the timer uses.
+The app is defined once, in ``delayed_delivery.azure.function_host.create_app``; the published folder's
+``function_app.py`` (``delayed_delivery/azure/app_files``) is the same two lines.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
+from delayed_delivery.azure.function_host import create_app
 
-sys.modules[__name__] = importlib.import_module("delayed_delivery.azure.app_files.function_app")
+app = create_app()

@@ -15,15 +15,16 @@ from azure.storage.queue import QueueServiceClient
 from delayed_delivery.azure.storage_queue import Envelope, StorageQueueTransport, decode_envelope
 from delayed_delivery.model import DelayedMessage
 
-_registries: dict[int, dict[str, Any]] = {}
+#: id(app) -> (the app, kept alive so its id is never reused by a later app, its functions by name)
+_registries: dict[int, tuple[Any, dict[str, Any]]] = {}
 
 
 def functions_of(module: ModuleType) -> dict[str, Any]:
     """The app's functions by name; ``get_functions()`` may run only once per app, so it is cached."""
     app = module.app
     if id(app) not in _registries:
-        _registries[id(app)] = {f.get_function_name(): f for f in app.get_functions()}
-    return _registries[id(app)]
+        _registries[id(app)] = (app, {f.get_function_name(): f for f in app.get_functions()})
+    return _registries[id(app)][1]
 
 
 def timer_schedule(module: ModuleType, name: str) -> str:

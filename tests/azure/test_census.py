@@ -11,6 +11,7 @@ import pytest
 
 import functions.azure.function_app as function_app
 from delayed_delivery.azure import census as census_module
+from delayed_delivery.azure import function_host
 from delayed_delivery.azure.census import log_census, take_census
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
 from delayed_delivery.model import DelayedMessage
@@ -71,12 +72,12 @@ def test_log_lines_carry_the_fixed_keys(
 
 
 def test_the_census_timer_is_registered_only_when_its_setting_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(function_app.ENV_PENDING_CENSUS, "true")
+    monkeypatch.setenv(function_host.ENV_PENDING_CENSUS, "true")
     try:
         module = importlib.reload(function_app)
         assert sorted(functions_of(module)) == ["census_pending_messages", "dispatch_delayed_messages"]
-        assert timer_schedule(module, "census_pending_messages") == function_app.CENSUS_SCHEDULE == "30 */15 * * * *"
+        assert timer_schedule(module, "census_pending_messages") == function_host.CENSUS_SCHEDULE == "30 */15 * * * *"
     finally:
-        monkeypatch.delenv(function_app.ENV_PENDING_CENSUS)
+        monkeypatch.delenv(function_host.ENV_PENDING_CENSUS)
         importlib.reload(function_app)
     assert list(functions_of(function_app)) == ["dispatch_delayed_messages"]

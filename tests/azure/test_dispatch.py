@@ -65,7 +65,7 @@ def test_timer_function_dispatches_due_rows_and_keeps_future_ones(
     assert timer_schedule(function_app, "dispatch_delayed_messages") == "0 * * * * *"
     function_host.host_from_settings.cache_clear()
     try:
-        host = function_app.host()
+        host = function_host.host()
         host.setup_infrastructure()
         now = datetime.now(UTC)
         host.store.store_many([msg(i, queue, now - timedelta(seconds=i)) for i in range(20)])
@@ -233,7 +233,7 @@ def test_off_switch_makes_the_function_do_nothing(
         started = time.monotonic()
         fire_timer(function_app, "dispatch_delayed_messages")
         assert time.monotonic() - started < 2
-        assert function_app.host().run().enabled is False
+        assert function_host.host().run().enabled is False
     finally:
         function_host.host_from_settings.cache_clear()
     assert drain(queues, queue) == []

@@ -1,9 +1,11 @@
-"""The Function app module: thin, nothing read or built at import, host.json sensible, 403-tolerant set-up."""
+"""The Function app: defined once, thin entry files, nothing read at import, host.json sensible, 403-tolerant."""
 
 from __future__ import annotations
 
+import ast
 import base64
 import importlib
+import inspect
 import json
 import logging
 import re
@@ -17,13 +19,18 @@ from azure.data.tables import TableServiceClient
 
 import functions.azure.function_app as function_app
 from delayed_delivery.azure import function_host
+from delayed_delivery.azure.app_files import function_app as published_app
+from delayed_delivery.azure.packaging import function_source_dir
 from delayed_delivery.azure.storage_queue import StorageQueueTransport
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
 from tests.azure.conftest import new_name
-from tests.azure.harness import functions_of, timer_schedule
+from tests.azure.harness import fire_timer, functions_of, timer_schedule
 from tests.fixtures.azurite import Azurite
 
-APP_DIR = Path(function_app.__file__).parent
+#: The published app's files (``function_app.py``, ``host.json``, ``requirements.txt``).
+APP_DIR = function_source_dir()
+#: ``func start`` runs here.
+FUNC_START_DIR = Path(function_app.__file__).parent
 
 
 def test_import_reads_no_settings_and_builds_no_client(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,11 +45,59 @@ def test_import_reads_no_settings_and_builds_no_client(monkeypatch: pytest.Monke
 
 
 def test_timer_body_is_a_few_lines() -> None:
-    text = (APP_DIR / "function_app.py").read_text()
-    body = text.split("def dispatch_delayed_messages", 1)[1]
-    statements = [line for line in body.splitlines()[1:] if line.strip() and not line.strip().startswith('"""')]
-    assert statements == ["    host().run()"]
-    assert "os.environ" not in text.split("def host", 1)[0], "no environment read at module level"
+    body = inspect.getsource(function_host.dispatch_delayed_messages).split('"""')[-1]
+    statements = [line.strip() for line in body.splitlines() if line.strip()]
+    assert statements == ["host().run()"]
+
+
+def _statements(path: Path) -> list[str]:
+    """The module's top-level statements after its docstring, as source."""
+    tree = ast.parse(path.read_text())
+    return [ast.unparse(node) for node in tree.body[1:]]
+
+
+@pytest.mark.parametrize("entry", [FUNC_START_DIR / "function_app.py", APP_DIR / "function_app.py"], ids=str)
+def test_each_entry_file_only_builds_the_one_app(entry: Path) -> None:
+    assert _statements(entry) == [
+        "from __future__ import annotations",
+        "from delayed_delivery.azure.function_host import create_app",
+        "app = create_app()",
+    ], "the app is defined once, in function_host.create_app (no sys.modules swap, no copy)"
+
+
+def _registry(module: Any) -> dict[str, tuple[Any, list[dict[str, Any]]]]:
+    """The app's functions: name -> (the user function, every binding as the host reads it)."""
+    return {
+        name: (f.get_user_function(), [b.get_dict_repr() for b in f.get_bindings()])
+        for name, f in functions_of(module).items()
+    }
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {function_host.ENV_EXAMPLE_CONSUMER_QUEUE: "orders", function_host.ENV_PENDING_CENSUS: "true"}],
+    ids=["plain", "consumer-and-census"],
+)
+def test_func_start_and_the_published_app_register_the_same_functions(
+    monkeypatch: pytest.MonkeyPatch, settings: dict[str, str]
+) -> None:
+    for key in (function_host.ENV_EXAMPLE_CONSUMER_QUEUE, function_host.ENV_PENDING_CENSUS):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in settings.items():
+        monkeypatch.setenv(key, value)
+    try:
+        local, published = importlib.reload(function_app), importlib.reload(published_app)
+        assert local is not published and local.app is not published.app
+        assert _registry(local) == _registry(published)
+        assert len(_registry(local)) == 1 + len(settings)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(function_app)
+        importlib.reload(published_app)
+
+
+def test_func_start_uses_the_published_host_json() -> None:
+    assert (FUNC_START_DIR / "host.json").read_bytes() == (APP_DIR / "host.json").read_bytes()
 
 
 def test_host_json_is_sensible() -> None:
@@ -90,10 +145,6 @@ def test_setup_tolerates_a_least_privilege_identity() -> None:
 
 
 def test_a_prepared_host_replaces_the_one_from_app_settings() -> None:
-    import importlib
-
-    function_app = importlib.import_module("functions.azure.function_app")
-
     class Prepared:
         runs = 0
 
@@ -101,18 +152,20 @@ def test_a_prepared_host_replaces_the_one_from_app_settings() -> None:
             Prepared.runs += 1
 
     prepared = Prepared()
-    function_app.use_host(prepared)
+    function_host.use_host(prepared)
     try:
-        assert function_app.host() is prepared
+        assert function_host.host() is prepared
+        fire_timer(function_app, "dispatch_delayed_messages")
+        fire_timer(published_app, "dispatch_delayed_messages")
+        assert Prepared.runs == 2, "both entry files' timers run the prepared host"
     finally:
-        function_app.use_host(None)
-    assert Prepared.runs == 0
+        function_host.use_host(None)
 
 
 def test_the_example_consumer_is_registered_only_when_its_queue_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(function_app.ENV_EXAMPLE_CONSUMER_QUEUE, raising=False)
+    monkeypatch.delenv(function_host.ENV_EXAMPLE_CONSUMER_QUEUE, raising=False)
     assert list(functions_of(importlib.reload(function_app))) == ["dispatch_delayed_messages"]
-    monkeypatch.setenv(function_app.ENV_EXAMPLE_CONSUMER_QUEUE, "orders")
+    monkeypatch.setenv(function_host.ENV_EXAMPLE_CONSUMER_QUEUE, "orders")
     function_host.host_from_settings.cache_clear()
     try:
         module = importlib.reload(function_app)
@@ -120,11 +173,11 @@ def test_the_example_consumer_is_registered_only_when_its_queue_is_set(monkeypat
         assert sorted(found) == ["consume_example_message", "dispatch_delayed_messages"]
         (binding,) = found["consume_example_message"].get_bindings()
         assert binding.type == "queueTrigger"
-        assert binding.queue_name == f"%{function_app.ENV_EXAMPLE_CONSUMER_QUEUE}%", "the queue is the app setting's"
-        assert binding.connection == function_app.EXAMPLE_CONSUMER_CONNECTION == "DelayedDeliveryQueues"
+        assert binding.queue_name == f"%{function_host.ENV_EXAMPLE_CONSUMER_QUEUE}%", "the queue is the app setting's"
+        assert binding.connection == function_host.EXAMPLE_CONSUMER_CONNECTION == "DelayedDeliveryQueues"
         assert function_host.host_from_settings.cache_info().currsize == 0, "still nothing built at import"
     finally:
-        monkeypatch.delenv(function_app.ENV_EXAMPLE_CONSUMER_QUEUE)
+        monkeypatch.delenv(function_host.ENV_EXAMPLE_CONSUMER_QUEUE)
         importlib.reload(function_app)
 
 
@@ -134,7 +187,7 @@ def test_the_example_consumer_logs_each_message_with_its_lateness(
     monkeypatch.delenv("APPLICATIONINSIGHTS_CONNECTION_STRING", raising=False)
     message = _envelope_message("order-17")
     with caplog.at_level(logging.INFO, logger="delayed_delivery"):
-        function_app.consume_example_message(message)
+        function_host.consume_example_message(message)
     [line] = [r for r in caplog.records if getattr(r, "event", None) == "consumed"]
     assert line.message_id == "order-17"  # type: ignore[attr-defined]
     assert 1.5 <= line.consumer_lateness_s < 30  # type: ignore[attr-defined]

@@ -38,9 +38,10 @@ import json, sys
 import delayed_delivery
 from azure.functions.timer import TimerRequest
 import function_app
+from delayed_delivery.azure.function_host import host
 functions = {f.get_function_name(): f for f in function_app.app.get_functions()}
 functions["dispatch_delayed_messages"].get_user_function()(TimerRequest(past_due=False))
-summary = function_app.host().run(budget=0.5)
+summary = host().run(budget=0.5)
 try:
     import typer  # noqa: F401
     has_typer = True

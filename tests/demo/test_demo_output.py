@@ -14,6 +14,7 @@ import pytest
 
 from delayed_delivery.app.demo import cloud_azure
 from delayed_delivery.app.demo.cloud_azure import TIMER_FUNCTION, registered_timer
+from delayed_delivery.azure import function_host
 from delayed_delivery.azure.app_files import function_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +43,7 @@ def _bare_root() -> Iterator[logging.Logger]:
         yield root
     finally:
         root.handlers[:], root.filters[:] = saved
-        function_app.use_host(None)
+        function_host.use_host(None)
 
 
 def test_registered_timer_is_the_apps_timer_and_runs_on_the_given_host() -> None:

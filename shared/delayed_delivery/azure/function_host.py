@@ -1,6 +1,8 @@
-"""What the Azure function app's triggers call: the cached dispatcher host and the optional triggers.
+"""The Azure function app, defined once (``create_app``), and what its triggers call: the cached dispatcher host.
 
-Importing this module imports only ``azure.functions``; settings are read and clients built on the first run.
+``function_app.py`` is ``app = create_app()``, both in ``functions/azure`` (for ``func start`` there) and in
+``app_files`` (copied to the root of the published folder). Importing this module imports only
+``azure.functions``; settings are read and clients built on the first run.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ __all__ = [
     "SCHEDULE",
     "census_pending_messages",
     "consume_example_message",
+    "create_app",
+    "dispatch_delayed_messages",
     "host",
     "host_from_settings",
     "register_optional",
@@ -63,6 +67,21 @@ def host_from_settings() -> AzureDispatcherHost:
 
     configure_telemetry(os.environ)
     return AzureDispatcherHost(AzureDelayedDeliveryConfig.from_env(os.environ))
+
+
+def create_app(env: Mapping[str, str] | None = None) -> func.FunctionApp:
+    """The function app: the dispatcher's timer every minute, plus the triggers the app settings ask for."""
+    app = func.FunctionApp()
+    register_optional(app, env)
+    app.timer_trigger(schedule=SCHEDULE, arg_name="timer", run_on_startup=False, use_monitor=True)(
+        dispatch_delayed_messages
+    )
+    return app
+
+
+def dispatch_delayed_messages(timer: func.TimerRequest) -> None:
+    """Dispatch due delayed messages until this run's time budget ends."""
+    host().run()
 
 
 def consume_example_message(msg: func.QueueMessage) -> None:

@@ -74,6 +74,7 @@ def _without_auth_level_notice() -> Iterator[None]:
 
 def registered_timer(host: AzureDispatcherHost) -> Callable[[Any], Any]:
     """The function app's registered timer function, as the Functions host finds it, running on ``host``."""
+    from delayed_delivery.azure import function_host
     from delayed_delivery.azure.app_files import function_app
 
     # azure-functions lets the registry be read once per process: reset its bindings around our read so
@@ -86,15 +87,15 @@ def registered_timer(host: AzureDispatcherHost) -> Callable[[Any], Any]:
         function_app.app.functions_bindings = None
     by_name = {f.get_function_name(): f for f in registered}
     timer: Callable[[Any], Any] = by_name[TIMER_FUNCTION].get_user_function()
-    function_app.use_host(host)
+    function_host.use_host(host)
     return timer
 
 
 def _release_host() -> None:
     """The function app goes back to the host it builds from app settings."""
-    from delayed_delivery.azure.app_files import function_app
+    from delayed_delivery.azure import function_host
 
-    function_app.use_host(None)
+    function_host.use_host(None)
 
 
 class _RequestTally:
