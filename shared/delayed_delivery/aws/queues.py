@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.literals import QueueAttributeNameType
 
 __all__ = [
+    "DELAY_QUEUE_VISIBILITY_SECONDS",
     "MIN_RETENTION_SECONDS",
     "PARK_RETENTION_SECONDS",
     "EndpointCheck",
@@ -40,6 +41,8 @@ __all__ = [
 MIN_RETENTION_SECONDS = 4 * 24 * 3600
 #: The retention queues are created with: 14 days, the SQS maximum, so parked messages re-send rarely.
 PARK_RETENTION_SECONDS = 14 * 24 * 3600
+#: ``-delay.fifo``'s visibility as the CDK stack sets it: 6x the requeue function's 30 s timeout (Lambda's advice).
+DELAY_QUEUE_VISIBILITY_SECONDS = 180
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +63,13 @@ def ensure_endpoint(
     error_queue: str | None = None,
     visibility_timeout: int = 30,
     max_message_size: int | None = None,
+    delay_visibility_timeout: int | None = None,
 ) -> EndpointQueues:
-    """Create (or reuse) the input queue, its ``-delay.fifo`` queue and the error queue; idempotent."""
+    """Create (or reuse) the input queue, its ``-delay.fifo`` queue and the error queue; idempotent.
+
+    ``delay_visibility_timeout`` (default ``visibility_timeout``) is the ``-delay.fifo`` queue's own: the CDK stack
+    gives it 6x the requeue function's timeout (``DELAY_QUEUE_VISIBILITY_SECONDS``).
+    """
     settings = settings or DelayedDeliverySettings()
     validate_sqs_queue_name(queue)
     delay_name = sqs_delay_queue_name(queue)
@@ -74,6 +82,7 @@ def ensure_endpoint(
             QueueName=delay_name,
             Attributes={
                 **common,
+                "VisibilityTimeout": str(delay_visibility_timeout or visibility_timeout),
                 "FifoQueue": "true",
                 "DelaySeconds": str(settings.fifo_queue_delay),
                 "MessageRetentionPeriod": str(PARK_RETENTION_SECONDS),

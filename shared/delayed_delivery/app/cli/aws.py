@@ -27,11 +27,12 @@ from delayed_delivery.app.cli.aws_buckets import (
 )
 from delayed_delivery.app.cli.aws_tier import run_tier_command
 from delayed_delivery.app.cli.output import emit_json, err, fail, say, styled
+from delayed_delivery.app.cli.verify_aws import run_verify_command
 from delayed_delivery.app.routes.aws_clients import cli_client, cli_region
 from delayed_delivery.app.routes.base import LOCAL_MOTO_URL
 from delayed_delivery.aws.cancellations import DEFAULT_TABLE, TABLE_ENV, ensure_cancellation_table
 from delayed_delivery.aws.config import AwsConfig
-from delayed_delivery.aws.queues import check_endpoint, ensure_endpoint
+from delayed_delivery.aws.queues import DELAY_QUEUE_VISIBILITY_SECONDS, check_endpoint, ensure_endpoint
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.naming import sqs_delay_queue_name
@@ -149,7 +150,12 @@ def create(
         if error_queue:
             settings = replace(settings, error_queue=error_queue)
         tier = tier_config(buckets, bucket_name, bucket_prefix, settings)
-        queues = ensure_endpoint(_client(endpoint_url, region, local), queue, settings)
+        queues = ensure_endpoint(
+            _client(endpoint_url, region, local),
+            queue,
+            settings,
+            delay_visibility_timeout=DELAY_QUEUE_VISIBILITY_SECONDS,
+        )
         if cancellation_table:
             table_endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint_url
             ensure_cancellation_table(cli_client("dynamodb", table_endpoint, region, local=local), cancellation_table)
@@ -344,3 +350,4 @@ def _report(pollers: list[LocalEventSourcePoller], results: Counter[str], errors
 
 
 aws_app.command(name="tier")(run_tier_command)  # the time-bucket tier's two functions, run locally
+aws_app.command(name="verify")(run_verify_command)  # prove a deployment (docs/verify.md)

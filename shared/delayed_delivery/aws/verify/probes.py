@@ -1,0 +1,441 @@
+"""Behaviour probes of ``aws verify``: real messages through each route of the probe endpoint, and what came back.
+
+Every probe is sent at the start, then one loop receives from the probe endpoint's input queue until each has
+arrived (and its duplicate watch is over) or its deadline passed. ``--quick`` sends the native probe (30 s);
+``--full`` adds one through ``-delay.fifo`` (one hop, about 16 minutes), one through the time-bucket tier (due in
+about 12 minutes), one cancelled and one rescheduled. Each probe is one check: it arrived, with its body and
+attributes intact, how late, exactly once; a cancelled one never arrives. A probe that does not arrive is looked
+for where it may be stuck, and the finding says where and what to fix.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ...cancellations import cancel_request, reschedule_request
+from ...durations import format_duration
+from ...errors import DelayedDeliveryError
+from ...headers import FAILURE_REASON
+from ...verification import CheckResult, Group, Mode, failed, passed, skipped, warned
+from ..cancellations import DynamoDbCancellationStore
+from ..config import CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS
+from ..receive import delivered_from_boto3
+from ..sender import SqsDelayedSender
+from ..sqs import normalize_attributes, translate_error
+from .context import AwsVerifyContext
+from .target import EndpointTarget
+
+__all__ = ["PROBE_ID_PREFIX", "Arrival", "Probe", "run_probes"]
+
+B = Group.BEHAVIOUR
+#: Every probe message id starts with this (and the run id), so probes of an earlier, interrupted run are known.
+PROBE_ID_PREFIX = "verify-"
+#: Text that SQS must carry unchanged: non-ASCII letters, a symbol outside the BMP, quotes and a newline.
+_PROBE_TEXT = 'zażółć gęślą jaźń ✓ 😀 "quoted"\nsecond line'
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One receive of a probe on the probe queue."""
+
+    received_at: datetime
+    body: str
+    attributes: dict[str, dict[str, Any]]
+    route: str | None
+    hops: int | None
+
+
+@dataclass(slots=True)
+class Probe:
+    """One probe message: what was sent, when it is due, whether it must arrive, what came back."""
+
+    kind: str
+    message_id: str
+    body: str
+    attributes: dict[str, dict[str, Any]]
+    sent_at: datetime
+    due: datetime
+    expect: bool = True
+    route: str = ""
+    error: str | None = None
+    arrivals: list[Arrival] = field(default_factory=list)
+
+    def deadline(self, ctx: AwsVerifyContext) -> datetime:
+        """When waiting ends: after the duplicate watch once arrived, else after the grace (or due + watch)."""
+        settings = ctx.settings
+        if self.error is not None:
+            return self.sent_at
+        if self.arrivals:
+            return self.arrivals[-1].received_at + timedelta(seconds=settings.duplicate_watch)
+        if not self.expect:
+            return self.due + timedelta(seconds=settings.duplicate_watch)
+        return self.due + timedelta(seconds=settings.grace)
+
+
+def _probe_attributes(kind: str) -> dict[str, dict[str, Any]]:
+    """Three typed attributes that must arrive as sent."""
+    typed = normalize_attributes({"probe-kind": kind, "probe-number": 42.5, "probe-bytes": b"\x00\x01\xfe\xff"})
+    return {k: dict(v) for k, v in typed.items()}
+
+
+def _body(message_id: str) -> str:
+    return json.dumps({"probe": message_id, "text": _PROBE_TEXT}, ensure_ascii=False)
+
+
+def _plan(ctx: AwsVerifyContext) -> list[tuple[str, float]]:
+    """(kind, delay) of every probe this run sends."""
+    s = ctx.settings
+    plan = [("native", s.native_delay)]
+    if ctx.mode is Mode.FULL:
+        plan.append(("delay-fifo", s.fifo_delay))
+        if ctx.target.tier is not None:
+            plan.append(("tier", s.tier_delay))
+        if ctx.target.cancellation_table:
+            plan += [("cancel", s.cancel_delay), ("reschedule", s.cancel_delay)]
+    return plan
+
+
+def _sender(ctx: AwsVerifyContext, kind: str) -> SqsDelayedSender:
+    """The sender for ``kind``: the deployment's settings; the tier's probe goes to the tier whatever its delay."""
+    settings = ctx.target.settings.with_(long_delay_route="fifo")
+    if kind == "tier" and ctx.target.tier is not None:
+        tier = ctx.target.tier.config.settings
+        settings = settings.with_(
+            long_delay_route="buckets", max_native_delay=1, bucket_ingest_queue=tier.bucket_ingest_queue
+        )
+    return SqsDelayedSender(ctx.clients.sqs, settings, clock=ctx.clock)
+
+
+def _send(ctx: AwsVerifyContext, probe_queue: str, kind: str, delay: float) -> Probe:
+    message_id = f"{PROBE_ID_PREFIX}{ctx.run_id}-{kind}"
+    seconds = max(1, math.ceil(delay))
+    now = ctx.clock.now()
+    probe = Probe(kind, message_id, _body(message_id), _probe_attributes(kind), now, now + timedelta(seconds=seconds))
+    try:
+        receipt = _sender(ctx, kind).send_delayed(
+            probe_queue, probe.body, seconds, attributes=probe.attributes, message_id=message_id
+        )
+        probe.route = receipt.route.value
+    except DelayedDeliveryError as exc:
+        probe.error = " ".join(str(exc).split())
+    return probe
+
+
+def _records(ctx: AwsVerifyContext) -> DynamoDbCancellationStore:
+    assert ctx.target.cancellation_table
+    return DynamoDbCancellationStore(ctx.clients.dynamodb, ctx.target.cancellation_table)
+
+
+def _cancel_and_reschedule(ctx: AwsVerifyContext, probe_queue: str, probes: list[Probe]) -> None:
+    """Write the cancel and reschedule records of those probes (deleted again at clean-up if still there)."""
+    written = []
+    cache = (
+        float(ctx.target.probe.function.environment.get(CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS))
+        if (ctx.target.probe and not ctx.target.local)
+        else 0.0
+    )
+    for probe in probes:
+        if probe.error is not None or probe.kind not in ("cancel", "reschedule"):
+            continue
+        now = ctx.clock.now()
+        try:
+            if probe.kind == "cancel":
+                record = cancel_request(
+                    probe_queue,
+                    probe.message_id,
+                    now=now,
+                    max_native_delay=ctx.target.settings.max_native_delay,
+                    max_age=cache,
+                    due=probe.due,
+                )
+                probe.expect = False
+            else:
+                probe.due += timedelta(seconds=max(1, math.ceil(ctx.settings.reschedule_shift)))
+                record = reschedule_request(probe_queue, probe.message_id, probe.due, now=now)
+            _records(ctx).put(record)
+            written.append(record)
+        except DelayedDeliveryError as exc:
+            probe.error = f"the {probe.kind} record could not be written: {' '.join(str(exc).split())}"
+    if written:
+        ctx.cleanup.add("the probe's cancel / reschedule records", lambda: _records(ctx).delete(written))
+
+
+def _arrival(message: dict[str, Any], probe_queue: str) -> tuple[str | None, Arrival]:
+    delivered = delivered_from_boto3(message, destination=probe_queue)
+    body = str(message.get("Body", ""))
+    try:
+        probe_id = json.loads(body).get("probe")
+    except (ValueError, AttributeError):
+        probe_id = None
+    received = delivered.received_at
+    assert received is not None
+    headers = {k: dict(v) for k, v in delivered.headers.items()}
+    return (probe_id if isinstance(probe_id, str) else None), Arrival(
+        received, body, headers, delivered.route, delivered.hops
+    )
+
+
+def _receive(ctx: AwsVerifyContext, url: str, probe_queue: str, wait: int, probes: dict[str, Probe]) -> list[str]:
+    """One receive on the probe queue: our probes are recorded and deleted; an earlier run's probes deleted."""
+    sqs = ctx.clients.sqs
+    try:
+        reply = sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=wait,
+            VisibilityTimeout=30,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+    except (ClientError, BotoCoreError) as exc:
+        raise translate_error(exc, f"receiving from the probe queue {probe_queue!r}") from exc
+    notes = []
+    for message in reply.get("Messages", []):
+        probe_id, arrival = _arrival(message, probe_queue)
+        if probe_id in probes:
+            probes[probe_id].arrivals.append(arrival)
+        elif probe_id and probe_id.startswith(PROBE_ID_PREFIX):
+            notes.append(probe_id)
+        else:
+            continue  # not a probe: left alone, it reappears after its visibility timeout
+        try:
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        except (ClientError, BotoCoreError) as exc:
+            raise translate_error(exc, f"deleting a probe from {probe_queue!r}") from exc
+    return notes
+
+
+def _progress_line(ctx: AwsVerifyContext, waiting: list[Probe], start: datetime) -> str:
+    now = ctx.clock.now()
+    parts = []
+    for p in waiting:
+        left = (p.due - now).total_seconds()
+        state = (
+            "arrived, watching for duplicates"
+            if p.arrivals
+            else (f"due in {format_duration(left)}" if left > 0 else f"{format_duration(-left)} past due")
+        )
+        parts.append(f"{p.kind} {state}")
+    elapsed = (now - start).total_seconds()
+    return f"{format_duration(max(0.0, elapsed))}: waiting for {len(waiting)} probe(s): {'; '.join(parts)}"
+
+
+def _await(ctx: AwsVerifyContext, probe_queue: str, probes: list[Probe]) -> list[str]:
+    """Receive until every probe is settled; progress every ``progress_every`` seconds."""
+    facts = ctx.queue(probe_queue)
+    assert facts is not None
+    by_id = {p.message_id: p for p in probes}
+    start = ctx.clock.now()
+    next_progress = start + timedelta(seconds=ctx.settings.progress_every)
+    notes: list[str] = []
+    while True:
+        now = ctx.clock.now()
+        waiting = [p for p in probes if now < p.deadline(ctx)]
+        if not waiting:
+            return notes
+        if now >= next_progress:
+            ctx.progress(_progress_line(ctx, waiting, start))
+            next_progress = now + timedelta(seconds=ctx.settings.progress_every)
+        left = min((p.deadline(ctx) - now).total_seconds() for p in waiting)
+        step = max(0.0, min(left, ctx.settings.poll, (next_progress - now).total_seconds()))
+        if ctx.functions.local:
+            ctx.functions.run_for(min(step, 1.0))
+            wait = 0
+        else:
+            wait = int(min(20, step))
+        notes += _receive(ctx, facts.url, probe_queue, wait, by_id)
+
+
+def _depth(ctx: AwsVerifyContext, name: str) -> dict[str, int] | None:
+    facts = ctx.queue(name, fresh=True)
+    if facts is None:
+        return None
+    keys = (
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    )
+    return {k.removeprefix("ApproximateNumberOfMessages") or "Visible": facts.number(k) for k in keys}
+
+
+def _in_error_queue(ctx: AwsVerifyContext, probe: Probe, ep: EndpointTarget) -> str | None:
+    """The failure reason when the probe reached the probe endpoint's own error queue (it is removed from there)."""
+    facts = ctx.queue(ep.error_queue) if ep.error_queue else None
+    if facts is None:
+        return None
+    sqs = ctx.clients.sqs
+    try:
+        reply = sqs.receive_message(QueueUrl=facts.url, MaxNumberOfMessages=10, MessageAttributeNames=["All"])
+        for message in reply.get("Messages", []):
+            if probe.message_id in str(message.get("Body", "")):
+                sqs.delete_message(QueueUrl=facts.url, ReceiptHandle=message["ReceiptHandle"])
+                reason = (message.get("MessageAttributes") or {}).get(FAILURE_REASON, {}).get("StringValue")
+                return str(reason or "no reason given")
+    except (ClientError, BotoCoreError) as exc:
+        raise translate_error(exc, f"reading the probe's error queue {ep.error_queue!r}") from exc
+    return None
+
+
+def _function_failures(ctx: AwsVerifyContext) -> str:
+    found = ctx.functions.failures()
+    return f"; {len(found)} failed invocation(s), last: {found[-1][:300]}" if found else ""
+
+
+def _where(ctx: AwsVerifyContext, probe: Probe, ep: EndpointTarget) -> tuple[str, str]:
+    """Where a probe that did not arrive is (evidence) and what to do (fix)."""
+    reason = _in_error_queue(ctx, probe, ep)
+    if reason is not None:
+        return f"it was moved to the error queue {ep.error_queue}: {reason}", "fix the cause named in the reason"
+    failures = _function_failures(ctx)
+    function = ep.function.name or "the requeue function"
+    if probe.route == "fifo":
+        depth = _depth(ctx, ep.delay_queue) or {}
+        facts = ctx.queue(ep.delay_queue)
+        hop, wanted = (facts.number("DelaySeconds") if facts else 0), ctx.target.settings.fifo_queue_delay
+        if depth.get("Delayed") and hop != wanted:
+            return (
+                f"it waits out DelaySeconds {hop} s on {ep.delay_queue} at every hop{failures}",
+                f"set DelaySeconds of {ep.delay_queue} to {wanted} (the requeue function's hop)",
+            )
+        if sum(depth.values()):
+            return (
+                f"it is still on {ep.delay_queue} ({depth}){failures}",
+                f"the requeue function is not moving it: check that {function}'s event source on {ep.delay_queue} "
+                "is enabled and read its log group for errors",
+            )
+    if probe.route == "buckets" and ctx.target.tier is not None:
+        tier = ctx.target.tier
+        ingest = _depth(ctx, tier.config.settings.bucket_ingest_queue) or {}
+        dlq = _depth(ctx, tier.ingest_dlq) or {}
+        if sum(dlq.values()):
+            return f"the ingest DLQ {tier.ingest_dlq} holds {dlq}{failures}", (
+                "the ingest function refuses records: read its log group, then redrive the DLQ"
+            )
+        if sum(ingest.values()):
+            return f"it is still on the ingest queue ({ingest}){failures}", (
+                "the ingest function is not reading its queue: check its event source and its log group"
+            )
+        return f"it is not on a queue: it waits in the bucket {tier.config.bucket_name}{failures}", (
+            "the timer is not dispatching it: check the schedule rule, the timer's log group and the "
+            "BucketOverdue alarm"
+        )
+    depth = _depth(ctx, ep.name) or {}
+    if depth.get("NotVisible"):
+        return (
+            f"it is in flight on {ep.name} ({depth}): another consumer received it{failures}",
+            f"stop every other consumer of {ep.name}: it belongs to aws verify",
+        )
+    return (
+        f"it is on no queue of the probe endpoint ({depth}){failures}",
+        f"something else consumes {ep.name} (or deleted it): remove that consumer; the probe queue belongs to "
+        "aws verify",
+    )
+
+
+def _intact(probe: Probe, arrival: Arrival) -> list[str]:
+    problems = []
+    if arrival.body != probe.body:
+        problems.append(f"the body changed ({len(probe.body)} → {len(arrival.body)} characters)")
+    sent = {k: (v["DataType"], v.get("StringValue", v.get("BinaryValue"))) for k, v in probe.attributes.items()}
+    got = {k: (v.get("DataType"), v.get("StringValue", v.get("BinaryValue"))) for k, v in arrival.attributes.items()}
+    if sent != got:
+        problems.append(f"the attributes changed (sent {sorted(sent)}, got {sorted(got)})")
+    return problems
+
+
+def _judge(ctx: AwsVerifyContext, probe: Probe, ep: EndpointTarget) -> CheckResult:
+    """One probe's check."""
+    check, subject = f"probe-{probe.kind}", ep.name
+    route = {"native": "native DelaySeconds", "fifo": ep.delay_queue, "buckets": "the time-bucket tier"}.get(
+        probe.route, probe.route or "?"
+    )
+    if probe.error is not None:
+        return failed(
+            check,
+            B,
+            subject,
+            f"the probe could not be sent: {probe.error}",
+            "give the role running verify the permissions in infra/aws/verify-policy.json",
+        )
+    if not probe.expect:
+        if probe.arrivals:
+            return failed(
+                check,
+                B,
+                subject,
+                f"cancelled, yet it arrived (via {route})",
+                f"the requeue function does not read the cancellation table: check {CACHE_SECONDS_ENV} "
+                "and DELAYED_DELIVERY_CANCELLATION_TABLE on it",
+            )
+        return passed(check, B, subject, f"cancelled on {route}: it did not arrive by its due time")
+    if not probe.arrivals:
+        evidence, fix = _where(ctx, probe, ep)
+        waited = (probe.due - probe.sent_at).total_seconds() + ctx.settings.grace
+        return failed(
+            check, B, subject, f"sent via {route}, never arrived within {format_duration(waited)}: {evidence}", fix
+        )
+    first = probe.arrivals[0]
+    lateness = (first.received_at - probe.due).total_seconds()
+    data = {"route": probe.route, "lateness_s": round(lateness, 3), "arrivals": len(probe.arrivals)}
+    evidence = f"via {route}: arrived {_late(lateness)}, body and attributes intact, once"
+    problems = _intact(probe, first)
+    if len(probe.arrivals) > 1:
+        problems.append(f"it arrived {len(probe.arrivals)} times")
+    if lateness < -1.0:
+        problems.append(f"it arrived {format_duration(-lateness)} early")
+    if problems:
+        return failed(check, B, subject, f"via {route}: " + "; ".join(problems), _fix_for(problems), **data)
+    if lateness > ctx.settings.lateness_warn:
+        return warned(check, B, subject, evidence, "see docs/verify.md, 'Reading the lateness line'", **data)
+    return passed(check, B, subject, evidence, **data)
+
+
+def _late(lateness: float) -> str:
+    return f"{lateness:.2f} s late" if lateness >= 0 else f"{-lateness:.2f} s early (clocks)"
+
+
+def _fix_for(problems: list[str]) -> str:
+    text = " ".join(problems)
+    if "early" in text:
+        return "check the machine's clock (NTP) and the queue's DelaySeconds"
+    if "times" in text:
+        return "look for a second requeue function or consumer on the probe's queues"
+    return "something rewrites messages on the way: look for another producer or a changed function"
+
+
+def run_probes(ctx: AwsVerifyContext) -> tuple[list[CheckResult], list[tuple[str, float]]]:
+    """Send every probe of the mode, wait for them, and judge each (skipped ones say why); the (kind, delay) sent."""
+    ep = ctx.target.probe
+    skipped_kinds = [k for k in ("delay-fifo", "tier", "cancel", "reschedule") if k not in dict(_plan(ctx))]
+    if ep is None:
+        return [skipped("probe-native", B, "-", "the stack has no probe endpoint: deploy with -c verifyProbe=true")], []
+    if ctx.queue(ep.name) is None or ctx.queue(ep.delay_queue) is None:
+        return [
+            failed(
+                "probe-native",
+                B,
+                ep.name,
+                "the probe endpoint's queues do not exist",
+                "deploy infra/aws with the probe endpoint (context verifyProbe, on by default)",
+            )
+        ], []
+    plan = _plan(ctx)
+    ctx.progress(
+        f"sending {len(plan)} probe(s) to {ep.name}: "
+        + ", ".join(f"{k} (due in {format_duration(d)})" for k, d in plan)
+    )
+    probes = [_send(ctx, ep.name, kind, delay) for kind, delay in plan]
+    _cancel_and_reschedule(ctx, ep.name, probes)
+    notes = _await(ctx, ep.name, probes)
+    if notes:
+        ctx.progress(f"removed {len(notes)} probe(s) of an earlier run from {ep.name}")
+    results = [_judge(ctx, p, ep) for p in probes]
+    why = "run with --full" if ctx.mode is Mode.QUICK else "not deployed (tier / cancellation table)"
+    results += [skipped(f"probe-{k}", B, ep.name, why) for k in skipped_kinds]
+    return results, [(p.kind, (p.due - p.sent_at).total_seconds()) for p in probes if p.error is None]

@@ -1,0 +1,265 @@
+"""Self-checks of a deployment (``aws verify``, ``azure verify``): typed results, the report, probe timings, clean-up.
+
+Each check is a small function in a cloud adapter (``aws/verify/``, ``azure/verify/``) that returns one
+``CheckResult``: what it found (the evidence) and, when it fails, the one-line fix. The report holds them in order
+and decides the exit code. Probe waits are settings (``VerifySettings``), so tests on the emulators compress the
+cloud's minutes into seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from .errors import ConfigurationError
+
+__all__ = [
+    "VERIFY_ENV_PREFIX",
+    "CheckResult",
+    "Cleanup",
+    "Group",
+    "Mode",
+    "Progress",
+    "Status",
+    "VerifyReport",
+    "VerifySettings",
+    "failed",
+    "lateness_figures",
+    "needs_account",
+    "passed",
+    "skipped",
+    "warned",
+]
+
+#: Environment prefix of the probe timings.
+VERIFY_ENV_PREFIX = "DELAYED_DELIVERY_VERIFY_"
+
+#: ``progress(line)``: one line of progress for the operator (stderr in the CLI).
+Progress = Callable[[str], None]
+
+
+class Status(StrEnum):
+    """The outcome of one check."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    WARN = "warn"
+    NEEDS_ACCOUNT = "needs a real account"
+    SKIPPED = "skipped"
+
+
+class Group(StrEnum):
+    """What kind of fact a check establishes."""
+
+    CONFIGURATION = "configuration"
+    PERMISSIONS = "permissions"
+    BEHAVIOUR = "behaviour"
+    COST = "cost"
+
+
+class Mode(StrEnum):
+    """``quick``: configuration and the short probes; ``full``: every probe, including the long routes."""
+
+    QUICK = "quick"
+    FULL = "full"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One check: its id, what it is about, the outcome, the evidence and (when it fails or warns) the fix."""
+
+    check: str
+    group: Group
+    subject: str
+    status: Status
+    evidence: str
+    fix: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {
+            "check": self.check,
+            "group": self.group.value,
+            "subject": self.subject,
+            "status": self.status.value,
+            "evidence": self.evidence,
+            "fix": self.fix or None,
+            "data": dict(self.data),
+        }
+
+
+def passed(check: str, group: Group, subject: str, evidence: str, **data: Any) -> CheckResult:
+    """A check that holds."""
+    return CheckResult(check, group, subject, Status.PASS, evidence, data=data)
+
+
+def failed(check: str, group: Group, subject: str, evidence: str, fix: str, **data: Any) -> CheckResult:
+    """A check that does not hold, with the fix."""
+    return CheckResult(check, group, subject, Status.FAIL, evidence, fix, data=data)
+
+
+def warned(check: str, group: Group, subject: str, evidence: str, fix: str, **data: Any) -> CheckResult:
+    """Works, but not as well as it should; does not fail the run."""
+    return CheckResult(check, group, subject, Status.WARN, evidence, fix, data=data)
+
+
+def needs_account(check: str, group: Group, subject: str, will_check: str, **data: Any) -> CheckResult:
+    """A check an emulator cannot exercise: what it will check in a real account."""
+    return CheckResult(check, group, subject, Status.NEEDS_ACCOUNT, will_check, data=data)
+
+
+def skipped(check: str, group: Group, subject: str, why: str) -> CheckResult:
+    """A check not run (``--quick``, or the part it checks is not deployed)."""
+    return CheckResult(check, group, subject, Status.SKIPPED, why)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """Every check of one run, in order; ``exit_code`` 1 when any failed or the run was interrupted."""
+
+    cloud: str
+    target: str
+    mode: Mode
+    local: bool
+    started_at: datetime
+    finished_at: datetime
+    results: tuple[CheckResult, ...]
+    cleanup_problems: tuple[str, ...] = ()
+    interrupted: bool = False
+
+    @property
+    def failures(self) -> tuple[CheckResult, ...]:
+        """The failed checks."""
+        return tuple(r for r in self.results if r.status is Status.FAIL)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing failed, nothing was left behind and the run finished."""
+        return not self.failures and not self.cleanup_problems and not self.interrupted
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every check holds, 1 otherwise (2 is the CLI's, for usage errors)."""
+        return 0 if self.ok else 1
+
+    def counts(self) -> dict[str, int]:
+        """How many checks ended in each status."""
+        return {s.value: sum(1 for r in self.results if r.status is s) for s in Status}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON document of ``--json``."""
+        return {
+            "cloud": self.cloud,
+            "target": self.target,
+            "mode": self.mode.value,
+            "local": self.local,
+            "started_at": self.started_at.isoformat(),
+            "finished_at": self.finished_at.isoformat(),
+            "ok": self.ok,
+            "exit_code": self.exit_code,
+            "interrupted": self.interrupted,
+            "counts": self.counts(),
+            "checks": [r.as_dict() for r in self.results],
+            "cleanup_problems": list(self.cleanup_problems),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class VerifySettings:
+    """Probe delays and waits (seconds); ``DELAYED_DELIVERY_VERIFY_<NAME>`` overrides each one."""
+
+    #: Native route: the probe's DelaySeconds (AWS) or initial visibility (Azure).
+    native_delay: float = 30.0
+    #: The ``-delay.fifo`` route: one 900 s hop, then the rest as native delay (about 16 minutes).
+    fifo_delay: float = 960.0
+    #: The time-bucket tier: due in about 12 minutes (sent to the tier whatever the native cap).
+    tier_delay: float = 720.0
+    #: Cancel and reschedule on the ``-delay.fifo`` route: due beyond the native cap plus the record cache.
+    cancel_delay: float = 1020.0
+    #: The rescheduled probe moves this much later than its first due time.
+    reschedule_shift: float = 60.0
+    #: The table route (Azure): due this far ahead, dispatched by the timer.
+    table_delay: float = 90.0
+    #: How late a probe may arrive before it counts as never arriving.
+    grace: float = 120.0
+    #: How long after the last arrival the probe queue is watched for duplicates.
+    duplicate_watch: float = 20.0
+    #: Longest wait of one receive (SQS long polling / Azure polling step).
+    poll: float = 20.0
+    #: Seconds between progress lines while probes are in flight.
+    progress_every: float = 30.0
+    #: The Azure dispatcher's heartbeat is stale after this long (three timer periods).
+    heartbeat_max_age: float = 180.0
+    #: How long the cost check waits for CloudWatch to show the probe window's requests (they lag minutes).
+    metrics_wait: float = 360.0
+    #: A probe later than this (seconds) is reported as a warning.
+    lateness_warn: float = 60.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise ConfigurationError(f"verify setting {f.name} must be a non-negative number, got {value!r}")
+        if self.poll <= 0 or self.progress_every <= 0:
+            raise ConfigurationError("verify settings poll and progress_every must be positive")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> VerifySettings:
+        """Read ``DELAYED_DELIVERY_VERIFY_<NAME>`` (seconds) for every field present in ``env``."""
+        values: dict[str, float] = {}
+        for f in fields(cls):
+            name = VERIFY_ENV_PREFIX + f.name.upper()
+            if name in env:
+                raw = env[name].strip()
+                try:
+                    values[f.name] = float(raw)
+                except ValueError:
+                    raise ConfigurationError(f"{name}={raw[:40]!r} is not a number of seconds") from None
+        return cls(**values)
+
+
+class Cleanup:
+    """What a run created, undone in reverse order on success, failure or Ctrl-C; problems are kept, not raised."""
+
+    def __init__(self) -> None:
+        self._undo: list[tuple[str, Callable[[], None]]] = []
+        self.problems: list[str] = []
+        self.done: list[str] = []
+
+    def add(self, what: str, undo: Callable[[], None]) -> None:
+        """Register ``undo`` for the resource ``what`` (e.g. "temporary queue x")."""
+        self._undo.append((what, undo))
+
+    def run(self) -> None:
+        """Undo everything registered, newest first; each failure becomes one line in ``problems``."""
+        while self._undo:
+            what, undo = self._undo.pop()
+            try:
+                undo()
+            except Exception as exc:  # one failed delete must not keep the others
+                self.problems.append(f"could not delete {what}: {type(exc).__name__}: {' '.join(str(exc).split())}")
+            else:
+                self.done.append(what)
+
+    @contextmanager
+    def scope(self) -> Iterator[Cleanup]:
+        """Run the clean-up when the block ends, whatever ends it (KeyboardInterrupt included)."""
+        try:
+            yield self
+        finally:
+            self.run()
+
+
+def lateness_figures(values: Iterable[float]) -> dict[str, float]:
+    """Median and worst lateness (seconds, 3 decimals) of the arrivals; empty when none arrived."""
+    found = sorted(values)
+    if not found:
+        return {}
+    return {"median_s": round(statistics.median(found), 3), "max_s": round(found[-1], 3), "min_s": round(found[0], 3)}

@@ -1,0 +1,124 @@
+"""``aws verify`` end to end on moto (HTTPS), the functions run locally: a healthy deployment passes quick and full;
+each broken one (a missing DLQ, visibility too short, a missing bucket policy, a probe never arriving) is reported
+with its fix and exit 1; the JSON is one document, the human report a table with one line per finding."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.aws.verify.conftest import by_check, cli, client, verify
+
+pytestmark = pytest.mark.moto
+
+PROBE = "delayed-delivery-probe"
+
+
+def _failures(document: dict) -> dict[str, dict]:
+    return {c["check"]: c for c in document["checks"] if c["status"] == "fail"}
+
+
+def test_a_healthy_deployment_passes_quick(deployed_tls: str) -> None:
+    deployed = deployed_tls
+    code, document, err = verify(deployed)
+    checks = by_check(document)
+    assert code == 0 and document["ok"] and not _failures(document), _failures(document)
+    native = checks[("probe-native", PROBE)]
+    assert native["status"] == "pass" and -1 < native["data"]["lateness_s"] < 5, native
+    assert checks[("tier-bucket-policy", "verify-tier")]["status"] == "pass"  # set over HTTPS by aws create
+    assert checks[("probe-delay-fifo", PROBE)]["status"] == "skipped"
+    # what an emulator cannot show is listed with what it will check
+    account = {c["check"] for c in document["checks"] if c["status"] == "needs a real account"}
+    assert {"event-source", "function-role", "tier-schedule", "alarms", "probe-visibility-12h"} <= account
+    assert checks[("cost", "probes")]["data"]["sqs_requests"] >= 3
+    assert "sending 1 probe(s)" in err
+    # the probe endpoint verify made for the run is gone again
+    queues = client("sqs", deployed).list_queues(QueueNamePrefix=PROBE).get("QueueUrls", [])
+    assert queues == []
+
+
+def test_a_healthy_deployment_passes_full_through_every_route(deployed: str) -> None:
+    code, document, err = verify(deployed, "--full")
+    checks = by_check(document)
+    assert code == 0 and not _failures(document), [(c["evidence"], c["fix"]) for c in _failures(document).values()]
+    for kind, route in (("native", "native"), ("delay-fifo", "fifo"), ("tier", "buckets"), ("reschedule", "fifo")):
+        found = checks[(f"probe-{kind}", PROBE)]
+        assert found["status"] == "pass" and found["data"]["route"] == route, (found, err)
+        assert found["data"]["arrivals"] == 1 and found["data"]["lateness_s"] > -1, found
+    assert checks[("probe-cancel", PROBE)]["status"] == "pass"
+    assert checks[("tier-bucket-policy", "verify-tier")]["status"] == "needs a real account"  # plain HTTP
+    assert "waiting for" in err  # progress while the probes are in flight
+
+
+def _fails_with(endpoint: str, check: str, evidence: str, fix: str) -> None:
+    code, document, _ = verify(endpoint)
+    found = _failures(document)
+    assert code == 1 and not document["ok"] and check in found, document["checks"]
+    assert evidence in found[check]["evidence"] and fix in found[check]["fix"], found[check]
+
+
+def test_a_missing_dlq_is_reported_with_its_fix(deployed: str) -> None:
+    sqs = client("sqs", deployed)
+    sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName="delayed-delivery-ingest-dlq")["QueueUrl"])
+    _fails_with(deployed, "tier-ingest-dlq", "does not exist", "RedrivePolicy")
+
+
+def test_visibility_too_short_is_reported_with_its_fix(deployed: str) -> None:
+    sqs = client("sqs", deployed)
+    url = sqs.get_queue_url(QueueName="orders-delay.fifo")["QueueUrl"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "30"})
+    _fails_with(
+        deployed,
+        "delay-queue-visibility",
+        "visibility 30 s < 6 × function timeout 30 s",
+        "raise VisibilityTimeout to 180",
+    )
+
+
+def test_a_missing_bucket_policy_is_reported_with_its_fix(deployed_tls: str) -> None:
+    client("s3", deployed_tls).delete_bucket_policy(Bucket="verify-tier")
+    _fails_with(deployed_tls, "tier-bucket-policy", "no bucket policy", "aws:SecureTransport")
+
+
+def test_a_probe_never_arriving_is_reported_with_where_it_is_and_the_fix(deployed: str) -> None:
+    """The probe endpoint exists, but its -delay.fifo holds every hop 60 s instead of the function's 2 s."""
+    code, out, err = cli(
+        "aws", "create", "--queue", PROBE, "--error-queue", f"{PROBE}-errors", "--endpoint-url", deployed
+    )
+    assert code == 0, out + err
+    sqs = client("sqs", deployed)
+    url = sqs.get_queue_url(QueueName=f"{PROBE}-delay.fifo")["QueueUrl"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"DelaySeconds": "60"})
+    code, document, _ = cli_verify_full_without_tier(deployed)
+    failure = _failures(document)["probe-delay-fifo"]
+    assert code == 1 and "never arrived" in failure["evidence"], failure
+    assert f"waits out DelaySeconds 60 s on {PROBE}-delay.fifo" in failure["evidence"], failure
+    assert failure["fix"] == f"set DelaySeconds of {PROBE}-delay.fifo to 2 (the requeue function's hop)", failure
+    assert by_check(document)[("probe-native", PROBE)]["status"] == "pass"
+    # the probe endpoint was there before the run: verify leaves it
+    assert sqs.get_queue_url(QueueName=PROBE)["QueueUrl"]
+
+
+def cli_verify_full_without_tier(endpoint: str) -> tuple[int, dict, str]:
+    code, out, err = cli("aws", "verify", "--endpoint-url", endpoint, "--no-buckets", "--full", "--json")
+    return code, json.loads(out), err
+
+
+def test_the_human_report_is_a_table_with_one_line_per_finding_and_its_fix(deployed: str) -> None:
+    sqs = client("sqs", deployed)
+    url = sqs.get_queue_url(QueueName="orders-delay.fifo")["QueueUrl"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"DelaySeconds": "5"})
+    code, out, _ = cli("aws", "verify", "--endpoint-url", deployed, "--buckets")
+    assert code == 1
+    lines = [line for line in out.splitlines() if line.startswith("FAIL ")]
+    assert len(lines) == 1 and "delay-queue orders-delay.fifo" in lines[0], out
+    assert lines[0].endswith("→ fix: set DelaySeconds to 2"), out
+    assert "Needs a real account" in out and "exit 1" in out.splitlines()[-1]
+
+
+def test_usage_errors_exit_2_with_one_line() -> None:
+    code, out, err = cli("aws", "verify", "--queue", "orders", "--region", "us-east-1")
+    assert code == 2 and "--local" in err and len(err.strip().splitlines()) == 1, (out, err)
+    code, out, err = cli("aws", "verify", "--endpoint-url", "https://127.0.0.1:9", "--json")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (out, err)
