@@ -40,7 +40,7 @@ from delayed_delivery.verification import Cleanup, Mode, VerifySettings
 __all__ = ["run_verify_command"]
 
 #: Client settings of verify: quick to give up on a dead endpoint, patient enough for a 20 s long poll.
-_CLIENT = {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 3, "mode": "standard"}}
+_CLIENT: dict[str, Any] = {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 3, "mode": "standard"}}
 #: The probe endpoint's -delay.fifo visibility on an emulator: 6x the requeue timeout, as the CDK construct sets it.
 _PROBE_VISIBILITY = 180
 

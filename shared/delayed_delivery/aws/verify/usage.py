@@ -16,7 +16,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ...cost import FIFO_PRICE_PER_REQUEST, compare_sqs_costs, estimate_bucket_cost
+from ...cost import FIFO_PRICE_PER_REQUEST, compare_sqs_costs
 from ...durations import format_duration
 from ...timebuckets.cost import (
     LAMBDA_PRICE_PER_GB_SECOND,
@@ -24,6 +24,7 @@ from ...timebuckets.cost import (
     S3_GET_PRICE_PER_REQUEST,
     S3_PUT_PRICE_PER_REQUEST,
     STANDARD_PRICE_PER_REQUEST,
+    estimate_bucket_cost,
 )
 from ...verification import CheckResult, Group, passed, skipped
 from ..sqs import translate_error

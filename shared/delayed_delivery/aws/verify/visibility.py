@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ...settings import MAX_PARK_SECONDS, MAX_VISIBILITY_TIMEOUT
+from ...planning import MAX_PARK_SECONDS, MAX_VISIBILITY_TIMEOUT
 from ...verification import CheckResult, Group, failed, needs_account, passed, warned
 from ..sqs import translate_error
 from .context import AwsVerifyContext
