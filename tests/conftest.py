@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 # Fake cloud credentials so no SDK ever looks for real ones (or for instance metadata).
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
@@ -15,6 +16,10 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+# Property tests assert behaviour, never speed: no per-example deadline, so a loaded machine cannot fail them.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 # Service fixtures live one file per service; each starts its emulator on a free loopback port.
 pytest_plugins = ["tests.fixtures.moto", "tests.fixtures.azurite", "tests.fixtures.postgres", "tests.fixtures.spark"]
