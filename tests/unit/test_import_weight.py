@@ -12,12 +12,12 @@ import pytest
 RECEIVE_MODULE_BUDGET = 25
 
 
-def _loaded_by(statement: str) -> list[str]:
-    """The ``delayed_delivery`` modules a fresh interpreter holds after running ``statement``."""
+def _loaded_by(statement: str, package: str = "delayed_delivery") -> list[str]:
+    """The modules of ``package`` a fresh interpreter holds after running ``statement``."""
     code = (
         "import json, sys\n"
         f"{statement}\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'delayed_delivery')))"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == {package!r})))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     loaded: list[str] = json.loads(done.stdout)
@@ -31,6 +31,7 @@ def test_the_receive_helper_loads_at_most_25_package_modules() -> None:
     heavy = [m for m in loaded if m.startswith(("delayed_delivery.aws.requeue", "delayed_delivery.aws.tier"))]
     assert not heavy, f"the receive helper pulls in the requeue step or the tier: {heavy}"
     assert "delayed_delivery.aws.sender" not in loaded
+    assert _loaded_by("import delayed_delivery.aws.receive", "aws_lambda_powertools") == []  # the consumer's to load
 
 
 def test_importing_the_aws_package_loads_none_of_its_modules() -> None:

@@ -9,8 +9,6 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.metrics import MetricUnit
-
 from ..clock import Clock, SystemClock
 from ..delivery import DELIVERY_HEADER, DeliveredMessage, consumed_fields, decode_delivery, from_epoch_ms
 from ..errors import InvalidMessageError
@@ -95,6 +93,7 @@ def observe_lateness(
     """Add ``ConsumerLateness`` (s) to ``metrics`` and log one ``consumed`` line; returns the lateness."""
     lateness = delivered.lateness_s
     if metrics is not None and lateness is not None:
-        metrics.add_metric(name=CONSUMER_LATENESS_METRIC, unit=MetricUnit.Seconds, value=lateness)
+        # The unit by name: importing Powertools is the caller's (a consumer parsing messages never pays for it).
+        metrics.add_metric(name=CONSUMER_LATENESS_METRIC, unit="Seconds", value=lateness)
     (logger or _log).info("consumed", extra=consumed_fields(delivered))
     return lateness
