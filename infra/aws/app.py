@@ -22,7 +22,8 @@ from typing import Any
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from infra.aws.endpoint import MAX_PARK_SECONDS
+from delayed_delivery.aws.config import DEFAULT_CACHE_SECONDS
+from delayed_delivery.planning import MAX_PARK_SECONDS
 from infra.aws.stack import DEFAULT_CANCELLATION_TABLE, DelayedDeliveryStack, EndpointConfig
 
 
@@ -80,7 +81,7 @@ def build(app: cdk.App) -> DelayedDeliveryStack:
         fifo_queue_delay=int(_context(app, "fifoQueueDelay", 900)),
         alarm_topic_arn=_context(app, "alarmTopicArn", None),
         cancellation_table_name=str(_context(app, "cancellationTable", DEFAULT_CANCELLATION_TABLE)),
-        cancellation_cache_seconds=int(_context(app, "cancellationCacheSeconds", 60)),
+        cancellation_cache_seconds=int(_context(app, "cancellationCacheSeconds", DEFAULT_CACHE_SECONDS)),
         max_park_seconds=int(_context(app, "maxParkSeconds", MAX_PARK_SECONDS)),
         park_max_in_flight=int(_context(app, "parkMaxInFlight", 100_000)),
         kms_key=_context(app, "kmsKey", None),

@@ -25,6 +25,10 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
+from delayed_delivery.aws.config import CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS, TABLE_ENV
+from delayed_delivery.aws.tier.config import BUCKET_NAME_ENV, BUCKET_PREFIX_ENV, DEFAULT_PREFIX, DEFAULT_SERVICE
+from delayed_delivery.naming import FIFO_SUFFIX, validate_sqs_queue_name
+from delayed_delivery.timebuckets.wheel import BucketLevel
 from infra.aws.functions import METRICS_NAMESPACE, PowertoolsFunction, powertools_function
 
 __all__ = [
@@ -42,9 +46,9 @@ INGEST_HANDLER = "functions.aws.bucket_ingest.handler"
 #: The timer function's handler.
 TIMER_HANDLER = "functions.aws.bucket_timer.handler"
 #: Powertools service of both functions (the ``service`` dimension of their metrics).
-SERVICE = "delayed-delivery-buckets"
-#: Key prefix of the bucket objects (``DELAYED_DELIVERY_BUCKET_PREFIX``'s default).
-DEFAULT_PREFIX = "delayed-delivery/buckets"
+SERVICE = DEFAULT_SERVICE
+#: The wheel's bucket sizes and dispatch lead when none are given (the functions' own defaults).
+DEFAULT_LEVELS = BucketLevel()
 #: The ingest queue (``DELAYED_DELIVERY_BUCKET_INGEST_QUEUE``'s default).
 DEFAULT_INGEST_QUEUE = "delayed-delivery-ingest"
 #: A fine bucket still holding objects this long after its end raises the overdue alarm.
@@ -56,21 +60,21 @@ INGEST_TIMEOUT = Duration.seconds(60)
 TIMER_TIMEOUT = Duration.minutes(5)
 #: Receives before an ingest record goes to the DLQ.
 INGEST_MAX_RECEIVES = 5
+#: The ingest queue's dead-letter queue is named after it with this suffix.
+INGEST_DLQ_SUFFIX = "-dlq"
 RETENTION = Duration.days(14)
 #: An ingest message older than this (5 minutes running) means the ingest falls behind.
 INGEST_AGE_THRESHOLD_SECONDS = 600
 
 
 def _check(prefix: str, fine: int, coarse: int, lead: int, ingest_queue_name: str) -> None:
-    """``ValueError`` for a prefix or bucket sizes the functions would refuse at start."""
+    """``ValueError`` for a prefix, bucket sizes or an ingest queue the functions would refuse at start."""
     if not prefix or prefix.startswith("/") or prefix.endswith("/") or "*" in prefix:
         raise ValueError(f"bucket prefix {prefix!r}: path segments without a slash at either end")
-    if fine < 1 or coarse < fine or coarse % fine:
-        raise ValueError("bucket sizes: fine >= 1 s and coarse a multiple of fine")
-    if lead < 0 or lead + fine > 900:
-        raise ValueError("dispatch lead + fine bucket must be at most 900 s (the longest DelaySeconds)")
-    if not 1 <= len(ingest_queue_name) <= 76 or ingest_queue_name.endswith(".fifo"):
-        raise ValueError(f"ingest queue {ingest_queue_name!r}: a standard queue name leaving room for '-dlq'")
+    BucketLevel(fine, coarse, lead)  # ConfigurationError (a ValueError) with the functions' own words
+    if ingest_queue_name.endswith(FIFO_SUFFIX):
+        raise ValueError(f"ingest queue {ingest_queue_name!r}: a standard queue, not a FIFO one")
+    validate_sqs_queue_name(f"{ingest_queue_name}{INGEST_DLQ_SUFFIX}")  # the name and its DLQ's
 
 
 @jsii.implements(IStableListProducer)
@@ -121,16 +125,16 @@ class TimeBucketTier(Construct):
         destinations: Mapping[str, sqs.IQueue],
         layers: Sequence[lambda_.ILayerVersion] = (),
         cancellation_table: dynamodb.ITable | None = None,
-        cancellation_cache_seconds: int = 60,
+        cancellation_cache_seconds: int = DEFAULT_CACHE_SECONDS,
         encryption_key: kms.IKey | None = None,
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
         prefix: str = DEFAULT_PREFIX,
         ingest_queue_name: str = DEFAULT_INGEST_QUEUE,
         bucket_name: str | None = None,
         max_native_delay: int = 900,
-        fine_seconds: int = 60,
-        coarse_seconds: int = 86_400,
-        dispatch_lead_seconds: int = 600,
+        fine_seconds: int = DEFAULT_LEVELS.fine_seconds,
+        coarse_seconds: int = DEFAULT_LEVELS.coarse_seconds,
+        dispatch_lead_seconds: int = DEFAULT_LEVELS.dispatch_lead_seconds,
         overdue_threshold_seconds: int = OVERDUE_THRESHOLD_SECONDS,
         sender_arns: Sequence[str] = (),
     ) -> None:
@@ -147,8 +151,8 @@ class TimeBucketTier(Construct):
         self._restricted = False
         self._allow_senders(sender_arns)
         environment = {
-            "DELAYED_DELIVERY_BUCKET_NAME": self.bucket.bucket_name,
-            "DELAYED_DELIVERY_BUCKET_PREFIX": prefix,
+            BUCKET_NAME_ENV: self.bucket.bucket_name,
+            BUCKET_PREFIX_ENV: prefix,
             "DELAYED_DELIVERY_BUCKET_INGEST_QUEUE": ingest_queue_name,
             "DELAYED_DELIVERY_ERROR_QUEUE": self.error_queue.queue_name,
             "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(max_native_delay),
@@ -157,8 +161,8 @@ class TimeBucketTier(Construct):
             "DELAYED_DELIVERY_BUCKET_DISPATCH_LEAD_SECONDS": str(dispatch_lead_seconds),
         }
         if cancellation_table is not None:
-            environment["DELAYED_DELIVERY_CANCELLATION_TABLE"] = cancellation_table.table_name
-            environment["DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS"] = str(cancellation_cache_seconds)
+            environment[TABLE_ENV] = cancellation_table.table_name
+            environment[CACHE_SECONDS_ENV] = str(cancellation_cache_seconds)
         self.ingest = self._ingest(code, layers, environment)
         self.timer = self._timer(code, layers, environment, cancellation_table)
         self.alarms = self._alarms(overdue_threshold_seconds, alarm_actions)
@@ -226,7 +230,7 @@ class TimeBucketTier(Construct):
     def _queues(self, ingest_queue_name: str) -> None:
         """The ingest queue (standard) with its DLQ, and the tier's error queue: encrypted, TLS-only, 14 days."""
         common: dict[str, Any] = {"retention_period": RETENTION, "enforce_ssl": True, **self._queue_encryption()}
-        self.ingest_dlq = sqs.Queue(self, "IngestDlq", queue_name=f"{ingest_queue_name}-dlq", **common)
+        self.ingest_dlq = sqs.Queue(self, "IngestDlq", queue_name=f"{ingest_queue_name}{INGEST_DLQ_SUFFIX}", **common)
         # Lambda advises a visibility of 6x the function timeout plus the batching window.
         visibility = INGEST_TIMEOUT.to_seconds() * 6 + INGEST_BATCHING_WINDOW.to_seconds()
         self.ingest_queue = sqs.Queue(

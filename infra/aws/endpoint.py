@@ -25,6 +25,10 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
+from delayed_delivery.aws.config import CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS, MAX_CACHE_SECONDS, TABLE_ENV
+from delayed_delivery.naming import sqs_delay_queue_name
+from delayed_delivery.planning import MAX_PARK_SECONDS
+from delayed_delivery.timebuckets.wheel import MAX_DELAY_SECONDS
 from infra.aws.functions import METRICS_NAMESPACE, PowertoolsFunction, powertools_function
 
 __all__ = ["BACKLOG_THRESHOLD", "HANDLER", "METRICS_NAMESPACE", "RETENTION", "DelayedDeliveryEndpoint"]
@@ -38,9 +42,8 @@ RETENTION = Duration.days(14)
 ERROR_RETENTION = Duration.days(14)
 #: Visible (ready, not yet received) FIFO messages that, never fewer for 5 minutes, mean the requeue falls behind.
 BACKLOG_THRESHOLD = 1000
-#: The longest park: SQS's 12-hour visibility limit counts from the receive; 10 minutes are kept for the function
-#: (equal to ``delayed_delivery.planning.MAX_PARK_SECONDS``, which a test checks; the CDK app does not import it).
-MAX_PARK_SECONDS = 43_200 - 600
+#: Messages a FIFO queue may have in flight: SQS stops receives beyond this.
+FIFO_MAX_IN_FLIGHT = 120_000
 
 
 @jsii.implements(IStableListProducer)
@@ -64,19 +67,21 @@ def _check_limits(
     cancellation_cache_seconds: int,
 ) -> None:
     """``ValueError`` for a setting outside what SQS and the function allow."""
-    if not 1 <= fifo_queue_delay <= 900 or not 1 <= max_native_delay <= 900:
-        raise ValueError("fifo_queue_delay and max_native_delay must be 1-900 s (SQS's DelaySeconds range)")
+    if not 1 <= fifo_queue_delay <= MAX_DELAY_SECONDS or not 1 <= max_native_delay <= MAX_DELAY_SECONDS:
+        raise ValueError(
+            f"fifo_queue_delay and max_native_delay must be 1-{MAX_DELAY_SECONDS} s (SQS's DelaySeconds range)"
+        )
     if not 0 <= max_park_seconds <= MAX_PARK_SECONDS:
         raise ValueError(
             f"max_park_seconds must be 0-{MAX_PARK_SECONDS} s (SQS's 12 h visibility limit counts from the "
             "receive, less 10 minutes for the function to act; 0 = no parking)"
         )
-    if not 0 <= park_max_in_flight <= 120_000:
-        raise ValueError("park_max_in_flight must be 0-120000 (a FIFO queue stops at 120,000 in flight)")
-    if not 0 <= cancellation_cache_seconds <= 600:
-        raise ValueError("cancellation_cache_seconds must be 0-600 s (well below the 900 s hop)")
-    if len(queue_name) > 69:
-        raise ValueError(f"queue name {queue_name!r} leaves no room for '-delay.fifo' within 80 characters")
+    if not 0 <= park_max_in_flight <= FIFO_MAX_IN_FLIGHT:
+        raise ValueError(
+            f"park_max_in_flight must be 0-{FIFO_MAX_IN_FLIGHT} (a FIFO queue stops at that many in flight)"
+        )
+    if not 0 <= cancellation_cache_seconds <= MAX_CACHE_SECONDS:
+        raise ValueError(f"cancellation_cache_seconds must be 0-{MAX_CACHE_SECONDS} s (well below the hop)")
 
 
 def _grant_send(queue: sqs.IQueue, grantee: iam.IGrantable) -> iam.Grant:
@@ -106,7 +111,7 @@ class DelayedDeliveryEndpoint(Construct):
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
         cancellation_table: dynamodb.ITable | None = None,
-        cancellation_cache_seconds: int = 60,
+        cancellation_cache_seconds: int = DEFAULT_CACHE_SECONDS,
         max_park_seconds: int = MAX_PARK_SECONDS,
         park_max_in_flight: int = 100_000,
         backlog_threshold: int = BACKLOG_THRESHOLD,
@@ -124,6 +129,7 @@ class DelayedDeliveryEndpoint(Construct):
         )
         timeout = function_timeout or Duration.seconds(30)
         self.queue_name = queue_name
+        self.delay_queue_name = sqs_delay_queue_name(queue_name)
         self.service_name = f"delayed-delivery-{queue_name}"
         self.encryption_key = encryption_key
         self._senders = _Arns()
@@ -170,7 +176,7 @@ class DelayedDeliveryEndpoint(Construct):
         self.delay_queue = sqs.Queue(
             self,
             "Delay",
-            queue_name=f"{self.queue_name}-delay.fifo",
+            queue_name=self.delay_queue_name,
             fifo=True,
             content_based_deduplication=False,
             delivery_delay=Duration.seconds(fifo_queue_delay),
@@ -216,7 +222,7 @@ class DelayedDeliveryEndpoint(Construct):
             timeout=timeout,
             log_retention=log_retention,
             service=self.service_name,
-            description=f"Moves {self.queue_name}-delay.fifo records one hop on (unrestricted delayed delivery)",
+            description=f"Moves {self.delay_queue_name} records one hop on (unrestricted delayed delivery)",
             role_description=f"Requeue function of {self.queue_name}: its own queues and log group only",
             environment={"DELAYED_DELIVERY_ERROR_QUEUE": self.error_queue.queue_name},
         )
@@ -230,8 +236,8 @@ class DelayedDeliveryEndpoint(Construct):
                 conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [self.queue_name]}},
             )
         )
-        self.function.add_environment("DELAYED_DELIVERY_CANCELLATION_TABLE", table.table_name)
-        self.function.add_environment("DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS", str(cache_seconds))
+        self.function.add_environment(TABLE_ENV, table.table_name)
+        self.function.add_environment(CACHE_SECONDS_ENV, str(cache_seconds))
 
     def _alarms(self, backlog_threshold: int, actions: Sequence[cloudwatch.IAlarmAction]) -> list[cloudwatch.Alarm]:
         alarms = [

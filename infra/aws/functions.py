@@ -12,10 +12,12 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from delayed_delivery.aws.config import DEFAULT_NAMESPACE, NAMESPACE_ENV, SERVICE_ENV
+
 __all__ = ["METRICS_NAMESPACE", "PowertoolsFunction", "powertools_function"]
 
-#: CloudWatch namespace of the functions' EMF metrics.
-METRICS_NAMESPACE = "DelayedDelivery"
+#: CloudWatch namespace of the functions' EMF metrics (the one the functions use when none is set).
+METRICS_NAMESPACE = DEFAULT_NAMESPACE
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +87,8 @@ def powertools_function(
         log_group=log_group,
         description=description,
         environment={
-            "POWERTOOLS_SERVICE_NAME": service,
-            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+            SERVICE_ENV: service,
+            NAMESPACE_ENV: METRICS_NAMESPACE,
             "POWERTOOLS_LOG_LEVEL": "INFO",
             **(environment or {}),
         },

@@ -19,9 +19,12 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from delayed_delivery.aws.cancellations import DEFAULT_TABLE
+from delayed_delivery.aws.config import DEFAULT_CACHE_SECONDS
+from delayed_delivery.planning import MAX_PARK_SECONDS
 from infra.aws.buckets import INGEST_HANDLER, TIMER_HANDLER, TimeBucketTier
 from infra.aws.consumer import CONSUMER_HANDLER, ExampleConsumer
-from infra.aws.endpoint import HANDLER, MAX_PARK_SECONDS, DelayedDeliveryEndpoint
+from infra.aws.endpoint import HANDLER, DelayedDeliveryEndpoint
 from infra.aws.packaging import REPO_ROOT, prepare_function_asset
 
 __all__ = [
@@ -38,7 +41,7 @@ __all__ = [
 #: The AWS account that publishes the public Powertools for AWS Lambda (Python) layers.
 POWERTOOLS_ACCOUNT = "017000801446"
 #: The table `delayed-delivery cancel --cloud aws` writes to (unless DELAYED_DELIVERY_CANCELLATION_TABLE is set).
-DEFAULT_CANCELLATION_TABLE = "delayed-delivery-cancellations"
+DEFAULT_CANCELLATION_TABLE = DEFAULT_TABLE
 #: Values of ``long_delay_route``: ``fifo`` (no tier), ``buckets`` or ``auto`` (both deploy the time-bucket tier).
 LONG_DELAY_ROUTES = ("fifo", "buckets", "auto")
 #: ``kms_key`` value that creates a customer-managed key (rotation on) instead of importing one by ARN.
@@ -108,7 +111,7 @@ class DelayedDeliveryStack(Stack):
         alarm_topic_arn: str | None = None,
         asset_dir: Path | None = None,
         cancellation_table_name: str = DEFAULT_CANCELLATION_TABLE,
-        cancellation_cache_seconds: int = 60,
+        cancellation_cache_seconds: int = DEFAULT_CACHE_SECONDS,
         max_park_seconds: int = MAX_PARK_SECONDS,
         park_max_in_flight: int = 100_000,
         kms_key: str | None = None,

@@ -454,10 +454,3 @@ def test_real_cdk_cli_synth_offline(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert (tmp_path / "out" / "DelayedDelivery.template.json").exists()
-
-
-def test_the_cdk_park_cap_is_the_settings_one() -> None:
-    from delayed_delivery.planning import MAX_PARK_SECONDS
-    from infra.aws.endpoint import MAX_PARK_SECONDS as CDK_MAX_PARK_SECONDS
-
-    assert CDK_MAX_PARK_SECONDS == MAX_PARK_SECONDS
