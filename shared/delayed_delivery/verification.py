@@ -10,30 +10,36 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from .durations import format_duration
 from .errors import ConfigurationError
 
 __all__ = [
     "VERIFY_ENV_PREFIX",
+    "Arrival",
     "CheckResult",
     "Cleanup",
     "Group",
     "Mode",
+    "Probe",
     "Progress",
     "Status",
     "VerifyReport",
     "VerifySettings",
     "failed",
+    "judge_probe",
     "lateness_figures",
     "needs_account",
     "passed",
+    "probe_progress",
     "skipped",
+    "span",
     "warned",
 ]
 
@@ -263,3 +269,124 @@ def lateness_figures(values: Iterable[float]) -> dict[str, float]:
     if not found:
         return {}
     return {"median_s": round(statistics.median(found), 3), "max_s": round(found[-1], 3), "min_s": round(found[0], 3)}
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One receive of a probe: when, what body and headers (in one comparable form per cloud), by which route."""
+
+    received_at: datetime
+    body: str
+    headers: Mapping[str, str]
+    route: str | None = None
+
+
+@dataclass(slots=True)
+class Probe:
+    """One probe message: what was sent, when it is due, whether it must arrive, and every arrival seen."""
+
+    kind: str
+    message_id: str
+    body: str
+    headers: Mapping[str, str]
+    sent_at: datetime
+    due: datetime
+    expect: bool = True
+    route: str = ""
+    error: str | None = None
+    arrivals: list[Arrival] = field(default_factory=list)
+
+    def deadline(self, settings: VerifySettings) -> datetime:
+        """Waiting ends after the duplicate watch once it arrived; else after the grace (due + watch if cancelled)."""
+        if self.error is not None:
+            return self.sent_at
+        if self.arrivals:
+            return self.arrivals[-1].received_at + timedelta(seconds=settings.duplicate_watch)
+        if not self.expect:
+            return self.due + timedelta(seconds=settings.duplicate_watch)
+        return self.due + timedelta(seconds=settings.grace)
+
+
+def span(seconds: float) -> str:
+    """A duration for people: ``2.2 s`` under a minute, else whole units (``16m``, ``1h2m``)."""
+    if abs(seconds) < 60:
+        return f"{seconds:.1f} s"
+    return format_duration(round(seconds))
+
+
+def probe_progress(probes: Sequence[Probe], now: datetime, start: datetime) -> str:
+    """One progress line: how long it has waited and where each probe still waited for stands."""
+    parts = []
+    for p in probes:
+        left = (p.due - now).total_seconds()
+        if p.arrivals:
+            state = "arrived, watching for duplicates"
+        else:
+            state = f"due in {span(left)}" if left > 0 else f"{span(-left)} past due"
+        parts.append(f"{p.kind} {state}")
+    elapsed = span(max(0.0, (now - start).total_seconds()))
+    return f"{elapsed}: waiting for {len(probes)} probe(s): {'; '.join(parts)}"
+
+
+def _late(lateness: float) -> str:
+    return f"{lateness:.2f} s late" if lateness >= 0 else f"{-lateness:.2f} s early (clocks)"
+
+
+def _probe_problems(probe: Probe) -> list[str]:
+    first = probe.arrivals[0]
+    problems = []
+    if first.body != probe.body:
+        problems.append(f"the body changed ({len(probe.body)} → {len(first.body)} characters)")
+    if dict(first.headers) != dict(probe.headers):
+        problems.append(f"the attributes changed (sent {sorted(probe.headers)}, got {sorted(first.headers)})")
+    if len(probe.arrivals) > 1:
+        problems.append(f"it arrived {len(probe.arrivals)} times")
+    lateness = (first.received_at - probe.due).total_seconds()
+    if lateness < -1.0:
+        problems.append(f"it arrived {span(-lateness)} early")
+    return problems
+
+
+def _problem_fix(problems: list[str]) -> str:
+    text = " ".join(problems)
+    if "early" in text:
+        return "check this machine's clock (NTP) and the queue's own delay settings"
+    if "times" in text:
+        return "look for a second dispatcher, requeue function or consumer on the probe's queues"
+    return "something rewrites messages on the way: look for another producer or a changed function"
+
+
+def judge_probe(
+    probe: Probe,
+    settings: VerifySettings,
+    *,
+    subject: str,
+    route: str,
+    missing: Callable[[], tuple[str, str]],
+    send_fix: str,
+    cancel_fix: str,
+) -> CheckResult:
+    """The probe's check: sent, arrived (or, cancelled, never), intact, once, and how late.
+
+    ``missing()`` says where a probe that never arrived is and what to do (it is asked only then).
+    """
+    check, group = f"probe-{probe.kind}", Group.BEHAVIOUR
+    if probe.error is not None:
+        return failed(check, group, subject, f"the probe could not be sent: {probe.error}", send_fix)
+    if not probe.expect:
+        if probe.arrivals:
+            return failed(check, group, subject, f"cancelled, yet it arrived (via {route})", cancel_fix)
+        return passed(check, group, subject, f"cancelled on {route}: it did not arrive by its due time")
+    if not probe.arrivals:
+        evidence, fix = missing()
+        waited = span((probe.due - probe.sent_at).total_seconds() + settings.grace)
+        return failed(check, group, subject, f"sent via {route}, never arrived within {waited}: {evidence}", fix)
+    lateness = (probe.arrivals[0].received_at - probe.due).total_seconds()
+    data = {"route": probe.route, "lateness_s": round(lateness, 3), "arrivals": len(probe.arrivals)}
+    problems = _probe_problems(probe)
+    if problems:
+        return failed(check, group, subject, f"via {route}: " + "; ".join(problems), _problem_fix(problems), **data)
+    evidence = f"via {route}: arrived {_late(lateness)}, body and attributes intact, once"
+    if lateness > settings.lateness_warn:
+        return warned(check, group, subject, evidence, "see docs/verify.md, 'Reading the lateness line'", **data)
+    return passed(check, group, subject, evidence, **data)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from delayed_delivery.app.cli.output import emit_json, fail, say
+from delayed_delivery.app.cli.verify_azure import run_verify_command
 from delayed_delivery.app.routes.base import azure_connection, require_endpoint
 from delayed_delivery.azure.config import ENV_CONNECTION, ENV_ENDPOINT, AzureClients, AzureDelayedDeliveryConfig
 from delayed_delivery.azure.packaging import build_function_app
@@ -137,3 +138,6 @@ def dispatch(
     emit_json(
         {"enabled": summary.enabled, "dispatched": summary.dispatched, "error_queue": summary.moved_to_error_queue}
     )
+
+
+azure_app.command(name="verify")(run_verify_command)  # prove a deployment (docs/verify.md)

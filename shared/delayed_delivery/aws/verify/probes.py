@@ -12,17 +12,27 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ...cancellations import cancel_request, reschedule_request
-from ...durations import format_duration
 from ...errors import DelayedDeliveryError
 from ...headers import FAILURE_REASON
-from ...verification import CheckResult, Group, Mode, failed, passed, skipped, warned
+from ...verification import (
+    Arrival,
+    CheckResult,
+    Group,
+    Mode,
+    Probe,
+    failed,
+    judge_probe,
+    probe_progress,
+    skipped,
+    span,
+)
 from ..cancellations import DynamoDbCancellationStore
 from ..config import CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS
 from ..receive import delivered_from_boto3
@@ -31,7 +41,7 @@ from ..sqs import normalize_attributes, translate_error
 from .context import AwsVerifyContext
 from .target import EndpointTarget
 
-__all__ = ["PROBE_ID_PREFIX", "Arrival", "Probe", "run_probes"]
+__all__ = ["PROBE_ID_PREFIX", "run_probes"]
 
 B = Group.BEHAVIOUR
 #: Every probe message id starts with this (and the run id), so probes of an earlier, interrupted run are known.
@@ -40,48 +50,19 @@ PROBE_ID_PREFIX = "verify-"
 _PROBE_TEXT = 'zażółć gęślą jaźń ✓ 😀 "quoted"\nsecond line'
 
 
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """One receive of a probe on the probe queue."""
-
-    received_at: datetime
-    body: str
-    attributes: dict[str, dict[str, Any]]
-    route: str | None
-    hops: int | None
+def _probe_attributes(kind: str) -> dict[str, Any]:
+    """Three typed attributes that must arrive as sent (String, Number, Binary)."""
+    return {"probe-kind": kind, "probe-number": 42.5, "probe-bytes": b"\x00\x01\xfe\xff"}
 
 
-@dataclass(slots=True)
-class Probe:
-    """One probe message: what was sent, when it is due, whether it must arrive, what came back."""
-
-    kind: str
-    message_id: str
-    body: str
-    attributes: dict[str, dict[str, Any]]
-    sent_at: datetime
-    due: datetime
-    expect: bool = True
-    route: str = ""
-    error: str | None = None
-    arrivals: list[Arrival] = field(default_factory=list)
-
-    def deadline(self, ctx: AwsVerifyContext) -> datetime:
-        """When waiting ends: after the duplicate watch once arrived, else after the grace (or due + watch)."""
-        settings = ctx.settings
-        if self.error is not None:
-            return self.sent_at
-        if self.arrivals:
-            return self.arrivals[-1].received_at + timedelta(seconds=settings.duplicate_watch)
-        if not self.expect:
-            return self.due + timedelta(seconds=settings.duplicate_watch)
-        return self.due + timedelta(seconds=settings.grace)
-
-
-def _probe_attributes(kind: str) -> dict[str, dict[str, Any]]:
-    """Three typed attributes that must arrive as sent."""
-    typed = normalize_attributes({"probe-kind": kind, "probe-number": 42.5, "probe-bytes": b"\x00\x01\xfe\xff"})
-    return {k: dict(v) for k, v in typed.items()}
+def _comparable(attributes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Typed attributes as ``{name: "DataType:value"}`` (binary values in hex), for comparing sent and received."""
+    found = {}
+    for name, value in attributes.items():
+        raw = value.get("StringValue", value.get("BinaryValue"))
+        text = bytes(raw).hex() if isinstance(raw, bytes | bytearray) else str(raw)
+        found[name] = f"{value.get('DataType')}:{text}"
+    return found
 
 
 def _body(message_id: str) -> str:
@@ -116,10 +97,12 @@ def _send(ctx: AwsVerifyContext, probe_queue: str, kind: str, delay: float) -> P
     message_id = f"{PROBE_ID_PREFIX}{ctx.run_id}-{kind}"
     seconds = max(1, math.ceil(delay))
     now = ctx.clock.now()
-    probe = Probe(kind, message_id, _body(message_id), _probe_attributes(kind), now, now + timedelta(seconds=seconds))
+    attributes = _probe_attributes(kind)
+    typed = _comparable(normalize_attributes(attributes))
+    probe = Probe(kind, message_id, _body(message_id), typed, now, now + timedelta(seconds=seconds))
     try:
         receipt = _sender(ctx, kind).send_delayed(
-            probe_queue, probe.body, seconds, attributes=probe.attributes, message_id=message_id
+            probe_queue, probe.body, seconds, attributes=attributes, message_id=message_id
         )
         probe.route = receipt.route.value
     except DelayedDeliveryError as exc:
@@ -175,10 +158,8 @@ def _arrival(message: dict[str, Any], probe_queue: str) -> tuple[str | None, Arr
         probe_id = None
     received = delivered.received_at
     assert received is not None
-    headers = {k: dict(v) for k, v in delivered.headers.items()}
-    return (probe_id if isinstance(probe_id, str) else None), Arrival(
-        received, body, headers, delivered.route, delivered.hops
-    )
+    arrival = Arrival(received, body, _comparable(delivered.headers), delivered.route)
+    return (probe_id if isinstance(probe_id, str) else None), arrival
 
 
 def _receive(ctx: AwsVerifyContext, url: str, probe_queue: str, wait: int, probes: dict[str, Probe]) -> list[str]:
@@ -211,21 +192,6 @@ def _receive(ctx: AwsVerifyContext, url: str, probe_queue: str, wait: int, probe
     return notes
 
 
-def _progress_line(ctx: AwsVerifyContext, waiting: list[Probe], start: datetime) -> str:
-    now = ctx.clock.now()
-    parts = []
-    for p in waiting:
-        left = (p.due - now).total_seconds()
-        state = (
-            "arrived, watching for duplicates"
-            if p.arrivals
-            else (f"due in {format_duration(left)}" if left > 0 else f"{format_duration(-left)} past due")
-        )
-        parts.append(f"{p.kind} {state}")
-    elapsed = (now - start).total_seconds()
-    return f"{format_duration(max(0.0, elapsed))}: waiting for {len(waiting)} probe(s): {'; '.join(parts)}"
-
-
 def _await(ctx: AwsVerifyContext, probe_queue: str, probes: list[Probe]) -> list[str]:
     """Receive until every probe is settled; progress every ``progress_every`` seconds."""
     facts = ctx.queue(probe_queue)
@@ -236,13 +202,13 @@ def _await(ctx: AwsVerifyContext, probe_queue: str, probes: list[Probe]) -> list
     notes: list[str] = []
     while True:
         now = ctx.clock.now()
-        waiting = [p for p in probes if now < p.deadline(ctx)]
+        waiting = [p for p in probes if now < p.deadline(ctx.settings)]
         if not waiting:
             return notes
         if now >= next_progress:
-            ctx.progress(_progress_line(ctx, waiting, start))
+            ctx.progress(probe_progress(waiting, now, start))
             next_progress = now + timedelta(seconds=ctx.settings.progress_every)
-        left = min((p.deadline(ctx) - now).total_seconds() for p in waiting)
+        left = min((p.deadline(ctx.settings) - now).total_seconds() for p in waiting)
         step = max(0.0, min(left, ctx.settings.poll, (next_progress - now).total_seconds()))
         if ctx.functions.local:
             ctx.functions.run_for(min(step, 1.0))
@@ -338,75 +304,21 @@ def _where(ctx: AwsVerifyContext, probe: Probe, ep: EndpointTarget) -> tuple[str
     )
 
 
-def _intact(probe: Probe, arrival: Arrival) -> list[str]:
-    problems = []
-    if arrival.body != probe.body:
-        problems.append(f"the body changed ({len(probe.body)} → {len(arrival.body)} characters)")
-    sent = {k: (v["DataType"], v.get("StringValue", v.get("BinaryValue"))) for k, v in probe.attributes.items()}
-    got = {k: (v.get("DataType"), v.get("StringValue", v.get("BinaryValue"))) for k, v in arrival.attributes.items()}
-    if sent != got:
-        problems.append(f"the attributes changed (sent {sorted(sent)}, got {sorted(got)})")
-    return problems
-
-
 def _judge(ctx: AwsVerifyContext, probe: Probe, ep: EndpointTarget) -> CheckResult:
     """One probe's check."""
-    check, subject = f"probe-{probe.kind}", ep.name
     route = {"native": "native DelaySeconds", "fifo": ep.delay_queue, "buckets": "the time-bucket tier"}.get(
         probe.route, probe.route or "?"
     )
-    if probe.error is not None:
-        return failed(
-            check,
-            B,
-            subject,
-            f"the probe could not be sent: {probe.error}",
-            "give the role running verify the permissions in infra/aws/verify-policy.json",
-        )
-    if not probe.expect:
-        if probe.arrivals:
-            return failed(
-                check,
-                B,
-                subject,
-                f"cancelled, yet it arrived (via {route})",
-                f"the requeue function does not read the cancellation table: check {CACHE_SECONDS_ENV} "
-                "and DELAYED_DELIVERY_CANCELLATION_TABLE on it",
-            )
-        return passed(check, B, subject, f"cancelled on {route}: it did not arrive by its due time")
-    if not probe.arrivals:
-        evidence, fix = _where(ctx, probe, ep)
-        waited = (probe.due - probe.sent_at).total_seconds() + ctx.settings.grace
-        return failed(
-            check, B, subject, f"sent via {route}, never arrived within {format_duration(waited)}: {evidence}", fix
-        )
-    first = probe.arrivals[0]
-    lateness = (first.received_at - probe.due).total_seconds()
-    data = {"route": probe.route, "lateness_s": round(lateness, 3), "arrivals": len(probe.arrivals)}
-    evidence = f"via {route}: arrived {_late(lateness)}, body and attributes intact, once"
-    problems = _intact(probe, first)
-    if len(probe.arrivals) > 1:
-        problems.append(f"it arrived {len(probe.arrivals)} times")
-    if lateness < -1.0:
-        problems.append(f"it arrived {format_duration(-lateness)} early")
-    if problems:
-        return failed(check, B, subject, f"via {route}: " + "; ".join(problems), _fix_for(problems), **data)
-    if lateness > ctx.settings.lateness_warn:
-        return warned(check, B, subject, evidence, "see docs/verify.md, 'Reading the lateness line'", **data)
-    return passed(check, B, subject, evidence, **data)
-
-
-def _late(lateness: float) -> str:
-    return f"{lateness:.2f} s late" if lateness >= 0 else f"{-lateness:.2f} s early (clocks)"
-
-
-def _fix_for(problems: list[str]) -> str:
-    text = " ".join(problems)
-    if "early" in text:
-        return "check the machine's clock (NTP) and the queue's DelaySeconds"
-    if "times" in text:
-        return "look for a second requeue function or consumer on the probe's queues"
-    return "something rewrites messages on the way: look for another producer or a changed function"
+    return judge_probe(
+        probe,
+        ctx.settings,
+        subject=ep.name,
+        route=route,
+        missing=lambda: _where(ctx, probe, ep),
+        send_fix="give the role running verify the permissions in infra/aws/verify-policy.json",
+        cancel_fix=f"the requeue function does not read the cancellation table: check {CACHE_SECONDS_ENV} and "
+        "DELAYED_DELIVERY_CANCELLATION_TABLE on it",
+    )
 
 
 def run_probes(ctx: AwsVerifyContext) -> tuple[list[CheckResult], list[tuple[str, float]]]:
@@ -426,10 +338,7 @@ def run_probes(ctx: AwsVerifyContext) -> tuple[list[CheckResult], list[tuple[str
             )
         ], []
     plan = _plan(ctx)
-    ctx.progress(
-        f"sending {len(plan)} probe(s) to {ep.name}: "
-        + ", ".join(f"{k} (due in {format_duration(d)})" for k, d in plan)
-    )
+    ctx.progress(f"sending {len(plan)} probe(s) to {ep.name}: " + ", ".join(f"{k} (due in {span(d)})" for k, d in plan))
     probes = [_send(ctx, ep.name, kind, delay) for kind, delay in plan]
     _cancel_and_reschedule(ctx, ep.name, probes)
     notes = _await(ctx, ep.name, probes)

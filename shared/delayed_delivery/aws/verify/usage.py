@@ -17,7 +17,6 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ...cost import FIFO_PRICE_PER_REQUEST, compare_sqs_costs
-from ...durations import format_duration
 from ...timebuckets.cost import (
     LAMBDA_PRICE_PER_GB_SECOND,
     LAMBDA_PRICE_PER_INVOCATION,
@@ -26,7 +25,7 @@ from ...timebuckets.cost import (
     STANDARD_PRICE_PER_REQUEST,
     estimate_bucket_cost,
 )
-from ...verification import CheckResult, Group, passed, skipped
+from ...verification import CheckResult, Group, passed, skipped, span
 from ..sqs import translate_error
 from .context import AwsVerifyContext, Usage
 
@@ -177,11 +176,11 @@ def cost_check(ctx: AwsVerifyContext, kinds: Sequence[tuple[str, float]], wait: 
             K,
             "probes",
             f"CloudWatch had not counted the probe window after "
-            f"{format_duration(wait)}; --full waits longer (DELAYED_DELIVERY_VERIFY_METRICS_WAIT)",
+            f"{span(wait)}; --full waits longer (DELAYED_DELIVERY_VERIFY_METRICS_WAIT)",
         )
     dollars = price(usage)
     each, model = dollars / len(kinds), _model(kinds)
-    delays = ", ".join(f"{k} {format_duration(d)}" for k, d in kinds)
+    delays = ", ".join(f"{k} {span(d)}" for k, d in kinds)
     requests = usage.sqs_standard_requests + usage.sqs_fifo_requests
     evidence = (
         f"${each:.7f} per message measured ({requests:g} SQS requests, {usage.lambda_invocations:g} Lambda "

@@ -1,0 +1,194 @@
+"""``delayed-delivery azure verify``: prove a Bicep deployment (or Azurite with ``--local``) and print the report.
+
+The checks live in ``delayed_delivery.azure.verify``; this module reads the options (and the role and alert listings
+the ``az`` CLI prints), builds the clients and the target, on an emulator the local dispatcher, and prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from delayed_delivery.app.cli.output import err, fail
+from delayed_delivery.app.cli.verify_output import print_report, progress_printer
+from delayed_delivery.app.routes.base import azure_connection, require_endpoint
+from delayed_delivery.azure.config import ENV_CONNECTION, ENV_ENDPOINT, AzureClients, AzureDelayedDeliveryConfig
+from delayed_delivery.azure.runner import AzureDispatcherHost
+from delayed_delivery.azure.verify import PROBE_QUEUE, AzureTarget, AzureVerifyContext, verify_azure
+from delayed_delivery.clock import SystemClock
+from delayed_delivery.errors import ConfigurationError, DelayedDeliveryError
+from delayed_delivery.naming import validate_azure_queue_name
+from delayed_delivery.verification import Cleanup, Mode, VerifySettings
+
+__all__ = ["run_verify_command"]
+
+#: A listing bigger than this is not what `az` prints for one identity or one resource group.
+_MAX_LISTING_BYTES = 10 * 1024 * 1024
+
+
+class _LocalDispatcher:
+    """The dispatcher run here, between the probe queue's reads (it writes no heartbeat: it is not the timer)."""
+
+    local = True
+
+    def __init__(self, config: AzureDelayedDeliveryConfig, clients: AzureClients) -> None:
+        self.host = AzureDispatcherHost(config, clients, heartbeat=False)
+
+    def run_for(self, seconds: float) -> None:
+        """One short timer run."""
+        self.host.run(budget=max(0.1, seconds))
+
+
+class _Timer:
+    """In Azure the function app's timer dispatches: nothing to run here."""
+
+    local = False
+
+    def run_for(self, seconds: float) -> None:
+        """Nothing: the timer runs by itself."""
+
+
+def _listing(path: Path | None, what: str) -> Sequence[Mapping[str, Any]] | None:
+    """A JSON list of objects from ``path`` (an `az` listing), or None when no path was given."""
+    if path is None:
+        return None
+    try:
+        if path.stat().st_size > _MAX_LISTING_BYTES:
+            raise ConfigurationError(f"{what} {path}: larger than 10 MiB, not an az listing")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigurationError(f"{what} {path}: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"{what} {path}: not JSON ({exc})") from None
+    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+        raise ConfigurationError(f"{what} {path}: expected a JSON list of objects, as `az … list -o json` prints")
+    return data
+
+
+def _config(connection: str | None, endpoint: str, local: bool) -> AzureDelayedDeliveryConfig:
+    env = dict(os.environ)
+    env[ENV_ENDPOINT] = require_endpoint(endpoint)
+    connection = azure_connection(connection, local)
+    if connection:
+        env[ENV_CONNECTION] = connection
+    return AzureDelayedDeliveryConfig.from_env(env)
+
+
+def _local_probe_queue(clients: AzureClients, name: str, cleanup: Cleanup) -> None:
+    """On an emulator: create the probe queue when missing; it is deleted again when the run ends."""
+    from azure.core.exceptions import ResourceExistsError
+
+    queue = clients.queues.get_queue_client(name)
+    try:
+        queue.create_queue()
+    except ResourceExistsError:
+        return
+    cleanup.add(f"the probe queue {name}", queue.delete_queue)
+
+
+def _context(
+    config: AzureDelayedDeliveryConfig,
+    local: bool,
+    mode: Mode,
+    probe_queue: str,
+    listings: tuple[Path | None, Path | None],
+) -> AzureVerifyContext:
+    from azure.core.exceptions import AzureError
+
+    from delayed_delivery.azure.sdk_errors import translate
+
+    clients = AzureClients.create(config, fail_fast=True)
+    cleanup = Cleanup()
+    where = "Azurite" if local else f"storage account {clients.queues.account_name}"
+    target = AzureTarget(
+        config=config,
+        description=f"{where}, delays table {config.table_name}",
+        local=local,
+        probe_queue=probe_queue,
+        role_assignments=_listing(listings[0], "--role-assignments"),
+        alert_rules=_listing(listings[1], "--alert-rules"),
+    )
+    if local:
+        try:
+            _local_probe_queue(clients, probe_queue, cleanup)
+        except AzureError as exc:
+            raise translate(exc, f"creating the probe queue {probe_queue}") from exc
+    return AzureVerifyContext(
+        target=target,
+        clients=clients,
+        settings=VerifySettings.from_env(os.environ),
+        clock=SystemClock(),
+        progress=progress_printer(err),
+        cleanup=cleanup,
+        dispatcher=_LocalDispatcher(config, clients) if local else _Timer(),
+        mode=mode,
+        run_id=uuid.uuid4().hex[:10],
+    )
+
+
+def run_verify_command(
+    endpoint: Annotated[
+        str, typer.Option("--endpoint", envvar=ENV_ENDPOINT, help="The endpoint that owns the delays table.")
+    ] = "",
+    connection: Annotated[
+        str | None,
+        typer.Option(
+            "--connection-string",
+            envvar=ENV_CONNECTION,
+            help="Storage connection string (else the "
+            "account in DELAYED_DELIVERY_STORAGE_ACCOUNT with your Azure sign-in).",
+        ),
+    ] = None,
+    local: Annotated[
+        bool, typer.Option("--local", help="Check Azurite on 127.0.0.1:10000-10002, running the dispatcher here.")
+    ] = False,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full/--quick",
+            help="--quick (default): storage, timer, roles, a native "
+            "and a table probe, about 2 minutes. --full: also a cancelled probe and a "
+            "lease left to expire.",
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document (progress stays on stderr).")] = (
+        False
+    ),
+    probe_queue: Annotated[str, typer.Option("--probe-queue", help="The probe queue (Bicep: deployVerifyProbe).")] = (
+        PROBE_QUEUE
+    ),
+    role_assignments: Annotated[
+        Path | None,
+        typer.Option(
+            "--role-assignments",
+            help="`az role assignment list --assignee <identityClientId> --all -o "
+            "json` output: checks the identity's roles and scopes.",
+        ),
+    ] = None,
+    alert_rules: Annotated[
+        Path | None,
+        typer.Option("--alert-rules", help="`az monitor scheduled-query list -g <resource group> -o json` output."),
+    ] = None,
+) -> None:
+    """Prove a deployment: storage, the timer's heartbeat, roles and scopes, alerts, lease and visibility rules,
+    probes through the native and table routes; clean-up after.
+
+    Exit 0 when every check holds, 1 when any fails, 2 for a usage error. docs/verify.md explains each check.
+
+    Example: delayed-delivery azure verify --endpoint orders --role-assignments roles.json --alert-rules alerts.json
+    """
+    try:
+        validate_azure_queue_name(probe_queue)
+        config = _config(connection, endpoint, local)
+        ctx = _context(config, local, Mode.FULL if full else Mode.QUICK, probe_queue, (role_assignments, alert_rules))
+        report = verify_azure(ctx)
+    except DelayedDeliveryError as exc:
+        raise fail(str(exc)) from None
+    print_report(report, as_json=as_json)
+    raise typer.Exit(code=report.exit_code)
