@@ -10,7 +10,9 @@ Context keys: ``endpoints`` (list of queue names or ``{"name", "existingQueueArn
 allowed, that may send to every ``-delay.fifo``; each endpoint's ``senders`` add to it), ``exampleConsumer`` (true adds
 the example consumer, ``functions/aws/consumer.py``, on each endpoint's input queue), ``longDelayRoute`` (``fifo``,
 the default, or ``buckets`` / ``auto``, which deploy the S3 time-bucket tier) with ``bucketName``, ``bucketPrefix``,
-``bucketIngestQueue``, ``bucketFineSeconds``, ``bucketCoarseSeconds``, ``bucketDispatchLeadSeconds``.
+``bucketIngestQueue``, ``bucketFineSeconds``, ``bucketCoarseSeconds``, ``bucketDispatchLeadSeconds``; ``verifyProbe``
+(true, the default, adds the probe endpoint ``delayed-delivery aws verify`` uses: zero idle cost) and ``verifyRoles``
+(role ARNs that run verify: they may send to the probe's ``-delay.fifo`` and the tier's ingest queue).
 cdk-nag's AwsSolutions checks run on every synth; an unsuppressed finding fails it.
 """
 
@@ -34,21 +36,21 @@ def _context(app: cdk.App, key: str, default: Any) -> Any:
     return default if value is None else value
 
 
-def _senders(value: Any) -> list[str]:
-    """``delaySenders``: a list of role ARNs, or one comma-separated string (``-c delaySenders=arn1,arn2``)."""
+def _senders(value: Any, key: str = "delaySenders") -> list[str]:
+    """A list of role ARNs, or one comma-separated string (``-c delaySenders=arn1,arn2``)."""
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-        raise ValueError("context 'delaySenders' is a list of role ARNs")
+        raise ValueError(f"context '{key}' is a list of role ARNs")
     return [i.strip() for i in items if i.strip()]
 
 
-def _flag(value: Any) -> bool:
+def _flag(value: Any, key: str = "exampleConsumer") -> bool:
     """A boolean context value: JSON true/false, or ``-c exampleConsumer=true`` (a string)."""
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise ValueError(f"context 'exampleConsumer' is true or false, not {value!r}")
+    raise ValueError(f"context '{key}' is true or false, not {value!r}")
 
 
 #: Context keys of the time-bucket tier -> ``TimeBucketTier`` arguments (and how to read them).
@@ -89,6 +91,8 @@ def build(app: cdk.App) -> DelayedDeliveryStack:
         example_consumer=_flag(_context(app, "exampleConsumer", False)),
         long_delay_route=str(_context(app, "longDelayRoute", "fifo")),
         bucket_tier=_bucket_tier(app),
+        verify_probe=_flag(_context(app, "verifyProbe", True), "verifyProbe"),
+        verify_roles=_senders(_context(app, "verifyRoles", []), "verifyRoles"),
         description="Unrestricted SQS delayed delivery (delayed-delivery)",
     )
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))

@@ -117,6 +117,8 @@ class DelayedDeliveryEndpoint(Construct):
         backlog_threshold: int = BACKLOG_THRESHOLD,
         encryption_key: kms.IKey | None = None,
         sender_arns: Sequence[str] = (),
+        alarms: bool = True,
+        event_source_enabled: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         _check_limits(
@@ -144,14 +146,19 @@ class DelayedDeliveryEndpoint(Construct):
             self._read_cancellations(cancellation_table, cancellation_cache_seconds)
         # The event source's grant (receive, delete, change visibility, attributes) covers this FIFO queue only:
         # parking changes visibility there, and reads its in-flight count, and nowhere else.
-        self.function.add_event_source(SqsEventSource(self.delay_queue, batch_size=10, report_batch_item_failures=True))
+        # Off at rest (``event_source_enabled=False``) only for the verify probe, which switches it on while it runs.
+        self.function.add_event_source(
+            SqsEventSource(
+                self.delay_queue, batch_size=10, report_batch_item_failures=True, enabled=event_source_enabled
+            )
+        )
         # Sends: back to its own FIFO queue, to its own input queue, to its own error queue. Nothing else.
         self.grant_send_delayed(self.function)
         for queue in (self.input_queue, self.error_queue):
             _grant_send(queue, self.function)
         self._senders.arns.extend(sender_arns)
         self._restrict_senders()
-        self.alarms = self._alarms(backlog_threshold, alarm_actions)
+        self.alarms = self._alarms(backlog_threshold, alarm_actions) if alarms else []
         self._suppress()
 
     def grant_send_delayed(self, grantee: iam.IGrantable) -> iam.Grant:

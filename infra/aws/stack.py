@@ -26,6 +26,7 @@ from infra.aws.buckets import INGEST_HANDLER, TIMER_HANDLER, TimeBucketTier
 from infra.aws.consumer import CONSUMER_HANDLER, ExampleConsumer
 from infra.aws.endpoint import HANDLER, DelayedDeliveryEndpoint
 from infra.aws.packaging import REPO_ROOT, prepare_function_asset
+from infra.aws.probe import VerifyProbe
 
 __all__ = [
     "ASSETS",
@@ -119,6 +120,8 @@ class DelayedDeliveryStack(Stack):
         example_consumer: bool = False,
         long_delay_route: str = "fifo",
         bucket_tier: Mapping[str, Any] | None = None,
+        verify_probe: bool = True,
+        verify_roles: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -151,12 +154,17 @@ class DelayedDeliveryStack(Stack):
             "encryption_key": self.encryption_key,
         }
         self.endpoints = [self._endpoint(config, senders, common) for config in endpoints]
+        self.probe = self._probe([*senders, *verify_roles], common) if verify_probe else None
         self.consumers = [self._consumer(e, code["consumer"], layer) for e in self.endpoints if example_consumer]
         self.buckets = (
             None
             if long_delay_route == "fifo"
             else self._buckets(
-                long_delay_route, endpoints, senders, common | {"code": code["tier"]}, dict(bucket_tier or {})
+                long_delay_route,
+                endpoints,
+                [*senders, *verify_roles],
+                common | {"code": code["tier"]},
+                dict(bucket_tier or {}),
             )
         )
         self.dashboard = self._dashboard(construct_id)
@@ -173,6 +181,16 @@ class DelayedDeliveryStack(Stack):
             code=code,
             layers=[layer],
         )
+
+    def _probe(self, senders: Sequence[str], common: dict[str, Any]) -> VerifyProbe:
+        """The endpoint `aws verify` probes through: no alarms, its event source off at rest (zero idle cost)."""
+        probe = VerifyProbe(self, "VerifyProbe", sender_arns=senders, **common)
+        CfnOutput(self, "ProbeQueue", value=probe.queue_name, description="the probe endpoint of `aws verify`")
+        return probe
+
+    def _destinations(self) -> list[DelayedDeliveryEndpoint]:
+        """The endpoints the tier dispatches to: every endpoint, and the probe endpoint."""
+        return [*self.endpoints, *([self.probe.endpoint] if self.probe else [])]
 
     def _dashboard(self, construct_id: str) -> cloudwatch.Dashboard:
         """One dashboard: a section per endpoint, then the time-bucket tier's rows."""
@@ -200,7 +218,7 @@ class DelayedDeliveryStack(Stack):
             "TimeBuckets",
             code=common["code"],
             layers=common["layers"],
-            destinations={e.queue_name: e.input_queue for e in self.endpoints},
+            destinations={e.queue_name: e.input_queue for e in self._destinations()},
             cancellation_table=self.cancellation_table,
             cancellation_cache_seconds=common["cancellation_cache_seconds"],
             encryption_key=self.encryption_key,
