@@ -4,7 +4,12 @@ Each process runs ``AzureDispatcherHost`` runs back to back (lease 15 s, the Azu
 every 0.1 s, so the lease holder sends continuously; the lab SIGKILLs whichever process sent last (the
 holder) and measures the takeover: from the kill to the next send by another process (bound: lease duration
 + one 1 s tick). Every delivery is counted from the destination queue: lost must be 0; a duplicate can only
-come from a row the dead holder had claimed (and maybe sent) before it died.
+come from a row the dead holder had started sending and not yet removed when it died. The lab counts those rows
+itself: each worker records every send it starts and every message its dispatcher logs as ``dispatched`` (sent,
+then removed from the table), so for a killed holder ``started - dispatched`` is what it left unsettled, however
+fast or slow the machine let it run. Its dispatcher bounds that set by its pipeline: the batch being sent and the
+one whose removal runs beside it (``2 * BATCH``). Each worker appends its records to a file of its own, so a
+worker stopped or killed mid-write never holds up another.
 
 Soak: ``python -m tests.reliability.azurelab --kills 20`` (starts its own Azurite).
 
@@ -22,22 +27,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from delayed_delivery import DelayedDeliverySettings, DelayedMessage
+from delayed_delivery import logfields as lf
 from delayed_delivery.azure.config import AzureDelayedDeliveryConfig
 from delayed_delivery.azure.runner import AzureDispatcherHost
 from delayed_delivery.azure.storage_queue import StorageQueueTransport, decode_envelope
@@ -47,6 +53,8 @@ LEASE = 15
 TICK = 1.0
 #: Parallel sends per shard in each host (``max_concurrency``).
 CONCURRENCY = 4
+#: Rows each host's dispatcher fetches at a time (``batch_size``).
+BATCH = 100
 
 
 def _host(conn: str, name: str, shards: int) -> AzureDispatcherHost:
@@ -58,7 +66,7 @@ def _host(conn: str, name: str, shards: int) -> AzureDispatcherHost:
         run_seconds=30.0,
         claim_timeout=20.0,
         shards=shards,
-        settings=DelayedDeliverySettings(max_concurrency=CONCURRENCY, error_queue=f"{name}e"),
+        settings=DelayedDeliverySettings(batch_size=BATCH, max_concurrency=CONCURRENCY, error_queue=f"{name}e"),
     )
     host = AzureDispatcherHost(config)
     host.setup_infrastructure()
@@ -66,27 +74,75 @@ def _host(conn: str, name: str, shards: int) -> AzureDispatcherHost:
 
 
 class TimedSink:
-    """Wraps the real transport; after each send, records (message id, pid, wall time) in a SQLite sink."""
+    """Wraps the real transport and appends each send's start and end to this process's own record file.
 
-    def __init__(self, inner: StorageQueueTransport, path: Path) -> None:
+    One file per process (``<folder>/<pid>.log``), one ``os.write`` per line, nothing shared with another process.
+    ``started <id>`` is written before the send, so no message reaches the queue unrecorded; ``sent <id> <wall
+    time>`` after it; ``settled <id>`` when the dispatcher logs the message as dispatched (``SettledLog``).
+    """
+
+    def __init__(self, inner: StorageQueueTransport, folder: Path) -> None:
         self.inner = inner
-        self.conn = sqlite3.connect(path, isolation_level=None, timeout=30, check_same_thread=False)
-        self.lock = threading.Lock()
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("CREATE TABLE IF NOT EXISTS sent (message_id TEXT, pid INTEGER, at REAL)")
+        self._fd = os.open(folder / f"{os.getpid()}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def send(self, message: DelayedMessage) -> None:
+        self._record(f"started {message.message_id}")
         self.inner.send(message)
-        with self.lock:
-            self.conn.execute("INSERT INTO sent VALUES (?, ?, ?)", (message.message_id, os.getpid(), time.time()))
+        self._record(f"sent {message.message_id} {time.time()!r}")
+
+    def settled(self, message_id: str) -> None:
+        self._record(f"settled {message_id}")
+
+    def _record(self, line: str) -> None:
+        os.write(self._fd, f"{line}\n".encode())
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
 
+class SettledLog(logging.Handler):
+    """Records each message the dispatcher logs as ``dispatched`` (sent, then removed from the table)."""
+
+    def __init__(self, sink: TimedSink) -> None:
+        super().__init__(logging.INFO)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, lf.EVENT, None) == lf.EVENT_DISPATCHED:
+            self.sink.settled(str(getattr(record, lf.MESSAGE_ID)))
+
+
+class SinkRecords:
+    """What the workers' ``TimedSink`` files in ``folder`` say so far (complete lines only)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def _records(self, pid: int | None = None) -> Iterator[tuple[int, list[str]]]:
+        for path in self.folder.glob("*.log" if pid is None else f"{pid}.log"):
+            for line in path.read_text().splitlines(keepends=True):
+                if line.endswith("\n"):
+                    yield int(path.stem), line.split()
+
+    def sends(self, since: float = 0.0) -> list[tuple[str, int, float]]:
+        """(message id, pid, wall time) of every finished send at or after ``since``, in time order."""
+        found = [(r[1], pid, float(r[2])) for pid, r in self._records() if r[0] == "sent"]
+        return sorted((s for s in found if s[2] >= since), key=lambda s: s[2])
+
+    def unsettled(self, pid: int) -> set[str]:
+        """Messages process ``pid`` started sending and never logged as dispatched (sent and removed)."""
+        records = list(self._records(pid))
+        started = {r[1] for _, r in records if r[0] == "started"}
+        return started - {r[1] for _, r in records if r[0] == "settled"}
+
+
 def _worker(conn: str, name: str, shards: int, sink: str) -> None:
     host = _host(conn, name, shards)
-    host.transport = TimedSink(host.transport, Path(sink))  # type: ignore[assignment]
+    timed = TimedSink(host.transport, Path(sink))
+    host.transport = timed  # type: ignore[assignment]
+    dispatcher_log = logging.getLogger("delayed_delivery.dispatcher")
+    dispatcher_log.setLevel(logging.INFO)
+    dispatcher_log.addHandler(SettledLog(timed))
     while True:
         host.run(budget=30.0)
 
@@ -103,6 +159,10 @@ class LeaseSoakResult:
     lost: int
     duplicates: int
     takeover_seconds: list[float] = field(default_factory=list)
+    #: per kill: how many messages the killed holder had started sending and not settled (``unsettled``)
+    unsettled_at_kill: list[int] = field(default_factory=list)
+    #: ids delivered more than once that no killed holder had left unsettled (the mechanism says: none)
+    unexplained_duplicates: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -130,9 +190,10 @@ def lease_kill_soak(
         [DelayedMessage(f"a-{i:06d}", dest, b"x", now + timedelta(seconds=3 + i / 10)) for i in range(count)]
     )
     takeovers: list[float] = []
+    killed: list[int] = []
     with tempfile.TemporaryDirectory() as tmp:
-        sink = Path(tmp) / "sink.db"
-        probe = TimedSink(host.transport, sink).conn
+        sink = Path(tmp)
+        probe = SinkRecords(sink)
         argv = [sys.executable, "-m", "tests.reliability.azurelab", "--worker", conn, name, str(shards), str(sink)]
         env = {**os.environ, "PYTHONWARNINGS": "ignore"}
         procs = {p.pid: p for p in (subprocess.Popen(argv, cwd=ROOT, env=env) for _ in range(processes))}
@@ -140,21 +201,20 @@ def lease_kill_soak(
         try:
             for _ in range(kills):
                 time.sleep(rng.uniform(3.0, 6.0))
-                row = probe.execute("SELECT pid, at FROM sent ORDER BY at DESC LIMIT 1").fetchone()
-                while row is None and time.monotonic() < deadline:
+                sends = probe.sends()
+                while not sends and time.monotonic() < deadline:
                     time.sleep(0.5)
-                    row = probe.execute("SELECT pid, at FROM sent ORDER BY at DESC LIMIT 1").fetchone()
-                assert row is not None, "nobody dispatched"
-                holder = procs.pop(int(row[0]))
+                    sends = probe.sends()
+                assert sends, "nobody dispatched"
+                holder = procs.pop(sends[-1][1])
                 holder.send_signal(signal.SIGKILL)
                 holder.wait()
                 killed_at = time.time()
+                killed.append(holder.pid)
                 new = subprocess.Popen(argv, cwd=ROOT, env=env)
                 procs[new.pid] = new
                 while time.monotonic() < deadline:
-                    nxt = probe.execute(
-                        "SELECT MIN(at) FROM sent WHERE at > ? AND pid != ?", (killed_at, holder.pid)
-                    ).fetchone()[0]
+                    nxt = min((at for _, pid, at in probe.sends(killed_at) if pid != holder.pid), default=None)
                     if nxt is not None:
                         takeovers.append(round(nxt - killed_at, 2))
                         break
@@ -166,12 +226,13 @@ def lease_kill_soak(
             for p in procs.values():
                 p.send_signal(signal.SIGKILL)
                 p.wait()
-            probe.close()
+        left = [probe.unsettled(pid) for pid in killed]
     client = queues.get_queue_client(dest)
     ids: Counter[str] = Counter()
     while batch := list(client.receive_messages(messages_per_page=32, max_messages=32, visibility_timeout=300)):
         ids.update(decode_envelope(m.content).message_id for m in batch)
     expected = {f"a-{i:06d}" for i in range(count)}
+    explained = set().union(*left)
     return LeaseSoakResult(
         messages=count,
         shards=shards,
@@ -181,6 +242,8 @@ def lease_kill_soak(
         lost=len(expected - set(ids)),
         duplicates=sum(n - 1 for n in ids.values()),
         takeover_seconds=takeovers,
+        unsettled_at_kill=[len(ids_left) for ids_left in left],
+        unexplained_duplicates=sorted(mid for mid, n in ids.items() if n > 1 and mid not in explained),
         seconds=round(time.monotonic() - started, 1),
     )
 
@@ -210,15 +273,14 @@ class LeaseFaultResult:
         return max(self.takeover_seconds, default=0.0)
 
 
-def _sends(probe: sqlite3.Connection, shards: int, since: float) -> list[tuple[str, int, float, int]]:
+def _sends(probe: SinkRecords, shards: int, since: float) -> list[tuple[str, int, float, int]]:
     """(message id, pid, time, shard) of every send at or after ``since``, in time order."""
     from delayed_delivery.azure import rows
 
-    found = probe.execute("SELECT message_id, pid, at FROM sent WHERE at >= ? ORDER BY at", (since,)).fetchall()
-    return [(mid, int(pid), float(at), rows.shard_of(mid, shards)) for mid, pid, at in found]
+    return [(mid, pid, at, rows.shard_of(mid, shards)) for mid, pid, at in probe.sends(since)]
 
 
-def _holders(probe: sqlite3.Connection, shards: int) -> dict[int, int]:
+def _holders(probe: SinkRecords, shards: int) -> dict[int, int]:
     """shard → pid of its last sender (the lease holder as seen from the destination)."""
     out: dict[int, int] = {}
     for _, pid, _, shard in reversed(_sends(probe, shards, time.time() - 5.0)):
@@ -226,7 +288,7 @@ def _holders(probe: sqlite3.Connection, shards: int) -> dict[int, int]:
     return out
 
 
-def _gap(probe: sqlite3.Connection, shards: int, shard: int, since: float, until: float) -> tuple[float, int | None]:
+def _gap(probe: SinkRecords, shards: int, shard: int, since: float, until: float) -> tuple[float, int | None]:
     """Longest pause in sends on ``shard`` within [since, until] (from ``since``), and who sent after it."""
     times = [(at, pid) for _, pid, at, s in _sends(probe, shards, since) if s == shard and at <= until]
     longest, after, last = 0.0, None, since
@@ -239,7 +301,7 @@ def _gap(probe: sqlite3.Connection, shards: int, shard: int, since: float, until
     return round(longest, 2), after
 
 
-def _stale(probe: sqlite3.Connection, shards: int, shard: int, holder: int, since: float) -> int:
+def _stale(probe: SinkRecords, shards: int, shard: int, holder: int, since: float) -> int:
     """Sends by ``holder`` on ``shard`` after another process had sent there (since ``since``)."""
     sends = [(pid, at) for _, pid, at, s in _sends(probe, shards, since) if s == shard]
     other = min((at for pid, at in sends if pid != holder), default=None)
@@ -288,8 +350,8 @@ def lease_fault_soak(
         )
     result = LeaseFaultResult(faults, total, shards, processes, 0, 0, 0, 0)
     with tempfile.TemporaryDirectory() as tmp:
-        sink = Path(tmp) / "sink.db"
-        probe = TimedSink(host.transport, sink).conn
+        sink = Path(tmp)
+        probe = SinkRecords(sink)
         argv = [sys.executable, "-m", "tests.reliability.azurelab", "--worker", conn, name, str(shards), str(sink)]
         env = {**os.environ, "PYTHONWARNINGS": "ignore"}
         procs = {p.pid: p for p in (subprocess.Popen(argv, cwd=ROOT, env=env) for _ in range(processes))}
@@ -333,7 +395,6 @@ def lease_fault_soak(
                     p.send_signal(signal.SIGCONT)
                 p.send_signal(signal.SIGKILL)
                 p.wait()
-            probe.close()
     client = queues.get_queue_client(dest)
     ids: Counter[str] = Counter()
     while batch := list(client.receive_messages(messages_per_page=32, max_messages=32, visibility_timeout=300)):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.fixtures.azurite import Azurite
-from tests.reliability.azurelab import LEASE, TICK, lease_kill_soak
+from tests.reliability.azurelab import BATCH, LEASE, TICK, lease_kill_soak
 
 pytestmark = pytest.mark.azurite
 
@@ -19,5 +19,9 @@ def test_killed_lease_holder_is_replaced_within_lease_plus_a_tick_and_nothing_is
     assert result.lost == 0
     assert result.delivered == result.messages
     assert all(t <= LEASE + TICK + SLACK for t in result.takeover_seconds), result.takeover_seconds
-    # only rows the dead holder had claimed can be sent twice (at most its batch of in-flight sends)
-    assert result.duplicates <= 8, result
+    # Only rows the dead holder had started sending and not yet removed can be sent twice. The lab counts them
+    # (sends started minus messages logged as dispatched, per process), so the bound is whatever the holder had
+    # in flight when it died, however slowly a loaded machine let it run; its pipeline caps that at two batches.
+    assert result.unexplained_duplicates == [], result
+    assert result.duplicates <= sum(result.unsettled_at_kill), result
+    assert all(n <= 2 * BATCH for n in result.unsettled_at_kill), result
