@@ -94,14 +94,25 @@ param deployExampleConsumer bool = false
 @description('Queue the example consumer reads (default: the first destination queue).')
 param exampleConsumerQueue string = join(take(destinationQueues, 1), '')
 
+@description('Add the probe queue `delayed-delivery azure verify` sends its probes to: created, allowed as a destination, and sendable by the identity. An empty queue costs nothing.')
+param deployVerifyProbe bool = true
+
+@description('The probe queue\'s name (`azure verify --probe-queue`).')
+@minLength(3)
+@maxLength(63)
+param verifyProbeQueue string = 'delayed-delivery-probe'
+
 param tags object = {}
 
 var suffix = uniqueString(subscription().id, resourceGroup().id, namePrefix)
 var storageName = toLower(take('${namePrefix}${suffix}', 24))
 var hostStorageName = toLower(take('${namePrefix}${uniqueString(subscription().id, resourceGroup().id, namePrefix, 'host')}', 24))
 var deploymentContainer = 'app-package-${take(suffix, 8)}'
+// The verify probe's queue, when deployed: one more destination, created and allowed like the others.
+var probeQueues = deployVerifyProbe ? [verifyProbeQueue] : []
+var createdQueues = union(destinationQueues, probeQueues)
 // Never empty: an empty DELAYED_DELIVERY_ALLOWED_DESTINATIONS would mean any queue of the account.
-var destinationAllowList = empty(allowedDestinations) ? [errorQueueName] : allowedDestinations
+var destinationAllowList = union(empty(allowedDestinations) ? [errorQueueName] : allowedDestinations, probeQueues)
 // The example consumer's queue trigger: the queue, and an identity-based connection to the delays account.
 var exampleConsumerSettings = deployExampleConsumer
   ? {
@@ -129,7 +140,7 @@ module storage 'modules/storage.bicep' = {
     tags: tags
     delaysName: delaysName
     errorQueueName: errorQueueName
-    destinationQueues: destinationQueues
+    destinationQueues: createdQueues
     publicNetworkAccess: publicNetworkAccess
   }
 }
@@ -186,7 +197,7 @@ module roles 'modules/roles.bicep' = {
     hostStorageName: hostStorage.outputs.name
     storageName: storage.outputs.name
     delaysName: delaysName
-    senderQueues: union(destinationQueues, [errorQueueName])
+    senderQueues: union(createdQueues, [errorQueueName])
     queueSenderScope: queueSenderScope
     appInsightsName: monitoring.outputs.appInsightsName
   }
@@ -230,4 +241,6 @@ output delaysTableName string = delaysName
 output appInsightsName string = monitoring.outputs.appInsightsName
 output identityClientId string = identity.outputs.clientId
 output alertNames array = operations.outputs.alertNames
+output probeQueue string = deployVerifyProbe ? verifyProbeQueue : ''
+
 output workbookId string = operations.outputs.workbookId

@@ -163,7 +163,10 @@ def test_app_settings_are_the_ones_the_code_reads() -> None:
 def test_the_destination_allow_list_defaults_to_the_endpoints_own_queues_and_is_never_empty() -> None:
     main = code(source("main.bicep"))
     assert "param allowedDestinations array = destinationQueues" in main
-    assert "var destinationAllowList = empty(allowedDestinations) ? [errorQueueName] : allowedDestinations" in main
+    assert (
+        "var destinationAllowList = union(empty(allowedDestinations) ? [errorQueueName] : allowedDestinations, "
+        "probeQueues)" in main
+    ), "the verify probe's queue (test_azure_probe.py) is added to whatever list applies"
     assert f"{azure_config.ENV_ALLOWED}: join(destinationAllowList, ',')" in main
     assert "join(allowedDestinations" not in main, "an empty list would reach the app and mean any queue"
     # the value the template passes for an empty list allows the error queue only
@@ -249,8 +252,10 @@ def test_every_storage_role_is_scoped_to_the_resource_it_needs() -> None:
     main = code(source("main.bicep"))
     assert re.search(r"@allowed\(\['queues', 'account'\]\)\s*param queueSenderScope string = 'queues'", main)
     roles_call = block(main, main.index("module roles "))
-    # the identity sends to the destination queues the template creates and the error queue, nowhere else
-    assert "senderQueues: union(destinationQueues, [errorQueueName])" in roles_call
+    # the identity sends to the destination queues the template creates (the verify probe's among them) and the
+    # error queue, nowhere else
+    assert "senderQueues: union(createdQueues, [errorQueueName])" in roles_call
+    assert "var createdQueues = union(destinationQueues, probeQueues)" in main
     assert "queueSenderScope: queueSenderScope" in roles_call
     assert "hostStorageName: hostStorage.outputs.name" in roles_call
     assert "storageName: storage.outputs.name" in roles_call

@@ -164,3 +164,19 @@ def verify(endpoint: str, *extra: str) -> tuple[int, dict[str, Any], str]:
 def by_check(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     """The checks keyed by (check, subject)."""
     return {(c["check"], c["subject"]): c for c in document["checks"]}
+
+
+@pytest.fixture
+def verify_calls() -> Iterator[list[Any]]:
+    """Every request verify's own code makes from now on (boto3's default session, which its clients come from)."""
+    import boto3
+
+    from tests.aws.verify.policy import recorder
+
+    calls: list[Any] = []
+    boto3.setup_default_session()
+    hook = recorder(calls)
+    assert boto3.DEFAULT_SESSION is not None
+    boto3.DEFAULT_SESSION.events.register("before-parameter-build", hook)
+    yield calls
+    boto3.DEFAULT_SESSION.events.unregister("before-parameter-build", hook)

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tests.aws.verify.conftest import by_check, cli, client, verify
+from tests.aws.verify.policy import Call, allowed
 
 pytestmark = pytest.mark.moto
 
@@ -38,7 +39,7 @@ def test_a_healthy_deployment_passes_quick(deployed_tls: str) -> None:
     assert queues == []
 
 
-def test_a_healthy_deployment_passes_full_through_every_route(deployed: str) -> None:
+def test_a_healthy_deployment_passes_full_through_every_route(deployed: str, verify_calls: list[Call]) -> None:
     code, document, err = verify(deployed, "--full")
     checks = by_check(document)
     assert code == 0 and not _failures(document), [(c["evidence"], c["fix"]) for c in _failures(document).values()]
@@ -49,6 +50,9 @@ def test_a_healthy_deployment_passes_full_through_every_route(deployed: str) -> 
     assert checks[("probe-cancel", PROBE)]["status"] == "pass"
     assert checks[("tier-bucket-policy", "verify-tier")]["status"] == "needs a real account"  # plain HTTP
     assert "waiting for" in err  # progress while the probes are in flight
+    # every request verify made is allowed by the policy docs/verify.md gives (the cloud's own calls: test_policy.py)
+    assert {c.action for c in verify_calls} >= {"sqs:SendMessage", "sqs:ChangeMessageVisibility", "dynamodb:PutItem"}
+    assert [c for c in verify_calls if not allowed(c)] == []
 
 
 def _fails_with(endpoint: str, check: str, evidence: str, fix: str) -> None:

@@ -99,10 +99,10 @@ def _local_probe(clients: AwsClients, settings: DelayedDeliverySettings, cleanup
 
 
 def _deleter(sqs: Any, url: str) -> Callable[[], None]:
-    def delete() -> None:
+    def delete_probe_queue() -> None:
         sqs.delete_queue(QueueUrl=url)
 
-    return delete
+    return delete_probe_queue
 
 
 def _local_context(
