@@ -14,7 +14,8 @@ __all__ = ["MAX_HEADERS_JSON_CHARS", "headers_from_json", "json_depth", "loads_b
 #: 64 KiB, an SQS message 1 MiB).
 MAX_HEADERS_JSON_CHARS = 1_048_576
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+#: A JSON string (unrolled: a run of plain characters, then escapes each followed by another run), fast on long text.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 

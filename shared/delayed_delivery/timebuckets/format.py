@@ -14,7 +14,7 @@ import gzip
 import json
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,17 +29,23 @@ __all__ = [
     "FORMAT_VERSION",
     "MAX_ATTRIBUTES",
     "MAX_DECODED_BYTES",
+    "MAX_LINE_BYTES",
     "MAX_LINE_CHARS",
     "MAX_OBJECT_MESSAGES",
     "MAX_POISON_RAW_BYTES",
     "READ_VERSIONS",
     "BucketContents",
+    "BucketHeader",
     "BucketMessage",
+    "BucketStream",
     "PoisonEntry",
+    "RawLine",
     "bucket_object_key",
     "decode_bucket",
     "encode_bucket",
     "encoded_line_bytes",
+    "line_id",
+    "read_line",
 ]
 
 #: The version writers write; readers read every version in ``READ_VERSIONS``.
@@ -55,6 +61,8 @@ MAX_LINE_CHARS = 1_500_000
 MAX_ATTRIBUTES = 10
 #: How much of a line that cannot be read is kept with its ``PoisonEntry`` (for the error queue).
 MAX_POISON_RAW_BYTES = 8_192
+#: The longest line a reader holds: ``MAX_LINE_CHARS`` at 4 bytes a character. A longer one is poison, read past.
+MAX_LINE_BYTES = 4 * MAX_LINE_CHARS
 #: The longest ``sent_at_ms`` / ``due_at_ms`` accepted: the wheel's latest time.
 _MAX_MS = 220_898_664_000_000  # 9000-01-01T00:00:00Z
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -254,26 +262,6 @@ def bucket_object_key(prefix: str, bucket: BucketKey, messages: Sequence[BucketM
     return object_key(prefix, bucket, ((m.message_id, m.due_at_ms) for m in messages))
 
 
-def _inflate(data: bytes) -> tuple[bytes, str | None]:
-    """The decompressed bytes (at most the bound) and what stopped the reading early, if anything."""
-    if not isinstance(data, bytes | bytearray):
-        return b"", f"expected bytes, got {type(data).__name__}"
-    if not data:
-        return b"", "not a gzip object (0 bytes)"
-    inflater = zlib.decompressobj(wbits=31)
-    try:
-        text = inflater.decompress(bytes(data), MAX_DECODED_BYTES + 1)
-    except zlib.error as exc:
-        return b"", f"not a gzip object ({exc})"
-    if len(text) > MAX_DECODED_BYTES:
-        return text[:MAX_DECODED_BYTES], f"more than {MAX_DECODED_BYTES:,} bytes once decompressed: read that far"
-    if not inflater.eof:
-        return text, "the gzip stream is cut short"
-    if inflater.unused_data:
-        return text, "bytes after the end of the gzip stream"
-    return text, None
-
-
 def _header(line: bytes) -> tuple[int, BucketKey, int]:
     value = loads_bounded(line, what="header", max_chars=1_000, max_depth=1)
     version = value.get("v") if isinstance(value, dict) else None
@@ -342,24 +330,217 @@ def _poison(number: int, line: bytes, reason: str) -> PoisonEntry:
 
 def decode_bucket(data: bytes) -> BucketContents:
     """Read an object ``encode_bucket`` wrote (any version this reader knows); never raises."""
-    text, problem = _inflate(data)
-    lines = text.split(b"\n", MAX_OBJECT_MESSAGES + 1)[: MAX_OBJECT_MESSAGES + 1]  # the header, then the messages
-    if lines[-1] == b"":
-        lines.pop()
-    if not lines:
-        return BucketContents(None, None, None, (), (), problem or "empty object: no header line")
+    if not isinstance(data, bytes | bytearray):
+        return BucketContents(None, None, None, (), (), f"expected bytes, got {type(data).__name__}")
+    return BucketStream([bytes(data)]).contents()
+
+
+@dataclass(frozen=True, slots=True)
+class BucketHeader:
+    """An object's header line, read."""
+
+    version: int
+    bucket: BucketKey
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class RawLine:
+    """One message line as stored, not yet read: its number (1 = the first message) and bytes.
+
+    A line longer than ``MAX_LINE_BYTES`` is not held: ``data`` keeps its first ``MAX_POISON_RAW_BYTES`` and ``size``
+    its whole length, and it reads as poison.
+    """
+
+    number: int
+    data: bytes
+    size: int
+
+    @property
+    def whole(self) -> bool:
+        """Whether ``data`` is the whole line."""
+        return self.size == len(self.data)
+
+
+def read_line(raw: RawLine, version: int) -> BucketMessage | PoisonEntry:
+    """The message on ``raw`` (a line of an object of ``version``), or a ``PoisonEntry`` saying why not."""
+    if not raw.whole:
+        reason = f"line: {raw.size:,} bytes, more than the {MAX_LINE_BYTES:,} a line may hold"
+        return PoisonEntry(raw.number, _leading_id(raw.data), reason, raw.data[:MAX_POISON_RAW_BYTES], raw.size)
     try:
-        version, bucket, count = _header(lines[0])
+        return _message(raw.data, version)
     except InvalidMessageError as exc:
-        return BucketContents(None, None, None, (), (), str(exc))
-    messages: list[BucketMessage] = []
-    poison: list[PoisonEntry] = []
-    for number, line in enumerate(lines[1:], start=1):
+        return _poison(raw.number, raw.data, str(exc))
+
+
+def line_id(raw: RawLine) -> str | None:
+    """The message id a line names, read cheaply where writers put it (first); else from the whole line, if it parses.
+
+    Every reader gets the same answer for the same bytes, so it can split an object's lines between workers by id.
+    """
+    leading = _leading_id(raw.data)
+    if leading is not None or not raw.whole:
+        return leading
+    try:
+        value = json.loads(raw.data)
+    except (ValueError, RecursionError):
+        return None
+    found = value.get("id") if isinstance(value, dict) else None
+    return found if is_usable_message_id(found) else None
+
+
+def _leading_id(data: bytes) -> str | None:
+    match = _LEADING_ID.match(data[:1_000])
+    if match is None:
+        return None
+    try:
+        value = json.loads(match[1])
+    except ValueError:
+        return None
+    return value if is_usable_message_id(value) else None
+
+
+#: Decompressed bytes handed on at a time, and compressed bytes read at a time from a stream.
+_STEP = 256 * 1024
+
+
+class BucketStream:
+    """One object read as its bytes arrive: the header, then each line, holding one line at a time.
+
+    The bounds and the rules are ``decode_bucket``'s (which reads through this class): at most ``MAX_DECODED_BYTES``
+    decompressed and ``MAX_OBJECT_MESSAGES`` message lines; a line that cannot be read is a ``PoisonEntry``; what is
+    wrong with the object as a whole is ``problem``, known once the lines are read. Nothing raises on bad content;
+    an error of the byte source itself (a broken connection) passes through.
+    """
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._lines = self._split(self._texts())
+        self._started = False
+        self.header: BucketHeader | None = None
+        #: What is wrong with the object as a whole (final once ``lines`` is exhausted).
+        self.problem: str | None = None
+        #: Message lines found, read or not (the count the header must announce).
+        self.found = 0
+        #: Decompressed bytes read so far.
+        self.decompressed = 0
+
+    def open(self) -> BucketHeader | None:
+        """Read up to the header: the header, or ``None`` with ``problem`` set."""
+        if self._started:
+            return self.header
+        self._started = True
+        first = next(self._lines, None)
+        if first is None:
+            self.problem = self.problem or "empty object: no header line"
+            return None
         try:
-            messages.append(_message(line, version))
+            if not first.whole:
+                raise InvalidMessageError(f"header: {first.size:,} bytes, more than a header line holds")
+            self.header = BucketHeader(*_header(first.data))
         except InvalidMessageError as exc:
-            poison.append(_poison(number, line, str(exc)))
-    found = text.count(b"\n") + (0 if text.endswith(b"\n") else 1) - 1
-    if problem is None and found != count:
-        problem = f"the header announces {count:,} messages, the object has {found:,} lines"
-    return BucketContents(version, bucket, count, tuple(messages), tuple(poison), problem)
+            self.problem = str(exc)
+            self._lines = iter(())
+        return self.header
+
+    def lines(self) -> Iterator[RawLine]:
+        """The message lines as stored (the first ``MAX_OBJECT_MESSAGES``); ``problem`` is final after the last."""
+        header = self.open()
+        if header is None:
+            return
+        for raw in self._lines:
+            self.found = raw.number
+            if raw.number <= MAX_OBJECT_MESSAGES:
+                yield raw
+        if self.problem is None and self.found != header.count:
+            self.problem = f"the header announces {header.count:,} messages, the object has {self.found:,} lines"
+
+    def items(self) -> Iterator[BucketMessage | PoisonEntry]:
+        """Each message line read: a message, or a ``PoisonEntry``."""
+        for raw in self.lines():
+            yield read_line(raw, self.header.version if self.header else FORMAT_VERSION)
+
+    def contents(self) -> BucketContents:
+        """Everything at once, as ``decode_bucket`` returns it (for objects known to be small)."""
+        messages: list[BucketMessage] = []
+        poison: list[PoisonEntry] = []
+        for item in self.items():
+            (messages if isinstance(item, BucketMessage) else poison).append(item)  # type: ignore[arg-type]
+        header = self.header
+        if header is None:
+            return BucketContents(None, None, None, (), (), self.problem)
+        return BucketContents(header.version, header.bucket, header.count, tuple(messages), tuple(poison), self.problem)
+
+    def _texts(self) -> Iterator[bytes]:
+        """The decompressed bytes, at most the bound; sets ``problem`` when something stops the reading early."""
+        inflater = zlib.decompressobj(wbits=31)
+        bound = MAX_DECODED_BYTES
+        seen = 0
+        for chunk in self._chunks:
+            if not isinstance(chunk, bytes | bytearray):
+                self.problem = f"expected bytes, got {type(chunk).__name__}"
+                return
+            if not chunk:
+                continue
+            if inflater.eof:
+                self.problem = "bytes after the end of the gzip stream"
+                return
+            seen += len(chunk)
+            if seen > bound + _STEP:  # gzip never shrinks this much below what it holds: not an object of ours
+                self.problem = f"more than {bound:,} bytes stored"
+                return
+            data = bytes(chunk)
+            while data and not inflater.eof:
+                try:
+                    text = inflater.decompress(data, _STEP)
+                except zlib.error as exc:
+                    what = "not a gzip object" if self.decompressed == 0 else "the gzip stream is damaged"
+                    self.problem = f"{what} ({exc})"
+                    return
+                data = inflater.unconsumed_tail
+                if self.decompressed + len(text) > bound:
+                    yield text[: bound - self.decompressed]
+                    self.decompressed = bound
+                    self.problem = f"more than {bound:,} bytes once decompressed: read that far"
+                    return
+                self.decompressed += len(text)
+                if text:
+                    yield text
+            if inflater.eof and (data or inflater.unused_data):
+                self.problem = "bytes after the end of the gzip stream"
+                return
+        if seen == 0:
+            self.problem = "not a gzip object (0 bytes)"
+        elif not inflater.eof:
+            self.problem = "the gzip stream is cut short"
+
+    @staticmethod
+    def _split(texts: Iterator[bytes]) -> Iterator[RawLine]:
+        """Lines of the text (numbered from 0, the header), each held whole only up to ``MAX_LINE_BYTES``."""
+        number = 0
+        parts: list[bytes] = []
+        size = 0
+        for text in texts:
+            pieces = text.split(b"\n")
+            for piece in pieces[:-1]:
+                if parts:
+                    yield RawLine(number, _joined(parts, piece, size + len(piece)), size + len(piece))
+                    parts, size = [], 0
+                elif len(piece) > MAX_LINE_BYTES:
+                    yield RawLine(number, piece[:MAX_POISON_RAW_BYTES], len(piece))
+                else:
+                    yield RawLine(number, piece, len(piece))
+                number += 1
+            tail = pieces[-1]
+            if tail:
+                if size + len(tail) <= MAX_LINE_BYTES or size < MAX_POISON_RAW_BYTES:
+                    parts.append(tail)
+                size += len(tail)
+        if parts:
+            yield RawLine(number, _joined(parts, b"", size), size)
+
+
+def _joined(parts: list[bytes], last: bytes, size: int) -> bytes:
+    """A line from its pieces: whole when at most ``MAX_LINE_BYTES``, else its first ``MAX_POISON_RAW_BYTES``."""
+    line = b"".join([*parts, last])
+    return line if size <= MAX_LINE_BYTES else line[:MAX_POISON_RAW_BYTES]

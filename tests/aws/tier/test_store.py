@@ -6,13 +6,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
 from delayed_delivery.aws.tier.config import BucketTierConfig
 from delayed_delivery.aws.tier.store import DELETE_BATCH, ObjectMissingError, S3BucketStore, translate_s3_error
 from delayed_delivery.errors import ConfigurationError, InvalidMessageError, TransientError
 from delayed_delivery.settings import DelayedDeliverySettings
-from delayed_delivery.timebuckets.format import BucketMessage
+from delayed_delivery.timebuckets.format import BucketMessage, BucketStream
 from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey, BucketLevel
 
 NOW = datetime(2031, 2, 3, 4, 5, tzinfo=UTC)
@@ -147,3 +147,35 @@ def test_from_config_and_error_translation(s3: Any) -> None:
     assert isinstance(translate_s3_error(connection, "write", "b"), TransientError)
     with pytest.raises(ConfigurationError):
         S3BucketStore(s3, "b", max_object_messages=0)
+
+
+def test_open_streams_an_object_and_closes_it(store: S3BucketStore, s3: Any) -> None:
+    bucket = BucketKey(FINE, NOW)
+    [key] = store.write(bucket, [_message(n, NOW + timedelta(microseconds=n * 400)) for n in range(2_000)])
+    stream = store.open(key)
+    header = stream.open()
+    assert header is not None and header.count == 2_000
+    first = next(stream.items())
+    assert isinstance(first, BucketMessage)
+    del stream  # dropped half read: the body is closed with its generator
+    contents = store.read(key)
+    assert contents.complete and len(contents.messages) == 2_000
+    with pytest.raises(ObjectMissingError):
+        store.open(f"{PREFIX}/fine/gone")
+
+
+def test_a_failure_while_reading_is_the_packages_error(store: S3BucketStore, s3: Any) -> None:
+    [key] = store.write(BucketKey(FINE, NOW), [_message(1, NOW)])
+
+    class Broken:
+        def read(self, _size: int) -> bytes:
+            raise ReadTimeoutError(endpoint_url="http://s3")
+
+        def close(self) -> None:
+            closed.append(True)
+
+    closed: list[bool] = []
+    stream = BucketStream(store._chunks(key, Broken()))
+    with pytest.raises(TransientError, match="read"):
+        list(stream.items())
+    assert closed == [True]

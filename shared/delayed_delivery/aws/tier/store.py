@@ -20,8 +20,8 @@ from ...timebuckets.format import (
     MAX_OBJECT_MESSAGES,
     BucketContents,
     BucketMessage,
+    BucketStream,
     bucket_object_key,
-    decode_bucket,
     encode_bucket,
     encoded_line_bytes,
 )
@@ -31,6 +31,7 @@ from .config import BUCKET_NAME_ENV, DEFAULT_PREFIX, BucketTierConfig
 
 __all__ = [
     "DELETE_BATCH",
+    "READ_CHUNK_BYTES",
     "ObjectMissingError",
     "S3BucketStore",
     "S3Client",
@@ -42,6 +43,8 @@ __all__ = [
 S3Client: TypeAlias = Any
 #: DeleteObjects takes at most 1,000 keys.
 DELETE_BATCH = 1_000
+#: Compressed bytes read from an object's body at a time.
+READ_CHUNK_BYTES = 256 * 1024
 #: Room kept for the header line when splitting by bytes.
 _HEADER_BYTES = 200
 _CONTENT_TYPE = "application/x-ndjson"
@@ -187,15 +190,29 @@ class S3BucketStore:
         return StoredObject(str(item["Key"]), parsed.bucket, parsed.message_count, int(item.get("Size", 0)))
 
     def read(self, key: str) -> BucketContents:
-        """The object at ``key``, decoded (never raises on bad content: see ``BucketContents.problem``)."""
+        """The object at ``key``, decoded whole (never raises on bad content: see ``BucketContents.problem``)."""
+        return self.open(key).contents()
+
+    def open(self, key: str) -> BucketStream:
+        """The object at ``key`` as a stream read while it arrives (``GetObject`` now, the body as it is read).
+
+        ``ObjectMissingError`` when it is gone; an S3 failure while reading raises the package's error from the
+        stream's iteration. The connection closes when the stream is read to its end or dropped.
+        """
         try:
             reply = self.client.get_object(Bucket=self.bucket_name, Key=key)
-            data = reply["Body"].read(MAX_DECODED_BYTES + 1)
         except (ClientError, BotoCoreError) as exc:
             raise self._error(exc, f"read {key}") from exc
-        if len(data) > MAX_DECODED_BYTES:
-            return BucketContents(None, None, None, (), (), f"more than {MAX_DECODED_BYTES:,} bytes stored")
-        return decode_bucket(data)
+        return BucketStream(self._chunks(key, reply["Body"]))
+
+    def _chunks(self, key: str, body: Any) -> Iterator[bytes]:
+        try:
+            while chunk := body.read(READ_CHUNK_BYTES):
+                yield chunk
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(exc, f"read {key}") from exc
+        finally:
+            body.close()
 
     def set_aside(self, key: str) -> str:
         """Copy the object at ``key`` under ``<prefix>/problems/`` (kept for an operator); the copy's key."""
