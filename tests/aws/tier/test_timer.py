@@ -161,10 +161,10 @@ def test_a_coarse_bucket_is_split_in_bounded_groups_and_a_repeat_is_harmless(
     for batch in batches:
         store.write(coarse, batch)
     store.write(coarse, batches[0][:1])  # the same message once more, in its own object
-    timer = BucketTimer(store, sqs, tier_settings, clock, owner="t", lease_seconds=5, cascade_group_messages=2)
+    timer = BucketTimer(store, sqs, tier_settings, clock, owner="t", lease_seconds=5, cascade_group_bytes=400)
     clock.advance(8)  # cascade_window(now) is now the bucket at +20 s
     first = timer.run()
-    assert first.cascaded_objects == 4 and first.cascaded_messages == 7  # four groups: the copy is in another one
+    assert first.cascaded_objects == 4 and first.cascaded_messages == 7  # groups of ~2 lines: the copy in another
     assert list(store.objects(COARSE)) == []
     results = run_for(timer, clock, 25)
     assert sorted(s.message_id or "" for s in recorder.to("orders")) == sorted(f"m-{n}" for n in range(6))
@@ -181,7 +181,7 @@ def test_a_cascade_stops_before_its_lease_runs_out_and_the_next_run_goes_on(
     for n in range(3):
         store.write(coarse, [message(n, coarse.start + timedelta(seconds=n))])
     timer = BucketTimer(
-        store, sqs, tier_settings, clock, owner="t", lease_seconds=30, cascade_group_messages=1
+        store, sqs, tier_settings, clock, owner="t", lease_seconds=30, cascade_group_bytes=1
     )  # a group is not started in the last quarter of the lease
     real_write_due = store.write_due
 

@@ -9,40 +9,36 @@ The design and the crash behaviour are in docs/buckets.md.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
 from ... import logfields as lf
-from ...cancellations import Cancellation, CancellationCache
+from ...cancellations import CancellationCache
 from ...clock import Clock
 from ...errors import ConfigurationError, DelayedDeliveryError
 from ...settings import DelayedDeliverySettings
-from ...timebuckets.format import BucketMessage, PoisonEntry
 from ...timebuckets.wheel import COARSE, FINE, MAX_DELAY_SECONDS, BucketKey, cascade_window, dispatch_window
 from .lease import DEFAULT_LEASE_SECONDS, BucketLeases
 from .store import ObjectMissingError, S3BucketStore, StoredObject
-from .timer_plan import BucketPlan, Found, Rejected, plan_bucket
-from .timer_sqs import ErrorQueueOutcome, Notice, TimerSqs
+from .timer_cascade import DEFAULT_GROUP_BYTES, Cascade
+from .timer_plan import Found, plan_bucket
+from .timer_sqs import Notice, TimerSqs
+from .timer_work import BucketWork, Tally, line_notice
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["CASCADE_GROUP_MESSAGES", "DEADLINE_MARGIN_SECONDS", "MAX_STRAYS_PER_LISTING", "BucketTimer", "TimerResult"]
+__all__ = ["DEADLINE_MARGIN_SECONDS", "MAX_STRAYS_PER_LISTING", "BucketTimer", "TimerResult"]
 
-#: How many messages of a coarse bucket are read, merged and written into fine buckets at a time (bounds memory).
-CASCADE_GROUP_MESSAGES = 100_000
 #: A run starts no new bucket when fewer seconds than this are left before its deadline.
 DEADLINE_MARGIN_SECONDS = 10.0
 #: The most keys that are not bucket object keys one listing sets aside (the rest: later runs).
 MAX_STRAYS_PER_LISTING = 100
-#: Messages assumed in an object whose key carries no count (a v1 key), for grouping.
-_V1_GUESS = 1_000
 _log = logging.getLogger(__name__)
 
 
@@ -69,67 +65,14 @@ class TimerResult:
     strays_set_aside: int = 0
 
 
-class _Tally:
-    """The counts of a run while it runs."""
-
-    def __init__(self) -> None:
-        self.counts: dict[str, float] = {f.name: 0 for f in fields(TimerResult)}
-
-    def add(self, **counts: float) -> None:
-        for name, value in counts.items():
-            self.counts[name] += value
-
-    def result(self) -> TimerResult:
-        counts = dict(self.counts)
-        overdue = float(counts.pop("oldest_overdue_seconds"))
-        return TimerResult(**{k: int(v) for k, v in counts.items()}, oldest_overdue_seconds=overdue)
-
-
 def _by_bucket(objects: Iterable[StoredObject]) -> Iterator[tuple[BucketKey, list[StoredObject]]]:
     for bucket, group in itertools.groupby(objects, key=lambda o: o.bucket):
         yield bucket, list(group)
 
 
-def _groups(objects: Sequence[StoredObject], limit: int) -> Iterator[list[StoredObject]]:
-    """Consecutive objects holding about ``limit`` messages together (by the counts in their keys)."""
-    group: list[StoredObject] = []
-    held = 0
-    for stored in objects:
-        count = stored.count if stored.count is not None else _V1_GUESS
-        if group and held + count > limit:
-            yield group
-            group, held = [], 0
-        group.append(stored)
-        held += count
-    if group:
-        yield group
-
-
 def _collect(strays: list[str], key: str) -> None:
     if len(strays) < MAX_STRAYS_PER_LISTING:
         strays.append(key)
-
-
-def _json(document: Mapping[str, object]) -> str:
-    return json.dumps(document, ensure_ascii=True, separators=(",", ":"))
-
-
-def _notice(document: Mapping[str, object], reason: str, key: str) -> Notice:
-    return Notice(_json(document), reason, key=key)
-
-
-def _line_notice(key: str, entry: PoisonEntry) -> Notice:
-    """The notice for a line that cannot be read: its reason and the line itself, cut and ASCII-escaped.
-
-    Bytes that are not UTF-8 appear as surrogate escapes (``\\udcff``); the reduced form (sent if the error queue
-    refuses the whole notice) leaves the line out.
-    """
-    reason = f"line {entry.line} of {key} cannot be read: {entry.reason}"
-    document = {"format": "delayed-delivery-bucket-line/1", "object": key, "line": entry.line}
-    reduced = {**document, "id": entry.message_id, "reason": entry.reason}
-    raw = entry.raw.decode("utf-8", "surrogateescape")
-    whole = {**reduced, "raw": raw, "raw_bytes": entry.raw_size, "truncated": entry.raw_size > len(entry.raw)}
-    return Notice(_json(whole), reason, key=key, reduced=_json(reduced))
 
 
 class BucketTimer:
@@ -146,7 +89,7 @@ class BucketTimer:
         owner: str,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         margin_seconds: float = DEADLINE_MARGIN_SECONDS,
-        cascade_group_messages: int = CASCADE_GROUP_MESSAGES,
+        cascade_group_bytes: int = DEFAULT_GROUP_BYTES,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -156,44 +99,31 @@ class BucketTimer:
         self.sqs = TimerSqs(sqs_client, settings, clock)
         self.leases = BucketLeases(store, clock, owner, lease_seconds)
         self.margin_seconds = margin_seconds
-        self.cascade_group_messages = cascade_group_messages
+        self.cascade_group_bytes = cascade_group_bytes
         self.monotonic = monotonic
         self._lease_ends = datetime.max.replace(tzinfo=UTC)
-        #: Each destination's records as read in this run (read at most once per run, fresh for every run).
-        self._records: dict[str, dict[str, Cancellation]] = {}
+        self._work = BucketWork(store, self.sqs, clock, cancellations)
 
     def run(self, deadline: float | None = None) -> TimerResult:
         """Cascade, then dispatch, starting no bucket once ``deadline`` (a ``time.monotonic`` value) is near."""
-        tally = _Tally()
-        self._records = {}
-        try:
-            self._cascade(deadline, tally)
-            self._dispatch(deadline, tally)
-        finally:
-            self._records = {}
+        tally = Tally(TimerResult)
+        self._work = BucketWork(self.store, self.sqs, self.clock, self.cancellations)  # records fresh each run
+        self._cascade(deadline, tally)
+        self._dispatch(deadline, tally)
         return tally.result()
 
     def _time_left(self, deadline: float | None) -> bool:
         return deadline is None or self.monotonic() < deadline - self.margin_seconds
 
-    def _lookup(self, destination: str) -> Mapping[str, Cancellation]:
-        """The destination's records, read once per run (a failed read: none, reported by the cache, once)."""
-        if self.cancellations is None:
-            return {}
-        records = self._records.get(destination)
-        if records is None:
-            records = self._records[destination] = dict(self.cancellations.lookup(destination))
-        return records
-
-    def _cascade(self, deadline: float | None, tally: _Tally) -> None:
+    def _cascade(self, deadline: float | None, tally: Tally[TimerResult]) -> None:
         target = cascade_window(self.clock.now(), self.store.levels)
         strays: list[str] = []
         ready = list(self.store.objects(COARSE, until=target.start, on_stray=partial(_collect, strays)))
         self._set_aside_strays(strays, deadline, tally)
         for bucket, objects in _by_bucket(ready):
-            self._leased(bucket, deadline, tally, partial(self._cascade_bucket, bucket, objects, deadline, tally))
+            self._leased(bucket, deadline, tally, partial(self._cascade_bucket, objects, deadline, tally))
 
-    def _dispatch(self, deadline: float | None, tally: _Tally) -> None:
+    def _dispatch(self, deadline: float | None, tally: Tally[TimerResult]) -> None:
         now = self.clock.now()
         window = dispatch_window(now, levels=self.store.levels)
         strays: list[str] = []
@@ -201,11 +131,13 @@ class BucketTimer:
         self._set_aside_strays(strays, deadline, tally)
         if ready:
             overdue = (now - ready[0].bucket.end(self.store.levels)).total_seconds()
-            tally.counts["oldest_overdue_seconds"] = max(0.0, overdue)
+            tally.most(oldest_overdue_seconds=max(0.0, overdue))
         for bucket, objects in _by_bucket(ready):
             self._leased(bucket, deadline, tally, partial(self._dispatch_bucket, bucket, objects, tally))
 
-    def _leased(self, bucket: BucketKey, deadline: float | None, tally: _Tally, work: Callable[[], None]) -> None:
+    def _leased(
+        self, bucket: BucketKey, deadline: float | None, tally: Tally[TimerResult], work: Callable[[], None]
+    ) -> None:
         """Do ``work`` on ``bucket`` under its lease; a failure leaves the bucket to a later run."""
         if not self._time_left(deadline):
             tally.add(buckets_left_for_deadline=1)
@@ -249,15 +181,12 @@ class BucketTimer:
                 continue  # deleted by another run since the listing
             keys.append(stored.key)
             found.extend(Found(message, stored.key) for message in contents.messages)
-            notices.extend(_line_notice(stored.key, entry) for entry in contents.poison)
+            notices.extend(line_notice(stored.key, entry) for entry in contents.poison)
             if contents.problem is not None:
-                copy = self.store.set_aside(stored.key)
-                reason = f"bucket object {stored.key} is damaged: {contents.problem}; a copy is kept at {copy}"
-                document = {"format": "delayed-delivery-bucket-object/1", "object": stored.key, "copy": copy}
-                notices.append(_notice({**document, "problem": contents.problem}, reason, stored.key))
+                notices.append(self._work.damaged(stored.key, contents.problem))
         return found, notices, keys
 
-    def _set_aside_strays(self, keys: Sequence[str], deadline: float | None, tally: _Tally) -> None:
+    def _set_aside_strays(self, keys: Sequence[str], deadline: float | None, tally: Tally[TimerResult]) -> None:
         """Move keys the tier cannot name (not bucket object keys) under ``problems/``, logged; failures: next run."""
         for key in keys:
             if not self._time_left(deadline):
@@ -276,79 +205,31 @@ class BucketTimer:
                 extra={lf.EVENT: lf.EVENT_ERROR_QUEUE, "object": copy, lf.REASON: f"not a bucket object key: {key}"},
             )
 
-    def _report_errors(self, items: Sequence[Rejected | Notice], tally: _Tally) -> list[Rejected]:
-        """Send ``items`` to the error queue; returns the messages it did not take now, to be written back.
-
-        A notice it did not take leaves a copy of its object under ``problems/`` (the raw line is kept there).
-        """
-        outcome: ErrorQueueOutcome = self.sqs.to_error_queue(items)
-        tally.add(to_error_queue=outcome.sent, dropped=len(outcome.dropped))
-        for item in outcome.dropped:
-            _log.error(
-                "dropped: the error queue refused it, even reduced",
-                extra={lf.EVENT: lf.EVENT_ERROR_QUEUE, lf.REASON: item.reason},
-            )
-        for key in sorted({item.key for item in outcome.retry if isinstance(item, Notice)}):
-            copy = self.store.set_aside(key)
-            _log.error(
-                "the error queue did not take a notice; the object is kept under problems/",
-                extra={lf.EVENT: lf.EVENT_ERROR_QUEUE, "object": copy, lf.REASON: "error queue unavailable"},
-            )
-        return [item for item in outcome.retry if isinstance(item, Rejected)]
-
-    def _write_back(
-        self, bucket: BucketKey | None, messages: Sequence[BucketMessage], rejected: Sequence[Rejected]
-    ) -> set[str]:
-        """Write ``messages`` (and each rejected message on its own: two may share an id) back; the keys written."""
-        now = self.clock.now()
-        written: set[str] = set()
-        groups = [list(messages), *([r.message] for r in rejected)]
-        for group in groups:
-            if not group:
-                continue
-            if bucket is None:
-                for keys in self.store.write_due(group, now).values():
-                    written.update(keys)
-            else:
-                written.update(self.store.write(bucket, group))
-        return written
-
     def _cascade_bucket(
-        self, bucket: BucketKey, objects: Sequence[StoredObject], deadline: float | None, tally: _Tally
+        self, objects: Sequence[StoredObject], deadline: float | None, tally: Tally[TimerResult]
     ) -> None:
-        """Split a coarse bucket into fine buckets, a group of objects at a time, deleting each group once written."""
-        for group in _groups(objects, self.cascade_group_messages):
-            if not self._time_left(deadline) or self.clock.now() >= self._lease_ends:  # the rest: a later run
-                tally.add(buckets_left_for_deadline=1)
-                return
-            found, notices, keys = self._read(group)
-            plan = plan_bucket(found, self._lookup)
-            rewrite = self._report_errors([*plan.conflicts, *notices], tally)
-            self._write_back(None, [*plan.keep, *plan.moved], rewrite)
-            self.store.delete(keys)
-            self._applied(plan)
-            tally.add(
-                cascaded_objects=len(keys),
-                cascaded_messages=len(plan.keep) + len(plan.moved),
-                duplicates_skipped=plan.duplicates,
-                cancelled=plan.cancelled,
-                rescheduled=len(plan.moved),
-                kept_for_retry=len(rewrite),
-            )
+        """Split a coarse bucket into fine buckets, a group bounded by bytes at a time (``timer_cascade.py``)."""
 
-    def _dispatch_bucket(self, bucket: BucketKey, objects: Sequence[StoredObject], tally: _Tally) -> None:
+        def may_go_on() -> bool:
+            return self._time_left(deadline) and self.clock.now() < self._lease_ends
+
+        if not Cascade(self._work, tally, self.cascade_group_bytes, may_go_on).run(objects):
+            tally.add(buckets_left_for_deadline=1)  # the rest: a later run
+
+    def _dispatch_bucket(self, bucket: BucketKey, objects: Sequence[StoredObject], tally: Tally[TimerResult]) -> None:
         """Send a ready fine bucket; write back what failed for a passing reason, then delete the objects read."""
+        work = self._work
         found, notices, keys = self._read(objects)
-        plan = plan_bucket(found, self._lookup)
+        plan = plan_bucket(found, work.lookup)
         window = dispatch_window(self.clock.now(), levels=self.store.levels)
         horizon = window.now + timedelta(seconds=MAX_DELAY_SECONDS)
         misplaced = [m for m in plan.keep if m.due_at > horizon]  # in a bucket it is not due in: move it
         sent = self.sqs.dispatch([m for m in plan.keep if m.due_at <= horizon], window)
-        rewrite = self._report_errors([*plan.conflicts, *sent.rejected, *notices], tally)
-        written = self._write_back(bucket, sent.retry, rewrite)
-        written |= self._write_back(None, [*plan.moved, *misplaced], ())
+        rewrite = work.report_errors([*plan.conflicts, *sent.rejected, *notices], tally)
+        written = work.write_back(bucket, sent.retry, rewrite)
+        written |= work.write_back(None, [*plan.moved, *misplaced], ())
         self.store.delete([key for key in keys if key not in written])  # a rewrite may reuse a key: keep it
-        self._applied(plan)
+        work.applied(plan.applied)
         tally.add(
             dispatched=len(sent.sent),
             duplicates_skipped=plan.duplicates,
@@ -356,13 +237,3 @@ class BucketTimer:
             rescheduled=len(plan.moved),
             kept_for_retry=len(sent.retry) + len(rewrite) + len(misplaced),
         )
-
-    def _applied(self, plan: BucketPlan) -> None:
-        """Delete the records applied, from the store and from this run's records."""
-        if self.cancellations is None or not plan.applied:
-            return
-        for record in plan.applied:
-            held = self._records.get(record.endpoint, {})
-            if held.get(record.message_id) == record:
-                del held[record.message_id]
-        self.cancellations.applied(plan.applied)

@@ -1,0 +1,159 @@
+"""What the timer, its cascade and the dispatch workers share: records read once per run, the error queue, write-backs.
+
+A ``BucketWork`` lives for one run (a timer run or a worker invocation): it reads each destination's cancel and
+reschedule records at most once, sends what cannot be delivered to the error queue (what the queue does not take
+now is written back, or its object kept under ``problems/``), writes messages back into buckets, and deletes the
+records applied once the objects they were read from are gone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import Field, fields
+from typing import Any, Generic, TypeVar
+
+from ... import logfields as lf
+from ...cancellations import Cancellation, CancellationCache
+from ...clock import Clock
+from ...timebuckets.format import BucketMessage, PoisonEntry
+from ...timebuckets.wheel import BucketKey
+from .store import S3BucketStore
+from .timer_plan import Rejected
+from .timer_sqs import ErrorQueueOutcome, Notice, TimerSqs
+
+__all__ = ["BucketWork", "Tally", "line_notice", "object_notice"]
+
+_log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+
+class Tally(Generic[R]):
+    """The counts of a run while it runs, made into the run's frozen result (a dataclass of numbers) at the end."""
+
+    def __init__(self, result_type: type[R]) -> None:
+        self.result_type = result_type
+        declared: tuple[Field[Any], ...] = fields(result_type)  # type: ignore[arg-type]
+        self.counts: dict[str, float] = {f.name: 0 for f in declared}
+        self._floats = {f.name for f in declared if f.type in ("float", float)}
+
+    def add(self, **counts: float) -> None:
+        """Add to the named counts."""
+        for name, value in counts.items():
+            self.counts[name] += value
+
+    def most(self, **counts: float) -> None:
+        """Keep the largest value seen of the named counts."""
+        for name, value in counts.items():
+            self.counts[name] = max(self.counts[name], value)
+
+    def result(self) -> R:
+        """The result so far."""
+        return self.result_type(**{k: (float(v) if k in self._floats else int(v)) for k, v in self.counts.items()})
+
+
+def _json(document: Mapping[str, object]) -> str:
+    return json.dumps(document, ensure_ascii=True, separators=(",", ":"))
+
+
+def line_notice(key: str, entry: PoisonEntry) -> Notice:
+    """The notice for a line that cannot be read: its reason and the line itself, cut and ASCII-escaped.
+
+    Bytes that are not UTF-8 appear as surrogate escapes (``\\udcff``); the reduced form (sent if the error queue
+    refuses the whole notice) leaves the line out.
+    """
+    reason = f"line {entry.line} of {key} cannot be read: {entry.reason}"
+    document = {"format": "delayed-delivery-bucket-line/1", "object": key, "line": entry.line}
+    reduced = {**document, "id": entry.message_id, "reason": entry.reason}
+    raw = entry.raw.decode("utf-8", "surrogateescape")
+    whole = {**reduced, "raw": raw, "raw_bytes": entry.raw_size, "truncated": entry.raw_size > len(entry.raw)}
+    return Notice(_json(whole), reason, key=key, reduced=_json(reduced))
+
+
+def object_notice(key: str, copy: str, problem: str) -> Notice:
+    """The notice for an object that cannot be read as a whole, naming the copy kept under ``problems/``."""
+    reason = f"bucket object {key} is damaged: {problem}; a copy is kept at {copy}"
+    document = {"format": "delayed-delivery-bucket-object/1", "object": key, "copy": copy, "problem": problem}
+    return Notice(_json(document), reason, key=key)
+
+
+class BucketWork:
+    """One run's shared steps over the store, the sends and the cancellation records."""
+
+    def __init__(
+        self,
+        store: S3BucketStore,
+        sqs: TimerSqs,
+        clock: Clock,
+        cancellations: CancellationCache | None = None,
+    ) -> None:
+        self.store = store
+        self.sqs = sqs
+        self.clock = clock
+        self.cancellations = cancellations
+        #: Each destination's records as read in this run (read at most once, fresh for every run).
+        self.records: dict[str, dict[str, Cancellation]] = {}
+
+    def lookup(self, destination: str) -> Mapping[str, Cancellation]:
+        """The destination's records, read once per run (a failed read: none, reported by the cache, once)."""
+        if self.cancellations is None:
+            return {}
+        records = self.records.get(destination)
+        if records is None:
+            records = self.records[destination] = dict(self.cancellations.lookup(destination))
+        return records
+
+    def damaged(self, key: str, problem: str) -> Notice:
+        """Keep a copy of a damaged object under ``problems/`` and return the notice naming it."""
+        return object_notice(key, self.store.set_aside(key), problem)
+
+    def report_errors(self, items: Sequence[Rejected | Notice], tally: Tally[Any]) -> list[Rejected]:
+        """Send ``items`` to the error queue; returns the messages it did not take now, to be written back.
+
+        A notice it did not take leaves a copy of its object under ``problems/`` (the raw line is kept there).
+        """
+        outcome: ErrorQueueOutcome = self.sqs.to_error_queue(items)
+        tally.add(to_error_queue=outcome.sent, dropped=len(outcome.dropped))
+        for item in outcome.dropped:
+            _log.error(
+                "dropped: the error queue refused it, even reduced",
+                extra={lf.EVENT: lf.EVENT_ERROR_QUEUE, lf.REASON: item.reason},
+            )
+        for key in sorted({item.key for item in outcome.retry if isinstance(item, Notice)}):
+            copy = self.store.set_aside(key)
+            _log.error(
+                "the error queue did not take a notice; the object is kept under problems/",
+                extra={lf.EVENT: lf.EVENT_ERROR_QUEUE, "object": copy, lf.REASON: "error queue unavailable"},
+            )
+        return [item for item in outcome.retry if isinstance(item, Rejected)]
+
+    def write_back(
+        self, bucket: BucketKey | None, messages: Sequence[BucketMessage], rejected: Sequence[Rejected]
+    ) -> set[str]:
+        """Write ``messages`` (and each rejected message on its own: two may share an id) back; the keys written.
+
+        ``bucket`` None: each into ``bucket_of(due, now)``.
+        """
+        now = self.clock.now()
+        written: set[str] = set()
+        groups = [list(messages), *([r.message] for r in rejected)]
+        for group in groups:
+            if not group:
+                continue
+            if bucket is None:
+                for keys in self.store.write_due(group, now).values():
+                    written.update(keys)
+            else:
+                written.update(self.store.write(bucket, group))
+        return written
+
+    def applied(self, records: Sequence[Cancellation]) -> None:
+        """Delete the records applied, from the store and from this run's records."""
+        if self.cancellations is None or not records:
+            return
+        for record in records:
+            held = self.records.get(record.endpoint, {})
+            if held.get(record.message_id) == record:
+                del held[record.message_id]
+        self.cancellations.applied(records)
