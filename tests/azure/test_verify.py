@@ -17,6 +17,7 @@ from delayed_delivery.app.cli import app
 from delayed_delivery.azure.heartbeat import HEARTBEAT_BLOB, Heartbeat, read_heartbeat, write_heartbeat
 from delayed_delivery.naming import azure_delays_table_name
 from tests.azure.conftest import new_name
+from tests.docs.verify_checks import assert_documented
 from tests.fixtures.azurite import Azurite
 
 pytestmark = pytest.mark.azurite
@@ -114,6 +115,7 @@ def test_a_healthy_deployment_passes(running: str, tmp_path: Path) -> None:
     assert {"lease-semantics", "visibility-7d", "alerts"} <= set(account)
     assert "emulator answered" in account["lease-semantics"]["evidence"]
     assert "sending 2 probe(s)" in err
+    assert_documented(document)
 
 
 def test_the_wrong_role_scope_is_reported_with_its_fix(running: str, tmp_path: Path) -> None:

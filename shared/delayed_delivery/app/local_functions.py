@@ -20,6 +20,8 @@ __all__ = ["LocalAwsFunctions"]
 
 #: Seconds between local timer runs (in the cloud: every minute; a run dispatches what is due within its lead).
 TIMER_EVERY = 1.0
+#: A queue whose last receive came back empty is asked again after this long (Lambda's event source long-polls).
+IDLE_POLL_EVERY = 1.0
 
 
 class _Discard(io.StringIO):
@@ -37,6 +39,7 @@ class LocalAwsFunctions:
         self._pollers: list[LocalEventSourcePoller] = []
         self._timer: Any = None
         self._next_timer = 0.0
+        self._next_poll: dict[int, float] = {}
         self.invocations = 0
         self.busy_seconds = 0.0
         self.memory_gb = 0.25
@@ -98,7 +101,7 @@ class LocalAwsFunctions:
         deadline = time.monotonic() + seconds
         with contextlib.redirect_stdout(self._sink):
             while True:
-                worked = sum(p.poll_once(0) for p in self._pollers)
+                worked = sum(self._poll(i, p) for i, p in enumerate(self._pollers))
                 if self._timer is not None and time.monotonic() >= self._next_timer:
                     self._run_timer()
                 left = deadline - time.monotonic()
@@ -106,6 +109,15 @@ class LocalAwsFunctions:
                     return
                 if not worked:
                     time.sleep(min(0.2, left))
+
+    def _poll(self, index: int, poller: LocalEventSourcePoller) -> int:
+        """One receive, unless the last one on this queue came back empty less than a second ago."""
+        now = time.monotonic()
+        if now < self._next_poll.get(index, 0.0):
+            return 0
+        received = poller.poll_once(0)
+        self._next_poll[index] = now if received else now + IDLE_POLL_EVERY
+        return received
 
     def _run_timer(self) -> None:
         self._next_timer = time.monotonic() + TIMER_EVERY

@@ -5,11 +5,17 @@ with its fix and exit 1; the JSON is one document, the human report a table with
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from tests.aws.verify.conftest import by_check, cli, client, verify
 from tests.aws.verify.policy import Call, allowed
+from tests.docs.verify_checks import assert_documented
 
 pytestmark = pytest.mark.moto
 
@@ -34,6 +40,7 @@ def test_a_healthy_deployment_passes_quick(deployed_tls: str) -> None:
     assert {"event-source", "function-role", "tier-schedule", "alarms", "probe-visibility-12h"} <= account
     assert checks[("cost", "probes")]["data"]["sqs_requests"] >= 3
     assert "sending 1 probe(s)" in err
+    assert_documented(document)
     # the probe endpoint verify made for the run is gone again
     queues = client("sqs", deployed).list_queues(QueueNamePrefix=PROBE).get("QueueUrls", [])
     assert queues == []
@@ -48,6 +55,7 @@ def test_a_healthy_deployment_passes_full_through_every_route(deployed: str, ver
         assert found["status"] == "pass" and found["data"]["route"] == route, (found, err)
         assert found["data"]["arrivals"] == 1 and found["data"]["lateness_s"] > -1, found
     assert checks[("probe-cancel", PROBE)]["status"] == "pass"
+    assert_documented(document)
     assert checks[("tier-bucket-policy", "verify-tier")]["status"] == "needs a real account"  # plain HTTP
     assert "waiting for" in err  # progress while the probes are in flight
     # every request verify made is allowed by the policy docs/verify.md gives (the cloud's own calls: test_policy.py)
@@ -126,3 +134,22 @@ def test_usage_errors_exit_2_with_one_line() -> None:
     assert code == 2 and "--local" in err and len(err.strip().splitlines()) == 1, (out, err)
     code, out, err = cli("aws", "verify", "--endpoint-url", "https://127.0.0.1:9", "--json")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (out, err)
+
+
+def test_sigterm_mid_run_cleans_up_and_reports_the_interruption(deployed: str) -> None:
+    """SIGTERM (or Ctrl-C) while a probe is in flight: the probe endpoint and the temporary queue verify made are
+    deleted, the JSON document says interrupted, exit 1."""
+    env = {**os.environ, "DELAYED_DELIVERY_VERIFY_NATIVE_DELAY": "60"}
+    command = str(Path(sys.executable).parent / "delayed-delivery")
+    argv = [command, "aws", "verify", "--endpoint-url", deployed, "--json"]
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    for line in process.stderr:  # wait until the probe is in flight
+        if "sending 1 probe(s)" in line:
+            break
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    document = json.loads(out)
+    assert process.returncode == 1 and document["interrupted"] and not document["cleanup_problems"], (out, err)
+    names = [u.rsplit("/", 1)[-1] for u in client("sqs", deployed).list_queues().get("QueueUrls", [])]
+    assert not [n for n in names if n.startswith(("delayed-delivery-probe", "delayed-delivery-verify-"))], names

@@ -16,6 +16,7 @@ import typer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from delayed_delivery.app.cli.aws_buckets import BucketName, BucketPrefix, BucketsFlag, tier_config
+from delayed_delivery.app.cli.interrupts import sigterm_as_ctrl_c
 from delayed_delivery.app.cli.output import err, fail
 from delayed_delivery.app.cli.verify_output import print_report, progress_printer
 from delayed_delivery.app.routes.aws_clients import cli_region
@@ -98,6 +99,15 @@ def _local_probe(clients: AwsClients, settings: DelayedDeliverySettings, cleanup
         cleanup.add(f"the probe queue {url.rsplit('/', 1)[-1]}", _deleter(sqs, url))
 
 
+def _has_tier(clients: AwsClients, settings: DelayedDeliverySettings) -> bool:
+    """True when the emulator holds the tier's ingest queue (``aws create --buckets`` made it)."""
+    try:
+        clients.sqs.get_queue_url(QueueName=settings.bucket_ingest_queue)
+    except ClientError:
+        return False
+    return True
+
+
 def _deleter(sqs: Any, url: str) -> Callable[[], None]:
     def delete_probe_queue() -> None:
         sqs.delete_queue(QueueUrl=url)
@@ -136,12 +146,15 @@ def _local_run(
 
     _local_probe(clients, settings, cleanup)
     table = os.environ.get(TABLE_ENV, DEFAULT_TABLE).strip() or None
+    buckets, bucket_name, bucket_prefix = tier_options
+    if buckets is None and settings.long_delay_route == "fifo":
+        buckets = _has_tier(clients, settings)  # as `aws create --buckets` made it
     target = local_target(
         clients.sqs,
         settings,
         description=f"emulator at {endpoint}",
         queues=queues,
-        tier=tier_config(*tier_options, settings),
+        tier=tier_config(buckets, bucket_name, bucket_prefix, settings),
         cancellation_table=table,
     )
     functions = LocalAwsFunctions(target, sqs=clients.sqs, s3=clients.s3, dynamodb=clients.dynamodb)
@@ -250,7 +263,8 @@ def _run(
             if queue or tier_options[0] is not None:
                 raise DelayedDeliveryError("--queue and --buckets are for --local: a stack names its own endpoints")
             ctx = _cloud_context(stack, region, mode)
-        report = verify_aws(ctx)
+        with sigterm_as_ctrl_c():
+            report = verify_aws(ctx)
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
     print_report(report, as_json=as_json)

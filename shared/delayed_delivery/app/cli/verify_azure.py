@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from delayed_delivery.app.cli.interrupts import sigterm_as_ctrl_c
 from delayed_delivery.app.cli.output import err, fail
 from delayed_delivery.app.cli.verify_output import print_report, progress_printer
 from delayed_delivery.app.routes.base import azure_connection, require_endpoint
@@ -187,7 +188,8 @@ def run_verify_command(
         validate_azure_queue_name(probe_queue)
         config = _config(connection, endpoint, local)
         ctx = _context(config, local, Mode.FULL if full else Mode.QUICK, probe_queue, (role_assignments, alert_rules))
-        report = verify_azure(ctx)
+        with sigterm_as_ctrl_c():
+            report = verify_azure(ctx)
     except DelayedDeliveryError as exc:
         raise fail(str(exc)) from None
     print_report(report, as_json=as_json)

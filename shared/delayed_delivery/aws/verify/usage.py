@@ -83,7 +83,13 @@ class RequestTally:
         """What was counted (the UsageMeter port)."""
         invocations, gb_seconds = (a - b for a, b in zip(self.lambda_usage(), self._lambda_start, strict=True))
         with self._lock:
-            return Usage(self.standard, self.fifo, invocations, gb_seconds, source="requests counted at the client")
+            return Usage(
+                self.standard,
+                self.fifo,
+                invocations,
+                gb_seconds,
+                source="requests counted at the client; the local event source polls each queue once a second",
+            )
 
 
 class CloudWatchUsage:
