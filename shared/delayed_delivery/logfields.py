@@ -34,6 +34,10 @@ EVENT_RESCHEDULED = "rescheduled"
 EVENT_CANCELLATION_UNAVAILABLE = "cancellation_records_unavailable"
 EVENT_PARKED = "parked"
 EVENT_CONSUMED = "consumed"
+#: Effectively-once helpers: a result recorded without its value, a retried record, a hold that ended mid-effect.
+EVENT_RESULT_NOT_STORED = "result_not_stored"
+EVENT_RECORD_RETRY = "record_retry"
+EVENT_HOLD_ENDED = "hold_ended"
 
 #: Keys of the ``consumed`` line (a consumer's receive helper).
 SENT_AT = "sent_at"

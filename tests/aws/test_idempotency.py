@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
 
 from delayed_delivery.aws.idempotency import DynamoDBEffectivelyOnce, effectively_once, ensure_idempotency_table
+from delayed_delivery.clock import ManualClock
 from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.idempotency import ProcessingInProgressError
-from delayed_delivery.testing.idempotency_contract import IdempotencyContract, Process
+from delayed_delivery.testing.idempotency_contract import Fault, IdempotencyContract, Process
 from tests.fixtures.moto import REGION
 
 if TYPE_CHECKING:
@@ -39,14 +42,71 @@ def table(dynamodb: DynamoDBClient) -> str:
 
 
 class TestDynamoDBEffectivelyOnce(IdempotencyContract):
-    expiry_seconds = 1.0
+    """Powertools reads the real clock: the test ends holds and expiries by rewriting the records' times."""
+
+    expiry_seconds = 3600.0
+    oversized_result_chars = 410_000  # past DynamoDB's 400 KB item
 
     @pytest.fixture
     def process(self, dynamodb: DynamoDBClient, table: str) -> Process:
+        self.dynamodb, self.table, self.faults = dynamodb, table, _CompletionFaults(dynamodb)
         consumer = DynamoDBEffectivelyOnce(
-            table, name="orders", expires_after=self.expiry_seconds, in_progress_timeout=60, client=dynamodb
+            table,
+            name="orders",
+            expires_after=self.expiry_seconds,
+            in_progress_timeout=self.in_progress_seconds,
+            client=dynamodb,
+            clock=ManualClock(),  # the backoff between record attempts
         )
         return consumer.run
+
+    def _items(self) -> list[dict[str, Any]]:
+        return list(self.dynamodb.scan(TableName=self.table, ConsistentRead=True)["Items"])
+
+    def _set(self, item: dict[str, Any], field: str, value: int) -> None:
+        self.dynamodb.update_item(
+            TableName=self.table,
+            Key={"id": item["id"]},
+            UpdateExpression="SET #f = :v",
+            ExpressionAttributeNames={"#f": field},
+            ExpressionAttributeValues={":v": {"N": str(value)}},
+        )
+
+    def pass_expiry(self) -> None:
+        for item in self._items():
+            self._set(item, "expiration", 0)
+
+    def pass_hold(self) -> None:
+        for item in self._items():
+            if item["status"]["S"] == "INPROGRESS":
+                self._set(item, "in_progress_expiration", 0)
+
+    def fail_completions(self, times: int, fault: Fault) -> None:
+        self.faults.fail(times, fault)
+
+    def forget(self, key: str) -> None:
+        (item,) = self._items()  # one id per test table
+        self.dynamodb.delete_item(TableName=self.table, Key={"id": item["id"]})
+
+
+class _CompletionFaults:
+    """Makes the client's next ``UpdateItem`` calls (Powertools' ``save_success``) fail as DynamoDB would."""
+
+    def __init__(self, client: DynamoDBClient) -> None:
+        self.left, self.fault = 0, "transient"
+        client.meta.events.register("before-call.dynamodb.UpdateItem", self._maybe_fail)
+
+    def fail(self, times: int, fault: Fault) -> None:
+        self.left, self.fault = times, fault
+
+    def _maybe_fail(self, **_: Any) -> None:
+        if not self.left:
+            return
+        self.left -= 1
+        if self.fault == "transient":
+            raise EndpointConnectionError(endpoint_url="http://dynamodb (injected)")
+        error = {"Code": "ValidationException", "Message": "Item size has exceeded the maximum allowed size"}
+        raise ClientError({"Error": error}, "UpdateItem")
 
 
 def test_the_table_has_the_powertools_key_and_ttl(dynamodb: DynamoDBClient, table: str) -> None:
@@ -87,9 +147,7 @@ def test_two_consumers_on_one_table_keep_their_own_records(dynamodb: DynamoDBCli
 def test_an_attempt_that_died_holds_the_id_only_for_its_in_progress_timeout(
     dynamodb: DynamoDBClient, table: str
 ) -> None:
-    import time
-
-    died = DynamoDBEffectivelyOnce(table, name="orders", in_progress_timeout=1, client=dynamodb)
+    died = DynamoDBEffectivelyOnce(table, name="orders", in_progress_timeout=60, client=dynamodb)
     effects: list[str] = []
 
     class Died(BaseException):
@@ -102,7 +160,14 @@ def test_an_attempt_that_died_holds_the_id_only_for_its_in_progress_timeout(
         died.run("order-1", dies)
     with pytest.raises(ProcessingInProgressError):
         died.run("order-1", lambda: effects.append("too early"))
-    time.sleep(1.2)
+    (item,) = dynamodb.scan(TableName=table)["Items"]
+    assert int(item["in_progress_expiration"]["N"]) > time.time() * 1000 + 50_000  # held for the 60 s asked
+    dynamodb.update_item(  # the hold ends (Powertools reads the real clock: the test moves the record's time)
+        TableName=table,
+        Key={"id": item["id"]},
+        UpdateExpression="SET in_progress_expiration = :past",
+        ExpressionAttributeValues={":past": {"N": "0"}},
+    )
     died.run("order-1", lambda: effects.append("taken over"))
     assert effects == ["taken over"]
 

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from azure.core.exceptions import HttpResponseError, ServiceRequestError
 
-from delayed_delivery.azure.idempotency import TableProcessedLog, effectively_once, table_key
+from delayed_delivery.azure.idempotency import (
+    COMPLETED,
+    MAX_RESULT_CHARS,
+    TableProcessedLog,
+    effectively_once,
+    table_key,
+)
+from delayed_delivery.clock import ManualClock
 from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.idempotency import Claim, InProgress, ProcessingInProgressError, once
-from delayed_delivery.testing.idempotency_contract import IdempotencyContract, Process, ProcessedLogContract
+from delayed_delivery.testing.idempotency_contract import Fault, IdempotencyContract, Process, ProcessedLogContract
 from tests.azure.conftest import new_name
 from tests.fixtures.azurite import Azurite
 
@@ -27,11 +34,57 @@ def table_log(azurite: Azurite) -> Iterator[TableProcessedLog]:
 
 
 class TestTableEffectivelyOnce(IdempotencyContract):
-    expiry_seconds = 1.0
+    """Time is a manual clock: records expire when the test says, never because the machine was slow."""
+
+    expiry_seconds = 3600.0
+    oversized_result_chars = 40_000  # storage's 400 "property value exceeds the maximum allowed size" before #23
 
     @pytest.fixture
     def process(self, table_log: TableProcessedLog) -> Process:
-        return lambda message, fn: once(table_log, message, fn, expiry=self.expiry_seconds, in_progress_timeout=60)
+        self.table_log, self.clock, self.faults = table_log, ManualClock(), _CompletionFaults(table_log)
+        return lambda message, fn: once(
+            table_log,
+            message,
+            fn,
+            expiry=self.expiry_seconds,
+            in_progress_timeout=self.in_progress_seconds,
+            clock=self.clock,
+        )
+
+    def pass_expiry(self) -> None:
+        self.clock.advance(self.expiry_seconds + 1)
+
+    def pass_hold(self) -> None:
+        self.clock.advance(self.in_progress_seconds + 1)
+
+    def fail_completions(self, times: int, fault: Fault) -> None:
+        self.faults.fail(times, fault)
+
+    def forget(self, key: str) -> None:
+        self.table_log.table.delete_entity(table_key(key), table_key(self.table_log.name))
+
+
+class _CompletionFaults:
+    """Makes the table client's next writes of a completed row fail as the storage service would."""
+
+    def __init__(self, log: TableProcessedLog) -> None:
+        self.left, self.fault = 0, "transient"
+        update = log.table.update_entity
+
+        def failing_update(entity: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+            if self.left and entity.get("Status") == COMPLETED:
+                self.left -= 1
+                if self.fault == "transient":
+                    raise ServiceRequestError("connection reset (injected)")
+                refused = HttpResponseError("The property value exceeds the maximum allowed size (injected)")
+                refused.status_code = 400
+                raise refused
+            return update(entity, *args, **kwargs)
+
+        log.table.update_entity = failing_update  # type: ignore[method-assign]
+
+    def fail(self, times: int, fault: Fault) -> None:
+        self.left, self.fault = times, fault
 
 
 class TestTableProcessedLog(ProcessedLogContract):
@@ -66,14 +119,27 @@ def test_two_consumers_on_one_table_keep_their_own_records(azurite: Azurite, tab
 
 
 def test_an_attempt_that_died_holds_the_id_only_for_its_in_progress_timeout(table_log: TableProcessedLog) -> None:
-    now = datetime.now(UTC)
-    assert isinstance(table_log.begin("order-1", now=now, in_progress_until=now + timedelta(seconds=1)), Claim)
+    clock = ManualClock()
+    now = clock.now()
+    assert isinstance(table_log.begin("order-1", now=now, in_progress_until=now + timedelta(seconds=30)), Claim)
     effects: list[str] = []
+    clock.advance(29)
     with pytest.raises(ProcessingInProgressError):
-        once(table_log, "order-1", lambda: effects.append("too early"))
-    time.sleep(1.1)
-    once(table_log, "order-1", lambda: effects.append("taken over"))
+        once(table_log, "order-1", lambda: effects.append("too early"), clock=clock)
+    clock.advance(2)
+    once(table_log, "order-1", lambda: effects.append("taken over"), clock=clock)
     assert effects == ["taken over"]
+
+
+def test_the_longest_result_a_row_holds_is_stored(table_log: TableProcessedLog) -> None:
+    """``MAX_RESULT_CHARS`` is what storage takes: one character more was a 400 from the service."""
+    text = "s" * (MAX_RESULT_CHARS - 2)  # the JSON string adds two quotes
+    assert once(table_log, "order-1", lambda: text) == text
+    assert once(table_log, "order-1", lambda: "again") == text
+    row = table_log.table.get_entity(table_key("order-1"), table_key(table_log.name))
+    assert len(row["Result"]) == MAX_RESULT_CHARS
+    with pytest.raises(HttpResponseError, match="maximum allowed size"):
+        table_log.table.upsert_entity({**row, "Result": "s" * (MAX_RESULT_CHARS + 1)})
 
 
 def test_two_attempts_taking_over_one_ended_hold_get_one_claim(table_log: TableProcessedLog) -> None:

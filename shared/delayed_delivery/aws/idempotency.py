@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
@@ -17,26 +18,35 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyPersistenceLayerError,
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import BotoCoreError, ClientError
 
-from ..errors import ConfigurationError, TransientError
+from ..clock import Clock, SystemClock
+from ..errors import ConfigurationError, DelayedDeliveryError, PermanentError, TransientError
 from ..idempotency import (
     DEFAULT_EXPIRY,
     DEFAULT_IN_PROGRESS_TIMEOUT,
     HasMessageId,
     ProcessingInProgressError,
+    RecordRetry,
     key_of,
+    result_text,
+    retry_record,
 )
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["DynamoDBEffectivelyOnce", "effectively_once", "ensure_idempotency_table"]
+__all__ = ["MAX_RESULT_CHARS", "DynamoDBEffectivelyOnce", "effectively_once", "ensure_idempotency_table"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 #: The record field Powertools reads the key from: the payload it hashes is ``{"message_id": <id>}``.
 _KEY_FIELD = "message_id"
+#: Longest result JSON stored: a DynamoDB item holds 400 KB, the key, status and times fit in what is left.
+MAX_RESULT_CHARS = 400_000
+#: DynamoDB's answers that refuse an item for good (e.g. too large), not for now.
+_REFUSALS = frozenset({"ValidationException", "SerializationException"})
 
 
 class _HoldTime:
@@ -61,7 +71,8 @@ class DynamoDBEffectivelyOnce:
     """Runs each message's effect at most once per ``name`` while its DynamoDB record lives (Powertools idempotency).
 
     The table has the partition key ``id`` (string) and TTL on ``expiration`` (``ensure_idempotency_table``);
-    ``name`` separates consumers sharing a table, keep it stable across deployments.
+    ``name`` separates consumers sharing a table, keep it stable across deployments. Once the effect returned, its
+    id is recorded as done whatever the result (``idempotency.retry_record``; ``clock`` and ``retry`` pace it).
     """
 
     def __init__(
@@ -72,6 +83,8 @@ class DynamoDBEffectivelyOnce:
         expires_after: timedelta | float = DEFAULT_EXPIRY,
         in_progress_timeout: timedelta | float = DEFAULT_IN_PROGRESS_TIMEOUT,
         client: DynamoDBClient | None = None,
+        clock: Clock | None = None,
+        retry: RecordRetry | None = None,
     ) -> None:
         if not name:
             raise ConfigurationError("effectively-once processing needs a consumer name")
@@ -85,10 +98,12 @@ class DynamoDBEffectivelyOnce:
             raise_on_no_idempotency_key=True,
         )
         config.register_lambda_context(cast(LambdaContext, _HoldTime(timedelta(seconds=hold))))  # duck-typed
-        persistence = DynamoDBPersistenceLayer(table_name=table, boto3_client=client)
+        self.clock = clock or SystemClock()
+        self.retry = retry
+        self._persistence = DynamoDBPersistenceLayer(table_name=table, boto3_client=client)
         self._run: Callable[..., Any] = idempotent_function(
             data_keyword_argument="payload",
-            persistence_store=persistence,
+            persistence_store=self._persistence,
             config=config,
             key_prefix=f"delayed-delivery.{name}",
         )(_call)
@@ -97,15 +112,44 @@ class DynamoDBEffectivelyOnce:
         """Run ``fn`` once for ``message``'s id; a duplicate gets the stored JSON result instead.
 
         Raises ``ProcessingInProgressError`` (transient) while another attempt holds the id and ``TransientError``
-        when DynamoDB cannot be read or written; an exception of ``fn`` releases the id and propagates.
+        when DynamoDB cannot be read or written before the effect; an exception of ``fn`` releases the id and
+        propagates. After the effect, an unstorable result is recorded as ``None`` (logged) and a failed record is
+        tried again; ``EffectNotRecordedError`` (not retryable) when that stays impossible.
         """
         key = key_of(message)
+        payload = {_KEY_FIELD: key}
+        effect = _Effect(key, fn)
         try:
-            return self._run(fn, payload={_KEY_FIELD: key})
+            stored = self._run(effect, payload=payload)
         except IdempotencyAlreadyInProgressError as exc:
             raise ProcessingInProgressError(key) from exc
         except IdempotencyPersistenceLayerError as exc:
-            raise TransientError(f"idempotency table {self.table!r}: {exc}") from exc
+            if not effect.ran:
+                raise TransientError(f"idempotency table {self.table!r}: {exc}") from exc
+            failed = [self._store_error(exc.__cause__ or exc)]  # Powertools' own attempt is the first one
+
+            def attempt(text: str | None) -> bool:
+                if failed:
+                    raise failed.pop()
+                return self._save(payload, text)
+
+            retry_record(key, effect.text, attempt, clock=self.clock, retry=self.retry)
+        return effect.result if effect.ran else stored
+
+    def _save(self, payload: dict[str, str], text: str | None) -> bool:
+        """Powertools' own ``save_success`` (the record it could not write), its errors as the core's."""
+        try:
+            result: Any = None if text is None else json.loads(text)
+            self._persistence.save_success(data=payload, result=result)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._store_error(exc) from exc
+        return True
+
+    def _store_error(self, exc: BaseException) -> DelayedDeliveryError:
+        """DynamoDB refusing the record for good (e.g. too large) is permanent; anything else may pass."""
+        code = str(exc.response.get("Error", {}).get("Code", "")) if isinstance(exc, ClientError) else ""
+        kind = PermanentError if code in _REFUSALS else TransientError
+        return kind(f"idempotency table {self.table!r}: {exc}")
 
     def __call__(self, handler: Callable[P, R]) -> Callable[P, R]:
         """Decorate a per-message handler whose first argument is the message (or its id)."""
@@ -121,6 +165,24 @@ class DynamoDBEffectivelyOnce:
         return once_per_message
 
 
+class _Effect:
+    """The effect as Powertools runs it: keeps what ``fn`` returned and hands Powertools only what it can store."""
+
+    def __init__(self, key: str, fn: Callable[[], Any]) -> None:
+        self.key = key
+        self.fn = fn
+        self.ran = False
+        self.result: Any = None
+        self.text: str | None = None
+
+    def __call__(self) -> Any:
+        """Run the effect; return its result, or ``None`` when that cannot be stored (logged by ``result_text``)."""
+        self.result = self.fn()
+        self.ran = True
+        self.text = result_text(self.key, self.result, MAX_RESULT_CHARS)
+        return None if self.text is None else self.result
+
+
 def _call(fn: Callable[[], Any], *, payload: dict[str, str]) -> Any:
     """The function Powertools guards: runs the effect (``payload`` is only the key)."""
     del payload
@@ -134,6 +196,8 @@ def effectively_once(
     expires_after: timedelta | float = DEFAULT_EXPIRY,
     in_progress_timeout: timedelta | float = DEFAULT_IN_PROGRESS_TIMEOUT,
     client: DynamoDBClient | None = None,
+    clock: Clock | None = None,
+    retry: RecordRetry | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorator: the handler runs at most once per message id (its first argument); ``name`` defaults to its name."""
 
@@ -144,6 +208,8 @@ def effectively_once(
             expires_after=expires_after,
             in_progress_timeout=in_progress_timeout,
             client=client,
+            clock=clock,
+            retry=retry,
         )
         return consumer(handler)
 

@@ -22,12 +22,13 @@ from ..idempotency import (
     Claim,
     HasMessageId,
     InProgress,
+    RecordRetry,
     once,
 )
 from ..naming import validate_azure_table_name
 from .sdk_errors import sdk_errors
 
-__all__ = ["TableProcessedLog", "effectively_once", "table_key"]
+__all__ = ["MAX_RESULT_CHARS", "TableProcessedLog", "effectively_once", "table_key"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -40,6 +41,8 @@ _RESERVED = frozenset("/\\#?%~") | {chr(c) for c in (*range(0x20), *range(0x7F, 
 _MAX_READABLE = 255
 #: Attempts at a claim when the record changes between reading and writing it.
 _ATTEMPTS = 5
+#: Longest string property a table stores: 64 KiB of UTF-16 (result JSON is ASCII: one unit a character).
+MAX_RESULT_CHARS = 32_768
 
 
 def table_key(text: str) -> str:
@@ -61,8 +64,11 @@ class TableProcessedLog:
 
     ``begin`` inserts an in-progress row (the insert fails with 409 when the row exists); a row whose time ended is
     replaced under its ETag, so two attempts never both take it; ``complete`` and ``release`` act only while the
-    claim's ETag still matches.
+    claim's ETag still matches. A result longer than ``MAX_RESULT_CHARS`` is recorded without it (``once``).
     """
+
+    #: Longest result JSON a row holds.
+    max_result_chars: int | None = MAX_RESULT_CHARS
 
     def __init__(self, table: TableClient, *, name: str = "consumer") -> None:
         if not name:
@@ -159,6 +165,7 @@ def effectively_once(
     expires_after: timedelta | float = DEFAULT_EXPIRY,
     in_progress_timeout: timedelta | float = DEFAULT_IN_PROGRESS_TIMEOUT,
     clock: Clock | None = None,
+    retry: RecordRetry | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorator: the handler runs at most once per message id (its first argument) while the record lives."""
 
@@ -175,6 +182,7 @@ def effectively_once(
                 expiry=expires_after,
                 in_progress_timeout=in_progress_timeout,
                 clock=clock,
+                retry=retry,
             )
             return result
 

@@ -14,12 +14,16 @@ Use it from your own test module::
 
 ``process(message, fn)`` runs ``fn()`` for ``message`` (a message id, or anything with a ``message_id``) at
 most once while its record lives and returns the result (the stored one for a duplicate); a duplicate arriving
-while another attempt runs raises ``ProcessingInProgressError``. Override ``pass_expiry`` when your fixture can move
-its clock instead of sleeping. Add ``ProcessedLogContract`` (and a ``log`` fixture) for a ``ProcessedLog``.
+while another attempt runs raises ``ProcessingInProgressError``. Override ``pass_expiry`` and ``pass_hold`` when your
+fixture can move its clock (or the records' times) instead of sleeping, and implement the fault hooks
+``fail_completions`` (the store fails or refuses the record of an effect) and ``forget`` (a record vanishes behind
+its holder's back). Add ``ProcessedLogContract`` (and a ``log`` fixture) for a ``ProcessedLog``; ``FaultyLog`` wraps
+a ``ProcessedLog`` to implement ``fail_completions``.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -28,17 +32,27 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
-from ..errors import TransientError
-from ..idempotency import AlreadyDone, Claim, InProgress, ProcessedLog, ProcessingInProgressError
+from .. import logfields as lf
+from ..errors import PermanentError, TransientError
+from ..idempotency import (
+    AlreadyDone,
+    Claim,
+    EffectNotRecordedError,
+    InProgress,
+    ProcessedLog,
+    ProcessingInProgressError,
+)
 
-__all__ = ["IdempotencyContract", "Process", "ProcessedLogContract"]
+__all__ = ["Fault", "FaultyLog", "IdempotencyContract", "Process", "ProcessedLogContract"]
 
 #: ``process(message, fn)``: the subject under test.
 Process = Callable[[Any, Callable[[], Any]], Any]
+#: How ``fail_completions`` makes recording an effect fail: the store is unavailable, or refuses the record.
+Fault = Literal["transient", "refused"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +84,57 @@ class Effects:
         return run
 
 
+class FaultyLog:
+    """A ``ProcessedLog`` whose next completions fail as told (``fail``), for ``fail_completions``."""
+
+    def __init__(self, log: ProcessedLog) -> None:
+        self.log = log
+        self.failures = 0
+        self.fault: Fault = "transient"
+        self._lock = threading.Lock()
+
+    @property
+    def max_result_chars(self) -> int | None:
+        """The wrapped log's limit."""
+        return self.log.max_result_chars
+
+    def fail(self, times: int, fault: Fault) -> None:
+        """Make the next ``times`` calls of ``complete`` raise as ``fault`` says."""
+        with self._lock:
+            self.failures, self.fault = times, fault
+
+    def begin(self, key: str, *, now: datetime, in_progress_until: datetime) -> Claim | AlreadyDone | InProgress:
+        """The wrapped log's ``begin``."""
+        return self.log.begin(key, now=now, in_progress_until=in_progress_until)
+
+    def complete(self, claim: Claim, result: str | None, *, expires_at: datetime) -> bool:
+        """Fail while failures are due, else the wrapped log's ``complete``."""
+        with self._lock:
+            failing, self.failures = self.failures > 0, max(0, self.failures - 1)
+        if failing and self.fault == "transient":
+            raise TransientError("the store is unavailable (injected)")
+        if failing:
+            raise PermanentError("the store refused the record (injected)")
+        return self.log.complete(claim, result, expires_at=expires_at)
+
+    def release(self, claim: Claim) -> None:
+        """The wrapped log's ``release``."""
+        self.log.release(claim)
+
+
+def _logged(caplog: pytest.LogCaptureFixture, event: str, key: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if getattr(r, lf.EVENT, None) == event and getattr(r, lf.MESSAGE_ID, "") == key]
+
+
 class IdempotencyContract:
     """Behaviour every effectively-once processor must show."""
 
     #: The record expiry the ``process`` fixture configures, in seconds.
     expiry_seconds: float = 1.0
+    #: How long the ``process`` fixture's attempts hold an id, in seconds.
+    in_progress_seconds: float = 60.0
+    #: A result this many characters long (as JSON) is more than the store holds.
+    oversized_result_chars: int = 40_000
 
     @pytest.fixture
     def process(self) -> Process:
@@ -84,6 +144,18 @@ class IdempotencyContract:
     def pass_expiry(self) -> None:
         """Let every completed record expire (sleeps; override to move a fake clock)."""
         time.sleep(self.expiry_seconds + 1.1)
+
+    def pass_hold(self) -> None:
+        """Let every in-progress hold end, completed records staying live (sleeps; override to move a fake clock)."""
+        time.sleep(self.in_progress_seconds + 1.1)
+
+    def fail_completions(self, times: int, fault: Fault) -> None:
+        """Make the next ``times`` attempts to record an effect as done fail as ``fault`` says; override."""
+        raise NotImplementedError(f"{type(self).__name__} must implement fail_completions to run this case")
+
+    def forget(self, key: str) -> None:
+        """Delete ``key``'s record behind its holder's back, as a clean-up job would; override."""
+        raise NotImplementedError(f"{type(self).__name__} must implement forget to run this case")
 
     def test_first_delivery_performs_the_effect(self, process: Process) -> None:
         effects, key = Effects(), _key()
@@ -199,6 +271,99 @@ class IdempotencyContract:
         for t in threads:
             t.join(120)
         assert effects.counts == Counter(dict.fromkeys(keys, 1))
+
+    def test_a_result_that_cannot_be_stored_is_recorded_done_without_it(
+        self, process: Process, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        effects, key = Effects(), _key()
+        unstorable = {"at": datetime(2030, 1, 1, tzinfo=UTC)}
+        with caplog.at_level(logging.WARNING, logger="delayed_delivery.consumer"):
+            assert process(key, effects.effect(key, unstorable)) == unstorable  # the effect's own result
+        (why,) = _logged(caplog, lf.EVENT_RESULT_NOT_STORED, key)
+        assert "not JSON-serialisable" in getattr(why, lf.REASON)
+        assert process(key, effects.effect(key, "again")) is None
+        assert process(key, effects.effect(key, "and again")) is None
+        assert effects.counts[key] == 1
+
+    def test_an_oversized_result_is_recorded_done_without_it(
+        self, process: Process, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        effects, key = Effects(), _key()
+        big = "r" * self.oversized_result_chars
+        with caplog.at_level(logging.WARNING, logger="delayed_delivery.consumer"):
+            assert process(key, effects.effect(key, big)) == big
+        assert _logged(caplog, lf.EVENT_RESULT_NOT_STORED, key)
+        assert process(key, effects.effect(key, "again")) is None
+        assert effects.counts[key] == 1
+
+    def test_a_failing_record_is_tried_again_until_it_holds(self, process: Process) -> None:
+        effects, key = Effects(), _key()
+        self.fail_completions(2, "transient")
+        assert process(key, effects.effect(key, {"charged": 3})) == {"charged": 3}
+        assert process(key, effects.effect(key, "again")) == {"charged": 3}
+        assert effects.counts[key] == 1
+
+    def test_a_record_that_stays_impossible_is_a_clear_error_and_the_id_stays_held(self, process: Process) -> None:
+        effects, key = Effects(), _key()
+        self.fail_completions(1_000, "transient")
+        with pytest.raises(EffectNotRecordedError) as caught:
+            process(key, effects.effect(key, "done"))
+        assert not caught.value.retryable and key in str(caught.value) and "effect ran" in str(caught.value)
+        with pytest.raises(ProcessingInProgressError):
+            process(key, effects.effect(key, "duplicate"))
+        assert effects.counts[key] == 1
+
+    def test_a_refused_record_is_written_without_the_result(
+        self, process: Process, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        effects, key = Effects(), _key()
+        self.fail_completions(1, "refused")
+        with caplog.at_level(logging.WARNING, logger="delayed_delivery.consumer"):
+            assert process(key, effects.effect(key, {"n": 1})) == {"n": 1}
+        assert _logged(caplog, lf.EVENT_RESULT_NOT_STORED, key)
+        assert process(key, effects.effect(key, "again")) is None
+        assert effects.counts[key] == 1
+
+    def test_a_record_lost_during_the_effect_is_written_again(self, process: Process) -> None:
+        effects, key = Effects(), _key()
+
+        def effect() -> str:
+            effects.effect(key)()
+            self.forget(key)  # ``complete`` finds no record of its claim: it reports the claim lost
+            return "done"
+
+        assert process(key, effect) == "done"
+        assert process(key, effects.effect(key, "again")) == "done"
+        assert effects.counts[key] == 1
+
+    def test_an_effect_that_outlasts_its_hold_is_still_recorded(self, process: Process) -> None:
+        effects, key = Effects(), _key()
+
+        def slow() -> str:
+            effects.effect(key)()
+            self.pass_hold()
+            return "slow"
+
+        assert process(key, slow) == "slow"
+        assert process(key, effects.effect(key, "again")) == "slow"
+        assert effects.counts[key] == 1
+
+    def test_a_duplicate_taking_over_an_ended_hold_runs_the_effect_once_more_and_no_more(
+        self, process: Process
+    ) -> None:
+        effects, key = Effects(), _key()
+        inner: list[Any] = []
+
+        def slow() -> str:
+            effects.effect(key)()
+            self.pass_hold()
+            inner.append(process(key, effects.effect(key, "second")))  # a duplicate once the hold ended
+            return "first"
+
+        assert process(key, slow) == "first"  # its record was taken over: it says so in the log, never raises
+        assert inner == ["second"]
+        assert process(key, effects.effect(key, "third")) in ("first", "second")
+        assert effects.counts[key] == 2  # a hold shorter than the effect lets one duplicate in (documented)
 
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
