@@ -24,14 +24,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from .clock import Clock, SystemClock, utc
-from .durations import MAX_DELAY, format_duration
+from .durations import MAX_DELAY, format_duration, new_due_time
 from .errors import DelayedDeliveryError, InvalidMessageError
+from .timebuckets.wheel import EARLIEST, LATEST
 
 __all__ = [
     "BINDING_ALLOWANCE",
@@ -42,8 +43,11 @@ __all__ = [
     "CancellationKind",
     "CancellationStore",
     "InMemoryCancellationStore",
+    "StoredRecord",
+    "UnreadableRecord",
     "binding_note",
     "cancel_request",
+    "is_live",
     "reschedule_request",
     "tier_record_ttl",
 ]
@@ -77,12 +81,63 @@ class Cancellation:
     due_at: datetime | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.kind, CancellationKind):
+            raise InvalidMessageError(f"a record's kind is cancel or reschedule, not {str(self.kind)[:40]!r}")
         if (self.kind is CancellationKind.RESCHEDULE) != (self.due_at is not None):
             raise InvalidMessageError("a reschedule record needs a due time, a cancel record has none")
+        _in_range("requested_at", self.requested_at)
+        utc(self.expires_at)  # aware, or InvalidMessageError
+        if self.due_at is not None:
+            _in_range("due_at", self.due_at)
 
     def binds(self, sent_at: datetime | None) -> bool:
         """Whether this record applies to a message first sent at ``sent_at`` (``None``, unknown: it applies)."""
         return sent_at is None or utc(sent_at) <= self.requested_at + BINDING_ALLOWANCE
+
+
+def _in_range(name: str, value: datetime) -> None:
+    """Refuse a naive time, or one outside 1970-9000 (the range every reader of a record can use)."""
+    when = utc(value)
+    if not EARLIEST <= when < LATEST:
+        raise InvalidMessageError(f"{name} {when.isoformat()} is outside 1970-01-01 to 9000-01-01")
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadableRecord:
+    """A stored record that names a message but cannot be used (hand-written or damaged: a naive time, a due time
+    outside 1970-9000, an unknown kind).
+
+    Nobody can tell whether it meant to drop or move the message, so whoever meets that message treats it as poison:
+    the message goes to the error queue with ``problem()``, then the record is deleted. Its neighbours go on as planned.
+    """
+
+    endpoint: str
+    message_id: str
+    reason: str
+    #: When it expires, if that much can be read (``None``: it is live until deleted).
+    expires_at: datetime | None = None
+    #: What the store needs to delete exactly this record (opaque; DynamoDB: the stored ``requested_at`` value).
+    version: object = field(default=None, compare=False)
+
+    def binds(self, sent_at: datetime | None) -> bool:
+        """Always: what it was meant for cannot be read, so every message under its id is held for an operator."""
+        return True
+
+    def problem(self) -> str:
+        """The reason its message goes to the error queue."""
+        return (
+            f"the cancel or reschedule record for {self.message_id!r} on {self.endpoint!r} cannot be read "
+            f"({self.reason}), so the message is neither delivered nor dropped; the record is deleted"
+        )
+
+
+#: What a store hands back: a usable record, or one that cannot be used (the message it names goes to the error queue).
+StoredRecord: TypeAlias = Cancellation | UnreadableRecord
+
+
+def is_live(record: StoredRecord, now: datetime) -> bool:
+    """Whether ``record`` has not expired at ``now`` (an unreadable one without an expiry stays live)."""
+    return record.expires_at is None or record.expires_at > now
 
 
 @runtime_checkable
@@ -93,11 +148,11 @@ class CancellationStore(Protocol):
         """Write ``record``; a later record for the same endpoint and id replaces it."""
         ...
 
-    def live(self, endpoint: str) -> Sequence[Cancellation]:
-        """Every record of ``endpoint`` (expired ones may be included; callers filter)."""
+    def live(self, endpoint: str) -> Sequence[StoredRecord]:
+        """Every record of ``endpoint`` (expired ones may be included; callers filter), unreadable ones as such."""
         ...
 
-    def delete(self, records: Sequence[Cancellation]) -> None:
+    def delete(self, records: Sequence[StoredRecord]) -> None:
         """Delete ``records`` unless a newer request replaced them; missing ones are ignored."""
         ...
 
@@ -106,22 +161,22 @@ class InMemoryCancellationStore:
     """A ``CancellationStore`` in a dict (tests, single-process tools)."""
 
     def __init__(self) -> None:
-        self._records: dict[tuple[str, str], Cancellation] = {}
+        self._records: dict[tuple[str, str], StoredRecord] = {}
         self._lock = threading.Lock()
         self.lookups = 0
 
-    def put(self, record: Cancellation) -> None:
-        """Write ``record``."""
+    def put(self, record: StoredRecord) -> None:
+        """Write ``record`` (an ``UnreadableRecord`` too: tests stand in for a damaged item with one)."""
         with self._lock:
             self._records[(record.endpoint, record.message_id)] = record
 
-    def live(self, endpoint: str) -> Sequence[Cancellation]:
+    def live(self, endpoint: str) -> Sequence[StoredRecord]:
         """The endpoint's records."""
         with self._lock:
             self.lookups += 1
             return [r for (e, _), r in self._records.items() if e == endpoint]
 
-    def delete(self, records: Sequence[Cancellation]) -> None:
+    def delete(self, records: Sequence[StoredRecord]) -> None:
         """Drop ``records`` (a newer request for the same id stays)."""
         with self._lock:
             for record in records:
@@ -159,10 +214,9 @@ def cancel_request(
 def reschedule_request(
     endpoint: str, message_id: str, due_at: datetime, *, now: datetime, ttl: timedelta = RECORD_TTL
 ) -> Cancellation:
-    """A reschedule record moving ``message_id`` to ``due_at`` (at most 100 years ahead), living ``ttl``."""
-    now, due_at = utc(now), utc(due_at)
-    if due_at - now > MAX_DELAY:
-        raise InvalidMessageError(f"new due time {due_at.isoformat()} is more than 100 years away")
+    """A reschedule record moving ``message_id`` to ``due_at`` (after ``now``, at most 100 years on), living ``ttl``."""
+    now = utc(now)
+    due_at = new_due_time(due_at, now)
     return Cancellation(endpoint, message_id, CancellationKind.RESCHEDULE, now, now + _positive(ttl), due_at)
 
 
@@ -219,10 +273,10 @@ class CancellationCache:
         self.clock = clock or SystemClock()
         self.monotonic = monotonic
         self.on_error = on_error
-        self._cached: dict[str, tuple[float, dict[str, Cancellation]]] = {}
+        self._cached: dict[str, tuple[float, dict[str, StoredRecord]]] = {}
         self._lock = threading.Lock()
 
-    def lookup(self, endpoint: str) -> Mapping[str, Cancellation]:
+    def lookup(self, endpoint: str) -> Mapping[str, StoredRecord]:
         """The endpoint's unexpired records by message id (cached; empty when the store cannot be read)."""
         with self._lock:
             hit = self._cached.get(endpoint)
@@ -237,12 +291,12 @@ class CancellationCache:
                 self._cached[endpoint] = (self.monotonic() + min(self.max_age, FAILURE_BACKOFF_S), {})
             return {}
         now = self.clock.now()
-        records = {r.message_id: r for r in found if r.expires_at > now}
+        records = {r.message_id: r for r in found if is_live(r, now)}
         with self._lock:
             self._cached[endpoint] = (self.monotonic() + self.max_age, records)
         return dict(records)
 
-    def applied(self, records: Sequence[Cancellation]) -> None:
+    def applied(self, records: Sequence[StoredRecord]) -> None:
         """Delete ``records`` once applied; a failed delete is reported (re-applying is harmless, the TTL cleans up)."""
         if not records:
             return

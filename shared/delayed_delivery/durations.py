@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from .clock import utc
 from .errors import InvalidMessageError
 
-__all__ = ["MAX_DELAY", "Delay", "format_duration", "parse_duration", "to_seconds"]
+__all__ = ["MAX_DELAY", "Delay", "format_duration", "new_due_time", "parse_duration", "to_seconds"]
 
 #: The longest delay accepted anywhere: 100 years. Anything longer is almost surely a unit mistake.
 MAX_DELAY = timedelta(days=36_525)
@@ -100,6 +101,22 @@ def _checked(seconds: float, original: object) -> timedelta:
     if seconds > MAX_DELAY.total_seconds():
         raise InvalidMessageError(f"delay {original!r} is longer than the 100-year maximum")
     return timedelta(seconds=seconds)
+
+
+def new_due_time(due: datetime, now: datetime) -> datetime:
+    """``due`` in UTC as a waiting message's new due time: after ``now`` and at most 100 years on (every route's rule).
+
+    A time in the past is refused rather than read as "now": a record or row due before 1970 is one no reader can use.
+    """
+    due, now = utc(due), utc(now)
+    if due <= now:
+        raise InvalidMessageError(
+            f"new due time {due.isoformat()} is in the past (now {now.isoformat()}): give a later one, or cancel the "
+            "message"
+        )
+    if due - now > MAX_DELAY:
+        raise InvalidMessageError(f"new due time {due.isoformat()} is more than 100 years away")
+    return due
 
 
 def format_duration(seconds: float) -> str:

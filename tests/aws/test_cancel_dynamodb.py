@@ -17,7 +17,7 @@ from delayed_delivery.aws.cancellations import (
     cache_seconds_from_env,
     ensure_cancellation_table,
 )
-from delayed_delivery.cancellations import cancel_request, reschedule_request
+from delayed_delivery.cancellations import UnreadableRecord, cancel_request, reschedule_request
 from delayed_delivery.errors import ConfigurationError, TransientError
 from tests.fixtures.moto import REGION
 
@@ -66,7 +66,7 @@ def test_table_is_created_once_with_ttl_and_records_round_trip(dynamodb: DynamoD
     assert [r.endpoint for r in store.live("billing")] == ["billing"]
 
 
-def test_delete_spares_a_newer_request_and_unreadable_items_are_skipped(dynamodb: DynamoDBClient) -> None:
+def test_delete_spares_a_newer_request_and_unreadable_items_are_named(dynamodb: DynamoDBClient) -> None:
     ensure_cancellation_table(dynamodb, "cancellations")
     store = DynamoDbCancellationStore(dynamodb, "cancellations")
     now = datetime.now(UTC)
@@ -78,7 +78,18 @@ def test_delete_spares_a_newer_request_and_unreadable_items_are_skipped(dynamodb
     assert [r.kind for r in store.live("orders")] == ["reschedule"]
     store.delete([newer, old])
     assert store.live("orders") == []
+    # an item that cannot be used is no longer skipped in silence (#23): it names its message, which goes to the
+    # error queue, and it is deleted like any applied record (conditional on its stored request time, even absent)
     dynamodb.put_item(TableName="cancellations", Item={"endpoint": {"S": "orders"}, "message_id": {"S": "junk"}})
+    naive = {"endpoint": {"S": "orders"}, "message_id": {"S": "naive"}, "kind": {"S": "cancel"}}
+    naive |= {"requested_at": {"S": "2030-01-01T00:00:00"}, TTL_ATTRIBUTE: {"N": "1893456000"}}
+    dynamodb.put_item(TableName="cancellations", Item=naive)
+    junk, unusable = sorted(store.live("orders"), key=lambda r: r.message_id)
+    assert isinstance(junk, UnreadableRecord) and junk.expires_at is None and "expires_at" in junk.reason
+    assert isinstance(unusable, UnreadableRecord) and "naive" in unusable.reason
+    assert unusable.expires_at == datetime(2030, 1, 1, tzinfo=UTC)
+    assert "cannot be read" in unusable.problem() and unusable.binds(datetime.now(UTC))
+    store.delete([junk, unusable])
     assert store.live("orders") == []
 
 

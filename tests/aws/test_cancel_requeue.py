@@ -124,3 +124,35 @@ def test_an_unreachable_table_delays_nothing_and_is_reported(
     unavailable = [r for r in caplog.records if getattr(r, "event", None) == "cancellation_records_unavailable"]
     assert unavailable and "lookup failed" in unavailable[0].getMessage()
     assert "127.0.0.1:9" in str(getattr(unavailable[0], "reason", ""))
+
+
+def test_an_unreadable_record_sends_its_one_message_to_the_error_queue(
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    records: DynamoDbCancellationStore,
+    start_poller: StartPoller,
+) -> None:
+    # #23: a naive requested_at raised TypeError in the lookup and failed every batch holding a message of the
+    # endpoint, for as long as the record lived; a due time before 1970 or past 9000 is no time any reader can use
+    expires = {"N": str(int(time.time()) + 3600)}
+    requested = {"S": _now().isoformat()}
+    bad = {
+        "naive": {"kind": {"S": "cancel"}, "requested_at": {"S": "2030-01-01T00:00:00"}, "expires_at": expires},
+        "old": {"kind": {"S": "reschedule"}, "requested_at": requested, "due_at": {"S": "1960-01-01T00:00:00Z"}},
+        "odd": {"kind": {"S": "pause"}, "requested_at": requested, "expires_at": expires},
+    }
+    for message_id, fields in bad.items():
+        sender.send_delayed("orders", f"held {message_id}", 4, message_id=message_id)
+        item = {"endpoint": {"S": "orders"}, "message_id": {"S": message_id}, "expires_at": expires, **fields}
+        records.client.put_item(TableName=records.table, Item=item)
+    sender.send_delayed("orders", "on time", 4, message_id="neighbour")
+    start_poller()
+    arrivals = collect(sqs, endpoint.input_url, expect=1, timeout=4 + SLACK + 2, linger=1.5)
+    assert [a.body for a in arrivals] == ["on time"]
+    held = collect(sqs, endpoint.error_url, expect=3, timeout=5)
+    reasons = {a.body: a.attributes["DelayedDelivery.FailureReason"]["StringValue"] for a in held}
+    assert set(reasons) == {"held naive", "held old", "held odd"}
+    assert "naive" in reasons["held naive"] and "1960-01-01" in reasons["held old"] and "pause" in reasons["held odd"]
+    assert all("cannot be read" in reason for reason in reasons.values())
+    assert records.live("orders") == []  # deleted once their messages were on the error queue

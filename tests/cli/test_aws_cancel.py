@@ -91,6 +91,15 @@ def test_aws_cancel_and_reschedule_bad_input(aws: list[str], monkeypatch: pytest
     one_line_error(run("cancel", "x", *aws, "--to", "orders"), "'never-created' does not exist", "aws create")
 
 
+def test_reschedule_into_the_past_writes_no_record(aws: list[str]) -> None:
+    # #23: this exited 0 and wrote a record due in 1960, which the tier's timer could not build a message from
+    result = run("reschedule", "m7", *aws, "--at", "1960-01-01T00:00:00Z", "--to", "orders")
+    one_line_error(result, "new due time 1960-01-01T00:00:00+00:00 is in the past", "give a later --at or a --delay")
+    one_line_error(run("reschedule", "m7", *aws, "--at", "9500-01-01T00:00:00Z", "--to", "orders"), "100-year")
+    table = dynamodb_client(aws[aws.index("--endpoint-url") + 1])
+    assert table.scan(TableName=TABLE)["Items"] == []
+
+
 @contextlib.contextmanager
 def _requeue(sqs: SQSClient, aws: list[str]) -> Iterator[None]:
     """Run the requeue handler on ``orders-delay.fifo`` for the block (records written before it starts)."""

@@ -74,6 +74,17 @@ def test_reschedule_bad_duration_and_time(route: tuple[list[str], str]) -> None:
 
 
 @pytest.mark.parametrize("route", ROUTES, indirect=True)
+def test_reschedule_to_a_past_or_out_of_range_time_is_refused(route: tuple[list[str], str]) -> None:
+    # #23: `reschedule m7 --at 1960-01-01T00:00:00Z --cloud aws --to orders` exited 0 and wrote a record the tier's
+    # timer could not use (its whole bucket stalled); every route refuses such a time before writing anything
+    options, queue = route
+    extra = ["--to", queue] if "aws" in options else []
+    for at in ("1960-01-01T00:00:00Z", "1970-01-01T00:00:00Z", "2001-09-09T01:46:40+02:00"):
+        one_line_error(run("reschedule", "m7", *options, *extra, "--at", at), "is in the past", "--at")
+    one_line_error(run("reschedule", "m7", *options, *extra, "--at", "9500-01-01T00:00:00Z"), "100-year")
+
+
+@pytest.mark.parametrize("route", ROUTES, indirect=True)
 def test_pending_bad_bucket(route: tuple[list[str], str]) -> None:
     options, _ = route
     one_line_error(run("pending", *options, "--by", "week"), "--by must be hour or day")

@@ -10,6 +10,10 @@ The requeue function reads one endpoint's items with one eventually consistent `
 deletes an applied item with a ``DeleteItem`` conditioned on its ``requested_at`` (a newer request stays). The
 time-bucket tier's timer reads the same items; a record written for it only lives longer (``tier_record_ttl``), so
 every item reads the same. ``every`` lists the table for operators (``pending``).
+
+Items are read as a hostile writer could leave them: an item naming a message whose other fields cannot be used (a
+naive or unreadable time, a due time outside 1970-9000, an unknown kind, no expiry) is an ``UnreadableRecord``, and
+the message it names goes to the error queue instead of being guessed at (docs/identity.md).
 botocore errors become the package's errors here; a missing table is a ``ConfigurationError``.
 """
 
@@ -21,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..cancellations import Cancellation, CancellationKind
-from ..errors import ConfigurationError, DelayedDeliveryError, TransientError
+from ..cancellations import Cancellation, CancellationKind, StoredRecord, UnreadableRecord
+from ..errors import ConfigurationError, DelayedDeliveryError, InvalidMessageError, TransientError
 from .config import CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS, MAX_CACHE_SECONDS, TABLE_ENV, cache_seconds_from_env
 from .sqs import translate_error
 
@@ -88,9 +92,9 @@ class DynamoDbCancellationStore:
                 exc, f"writing the {record.kind.value} record of {record.message_id!r}", self.table
             ) from exc
 
-    def live(self, endpoint: str) -> list[Cancellation]:
-        """Every item of ``endpoint`` (one Query, paged; eventually consistent)."""
-        found: list[Cancellation] = []
+    def live(self, endpoint: str) -> list[StoredRecord]:
+        """Every item of ``endpoint`` (one Query, paged; eventually consistent), unreadable ones as such."""
+        found: list[StoredRecord] = []
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "KeyConditionExpression": "#e = :e",
@@ -107,9 +111,9 @@ class DynamoDbCancellationStore:
         except (ClientError, BotoCoreError) as exc:
             raise _translate(exc, f"reading the cancellation records of {endpoint!r}", self.table) from exc
 
-    def every(self, limit: int = 1_000) -> tuple[list[Cancellation], bool]:
+    def every(self, limit: int = 1_000) -> tuple[list[StoredRecord], bool]:
         """Up to ``limit`` records of every endpoint (a paged Scan: for operators) and whether more were left."""
-        found: list[Cancellation] = []
+        found: list[StoredRecord] = []
         kwargs: dict[str, Any] = {"TableName": self.table}
         try:
             while len(found) < limit:
@@ -122,15 +126,18 @@ class DynamoDbCancellationStore:
             raise _translate(exc, "reading the cancellation records", self.table) from exc
         return found[:limit], True
 
-    def delete(self, records: Sequence[Cancellation]) -> None:
+    def delete(self, records: Sequence[StoredRecord]) -> None:
         """Delete each record unless it was replaced by a newer request (then that one stays)."""
         for record in records:
+            condition: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(requested_at)"}
+            stored = record.version if isinstance(record, UnreadableRecord) else {"S": record.requested_at.isoformat()}
+            if isinstance(stored, Mapping):
+                condition = {"ConditionExpression": "requested_at = :r", "ExpressionAttributeValues": {":r": stored}}
             try:
                 self.client.delete_item(
                     TableName=self.table,
                     Key={"endpoint": {"S": record.endpoint}, "message_id": {"S": record.message_id}},
-                    ConditionExpression="requested_at = :r",
-                    ExpressionAttributeValues={":r": {"S": record.requested_at.isoformat()}},
+                    **condition,
                 )
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
@@ -147,21 +154,59 @@ class DynamoDbCancellationStore:
             raise _translate(exc, "checking the cancellation table", self.table) from exc
 
 
-def _record(item: Mapping[str, Any]) -> Cancellation | None:
-    """An item as a record; an item that cannot be read is skipped (never blocks a hop)."""
+def _record(item: Mapping[str, Any]) -> StoredRecord | None:
+    """An item as a record, or an ``UnreadableRecord`` naming its message; ``None`` only without a key to name one."""
+    endpoint, message_id = _attribute(item, "endpoint", "S"), _attribute(item, "message_id", "S")
+    if not isinstance(endpoint, str) or not isinstance(message_id, str):
+        return None  # the table's keys are text: not an item of this table
+    expires_at: datetime | None = None
     try:
-        kind = CancellationKind(item["kind"]["S"])
-        due = item.get("due_at", {}).get("S")
+        expires_at = _expiry(item)
+        kind = _attribute(item, "kind", "S")
+        if kind not in {k.value for k in CancellationKind}:
+            raise InvalidMessageError(f"kind {_shown(kind)} is neither cancel nor reschedule")
         return Cancellation(
-            endpoint=item["endpoint"]["S"],
-            message_id=item["message_id"]["S"],
-            kind=kind,
-            requested_at=datetime.fromisoformat(item["requested_at"]["S"]),
-            expires_at=datetime.fromtimestamp(int(item[TTL_ATTRIBUTE]["N"]), tz=UTC),
-            due_at=datetime.fromisoformat(due) if due else None,
+            endpoint=endpoint,
+            message_id=message_id,
+            kind=CancellationKind(kind),
+            requested_at=_time(item, "requested_at"),
+            expires_at=expires_at,
+            due_at=_time(item, "due_at") if "due_at" in item else None,
         )
-    except (KeyError, ValueError, TypeError, DelayedDeliveryError):
-        return None
+    except DelayedDeliveryError as exc:
+        return UnreadableRecord(endpoint, message_id, str(exc)[:300], expires_at, version=item.get("requested_at"))
+
+
+def _attribute(item: Mapping[str, Any], name: str, kind: str) -> object:
+    """The ``kind`` (``S``, ``N``) value of attribute ``name``, or ``None``."""
+    value = item.get(name)
+    return value.get(kind) if isinstance(value, Mapping) else None
+
+
+def _shown(value: object) -> str:
+    return repr(value)[:60] if value is not None else "missing"
+
+
+def _time(item: Mapping[str, Any], name: str) -> datetime:
+    """An ISO-8601 text attribute as a datetime (naive and out-of-range times are refused by ``Cancellation``)."""
+    text = _attribute(item, name, "S")
+    if not isinstance(text, str) or len(text) > 64:
+        raise InvalidMessageError(f"{name} is {_shown(text)}, not ISO-8601 text")
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidMessageError(f"{name} {_shown(text)} is not an ISO-8601 time") from None
+
+
+def _expiry(item: Mapping[str, Any]) -> datetime:
+    """The TTL attribute (whole epoch seconds) as a datetime."""
+    number = _attribute(item, TTL_ATTRIBUTE, "N")
+    try:
+        if not isinstance(number, str) or len(number) > 20:
+            raise ValueError(number)
+        return datetime.fromtimestamp(int(number), tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        raise InvalidMessageError(f"{TTL_ATTRIBUTE} {_shown(number)} is not whole epoch seconds") from None
 
 
 def ensure_cancellation_table(client: DynamoDBClient, table: str = DEFAULT_TABLE) -> None:

@@ -5,7 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from delayed_delivery.aws.tier.timer_plan import Found, plan_bucket, same_content
-from delayed_delivery.cancellations import Cancellation, cancel_request, reschedule_request
+from delayed_delivery.cancellations import (
+    Cancellation,
+    CancellationKind,
+    StoredRecord,
+    UnreadableRecord,
+    cancel_request,
+    reschedule_request,
+)
 from delayed_delivery.delivery import epoch_ms
 from delayed_delivery.timebuckets.format import BucketMessage
 
@@ -36,11 +43,11 @@ def test_copies_are_counted_and_the_first_sent_wins_a_conflict() -> None:
 
 def test_records_cancel_and_move_only_the_messages_they_bind() -> None:
     sent = epoch_ms(NOW - timedelta(seconds=10))
-    records: dict[str, Cancellation] = {
+    records: dict[str, StoredRecord] = {
         "c": cancel_request("orders", "c", now=NOW, max_native_delay=2, max_age=0),
         "r": reschedule_request("orders", "r", NOW + timedelta(hours=1), now=NOW),
         "later": cancel_request("orders", "later", now=NOW, max_native_delay=2, max_age=0),
-        "done": reschedule_request("orders", "done", NOW, now=NOW),
+        "done": reschedule_request("orders", "done", NOW, now=NOW - timedelta(seconds=1)),  # written before it fell due
     }
     found = [
         Found(_m("c", sent=sent), "k"),
@@ -55,3 +62,22 @@ def test_records_cancel_and_move_only_the_messages_they_bind() -> None:
     [moved] = plan.moved
     assert moved.message_id == "r" and moved.due_at == NOW + timedelta(hours=1) and moved.hops == 1
     assert sorted(r.message_id for r in plan.applied) == ["c", "done", "r"]
+
+
+def test_a_record_that_cannot_be_used_holds_its_one_message_for_the_error_queue() -> None:
+    sent = epoch_ms(NOW - timedelta(seconds=10))
+    edge = Cancellation(  # inside 1970-9000, yet the new due time rounds to the first millisecond no bucket holds
+        "orders", "edge", CancellationKind.RESCHEDULE, NOW, NOW, datetime(8999, 12, 31, 23, 59, 59, 999_900, tzinfo=UTC)
+    )
+    records: dict[str, StoredRecord] = {
+        "bad": UnreadableRecord("orders", "bad", "requested_at '2030-01-01T00:00:00' is naive"),
+        "edge": edge,
+    }
+    found = [Found(_m(name, sent=sent), "k") for name in ("bad", "edge", "plain")]
+    plan = plan_bucket(found, lambda destination: records)
+    assert [m.message_id for m in plan.keep] == ["plain"]
+    held = {r.message.message_id: r.reason for r in plan.unusable}
+    assert set(held) == {"bad", "edge"}
+    assert "cannot be read (requested_at '2030-01-01T00:00:00' is naive)" in held["bad"]
+    assert "cannot be applied" in held["edge"] and "9000" in held["edge"]
+    assert sorted(r.message_id for r in plan.applied) == ["bad", "edge"]  # deleted once their messages are held

@@ -32,6 +32,7 @@ from delayed_delivery.app.routes import (  # no cloud SDK at import: the routes 
     open_route,
 )
 from delayed_delivery.app.routes.buckets import BucketPendingReport
+from delayed_delivery.cancellations import UnreadableRecord
 from delayed_delivery.clock import SystemClock, utc
 from delayed_delivery.durations import MAX_DELAY, format_duration, to_seconds
 from delayed_delivery.errors import (
@@ -181,6 +182,17 @@ def _due(delay: str | None, at: str | None) -> datetime:
     if due - now > MAX_DELAY:  # reschedule too: the routes check only what they store
         raise InvalidMessageError(
             f"due time {due.isoformat()} is more than the 100-year maximum after now ({now.isoformat()})"
+        )
+    return due
+
+
+def _new_due(due: datetime) -> datetime:
+    """``reschedule``'s new due time: later than now on every route (a time before 1970 is one no reader can use)."""
+    now = SystemClock().now()
+    if due <= now:
+        raise InvalidMessageError(
+            f"new due time {due.isoformat()} is in the past (now {now.isoformat()}): give a later --at or a --delay, "
+            "or cancel it"
         )
     return due
 
@@ -341,6 +353,9 @@ def _print_tier(report: BucketPendingReport, by: str) -> None:
     more = " (more not listed)" if report.records_truncated else ""
     say(f"cancel / reschedule records waiting: {len(report.records)}{more}")
     for r in report.records[:20]:
+        if isinstance(r, UnreadableRecord):
+            say(f"  unreadable {r.message_id} on {r.endpoint}: {r.reason} (its message goes to the error queue)")
+            continue
         moved = f" → {instant(r.due_at)}" if r.due_at else ""
         say(f"  {r.kind.value} {r.message_id} on {r.endpoint}{moved}")
     if report.queues:
@@ -430,7 +445,8 @@ def reschedule(
       delayed-delivery reschedule 3f2c… --at 2027-06-01T08:00:00Z --cloud azure --local --endpoint shop
       delayed-delivery reschedule 3f2c… --delay 2h --cloud aws --local --to orders --bucket-name delays [--due …]
     """
-    opened, new_due = route.open(), _due(delay, at)
+    new_due = _new_due(_due(delay, at))
+    opened = route.open()
     result = opened.reschedule(
         message_id,
         new_due,

@@ -22,6 +22,8 @@ from delayed_delivery.app.routes.base import (
     require_endpoint,
     seconds_until,
 )
+from delayed_delivery.clock import SystemClock
+from delayed_delivery.durations import new_due_time
 from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError
 
 if TYPE_CHECKING:
@@ -195,5 +197,6 @@ class AzureTableRoute:
         """Move the message's due row (exact, one transaction)."""
         refuse_tier_options(current_due, scan_limit, keep_record)
         refuse_sqs_options(to)
+        due = new_due_time(due, SystemClock().now())
         self._check_table()
         return RescheduleResult(message_id, "azure", due, moved=self.store.reschedule(message_id, due))

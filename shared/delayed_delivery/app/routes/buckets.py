@@ -22,15 +22,15 @@ from delayed_delivery.app.routes.base import (
     require_queue,
 )
 from delayed_delivery.app.routes.sqs import SqsOperatorRoute
-from delayed_delivery.clock import SystemClock, utc
-from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError, InvalidMessageError
+from delayed_delivery.clock import utc
+from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError
 
 if TYPE_CHECKING:
     from delayed_delivery.aws.tier.config import BucketTierConfig
     from delayed_delivery.aws.tier.operations import TierOperations
     from delayed_delivery.aws.tier.relocate import ScanProgress
     from delayed_delivery.aws.tier.store import S3BucketStore
-    from delayed_delivery.cancellations import Cancellation
+    from delayed_delivery.cancellations import StoredRecord
     from delayed_delivery.timebuckets.census import BucketCensus, CensusPeriod
 
 __all__ = [
@@ -57,7 +57,7 @@ class BucketPendingReport(PendingReport):
     census: BucketCensus | None = None
     bucket_name: str = ""
     prefix: str = ""
-    records: tuple[Cancellation, ...] = ()
+    records: tuple[StoredRecord, ...] = ()
     records_truncated: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -75,7 +75,17 @@ class BucketPendingReport(PendingReport):
         return d
 
 
-def _record_dict(record: Cancellation) -> dict[str, Any]:
+def _record_dict(record: StoredRecord) -> dict[str, Any]:
+    from delayed_delivery.cancellations import UnreadableRecord
+
+    if isinstance(record, UnreadableRecord):
+        return {
+            "endpoint": record.endpoint,
+            "message_id": record.message_id,
+            "kind": "unreadable",
+            "reason": record.reason,
+            "expires_at": record.expires_at.isoformat() if record.expires_at else None,
+        }
     return {
         "endpoint": record.endpoint,
         "message_id": record.message_id,
@@ -188,7 +198,7 @@ class BucketTierRoute(SqsOperatorRoute):
                 pending=0, route="", queues=(), error_queue=self.settings.error_queue, error_queue_messages=None
             )
 
-    def _live_records(self, queue: str | None) -> tuple[list[Cancellation], bool]:
+    def _live_records(self, queue: str | None) -> tuple[list[StoredRecord], bool]:
         """Unexpired records of ``queue`` (or of every queue, at most ``MAX_LISTED_RECORDS``); none without a table."""
         try:
             return self._operations().live_records(queue, limit=MAX_LISTED_RECORDS)
@@ -220,12 +230,6 @@ class BucketTierRoute(SqsOperatorRoute):
     ) -> RescheduleResult:
         """Write a reschedule record, then move the message in the tier now (exact); a time in the past is refused."""
         to = require_queue(to)
-        now = SystemClock().now()
-        if utc(due) <= now:
-            raise InvalidMessageError(
-                f"new due time {utc(due).isoformat()} is in the past (now {now.isoformat()}): give a later --at or a "
-                "--delay, or cancel it"
-            )
         with _unknown_queue_is_to():
             done = self._operations().reschedule(
                 to,

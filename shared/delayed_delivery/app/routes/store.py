@@ -19,6 +19,8 @@ from delayed_delivery.app.routes.base import (
     refuse_tier_options,
 )
 from delayed_delivery.app.stores import open_store
+from delayed_delivery.clock import SystemClock
+from delayed_delivery.durations import new_due_time
 from delayed_delivery.errors import ConfigurationError, DelayedDeliveryError
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.ports import DelayedMessageStore, InspectableStore, ReschedulableStore
@@ -128,6 +130,7 @@ class StoreOperatorRoute:
         """Move the message's due time (exact)."""
         refuse_tier_options(current_due, scan_limit, keep_record)
         refuse_sqs_options(to)
+        due = new_due_time(due, SystemClock().now())
         s = self.store
         if not isinstance(s, ReschedulableStore):
             raise UsageError(f"{type(s).__name__} cannot reschedule")

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ...cancellations import Cancellation, CancellationCache
+from ...cancellations import CancellationCache, StoredRecord
 from ...clock import Clock, SystemClock
 from ...errors import ConfigurationError, DelayedDeliveryDisabledError, TransientError
 from ...planning import PARK_RETENTION_HEADROOM, HopAction, SqsParkPolicy
@@ -166,7 +166,7 @@ class FifoRequeuer:
         """One plan per message of the batch, in order: cancellation records, parks, then each message's action."""
         messages = [m for r in parsed for m in r.messages]
         owners = [index for index, r in enumerate(parsed) for _ in r.messages]
-        applied: list[Cancellation | None] = [None] * len(messages)
+        applied: list[StoredRecord | None] = [None] * len(messages)
         if self.cancellations is not None:
             applied = lookup_cancellations(self.cancellations, messages)
         blocked = [False] * len(parsed)

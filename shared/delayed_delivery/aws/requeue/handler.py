@@ -17,7 +17,7 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from ... import logfields as lf
-from ...cancellations import CancellationKind
+from ...cancellations import Cancellation, CancellationKind
 from ...errors import ConfigurationError, DelayedDeliveryDisabledError, DelayedDeliveryError
 from ..config import AwsConfig
 from ..errorqueue import DROPPED
@@ -200,7 +200,7 @@ def _observe(logger: Logger, metrics: Metrics, result: RecordResult) -> None:
     if result.remaining_delay_s is not None:
         metrics.add_metric(name="RemainingDelay", unit=MetricUnit.Seconds, value=result.remaining_delay_s)
     record = result.cancellation
-    if record is not None and record.kind is CancellationKind.RESCHEDULE and record.due_at is not None:
+    if isinstance(record, Cancellation) and record.kind is CancellationKind.RESCHEDULE and record.due_at is not None:
         metrics.add_metric(name="Rescheduled", unit=MetricUnit.Count, value=1)
         logger.info(
             "rescheduled at this hop",

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from ...cancellations import Cancellation, CancellationCache, CancellationKind
+from ...cancellations import Cancellation, CancellationCache, CancellationKind, StoredRecord, UnreadableRecord
 from ...errors import DelayedDeliveryError, TransientError
 from ...planning import HopAction, decide_hop
 from .records import HopOutcome, ParsedMessage, ParsedRecord, RecordResult
@@ -36,7 +36,7 @@ class MessagePlan:
     action: HopAction
     hop: HopAction
     park_s: int = 0
-    applied: Cancellation | None = None
+    applied: StoredRecord | None = None
     park_failure: str | None = None
 
     @property
@@ -72,7 +72,7 @@ def result_of(m: ParsedMessage, outcome: HopOutcome, hop: int, **extra: Any) -> 
     return RecordResult(m.record_id, m.message_id, outcome, hop, m.source.destination, m.remaining, **extra)
 
 
-def lookup_cancellations(cache: CancellationCache, messages: Sequence[ParsedMessage]) -> list[Cancellation | None]:
+def lookup_cancellations(cache: CancellationCache, messages: Sequence[ParsedMessage]) -> list[StoredRecord | None]:
     """The live cancellation record bound to each message, if any (one cached lookup per endpoint).
 
     A record binds to a message first sent before it was requested (``Cancellation.binds``), or of unknown send
@@ -106,7 +106,7 @@ def rescheduled(m: ParsedMessage, record: Cancellation, now_ms: int) -> ParsedMe
     )
 
 
-def hop_action(m: ParsedMessage, applied: Cancellation | None, max_native_delay: int) -> HopAction:
+def hop_action(m: ParsedMessage, applied: StoredRecord | None, max_native_delay: int) -> HopAction:
     """Requeue or forward, from the broker-only decision; a park return is requeued, never forwarded (case 3)."""
     decision = decide_hop(math.ceil(m.decision_ms / 1000), max_native_delay)
     back = m.park_return and applied is None
@@ -114,11 +114,15 @@ def hop_action(m: ParsedMessage, applied: Cancellation | None, max_native_delay:
 
 
 def plan_message(
-    index: int, m: ParsedMessage, applied: Cancellation | None, park_s: int, max_native_delay: int, now_ms: int
+    index: int, m: ParsedMessage, applied: StoredRecord | None, park_s: int, max_native_delay: int, now_ms: int
 ) -> MessagePlan:
-    """The plan for one message: error queue (poison), drop (cancelled), park, or its hop."""
+    """The plan for one message: error queue (poison, or a record that cannot be read), drop (cancelled), park, or its
+    hop."""
     if not m.live:
         return MessagePlan(index, m, HopAction.ERROR_QUEUE, HopAction.ERROR_QUEUE)
+    if isinstance(applied, UnreadableRecord):  # deleted once the message is on the error queue
+        held = replace(m, reason=applied.problem())
+        return MessagePlan(index, held, HopAction.ERROR_QUEUE, HopAction.ERROR_QUEUE, applied=applied)
     if applied is not None and applied.kind is CancellationKind.CANCEL:
         return MessagePlan(index, m, HopAction.DROP, HopAction.DROP, applied=applied)
     if applied is not None:
@@ -163,7 +167,7 @@ def applied_records(
     record_results: Sequence[RecordResult | None],
     plans: Sequence[Sequence[MessagePlan]],
     results: dict[int, RecordResult],
-) -> list[Cancellation]:
+) -> list[StoredRecord]:
     """The cancellation records applied to messages whose hop (and whose record's) did not fail: these can go."""
     return [
         p.applied

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from ...cancellations import Cancellation
+from ...cancellations import StoredRecord
 from ...errors import ConfigurationError, DelayedDeliveryError, InvalidMessageError
 from ...headers import DELAY_SECONDS_ATTRIBUTE
 from ...naming import sqs_input_queue_name
@@ -79,7 +79,7 @@ class RecordResult:
     error: DelayedDeliveryError | None = None
     inner: tuple[RecordResult, ...] = ()
     envelope_id: str | None = None
-    cancellation: Cancellation | None = None
+    cancellation: StoredRecord | None = None
     park_s: int | None = None
 
     def per_message(self) -> tuple[RecordResult, ...]:

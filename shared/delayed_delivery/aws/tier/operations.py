@@ -17,10 +17,18 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ...cancellations import Cancellation, binding_note, cancel_request, reschedule_request, tier_record_ttl
+from ...cancellations import (
+    Cancellation,
+    StoredRecord,
+    binding_note,
+    cancel_request,
+    is_live,
+    reschedule_request,
+    tier_record_ttl,
+)
 from ...clock import Clock, SystemClock, utc
-from ...durations import format_duration
-from ...errors import DestinationNotFoundError, InvalidMessageError
+from ...durations import format_duration, new_due_time
+from ...errors import DestinationNotFoundError
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.census import BucketCensus, CensusPeriod, take_census
 from ..cancellations import DEFAULT_CACHE_SECONDS, DEFAULT_TABLE, DynamoDbCancellationStore
@@ -174,10 +182,7 @@ class TierOperations:
         ``scan_limit``, refused before anything is written); ``keep_record`` keeps the record until the due time.
         """
         now = self.clock.now()
-        if utc(due) <= now:
-            raise InvalidMessageError(
-                f"new due time {utc(due).isoformat()} is in the past (now {now.isoformat()}): give a later one"
-            )
+        due = new_due_time(due, now)
         self.check(destination)
         limit = DEFAULT_SCAN_LIMIT if scan_limit is None else scan_limit
         relocator = Relocator(self.store, self.sqs, self.settings, self.clock, progress=progress)
@@ -193,17 +198,25 @@ class TierOperations:
         note = _moved_note(moved, self.fifo_too, keep_record) + binding_note(record.requested_at)
         return TierReschedule(record, self.records.table, moved, not self.fifo_too, note)
 
-    def live_records(self, destination: str | None = None, *, limit: int = 1_000) -> tuple[list[Cancellation], bool]:
-        """Unexpired records of ``destination`` (or of every one, at most ``limit``), and whether more were left."""
+    def live_records(self, destination: str | None = None, *, limit: int = 1_000) -> tuple[list[StoredRecord], bool]:
+        """Unexpired records of ``destination`` (or of every one, at most ``limit``; unreadable ones last), and whether
+        more were left."""
         found, truncated = (self.records.live(destination), False) if destination else self.records.every(limit)
         now = self.clock.now()
-        live = sorted((r for r in found if r.expires_at > now), key=lambda r: (r.endpoint, r.requested_at))
+        live = sorted((r for r in found if is_live(r, now)), key=_record_order)
         return live, truncated
 
     def census(self, period: CensusPeriod = "day") -> BucketCensus:
         """The tier's exact counts by due hour or day, from the object listing alone (no body read)."""
         objects = chain(self.store.objects("fine"), self.store.objects("coarse"))
         return take_census(objects, self.clock.now(), period=period, levels=self.store.levels)
+
+
+def _record_order(record: StoredRecord) -> tuple[str, bool, str, str]:
+    """By endpoint, then readable records by request time, then unreadable ones by id."""
+    if isinstance(record, Cancellation):
+        return record.endpoint, False, record.requested_at.isoformat(), record.message_id
+    return record.endpoint, True, "", record.message_id
 
 
 def _moved_note(moved: Relocation, fifo_too: bool, keep_record: bool) -> str:

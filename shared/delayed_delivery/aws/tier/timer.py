@@ -26,7 +26,7 @@ from ...timebuckets.wheel import COARSE, FINE, MAX_DELAY_SECONDS, BucketKey, cas
 from .lease import DEFAULT_LEASE_SECONDS, BucketLeases
 from .store import ObjectMissingError, S3BucketStore, StoredObject
 from .timer_cascade import DEFAULT_GROUP_BYTES, Cascade
-from .timer_plan import Found, plan_bucket
+from .timer_plan import Found
 from .timer_sqs import Notice, TimerSqs
 from .timer_work import BucketWork, Tally, line_notice
 
@@ -220,16 +220,16 @@ class BucketTimer:
         """Send a ready fine bucket; write back what failed for a passing reason, then delete the objects read."""
         work = self._work
         found, notices, keys = self._read(objects)
-        plan = plan_bucket(found, work.lookup)
+        plan = work.plan(found)
         window = dispatch_window(self.clock.now(), levels=self.store.levels)
         horizon = window.now + timedelta(seconds=MAX_DELAY_SECONDS)
         misplaced = [m for m in plan.keep if m.due_at > horizon]  # in a bucket it is not due in: move it
         sent = self.sqs.dispatch([m for m in plan.keep if m.due_at <= horizon], window)
-        rewrite = work.report_errors([*plan.conflicts, *sent.rejected, *notices], tally)
+        rewrite = work.report_errors([*plan.conflicts, *plan.unusable, *sent.rejected, *notices], tally)
         written = work.write_back(bucket, sent.retry, rewrite)
         written |= work.write_back(None, [*plan.moved, *misplaced], ())
         self.store.delete([key for key in keys if key not in written])  # a rewrite may reuse a key: keep it
-        work.applied(plan.applied)
+        work.applied(work.releasable(plan.applied, rewrite))
         tally.add(
             dispatched=len(sent.sent),
             duplicates_skipped=plan.duplicates,

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...cancellations import Cancellation
+from ...cancellations import StoredRecord
 from ...timebuckets.format import BucketMessage, read_line
 from .store import ObjectMissingError, StoredObject
-from .timer_plan import Found, plan_bucket
+from .timer_plan import Found
 from .timer_sqs import Notice
 from .timer_work import BucketWork, Tally, line_notice
 
@@ -49,7 +49,7 @@ class Cascade:
         self.group_bytes = group_bytes
         self.may_go_on = may_go_on
         #: Records applied to messages of an object not yet deleted (a large one cut over groups).
-        self._applied: list[Cancellation] = []
+        self._applied: list[StoredRecord] = []
 
     def run(self, objects: Sequence[StoredObject]) -> bool:
         """Cascade ``objects`` (one coarse bucket's, in listing order); False when it stopped for time."""
@@ -101,10 +101,10 @@ class Cascade:
         """Write a group into fine buckets, then delete the objects it holds whole and apply its records."""
         if group.empty:
             return
-        plan = plan_bucket(group.found, self.work.lookup)
-        rewrite = self.work.report_errors([*plan.conflicts, *group.notices], self.tally)
+        plan = self.work.plan(group.found)
+        rewrite = self.work.report_errors([*plan.conflicts, *plan.unusable, *group.notices], self.tally)
         self.work.write_back(None, [*plan.keep, *plan.moved], rewrite)
-        self._applied += plan.applied
+        self._applied += self.work.releasable(plan.applied, rewrite)
         if group.keys:
             self.work.store.delete(group.keys)
             self.work.applied(self._applied)

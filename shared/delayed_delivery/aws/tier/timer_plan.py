@@ -1,6 +1,8 @@
 """What the timer does with the messages of one bucket: duplicates dropped by id, cancel and reschedule applied.
 
 Pure: no client, no clock. The timer (``timer.py``) reads the objects, asks this module what to send, and sends.
+A record that cannot be used (unreadable, or a due time no bucket holds) holds its one message for the error queue;
+planning never raises for what a record or a message holds.
 """
 
 from __future__ import annotations
@@ -8,14 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ...cancellations import Cancellation, CancellationKind
+from ...cancellations import CancellationKind, StoredRecord, UnreadableRecord
 from ...delivery import epoch_ms, from_epoch_ms
+from ...errors import InvalidMessageError
 from ...timebuckets.format import BucketMessage
 
 __all__ = ["BucketPlan", "Found", "Lookup", "Rejected", "plan_bucket", "same_content"]
 
 #: ``lookup(destination) -> {message id: record}`` (``CancellationCache.lookup``).
-Lookup = Callable[[str], Mapping[str, Cancellation]]
+Lookup = Callable[[str], Mapping[str, StoredRecord]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +51,10 @@ class BucketPlan:
     cancelled: int = 0
     #: Rescheduled messages with their new due time, to be written into the bucket of that time.
     moved: list[BucketMessage] = field(default_factory=list)
+    #: Messages whose record cannot be used (unreadable, or a due time no bucket holds): to the error queue.
+    unusable: list[Rejected] = field(default_factory=list)
     #: The records applied (deleted once the bucket's objects are gone).
-    applied: list[Cancellation] = field(default_factory=list)
+    applied: list[StoredRecord] = field(default_factory=list)
 
 
 def same_content(a: BucketMessage, b: BucketMessage) -> bool:
@@ -95,15 +100,24 @@ def _apply(message: BucketMessage, lookup: Lookup | None, plan: BucketPlan) -> N
         plan.keep.append(message)
         return
     plan.applied.append(record)
+    if isinstance(record, UnreadableRecord):
+        plan.unusable.append(Rejected(message, record.problem()))
+        return
     if record.kind is CancellationKind.CANCEL:
         plan.cancelled += 1
         return
     assert record.due_at is not None
-    due_ms = epoch_ms(record.due_at)
+    try:
+        due_ms = epoch_ms(record.due_at)
+        moved = replace(message, due_at_ms=due_ms, hops=message.hops + 1)  # validates the new due time
+    except (InvalidMessageError, OverflowError, ValueError) as exc:
+        reason = f"its reschedule record (to {record.due_at.isoformat()}) cannot be applied: {exc}"
+        plan.unusable.append(Rejected(message, reason[:1024]))
+        return
     if due_ms == message.due_at_ms:  # already moved by an earlier run whose record delete did not happen
         plan.keep.append(message)
         return
-    plan.moved.append(replace(message, due_at_ms=due_ms, hops=message.hops + 1))
+    plan.moved.append(moved)
 
 
 def plan_bucket(found: Sequence[Found], lookup: Lookup | None = None) -> BucketPlan:

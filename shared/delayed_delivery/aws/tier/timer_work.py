@@ -15,12 +15,12 @@ from dataclasses import Field, fields
 from typing import Any, Generic, TypeVar
 
 from ... import logfields as lf
-from ...cancellations import Cancellation, CancellationCache
+from ...cancellations import CancellationCache, StoredRecord
 from ...clock import Clock
 from ...timebuckets.format import BucketMessage, PoisonEntry
 from ...timebuckets.wheel import BucketKey
 from .store import S3BucketStore
-from .timer_plan import Rejected
+from .timer_plan import BucketPlan, Found, Rejected, plan_bucket
 from .timer_sqs import ErrorQueueOutcome, Notice, TimerSqs
 
 __all__ = ["BucketWork", "Tally", "line_notice", "object_notice"]
@@ -93,9 +93,9 @@ class BucketWork:
         self.clock = clock
         self.cancellations = cancellations
         #: Each destination's records as read in this run (read at most once, fresh for every run).
-        self.records: dict[str, dict[str, Cancellation]] = {}
+        self.records: dict[str, dict[str, StoredRecord]] = {}
 
-    def lookup(self, destination: str) -> Mapping[str, Cancellation]:
+    def lookup(self, destination: str) -> Mapping[str, StoredRecord]:
         """The destination's records, read once per run (a failed read: none, reported by the cache, once)."""
         if self.cancellations is None:
             return {}
@@ -103,6 +103,21 @@ class BucketWork:
         if records is None:
             records = self.records[destination] = dict(self.cancellations.lookup(destination))
         return records
+
+    def plan(self, found: Sequence[Found]) -> BucketPlan:
+        """``plan_bucket`` with this run's records; each message held for a record that cannot be used is logged."""
+        plan = plan_bucket(found, self.lookup)
+        for held in plan.unusable:
+            _log.error(
+                "a cancel or reschedule record cannot be used; its message goes to the error queue",
+                extra={
+                    lf.EVENT: lf.EVENT_ERROR_QUEUE,
+                    lf.MESSAGE_ID: held.message.message_id,
+                    lf.DESTINATION: held.message.destination,
+                    lf.REASON: held.reason,
+                },
+            )
+        return plan
 
     def damaged(self, key: str, problem: str) -> Notice:
         """Keep a copy of a damaged object under ``problems/`` and return the notice naming it."""
@@ -148,7 +163,14 @@ class BucketWork:
                 written.update(self.store.write(bucket, group))
         return written
 
-    def applied(self, records: Sequence[Cancellation]) -> None:
+    @staticmethod
+    def releasable(records: Sequence[StoredRecord], written_back: Sequence[Rejected]) -> list[StoredRecord]:
+        """The applied ``records`` that may go: not one whose message was written back (the error queue did not
+        take it now), which must hold the message again next time."""
+        kept = {(r.message.destination, r.message.message_id) for r in written_back}
+        return [r for r in records if (r.endpoint, r.message_id) not in kept]
+
+    def applied(self, records: Sequence[StoredRecord]) -> None:
         """Delete the records applied, from the store and from this run's records."""
         if self.cancellations is None or not records:
             return
