@@ -72,8 +72,9 @@ def s3(moto_endpoint: str) -> Any:
 class Item:
     """One line of an object (or entry of an envelope): its raw text and what it becomes.
 
-    ``kind``: ``ok`` (delivered, body ``delivers``), ``unreadable`` (a notice per copy read), ``refused`` (a message
-    the timer or the ingest refuses: one error-queue message however many copies).
+    ``kind``: ``ok`` (delivered, body ``delivers``), ``unreadable`` (one notice per object copy read, however many
+    unreadable lines it holds), ``refused`` (a message the timer or the ingest refuses: one error-queue message
+    however many copies).
     """
 
     text: str
@@ -342,7 +343,7 @@ def puts(draw: st.DrawFn, lab_tag: str) -> list[Put]:
                         f"{PREFIX}/{bucket.level}/{bucket.iso}/{_hash()}-3.jsonl.gz",
                         data,
                         tuple(items),
-                        notices=unreadable + (1 if delta else 0),
+                        notices=1 if unreadable or delta else 0,  # one notice per bad object (#23)
                     )
                 )
             if copies == 2:  # the items are counted once
@@ -379,10 +380,12 @@ def test_objects_put_by_a_hostile_producer_never_take_the_timer_or_their_neighbo
             assert f"{PREFIX}/problems/{p.key.removeprefix(PREFIX + '/')}" in problems, p.key
     assert lab.keys("elsewhere/") == [outside]
     assert sum(r.strays_set_aside for r in results) == len({p.key for p in put if p.stray})
-    for message in errors:  # a notice for a line that could not be read carries that line (escaped, cut)
+    for message in errors:  # a notice for an object with unreadable lines carries the first ones (escaped, cut)
         body = message["Body"]
-        if body.startswith('{"format":"delayed-delivery-bucket-line/'):
-            assert "raw" in json.loads(body)
+        if body.startswith('{"format":"delayed-delivery-bucket-object/2"'):
+            notice = json.loads(body)
+            assert len(notice["lines"]) == min(notice["bad_lines"], 5)
+            assert all("raw" in line for line in notice["lines"])
 
 
 def _entry(message_id: str, dest: str, body: str, due_ms: int, **changes: Any) -> dict[str, Any]:
@@ -545,7 +548,7 @@ def test_a_notice_for_an_unreadable_line_carries_the_line_escaped_and_cut(s3: An
     results = lab.run_timer()
     [notice] = lab.check([], 1, results)
     assert notice["Body"].isascii()
-    document = json.loads(notice["Body"])
+    [document] = json.loads(notice["Body"])["lines"]  # the object's one bad line
     assert document["raw"] == bad.encode()[: len(document["raw"].encode())].decode()  # the line's start, as read
     assert document["raw"].startswith('{"id":"x","destination":"\x00\xe9"') and document["truncated"] is True
     assert document["raw_bytes"] == len(bad.encode()) and document["id"] is None  # not JSON: no id read
@@ -558,7 +561,8 @@ def test_a_notice_too_large_for_the_error_queue_goes_in_reduced_form(s3: Any, sq
     results = lab.run_timer()
     [notice] = lab.check([], 1, results)
     document = json.loads(notice["Body"])
-    assert "raw" not in document and document["id"] == "x" and document["line"] == 1
+    assert "lines" not in document and "raw" not in notice["Body"]  # reduced: the raw lines left out
+    assert document["ids"] == ["x"] and document["bad_lines"] == 1 and document["copy"].startswith(PREFIX)
 
 
 def test_an_ingest_record_too_large_for_the_error_queue_is_cut_to_fit_not_retried_forever(s3: Any, sqs: Any) -> None:

@@ -61,8 +61,10 @@ def test_a_poison_line_and_a_damaged_object_reach_the_error_queue(
     notices = {
         m["MessageAttributes"][REASON]["StringValue"]: json.loads(m["Body"]) for m in drain(sqs, queues["errors"])
     }
-    [(line_reason, line)] = [(r, b) for r, b in notices.items() if "line 2" in r]
-    assert line["id"] == "bad-1" and "missing" in line["reason"] and "line 2" in line_reason
+    [(line_reason, lines)] = [(r, b) for r, b in notices.items() if "line 2" in r]
+    [line] = lines["lines"]
+    assert line["id"] == "bad-1" and "missing" in line["reason"] and line["line"] == 2
+    assert line_reason.startswith("1 line(s) of ") and "(first: line 2: " in line_reason
     [(object_reason, whole)] = [(r, b) for r, b in notices.items() if "damaged" in r]
     assert whole["object"] == damaged and "not a gzip object" in object_reason
     kept = s3.get_object(Bucket=tier_bucket, Key=whole["copy"])["Body"].read()

@@ -24,11 +24,12 @@ from ...errors import ConfigurationError, DelayedDeliveryError
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.wheel import COARSE, FINE, MAX_DELAY_SECONDS, BucketKey, cascade_window, dispatch_window
 from .lease import DEFAULT_LEASE_SECONDS, BucketLeases
+from .notices import BadLines
 from .store import ObjectMissingError, S3BucketStore, StoredObject
 from .timer_cascade import DEFAULT_GROUP_BYTES, Cascade
 from .timer_plan import Found
 from .timer_sqs import Notice, TimerSqs
-from .timer_work import BucketWork, Tally, line_notice
+from .timer_work import BucketWork, Tally
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -181,9 +182,8 @@ class BucketTimer:
                 continue  # deleted by another run since the listing
             keys.append(stored.key)
             found.extend(Found(message, stored.key) for message in contents.messages)
-            notices.extend(line_notice(stored.key, entry) for entry in contents.poison)
-            if contents.problem is not None:
-                notices.append(self._work.damaged(stored.key, contents.problem))
+            if contents.poison or contents.problem is not None:  # one notice per object (#23), its lines kept aside
+                notices.append(self._work.bad_object(stored.key, contents.problem, BadLines.of(contents.poison)))
         return found, notices, keys
 
     def _set_aside_strays(self, keys: Sequence[str], deadline: float | None, tally: Tally[TimerResult]) -> None:

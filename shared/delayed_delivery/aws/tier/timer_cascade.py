@@ -16,10 +16,11 @@ from typing import Any
 
 from ...cancellations import StoredRecord
 from ...timebuckets.format import BucketMessage, read_line
+from .notices import BadLines
 from .store import ObjectMissingError, StoredObject
 from .timer_plan import Found
 from .timer_sqs import Notice
-from .timer_work import BucketWork, Tally, line_notice
+from .timer_work import BucketWork, Tally
 
 __all__ = ["DEFAULT_GROUP_BYTES", "Cascade"]
 
@@ -75,6 +76,7 @@ class Cascade:
             return group  # deleted by another run since the listing
         header = stream.open()
         version = header.version if header is not None else 0
+        bad = BadLines()  # the object's unreadable lines, summed up: one notice per object, after its last line
         for raw in stream.lines():
             if group.size and group.size + raw.size > self.group_bytes:
                 if not alone:  # put this object back, write the others, read it again at the start of a group
@@ -90,10 +92,10 @@ class Cascade:
             if isinstance(item, BucketMessage):
                 group.found.append(Found(item, stored.key))
             else:
-                group.notices.append(line_notice(stored.key, item))
+                bad.add(item)
             group.size += raw.size
-        if stream.problem is not None:
-            group.notices.append(self.work.damaged(stored.key, stream.problem))
+        if bad.count or stream.problem is not None:
+            group.notices.append(self.work.bad_object(stored.key, stream.problem, bad))
         group.keys.append(stored.key)
         return group
 

@@ -8,7 +8,6 @@ records applied once the objects they were read from are gone.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import Field, fields
@@ -17,13 +16,14 @@ from typing import Any, Generic, TypeVar
 from ... import logfields as lf
 from ...cancellations import CancellationCache, StoredRecord
 from ...clock import Clock
-from ...timebuckets.format import BucketMessage, PoisonEntry
+from ...timebuckets.format import BucketMessage
 from ...timebuckets.wheel import BucketKey
+from .notices import BadLines, object_notice
 from .store import S3BucketStore
 from .timer_plan import BucketPlan, Found, Rejected, plan_bucket
 from .timer_sqs import ErrorQueueOutcome, Notice, TimerSqs
 
-__all__ = ["BucketWork", "Tally", "line_notice", "object_notice"]
+__all__ = ["BucketWork", "Tally"]
 
 _log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -51,31 +51,6 @@ class Tally(Generic[R]):
     def result(self) -> R:
         """The result so far."""
         return self.result_type(**{k: (float(v) if k in self._floats else int(v)) for k, v in self.counts.items()})
-
-
-def _json(document: Mapping[str, object]) -> str:
-    return json.dumps(document, ensure_ascii=True, separators=(",", ":"))
-
-
-def line_notice(key: str, entry: PoisonEntry) -> Notice:
-    """The notice for a line that cannot be read: its reason and the line itself, cut and ASCII-escaped.
-
-    Bytes that are not UTF-8 appear as surrogate escapes (``\\udcff``); the reduced form (sent if the error queue
-    refuses the whole notice) leaves the line out.
-    """
-    reason = f"line {entry.line} of {key} cannot be read: {entry.reason}"
-    document = {"format": "delayed-delivery-bucket-line/1", "object": key, "line": entry.line}
-    reduced = {**document, "id": entry.message_id, "reason": entry.reason}
-    raw = entry.raw.decode("utf-8", "surrogateescape")
-    whole = {**reduced, "raw": raw, "raw_bytes": entry.raw_size, "truncated": entry.raw_size > len(entry.raw)}
-    return Notice(_json(whole), reason, key=key, reduced=_json(reduced))
-
-
-def object_notice(key: str, copy: str, problem: str) -> Notice:
-    """The notice for an object that cannot be read as a whole, naming the copy kept under ``problems/``."""
-    reason = f"bucket object {key} is damaged: {problem}; a copy is kept at {copy}"
-    document = {"format": "delayed-delivery-bucket-object/1", "object": key, "copy": copy, "problem": problem}
-    return Notice(_json(document), reason, key=key)
 
 
 class BucketWork:
@@ -119,9 +94,10 @@ class BucketWork:
             )
         return plan
 
-    def damaged(self, key: str, problem: str) -> Notice:
-        """Keep a copy of a damaged object under ``problems/`` and return the notice naming it."""
-        return object_notice(key, self.store.set_aside(key), problem)
+    def bad_object(self, key: str, problem: str | None, bad: BadLines) -> Notice:
+        """Keep a copy of an object that cannot be read whole under ``problems/`` (every raw line is kept there) and
+        return its one notice (``notices.py``)."""
+        return object_notice(key, self.store.set_aside(key), problem, bad)
 
     def report_errors(self, items: Sequence[Rejected | Notice], tally: Tally[Any]) -> list[Rejected]:
         """Send ``items`` to the error queue; returns the messages it did not take now, to be written back.
