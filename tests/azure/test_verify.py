@@ -148,6 +148,7 @@ def test_a_timer_that_stopped_is_reported_with_its_fix(endpoint: str, azurite: A
 
 def test_a_probe_never_arriving_is_reported_with_where_it_went(running: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DELAYED_DELIVERY_ALLOWED_DESTINATIONS", "orders")  # the dispatcher refuses the probe queue
+    monkeypatch.setenv("DELAYED_DELIVERY_VERIFY_GRACE", "3")
     code, document, _ = _verify("--local")
     failures = _checks(document, "fail")
     assert code == 1 and "probe-table" in failures and "probe-allowed" in failures, failures

@@ -93,8 +93,12 @@ def test_a_missing_bucket_policy_is_reported_with_its_fix(deployed_tls: str) -> 
     _fails_with(deployed_tls, "tier-bucket-policy", "no bucket policy", "aws:SecureTransport")
 
 
-def test_a_probe_never_arriving_is_reported_with_where_it_is_and_the_fix(deployed: str) -> None:
+def test_a_probe_never_arriving_is_reported_with_where_it_is_and_the_fix(
+    deployed: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The probe endpoint exists, but its -delay.fifo holds every hop 60 s instead of the function's 2 s."""
+    monkeypatch.setenv("DELAYED_DELIVERY_CANCELLATION_TABLE", "")  # no cancel / reschedule probes: not this test's
+    monkeypatch.setenv("DELAYED_DELIVERY_VERIFY_GRACE", "3")
     code, out, err = cli(
         "aws", "create", "--queue", PROBE, "--error-queue", f"{PROBE}-errors", "--endpoint-url", deployed
     )
