@@ -72,9 +72,10 @@ class Heartbeat:
 
 
 def write_heartbeat(container: Any, heartbeat: Heartbeat) -> None:
-    """Overwrite the heartbeat blob; a failure is logged, never raised."""
+    """Overwrite the heartbeat blob (one try, 5 s at most: never holds up a run); a failure is logged, never raised."""
     try:
-        container.upload_blob(HEARTBEAT_BLOB, heartbeat.to_json().encode("utf-8"), overwrite=True)
+        data = heartbeat.to_json().encode("utf-8")
+        container.upload_blob(HEARTBEAT_BLOB, data, overwrite=True, retry_total=0, timeout=5)
     except AzureError as exc:
         _log.warning(
             "heartbeat not written",
