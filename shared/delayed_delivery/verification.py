@@ -38,6 +38,7 @@ __all__ = [
     "needs_account",
     "passed",
     "probe_progress",
+    "run_verification",
     "skipped",
     "span",
     "warned",
@@ -261,6 +262,45 @@ class Cleanup:
             yield self
         finally:
             self.run()
+
+
+#: One step of a run: it returns its checks' results (a check that cannot run returns a failed result).
+Step = Callable[[], Iterable[CheckResult]]
+
+
+def run_verification(
+    *,
+    cloud: str,
+    target: str,
+    mode: Mode,
+    local: bool,
+    clock: Any,
+    cleanup: Cleanup,
+    progress: Progress,
+    steps: Iterable[Step],
+) -> VerifyReport:
+    """Run ``steps`` in order inside the clean-up's scope; Ctrl-C ends the run (reported), the clean-up runs anyway."""
+    started = clock.now()
+    results: list[CheckResult] = []
+    interrupted = False
+    with cleanup.scope():
+        try:
+            for step in steps:
+                results += step()
+        except KeyboardInterrupt:
+            interrupted = True
+            progress("interrupted: cleaning up")
+    return VerifyReport(
+        cloud=cloud,
+        target=target,
+        mode=mode,
+        local=local,
+        started_at=started,
+        finished_at=clock.now(),
+        results=tuple(results),
+        cleanup_problems=tuple(cleanup.problems),
+        interrupted=interrupted,
+    )
 
 
 def lateness_figures(values: Iterable[float]) -> dict[str, float]:

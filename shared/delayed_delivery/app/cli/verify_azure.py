@@ -18,6 +18,7 @@ import typer
 from delayed_delivery.app.cli.interrupts import sigterm_as_ctrl_c
 from delayed_delivery.app.cli.output import err, fail
 from delayed_delivery.app.cli.verify_output import print_report, progress_printer
+from delayed_delivery.app.emulators import AZURITE_ACCOUNT
 from delayed_delivery.app.routes.base import azure_connection, require_endpoint
 from delayed_delivery.azure.config import ENV_CONNECTION, ENV_ENDPOINT, AzureClients, AzureDelayedDeliveryConfig
 from delayed_delivery.azure.runner import AzureDispatcherHost
@@ -105,6 +106,7 @@ def _context(
     from delayed_delivery.azure.sdk_errors import translate
 
     clients = AzureClients.create(config, fail_fast=True)
+    local = local or clients.queues.account_name == AZURITE_ACCOUNT  # Azurite's account: an emulator, whatever says
     cleanup = Cleanup()
     where = "Azurite" if local else f"storage account {clients.queues.account_name}"
     target = AzureTarget(

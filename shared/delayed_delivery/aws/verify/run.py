@@ -13,7 +13,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ...errors import DelayedDeliveryError
-from ...verification import CheckResult, Group, Mode, VerifyReport, failed
+from ...verification import CheckResult, Group, Mode, VerifyReport, failed, run_verification
 from ..sqs import translate_error
 from . import configuration as config
 from . import permissions
@@ -110,39 +110,50 @@ def _switch_on_probe(ctx: AwsVerifyContext) -> CheckResult | None:
     return None
 
 
+def _probe_steps(ctx: AwsVerifyContext) -> list[Callable[[], list[CheckResult]]]:
+    """The visibility rule, the probes and their cost (the cost step reads what the probe step sent)."""
+    sent: list[tuple[str, float]] = []
+
+    def probes() -> list[CheckResult]:
+        switched = _switch_on_probe(ctx)
+        if ctx.usage_meter is not None:
+            ctx.usage_meter.begin(ctx.clock.now())
+        try:
+            results, kinds = run_probes(ctx)
+        except DelayedDeliveryError as exc:
+            return [
+                failed(
+                    "probes",
+                    Group.BEHAVIOUR,
+                    "probe endpoint",
+                    f"the probes could not run: {exc}",
+                    "give the role running verify the permissions in infra/aws/verify-policy.json",
+                )
+            ]
+        sent.extend(kinds)
+        return [*([switched] if switched else []), *results]
+
+    def cost(c: AwsVerifyContext) -> CheckResult:
+        wait = c.settings.metrics_wait if c.mode is Mode.FULL else min(QUICK_METRICS_WAIT, c.settings.metrics_wait)
+        return cost_check(c, sent, wait)
+
+    return [lambda: [_safe(visibility_rule, ctx)], probes, lambda: [_safe(cost, ctx)]]
+
+
 def verify_aws(ctx: AwsVerifyContext) -> VerifyReport:
     """Run every check of ``ctx.mode``; the clean-up runs however the run ends (Ctrl-C included)."""
-    started = ctx.clock.now()
-    results: list[CheckResult] = []
-    interrupted = False
-    with ctx.cleanup.scope():
-        try:
-            ctx.progress(f"checking the configuration of {ctx.target.description}")
-            results += configuration_checks(ctx)
-            switched = _switch_on_probe(ctx)
-            results += [switched] if switched else []
-            results.append(visibility_rule(ctx))
-            if ctx.usage_meter is not None:
-                ctx.usage_meter.begin(ctx.clock.now())
-            probe_results, kinds = run_probes(ctx)
-            results += probe_results
-            wait = (
-                ctx.settings.metrics_wait
-                if ctx.mode is Mode.FULL
-                else min(QUICK_METRICS_WAIT, ctx.settings.metrics_wait)
-            )
-            results.append(cost_check(ctx, kinds, wait))
-        except KeyboardInterrupt:
-            interrupted = True
-            ctx.progress("interrupted: cleaning up")
-    return VerifyReport(
+
+    def configuration() -> list[CheckResult]:
+        ctx.progress(f"checking the configuration of {ctx.target.description}")
+        return configuration_checks(ctx)
+
+    return run_verification(
         cloud="aws",
         target=ctx.target.description,
         mode=ctx.mode,
         local=ctx.target.local,
-        started_at=started,
-        finished_at=ctx.clock.now(),
-        results=tuple(results),
-        cleanup_problems=tuple(ctx.cleanup.problems),
-        interrupted=interrupted,
+        clock=ctx.clock,
+        cleanup=ctx.cleanup,
+        progress=ctx.progress,
+        steps=[configuration, *_probe_steps(ctx)],
     )

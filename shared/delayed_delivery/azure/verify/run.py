@@ -4,10 +4,11 @@ probes, then clean-up (on success, failure and Ctrl-C), as a report."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ...errors import DelayedDeliveryError
-from ...verification import CheckResult, Group, VerifyReport, failed
+from ...verification import CheckResult, Group, VerifyReport, failed, run_verification
 from . import configuration as config
 from .context import AzureVerifyContext
 from .probes import run_probes
@@ -36,30 +37,24 @@ def _safe(check: Callable[..., Any], ctx: AzureVerifyContext, group: Group = Gro
 
 def verify_azure(ctx: AzureVerifyContext) -> VerifyReport:
     """Run every check of ``ctx.mode``; the clean-up runs however the run ends (Ctrl-C included)."""
-    started = ctx.clock.now()
-    results: list[CheckResult] = []
-    interrupted = False
-    with ctx.cleanup.scope():
-        try:
-            ctx.progress(f"checking the configuration of {ctx.target.description}")
-            for check in (config.table, config.lease_container, config.queues, config.heartbeat):
-                results += _safe(check, ctx)
-            results += _safe(role_checks, ctx, Group.PERMISSIONS)
-            results += _safe(config.alert_rules, ctx)
-            results += _safe(lease_semantics, ctx, Group.BEHAVIOUR)
-            results += _safe(visibility_semantics, ctx, Group.BEHAVIOUR)
-            results += _safe(run_probes, ctx, Group.BEHAVIOUR)
-        except KeyboardInterrupt:
-            interrupted = True
-            ctx.progress("interrupted: cleaning up")
-    return VerifyReport(
+
+    def configuration() -> list[CheckResult]:
+        ctx.progress(f"checking the configuration of {ctx.target.description}")
+        found: list[CheckResult] = []
+        for check in (config.table, config.lease_container, config.queues, config.heartbeat):
+            found += _safe(check, ctx)
+        return found + _safe(role_checks, ctx, Group.PERMISSIONS) + _safe(config.alert_rules, ctx)
+
+    behaviour = [
+        partial(_safe, check, ctx, Group.BEHAVIOUR) for check in (lease_semantics, visibility_semantics, run_probes)
+    ]
+    return run_verification(
         cloud="azure",
         target=ctx.target.description,
         mode=ctx.mode,
         local=ctx.target.local,
-        started_at=started,
-        finished_at=ctx.clock.now(),
-        results=tuple(results),
-        cleanup_problems=tuple(ctx.cleanup.problems),
-        interrupted=interrupted,
+        clock=ctx.clock,
+        cleanup=ctx.cleanup,
+        progress=ctx.progress,
+        steps=[configuration, *behaviour],
     )
