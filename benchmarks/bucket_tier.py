@@ -36,7 +36,8 @@ from typing import Any
 from benchmarks.common import Row, print_table, write_json
 from benchmarks.sqs_hops import _moto
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
-from delayed_delivery.aws.tier.config import BucketTierConfig
+from delayed_delivery.aws.settings import SqsSettings
+from delayed_delivery.aws.tier.config import BucketTierConfig, TierSettings
 from delayed_delivery.aws.tier.ingest import BucketIngest
 from delayed_delivery.aws.tier.provision import ensure_bucket_tier
 from delayed_delivery.aws.tier.store import S3BucketStore
@@ -68,20 +69,18 @@ def _client(service: str, endpoint: str) -> Any:
     )
 
 
-def _tier(endpoint: str, settings: DelayedDeliverySettings | None = None) -> tuple[Any, Any, BucketTierConfig, str]:
+def _tier(endpoint: str, compressed: bool = False) -> tuple[Any, Any, BucketTierConfig, str]:
     """A fresh tier (bucket, ingest queue, error queue) and destination queue: s3, sqs, config, destination URL."""
     run = f"bt{uuid.uuid4().hex[:10]}"
-    base = settings or DelayedDeliverySettings()
-    settings = DelayedDeliverySettings(
-        **{
-            **{f: getattr(base, f) for f in base.__dataclass_fields__},
-            "error_queue": f"{run}-errors",
-            "bucket_ingest_queue": f"{run}-ingest",
-            "long_delay_route": "buckets",
-        }
-    )
+    routing = COMPRESSED_SQS if compressed else SqsSettings()
     s3, sqs = _client("s3", endpoint), _client("sqs", endpoint)
-    config = BucketTierConfig(bucket_name=run, prefix="bench", settings=settings)
+    config = BucketTierConfig(
+        bucket_name=run,
+        prefix="bench",
+        settings=DelayedDeliverySettings(error_queue=f"{run}-errors"),
+        sqs_settings=routing.with_(bucket_ingest_queue=f"{run}-ingest", long_delay_route="buckets"),
+        tier_settings=COMPRESSED_TIER if compressed else TierSettings(),
+    )
     ensure_bucket_tier(s3, sqs, config)
     return s3, sqs, config, sqs.create_queue(QueueName=f"{run}-orders")["QueueUrl"]
 
@@ -89,8 +88,8 @@ def _tier(endpoint: str, settings: DelayedDeliverySettings | None = None) -> tup
 def _drop(sqs: Any, config: BucketTierConfig, *urls: str) -> None:
     """Delete the run's queues (moto slows down as it holds more)."""
     names = (
-        config.settings.bucket_ingest_queue,
-        f"{config.settings.bucket_ingest_queue}-dlq",
+        config.sqs_settings.bucket_ingest_queue,
+        f"{config.sqs_settings.bucket_ingest_queue}-dlq",
         config.settings.error_queue,
     )
     for url in [*urls, *(sqs.get_queue_url(QueueName=n)["QueueUrl"] for n in names)]:
@@ -98,13 +97,8 @@ def _drop(sqs: Any, config: BucketTierConfig, *urls: str) -> None:
 
 
 # --- lateness ---------------------------------------------------------------------------------------------------------
-COMPRESSED = DelayedDeliverySettings(
-    max_native_delay=2,
-    fifo_queue_delay=2,
-    bucket_fine_seconds=1,
-    bucket_coarse_seconds=10,
-    bucket_dispatch_lead_seconds=2,
-)
+COMPRESSED_SQS = SqsSettings(max_native_delay=2, fifo_queue_delay=2)
+COMPRESSED_TIER = TierSettings(bucket_fine_seconds=1, bucket_coarse_seconds=10, bucket_dispatch_lead_seconds=2)
 
 
 class _Arrivals(threading.Thread):
@@ -163,15 +157,16 @@ def _p99(values: Sequence[float]) -> float:
 
 def lateness_sample(endpoint: str, messages: int, max_delay: int, seed: int) -> dict[str, float]:
     """One end-to-end run in real compressed time: lateness p50/p99/max in seconds, early and lost counts."""
-    s3, sqs, config, dest = _tier(endpoint, COMPRESSED)
+    s3, sqs, config, dest = _tier(endpoint, compressed=True)
     settings, rng = config.settings, random.Random(seed)
-    ingest_url = sqs.get_queue_url(QueueName=settings.bucket_ingest_queue)["QueueUrl"]
+    ingest_url = sqs.get_queue_url(QueueName=config.sqs_settings.bucket_ingest_queue)["QueueUrl"]
     store = S3BucketStore.from_config(s3, config)
     ingest = BucketIngest(store, sqs, settings, SystemClock())
-    timer = BucketTimer(store, sqs, settings, SystemClock(), owner="bench", lease_seconds=30)
+    phase = config.tier_settings.bucket_send_phase_ms
+    timer = BucketTimer(store, sqs, settings, SystemClock(), owner="bench", lease_seconds=30, send_phase_ms=phase)
     arrivals = _Arrivals(_client("sqs", endpoint), dest)
     arrivals.start()
-    sender = SqsDelayedSender(sqs, settings)
+    sender = SqsDelayedSender(sqs, settings, sqs_settings=config.sqs_settings)
     name = dest.rsplit("/", 1)[1]
     planned: dict[str, float] = {}  # message id -> when the timer's DelaySeconds makes it visible
 

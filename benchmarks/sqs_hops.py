@@ -36,6 +36,7 @@ from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.aws.requeue import RecordResult
 from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller, RequestCounter
 
@@ -144,18 +145,19 @@ def measure(
     delay hops; parking is measured by ``benchmarks.sqs_packing``); ``visibility_timeout``: the FIFO queues'.
     ``outcomes`` counts what the handler did, per message (an envelope counts each message inside it).
     """
-    settings = DelayedDeliverySettings(
-        max_native_delay=hop_seconds,
-        fifo_queue_delay=hop_seconds,
-        error_queue=f"bench-errors-{time.time_ns()}",
-        max_park_seconds=max_park_seconds,
+    settings = DelayedDeliverySettings(error_queue=f"bench-errors-{time.time_ns()}")
+    sqs_settings = SqsSettings(
+        max_native_delay=hop_seconds, fifo_queue_delay=hop_seconds, max_park_seconds=max_park_seconds
     )
     delay = hop_seconds * hops + 1 if deliver else 10**7  # `hops` FIFO cycles then 1 s native, or "never"
     send_client, hop_client, reader = _client(endpoint), _client(endpoint), _client(endpoint)
     send_counter, hop_counter = RequestCounter().attach(send_client), RequestCounter().attach(hop_client)
     run = time.time_ns()
     names = [f"bench-{run}-{i}" for i in range(endpoints)]
-    queues = [ensure_endpoint(reader, name, settings, visibility_timeout=visibility_timeout) for name in names]
+    queues = [
+        ensure_endpoint(reader, name, settings, sqs_settings=sqs_settings, visibility_timeout=visibility_timeout)
+        for name in names
+    ]
     env = {
         "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(hop_seconds),
         "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(hop_seconds),
@@ -171,7 +173,7 @@ def measure(
         )
         for q in queues
     ]
-    sender = SqsDelayedSender(send_client, settings, pack_bytes=sender_pack_bytes)
+    sender = SqsDelayedSender(send_client, settings, sqs_settings=sqs_settings.with_(pack_bytes=sender_pack_bytes))
     batch = [
         DelayedSend(
             names[i % endpoints], f"message {i} ".ljust(body_bytes, "x"), delay, message_id=f"m{i}", attributes={"n": i}

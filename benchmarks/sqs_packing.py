@@ -6,7 +6,7 @@ configurations differ only in where packing is on:
 
 * ``unpacked``: sender and handler both unpacked (``pack_bytes=0``, ``DELAYED_DELIVERY_PACK_BYTES=0``);
 * ``requeue_packed``: the handler packs (64 KiB), the sender's first hop is one FIFO message per message;
-* ``packed``: the sender packs the first hop too (``SqsDelayedSender(pack_bytes=65536)``, the default).
+* ``packed``: the sender packs the first hop too (``SqsSettings(pack_bytes=65536)``, the default).
 
 Hops are counted per message (an envelope record counts one hop for each message inside it). Requests are
 counted twice: HTTP requests, and requests as SQS bills them (each 64 KiB chunk of a send or receive payload is

@@ -24,7 +24,8 @@ from typing import Any
 from benchmarks.costs.steps import StepCounter
 from delayed_delivery.aws.cancellations import DynamoDbCancellationStore, ensure_cancellation_table
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
-from delayed_delivery.aws.tier.config import BucketTierConfig
+from delayed_delivery.aws.settings import SqsSettings
+from delayed_delivery.aws.tier.config import BucketTierConfig, TierSettings
 from delayed_delivery.aws.tier.ingest_handler import build_ingest_handler
 from delayed_delivery.aws.tier.store import S3BucketStore
 from delayed_delivery.aws.tier.timer import BucketTimer, TimerResult
@@ -248,24 +249,24 @@ class _Rig:
         """Create the bucket, queues and table (not counted), then the tier's pieces under a manual clock."""
         s3, sqs, ddb = _clients(endpoint)
         tag = f"{scenario}-{time.time_ns()}"
-        settings = DelayedDeliverySettings(
+        settings = DelayedDeliverySettings(error_queue=f"bench-errors-{tag}")
+        routing = SqsSettings(
             max_native_delay=2,
             fifo_queue_delay=2,
-            bucket_fine_seconds=FINE,
-            bucket_coarse_seconds=COARSE,
-            bucket_dispatch_lead_seconds=LEAD,
-            error_queue=f"bench-errors-{tag}",
             long_delay_route="buckets",
             bucket_ingest_queue=f"bench-ingest-{tag}",
         )
+        timing = TierSettings(bucket_fine_seconds=FINE, bucket_coarse_seconds=COARSE, bucket_dispatch_lead_seconds=LEAD)
         bucket, table, dest = f"bench-tier-{tag}", f"bench-cancel-{tag}", f"bench-dest-{tag}"
         s3.create_bucket(Bucket=bucket)
         ensure_cancellation_table(ddb, table)
-        queues = (settings.bucket_ingest_queue, settings.error_queue, dest)
+        queues = (routing.bucket_ingest_queue, settings.error_queue, dest)
         urls = {q: sqs.create_queue(QueueName=q)["QueueUrl"] for q in queues}
-        ingest_url = urls[settings.bucket_ingest_queue]
+        ingest_url = urls[routing.bucket_ingest_queue]
         attrs = sqs.get_queue_attributes(QueueUrl=ingest_url, AttributeNames=["QueueArn"])["Attributes"]
-        config = BucketTierConfig(bucket_name=bucket, settings=settings, cancellation_table=table)
+        config = BucketTierConfig(
+            bucket_name=bucket, settings=settings, sqs_settings=routing, tier_settings=timing, cancellation_table=table
+        )
         clock = ManualClock(START)
         store = DynamoDbCancellationStore(ddb, table)
         timer = BucketTimer(
@@ -275,10 +276,11 @@ class _Rig:
             clock,
             cancellations=CancellationCache(store, 0, clock=clock),
             owner=f"bench-{tag}",
+            send_phase_ms=timing.bucket_send_phase_ms,
         )
-        sender = SqsDelayedSender(sqs, settings, clock=clock)
+        sender = SqsDelayedSender(sqs, settings, sqs_settings=routing, clock=clock)
         sender.directory.get(dest)  # warm the sender's look-ups, as a long-lived sender has them
-        sender.directory.get(settings.bucket_ingest_queue)
+        sender.directory.get(routing.bucket_ingest_queue)
         fresh = (lambda: CancellationCache(store, 3_600, clock=clock)) if per_run else None
         handler = build_ingest_handler(config, s3=s3, sqs=sqs, clock=clock)
         arn = attrs["QueueArn"]

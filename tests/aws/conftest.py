@@ -18,6 +18,7 @@ from delayed_delivery.aws.cancellations import (
 from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
 from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.sender import SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller, RequestCounter
 from tests.aws.test_cancel_dynamodb import dynamodb_client
@@ -34,28 +35,34 @@ ERRORS = "errors"
 
 @pytest.fixture
 def settings() -> DelayedDeliverySettings:
-    """Compressed settings: cap 2 s, FIFO hop 2 s, error queue ``errors``."""
-    return DelayedDeliverySettings(max_native_delay=CAP, fifo_queue_delay=CAP, error_queue=ERRORS)
+    """The core settings: error queue ``errors``."""
+    return DelayedDeliverySettings(error_queue=ERRORS)
 
 
-def handler_env(settings: DelayedDeliverySettings) -> dict[str, str]:
-    """The Lambda environment for ``settings`` (what the CDK construct sets)."""
+@pytest.fixture
+def sqs_settings() -> SqsSettings:
+    """Compressed SQS settings: cap 2 s, FIFO hop 2 s."""
+    return SqsSettings(max_native_delay=CAP, fifo_queue_delay=CAP)
+
+
+def handler_env(settings: DelayedDeliverySettings, sqs_settings: SqsSettings) -> dict[str, str]:
+    """The Lambda environment for ``settings`` and ``sqs_settings`` (what the CDK construct sets)."""
     return {
-        "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(settings.max_native_delay),
-        "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(settings.fifo_queue_delay),
+        "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(sqs_settings.max_native_delay),
+        "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(sqs_settings.fifo_queue_delay),
         "DELAYED_DELIVERY_ERROR_QUEUE": settings.error_queue,
         "DELAYED_DELIVERY_ENABLED": "true" if settings.enabled else "false",
-        "DELAYED_DELIVERY_MAX_PARK_SECONDS": str(settings.max_park_seconds),
-        "DELAYED_DELIVERY_PARK_MAX_IN_FLIGHT": str(settings.park_max_in_flight),
+        "DELAYED_DELIVERY_MAX_PARK_SECONDS": str(sqs_settings.max_park_seconds),
+        "DELAYED_DELIVERY_PARK_MAX_IN_FLIGHT": str(sqs_settings.park_max_in_flight),
         "POWERTOOLS_SERVICE_NAME": "requeue-test",
         "POWERTOOLS_METRICS_NAMESPACE": "DelayedDeliveryTest",
     }
 
 
 @pytest.fixture
-def endpoint(sqs: SQSClient, settings: DelayedDeliverySettings) -> EndpointQueues:
+def endpoint(sqs: SQSClient, settings: DelayedDeliverySettings, sqs_settings: SqsSettings) -> EndpointQueues:
     """``orders``, ``orders-delay.fifo`` (DelaySeconds = 2) and ``errors``; 1 s visibility so retries are quick."""
-    return ensure_endpoint(sqs, "orders", settings, visibility_timeout=1)
+    return ensure_endpoint(sqs, "orders", settings, sqs_settings=sqs_settings, visibility_timeout=1)
 
 
 @pytest.fixture
@@ -65,14 +72,14 @@ def counter(sqs: SQSClient) -> RequestCounter:
 
 
 @pytest.fixture
-def sender(sqs: SQSClient, settings: DelayedDeliverySettings) -> SqsDelayedSender:
+def sender(sqs: SQSClient, settings: DelayedDeliverySettings, sqs_settings: SqsSettings) -> SqsDelayedSender:
     """A sender with the compressed settings."""
-    return SqsDelayedSender(sqs, settings)
+    return SqsDelayedSender(sqs, settings, sqs_settings=sqs_settings)
 
 
 @pytest.fixture
 def make_poller(
-    sqs: SQSClient, settings: DelayedDeliverySettings, endpoint: EndpointQueues
+    sqs: SQSClient, settings: DelayedDeliverySettings, sqs_settings: SqsSettings, endpoint: EndpointQueues
 ) -> Iterator[Callable[..., LocalEventSourcePoller]]:
     """Start a local event source on ``orders-delay.fifo`` that invokes the real Lambda handler."""
     started: list[LocalEventSourcePoller] = []
@@ -80,7 +87,9 @@ def make_poller(
     def make(
         *, env: Mapping[str, str] | None = None, dynamodb: DynamoDBClient | None = None, **kwargs: Any
     ) -> LocalEventSourcePoller:
-        handler = build_handler({**handler_env(settings), **(env or {})}, sqs_client=sqs, dynamodb_client=dynamodb)
+        handler = build_handler(
+            {**handler_env(settings, sqs_settings), **(env or {})}, sqs_client=sqs, dynamodb_client=dynamodb
+        )
         poller = LocalEventSourcePoller(sqs, endpoint.delay_url, endpoint.delay_arn, handler, **kwargs)
         started.append(poller.start())
         return poller

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from delayed_delivery.app.cli import app
 from delayed_delivery.aws.queues import MIN_RETENTION_SECONDS, check_endpoint, ensure_endpoint
-from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.aws.settings import SqsSettings
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -57,7 +57,7 @@ def test_check_warns_without_failing_when_the_retention_leaves_parking_little_or
     sqs: SQSClient, moto_endpoint: str
 ) -> None:
     ensure_endpoint(sqs, "roomy")  # 14 days: parks fit between the 4 days kept free and the end
-    roomy = check_endpoint(sqs, "roomy", DelayedDeliverySettings())
+    roomy = check_endpoint(sqs, "roomy", SqsSettings())
     assert roomy.ok and not roomy.warnings
     sqs.create_queue(QueueName="seed")
     seed_attributes = {"FifoQueue": "true", "DelaySeconds": "900", "MessageRetentionPeriod": str(MIN_RETENTION_SECONDS)}
@@ -68,22 +68,22 @@ def test_check_warns_without_failing_when_the_retention_leaves_parking_little_or
     sqs.create_queue(QueueName="week")
     week = {**seed_attributes, "MessageRetentionPeriod": str(7 * 86_400)}
     sqs.create_queue(QueueName="week-delay.fifo", Attributes=week)
-    result = check_endpoint(sqs, "week", DelayedDeliverySettings())
+    result = check_endpoint(sqs, "week", SqsSettings())
     assert result.ok and len(result.warnings) == 1 and "re-sent every 259,200 s" in result.warnings[0]
-    assert not check_endpoint(sqs, "week", DelayedDeliverySettings(max_park_seconds=0)).warnings  # parking off
+    assert not check_endpoint(sqs, "week", SqsSettings(max_park_seconds=0)).warnings  # parking off
 
 
 def test_check_reports_missing_queues(sqs: SQSClient) -> None:
-    result = check_endpoint(sqs, "ghost", DelayedDeliverySettings())
+    result = check_endpoint(sqs, "ghost", SqsSettings())
     assert not result.ok
     assert any("input queue 'ghost' does not exist" in p for p in result.problems)
     assert any("'ghost-delay.fifo' does not exist" in p for p in result.problems)
 
 
 def test_check_uses_the_configured_hop_length(sqs: SQSClient) -> None:
-    ensure_endpoint(sqs, "fast", DelayedDeliverySettings(max_native_delay=2, fifo_queue_delay=2))
-    assert check_endpoint(sqs, "fast", DelayedDeliverySettings(max_native_delay=2, fifo_queue_delay=2)).ok
-    assert not check_endpoint(sqs, "fast", DelayedDeliverySettings()).ok
+    ensure_endpoint(sqs, "fast", sqs_settings=SqsSettings(max_native_delay=2, fifo_queue_delay=2))
+    assert check_endpoint(sqs, "fast", SqsSettings(max_native_delay=2, fifo_queue_delay=2)).ok
+    assert not check_endpoint(sqs, "fast", SqsSettings()).ok
 
 
 def test_bad_queue_name_is_one_line_and_exit_2(moto_endpoint: str) -> None:

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from delayed_delivery.app.cli.aws import aws_app
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.sender import SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.settings import DelayedDeliverySettings
 from tests.aws.conftest import handler_env
 
@@ -23,9 +24,12 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, settings: DelayedDeliverySettings) -> None:
+def env(monkeypatch: pytest.MonkeyPatch, settings: DelayedDeliverySettings, sqs_settings: SqsSettings) -> None:
     """What the CDK stack would set, compressed (2 s hops); a fresh service name binds the logger anew."""
-    for key, value in {**handler_env(settings), "POWERTOOLS_SERVICE_NAME": f"cli-{uuid.uuid4().hex[:8]}"}.items():
+    for key, value in {
+        **handler_env(settings, sqs_settings),
+        "POWERTOOLS_SERVICE_NAME": f"cli-{uuid.uuid4().hex[:8]}",
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL_SQS", raising=False)
 

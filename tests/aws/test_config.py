@@ -5,15 +5,20 @@ from __future__ import annotations
 import pytest
 
 from delayed_delivery.aws.config import AwsConfig
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.errors import ConfigurationError
 
 
 def test_defaults_when_nothing_is_set() -> None:
     config = AwsConfig.from_env({})
     assert config == AwsConfig()
-    assert (config.pack_bytes, config.cancellation_table, config.cancellation_cache_seconds) == (65536, None, 60)
+    assert (config.sqs_settings.pack_bytes, config.cancellation_table, config.cancellation_cache_seconds) == (
+        65536,
+        None,
+        60,
+    )
     assert (config.service, config.metrics_namespace) == ("delayed-delivery-requeue", "DelayedDelivery")
-    assert config.settings.enabled and config.settings.fifo_queue_delay == 900
+    assert config.settings.enabled and config.sqs_settings.fifo_queue_delay == 900
 
 
 def test_every_variable_is_read() -> None:
@@ -28,8 +33,12 @@ def test_every_variable_is_read() -> None:
             "POWERTOOLS_METRICS_NAMESPACE": "Orders",
         }
     )
-    assert config.settings.fifo_queue_delay == 2 and not config.settings.enabled
-    assert (config.pack_bytes, config.cancellation_table, config.cancellation_cache_seconds) == (0, "records", 1.5)
+    assert config.sqs_settings.fifo_queue_delay == 2 and not config.settings.enabled
+    assert (config.sqs_settings.pack_bytes, config.cancellation_table, config.cancellation_cache_seconds) == (
+        0,
+        "records",
+        1.5,
+    )
     assert (config.service, config.metrics_namespace) == ("requeue-orders", "Orders")
     assert AwsConfig.from_env({"DELAYED_DELIVERY_CANCELLATION_TABLE": "  "}).cancellation_table is None
 
@@ -51,6 +60,6 @@ def test_a_malformed_value_names_its_variable(name: str, value: str) -> None:
 
 def test_direct_construction_is_checked_too() -> None:
     with pytest.raises(ConfigurationError, match="DELAYED_DELIVERY_PACK_BYTES"):
-        AwsConfig(pack_bytes=-1)
+        SqsSettings(pack_bytes=-1)
     with pytest.raises(ConfigurationError, match="CACHE_SECONDS"):
         AwsConfig(cancellation_cache_seconds=900)

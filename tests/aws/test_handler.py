@@ -13,6 +13,7 @@ import pytest
 import functions.aws.requeue as requeue
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.sender import SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.errors import ConfigurationError, DelayedDeliveryDisabledError
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
 from delayed_delivery.settings import DelayedDeliverySettings
@@ -43,9 +44,11 @@ def _event(sqs: SQSClient, endpoint: EndpointQueues, expect: int) -> dict[str, A
 
 
 @pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str, settings: DelayedDeliverySettings) -> dict[str, str]:
+def env(
+    monkeypatch: pytest.MonkeyPatch, moto_endpoint: str, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
+) -> dict[str, str]:
     values = {
-        **handler_env(settings),
+        **handler_env(settings, sqs_settings),
         "AWS_ENDPOINT_URL_SQS": moto_endpoint,
         "AWS_DEFAULT_REGION": "us-east-1",
         # A fresh service name per test: Powertools binds its logger to the stdout of the moment (capsys).
@@ -145,6 +148,7 @@ def test_concurrent_invocations_of_one_handler_keep_their_batches_apart(
     endpoint: EndpointQueues,
     sender: SqsDelayedSender,
     settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The local pollers may call one handler from several threads; batch state must not be shared."""
@@ -163,11 +167,13 @@ def test_concurrent_invocations_of_one_handler_keep_their_batches_apart(
 
     monkeypatch.setattr(Logger, "info", slow_info)
 
-    unpacked = SqsDelayedSender(sqs, settings, pack_bytes=0)  # 20 records, not one envelope
+    unpacked = SqsDelayedSender(
+        sqs, settings, sqs_settings=sqs_settings.with_(pack_bytes=0)
+    )  # 20 records, not one envelope
     assert unpacked.send_delayed_batch([DelayedSend("orders", f"c{i}", 30, message_id=f"c{i}") for i in range(20)]).ok
     event = _event(sqs, endpoint, 20)
     halves = [{"Records": event["Records"][:10]}, {"Records": event["Records"][10:]}]
-    handler = build_handler(handler_env(settings), sqs_client=sqs)
+    handler = build_handler(handler_env(settings, sqs_settings), sqs_client=sqs)
     for _ in range(3):
         with ThreadPoolExecutor(2) as pool:
             responses = list(pool.map(lambda e: handler(e, LocalLambdaContext()), halves))

@@ -9,6 +9,7 @@ import pytest
 
 from delayed_delivery import DelayedMessage, Dispatcher, InMemoryDelayedMessageStore, ManualClock
 from delayed_delivery.aws.queues import EndpointQueues
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.transport import SqsTransport
 from delayed_delivery.headers import FAILURE_REASON, ORIGINAL_DESTINATION
 from delayed_delivery.settings import DelayedDeliverySettings
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.moto
 
 
 def test_oversized_body_is_moved_to_the_error_queue_cut_to_fit(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
 ) -> None:
     attrs = sqs.get_queue_attributes(QueueUrl=endpoint.input_url, AttributeNames=["MaximumMessageSize"])
     limit = int(attrs["Attributes"]["MaximumMessageSize"])
@@ -31,7 +32,7 @@ def test_oversized_body_is_moved_to_the_error_queue_cut_to_fit(
     store = InMemoryDelayedMessageStore()
     store.store(DelayedMessage.create("orders", b"x" * size, delay=10, message_id="big", clock=clock))
     clock.advance(11)
-    dispatcher = Dispatcher(store, SqsTransport(sqs, settings, clock=clock), settings=settings, clock=clock)
+    dispatcher = Dispatcher(store, SqsTransport(sqs, sqs_settings, clock=clock), settings=settings, clock=clock)
     report = dispatcher.dispatch_due(budget=5)
     assert report.moved_to_error_queue == 1
     assert store.next_due() is None

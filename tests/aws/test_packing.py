@@ -28,6 +28,7 @@ from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome
 from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.sqs import message_size, sqs_text_problem
 from delayed_delivery.delivery import user_headers
 from delayed_delivery.errors import ConfigurationError, InvalidMessageError
@@ -176,12 +177,14 @@ def test_sqs_text_problem_names_the_character_or_returns_none() -> None:
 
 
 def test_pack_bytes_setting_is_validated() -> None:
-    assert AwsConfig.from_env({}).pack_bytes == 65536
-    assert AwsConfig.from_env({"DELAYED_DELIVERY_PACK_BYTES": "0"}).pack_bytes == 0
-    with pytest.raises(ConfigurationError):
+    assert AwsConfig.from_env({}).sqs_settings.pack_bytes == 65536
+    assert AwsConfig.from_env({"DELAYED_DELIVERY_PACK_BYTES": "0"}).sqs_settings.pack_bytes == 0
+    with pytest.raises(ConfigurationError, match="DELAYED_DELIVERY_PACK_BYTES"):
         AwsConfig.from_env({"DELAYED_DELIVERY_PACK_BYTES": "-1"})
-    with pytest.raises(ConfigurationError):
-        FifoRequeuer(boto3.client("sqs", region_name="us-east-1"), pack_bytes=-5)
+    with pytest.raises(ConfigurationError, match="pack_bytes"):
+        SqsSettings(pack_bytes=-5)
+    with pytest.raises(ConfigurationError, match="pack_bytes"):
+        SqsSettings(pack_bytes=True)  # type: ignore[arg-type]
 
 
 # --- on moto server ----------------------------------------------------------------------------------------
@@ -232,6 +235,7 @@ def test_a_failed_envelope_send_loses_nothing(
     moto_endpoint: str,
     endpoint: EndpointQueues,
     settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
     sender: SqsDelayedSender,
 ) -> None:
     flaky = boto3.client(
@@ -249,7 +253,10 @@ def test_a_failed_envelope_send_loses_nothing(
 
     flaky.meta.events.register("before-parameter-build.sqs.SendMessageBatch", fail_first_envelope)
     poller = LocalEventSourcePoller(
-        sqs, endpoint.delay_url, endpoint.delay_arn, build_handler(handler_env(settings), sqs_client=flaky)
+        sqs,
+        endpoint.delay_url,
+        endpoint.delay_arn,
+        build_handler(handler_env(settings, sqs_settings), sqs_client=flaky),
     ).start()
     try:
         assert sender.send_delayed_batch([DelayedSend("orders", f"f{i}", 6, message_id=f"f{i}") for i in range(10)]).ok
@@ -316,10 +323,12 @@ def test_garbage_and_truncated_envelopes_go_to_the_error_queue_with_a_reason(
 
 @pytest.mark.moto
 def test_a_repeated_batch_repacks_into_the_same_envelope_which_fifo_drops(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
 ) -> None:
     sqs.set_queue_attributes(QueueUrl=endpoint.delay_url, Attributes={"DelaySeconds": "0"})
-    unpacked = SqsDelayedSender(sqs, settings, pack_bytes=0)  # plain first-hop records, packed by the requeuer
+    unpacked = SqsDelayedSender(
+        sqs, settings, sqs_settings=sqs_settings.with_(pack_bytes=0)
+    )  # plain first-hop records, packed by the requeuer
     assert unpacked.send_delayed_batch([DelayedSend("orders", f"d{i}", 3600, message_id=f"d{i}") for i in range(4)]).ok
     received: dict[str, Any] = {}
     for _ in range(10):
@@ -331,7 +340,7 @@ def test_a_repeated_batch_repacks_into_the_same_envelope_which_fifo_drops(
             break
     records = [lambda_sqs_record(m, endpoint.delay_arn, "us-east-1") for m in received.values()]
     assert len(records) == 4
-    requeuer = FifoRequeuer(sqs, settings)
+    requeuer = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings)
     first = requeuer.process(records)
     again = requeuer.process(records)  # the same batch handled again (e.g. lost deletes)
     assert [r.outcome for r in first + again] == [HopOutcome.REQUEUED] * 8
@@ -350,15 +359,17 @@ def test_a_repeated_batch_repacks_into_the_same_envelope_which_fifo_drops(
 
 @pytest.mark.moto
 def test_packing_off_requeues_one_record_per_message(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
 ) -> None:
     sqs.set_queue_attributes(QueueUrl=endpoint.delay_url, Attributes={"DelaySeconds": "0"})
-    unpacked = SqsDelayedSender(sqs, settings, pack_bytes=0)  # plain first-hop records, packed by the requeuer
+    unpacked = SqsDelayedSender(
+        sqs, settings, sqs_settings=sqs_settings.with_(pack_bytes=0)
+    )  # plain first-hop records, packed by the requeuer
     assert unpacked.send_delayed_batch([DelayedSend("orders", f"o{i}", 3600, message_id=f"o{i}") for i in range(3)]).ok
     reply = sqs.receive_message(
         QueueUrl=endpoint.delay_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"], AttributeNames=["All"]
     )
     records = [lambda_sqs_record(m, endpoint.delay_arn, "us-east-1") for m in reply["Messages"]]
-    hopping = settings.with_(max_park_seconds=0)  # with parking on, lone plain records park instead
-    results = FifoRequeuer(sqs, hopping, pack_bytes=0).process(records)
+    hopping = sqs_settings.with_(max_park_seconds=0, pack_bytes=0)  # with parking on, lone plain records park
+    results = FifoRequeuer(sqs, settings, sqs_settings=hopping).process(records)
     assert records and all(r.outcome is HopOutcome.REQUEUED and r.envelope_id is None for r in results)

@@ -21,6 +21,7 @@ from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome, RecordResult
 from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.cancellations import (
     CancellationCache,
     InMemoryCancellationStore,
@@ -30,7 +31,7 @@ from delayed_delivery.cancellations import (
 from delayed_delivery.delivery import DELIVERY_HEADER
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller, LocalLambdaContext, lambda_sqs_record
-from tests.aws.conftest import ERRORS, collect, handler_env
+from tests.aws.conftest import collect, handler_env
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -45,11 +46,9 @@ EPSILON = 0.25
 
 
 @pytest.fixture
-def settings() -> DelayedDeliverySettings:
+def sqs_settings() -> SqsSettings:
     """Hop and native cap 1 s, parks of 4–6 s (overrides the 2 s settings of tests/aws/conftest.py)."""
-    return DelayedDeliverySettings(
-        max_native_delay=HOP, fifo_queue_delay=HOP, error_queue=ERRORS, max_park_seconds=MAX_PARK
-    )
+    return SqsSettings(max_native_delay=HOP, fifo_queue_delay=HOP, max_park_seconds=MAX_PARK)
 
 
 class Outcomes:
@@ -79,14 +78,14 @@ class Outcomes:
 
 @pytest.fixture
 def run_handler(
-    sqs: SQSClient, settings: DelayedDeliverySettings, endpoint: EndpointQueues
+    sqs: SQSClient, settings: DelayedDeliverySettings, sqs_settings: SqsSettings, endpoint: EndpointQueues
 ) -> Iterator[Callable[..., tuple[LocalEventSourcePoller, Outcomes]]]:
     """Start the real Lambda handler behind the local event source; returns the poller and the outcomes."""
     started: list[LocalEventSourcePoller] = []
 
     def start(**kwargs: Any) -> tuple[LocalEventSourcePoller, Outcomes]:
         outcomes = Outcomes()
-        handler = build_handler(handler_env(settings), sqs_client=sqs, on_results=outcomes.add)
+        handler = build_handler(handler_env(settings, sqs_settings), sqs_client=sqs, on_results=outcomes.add)
 
         def observed(event: dict[str, Any], context: Any) -> Any:
             outcomes.record_event(event)
@@ -165,11 +164,15 @@ def test_a_long_delay_parks_parks_again_then_requeues_once_and_arrives_on_time(
 
 
 def test_a_parked_record_stays_in_flight_undeleted_for_its_park_then_comes_back(
-    sqs: SQSClient, endpoint: EndpointQueues, sender: SqsDelayedSender, settings: DelayedDeliverySettings
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
 ) -> None:
     sender.send_delayed("orders", "hide me", 30, message_id="p2")
     [record] = _receive(sqs, endpoint)
-    [result] = FifoRequeuer(sqs, settings).process([record])
+    [result] = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings).process([record])
     parked_at = time.time()
     # ~28.5 s left: 27 s to park before one hop and the margin are left, in 5 even parks of 5 s (≤ 6 s)
     assert result.outcome is HopOutcome.PARKED and result.park_s == 5
@@ -185,22 +188,30 @@ def test_a_parked_record_stays_in_flight_undeleted_for_its_park_then_comes_back(
 
 
 def test_parking_off_hops_as_before(
-    sqs: SQSClient, endpoint: EndpointQueues, sender: SqsDelayedSender, settings: DelayedDeliverySettings
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
 ) -> None:
     sender.send_delayed("orders", "hop", 30, message_id="p3")
     [record] = _receive(sqs, endpoint)
-    [result] = FifoRequeuer(sqs, settings.with_(max_park_seconds=0)).process([record])
+    [result] = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings.with_(max_park_seconds=0)).process([record])
     assert result.outcome is HopOutcome.REQUEUED and result.park_s is None
 
 
 def test_a_delay_too_short_for_a_park_hops(
-    sqs: SQSClient, endpoint: EndpointQueues, sender: SqsDelayedSender, settings: DelayedDeliverySettings
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
 ) -> None:
     # 6 s left at the first receive: a park would end with one hop and the margin (1.5 s) left, so it would last
     # 4.5 s → 4 s, the shortest allowed (4 hops, 2 T); 5 s left is too little.
     sender.send_delayed("orders", "short", 6, message_id="p4")
     [record] = _receive(sqs, endpoint)
-    [result] = FifoRequeuer(sqs, settings).process([record])
+    [result] = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings).process([record])
     assert result.outcome is HopOutcome.REQUEUED
 
 
@@ -208,13 +219,17 @@ def test_a_delay_too_short_for_a_park_hops(
 
 
 def test_a_lost_visibility_change_fails_the_record_which_comes_back_as_a_plain_redelivery_and_hops(
-    sqs: SQSClient, endpoint: EndpointQueues, sender: SqsDelayedSender, settings: DelayedDeliverySettings
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
 ) -> None:
     from botocore.exceptions import EndpointConnectionError
 
     sender.send_delayed("orders", "lost", 30, message_id="p5")
     [record] = _receive(sqs, endpoint)
-    requeuer = FifoRequeuer(sqs, settings)
+    requeuer = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings)
 
     def lose(**_: Any) -> None:
         raise EndpointConnectionError(endpoint_url="http://sqs")
@@ -241,6 +256,7 @@ def test_a_visibility_change_sqs_refuses_did_not_happen_so_the_record_hops_at_on
     endpoint: EndpointQueues,
     sender: SqsDelayedSender,
     settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
     refusal: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -261,7 +277,7 @@ def test_a_visibility_change_sqs_refuses_did_not_happen_so_the_record_hops_at_on
         event_record["receiptHandle"] = "no-longer-valid"  # SQS fails the entry as the sender's fault
     else:
         sqs.meta.events.register("before-call.sqs.ChangeMessageVisibilityBatch", deny)
-    env = {**handler_env(settings), "POWERTOOLS_SERVICE_NAME": f"parking-{time.time_ns()}"}
+    env = {**handler_env(settings, sqs_settings), "POWERTOOLS_SERVICE_NAME": f"parking-{time.time_ns()}"}
     results: list[RecordResult] = []
     handler = build_handler(env, sqs_client=sqs, on_results=results.extend)
     capsys.readouterr()
@@ -312,11 +328,12 @@ def test_an_envelope_parks_whole_for_its_soonest_message_and_every_message_arriv
     sqs: SQSClient,
     endpoint: EndpointQueues,
     settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
     run_handler: Any,
 ) -> None:
     _poller, outcomes = run_handler()
     delays = {f"e{i}": 14 + 2 * i for i in range(6)}
-    packed = SqsDelayedSender(sqs, settings, pack_bytes=65_536)
+    packed = SqsDelayedSender(sqs, settings, sqs_settings=sqs_settings.with_(pack_bytes=65_536))
     sent_at = time.time()
     assert packed.send_delayed_batch([DelayedSend("orders", m, d, message_id=m) for m, d in delays.items()]).ok
     arrivals = collect(sqs, endpoint.input_url, expect=len(delays), timeout=45, linger=2)
@@ -333,12 +350,12 @@ def test_an_envelope_parks_whole_for_its_soonest_message_and_every_message_arriv
 
 
 def test_plain_first_receives_that_would_park_are_packed_into_one_envelope_which_parks_next(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
 ) -> None:
-    unpacked = SqsDelayedSender(sqs, settings, pack_bytes=0)
+    unpacked = SqsDelayedSender(sqs, settings, sqs_settings=sqs_settings.with_(pack_bytes=0))
     assert unpacked.send_delayed_batch([DelayedSend("orders", f"b{i}", 40, message_id=f"u{i}") for i in range(3)]).ok
     records = _receive(sqs, endpoint, expect=3)
-    requeuer = FifoRequeuer(sqs, settings)
+    requeuer = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings)
     results = requeuer.process(records)
     assert {r.outcome for r in results} == {HopOutcome.REQUEUED}
     assert len({r.envelope_id for r in results}) == 1 and results[0].envelope_id
@@ -352,16 +369,22 @@ def test_plain_first_receives_that_would_park_are_packed_into_one_envelope_which
 
 
 def test_the_in_flight_cap_stops_new_parks_but_not_re_parks(
-    sqs: SQSClient, endpoint: EndpointQueues, sender: SqsDelayedSender, settings: DelayedDeliverySettings
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
 ) -> None:
-    capped = settings.with_(park_max_in_flight=2)
+    capped = sqs_settings.with_(park_max_in_flight=2)
     sender.send_delayed("orders", "a", 40, message_id="c1")
     [first] = _receive(sqs, endpoint)
-    assert FifoRequeuer(sqs, capped).process([first])[0].outcome is HopOutcome.PARKED  # 1 in flight: itself
+    assert (
+        FifoRequeuer(sqs, settings, sqs_settings=capped).process([first])[0].outcome is HopOutcome.PARKED
+    )  # 1 in flight: itself
     sender.send_delayed("orders", "b", 40, message_id="c2")
     [second] = _receive(sqs, endpoint)
     # a fresh instance reads the count: 2 in flight (c1 parked, c2 being handled), not below the cap
-    [result] = FifoRequeuer(sqs, capped).process([second])
+    [result] = FifoRequeuer(sqs, settings, sqs_settings=capped).process([second])
     assert result.outcome is HopOutcome.REQUEUED
     _delete(sqs, endpoint, [second])
     [copy] = _receive(sqs, endpoint)  # c2's requeued copy: out of the way
@@ -370,15 +393,19 @@ def test_the_in_flight_cap_stops_new_parks_but_not_re_parks(
     [back] = _receive(sqs, endpoint, timeout=MAX_PARK + 5)
     assert back["attributes"]["MessageGroupId"] == "c1" and back["attributes"]["ApproximateReceiveCount"] == "2"
     # a park return re-parks whatever the count (it adds nothing in flight)
-    [result] = FifoRequeuer(sqs, settings.with_(park_max_in_flight=0)).process([back])
+    [result] = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings.with_(park_max_in_flight=0)).process([back])
     assert result.outcome is HopOutcome.PARKED
 
 
 def test_the_in_flight_count_is_read_at_most_once_a_minute_per_instance(
-    sqs: SQSClient, endpoint: EndpointQueues, sender: SqsDelayedSender, settings: DelayedDeliverySettings
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
 ) -> None:
     reads = _count_calls(sqs, "GetQueueAttributes")
-    requeuer = FifoRequeuer(sqs, settings)
+    requeuer = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings)
     for i in range(3):
         sender.send_delayed("orders", "x", 40, message_id=f"r{i}")
         [record] = _receive(sqs, endpoint)
@@ -388,19 +415,23 @@ def test_the_in_flight_count_is_read_at_most_once_a_minute_per_instance(
 
 
 def test_no_park_reaches_into_the_retention_headroom(
-    sqs: SQSClient, endpoint: EndpointQueues, sender: SqsDelayedSender, settings: DelayedDeliverySettings
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
 ) -> None:
     sqs.set_queue_attributes(QueueUrl=endpoint.delay_url, Attributes={"MessageRetentionPeriod": "60"})
     sender.send_delayed("orders", "old", 40, message_id="t1")
     [record] = _receive(sqs, endpoint)
     # 60 s retention with 52 s kept free: age (1 s) + park + hop (1 s) + margin (0.5 s) must stay within 8 s → 5 s
-    [result] = FifoRequeuer(sqs, settings, retention_headroom=52).process([record])
+    [result] = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings, retention_headroom=52).process([record])
     assert result.outcome is HopOutcome.PARKED and result.park_s == 5
     sender.send_delayed("orders", "older", 40, message_id="t2")
     [record] = _receive(sqs, endpoint)
     # with 55 s kept free a park would be 2 s at most: too short, so the message hops (a fresh send restarts
     # the retention clock)
-    [result] = FifoRequeuer(sqs, settings, retention_headroom=55).process([record])
+    [result] = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings, retention_headroom=55).process([record])
     assert result.outcome is HopOutcome.REQUEUED
 
 
@@ -412,13 +443,14 @@ def test_the_handler_reports_parked_records_as_failures_logs_and_counts_them_and
     endpoint: EndpointQueues,
     sender: SqsDelayedSender,
     settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    unpacked = SqsDelayedSender(sqs, settings, pack_bytes=0)
+    unpacked = SqsDelayedSender(sqs, settings, sqs_settings=sqs_settings.with_(pack_bytes=0))
     unpacked.send_delayed("orders", "parked", 40, message_id="h1")
     [record] = _receive(sqs, endpoint)
     # A fresh service name: Powertools binds its logger to the stdout of the moment (capsys).
-    env = {**handler_env(settings), "POWERTOOLS_SERVICE_NAME": f"parking-{time.time_ns()}"}
+    env = {**handler_env(settings, sqs_settings), "POWERTOOLS_SERVICE_NAME": f"parking-{time.time_ns()}"}
     handler = build_handler(env, sqs_client=sqs)
     capsys.readouterr()
     response = handler({"Records": [record]}, LocalLambdaContext())  # the whole batch parked: not an error
@@ -430,11 +462,15 @@ def test_the_handler_reports_parked_records_as_failures_logs_and_counts_them_and
 
 
 def test_parking_is_on_by_default_in_the_lambda(
-    sqs: SQSClient, endpoint: EndpointQueues, sender: SqsDelayedSender, settings: DelayedDeliverySettings
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
 ) -> None:
     sender.send_delayed("orders", "default", 40, message_id="d1")
     [record] = _receive(sqs, endpoint)
-    env = {k: v for k, v in handler_env(settings).items() if "PARK" not in k}
+    env = {k: v for k, v in handler_env(settings, sqs_settings).items() if "PARK" not in k}
     results: list[RecordResult] = []
     build_handler(env, sqs_client=sqs, on_results=results.extend)({"Records": [record]}, LocalLambdaContext())
     [result] = results
@@ -451,10 +487,14 @@ def _cancellations() -> tuple[InMemoryCancellationStore, CancellationCache]:
 
 
 def test_a_message_cancelled_while_parked_is_dropped_when_it_returns(
-    sqs: SQSClient, endpoint: EndpointQueues, sender: SqsDelayedSender, settings: DelayedDeliverySettings
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
 ) -> None:
     store, cache = _cancellations()
-    requeuer = FifoRequeuer(sqs, settings, cancellations=cache)
+    requeuer = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings, cancellations=cache)
     sender.send_delayed("orders", "doomed", 40, message_id="x1")
     [record] = _receive(sqs, endpoint)
     assert requeuer.process([record])[0].outcome is HopOutcome.PARKED
@@ -466,10 +506,14 @@ def test_a_message_cancelled_while_parked_is_dropped_when_it_returns(
 
 
 def test_a_reschedule_to_an_earlier_time_takes_effect_when_the_message_returns_from_its_park(
-    sqs: SQSClient, endpoint: EndpointQueues, sender: SqsDelayedSender, settings: DelayedDeliverySettings
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
 ) -> None:
     store, cache = _cancellations()
-    requeuer = FifoRequeuer(sqs, settings, cancellations=cache)
+    requeuer = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings, cancellations=cache)
     sender.send_delayed("orders", "sooner", 60, message_id="x2")
     [record] = _receive(sqs, endpoint)
     [parked] = requeuer.process([record])
@@ -489,10 +533,14 @@ def test_a_reschedule_to_an_earlier_time_takes_effect_when_the_message_returns_f
 
 
 def test_a_rescheduled_message_is_not_parked_and_its_record_stays_until_a_hop_applies_it(
-    sqs: SQSClient, endpoint: EndpointQueues, sender: SqsDelayedSender, settings: DelayedDeliverySettings
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
 ) -> None:
     store, cache = _cancellations()
-    requeuer = FifoRequeuer(sqs, settings, cancellations=cache)
+    requeuer = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings, cancellations=cache)
     sender.send_delayed("orders", "later", 40, message_id="x3")
     [parked_record] = _receive(sqs, endpoint)
     assert requeuer.process([parked_record])[0].outcome is HopOutcome.PARKED

@@ -17,6 +17,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.receive import delivered_from_boto3, delivered_from_sqs_record, observe_lateness
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.transport import SqsTransport
 from delayed_delivery.delivery import DELIVERY_HEADER, DeliveredMessage
 from delayed_delivery.dispatcher import Dispatcher
@@ -136,14 +137,18 @@ def test_messages_unpacked_from_an_envelope_read_back_each_with_its_own_id(
 
 
 def test_store_route_reads_back_with_its_due_time(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, tmp_path: Path
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
+    tmp_path: Path,
 ) -> None:
     store = SqliteDelayedMessageStore(tmp_path / "store.db")
     store.setup_infrastructure()
     message = DelayedMessage.create("orders", b"stored body", delay=0.5, headers={"t": "r"}, message_id="s-1")
     store.store(message)
     time.sleep(0.6)
-    report = Dispatcher(store, SqsTransport(sqs, settings), settings=settings).dispatch_due(budget=5)
+    report = Dispatcher(store, SqsTransport(sqs, sqs_settings), settings=settings).dispatch_due(budget=5)
     assert report.dispatched == 1
     [received] = _receive(sqs, endpoint.input_url, expect=1, timeout=5)
     d = delivered_from_boto3(received, destination="orders")

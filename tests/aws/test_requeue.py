@@ -16,6 +16,7 @@ import pytest
 from delayed_delivery.aws.fifo_ids import hop_of
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.sender import SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery, user_headers
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON, ORIGINAL_DESTINATION
 from delayed_delivery.planning import SqsRoute
@@ -198,13 +199,19 @@ def test_the_destination_cannot_be_chosen_by_message_content(
 
 
 def test_many_messages_batched_all_arrive_in_order_of_due_time(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, make_poller: Poller
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
+    make_poller: Poller,
 ) -> None:
     from delayed_delivery.aws.sender import DelayedSend
 
     poller = make_poller()
     start = time.time()
-    sender = SqsDelayedSender(sqs, settings, pack_bytes=0)  # one record per message: the event source batches them
+    sender = SqsDelayedSender(
+        sqs, settings, sqs_settings=sqs_settings.with_(pack_bytes=0)
+    )  # one record per message: the event source batches them
     result = sender.send_delayed_batch(
         [DelayedSend("orders", str(delay), delay, message_id=f"b{i}") for i, delay in enumerate([3, 9, 5, 3, 7] * 6)]
     )

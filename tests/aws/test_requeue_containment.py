@@ -14,6 +14,7 @@ from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome, RecordResult, receive_limit
 from delayed_delivery.aws.requeue.handler import LambdaHandler, build_handler
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalLambdaContext
@@ -79,15 +80,21 @@ def reason_of(message: dict[str, Any]) -> str:
     return str(message["MessageAttributes"][FAILURE_REASON]["StringValue"])
 
 
-def env_of(settings: DelayedDeliverySettings, **extra: str) -> dict[str, str]:
+def env_of(settings: DelayedDeliverySettings, sqs_settings: SqsSettings, **extra: str) -> dict[str, str]:
     """The handler's environment; a fresh service name, as Powertools binds its logger to the stdout of the moment."""
-    return {**handler_env(settings), "POWERTOOLS_SERVICE_NAME": f"requeue-{uuid.uuid4().hex[:8]}", **extra}
+    return {
+        **handler_env(settings, sqs_settings),
+        "POWERTOOLS_SERVICE_NAME": f"requeue-{uuid.uuid4().hex[:8]}",
+        **extra,
+    }
 
 
 @pytest.fixture
-def handler(sqs: SQSClient, settings: DelayedDeliverySettings) -> tuple[LambdaHandler, list[RecordResult]]:
+def handler(
+    sqs: SQSClient, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
+) -> tuple[LambdaHandler, list[RecordResult]]:
     results: list[RecordResult] = []
-    return build_handler(env_of(settings), sqs_client=sqs, on_results=results.extend), results
+    return build_handler(env_of(settings, sqs_settings), sqs_client=sqs, on_results=results.extend), results
 
 
 def _error_url(sqs: SQSClient) -> str:
@@ -150,12 +157,12 @@ class RefusingErrorQueue:
 
 
 def test_a_refused_error_queue_send_leaves_a_reduced_form_and_no_failed_record(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
 ) -> None:
     # The error queue refuses the poison entry's own text (as SQS would refuse a body too large or with NUL).
     wrapped = RefusingErrorQueue(sqs, lambda e: '"b":"a\\u0000b"' in e["MessageBody"])
     results: list[RecordResult] = []
-    handle = build_handler(env_of(settings), sqs_client=wrapped, on_results=results.extend)  # type: ignore[arg-type]
+    handle = build_handler(env_of(settings, sqs_settings), sqs_client=wrapped, on_results=results.extend)  # type: ignore[arg-type]
     body = envelope([entry("good-1", "one"), '{"i":"bad","h":1,"d":0,"b":"a\\u0000b"}', entry("good-2", "two")])
     response = handle({"Records": [record(endpoint, "env-1", body, envelope=True)]}, LocalLambdaContext())
     assert response == {"batchItemFailures": []}
@@ -171,10 +178,14 @@ def test_a_refused_error_queue_send_leaves_a_reduced_form_and_no_failed_record(
 
 
 def test_when_even_the_reduced_form_is_refused_the_entry_is_dropped_not_looped(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, caplog: pytest.LogCaptureFixture
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     wrapped = RefusingErrorQueue(sqs, lambda e: True)
-    handle = build_handler(env_of(settings), sqs_client=wrapped)  # type: ignore[arg-type]
+    handle = build_handler(env_of(settings, sqs_settings), sqs_client=wrapped)  # type: ignore[arg-type]
     body = envelope([entry("good-1", "one"), '{"i":"bad","h":1,"d":0,"b":"a\\u0000b"}', entry("good-2", "two")])
     response = handle({"Records": [record(endpoint, "env-1", body, envelope=True)]}, LocalLambdaContext())
     assert response == {"batchItemFailures": []}
@@ -202,12 +213,12 @@ def test_a_plain_record_bigger_than_the_error_queue_takes_goes_there_reduced(
 
 
 def test_a_record_received_too_often_goes_to_the_error_queue_with_the_count(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
 ) -> None:
-    env = env_of(settings, DELAYED_DELIVERY_MAX_RECEIVE_COUNT="5")
+    env = env_of(settings, sqs_settings, DELAYED_DELIVERY_MAX_RECEIVE_COUNT="5")
     results: list[RecordResult] = []
     handle = build_handler(env, sqs_client=sqs, on_results=results.extend)
-    limit = receive_limit(5, settings.max_park_seconds)  # park returns are receives too: allowed on top
+    limit = receive_limit(5, sqs_settings.max_park_seconds)  # park returns are receives too: allowed on top
     again = record(endpoint, "again", "payload", envelope=False, count=limit + 1)
     fine = record(endpoint, "fine", "ok", envelope=False, count=limit)
     response = handle({"Records": [again, fine]}, LocalLambdaContext())
@@ -267,11 +278,11 @@ def test_the_receive_limit_allows_every_park_return_on_top() -> None:
 
 
 def test_an_envelope_received_too_often_sends_every_entry_to_the_error_queue(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
 ) -> None:
-    handle = build_handler(env_of(settings, DELAYED_DELIVERY_MAX_RECEIVE_COUNT="5"), sqs_client=sqs)
+    handle = build_handler(env_of(settings, sqs_settings, DELAYED_DELIVERY_MAX_RECEIVE_COUNT="5"), sqs_client=sqs)
     body = envelope([entry("one", "1"), entry("two", "2")])
-    count = receive_limit(5, settings.max_park_seconds) + 1
+    count = receive_limit(5, sqs_settings.max_park_seconds) + 1
     response = handle({"Records": [record(endpoint, "env", body, envelope=True, count=count)]}, LocalLambdaContext())
     assert response == {"batchItemFailures": []}
     errors = drain(sqs, _error_url(sqs))

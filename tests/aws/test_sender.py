@@ -11,6 +11,7 @@ import pytest
 from delayed_delivery.aws.packing import content_fingerprint
 from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender, send_delayed
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery, user_headers
 from delayed_delivery.errors import (
     ConfigurationError,
@@ -97,14 +98,18 @@ def test_module_function_form(sqs: SQSClient, endpoint: EndpointQueues, settings
 
 @pytest.mark.parametrize("delay", [0, 2])
 def test_disabled_still_allows_native_delays(sqs: SQSClient, endpoint: EndpointQueues, delay: int) -> None:
-    sender = SqsDelayedSender(sqs, DelayedDeliverySettings(enabled=False, max_native_delay=2, fifo_queue_delay=2))
+    sender = SqsDelayedSender(
+        sqs, DelayedDeliverySettings(enabled=False), sqs_settings=SqsSettings(max_native_delay=2, fifo_queue_delay=2)
+    )
     assert sender.send_delayed("orders", "ok", delay).route is SqsRoute.NATIVE
 
 
 def test_disabled_refuses_long_delays_before_sending(
     sqs: SQSClient, endpoint: EndpointQueues, counter: RequestCounter
 ) -> None:
-    sender = SqsDelayedSender(sqs, DelayedDeliverySettings(enabled=False, max_native_delay=2, fifo_queue_delay=2))
+    sender = SqsDelayedSender(
+        sqs, DelayedDeliverySettings(enabled=False), sqs_settings=SqsSettings(max_native_delay=2, fifo_queue_delay=2)
+    )
     counter.reset()
     with pytest.raises(DelayedDeliveryDisabledError, match="disabled"):
         sender.send_delayed("orders", "too long", 3)
@@ -138,13 +143,14 @@ def test_disabled_refuses_long_delays_before_sending(
 def test_bad_input_raises_a_clear_error_and_sends_nothing(
     sqs: SQSClient,
     settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
     counter: RequestCounter,
     kwargs: dict[str, Any],
     error: type,
     match: str,
 ) -> None:
-    ensure_endpoint(sqs, "orders", settings, max_message_size=1024)
-    sender = SqsDelayedSender(sqs, settings)
+    ensure_endpoint(sqs, "orders", settings, sqs_settings=sqs_settings, max_message_size=1024)
+    sender = SqsDelayedSender(sqs, settings, sqs_settings=sqs_settings)
     call = {"destination": "orders", "body": "body", "delay": 1, **kwargs}
     destination, body, delay = call.pop("destination"), call.pop("body"), call.pop("delay")
     counter.reset()
@@ -165,12 +171,16 @@ def test_bad_input_raises_a_clear_error_and_sends_nothing(
     ids=["body-surrogate", "body-nul-long-delay", "attribute-surrogate", "attribute-uffff", "datatype-surrogate"],
 )
 def test_text_sqs_refuses_is_invalid_before_anything_is_sent(
-    sqs: SQSClient, settings: DelayedDeliverySettings, counter: RequestCounter, kwargs: dict[str, Any]
+    sqs: SQSClient,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
+    counter: RequestCounter,
+    kwargs: dict[str, Any],
 ) -> None:
     # found by tests/reliability/test_sender_fuzz.py: a lone surrogate leaked UnicodeEncodeError from the size check;
     # other characters SQS refuses were sent and refused by SQS (a single send) or listed in failures (a batch)
-    ensure_endpoint(sqs, "orders", settings)
-    sender = SqsDelayedSender(sqs, settings)
+    ensure_endpoint(sqs, "orders", settings, sqs_settings=sqs_settings)
+    sender = SqsDelayedSender(sqs, settings, sqs_settings=sqs_settings)
     call = {"body": "body", "delay": 1, **kwargs}
     body, delay = call.pop("body"), call.pop("delay")
     counter.reset()
@@ -183,18 +193,26 @@ def test_text_sqs_refuses_is_invalid_before_anything_is_sent(
     assert _sends(counter) == 0
 
 
-def test_max_message_size_is_read_from_the_queue(sqs: SQSClient, settings: DelayedDeliverySettings) -> None:
-    ensure_endpoint(sqs, "orders", settings, max_message_size=4096)
-    sender = SqsDelayedSender(sqs, settings)
+def test_max_message_size_is_read_from_the_queue(
+    sqs: SQSClient, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
+) -> None:
+    ensure_endpoint(sqs, "orders", settings, sqs_settings=sqs_settings, max_message_size=4096)
+    sender = SqsDelayedSender(sqs, settings, sqs_settings=sqs_settings)
     assert sender.send_delayed("orders", "z" * 3000, 1).route is SqsRoute.NATIVE  # over 1 KiB, under 4 KiB
     with pytest.raises(InvalidMessageError, match="4,096"):
         sender.send_delayed("orders", "z" * 4097, 1)
 
 
 def test_batch_uses_one_request_per_ten_messages_per_queue(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, counter: RequestCounter
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
+    counter: RequestCounter,
 ) -> None:
-    sender = SqsDelayedSender(sqs, settings, pack_bytes=0)  # unpacked (packing: test_sender_packing.py)
+    sender = SqsDelayedSender(
+        sqs, settings, sqs_settings=sqs_settings.with_(pack_bytes=0)
+    )  # unpacked (packing: test_sender_packing.py)
     sender.directory.get("orders")
     sender.directory.get("orders-delay.fifo")
     counter.reset()
@@ -208,10 +226,10 @@ def test_batch_uses_one_request_per_ten_messages_per_queue(
 
 
 def test_batch_respects_the_payload_limit(
-    sqs: SQSClient, settings: DelayedDeliverySettings, counter: RequestCounter
+    sqs: SQSClient, settings: DelayedDeliverySettings, sqs_settings: SqsSettings, counter: RequestCounter
 ) -> None:
-    ensure_endpoint(sqs, "orders", settings)
-    sender = SqsDelayedSender(sqs, settings)
+    ensure_endpoint(sqs, "orders", settings, sqs_settings=sqs_settings)
+    sender = SqsDelayedSender(sqs, settings, sqs_settings=sqs_settings)
     sender.directory.get("orders")
     counter.reset()
     result = sender.send_delayed_batch([DelayedSend("orders", "p" * 300_000, 1) for _ in range(5)])
@@ -236,12 +254,12 @@ def test_one_invalid_message_in_a_batch_sends_nothing(
 
 
 def test_a_batch_rejected_as_a_whole_is_retried_entry_by_entry(
-    sqs: SQSClient, settings: DelayedDeliverySettings, counter: RequestCounter
+    sqs: SQSClient, settings: DelayedDeliverySettings, sqs_settings: SqsSettings, counter: RequestCounter
 ) -> None:
     from delayed_delivery.aws.sqs import send_batches
     from delayed_delivery.errors import PermanentError
 
-    queues = ensure_endpoint(sqs, "orders", settings, max_message_size=1024)
+    queues = ensure_endpoint(sqs, "orders", settings, sqs_settings=sqs_settings, max_message_size=1024)
     counter.reset()
     results = send_batches(
         sqs,
@@ -276,7 +294,7 @@ def test_the_environment_is_read_when_the_sender_is_built_not_at_import(
     sqs: SQSClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DELAYED_DELIVERY_MAX_NATIVE_DELAY", "7")
-    assert SqsDelayedSender(sqs).settings.max_native_delay == 7
+    assert SqsDelayedSender(sqs).sqs_settings.max_native_delay == 7
     monkeypatch.setenv("DELAYED_DELIVERY_MAX_NATIVE_DELAY", "not a number")
     with pytest.raises(ConfigurationError, match="DELAYED_DELIVERY_MAX_NATIVE_DELAY"):
         SqsDelayedSender(sqs)
@@ -284,9 +302,16 @@ def test_the_environment_is_read_when_the_sender_is_built_not_at_import(
 
 @pytest.mark.parametrize("name", ["DelayedDelivery.FailureReason", "DelayedDelivery.Envelope", "delayeddelivery.x"])
 def test_reserved_attribute_names_are_refused_by_name(
-    sqs: SQSClient, settings: DelayedDeliverySettings, endpoint: EndpointQueues, counter: RequestCounter, name: str
+    sqs: SQSClient,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
+    endpoint: EndpointQueues,
+    counter: RequestCounter,
+    name: str,
 ) -> None:
     counter.reset()
     with pytest.raises(InvalidMessageError, match=name.replace(".", r"\.") + ".*reserved"):
-        SqsDelayedSender(sqs, settings).send_delayed("orders", "body", 5, attributes={name: "x"})
+        SqsDelayedSender(sqs, settings, sqs_settings=sqs_settings).send_delayed(
+            "orders", "body", 5, attributes={name: "x"}
+        )
     assert _sends(counter) == 0

@@ -18,6 +18,7 @@ from delayed_delivery.aws.packing import ENVELOPE_ATTRIBUTE, PackedMessage, cont
 from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
 from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.delivery import user_headers
 from delayed_delivery.errors import ConfigurationError, PermanentError, TransientError
 from delayed_delivery.planning import SqsRoute
@@ -53,10 +54,14 @@ def _drain_delay_queue(sqs: SQSClient, url: str, expect: int) -> list[Any]:
 
 
 def test_long_delays_to_one_destination_travel_in_one_envelope_short_ones_stay_native(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, counter: RequestCounter
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
+    counter: RequestCounter,
 ) -> None:
     sqs.set_queue_attributes(QueueUrl=endpoint.delay_url, Attributes={"DelaySeconds": "0"})
-    sender = SqsDelayedSender(sqs, settings)
+    sender = SqsDelayedSender(sqs, settings, sqs_settings=sqs_settings)
     sender.directory.get("orders")
     sender.directory.get("orders-delay.fifo")
     counter.reset()
@@ -80,10 +85,10 @@ def test_long_delays_to_one_destination_travel_in_one_envelope_short_ones_stay_n
 
 
 def test_envelopes_respect_the_configured_size_and_a_lone_long_delay_is_not_packed(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
 ) -> None:
     sqs.set_queue_attributes(QueueUrl=endpoint.delay_url, Attributes={"DelaySeconds": "0"})
-    sender = SqsDelayedSender(sqs, settings, pack_bytes=4096)
+    sender = SqsDelayedSender(sqs, settings, sqs_settings=sqs_settings.with_(pack_bytes=4096))
     result = sender.send_delayed_batch(
         [DelayedSend("orders", "x" * 900, 3600, message_id=f"b{i}") for i in range(10)]
         + [DelayedSend("orders", "y" * 5000, 3600, message_id="big")]
@@ -95,9 +100,14 @@ def test_envelopes_respect_the_configured_size_and_a_lone_long_delay_is_not_pack
     [alone] = [r for r in records if r not in envelopes]
     fp = content_fingerprint("y" * 5000, {})
     assert alone["Attributes"]["MessageDeduplicationId"] == f"big:{fp}:0"  # too big to share: sent as before
-    assert SqsDelayedSender(sqs, settings).send_delayed("orders", "one", 3600, message_id="one").envelope_id is None
+    assert (
+        SqsDelayedSender(sqs, settings, sqs_settings=sqs_settings)
+        .send_delayed("orders", "one", 3600, message_id="one")
+        .envelope_id
+        is None
+    )
     with pytest.raises(ConfigurationError):
-        SqsDelayedSender(sqs, settings, pack_bytes=-1)
+        SqsDelayedSender(sqs, settings, sqs_settings=sqs_settings.with_(pack_bytes=-1))
 
 
 def _collect_all(sqs: SQSClient, queues: dict[str, EndpointQueues], expect: int, linger: float) -> dict[str, Any]:
@@ -112,17 +122,22 @@ def _collect_all(sqs: SQSClient, queues: dict[str, EndpointQueues], expect: int,
         return {name: f.result() for name, f in futures.items()}
 
 
-def _poller(sqs: SQSClient, queues: EndpointQueues, settings: DelayedDeliverySettings) -> LocalEventSourcePoller:
-    handler = build_handler(handler_env(settings), sqs_client=sqs)
+def _poller(
+    sqs: SQSClient, queues: EndpointQueues, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
+) -> LocalEventSourcePoller:
+    handler = build_handler(handler_env(settings, sqs_settings), sqs_client=sqs)
     return LocalEventSourcePoller(sqs, queues.delay_url, queues.delay_arn, handler).start()
 
 
 def test_packed_first_hops_deliver_every_message_once_and_never_early(
-    sqs: SQSClient, settings: DelayedDeliverySettings
+    sqs: SQSClient, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
 ) -> None:
     """Two destinations, mixed delays: the sender packs, the requeue handler unpacks and re-packs, all arrive once."""
-    queues = {name: ensure_endpoint(sqs, name, settings, visibility_timeout=2) for name in ("orders", "billing")}
-    pollers = [_poller(sqs, q, settings) for q in queues.values()]
+    queues = {
+        name: ensure_endpoint(sqs, name, settings, sqs_settings=sqs_settings, visibility_timeout=2)
+        for name in ("orders", "billing")
+    }
+    pollers = [_poller(sqs, q, settings, sqs_settings) for q in queues.values()]
     delays = [1, 3, 5, 8] * 6
     messages = [
         DelayedSend(name, f"{name} {d} {i}", d, message_id=f"{name}-{i}", attributes={"b": bytes([i, 255])})
@@ -131,7 +146,7 @@ def test_packed_first_hops_deliver_every_message_once_and_never_early(
     ]
     try:
         start = time.time()
-        result = SqsDelayedSender(sqs, settings).send_delayed_batch(messages)
+        result = SqsDelayedSender(sqs, settings, sqs_settings=sqs_settings).send_delayed_batch(messages)
         assert result.ok
         assert len({r.envelope_id for r in result.receipts if r.envelope_id}) == 2  # one envelope per destination
         arrivals = _collect_all(sqs, queues, len(delays), linger=2)
@@ -155,10 +170,13 @@ def test_packed_first_hops_deliver_every_message_once_and_never_early(
 
 
 def test_a_failed_envelope_is_reported_by_message_id_and_resending_the_batch_duplicates_nothing(
-    sqs: SQSClient, moto_endpoint: str, settings: DelayedDeliverySettings
+    sqs: SQSClient, moto_endpoint: str, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
 ) -> None:
     """``orders``: SQS took the envelope but the reply was lost; ``billing``: the request never arrived."""
-    queues = {name: ensure_endpoint(sqs, name, settings, visibility_timeout=2) for name in ("orders", "billing")}
+    queues = {
+        name: ensure_endpoint(sqs, name, settings, sqs_settings=sqs_settings, visibility_timeout=2)
+        for name in ("orders", "billing")
+    }
     flaky = _client(moto_endpoint)
     broken = {"before": "billing-delay.fifo", "after": "orders-delay.fifo"}
     lock = threading.Lock()
@@ -176,14 +194,14 @@ def test_a_failed_envelope_is_reported_by_message_id_and_resending_the_batch_dup
 
     flaky.meta.events.register("before-parameter-build.sqs.SendMessageBatch", fail_before)
     flaky.meta.events.register("after-call.sqs.SendMessageBatch", fail_after)
-    sender = SqsDelayedSender(flaky, settings)
+    sender = SqsDelayedSender(flaky, settings, sqs_settings=sqs_settings)
     delays = [4, 6] * 5
     batch = [
         DelayedSend(name, f"{name} {d} {i}", d, message_id=f"{name}-{i}")
         for name in queues
         for i, d in enumerate(delays)
     ]
-    pollers = [_poller(sqs, q, settings) for q in queues.values()]
+    pollers = [_poller(sqs, q, settings, sqs_settings) for q in queues.values()]
     try:
         start = time.time()
         first = sender.send_delayed_batch(batch)

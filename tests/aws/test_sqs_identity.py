@@ -17,8 +17,8 @@ from delayed_delivery.aws.fifo_ids import deduplication_id, hop_of, sent_of
 from delayed_delivery.aws.packing import PackedMessage, content_fingerprint, decode_envelope, envelope_body, envelope_id
 from delayed_delivery.aws.queues import EndpointQueues
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.cancellations import BINDING_ALLOWANCE, cancel_request, reschedule_request
-from delayed_delivery.settings import DelayedDeliverySettings
 from tests.aws.conftest import StartPoller, collect, queue_depth
 
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ def _envelope_outcomes(sqs: SQSClient, requested_at: datetime) -> dict[str, str]
     store = InMemoryCancellationStore()
     store.put(cancel_request("orders", "golden-batch-b", now=requested_at, max_native_delay=900, max_age=0))
     cache = CancellationCache(store, 0, clock=clock)
-    requeuer = FifoRequeuer(sqs, DelayedDeliverySettings(max_park_seconds=0), clock=clock, cancellations=cache)
+    requeuer = FifoRequeuer(sqs, sqs_settings=SqsSettings(max_park_seconds=0), clock=clock, cancellations=cache)
     record = wire.lambda_record(request, record_id="rec", sent_ms=wire.SENT_MS + 1_000, first_receive_ms=first_ms)
     [result] = requeuer.process([record])
     return {r.message_id: r.outcome.value for r in result.inner}

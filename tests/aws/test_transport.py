@@ -9,6 +9,7 @@ import pytest
 
 from delayed_delivery import DelayedMessage, Dispatcher, InMemoryDelayedMessageStore, ManualClock, Transport
 from delayed_delivery.aws.queues import EndpointQueues
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.transport import SqsTransport
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery, user_headers
 from delayed_delivery.errors import DestinationNotFoundError, InvalidMessageError, PermanentError
@@ -27,14 +28,14 @@ def test_is_a_transport(sqs: SQSClient) -> None:
 
 
 def test_dispatcher_delivers_due_messages_and_moves_unknown_destinations_to_the_error_queue(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
 ) -> None:
     clock = ManualClock()
     store = InMemoryDelayedMessageStore()
     store.store(DelayedMessage.create("orders", b"due", delay=10, headers={"type": "Reminder"}, clock=clock))
     store.store(DelayedMessage.create("gone", b"lost?", delay=10, clock=clock))
     clock.advance(11)
-    dispatcher = Dispatcher(store, SqsTransport(sqs, settings, clock=clock), settings=settings, clock=clock)
+    dispatcher = Dispatcher(store, SqsTransport(sqs, sqs_settings, clock=clock), settings=settings, clock=clock)
     dispatcher.dispatch_due(budget=5)
     [arrival] = collect(sqs, endpoint.input_url, expect=1, timeout=5)
     assert arrival.body == "due"
@@ -48,10 +49,10 @@ def test_dispatcher_delivers_due_messages_and_moves_unknown_destinations_to_the_
 
 
 def test_nearly_due_message_is_handed_over_with_native_delay(
-    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
 ) -> None:
     clock = ManualClock()
-    transport = SqsTransport(sqs, settings, clock=clock)
+    transport = SqsTransport(sqs, sqs_settings, clock=clock)
     transport.send(DelayedMessage.create("orders", b"soon", delay=timedelta(seconds=1.5), clock=clock))
     attrs = sqs.get_queue_attributes(QueueUrl=endpoint.input_url, AttributeNames=["ApproximateNumberOfMessagesDelayed"])
     assert attrs["Attributes"]["ApproximateNumberOfMessagesDelayed"] == "1"

@@ -12,6 +12,7 @@ import pytest
 
 from delayed_delivery.aws.cancellations import CACHE_SECONDS_ENV, TABLE_ENV
 from delayed_delivery.aws.requeue.handler import build_handler
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller
 from tests.aws.conftest import collect, handler_env
@@ -26,13 +27,14 @@ pytestmark = pytest.mark.moto
 TABLE = "cli-cancellations"
 SLACK = 3.5
 EPSILON = 0.25
-SETTINGS = DelayedDeliverySettings(max_native_delay=2, fifo_queue_delay=2, error_queue="error")
+SETTINGS = DelayedDeliverySettings(error_queue="error")
+SQS_SETTINGS = SqsSettings(max_native_delay=2, fifo_queue_delay=2)
 
 
 @pytest.fixture
 def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Compressed settings in the environment (as the CLI reads them), queues and table made by `aws create`."""
-    for name, value in {**handler_env(SETTINGS), TABLE_ENV: TABLE, CACHE_SECONDS_ENV: "0"}.items():
+    for name, value in {**handler_env(SETTINGS, SQS_SETTINGS), TABLE_ENV: TABLE, CACHE_SECONDS_ENV: "0"}.items():
         monkeypatch.setenv(name, value)
     created = run("aws", "create", "--queue", "orders", "--endpoint-url", moto_endpoint, "--region", "us-east-1")
     assert created.exit_code == 0, created.output
@@ -105,7 +107,7 @@ def _requeue(sqs: SQSClient, aws: list[str]) -> Iterator[None]:
     """Run the requeue handler on ``orders-delay.fifo`` for the block (records written before it starts)."""
     url = sqs.get_queue_url(QueueName="orders-delay.fifo")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    env = {**handler_env(SETTINGS), TABLE_ENV: TABLE, CACHE_SECONDS_ENV: "0"}
+    env = {**handler_env(SETTINGS, SQS_SETTINGS), TABLE_ENV: TABLE, CACHE_SECONDS_ENV: "0"}
     dynamodb = dynamodb_client(aws[aws.index("--endpoint-url") + 1])
     poller = LocalEventSourcePoller(sqs, url, arn, build_handler(env, sqs_client=sqs, dynamodb_client=dynamodb))
     poller.start()

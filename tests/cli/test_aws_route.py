@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from delayed_delivery.aws.queues import ensure_endpoint
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
-from delayed_delivery.settings import DelayedDeliverySettings
 from tests.cli.conftest import ok_json, one_line_error, run
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.moto
 
 @pytest.fixture
 def aws(sqs: SQSClient, moto_endpoint: str) -> list[str]:
-    ensure_endpoint(sqs, "orders", DelayedDeliverySettings(fifo_queue_delay=1))
+    ensure_endpoint(sqs, "orders", sqs_settings=SqsSettings(fifo_queue_delay=1))
     return ["--cloud", "aws", "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
 
 

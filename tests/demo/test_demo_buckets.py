@@ -9,10 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from delayed_delivery.app.cli import app
-from delayed_delivery.app.demo.cloud_buckets import tier_settings, tier_summary_rows
+from delayed_delivery.app.demo.cloud_buckets import demo_tier, tier_summary_rows
 from delayed_delivery.app.demo.cloud_model import CloudDemoResult, CloudSummary
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.settings import DelayedDeliverySettings
-from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketLevel, bucket_of
+from delayed_delivery.timebuckets.wheel import COARSE, FINE, bucket_of
 
 
 @pytest.mark.moto
@@ -43,9 +44,10 @@ def test_tiny_aws_demo_runs_the_tier_and_reports_its_figures() -> None:
 
 
 def test_compressed_levels_put_a_year_in_a_coarse_bucket() -> None:
-    settings = tier_settings(DelayedDeliverySettings(max_native_delay=1, fifo_queue_delay=1, error_queue="error"))
-    assert settings.long_delay_route == "buckets" and settings.max_native_delay == 1
-    levels = BucketLevel.from_settings(settings)
+    tier = demo_tier(DelayedDeliverySettings(error_queue="error"), SqsSettings(max_native_delay=1, fifo_queue_delay=1))
+    assert tier.sqs_settings.long_delay_route == "buckets" and tier.sqs_settings.max_native_delay == 1
+    assert tier.settings.error_queue == "error"
+    levels = tier.levels
     now = datetime(2031, 2, 3, 4, 5, 6, 500_000, tzinfo=UTC)
     assert bucket_of(now + timedelta(seconds=8), now, levels).level == COARSE  # "1 year" at the tiny 8 s
     assert bucket_of(now + timedelta(seconds=2), now, levels).level == FINE

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from delayed_delivery.aws.requeue import FifoRequeuer
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.azure.rows import shard_of, to_entities
 from delayed_delivery.azure.storage_queue import encode_envelope
 from delayed_delivery.clock import ManualClock
@@ -28,7 +29,7 @@ FIRST_MS = wire.SENT_MS + 901_234
 def requeuer(client: SQSClient, now_ms: int) -> FifoRequeuer:
     """The requeue step with its clock at ``now_ms`` and parking off (every record hops, forwards or fails)."""
     clock = ManualClock(datetime.fromtimestamp(now_ms / 1000, UTC))
-    return FifoRequeuer(client, DelayedDeliverySettings(max_park_seconds=0), clock=clock)
+    return FifoRequeuer(client, sqs_settings=SqsSettings(max_park_seconds=0), clock=clock)
 
 
 def sqs_send(client: SQSClient) -> dict[str, Any]:
@@ -80,9 +81,9 @@ def sqs_ingest(client: SQSClient) -> dict[str, Any]:
     wire.create_queues(client)
     client.create_queue(QueueName=wire.INGEST_QUEUE)
     calls = wire.record_calls(client)
-    settings = DelayedDeliverySettings(long_delay_route="buckets", bucket_ingest_queue=wire.INGEST_QUEUE)
+    routing = SqsSettings(long_delay_route="buckets", bucket_ingest_queue=wire.INGEST_QUEUE)
     clock = ManualClock(datetime.fromtimestamp(wire.SENT_MS / 1000, UTC))
-    sender = SqsDelayedSender(client, settings, clock=clock)
+    sender = SqsDelayedSender(client, DelayedDeliverySettings(), sqs_settings=routing, clock=clock)
     sender.send_delayed(
         wire.DESTINATION, wire.BODY, wire.LONG_DELAY, attributes=wire.ATTRIBUTES, message_id=wire.MESSAGE_ID
     )

@@ -388,7 +388,7 @@ def test_the_functions_environment_is_what_the_tier_config_reads(tier: Synth) ->
         }
         config = BucketTierConfig.from_env(resolved)
         assert config.prefix == PREFIX and config.service == "delayed-delivery-buckets"
-        assert config.settings.bucket_ingest_queue == "delayed-delivery-ingest"
-        assert (config.settings.bucket_fine_seconds, config.settings.bucket_coarse_seconds) == (60, 86_400)
-        assert config.settings.bucket_dispatch_lead_seconds == 600
+        assert config.sqs_settings.bucket_ingest_queue == "delayed-delivery-ingest"
+        assert (config.tier_settings.bucket_fine_seconds, config.tier_settings.bucket_coarse_seconds) == (60, 86_400)
+        assert config.tier_settings.bucket_dispatch_lead_seconds == 600
         assert config.cancellation_table is not None

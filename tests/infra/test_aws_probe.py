@@ -162,6 +162,6 @@ def test_verify_finds_everything_in_the_synthesized_stack(synth: Synth) -> None:
     assert target.probe.error_queue.startswith("DelayedDelivery-VerifyProbe"), target.probe.error_queue
     assert target.endpoints[0].error_queue.startswith("DelayedDelivery-Endpointorders"), target.endpoints[0]
     assert target.tier is not None and target.tier.timer.reserved_concurrency == 1
-    assert target.tier.config.settings.bucket_ingest_queue == "delayed-delivery-ingest"
+    assert target.tier.config.sqs_settings.bucket_ingest_queue == "delayed-delivery-ingest"
     assert target.tier.schedule_rule and target.cancellation_table == "delayed-delivery-cancellations"
-    assert target.settings.fifo_queue_delay == 900 and len(target.alarms) >= 8
+    assert target.sqs_settings.fifo_queue_delay == 900 and len(target.alarms) >= 8

@@ -215,6 +215,8 @@ def test_mover_configuration_is_checked(
         PostgresBatchMover(pg_store, InMemoryTransport(), look_ahead=60)
     with pytest.raises(ConfigurationError):
         PostgresBatchMover(pg_store, _RecordingDelayer(), look_ahead=901)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"max_native_delay \(60 s\)"):  # a transport with a shorter cap
+        PostgresBatchMover(pg_store, _RecordingDelayer(), look_ahead=61, max_native_delay=60)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError):
         PostgresBatchMover(pg_store, pg_queue, look_ahead=60)
     with pytest.raises(ConfigurationError):

@@ -41,7 +41,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
-from delayed_delivery.aws.tier.config import BucketTierConfig
+from delayed_delivery.aws.settings import SqsSettings
+from delayed_delivery.aws.tier.config import BucketTierConfig, TierSettings
 from delayed_delivery.aws.tier.ingest import BucketIngest
 from delayed_delivery.aws.tier.provision import ensure_bucket_tier
 from delayed_delivery.aws.tier.store import S3BucketStore
@@ -76,17 +77,16 @@ REPEATING_POINTS = (
 START = datetime(2030, 1, 1, tzinfo=UTC)
 
 
-def lab_settings(run: str) -> DelayedDeliverySettings:
-    """The compressed settings of tier.md, with per-run queue names."""
-    return DelayedDeliverySettings(
-        max_native_delay=2,
-        fifo_queue_delay=2,
-        bucket_fine_seconds=1,
-        bucket_coarse_seconds=10,
-        bucket_dispatch_lead_seconds=2,
-        error_queue=f"{run}-errors",
-        long_delay_route="buckets",
-        bucket_ingest_queue=f"{run}-ingest",
+def lab_config(run: str) -> BucketTierConfig:
+    """The compressed tier of tier.md (bucket and prefix ``lab``), with per-run queue names."""
+    return BucketTierConfig(
+        bucket_name=run,
+        prefix="lab",
+        settings=DelayedDeliverySettings(error_queue=f"{run}-errors"),
+        sqs_settings=SqsSettings(
+            max_native_delay=2, fifo_queue_delay=2, long_delay_route="buckets", bucket_ingest_queue=f"{run}-ingest"
+        ),
+        tier_settings=TierSettings(bucket_fine_seconds=1, bucket_coarse_seconds=10, bucket_dispatch_lead_seconds=2),
     )
 
 
@@ -177,14 +177,14 @@ class BucketLab:
     def __init__(self, endpoint: str, seed: int, *, window: int = 40, max_delay: int = 60) -> None:
         self.rng = random.Random(seed)
         self.run = f"bl{uuid.uuid4().hex[:8]}"
-        self.settings = lab_settings(self.run)
-        self.config = BucketTierConfig(bucket_name=self.run, prefix="lab", settings=self.settings)
+        self.config = lab_config(self.run)
+        self.settings = self.config.settings
         self.s3, self.sqs = client("s3", endpoint), client("sqs", endpoint)
         tier = ensure_bucket_tier(self.s3, self.sqs, self.config)
         self.ingest_url, self.error_url = tier.ingest_url, tier.error_url
         self.dest_url = self.sqs.create_queue(QueueName=f"{self.run}-orders")["QueueUrl"]
         self.clock = ManualClock(START)
-        self.sender = SqsDelayedSender(self.sqs, self.settings, clock=self.clock)
+        self.sender = SqsDelayedSender(self.sqs, self.settings, sqs_settings=self.config.sqs_settings, clock=self.clock)
         self.window, self.max_delay = window, max_delay
         self.result = LabResult(seed)
         self.due_ms: dict[str, int] = {}
@@ -212,7 +212,15 @@ class BucketLab:
         store = S3BucketStore.from_config(s3_timer, self.config)
         sqs_timer = LabClient(self.sqs, "timer", self.faults, self)
         owner = f"timer-{len(self.crash_log)}"
-        self.timer = BucketTimer(store, sqs_timer, self.settings, self.clock, owner=owner, lease_seconds=LEASE_SECONDS)
+        self.timer = BucketTimer(
+            store,
+            sqs_timer,
+            self.settings,
+            self.clock,
+            owner=owner,
+            lease_seconds=LEASE_SECONDS,
+            send_phase_ms=self.config.tier_settings.bucket_send_phase_ms,
+        )
 
     def next_target(self) -> str:
         """The next fault point of the seeded shuffled cycle."""

@@ -438,7 +438,7 @@ def sqs_transport_outage(
         store.store_many(batch)
         due = {m.message_id: m.due_at.timestamp() for m in batch}
         expected = set(due)
-        dispatcher = Dispatcher(store, SqsTransport(_client(proxy.url), settings), settings, on_critical_error=trips)
+        dispatcher = Dispatcher(store, SqsTransport(_client(proxy.url)), settings, on_critical_error=trips)
         thread = _run_in_thread(dispatcher, stop, died)
         try:
             for n in range(outages):
@@ -492,19 +492,19 @@ def sqs_requeue_outage(moto_url: str, messages: int = 40, outages: int = 1, down
     from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
     from delayed_delivery.testing.aws import LocalEventSourcePoller
     from tests.fixtures.outage import TcpProxy
-    from tests.reliability.sqslab import DELAY, handler_env, lab_settings
+    from tests.reliability.sqslab import DELAY, LAB_SQS, handler_env, lab_settings
 
     started = time.monotonic()
     result = OutageResult("sqs-requeue", messages, outages, down)
     direct = _client(moto_url)
     queue = f"orq{uuid.uuid4().hex[:10]}"
     settings = lab_settings(queue)
-    endpoint = ensure_endpoint(direct, queue, settings, visibility_timeout=1)
+    endpoint = ensure_endpoint(direct, queue, settings, sqs_settings=LAB_SQS, visibility_timeout=1)
     proxy = TcpProxy(int(moto_url.rsplit(":", 1)[1])).start()
     proxied = _client(proxy.url)
     handler = build_handler(handler_env(settings), sqs_client=proxied)
     poller = LocalEventSourcePoller(proxied, endpoint.delay_url, endpoint.delay_arn, handler, wait_seconds=0)
-    sender = SqsDelayedSender(direct, settings)
+    sender = SqsDelayedSender(direct, settings, sqs_settings=LAB_SQS)
     arrived: Counter[str] = Counter()
     arrival_at: dict[str, float] = {}
     sent_at: dict[str, float] = {}

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
 from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller
 from tests.fixtures.moto import queue_depth
@@ -68,18 +69,22 @@ def sqs_client(endpoint_url: str) -> SQSClient:
     )
 
 
+#: Compressed SQS settings: native cap and FIFO hop of ``CAP`` seconds.
+LAB_SQS = SqsSettings(max_native_delay=CAP, fifo_queue_delay=CAP)
+
+
 def lab_settings(queue: str) -> DelayedDeliverySettings:
-    """Compressed settings with a per-run error queue."""
-    return DelayedDeliverySettings(max_native_delay=CAP, fifo_queue_delay=CAP, error_queue=f"{queue}-errors")
+    """The core settings with a per-run error queue."""
+    return DelayedDeliverySettings(error_queue=f"{queue}-errors")
 
 
-def handler_env(settings: DelayedDeliverySettings) -> dict[str, str]:
+def handler_env(settings: DelayedDeliverySettings, sqs_settings: SqsSettings = LAB_SQS) -> dict[str, str]:
     """What the CDK construct sets on the Lambda."""
     return {
-        "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(settings.max_native_delay),
-        "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(settings.fifo_queue_delay),
+        "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(sqs_settings.max_native_delay),
+        "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(sqs_settings.fifo_queue_delay),
         "DELAYED_DELIVERY_ERROR_QUEUE": settings.error_queue,
-        "DELAYED_DELIVERY_MAX_PARK_SECONDS": str(settings.max_park_seconds),
+        "DELAYED_DELIVERY_MAX_PARK_SECONDS": str(sqs_settings.max_park_seconds),
         "POWERTOOLS_SERVICE_NAME": "requeue-crashlab",
         "POWERTOOLS_METRICS_NAMESPACE": "DelayedDeliveryCrashlab",
     }
@@ -187,8 +192,10 @@ class Lab:
         self.client = sqs_client(endpoint_url)
         self.queue = f"rel{uuid.uuid4().hex[:10]}"
         self.settings = lab_settings(self.queue)
-        self.endpoint: EndpointQueues = ensure_endpoint(self.client, self.queue, self.settings, visibility_timeout=1)
-        self.sender = SqsDelayedSender(self.client, self.settings)
+        self.endpoint: EndpointQueues = ensure_endpoint(
+            self.client, self.queue, self.settings, sqs_settings=LAB_SQS, visibility_timeout=1
+        )
+        self.sender = SqsDelayedSender(self.client, self.settings, sqs_settings=LAB_SQS)
         self.expected: set[str] = set()
         self.arrivals: Counter[str] = Counter()
         self.errors = 0

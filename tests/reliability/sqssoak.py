@@ -20,11 +20,18 @@ from typing import TYPE_CHECKING, TextIO
 
 from delayed_delivery.aws import DelayedSend, EndpointQueues, HopOutcome, SqsDelayedSender, ensure_endpoint
 from delayed_delivery.aws.requeue.handler import build_handler
-from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller
 from tests.fixtures.moto import queue_depth
 from tests.reliability.crashlab import InjectedCrash
-from tests.reliability.sqslab import REGION, CrashingSqs, InvocationFaults, SqsSoakResult, handler_env, lab_settings
+from tests.reliability.sqslab import (
+    LAB_SQS,
+    REGION,
+    CrashingSqs,
+    InvocationFaults,
+    SqsSoakResult,
+    handler_env,
+    lab_settings,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -42,9 +49,8 @@ PROGRESS_EVERY = 10.0
 SWEEP_EVERY = 1.0
 
 
-def soak_settings(prefix: str) -> DelayedDeliverySettings:
-    """The lab's compressed settings with parks capped at ``PARK_CAP`` seconds."""
-    return lab_settings(prefix).with_(max_park_seconds=PARK_CAP)
+#: The lab's compressed SQS settings with parks capped at ``PARK_CAP`` seconds.
+SOAK_SQS = LAB_SQS.with_(max_park_seconds=PARK_CAP)
 
 
 @dataclass
@@ -133,9 +139,9 @@ class CrashSoak:
         self.messages = messages
         self.target = crashes
         prefix = f"soak{self.rng.getrandbits(40):010x}"
-        self.settings = soak_settings(prefix)
-        self.env = handler_env(self.settings)
-        self.sender = SqsDelayedSender(self.client, self.settings)
+        self.settings = lab_settings(prefix)
+        self.env = handler_env(self.settings, SOAK_SQS)
+        self.sender = SqsDelayedSender(self.client, self.settings, sqs_settings=SOAK_SQS)
         self.arrivals: Counter[str] = Counter()
         self.outcomes: Counter[str] = Counter()
         self.injected = self.invocations = self.errors = 0
@@ -152,7 +158,7 @@ class CrashSoak:
         )
 
     def _endpoint(self, index: int, name: str) -> _Endpoint:
-        queues = ensure_endpoint(self.client, name, self.settings, visibility_timeout=1)
+        queues = ensure_endpoint(self.client, name, self.settings, sqs_settings=SOAK_SQS, visibility_timeout=1)
         ep = _Endpoint(index, name, queues)
         self._rebuild(ep)
         return ep

@@ -100,17 +100,8 @@ class Lab:
         for name in (self.orders, self.errors):
             url = self.sqs.create_queue(QueueName=name, Attributes={"MaximumMessageSize": str(SMALL_QUEUE)})
             self.urls[name] = url["QueueUrl"]
-        self.settings = DelayedDeliverySettings(
-            max_native_delay=2,
-            fifo_queue_delay=2,
-            bucket_fine_seconds=1,
-            bucket_coarse_seconds=10,
-            bucket_dispatch_lead_seconds=2,
-            error_queue=self.errors,
-            long_delay_route="buckets",
-            bucket_ingest_queue=f"i{self.tag}",
-        )
-        self.levels = BucketLevel.from_settings(self.settings)
+        self.settings = DelayedDeliverySettings(error_queue=self.errors)
+        self.levels = BucketLevel(fine_seconds=1, coarse_seconds=10, dispatch_lead_seconds=2)
         self.store = S3BucketStore(self.s3, self.bucket, PREFIX, self.levels)
         self.sqs.meta.events.register("provide-client-params.sqs.SendMessageBatch", self._record)
 

@@ -83,13 +83,14 @@ def _requeue_run(endpoint_url: str, skew: float, *, fail_first: bool, messages: 
     from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome
     from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
     from delayed_delivery.testing.aws import LocalEventSourcePoller
-    from tests.reliability.sqslab import DELAY, lab_settings, sqs_client
+    from tests.reliability.sqslab import DELAY, LAB_SQS, lab_settings, sqs_client
 
     client = sqs_client(endpoint_url)
     queue = f"sk{uuid.uuid4().hex[:10]}"
     settings = lab_settings(queue)
-    endpoint = ensure_endpoint(client, queue, settings, visibility_timeout=1)
-    requeuer = FifoRequeuer(client, settings, clock=SkewedClock(skew), pack_bytes=0)
+    endpoint = ensure_endpoint(client, queue, settings, sqs_settings=LAB_SQS, visibility_timeout=1)
+    unpacked = LAB_SQS.with_(pack_bytes=0)
+    requeuer = FifoRequeuer(client, settings, sqs_settings=unpacked, clock=SkewedClock(skew))
 
     def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         records = event["Records"]
@@ -101,7 +102,7 @@ def _requeue_run(endpoint_url: str, skew: float, *, fail_first: bool, messages: 
     poller = LocalEventSourcePoller(client, endpoint.delay_url, endpoint.delay_arn, handler, wait_seconds=0).start()
     ids = [f"sk-{i:03d}" for i in range(messages)]
     sent_at = time.time()
-    result = SqsDelayedSender(client, settings).send_delayed_batch(
+    result = SqsDelayedSender(client, settings, sqs_settings=LAB_SQS).send_delayed_batch(
         [DelayedSend(queue, mid, DELAY, message_id=mid) for mid in ids]
     )
     assert result.ok, result.failures

@@ -25,7 +25,7 @@ from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.headers import FAILURE_REASON
 from delayed_delivery.testing.aws import LocalLambdaContext
-from tests.reliability.sqslab import handler_env, lab_settings
+from tests.reliability.sqslab import LAB_SQS, handler_env, lab_settings
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -144,7 +144,9 @@ def _drain(sqs: SQSClient, url: str, expect: int = 0) -> list[dict[str, Any]]:
 def test_crafted_envelopes_never_take_the_handler_or_their_neighbours_down(
     sqs: SQSClient, batch: tuple[tuple[str, list[Entry], bool], ...]
 ) -> None:
-    ep = ensure_endpoint(sqs, f"hf{uuid.uuid4().hex[:12]}", lab_settings("hfuzz"), visibility_timeout=1)
+    ep = ensure_endpoint(
+        sqs, f"hf{uuid.uuid4().hex[:12]}", lab_settings("hfuzz"), sqs_settings=LAB_SQS, visibility_timeout=1
+    )
     for url in (ep.input_url, ep.error_url):
         sqs.set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": str(SMALL_QUEUE)})
     handler = build_handler(handler_env(lab_settings("hfuzz")), sqs_client=sqs)

@@ -16,7 +16,7 @@ from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.transport import SqsTransport
 from delayed_delivery.testing.aws import LocalLambdaContext
-from tests.reliability.sqslab import handler_env, lab_settings
+from tests.reliability.sqslab import LAB_SQS, handler_env, lab_settings
 from tests.reliability.test_requeue_fuzz import _record, _string_attr
 
 pytestmark = pytest.mark.moto
@@ -55,7 +55,9 @@ def test_requeue_handler_logs_no_body_attribute_or_key(
 ) -> None:
     caplog.set_level(logging.INFO)
     sqs = _client(moto_endpoint)
-    ep = ensure_endpoint(sqs, f"lg{uuid.uuid4().hex[:8]}", lab_settings("logs"), visibility_timeout=1)
+    ep = ensure_endpoint(
+        sqs, f"lg{uuid.uuid4().hex[:8]}", lab_settings("logs"), sqs_settings=LAB_SQS, visibility_timeout=1
+    )
     handler = build_handler(handler_env(lab_settings("logs")), sqs_client=sqs)
     attrs = {"secret": _string_attr(VALUE, "String")}
     records = [
@@ -94,12 +96,12 @@ def test_core_dispatcher_with_sqs_transport_logs_no_body_or_key(
         ]
     )
     clock = ManualClock(now)
-    Dispatcher(store, SqsTransport(sqs, settings, clock=clock), settings, clock=clock).dispatch_due()
+    Dispatcher(store, SqsTransport(sqs, clock=clock), settings, clock=clock).dispatch_due()
     assert len(store) == 0  # the non-UTF-8 body went to the error queue as base64
     # An error queue that does not exist: the message stays in the store (logged, retried).
     store.store(DelayedMessage("gone-2", "no-such-queue", BODY.encode(), now, {"secret": VALUE}))
     missing = settings.with_(error_queue="no-such-errors")
-    Dispatcher(store, SqsTransport(sqs, missing, clock=clock), missing, clock=clock).dispatch_due()
+    Dispatcher(store, SqsTransport(sqs, clock=clock), missing, clock=clock).dispatch_due()
     assert len(store) == 1
     logged = _everything_logged(caplog, capsys)
     assert "dispatched" in logged and "moved to the error queue" in logged and "it stays in the store" in logged

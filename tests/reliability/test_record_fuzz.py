@@ -226,11 +226,9 @@ def test_the_timer_over_fuzzed_records_delivers_the_neighbours_and_holds_only_th
     orders = f"o{tag}"
     kept = _put_items(dynamodb, orders, records)
     store_records = DynamoDbCancellationStore(dynamodb, TABLE)
-    settings_ = DelayedDeliverySettings(
-        bucket_fine_seconds=1, bucket_coarse_seconds=10, bucket_dispatch_lead_seconds=2, error_queue=f"e{tag}"
-    )
+    settings_ = DelayedDeliverySettings(error_queue=f"e{tag}")
     s3.create_bucket(Bucket=f"records-{tag}")
-    store = S3BucketStore(s3, f"records-{tag}", "dd/buckets", BucketLevel.from_settings(settings_))
+    store = S3BucketStore(s3, f"records-{tag}", "dd/buckets", BucketLevel(1, 10, 2))
     sqs.create_queue(QueueName=orders)
     errors = sqs.create_queue(QueueName=f"e{tag}")["QueueUrl"]
     due = START + timedelta(seconds=3)

@@ -23,7 +23,7 @@ from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON
 from delayed_delivery.testing.aws import LocalLambdaContext
 from tests.fixtures.moto import queue_depth
-from tests.reliability.sqslab import handler_env, lab_settings
+from tests.reliability.sqslab import LAB_SQS, handler_env, lab_settings
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -127,7 +127,9 @@ def test_malformed_records_end_on_the_error_queue_and_never_take_the_batch_down(
     extra: dict[str, Any],
     broker: dict[str, str],
 ) -> None:
-    ep = ensure_endpoint(sqs, f"fz{uuid.uuid4().hex[:12]}", lab_settings("fuzz"), visibility_timeout=1)
+    ep = ensure_endpoint(
+        sqs, f"fz{uuid.uuid4().hex[:12]}", lab_settings("fuzz"), sqs_settings=LAB_SQS, visibility_timeout=1
+    )
     handler = build_handler(handler_env(lab_settings("fuzz")), sqs_client=sqs)
     bad = _record(ep.delay_arn, body, control, extra, broker)
     good = _record(ep.delay_arn, "good", _string_attr("1"), {}, {})
@@ -142,7 +144,9 @@ def test_malformed_records_end_on_the_error_queue_and_never_take_the_batch_down(
 
 
 def _run_one(sqs: SQSClient, bad: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
-    ep = ensure_endpoint(sqs, f"fz{uuid.uuid4().hex[:12]}", lab_settings("fuzz"), visibility_timeout=1)
+    ep = ensure_endpoint(
+        sqs, f"fz{uuid.uuid4().hex[:12]}", lab_settings("fuzz"), sqs_settings=LAB_SQS, visibility_timeout=1
+    )
     _drain(sqs, ep.error_url)
     handler = build_handler(handler_env(lab_settings("fuzz")), sqs_client=sqs)
     records = [_record(ep.delay_arn, "good", _string_attr("1"), {}, {})]
@@ -193,7 +197,9 @@ class _RefusingClient:
 
 
 def test_error_queue_send_retries_without_attributes_sqs_refuses(sqs: SQSClient) -> None:
-    ep = ensure_endpoint(sqs, f"fz{uuid.uuid4().hex[:12]}", lab_settings("fuzz"), visibility_timeout=1)
+    ep = ensure_endpoint(
+        sqs, f"fz{uuid.uuid4().hex[:12]}", lab_settings("fuzz"), sqs_settings=LAB_SQS, visibility_timeout=1
+    )
     refusing = _RefusingClient(sqs)
     handler = build_handler(handler_env(lab_settings("fuzz")), sqs_client=refusing)  # type: ignore[arg-type]
     bad = _record(ep.delay_arn, "poison", None, {"refuse-me": _string_attr("v", "String")}, {})

@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 from delayed_delivery import DelayedMessage, ManualClock
 from delayed_delivery.aws.fifo_ids import deduplication_id
 from delayed_delivery.aws.packing import (
+    DEFAULT_PACK_BYTES,
     ENVELOPE_ATTRIBUTE,
     MAX_ENVELOPE_ENTRIES,
     MAX_HOP,
@@ -45,6 +46,7 @@ from delayed_delivery.aws.packing import (
     decode_envelope,
 )
 from delayed_delivery.aws.sender import DelayedSend, SendReceipt, SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.sqs import message_size, sqs_text_problem
 from delayed_delivery.azure.sender import AzureDelayedSender, DelayRequest, SendResult
 from delayed_delivery.azure.storage_queue import MAX_QUEUE_MESSAGE_BYTES, StorageQueueTransport, encode_envelope
@@ -410,9 +412,13 @@ def _sqs_depth(sqs: SQSClient, url: str) -> int:
 
 def _sqs_sender(sqs: SQSClient) -> SqsDelayedSender:
     """A sender with the native cap compressed to ``CAP``."""
-    return SqsDelayedSender(
-        sqs, DelayedDeliverySettings(max_native_delay=CAP, fifo_queue_delay=CAP, error_queue="errors")
-    )
+    return _sqs_packing_sender(sqs, DEFAULT_PACK_BYTES)
+
+
+def _sqs_packing_sender(sqs: SQSClient, pack_bytes: int) -> SqsDelayedSender:
+    """A sender with the native cap compressed to ``CAP`` and envelopes of ``pack_bytes``."""
+    sqs_settings = SqsSettings(max_native_delay=CAP, fifo_queue_delay=CAP, pack_bytes=pack_bytes)
+    return SqsDelayedSender(sqs, DelayedDeliverySettings(error_queue="errors"), sqs_settings=sqs_settings)
 
 
 def _check_sqs_native(
@@ -507,8 +513,7 @@ def test_sqs_batch_sends_every_accepted_message_where_it_belongs_or_nothing_at_a
         DelayedSend(_sqs_name(d, queues), _sqs_body(b, queues, delay, a), delay, a, ids[i])
         for i, (d, b, delay, a) in enumerate(sends)
     ]
-    sender = _sqs_sender(sqs)
-    sender.pack_bytes = pack
+    sender = _sqs_packing_sender(sqs, pack)
     try:
         result = sender.send_delayed_batch(batch)
     except DelayedDeliveryError as exc:

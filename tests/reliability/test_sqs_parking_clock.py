@@ -22,6 +22,7 @@ from delayed_delivery.aws.brokerclock import BrokerClock
 from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.aws.requeue import FifoRequeuer, HopOutcome
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller
 from tests.fixtures.moto import collect_arrivals
@@ -48,14 +49,12 @@ def _parked_run(endpoint_url: str, skew: float, *, broker: bool, messages: int =
     """
     client = sqs_client(endpoint_url)
     queue = f"pk{uuid.uuid4().hex[:10]}"
-    settings = DelayedDeliverySettings(
-        max_native_delay=1, fifo_queue_delay=1, error_queue=f"{queue}-errors", max_park_seconds=6
-    )
-    endpoint = ensure_endpoint(client, queue, settings, visibility_timeout=1)
+    settings = DelayedDeliverySettings(error_queue=f"{queue}-errors")
+    sqs_settings = SqsSettings(max_native_delay=1, fifo_queue_delay=1, max_park_seconds=6, pack_bytes=0)
+    endpoint = ensure_endpoint(client, queue, settings, sqs_settings=sqs_settings, visibility_timeout=1)
     clock = SkewedClock(skew)
-    requeuer = FifoRequeuer(
-        client, settings, clock=clock, pack_bytes=0, broker_clock=None if broker else NoBrokerReadings(clock)
-    )
+    broker_clock = None if broker else NoBrokerReadings(clock)
+    requeuer = FifoRequeuer(client, settings, sqs_settings=sqs_settings, clock=clock, broker_clock=broker_clock)
     returns: list[int] = []
     lock = threading.Lock()
 
@@ -71,7 +70,7 @@ def _parked_run(endpoint_url: str, skew: float, *, broker: bool, messages: int =
     poller = LocalEventSourcePoller(client, endpoint.delay_url, endpoint.delay_arn, handler, wait_seconds=0).start()
     delays = {f"pk-{i:02d}": 14 + (6 * i) // messages for i in range(messages)}
     sent_at = time.time()
-    sender = SqsDelayedSender(client, settings, pack_bytes=0)
+    sender = SqsDelayedSender(client, settings, sqs_settings=sqs_settings)
     assert sender.send_delayed_batch([DelayedSend(queue, m, d, message_id=m) for m, d in delays.items()]).ok
     try:
         arrived = collect_arrivals(client, endpoint.input_url, delays, timeout=60)

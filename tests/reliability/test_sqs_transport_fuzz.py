@@ -53,7 +53,7 @@ def _dispatch(sqs: SQSClient, tmp: Path, messages: list[DelayedMessage]) -> tupl
     store.setup_infrastructure()
     store.store_many([m.redirected(name) for m in messages])
     clock = ManualClock(NOW)
-    dispatcher = Dispatcher(store, SqsTransport(sqs, cfg, clock=clock), cfg, clock=clock)
+    dispatcher = Dispatcher(store, SqsTransport(sqs, clock=clock), cfg, clock=clock)
     dispatcher.dispatch_due()
     return name, ep, store
 

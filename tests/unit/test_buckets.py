@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from delayed_delivery.aws.settings import SqsSettings
+from delayed_delivery.aws.tier.config import TierSettings
 from delayed_delivery.errors import ConfigurationError, InvalidMessageError
-from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.wheel import (
     COARSE,
     FINE,
@@ -138,22 +139,22 @@ def test_levels_are_validated(fine: int, coarse: int, lead: int, needle: str) ->
 
 
 def test_settings_carry_the_levels_and_the_route() -> None:
-    settings = DelayedDeliverySettings.from_env(
-        {
-            "DELAYED_DELIVERY_LONG_DELAY_ROUTE": "auto",
-            "DELAYED_DELIVERY_BUCKET_FINE_SECONDS": "30",
-            "DELAYED_DELIVERY_BUCKET_COARSE_SECONDS": "3600",
-            "DELAYED_DELIVERY_BUCKET_DISPATCH_LEAD_SECONDS": "300",
-        }
-    )
-    assert settings.long_delay_route == "auto"
-    assert BucketLevel.from_settings(settings) == BucketLevel(30, 3600, 300)
-    assert DelayedDeliverySettings().long_delay_route == "fifo"  # nothing changes until chosen
-    assert BucketLevel.from_settings(DelayedDeliverySettings()) == LEVELS
+    env = {
+        "DELAYED_DELIVERY_LONG_DELAY_ROUTE": "auto",
+        "DELAYED_DELIVERY_BUCKET_FINE_SECONDS": "30",
+        "DELAYED_DELIVERY_BUCKET_COARSE_SECONDS": "3600",
+        "DELAYED_DELIVERY_BUCKET_DISPATCH_LEAD_SECONDS": "300",
+    }
+    assert SqsSettings.from_env(env).long_delay_route == "auto"
+    assert TierSettings.from_env(env).levels == BucketLevel(30, 3600, 300)
+    assert SqsSettings().long_delay_route == "fifo"  # nothing changes until chosen
+    assert TierSettings().levels == LEVELS
     with pytest.raises(ConfigurationError, match="long_delay_route"):
-        DelayedDeliverySettings(long_delay_route="s3")
+        SqsSettings(long_delay_route="s3")
     with pytest.raises(ConfigurationError, match="at most 900"):
-        DelayedDeliverySettings(bucket_dispatch_lead_seconds=900)
+        TierSettings(bucket_dispatch_lead_seconds=900)
+    with pytest.raises(ConfigurationError, match="DELAYED_DELIVERY_BUCKET_SEND_PHASE_MS"):
+        TierSettings.from_env({"DELAYED_DELIVERY_BUCKET_SEND_PHASE_MS": "1001"})
 
 
 @pytest.mark.parametrize(

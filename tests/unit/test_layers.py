@@ -49,3 +49,18 @@ def test_every_subpackage_is_a_layer() -> None:
 def test_no_stray_modules_outside_packages() -> None:
     for path in PACKAGE.rglob("*.py"):
         assert (path.parent / "__init__.py").exists(), f"{path} is not inside a package"
+
+
+def test_the_core_has_no_import_cycles() -> None:
+    """No two core modules import each other, directly or through others (settings and the wheel once did)."""
+    import grimp
+
+    graph = grimp.build_graph("delayed_delivery")
+    core = {m for m in graph.modules if m.startswith(tuple(f"{c}." for c in _core_modules())) or m in _core_modules()}
+    cycles = sorted(
+        (a, b)
+        for a in core
+        for b in graph.find_modules_directly_imported_by(a)
+        if b in core and graph.find_shortest_chain(importer=b, imported=a) is not None
+    )
+    assert not cycles, f"import cycles in the core: {cycles}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.planning import (
     MAX_PARK_SECONDS,
@@ -15,7 +16,6 @@ from delayed_delivery.planning import (
     sqs_park_ms,
     sqs_park_schedule,
 )
-from delayed_delivery.settings import DelayedDeliverySettings
 
 HOUR, DAY = 3600, 86_400
 REAL = SqsParkPolicy()  # 900 s hops and cap, parks ≤ 11 h 50 min, 14-day retention, 180 s visibility
@@ -80,7 +80,7 @@ def test_a_year_re_sends_about_every_ten_days_to_stay_inside_the_retention() -> 
 def test_parks_stay_ten_minutes_inside_sqs_s_twelve_hours_from_the_receive() -> None:
     # SQS refuses a visibility change beyond 12 h after the receive, and the function acts up to a timeout later
     assert MAX_PARK_SECONDS == MAX_VISIBILITY_TIMEOUT - 600
-    assert DelayedDeliverySettings().max_park_seconds == MAX_PARK_SECONDS == SqsParkPolicy().max_park_seconds
+    assert SqsSettings().max_park_seconds == MAX_PARK_SECONDS == SqsParkPolicy().max_park_seconds
     assert sqs_park_ms(365 * DAY * 1000, 0, SqsParkPolicy()) <= MAX_PARK_SECONDS * 1000
     with pytest.raises(ConfigurationError, match="12-hour"):
-        DelayedDeliverySettings(max_park_seconds=MAX_VISIBILITY_TIMEOUT)
+        SqsSettings(max_park_seconds=MAX_VISIBILITY_TIMEOUT)

@@ -5,7 +5,9 @@ import math
 import subprocess
 import sys
 import tomllib
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -13,6 +15,9 @@ from typer.testing import CliRunner
 from delayed_delivery import ConfigurationError, DelayedDeliverySettings
 from delayed_delivery.app.cli import app
 from delayed_delivery.app.entry import CLI_HINT
+from delayed_delivery.aws.settings import SqsSettings
+from delayed_delivery.aws.tier.config import TierSettings
+from delayed_delivery.azure.config import AzureDelayedDeliveryConfig
 
 runner = CliRunner()
 
@@ -24,20 +29,59 @@ def test_defaults_follow_nservicebus() -> None:
     assert s.time_to_trigger_fetch_circuit_breaker == 30
     assert s.time_to_trigger_dispatch_circuit_breaker == 30
     assert s.maximum_recovery_failures_per_second == 1
-    assert s.max_native_delay == 900
+    assert SqsSettings().max_native_delay == 900
 
 
 def test_from_env_parses_types() -> None:
-    s = DelayedDeliverySettings.from_env(
-        {
-            "DELAYED_DELIVERY_NUMBER_OF_RETRIES": "3",
-            "DELAYED_DELIVERY_ENABLED": "false",
-            "DELAYED_DELIVERY_MAX_NATIVE_DELAY": "2",
-            "DELAYED_DELIVERY_ERROR_QUEUE": "poison",
-            "UNRELATED": "x",
-        }
-    )
-    assert (s.number_of_retries, s.enabled, s.max_native_delay, s.error_queue) == (3, False, 2, "poison")
+    env = {
+        "DELAYED_DELIVERY_NUMBER_OF_RETRIES": "3",
+        "DELAYED_DELIVERY_ENABLED": "false",
+        "DELAYED_DELIVERY_MAX_NATIVE_DELAY": "2",
+        "DELAYED_DELIVERY_ERROR_QUEUE": "poison",
+        "DELAYED_DELIVERY_MAX_IDLE_SLEEP": " 0.5 ",
+        "UNRELATED": "x",
+    }
+    s = DelayedDeliverySettings.from_env(env)
+    assert (s.number_of_retries, s.enabled, s.error_queue, s.max_idle_sleep) == (3, False, "poison", 0.5)
+    assert SqsSettings.from_env(env).max_native_delay == 2
+
+
+def test_a_blank_variable_counts_as_unset() -> None:
+    env = {"DELAYED_DELIVERY_BATCH_SIZE": " ", "DELAYED_DELIVERY_ERROR_QUEUE": "", "DELAYED_DELIVERY_PACK_BYTES": ""}
+    assert DelayedDeliverySettings.from_env(env) == DelayedDeliverySettings()
+    assert SqsSettings.from_env(env) == SqsSettings()
+
+
+def test_each_owner_reads_only_its_own_settings() -> None:
+    core = {f.name for f in fields(DelayedDeliverySettings)}
+    sqs = {f.name for f in fields(SqsSettings)}
+    tier = {f.name for f in fields(TierSettings)}
+    assert not (core & sqs) and not (core & tier) and not (sqs & tier)
+    assert {"max_native_delay", "fifo_queue_delay", "max_park_seconds", "long_delay_route", "pack_bytes"} <= sqs
+    azure = {f.name for f in fields(AzureDelayedDeliveryConfig)}
+    assert not azure & (sqs | tier), "Azure carries no SQS or tier settings"
+
+
+@pytest.mark.parametrize(
+    ("settings", "name", "value"),
+    [
+        (DelayedDeliverySettings, "BATCH_SIZE", "0"),
+        (DelayedDeliverySettings, "RETRY_BACKOFF", "-1"),
+        (DelayedDeliverySettings, "NUMBER_OF_RETRIES", "1.5"),
+        (SqsSettings, "MAX_PARK_SECONDS", "43200"),
+        (SqsSettings, "LONG_DELAY_ROUTE", "s3"),
+        (SqsSettings, "BUCKET_INGEST_QUEUE", "no/such"),
+        (SqsSettings, "PACK_BYTES", "64k"),
+        (TierSettings, "BUCKET_FINE_SECONDS", "7"),
+        (TierSettings, "BUCKET_SEND_PHASE_MS", "2000"),
+    ],
+)
+def test_an_error_names_the_variable_and_the_value(settings: Any, name: str, value: str) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        settings.from_env({f"DELAYED_DELIVERY_{name}": value})
+    message = str(raised.value)
+    assert f"DELAYED_DELIVERY_{name}" in message, message
+    assert value in message, message
 
 
 @pytest.mark.parametrize(
@@ -49,16 +93,23 @@ def test_bad_env_values_name_the_variable(name: str, value: str) -> None:
         DelayedDeliverySettings.from_env({f"DELAYED_DELIVERY_{name}": value})
 
 
-def test_negative_and_nan_settings_are_refused() -> None:
-    with pytest.raises(ConfigurationError):
+def test_negative_nan_bool_and_fractional_settings_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="retry_backoff"):
         DelayedDeliverySettings(retry_backoff=-1)
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(ConfigurationError, match="failure_delay"):
         DelayedDeliverySettings(failure_delay=math.nan)
+    with pytest.raises(ConfigurationError, match="batch_size"):
+        DelayedDeliverySettings(batch_size=True)
+    with pytest.raises(ConfigurationError, match="number_of_retries"):
+        DelayedDeliverySettings(number_of_retries=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="park_max_in_flight"):
+        SqsSettings(park_max_in_flight=-1)
 
 
-def test_reference_documents_every_setting() -> None:
-    rows = list(DelayedDeliverySettings.reference())
-    assert {r[0] for r in rows} == set(DelayedDeliverySettings.__dataclass_fields__)
+@pytest.mark.parametrize("settings", [DelayedDeliverySettings, SqsSettings, TierSettings])
+def test_reference_documents_every_setting(settings: Any) -> None:
+    rows = list(settings.reference())
+    assert {r[0] for r in rows} == set(settings.__dataclass_fields__)
     assert all(r[3] for r in rows)
 
 
@@ -125,13 +176,22 @@ def test_cli_demo_loses_nothing() -> None:
     assert data["delivered"] == 40 and data["error_queue"] == 4
 
 
-def test_readme_configuration_table_matches_the_settings() -> None:
-    from pathlib import Path
-
+@pytest.mark.parametrize(
+    ("marker", "settings", "module"),
+    [
+        ("settings", DelayedDeliverySettings, "delayed_delivery.settings"),
+        ("sqs-settings", SqsSettings, "delayed_delivery.aws.settings"),
+        ("tier-settings", TierSettings, "delayed_delivery.aws.tier.config"),
+    ],
+)
+def test_readme_configuration_tables_match_the_settings(marker: str, settings: Any, module: str) -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    start = readme.index("<!-- settings:start")
+    start = readme.index(f"<!-- {marker}:start")
+    assert f"`python -m {module}`" in readme[start : readme.index("\n", start)]
     start = readme.index("\n", start) + 1
-    end = readme.index("<!-- settings:end -->")
-    assert readme[start:end].strip() == DelayedDeliverySettings.markdown_reference(), (
-        "README configuration table is stale: regenerate it with `python -m delayed_delivery.settings`"
+    end = readme.index(f"<!-- {marker}:end -->")
+    assert readme[start:end].strip() == settings.markdown_reference(), (
+        f"README configuration table is stale: regenerate it with `python -m {module}`"
     )
+    printed = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True, timeout=60, check=True)
+    assert printed.stdout.strip() == settings.markdown_reference()

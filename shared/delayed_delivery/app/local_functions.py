@@ -68,7 +68,7 @@ class LocalAwsFunctions:
 
             tier = target.tier.config
             ingest = build_ingest_handler(tier, s3=s3, sqs=sqs, on_result=self._ingest_result)
-            self._add_poller(sqs, tier.settings.bucket_ingest_queue, self._counted("ingest", ingest))
+            self._add_poller(sqs, tier.sqs_settings.bucket_ingest_queue, self._counted("ingest", ingest))
             table = dynamodb if tier.cancellation_table else None
             self._timer = build_timer_handler(tier, s3=s3, sqs=sqs, dynamodb=table)
 

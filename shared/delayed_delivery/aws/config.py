@@ -4,8 +4,8 @@ Environment variables (all optional):
 
 | variable | default | meaning |
 |---|---|---|
-| ``DELAYED_DELIVERY_*`` core settings | see ``DelayedDeliverySettings`` | caps, error queue, on/off, parking |
-| ``DELAYED_DELIVERY_PACK_BYTES`` | ``65536`` | envelope size of the requeue function; ``0`` turns packing off |
+| ``DELAYED_DELIVERY_*`` core settings | see ``DelayedDeliverySettings`` | error queue, on/off, retries |
+| ``DELAYED_DELIVERY_*`` SQS settings | see ``SqsSettings`` | caps, hop delay, parking, packing (``PACK_BYTES``) |
 | ``DELAYED_DELIVERY_CANCELLATION_TABLE`` | none (no lookups) | DynamoDB table of cancel / reschedule records |
 | ``DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS`` | ``60`` | seconds an instance reuses an endpoint's records, 0-600 |
 | ``DELAYED_DELIVERY_MAX_RECEIVE_COUNT`` | ``50`` | receives before the error queue (+ park returns); 0: none |
@@ -18,9 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..envsettings import env_value
 from ..errors import ConfigurationError
 from ..settings import DelayedDeliverySettings
-from .packing import DEFAULT_PACK_BYTES, PACK_BYTES_ENV
+from ..validation import is_number, is_whole
+from .settings import SqsSettings
 
 __all__ = [
     "CACHE_SECONDS_ENV",
@@ -54,7 +56,8 @@ class AwsConfig:
     """Everything the requeue function (and the ``aws`` commands) read from the environment."""
 
     settings: DelayedDeliverySettings = field(default_factory=DelayedDeliverySettings)
-    pack_bytes: int = DEFAULT_PACK_BYTES
+    #: The SQS route's settings: the native cap, the hop, parking, packing.
+    sqs_settings: SqsSettings = field(default_factory=SqsSettings)
     #: DynamoDB table of cancel and reschedule records; ``None`` = no lookups.
     cancellation_table: str | None = None
     cancellation_cache_seconds: float = DEFAULT_CACHE_SECONDS
@@ -64,52 +67,33 @@ class AwsConfig:
     max_receive_count: int = DEFAULT_MAX_RECEIVE_COUNT
 
     def __post_init__(self) -> None:
-        if self.max_receive_count < 0:
+        if not is_whole(self.max_receive_count):
             raise ConfigurationError(
                 f"{MAX_RECEIVE_COUNT_ENV}={self.max_receive_count!r} is not a non-negative integer"
             )
-        if self.pack_bytes < 0:
-            raise ConfigurationError(f"{PACK_BYTES_ENV}={self.pack_bytes!r} is not a non-negative integer")
-        if not 0 <= self.cancellation_cache_seconds <= MAX_CACHE_SECONDS:
-            raise ConfigurationError(
-                f"{CACHE_SECONDS_ENV}={self.cancellation_cache_seconds!r}: use 0-{MAX_CACHE_SECONDS} seconds"
-            )
+        _check_cache_seconds(self.cancellation_cache_seconds)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AwsConfig:
         """Read the table above from ``env`` (e.g. ``os.environ``); ``ConfigurationError`` names a bad variable."""
         return cls(
             settings=DelayedDeliverySettings.from_env(env),
-            pack_bytes=_pack_bytes(env),
-            cancellation_table=env.get(TABLE_ENV, "").strip() or None,
+            sqs_settings=SqsSettings.from_env(env),
+            cancellation_table=env_value(env, TABLE_ENV, str, "") or None,
             cancellation_cache_seconds=cache_seconds_from_env(env),
-            service=env.get(SERVICE_ENV, "").strip() or DEFAULT_SERVICE,
-            metrics_namespace=env.get(NAMESPACE_ENV, "").strip() or DEFAULT_NAMESPACE,
-            max_receive_count=_max_receive_count(env),
+            service=env_value(env, SERVICE_ENV, str, DEFAULT_SERVICE),
+            metrics_namespace=env_value(env, NAMESPACE_ENV, str, DEFAULT_NAMESPACE),
+            max_receive_count=env_value(env, MAX_RECEIVE_COUNT_ENV, int, DEFAULT_MAX_RECEIVE_COUNT),
         )
-
-
-def _pack_bytes(env: Mapping[str, str]) -> int:
-    raw = env.get(PACK_BYTES_ENV, str(DEFAULT_PACK_BYTES)).strip()
-    if not raw.isdigit():
-        raise ConfigurationError(f"{PACK_BYTES_ENV}={raw!r} is not a non-negative integer")
-    return int(raw)
-
-
-def _max_receive_count(env: Mapping[str, str]) -> int:
-    raw = env.get(MAX_RECEIVE_COUNT_ENV, str(DEFAULT_MAX_RECEIVE_COUNT)).strip()
-    if not raw.isdigit():
-        raise ConfigurationError(f"{MAX_RECEIVE_COUNT_ENV}={raw!r} is not a non-negative integer")
-    return int(raw)
 
 
 def cache_seconds_from_env(env: Mapping[str, str]) -> float:
     """``DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS`` (default 60, 0 = read every invocation, at most 600)."""
-    raw = env.get(CACHE_SECONDS_ENV, str(DEFAULT_CACHE_SECONDS)).strip()
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= MAX_CACHE_SECONDS:
-        raise ConfigurationError(f"{CACHE_SECONDS_ENV}={raw!r}: use 0-{MAX_CACHE_SECONDS} seconds")
+    what = f"a number of seconds (use 0-{MAX_CACHE_SECONDS} seconds)"
+    return _check_cache_seconds(env_value(env, CACHE_SECONDS_ENV, float, float(DEFAULT_CACHE_SECONDS), what=what))
+
+
+def _check_cache_seconds(value: float) -> float:
+    if not (is_number(value) and value <= MAX_CACHE_SECONDS):
+        raise ConfigurationError(f"{CACHE_SECONDS_ENV}={value!r}: use 0-{MAX_CACHE_SECONDS} seconds")
     return value

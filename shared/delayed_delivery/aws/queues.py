@@ -20,6 +20,7 @@ from ..errors import DestinationNotFoundError
 from ..naming import sqs_delay_queue_name, validate_sqs_queue_name
 from ..planning import MIN_PARK_HOPS, PARK_RETENTION_HEADROOM, SqsParkPolicy, sqs_park_ms
 from ..settings import DelayedDeliverySettings
+from .settings import SqsSettings
 from .sqs import translate_error
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ def ensure_endpoint(
     queue: str,
     settings: DelayedDeliverySettings | None = None,
     *,
+    sqs_settings: SqsSettings | None = None,
     error_queue: str | None = None,
     visibility_timeout: int = 30,
     max_message_size: int | None = None,
@@ -71,6 +73,7 @@ def ensure_endpoint(
     gives it 6x the requeue function's timeout (``DELAY_QUEUE_VISIBILITY_SECONDS``).
     """
     settings = settings or DelayedDeliverySettings()
+    sqs_settings = sqs_settings or SqsSettings()
     validate_sqs_queue_name(queue)
     delay_name = sqs_delay_queue_name(queue)
     common: dict[QueueAttributeNameType, str] = {"VisibilityTimeout": str(visibility_timeout)}
@@ -84,7 +87,7 @@ def ensure_endpoint(
                 **common,
                 "VisibilityTimeout": str(delay_visibility_timeout or visibility_timeout),
                 "FifoQueue": "true",
-                "DelaySeconds": str(settings.fifo_queue_delay),
+                "DelaySeconds": str(sqs_settings.fifo_queue_delay),
                 "MessageRetentionPeriod": str(PARK_RETENTION_SECONDS),
             },
         )["QueueUrl"]
@@ -113,9 +116,9 @@ class EndpointCheck:
         return not self.problems
 
 
-def check_endpoint(client: SQSClient, queue: str, settings: DelayedDeliverySettings | None = None) -> EndpointCheck:
+def check_endpoint(client: SQSClient, queue: str, settings: SqsSettings | None = None) -> EndpointCheck:
     """Check ``queue`` (an input queue or its ``-delay.fifo``) against the FIFO queue rules."""
-    settings = settings or DelayedDeliverySettings()
+    settings = settings or SqsSettings()
     input_name = queue.removesuffix("-delay.fifo") if queue.endswith("-delay.fifo") else queue
     delay_name = sqs_delay_queue_name(input_name)
     problems: list[str] = []
@@ -172,7 +175,7 @@ def check_endpoint(client: SQSClient, queue: str, settings: DelayedDeliverySetti
     return EndpointCheck(input_name, delay_name, tuple(problems), tuple(facts), warnings)
 
 
-def longest_first_park(retention: int, visibility_timeout: int, settings: DelayedDeliverySettings) -> int:
+def longest_first_park(retention: int, visibility_timeout: int, settings: SqsSettings) -> int:
     """Seconds a very long delay parks on its first receive on such a queue (0: it never parks there)."""
     policy = SqsParkPolicy(
         fifo_queue_delay=settings.fifo_queue_delay,
@@ -184,7 +187,7 @@ def longest_first_park(retention: int, visibility_timeout: int, settings: Delaye
     return sqs_park_ms(10**15, settings.fifo_queue_delay * 1000, policy) // 1000
 
 
-def _parking_warnings(retention: int, visibility_timeout: int, settings: DelayedDeliverySettings) -> tuple[str, ...]:
+def _parking_warnings(retention: int, visibility_timeout: int, settings: SqsSettings) -> tuple[str, ...]:
     """Why the requeue function cannot park (much) on this queue; nothing when parking is off or has room."""
     if settings.max_park_seconds <= 0:
         return ()

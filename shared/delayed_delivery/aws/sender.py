@@ -1,8 +1,10 @@
 """Send delayed messages to SQS: native ``DelaySeconds`` up to the cap, the destination's ``-delay.fifo`` beyond.
 
-Settings used: ``enabled`` (off: delays over the cap are refused before anything is sent),
-``max_native_delay`` (900 s) and ``fifo_queue_delay`` (900 s). A sender built without ``settings`` reads them
-from the ``DELAYED_DELIVERY_*`` environment when it is built (``DelayedDeliverySettings.from_env``).
+Settings used: ``enabled`` of the core settings (off: delays over the cap are refused before anything is sent),
+and of the SQS settings (``SqsSettings``) ``max_native_delay`` (900 s), ``fifo_queue_delay`` (900 s), ``pack_bytes``,
+``long_delay_route`` and ``bucket_ingest_queue``. A sender built without ``settings`` or ``sqs_settings`` reads them
+from the ``DELAYED_DELIVERY_*`` environment when it is built (``DelayedDeliverySettings.from_env``,
+``SqsSettings.from_env``).
 
 Guarantees:
 
@@ -46,7 +48,6 @@ from ..clock import Clock, SystemClock
 from ..delivery import DELIVERY_HEADER, encode_delivery, epoch_ms
 from ..durations import Delay
 from ..errors import (
-    ConfigurationError,
     DelayedDeliveryError,
     DestinationNotFoundError,
     InvalidMessageError,
@@ -56,10 +57,8 @@ from ..headers import DELAY_SECONDS_ATTRIBUTE
 from ..naming import sqs_delay_queue_name, validate_sqs_queue_name
 from ..planning import SqsRoute, plan_sqs_delay
 from ..settings import DelayedDeliverySettings
-from ..validation import is_whole
 from .fifo_ids import deduplication_id
 from .packing import (
-    DEFAULT_PACK_BYTES,
     PackedMessage,
     content_fingerprint,
     envelope_attributes,
@@ -67,6 +66,7 @@ from .packing import (
     envelope_id,
     pack,
 )
+from .settings import SqsSettings
 from .sqs import (
     MAX_ATTRIBUTES,
     QueueDirectory,
@@ -154,20 +154,18 @@ class SqsDelayedSender:
         client: SQSClient,
         settings: DelayedDeliverySettings | None = None,
         *,
+        sqs_settings: SqsSettings | None = None,
         directory: QueueDirectory | None = None,
-        pack_bytes: int = DEFAULT_PACK_BYTES,
         clock: Clock | None = None,
     ) -> None:
-        if not is_whole(pack_bytes):
-            raise ConfigurationError(f"pack_bytes must be a non-negative integer (0 = off), got {pack_bytes!r}")
         self.client = client
         #: Without explicit settings the DELAYED_DELIVERY_* environment applies, read now (never at import).
         self.settings = settings if settings is not None else DelayedDeliverySettings.from_env(os.environ)
+        self.sqs_settings = sqs_settings if sqs_settings is not None else SqsSettings.from_env(os.environ)
         self.directory = directory or QueueDirectory(client)
-        self.pack_bytes = pack_bytes
         self.clock = clock or SystemClock()
         #: Delays past the cap that ``long_delay_route`` sends to the time-bucket tier (aws/tier/sender.py).
-        self.buckets = BucketSendLeg(client, self.settings, self.directory, self.clock)
+        self.buckets = BucketSendLeg(client, self.sqs_settings, self.directory, self.clock)
 
     def send_delayed(
         self,
@@ -229,7 +227,7 @@ class SqsDelayedSender:
                 continue
             entries = [p.entry for p in group]
             envelopes: dict[str, list[_Prepared]] = {}
-            if self.pack_bytes and len(group) >= 2 and group[0].receipt.route is SqsRoute.FIFO:
+            if self.sqs_settings.pack_bytes and len(group) >= 2 and group[0].receipt.route is SqsRoute.FIFO:
                 entries, envelopes = self._pack(group)
             results = send_batches(self.client, url, entries, what=f"sending to {group[0].receipt.queue!r}")
             by_id = {p.entry["Id"]: p for p in group}
@@ -261,7 +259,7 @@ class SqsDelayedSender:
             )
             owner[id(m)] = p
             packed.append(m)
-        bins, alone = pack(packed, min(self.pack_bytes, group[0].max_message_size))
+        bins, alone = pack(packed, min(self.sqs_settings.pack_bytes, group[0].max_message_size))
         entries: list[SendMessageBatchRequestEntryTypeDef] = []
         envelopes: dict[str, list[_Prepared]] = {}
         for index, envelope in enumerate(bins):
@@ -294,8 +292,8 @@ class SqsDelayedSender:
         validate_sqs_queue_name(message.destination)
         plan = plan_sqs_delay(
             message.delay,
-            self.settings.max_native_delay,
-            fifo_queue_delay=self.settings.fifo_queue_delay,
+            self.sqs_settings.max_native_delay,
+            fifo_queue_delay=self.sqs_settings.fifo_queue_delay,
             unrestricted=self.settings.enabled,
         )
         message_id = _checked_message_id(message.message_id)
@@ -426,8 +424,9 @@ def send_delayed(
     attributes: Mapping[str, Any] | None = None,
     message_id: str | None = None,
     settings: DelayedDeliverySettings | None = None,
+    sqs_settings: SqsSettings | None = None,
 ) -> SendReceipt:
     """One-off form of ``SqsDelayedSender.send_delayed`` (build a sender to reuse its queue cache)."""
-    return SqsDelayedSender(client, settings).send_delayed(
+    return SqsDelayedSender(client, settings, sqs_settings=sqs_settings).send_delayed(
         destination, body, delay, attributes=attributes, message_id=message_id
     )

@@ -27,7 +27,7 @@ from ..clock import Clock, SystemClock
 from ..delivery import DELIVERY_HEADER, encode_delivery, epoch_ms
 from ..errors import DestinationNotFoundError, InvalidMessageError, PermanentError
 from ..model import DelayedMessage
-from ..settings import DelayedDeliverySettings
+from .settings import SqsSettings
 from .sqs import MAX_ATTRIBUTES, NOT_SQS_TEXT, QueueDirectory, message_size, normalize_attributes, translate_error
 
 if TYPE_CHECKING:
@@ -43,22 +43,23 @@ class SqsTransport:
     def __init__(
         self,
         client: SQSClient,
-        settings: DelayedDeliverySettings | None = None,
+        sqs_settings: SqsSettings | None = None,
         *,
         clock: Clock | None = None,
         directory: QueueDirectory | None = None,
     ) -> None:
         self.client = client
-        self.settings = settings or DelayedDeliverySettings()
+        self.sqs_settings = sqs_settings or SqsSettings()
         self.clock = clock or SystemClock()
         self.directory = directory or QueueDirectory(client)
 
     def send(self, message: DelayedMessage) -> None:
         """Deliver ``message``; raise ``TransientError`` to retry, ``PermanentError`` for the error queue."""
         left = math.ceil(message.delay_from(self.clock.now()) - 1e-9)
-        if left > self.settings.max_native_delay:
+        if left > self.sqs_settings.max_native_delay:
             raise InvalidMessageError(
-                f"message {message.message_id!r} is due in {left} s, beyond SQS's {self.settings.max_native_delay} s: "
+                f"message {message.message_id!r} is due in {left} s, "
+                f"beyond SQS's {self.sqs_settings.max_native_delay} s: "
                 "only send due (or nearly due) messages"
             )
         if hdr.FAILURE_REASON in message.headers:

@@ -32,10 +32,12 @@ from azure.data.tables import TableServiceClient
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueServiceClient
 
+from ..envsettings import env_name, env_value
 from ..errors import ConfigurationError
 from ..naming import azure_delays_table_name, validate_azure_container_name, validate_azure_table_name
 from ..redact import redact
 from ..settings import DelayedDeliverySettings
+from ..validation import is_number, is_whole
 from .blob_lease import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
 from .destinations import DestinationPolicy, parse_patterns
 
@@ -89,16 +91,16 @@ class AzureDelayedDeliveryConfig:
             raise ConfigurationError(
                 f"no storage account: set {ENV_CONNECTION} (connection string) or {ENV_ACCOUNT} (managed identity)"
             )
-        if not 1 <= self.shards <= 1000:
-            raise ConfigurationError(f"{ENV_SHARDS} must be from 1 to 1000, got {self.shards}")
-        if not MIN_LEASE_SECONDS <= self.lease_seconds <= MAX_LEASE_SECONDS:
+        if not is_whole(self.shards, 1, 1000):
+            raise ConfigurationError(f"{ENV_SHARDS} must be from 1 to 1000, got {self.shards!r}")
+        if not is_whole(self.lease_seconds, MIN_LEASE_SECONDS, MAX_LEASE_SECONDS):
             raise ConfigurationError(
-                f"{ENV_LEASE} must be from {MIN_LEASE_SECONDS} to {MAX_LEASE_SECONDS}, got {self.lease_seconds}"
+                f"{ENV_LEASE} must be from {MIN_LEASE_SECONDS} to {MAX_LEASE_SECONDS}, got {self.lease_seconds!r}"
             )
-        if not (math.isfinite(self.run_seconds) and self.run_seconds > 0):
-            raise ConfigurationError(f"{ENV_RUN} must be a positive number of seconds")
-        if not (math.isfinite(self.claim_timeout) and self.claim_timeout > 0):
-            raise ConfigurationError(f"{ENV_CLAIM} must be a positive number of seconds")
+        if not (is_number(self.run_seconds) and 0 < self.run_seconds < math.inf):
+            raise ConfigurationError(f"{ENV_RUN} must be a positive number of seconds, got {self.run_seconds!r}")
+        if not (is_number(self.claim_timeout) and 0 < self.claim_timeout < math.inf):
+            raise ConfigurationError(f"{ENV_CLAIM} must be a positive number of seconds, got {self.claim_timeout!r}")
         object.__setattr__(
             self, "allowed_destinations", parse_patterns(",".join(self.allowed_destinations), ENV_ALLOWED)
         )
@@ -124,43 +126,32 @@ class AzureDelayedDeliveryConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AzureDelayedDeliveryConfig:
         """Build from app settings (see the module docstring); ``ConfigurationError`` names the bad variable."""
-        table, container = env.get(ENV_TABLE, "").strip(), env.get(ENV_CONTAINER, "").strip()
-        endpoint = env.get(ENV_ENDPOINT, "").strip()
+        table, container = env_value(env, ENV_TABLE, str, ""), env_value(env, ENV_CONTAINER, str, "")
+        endpoint = env_value(env, ENV_ENDPOINT, str, "")
         if not endpoint and not (table and container):
             raise ConfigurationError(f"set {ENV_ENDPOINT} (or both {ENV_TABLE} and {ENV_CONTAINER})")
         default = azure_delays_table_name(endpoint) if endpoint else ""
-        connection = env.get(ENV_CONNECTION, "").strip() or None
-        account = env.get(ENV_ACCOUNT, "").strip() or None
+        connection = env_value(env, ENV_CONNECTION, str, "") or None
+        account = env_value(env, ENV_ACCOUNT, str, "") or None
         if connection is None and account is None:
-            host = env.get(ENV_HOST_STORAGE, "").strip()
-            connection = host or None
-            account = env.get(ENV_HOST_STORAGE + "__accountName", "").strip() or None
+            connection = env_value(env, ENV_HOST_STORAGE, str, "") or None
+            account = env_value(env, ENV_HOST_STORAGE + "__accountName", str, "") or None
         settings = DelayedDeliverySettings.from_env(env)
-        if "DELAYED_DELIVERY_MAX_CONCURRENCY" not in env:
+        if not env_value(env, env_name("max_concurrency"), str, ""):
             settings = settings.with_(max_concurrency=DEFAULT_AZURE_CONCURRENCY)
         return cls(
             table_name=table or default,
             container_name=container or default,
             connection_string=connection,
             account_name=account,
-            managed_identity_client_id=env.get(ENV_CLIENT_ID, "").strip() or None,
-            shards=_number(env, ENV_SHARDS, 1, int),
-            lease_seconds=_number(env, ENV_LEASE, 30, int),
-            run_seconds=_number(env, ENV_RUN, 50.0, float),
-            claim_timeout=_number(env, ENV_CLAIM, 60.0, float),
+            managed_identity_client_id=env_value(env, ENV_CLIENT_ID, str, "") or None,
+            shards=env_value(env, ENV_SHARDS, int, 1),
+            lease_seconds=env_value(env, ENV_LEASE, int, 30),
+            run_seconds=env_value(env, ENV_RUN, float, 50.0),
+            claim_timeout=env_value(env, ENV_CLAIM, float, 60.0),
             settings=settings,
             allowed_destinations=parse_patterns(env.get(ENV_ALLOWED, ""), ENV_ALLOWED),
         )
-
-
-def _number(env: Mapping[str, str], name: str, default: Any, kind: type[Any]) -> Any:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return kind(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name}={raw!r} is not a valid {kind.__name__}") from None
 
 
 @dataclass(frozen=True, slots=True)

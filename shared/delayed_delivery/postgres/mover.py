@@ -1,8 +1,9 @@
 """The batch mover: moves due rows out of the PostgreSQL store in batches, by the database clock.
 
-Settings: ``batch_size`` (default ``settings.batch_size``, 100); ``look_ahead`` (seconds, default
-0; up to ``max_native_delay``); ``schedule`` (poll backoff 500 ms doubling to
-``settings.max_idle_sleep``); the core ``DelayedDeliverySettings`` for retries and breakers.
+Settings: ``batch_size`` (default ``settings.batch_size``, 100); ``look_ahead`` (seconds, default 0; up to
+``max_native_delay``, the delaying transport's longest native delay, SQS's 900 s by default); ``schedule`` (poll
+backoff 500 ms doubling to ``settings.max_idle_sleep``); the core ``DelayedDeliverySettings`` for retries and
+breakers.
 
 Guarantees:
 
@@ -40,6 +41,7 @@ from ..errors import ConfigurationError
 from ..model import DelayedMessage
 from ..ports import CriticalErrorCallback, Transport
 from ..settings import DelayedDeliverySettings
+from ..validation import is_whole
 from .connection import same_database
 from .notify import DueListener
 from .queue import PostgresQueueTransport
@@ -135,6 +137,7 @@ class PostgresBatchMover:
         settings: DelayedDeliverySettings | None = None,
         batch_size: int | None = None,
         look_ahead: float = 0.0,
+        max_native_delay: int = 900,
         exactly_once: bool | None = None,
         schedule: PollSchedule | None = None,
         clock: Clock | None = None,
@@ -144,10 +147,12 @@ class PostgresBatchMover:
         self.batch_size = batch_size if batch_size is not None else self.settings.batch_size
         if self.batch_size < 1:
             raise ConfigurationError("batch_size must be at least 1")
-        if not 0 <= look_ahead <= self.settings.max_native_delay:
-            raise ConfigurationError(
-                f"look_ahead must be between 0 and max_native_delay ({self.settings.max_native_delay} s)"
-            )
+        if not is_whole(max_native_delay, 1):
+            raise ConfigurationError(f"max_native_delay must be a whole number of seconds, got {max_native_delay!r}")
+        #: The delaying transport's longest native delay (SQS: 900 s).
+        self.max_native_delay = max_native_delay
+        if not 0 <= look_ahead <= max_native_delay:
+            raise ConfigurationError(f"look_ahead must be between 0 and max_native_delay ({max_native_delay} s)")
         self.store = store
         self.transport = transport
         self.look_ahead = float(look_ahead)
@@ -192,7 +197,7 @@ class PostgresBatchMover:
             if not batch:
                 return MoveReport()
             if self._sender is not None:
-                cap = self.settings.max_native_delay
+                cap = self.max_native_delay
                 self._sender.delays = {
                     m.message_id: (m.destination, native_delay_seconds(m.due_at, now, cap)) for m in batch
                 }

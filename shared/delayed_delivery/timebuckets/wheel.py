@@ -12,14 +12,11 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from ..clock import utc
 from ..errors import ConfigurationError, InvalidMessageError
 from ..validation import is_whole
-
-if TYPE_CHECKING:
-    from ..settings import DelayedDeliverySettings
 
 __all__ = [
     "COARSE",
@@ -89,11 +86,6 @@ class BucketLevel:
                 f"bucket_dispatch_lead_seconds + bucket_fine_seconds must be at most {MAX_DELAY_SECONDS} (SQS's "
                 f"longest DelaySeconds), got {self.dispatch_lead_seconds} + {self.fine_seconds}"
             )
-
-    @classmethod
-    def from_settings(cls, settings: DelayedDeliverySettings) -> BucketLevel:
-        """The levels named by ``settings`` (``bucket_fine_seconds`` and the others)."""
-        return cls(settings.bucket_fine_seconds, settings.bucket_coarse_seconds, settings.bucket_dispatch_lead_seconds)
 
     def size(self, level: LevelName) -> int:
         """The length of a ``level`` bucket in seconds."""

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.aws.settings import SqsSettings
+from delayed_delivery.aws.tier.config import TierSettings
 from tests.fixtures.moto import REGION
 
 #: The S3 bucket ``tier_bucket`` creates.
@@ -28,18 +29,15 @@ def s3(moto_endpoint: str) -> Any:
 
 
 @pytest.fixture
-def tier_settings() -> DelayedDeliverySettings:
-    """Compressed time: native cap 2 s, fine buckets 1 s, coarse 10 s, dispatch lead 2 s, error queue ``errors``."""
-    return DelayedDeliverySettings(
-        max_native_delay=2,
-        fifo_queue_delay=2,
-        bucket_fine_seconds=1,
-        bucket_coarse_seconds=10,
-        bucket_dispatch_lead_seconds=2,
-        error_queue="errors",
-        long_delay_route="buckets",
-        bucket_ingest_queue="ingest",
-    )
+def sqs_settings() -> SqsSettings:
+    """The bucket route to the ingest queue ``ingest``, native cap 2 s (the core settings: error queue ``errors``)."""
+    return SqsSettings(max_native_delay=2, fifo_queue_delay=2, long_delay_route="buckets", bucket_ingest_queue="ingest")
+
+
+@pytest.fixture
+def tier_settings() -> TierSettings:
+    """Compressed time: fine buckets 1 s, coarse 10 s, dispatch lead 2 s."""
+    return TierSettings(bucket_fine_seconds=1, bucket_coarse_seconds=10, bucket_dispatch_lead_seconds=2)
 
 
 @pytest.fixture

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
+from delayed_delivery.aws.tier.config import TierSettings
 from delayed_delivery.aws.tier.store import S3BucketStore
 from delayed_delivery.aws.tier.timer import BucketTimer
 from delayed_delivery.cancellations import CancellationCache, InMemoryCancellationStore, cancel_request
 from delayed_delivery.clock import ManualClock
-from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.format import BucketMessage, encode_bucket, encoded_line_bytes
 from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey
-from tests.aws.tier.timer_support import PREFIX, START, make_store, message
+from tests.aws.tier.timer_support import PREFIX, SETTINGS, START, make_store, message
 
 #: The coarse bucket the timer splits at START + 8 s (compressed settings: coarse 10 s, margin 3 s).
 COARSE_BUCKET = BucketKey(COARSE, START + timedelta(seconds=20))
@@ -31,9 +31,9 @@ def _messages(first: int, count: int, body: int = 200) -> list[BucketMessage]:
             range(first, first + count)]  # fmt: skip
 
 
-def _timer(store: S3BucketStore, sqs: Any, settings: DelayedDeliverySettings, group: int, **kw: Any) -> BucketTimer:
-    return BucketTimer(store, sqs, settings, ManualClock(START + timedelta(seconds=8)), owner="t", lease_seconds=30,
-                       cascade_group_bytes=group, **kw)  # fmt: skip
+def _timer(store: S3BucketStore, sqs: Any, tier: TierSettings, group: int, **kw: Any) -> BucketTimer:
+    return BucketTimer(store, sqs, SETTINGS, ManualClock(START + timedelta(seconds=8)), owner="t", lease_seconds=30,
+                       cascade_group_bytes=group, send_phase_ms=tier.bucket_send_phase_ms, **kw)  # fmt: skip
 
 
 def _fine_ids(store: S3BucketStore) -> Counter[str]:
@@ -57,7 +57,7 @@ def _writes(store: S3BucketStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_groups_are_bounded_by_bytes_read_not_by_the_counts_in_keys(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings, monkeypatch: pytest.MonkeyPatch
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = make_store(s3, tier_bucket, tier_settings)
     line = encoded_line_bytes(_messages(0, 1)[0])
@@ -76,7 +76,7 @@ def test_groups_are_bounded_by_bytes_read_not_by_the_counts_in_keys(
 
 
 def test_an_object_larger_than_a_group_is_cut_the_same_way_after_a_kill(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings, monkeypatch: pytest.MonkeyPatch
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = make_store(s3, tier_bucket, tier_settings)
     [big] = store.write(COARSE_BUCKET, _messages(0, 400))
@@ -102,7 +102,7 @@ def test_an_object_larger_than_a_group_is_cut_the_same_way_after_a_kill(
 
 
 def test_a_kill_between_a_groups_writes_and_its_deletes_leaves_no_copy(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings, monkeypatch: pytest.MonkeyPatch
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = make_store(s3, tier_bucket, tier_settings)
     for first in range(0, 200, 40):
@@ -126,7 +126,7 @@ def test_a_kill_between_a_groups_writes_and_its_deletes_leaves_no_copy(
 
 
 def test_a_cancel_in_a_large_object_is_deleted_only_with_the_object(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings, monkeypatch: pytest.MonkeyPatch
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = make_store(s3, tier_bucket, tier_settings)
     batch = _messages(0, 300)
@@ -143,7 +143,7 @@ def test_a_cancel_in_a_large_object_is_deleted_only_with_the_object(
         raise Crash
 
     monkeypatch.setattr(store, "delete", dies)
-    timer = BucketTimer(store, sqs, tier_settings, clock, owner="t", lease_seconds=30, cascade_group_bytes=100 * line,
+    timer = BucketTimer(store, sqs, SETTINGS, clock, owner="t", lease_seconds=30, cascade_group_bytes=100 * line,
                         cancellations=CancellationCache(records, 0, clock=clock))  # fmt: skip
     with pytest.raises(Crash):
         timer.run()

@@ -100,6 +100,7 @@ def test_the_ingest_function_writes_into_what_create_made(s3: Any, sqs: SQSClien
     from datetime import UTC, datetime
 
     from delayed_delivery.aws.sender import SqsDelayedSender
+    from delayed_delivery.aws.settings import SqsSettings
     from delayed_delivery.aws.tier.ingest_handler import build_ingest_handler
     from delayed_delivery.aws.tier.store import S3BucketStore
     from delayed_delivery.clock import ManualClock
@@ -109,12 +110,12 @@ def test_the_ingest_function_writes_into_what_create_made(s3: Any, sqs: SQSClien
     code, out = _run(moto_endpoint, "create", "--queue", "orders", "--buckets", "--bucket-name", "tier-e2e")
     assert code == 0, out
     ingest_url = json.loads(out)["ingest"]
-    settings = DelayedDeliverySettings(long_delay_route="buckets")
+    routing = SqsSettings(long_delay_route="buckets")
     clock = ManualClock(datetime(2031, 2, 3, 4, 5, 6, tzinfo=UTC))
-    sender = SqsDelayedSender(sqs, settings, clock=clock)
+    sender = SqsDelayedSender(sqs, DelayedDeliverySettings(), sqs_settings=routing, clock=clock)
     for n, delay in enumerate(("40d", "2y", "3h")):
         assert sender.send_delayed("orders", f"b{n}", delay, message_id=f"id-{n}").route.value == "buckets"
-    config = BucketTierConfig(bucket_name="tier-e2e", settings=settings)
+    config = BucketTierConfig(bucket_name="tier-e2e", sqs_settings=routing)
     handler = build_ingest_handler(config, s3=s3, sqs=sqs, clock=clock)
     arn = sqs.get_queue_attributes(QueueUrl=ingest_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     poller = LocalEventSourcePoller(sqs, ingest_url, arn, handler, wait_seconds=0)

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from delayed_delivery.app.cli import app
 from delayed_delivery.aws.sender import SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.durations import parse_duration
 from delayed_delivery.settings import DelayedDeliverySettings
@@ -49,10 +50,10 @@ def _cli(moto_endpoint: str, *args: str) -> tuple[int, str]:
 
 def _send_due_in(sqs: SQSClient, delay: str, seconds: int) -> float:
     """Send ``delay`` with the sender's clock set back so that it falls due ``seconds`` from now; its due epoch."""
-    settings = DelayedDeliverySettings.from_env(COMPRESSED)
+    settings, routing = DelayedDeliverySettings.from_env(COMPRESSED), SqsSettings.from_env(COMPRESSED)
     length = math.ceil(parse_duration(delay).total_seconds())
     start = datetime.fromtimestamp(int(time.time()) + seconds - length, UTC)
-    receipt = SqsDelayedSender(sqs, settings, clock=ManualClock(start)).send_delayed(
+    receipt = SqsDelayedSender(sqs, settings, sqs_settings=routing, clock=ManualClock(start)).send_delayed(
         "orders", f"after {delay}", delay, message_id=f"id-{delay}"
     )
     assert receipt.route.value == "buckets" and receipt.delay_seconds == length

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.tier.ingest import BucketIngest
 from delayed_delivery.aws.tier.ingest_format import INGEST_ATTRIBUTE, encode_ingest
 from delayed_delivery.aws.tier.store import S3BucketStore
@@ -27,7 +28,8 @@ pytestmark = pytest.mark.moto
 
 NOW = datetime(2031, 2, 3, 4, 5, 6, tzinfo=UTC)
 #: Real bucket sizes (fine: a minute, coarse: a day): 3 h is fine, 40 d and 2 y are coarse.
-SETTINGS = DelayedDeliverySettings(error_queue="errors", long_delay_route="buckets", bucket_ingest_queue="ingest")
+SETTINGS = DelayedDeliverySettings(error_queue="errors")
+ROUTING = SqsSettings(long_delay_route="buckets", bucket_ingest_queue="ingest")
 ARN = "arn:aws:sqs:us-east-1:123456789012:ingest"
 
 
@@ -63,7 +65,7 @@ def _keys(s3: Any, bucket: str) -> list[str]:
 
 def _send_mixed(sqs: SQSClient) -> list[DelayedSend]:
     """40 messages to two destinations, 40 d / 2 y / 3 h, in four sends (four ingest records or more)."""
-    sender = SqsDelayedSender(sqs, SETTINGS, clock=ManualClock(NOW))
+    sender = SqsDelayedSender(sqs, SETTINGS, sqs_settings=ROUTING, clock=ManualClock(NOW))
     delays = ["40d", "2y", "3h"]
     batch = [
         DelayedSend(("orders", "payments")[n % 2], f"body {n}", delays[n % 3], {"n": n}, f"m{n:02}") for n in range(40)

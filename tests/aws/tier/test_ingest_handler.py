@@ -12,6 +12,7 @@ import pytest
 
 import functions.aws.bucket_ingest as bucket_ingest
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.tier.config import BucketTierConfig
 from delayed_delivery.aws.tier.ingest import IngestResult
 from delayed_delivery.aws.tier.ingest_handler import build_ingest_handler
@@ -28,12 +29,15 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.moto
 
 NOW = datetime(2031, 2, 3, 4, 5, 6, tzinfo=UTC)
-SETTINGS = DelayedDeliverySettings(error_queue="errors", long_delay_route="buckets", bucket_ingest_queue="ingest")
+SETTINGS = DelayedDeliverySettings(error_queue="errors")
+ROUTING = SqsSettings(long_delay_route="buckets", bucket_ingest_queue="ingest")
 DAY = 86_400
 
 
 def _config(bucket: str) -> BucketTierConfig:
-    return BucketTierConfig(bucket, settings=SETTINGS, service=f"ingest-{uuid.uuid4().hex[:8]}", metrics_namespace="T")
+    return BucketTierConfig(
+        bucket, settings=SETTINGS, sqs_settings=ROUTING, service=f"ingest-{uuid.uuid4().hex[:8]}", metrics_namespace="T"
+    )
 
 
 def _queues(sqs: SQSClient) -> dict[str, str]:
@@ -66,7 +70,7 @@ def test_sent_messages_land_in_s3_coarse_for_far_fine_for_near(
     s3: Any, sqs: SQSClient, tier_bucket: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     urls = _queues(sqs)
-    sender = SqsDelayedSender(sqs, SETTINGS, clock=ManualClock(NOW))
+    sender = SqsDelayedSender(sqs, SETTINGS, sqs_settings=ROUTING, clock=ManualClock(NOW))
     delays = {"40d": 40 * DAY, "2y": 730 * DAY, "3h": 3 * 3_600}
     sends = [DelayedSend("orders", f"b{n}", list(delays)[n % 3], None, f"id-{n:02}") for n in range(30)]
     sender.send_delayed_batch(sends[:15]).raise_for_failures()
@@ -101,7 +105,9 @@ def test_crafted_records_go_to_the_error_queue_and_neighbours_are_written_once(
     s3: Any, sqs: SQSClient, tier_bucket: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     urls = _queues(sqs)
-    SqsDelayedSender(sqs, SETTINGS, clock=ManualClock(NOW)).send_delayed("orders", "good", "40d", message_id="good")
+    SqsDelayedSender(sqs, SETTINGS, sqs_settings=ROUTING, clock=ManualClock(NOW)).send_delayed(
+        "orders", "good", "40d", message_id="good"
+    )
     for body, attributes in (
         ('{"v":1,"m":[{"i":"bad id","q":"orders","b":"x","d":1}]}', {"DelayedDelivery.Ingest": "1"}),
         ('{"v":1,"m":[{"i":"huge","q":"orders","b":"x","d":' + "9" * 5000 + "}]}", {"DelayedDelivery.Ingest": "1"}),
@@ -157,7 +163,7 @@ def test_a_crafted_event_never_raises(s3: Any, sqs: SQSClient, tier_bucket: str,
 
 def test_a_missing_s3_bucket_fails_the_records_for_a_retry(s3: Any, sqs: SQSClient, tier_bucket: str) -> None:
     urls = _queues(sqs)
-    SqsDelayedSender(sqs, SETTINGS, clock=ManualClock(NOW)).send_delayed("orders", "x", "40d")
+    SqsDelayedSender(sqs, SETTINGS, sqs_settings=ROUTING, clock=ManualClock(NOW)).send_delayed("orders", "x", "40d")
     handler = build_ingest_handler(_config("no-such-bucket"), s3=s3, sqs=sqs, clock=ManualClock(NOW))
     poller = _poller(sqs, urls["ingest"], handler)
     assert poller.poll_once() == 1
@@ -185,7 +191,7 @@ def test_the_thin_entry_point_builds_from_the_environment_on_first_call(
     s3: Any, sqs: SQSClient, tier_bucket: str, lambda_env: None
 ) -> None:
     urls = _queues(sqs)
-    SqsDelayedSender(sqs, SETTINGS).send_delayed("orders", "x", "40d", message_id="via-env")
+    SqsDelayedSender(sqs, SETTINGS, sqs_settings=ROUTING).send_delayed("orders", "x", "40d", message_id="via-env")
     poller = _poller(sqs, urls["ingest"], bucket_ingest.handler)
     assert poller.poll_once() == 1 and poller.stats.deleted == 1
     [key] = _keys(s3, tier_bucket)
@@ -212,7 +218,7 @@ def test_the_timer_dispatches_what_the_ingest_wrote(s3: Any, sqs: SQSClient, tie
 
     urls = _queues(sqs)
     clock = ManualClock(NOW)
-    sender = SqsDelayedSender(sqs, SETTINGS, clock=clock)
+    sender = SqsDelayedSender(sqs, SETTINGS, sqs_settings=ROUTING, clock=clock)
     delays = {"3h": 3 * 3_600, "40d": 40 * DAY, "2y": 730 * DAY}
     for label in delays:
         sender.send_delayed("orders", f"due in {label}", label, message_id=f"m-{label}")

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from delayed_delivery.aws.cancellations import DynamoDbCancellationStore, ensure_cancellation_table
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.tier.config import BucketTierConfig
 from delayed_delivery.aws.tier.operations import TierOperations
 from delayed_delivery.aws.tier.provision import INGEST_VISIBILITY_SECONDS
@@ -16,7 +17,6 @@ from delayed_delivery.aws.tier.store import S3BucketStore
 from delayed_delivery.cancellations import RECORD_TTL, CancellationKind
 from delayed_delivery.durations import MAX_DELAY
 from delayed_delivery.errors import DestinationNotFoundError, InvalidMessageError
-from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.format import BucketMessage
 from delayed_delivery.timebuckets.wheel import COARSE, FINE
 from tests.aws.test_cancel_dynamodb import dynamodb_client
@@ -28,7 +28,7 @@ TABLE = "tier-operations"
 
 def _operations(moto_endpoint: str, s3: Any, sqs: Any, bucket: str, route: str) -> TierOperations:
     config = BucketTierConfig(
-        bucket_name=bucket, settings=DelayedDeliverySettings(long_delay_route=route), cancellation_table=TABLE
+        bucket_name=bucket, sqs_settings=SqsSettings(long_delay_route=route), cancellation_table=TABLE
     )
     return TierOperations.from_config(
         config, s3_client=s3, sqs_client=sqs, dynamodb_client=dynamodb_client(moto_endpoint)

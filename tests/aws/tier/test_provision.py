@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from delayed_delivery.aws.queues import ensure_endpoint
-from delayed_delivery.aws.tier.config import BucketTierConfig
+from delayed_delivery.aws.settings import SqsSettings
+from delayed_delivery.aws.tier.config import BucketTierConfig, TierSettings
 from delayed_delivery.aws.tier.provision import (
     INGEST_MAX_RECEIVES,
     RETENTION_SECONDS,
@@ -30,8 +31,12 @@ BUCKET = "tier-provision"
 
 
 @pytest.fixture
-def config(tier_settings: DelayedDeliverySettings) -> BucketTierConfig:
-    return BucketTierConfig(bucket_name=BUCKET, prefix="dd/tier", settings=tier_settings)
+def config(
+    settings: DelayedDeliverySettings, sqs_settings: SqsSettings, tier_settings: TierSettings
+) -> BucketTierConfig:
+    return BucketTierConfig(
+        bucket_name=BUCKET, prefix="dd/tier", settings=settings, sqs_settings=sqs_settings, tier_settings=tier_settings
+    )
 
 
 def _attributes(sqs: SQSClient, url: str) -> dict[str, str]:

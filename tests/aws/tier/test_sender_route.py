@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.sqs import message_size
 from delayed_delivery.aws.tier import sender as bucket_sender
 from delayed_delivery.aws.tier.ingest_format import INGEST_ATTRIBUTE, decode_ingest
@@ -30,14 +31,8 @@ NOW = datetime(2031, 2, 3, 4, 5, 6, 789_000, tzinfo=UTC)
 DAY = 86_400
 
 
-def _settings(route: str = "buckets") -> DelayedDeliverySettings:
-    return DelayedDeliverySettings(
-        max_native_delay=2,
-        fifo_queue_delay=2,
-        error_queue="errors",
-        long_delay_route=route,
-        bucket_ingest_queue="ingest",
-    )
+def _settings(route: str = "buckets") -> SqsSettings:
+    return SqsSettings(max_native_delay=2, fifo_queue_delay=2, long_delay_route=route, bucket_ingest_queue="ingest")
 
 
 def _queues(sqs: SQSClient, *names: str) -> dict[str, str]:
@@ -45,7 +40,8 @@ def _queues(sqs: SQSClient, *names: str) -> dict[str, str]:
 
 
 def _sender(sqs: SQSClient, route: str = "buckets") -> SqsDelayedSender:
-    return SqsDelayedSender(sqs, _settings(route), clock=ManualClock(NOW))
+    settings = DelayedDeliverySettings(error_queue="errors")
+    return SqsDelayedSender(sqs, settings, sqs_settings=_settings(route), clock=ManualClock(NOW))
 
 
 def _ingested(sqs: SQSClient, url: str) -> tuple[list[dict[str, Any]], list[BucketMessage]]:
@@ -164,7 +160,7 @@ def test_a_missing_ingest_queue_is_one_clear_error(sqs: SQSClient) -> None:
 def test_fifo_stays_the_default_route(sqs: SQSClient) -> None:
     _queues(sqs, "orders", "ingest")
     sqs.create_queue(QueueName="orders-delay.fifo", Attributes={"FifoQueue": "true", "DelaySeconds": "2"})
-    assert DelayedDeliverySettings().long_delay_route == "fifo"
+    assert SqsSettings().long_delay_route == "fifo"
     receipt = _sender(sqs, "fifo").send_delayed("orders", "x", "40d")
     assert (receipt.route, receipt.queue) == (SqsRoute.FIFO, "orders-delay.fifo")
 

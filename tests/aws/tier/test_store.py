@@ -8,10 +8,9 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
-from delayed_delivery.aws.tier.config import BucketTierConfig
+from delayed_delivery.aws.tier.config import BucketTierConfig, TierSettings
 from delayed_delivery.aws.tier.store import DELETE_BATCH, ObjectMissingError, S3BucketStore, translate_s3_error
 from delayed_delivery.errors import ConfigurationError, InvalidMessageError, TransientError
-from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.format import BucketMessage, BucketStream
 from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey, BucketLevel
 
@@ -28,8 +27,8 @@ def _message(n: int, due: datetime, body: bytes = b"x") -> BucketMessage:
 
 
 @pytest.fixture
-def store(s3: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings) -> S3BucketStore:
-    return S3BucketStore(s3, tier_bucket, PREFIX, BucketLevel.from_settings(tier_settings))
+def store(s3: Any, tier_bucket: str, tier_settings: TierSettings) -> S3BucketStore:
+    return S3BucketStore(s3, tier_bucket, PREFIX, tier_settings.levels)
 
 
 def _raw(s3: Any, bucket: str, key: str) -> bytes:

@@ -6,6 +6,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from delayed_delivery.aws.tier.config import TierSettings
 from delayed_delivery.aws.tier.timer import BucketTimer, TimerResult
 from delayed_delivery.aws.tier.timer_sqs import send_waves
 from delayed_delivery.cancellations import (
@@ -17,9 +18,9 @@ from delayed_delivery.cancellations import (
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery
 from delayed_delivery.errors import TransientError
-from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey
 from tests.aws.tier.timer_support import (
+    SETTINGS,
     START,
     Recorder,
     drain,
@@ -33,7 +34,7 @@ from tests.aws.tier.timer_support import (
 
 
 def test_every_message_arrives_once_and_never_early(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     clock = ManualClock(START)
     orders = queue_url(sqs, "orders")
@@ -64,7 +65,7 @@ def test_every_message_arrives_once_and_never_early(
 
 
 def test_cancel_drops_one_and_reschedule_moves_one(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     clock = ManualClock(START)
     queue_url(sqs, "orders")
@@ -95,7 +96,7 @@ def test_cancel_drops_one_and_reschedule_moves_one(
 
 
 def test_duplicates_are_counted_and_a_conflict_goes_to_the_error_queue(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     clock = ManualClock(START)
     queue_url(sqs, "orders")
@@ -118,7 +119,7 @@ def test_duplicates_are_counted_and_a_conflict_goes_to_the_error_queue(
 
 
 def test_a_missing_destination_goes_to_the_error_queue_with_a_reason(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     clock = ManualClock(START)
     errors = queue_url(sqs, "errors")
@@ -135,7 +136,7 @@ def test_a_missing_destination_goes_to_the_error_queue_with_a_reason(
 
 
 def test_oldest_overdue_is_the_age_of_the_oldest_late_bucket(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     clock = ManualClock(START + timedelta(seconds=30))
     queue_url(sqs, "orders")
@@ -149,7 +150,7 @@ def test_oldest_overdue_is_the_age_of_the_oldest_late_bucket(
 
 
 def test_a_coarse_bucket_is_split_in_bounded_groups_and_a_repeat_is_harmless(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     clock = ManualClock(START)
     queue_url(sqs, "orders")
@@ -161,7 +162,7 @@ def test_a_coarse_bucket_is_split_in_bounded_groups_and_a_repeat_is_harmless(
     for batch in batches:
         store.write(coarse, batch)
     store.write(coarse, batches[0][:1])  # the same message once more, in its own object
-    timer = BucketTimer(store, sqs, tier_settings, clock, owner="t", lease_seconds=5, cascade_group_bytes=400)
+    timer = BucketTimer(store, sqs, SETTINGS, clock, owner="t", lease_seconds=5, cascade_group_bytes=400)
     clock.advance(8)  # cascade_window(now) is now the bucket at +20 s
     first = timer.run()
     assert first.cascaded_objects == 4 and first.cascaded_messages == 7  # groups of ~2 lines: the copy in another
@@ -172,7 +173,7 @@ def test_a_coarse_bucket_is_split_in_bounded_groups_and_a_repeat_is_harmless(
 
 
 def test_a_cascade_stops_before_its_lease_runs_out_and_the_next_run_goes_on(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings, monkeypatch: Any
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings, monkeypatch: Any
 ) -> None:
     clock = ManualClock(START + timedelta(seconds=8))
     queue_url(sqs, "orders")
@@ -181,7 +182,7 @@ def test_a_cascade_stops_before_its_lease_runs_out_and_the_next_run_goes_on(
     for n in range(3):
         store.write(coarse, [message(n, coarse.start + timedelta(seconds=n))])
     timer = BucketTimer(
-        store, sqs, tier_settings, clock, owner="t", lease_seconds=30, cascade_group_bytes=1
+        store, sqs, SETTINGS, clock, owner="t", lease_seconds=30, cascade_group_bytes=1
     )  # a group is not started in the last quarter of the lease
     real_write_due = store.write_due
 
@@ -196,7 +197,7 @@ def test_a_cascade_stops_before_its_lease_runs_out_and_the_next_run_goes_on(
 
 
 def test_each_destination_records_are_read_once_per_run_and_fresh_each_run(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     clock = ManualClock(START)
     queue_url(sqs, "orders")
@@ -224,7 +225,7 @@ def test_each_destination_records_are_read_once_per_run_and_fresh_each_run(
 
 
 def test_a_failed_read_sends_as_planned_and_reports_once_per_run(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     clock = ManualClock(START)
     queue_url(sqs, "orders")
@@ -262,7 +263,7 @@ def test_send_waves_put_each_message_a_whole_number_of_seconds_from_due() -> Non
 
 
 def test_sends_aligned_to_the_due_second_are_late_by_one_step_at_most(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     for phase_ms, worst in ((100, timedelta(milliseconds=100)), (0, timedelta(seconds=1))):
         clock = ManualClock(START)

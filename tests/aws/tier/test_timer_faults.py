@@ -13,10 +13,10 @@ import pytest
 
 from delayed_delivery.aws.sqs import EntryResult
 from delayed_delivery.aws.tier import timer_sqs
+from delayed_delivery.aws.tier.config import TierSettings
 from delayed_delivery.aws.tier.lease import BucketLeases
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.errors import TransientError
-from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.format import encode_bucket
 from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey, bucket_of
 from tests.aws.tier.timer_support import (
@@ -41,7 +41,7 @@ def queues(sqs: Any) -> dict[str, str]:
 
 
 def test_a_poison_line_and_a_damaged_object_reach_the_error_queue(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings, queues: dict[str, str]
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings, queues: dict[str, str]
 ) -> None:
     clock = ManualClock(START)
     recorder = Recorder(clock).attach(sqs)
@@ -87,7 +87,7 @@ def test_a_throttled_destination_is_written_back_and_sent_by_a_later_run(
     s3: Any,
     sqs: Any,
     tier_bucket: str,
-    tier_settings: DelayedDeliverySettings,
+    tier_settings: TierSettings,
     queues: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -117,7 +117,7 @@ def test_a_crash_between_the_send_and_the_delete_duplicates_never_loses(
     s3: Any,
     sqs: Any,
     tier_bucket: str,
-    tier_settings: DelayedDeliverySettings,
+    tier_settings: TierSettings,
     queues: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -146,7 +146,7 @@ def test_a_crash_between_the_send_and_the_delete_duplicates_never_loses(
 
 
 def test_a_bucket_leased_by_another_timer_is_skipped_until_its_lease_expires(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings, queues: dict[str, str]
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings, queues: dict[str, str]
 ) -> None:
     clock = ManualClock(START)
     recorder = Recorder(clock).attach(sqs)
@@ -164,7 +164,7 @@ def test_a_bucket_leased_by_another_timer_is_skipped_until_its_lease_expires(
 
 
 def test_no_bucket_is_started_when_the_deadline_is_near(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings, queues: dict[str, str]
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings, queues: dict[str, str]
 ) -> None:
     clock = ManualClock(START)
     store = make_store(s3, tier_bucket, tier_settings)
@@ -178,7 +178,7 @@ def test_no_bucket_is_started_when_the_deadline_is_near(
 
 
 def test_without_an_error_queue_nothing_is_lost(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     clock = ManualClock(START)
     queue_url(sqs, "orders")  # no error queue
@@ -206,7 +206,7 @@ def test_without_an_error_queue_nothing_is_lost(
 
 
 def test_a_message_in_a_bucket_it_is_not_due_in_is_moved_not_sent_early(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings, queues: dict[str, str]
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings, queues: dict[str, str]
 ) -> None:
     clock = ManualClock(START)
     recorder = Recorder(clock).attach(sqs)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import importlib
 import json
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 import functions.aws.bucket_timer as bucket_timer
-from delayed_delivery.aws.tier.config import BucketTierConfig
+from delayed_delivery.aws.tier.config import BucketTierConfig, TierSettings
 from delayed_delivery.aws.tier.store import S3BucketStore
 from delayed_delivery.aws.tier.timer import TimerResult
 from delayed_delivery.aws.tier.timer_handler import METRICS, build_timer_handler
@@ -30,15 +31,22 @@ def _lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
 
 
-def _config(bucket: str, settings: DelayedDeliverySettings) -> BucketTierConfig:
-    return BucketTierConfig(bucket, settings=settings, service=f"timer-{uuid.uuid4().hex[:8]}", metrics_namespace="T")
+def _config(bucket: str, tier: TierSettings) -> BucketTierConfig:
+    """The compressed tier (errors to ``errors``) under a fresh service name."""
+    return BucketTierConfig(
+        bucket,
+        settings=DelayedDeliverySettings(error_queue="errors"),
+        tier_settings=tier,
+        service=f"timer-{uuid.uuid4().hex[:8]}",
+        metrics_namespace="T",
+    )
 
 
 def test_a_run_emits_the_metrics_and_a_summary(
     s3: Any,
     sqs: Any,
     tier_bucket: str,
-    tier_settings: DelayedDeliverySettings,
+    tier_settings: TierSettings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     start = datetime(2031, 1, 1, tzinfo=UTC)
@@ -62,15 +70,13 @@ def test_a_run_emits_the_metrics_and_a_summary(
 
 
 @pytest.mark.parametrize("event", [None, "x", [1], {"detail-type": "Something Else"}])
-def test_a_bad_event_never_raises(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings, event: Any
-) -> None:
+def test_a_bad_event_never_raises(s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings, event: Any) -> None:
     handler = build_timer_handler(_config(tier_bucket, tier_settings), s3=s3, sqs=sqs, clock=ManualClock())
     assert handler(event, LocalLambdaContext())["ok"] is True
 
 
 def test_an_unexpected_failure_is_logged_and_reported_not_raised(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings, monkeypatch: pytest.MonkeyPatch
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from delayed_delivery.aws.tier import timer
 
@@ -82,9 +88,7 @@ def test_an_unexpected_failure_is_logged_and_reported_not_raised(
     assert handler(SCHEDULED, LocalLambdaContext()) == {"ok": False, "reason": "RuntimeError: surprise"}
 
 
-def test_a_missing_bucket_fails_the_invocation_loudly(
-    s3: Any, sqs: Any, tier_settings: DelayedDeliverySettings
-) -> None:
+def test_a_missing_bucket_fails_the_invocation_loudly(s3: Any, sqs: Any, tier_settings: TierSettings) -> None:
     handler = build_timer_handler(_config("no-such-bucket-here", tier_settings), s3=s3, sqs=sqs, clock=ManualClock())
     with pytest.raises(ConfigurationError, match="does not exist"):
         handler(SCHEDULED, LocalLambdaContext())
@@ -125,7 +129,7 @@ def test_the_entry_point_builds_lazily_from_the_environment(
 
 
 def test_a_run_queries_the_records_of_a_destination_once(
-    moto_endpoint: str, s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+    moto_endpoint: str, s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     import boto3
 
@@ -143,9 +147,7 @@ def test_a_run_queries_the_records_of_a_destination_once(
     records.put(cancel_request("orders", "m-4", now=start, max_native_delay=2, max_age=0))
     queries: list[str] = []
     dynamodb.meta.events.register("provide-client-params.dynamodb.Query", lambda params, **_: queries.append("q"))
-    config = BucketTierConfig(
-        tier_bucket, settings=tier_settings, cancellation_table="records", service="timer-q", metrics_namespace="T"
-    )
+    config = replace(_config(tier_bucket, tier_settings), cancellation_table="records", service="timer-q")
     handler = build_timer_handler(config, s3=s3, sqs=sqs, dynamodb=dynamodb, clock=clock)
     batch = [message(n, start + timedelta(milliseconds=250 * n + 100), sent=sent) for n in range(20)]  # 5 buckets
     S3BucketStore.from_config(s3, config).write_due(batch, start)

@@ -15,15 +15,16 @@ from typing import Any
 
 import pytest
 
+from delayed_delivery.aws.tier.config import TierSettings
 from delayed_delivery.aws.tier.notices import NOTICE_FORMAT, NOTICE_IDS, NOTICE_LINES
 from delayed_delivery.aws.tier.timer import BucketTimer
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.headers import FAILURE_REASON
-from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.format import encode_bucket
 from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey, bucket_of
 from tests.aws.tier.timer_support import (
     PREFIX,
+    SETTINGS,
     START,
     Recorder,
     drain,
@@ -44,7 +45,7 @@ def _crafted(bucket_iso: str, lines: list[str], count: int) -> bytes:
 
 
 def test_a_crafted_object_gives_one_notice_and_its_neighbours_go_out(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     clock = ManualClock(START)
     queue_url(sqs, "orders")
@@ -94,7 +95,7 @@ def test_a_crafted_object_gives_one_notice_and_its_neighbours_go_out(
 
 
 def test_a_cascade_cut_over_groups_gives_one_notice_per_bad_object(
-    s3: Any, sqs: Any, tier_bucket: str, tier_settings: DelayedDeliverySettings
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     errors = queue_url(sqs, "errors")
     store = make_store(s3, tier_bucket, tier_settings)
@@ -106,7 +107,7 @@ def test_a_cascade_cut_over_groups_gives_one_notice_per_bad_object(
     data = gzip.compress(("\n".join([lines[0].replace('"count":6', '"count":2006'), *mixed]) + "\n").encode(), mtime=0)
     key = f"{PREFIX}/coarse/{coarse.iso}/{hashlib.sha256(data).hexdigest()}-2006.jsonl.gz"
     s3.put_object(Bucket=tier_bucket, Key=key, Body=data)
-    timer = BucketTimer(store, sqs, tier_settings, ManualClock(START + timedelta(seconds=8)), owner="t",
+    timer = BucketTimer(store, sqs, SETTINGS, ManualClock(START + timedelta(seconds=8)), owner="t",
                         lease_seconds=30, cascade_group_bytes=8_192)  # fmt: skip
     result = timer.run()  # the object is larger than a group: cut in many, one notice after its last line
     assert result.buckets_failed == 0 and result.cascaded_messages == 6 and result.to_error_queue == 1

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from delayed_delivery.aws.cancellations import DynamoDbCancellationStore, ensure_cancellation_table
+from delayed_delivery.aws.tier.config import TierSettings
 from delayed_delivery.cancellations import CancellationCache, UnreadableRecord, reschedule_request
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.headers import FAILURE_REASON, ORIGINAL_DESTINATION
-from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.wheel import COARSE, FINE
 from tests.aws.test_cancel_dynamodb import dynamodb_client
 from tests.aws.tier.timer_support import (
@@ -68,7 +68,7 @@ def test_an_unusable_record_holds_its_one_message_and_the_bucket_goes_out(
     s3: Any,
     sqs: Any,
     tier_bucket: str,
-    tier_settings: DelayedDeliverySettings,
+    tier_settings: TierSettings,
     table: tuple[Any, DynamoDbCancellationStore],
     level: str,
 ) -> None:
@@ -109,7 +109,7 @@ def test_a_record_is_kept_while_the_error_queue_is_away(
     s3: Any,
     sqs: Any,
     tier_bucket: str,
-    tier_settings: DelayedDeliverySettings,
+    tier_settings: TierSettings,
     table: tuple[Any, DynamoDbCancellationStore],
 ) -> None:
     dynamodb, records = table

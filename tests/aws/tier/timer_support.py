@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from delayed_delivery.aws.tier.config import TierSettings
 from delayed_delivery.aws.tier.store import S3BucketStore
 from delayed_delivery.aws.tier.timer import BucketTimer, TimerResult
 from delayed_delivery.cancellations import CancellationCache
@@ -13,11 +14,12 @@ from delayed_delivery.clock import ManualClock
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery, epoch_ms
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.format import BucketMessage
-from delayed_delivery.timebuckets.wheel import BucketLevel
 
 #: Aligned to the coarse size (10 s) of the compressed settings.
 START = datetime(2031, 1, 1, tzinfo=UTC)
 PREFIX = "dd/buckets"
+#: The core settings of the timers: failures go to the error queue ``errors``.
+SETTINGS = DelayedDeliverySettings(error_queue="errors")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,19 +71,29 @@ class Recorder:
         return [s for s in self.sent if s.queue == queue]
 
 
-def make_store(s3: Any, bucket: str, settings: DelayedDeliverySettings, **bounds: int) -> S3BucketStore:
-    return S3BucketStore(s3, bucket, PREFIX, BucketLevel.from_settings(settings), **bounds)
+def make_store(s3: Any, bucket: str, tier: TierSettings, **bounds: int) -> S3BucketStore:
+    return S3BucketStore(s3, bucket, PREFIX, tier.levels, **bounds)
 
 
 def make_timer(
     store: S3BucketStore,
     sqs: Any,
-    settings: DelayedDeliverySettings,
+    tier: TierSettings,
     clock: ManualClock,
     cache: CancellationCache | None = None,
     owner: str = "timer-1",
 ) -> BucketTimer:
-    return BucketTimer(store, sqs, settings, clock, cancellations=cache, owner=owner, lease_seconds=5)
+    """A timer of ``store`` with the tier's send phase, sending failures to ``SETTINGS.error_queue``."""
+    return BucketTimer(
+        store,
+        sqs,
+        SETTINGS,
+        clock,
+        cancellations=cache,
+        owner=owner,
+        lease_seconds=5,
+        send_phase_ms=tier.bucket_send_phase_ms,
+    )
 
 
 def message(

@@ -36,7 +36,6 @@ from delayed_delivery.aws.queues import DELAY_QUEUE_VISIBILITY_SECONDS, check_en
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.naming import sqs_delay_queue_name
-from delayed_delivery.settings import DelayedDeliverySettings
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -78,8 +77,8 @@ def _client(endpoint_url: str | None, region: str | None, local: bool = False) -
     return client
 
 
-def _settings() -> DelayedDeliverySettings:
-    return AwsConfig.from_env(os.environ).settings
+def _config() -> AwsConfig:
+    return AwsConfig.from_env(os.environ)
 
 
 def _fail(exc: DelayedDeliveryError) -> typer.Exit:
@@ -103,9 +102,9 @@ def check(
     """
     try:
         endpoint_url = _endpoint(local, endpoint_url)
-        settings = _settings()
-        tier = tier_config(buckets, bucket_name, bucket_prefix, settings)
-        result = check_endpoint(_client(endpoint_url, region, local), queue, settings)
+        config = _config()
+        tier = tier_config(buckets, bucket_name, bucket_prefix, config)
+        result = check_endpoint(_client(endpoint_url, region, local), queue, config.sqs_settings)
         tier_problems = check_tier(tier, endpoint_url, region, local) if tier else []
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
@@ -146,14 +145,15 @@ def create(
     tier_urls: dict[str, str] = {}
     try:
         endpoint_url = _endpoint(local, endpoint_url)
-        settings = _settings()
+        config = _config()
         if error_queue:
-            settings = replace(settings, error_queue=error_queue)
-        tier = tier_config(buckets, bucket_name, bucket_prefix, settings)
+            config = replace(config, settings=replace(config.settings, error_queue=error_queue))
+        tier = tier_config(buckets, bucket_name, bucket_prefix, config)
         queues = ensure_endpoint(
             _client(endpoint_url, region, local),
             queue,
-            settings,
+            config.settings,
+            sqs_settings=config.sqs_settings,
             delay_visibility_timeout=DELAY_QUEUE_VISIBILITY_SECONDS,
         )
         if cancellation_table:
@@ -186,7 +186,9 @@ def send(
             raise _fail(DelayedDeliveryError(f"--attribute {item!r}: use NAME=VALUE"))
         attributes[name] = value
     try:
-        sender = SqsDelayedSender(_client(_endpoint(local, endpoint_url), region, local), _settings())
+        config = _config()
+        client = _client(_endpoint(local, endpoint_url), region, local)
+        sender = SqsDelayedSender(client, config.settings, sqs_settings=config.sqs_settings)
         receipt = sender.send_delayed(queue, body, delay, attributes=attributes, message_id=message_id)
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None

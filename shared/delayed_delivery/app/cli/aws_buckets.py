@@ -8,8 +8,14 @@ from typing import Annotated, Any
 import typer
 
 from delayed_delivery.app.routes.aws_clients import cli_client
-from delayed_delivery.aws.tier.config import BUCKET_NAME_ENV, BUCKET_PREFIX_ENV, DEFAULT_PREFIX, BucketTierConfig
-from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.aws.config import AwsConfig
+from delayed_delivery.aws.tier.config import (
+    BUCKET_NAME_ENV,
+    BUCKET_PREFIX_ENV,
+    DEFAULT_PREFIX,
+    BucketTierConfig,
+    TierSettings,
+)
 
 __all__ = [
     "DEFAULT_BUCKET",
@@ -53,17 +59,19 @@ BucketPrefix = Annotated[
 
 
 def tier_config(
-    enabled: bool | None, bucket_name: str | None, prefix: str | None, settings: DelayedDeliverySettings
+    enabled: bool | None, bucket_name: str | None, prefix: str | None, config: AwsConfig
 ) -> BucketTierConfig | None:
     """The tier's configuration when it is included (``--buckets``, or the route says so), else ``None``."""
     if enabled is None:
-        enabled = settings.long_delay_route != "fifo"
+        enabled = config.sqs_settings.long_delay_route != "fifo"
     if not enabled:
         return None
     return BucketTierConfig(
         bucket_name=(bucket_name or "").strip() or DEFAULT_BUCKET,
         prefix=(prefix or "").strip() or DEFAULT_PREFIX,
-        settings=settings,
+        settings=config.settings,
+        sqs_settings=config.sqs_settings,
+        tier_settings=TierSettings.from_env(os.environ),
     )
 
 

@@ -136,7 +136,7 @@ def _build(config: BucketTierConfig, endpoint: str, region: str | None, local: b
     if config.cancellation_table is not None:
         dynamodb = cli_client("dynamodb", os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint, region, local=local)
     S3BucketStore.from_config(s3, config).check()
-    name = config.settings.bucket_ingest_queue
+    name = config.sqs_settings.bucket_ingest_queue
     try:
         url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
         arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -272,7 +272,7 @@ def run_tier_command(
         with contextlib.redirect_stdout(sink):  # Powertools writes logs and EMF metrics to stdout
             tier = _build(config, endpoint, region, local, TierTally())
         say(
-            f"tier s3://{config.bucket_name}/{config.prefix}, ingest queue {config.settings.bucket_ingest_queue}, "
+            f"tier s3://{config.bucket_name}/{config.prefix}, ingest queue {config.sqs_settings.bucket_ingest_queue}, "
             f"timer every {every:g} s, for {seconds:g} s",
             stderr=True,
         )

@@ -22,6 +22,8 @@ from delayed_delivery.app.cli.verify_output import print_report, progress_printe
 from delayed_delivery.app.routes.aws_clients import cli_region
 from delayed_delivery.app.routes.base import LOCAL_MOTO_URL
 from delayed_delivery.aws.cancellations import DEFAULT_TABLE, TABLE_ENV
+from delayed_delivery.aws.config import AwsConfig
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.sqs import translate_error
 from delayed_delivery.aws.verify import (
     PROBE_QUEUE,
@@ -35,7 +37,6 @@ from delayed_delivery.aws.verify import (
 from delayed_delivery.aws.verify.usage import CloudWatchUsage, RequestTally
 from delayed_delivery.clock import SystemClock
 from delayed_delivery.errors import DelayedDeliveryError
-from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.verification import Cleanup, Mode, VerifySettings
 
 __all__ = ["run_verify_command"]
@@ -85,7 +86,7 @@ def _clients(endpoint: str | None, region: str | None, local: bool) -> AwsClient
     return clients
 
 
-def _local_probe(clients: AwsClients, settings: DelayedDeliverySettings, cleanup: Cleanup) -> None:
+def _local_probe(clients: AwsClients, config: AwsConfig, cleanup: Cleanup) -> None:
     """Create the probe endpoint on the emulator when it is missing; it is deleted again when the run ends."""
     from delayed_delivery.aws.queues import ensure_endpoint
 
@@ -94,15 +95,22 @@ def _local_probe(clients: AwsClients, settings: DelayedDeliverySettings, cleanup
     existing = set(u.rsplit("/", 1)[-1] for u in sqs.list_queues(QueueNamePrefix=PROBE_QUEUE).get("QueueUrls", []))
     if set(names) <= existing:
         return
-    made = ensure_endpoint(sqs, PROBE_QUEUE, settings, error_queue=names[2], visibility_timeout=_PROBE_VISIBILITY)
+    made = ensure_endpoint(
+        sqs,
+        PROBE_QUEUE,
+        config.settings,
+        sqs_settings=config.sqs_settings,
+        error_queue=names[2],
+        visibility_timeout=_PROBE_VISIBILITY,
+    )
     for url in (made.input_url, made.delay_url, made.error_url):
         cleanup.add(f"the probe queue {url.rsplit('/', 1)[-1]}", _deleter(sqs, url))
 
 
-def _has_tier(clients: AwsClients, settings: DelayedDeliverySettings) -> bool:
+def _has_tier(clients: AwsClients, sqs_settings: SqsSettings) -> bool:
     """True when the emulator holds the tier's ingest queue (``aws create --buckets`` made it)."""
     try:
-        clients.sqs.get_queue_url(QueueName=settings.bucket_ingest_queue)
+        clients.sqs.get_queue_url(QueueName=sqs_settings.bucket_ingest_queue)
     except ClientError:
         return False
     return True
@@ -123,11 +131,11 @@ def _local_context(
     tier_options: tuple[Any, Any, Any],
 ) -> AwsVerifyContext:
 
-    settings = DelayedDeliverySettings.from_env(os.environ)
+    config = AwsConfig.from_env(os.environ)
     clients = _clients(endpoint, region, local=True)
     cleanup = Cleanup()
     try:
-        return _local_run(endpoint, mode, queues, tier_options, clients, settings, cleanup)
+        return _local_run(endpoint, mode, queues, tier_options, clients, config, cleanup)
     except BaseException:
         cleanup.run()  # the probe queues made for this run
         raise
@@ -139,22 +147,23 @@ def _local_run(
     queues: list[str],
     tier_options: tuple[Any, Any, Any],
     clients: AwsClients,
-    settings: DelayedDeliverySettings,
+    config: AwsConfig,
     cleanup: Cleanup,
 ) -> AwsVerifyContext:
     from delayed_delivery.app.local_functions import LocalAwsFunctions
 
-    _local_probe(clients, settings, cleanup)
+    _local_probe(clients, config, cleanup)
     table = os.environ.get(TABLE_ENV, DEFAULT_TABLE).strip() or None
     buckets, bucket_name, bucket_prefix = tier_options
-    if buckets is None and settings.long_delay_route == "fifo":
-        buckets = _has_tier(clients, settings)  # as `aws create --buckets` made it
+    if buckets is None and config.sqs_settings.long_delay_route == "fifo":
+        buckets = _has_tier(clients, config.sqs_settings)  # as `aws create --buckets` made it
     target = local_target(
         clients.sqs,
-        settings,
+        config.settings,
+        sqs_settings=config.sqs_settings,
         description=f"emulator at {endpoint}",
         queues=queues,
-        tier=tier_config(buckets, bucket_name, bucket_prefix, settings),
+        tier=tier_config(buckets, bucket_name, bucket_prefix, config),
         cancellation_table=table,
     )
     functions = LocalAwsFunctions(target, sqs=clients.sqs, s3=clients.s3, dynamodb=clients.dynamodb)

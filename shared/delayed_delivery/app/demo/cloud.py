@@ -105,7 +105,7 @@ def _native_caps(sides: list[_Side]) -> dict[str, int]:
     caps = {}
     for side in sides:
         if isinstance(side, AwsSide):
-            caps["sqs_native_and_hop_seconds"] = side.settings.max_native_delay
+            caps["sqs_native_and_hop_seconds"] = side.sqs_settings.max_native_delay
             if side.tier is not None:
                 levels = side.tier.tier.levels
                 caps["bucket_fine_seconds"] = levels.fine_seconds

@@ -23,6 +23,7 @@ from delayed_delivery.app.demo.cloud_model import (
     CloudDemoConfig,
 )
 from delayed_delivery.app.demo.cloud_tracking import Planned, Tracker, message_body, message_id_of
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
 from delayed_delivery.settings import DelayedDeliverySettings
@@ -51,7 +52,8 @@ class AwsSide:
         self.tracker = tracker
         self.verbose = verbose
         cap = max(1, round(900 / config.compression))
-        self.settings = DelayedDeliverySettings(max_native_delay=cap, fifo_queue_delay=cap, error_queue=ERROR_QUEUE)
+        self.settings = DelayedDeliverySettings(error_queue=ERROR_QUEUE)
+        self.sqs_settings = SqsSettings(max_native_delay=cap, fifo_queue_delay=cap)
         self.admin, self.sender_client, self.lambda_client, self.poll_client = (self._sqs() for _ in range(4))
         self.dynamodb: DynamoDBClient = self._client("dynamodb")
         self.record_requests: Counter[str] = Counter()
@@ -68,7 +70,9 @@ class AwsSide:
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
         #: The S3 time-bucket tier beside the FIFO route (its own tracker; ``None`` when the demo leaves it out).
-        self.tier: TierSide | None = TierSide(self._client, config, self.settings, verbose) if config.buckets else None
+        self.tier: TierSide | None = (
+            TierSide(self._client, config, self.settings, self.sqs_settings, verbose) if config.buckets else None
+        )
 
     def _client(self, service: str) -> Any:
         """A boto3 client on moto server with the emulator's fixed credentials."""
@@ -91,8 +95,8 @@ class AwsSide:
     def env(self) -> dict[str, str]:
         """What the CDK stack sets on the function, with the compressed caps."""
         return {
-            "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(self.settings.max_native_delay),
-            "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(self.settings.fifo_queue_delay),
+            "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(self.sqs_settings.max_native_delay),
+            "DELAYED_DELIVERY_FIFO_QUEUE_DELAY": str(self.sqs_settings.fifo_queue_delay),
             "DELAYED_DELIVERY_ERROR_QUEUE": ERROR_QUEUE,
             "POWERTOOLS_SERVICE_NAME": "delayed-delivery-requeue",
             "POWERTOOLS_TRACE_DISABLED": "true",
@@ -114,7 +118,9 @@ class AwsSide:
         self.records = DynamoDbCancellationStore(self.dynamodb, CANCELLATION_TABLE)
         invoke = self._lambda()
         for queue in DESTINATIONS:
-            endpoint = ensure_endpoint(self.admin, queue, self.settings, visibility_timeout=5)
+            endpoint = ensure_endpoint(
+                self.admin, queue, self.settings, sqs_settings=self.sqs_settings, visibility_timeout=5
+            )
             self.pollers.append(
                 LocalEventSourcePoller(self.poll_client, endpoint.delay_url, endpoint.delay_arn, invoke)
             )
@@ -204,7 +210,7 @@ class AwsSide:
         """Send the mix, the poison messages, one cancelled and one rescheduled message."""
         from delayed_delivery.aws.sender import SqsDelayedSender
 
-        sender = SqsDelayedSender(self.sender_client, self.settings)
+        sender = SqsDelayedSender(self.sender_client, self.settings, sqs_settings=self.sqs_settings)
         for p in planned:
             started = time.time()
             body = message_body(p.message_id, p.label)
@@ -243,7 +249,7 @@ class AwsSide:
         receipt = sender.send_delayed("orders", body, delay, message_id=cancel_id)
         self.tracker.expect(cancel_id, "cancelled", time.time() + delay, receipt.route.value)
         self.records.put(
-            cancel_request("orders", cancel_id, now=now, max_native_delay=self.settings.max_native_delay, max_age=0)
+            cancel_request("orders", cancel_id, now=now, max_native_delay=self.sqs_settings.max_native_delay, max_age=0)
         )
         self.tracker.cancelled.add(cancel_id)
         moved_id = f"aws-reschedule-{uuid.uuid4().hex[:8]}"

@@ -21,6 +21,8 @@ from delayed_delivery.settings import DelayedDeliverySettings
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
+    from delayed_delivery.aws.settings import SqsSettings
+    from delayed_delivery.aws.tier.config import BucketTierConfig
     from delayed_delivery.aws.tier.timer import TimerResult
 
 __all__ = [
@@ -29,7 +31,7 @@ __all__ = [
     "TIER_INGEST_QUEUE",
     "TIER_TIMER_PERIOD",
     "TierSide",
-    "tier_settings",
+    "demo_tier",
     "tier_summary_rows",
 ]
 
@@ -41,19 +43,20 @@ TIER_INGEST_QUEUE = "delayed-delivery-ingest"
 TIER_TIMER_PERIOD = 0.5
 
 
-def tier_settings(base: DelayedDeliverySettings) -> DelayedDeliverySettings:
-    """``base`` with the bucket route and compressed buckets: fine 1 s, coarse 2 s, dispatch lead 2 s.
+def demo_tier(settings: DelayedDeliverySettings, sqs_settings: SqsSettings) -> BucketTierConfig:
+    """The demo's tier: the bucket route and compressed buckets: fine 1 s, coarse 2 s, dispatch lead 2 s.
 
     A "1 year" message (8 s or more) is then written to a coarse bucket, split into fine ones 3 to 5 s before it
     is due, and dispatched 2 to 3 s before, with ``DelaySeconds`` for the rest.
     """
-    return replace(
-        base,
-        long_delay_route="buckets",
-        bucket_fine_seconds=1,
-        bucket_coarse_seconds=2,
-        bucket_dispatch_lead_seconds=2,
-        bucket_ingest_queue=TIER_INGEST_QUEUE,
+    from delayed_delivery.aws.tier.config import BucketTierConfig, TierSettings
+
+    return BucketTierConfig(
+        TIER_BUCKET,
+        settings=settings,
+        sqs_settings=replace(sqs_settings, long_delay_route="buckets", bucket_ingest_queue=TIER_INGEST_QUEUE),
+        tier_settings=TierSettings(bucket_fine_seconds=1, bucket_coarse_seconds=2, bucket_dispatch_lead_seconds=2),
+        cancellation_table=CANCELLATION_TABLE,
     )
 
 
@@ -65,15 +68,15 @@ class TierSide:
         client: Callable[[str], Any],
         config: CloudDemoConfig,
         base: DelayedDeliverySettings,
+        base_sqs: SqsSettings,
         verbose: bool,
     ) -> None:
-        from delayed_delivery.aws.tier.config import BucketTierConfig
         from delayed_delivery.testing.aws import RequestCounter
 
         self.config = config
         self.verbose = verbose
-        self.settings = tier_settings(base)
-        self.tier = BucketTierConfig(TIER_BUCKET, settings=self.settings, cancellation_table=CANCELLATION_TABLE)
+        self.tier = demo_tier(base, base_sqs)
+        self.settings, self.sqs_settings = self.tier.settings, self.tier.sqs_settings
         self.tracker = Tracker(TIER_CLOUD)
         self.sender_client: SQSClient = client("sqs")
         self.ingest_sqs, self.timer_sqs, self.poll_client = client("sqs"), client("sqs"), client("sqs")
@@ -150,6 +153,7 @@ class TierSide:
             SystemClock(),
             cancellations=records,
             owner="demo-timer",
+            send_phase_ms=self.tier.tier_settings.bucket_send_phase_ms,
         )
         while not self.stop.wait(TIER_TIMER_PERIOD):
             try:
@@ -161,7 +165,7 @@ class TierSide:
         """The demo's mix through the bucket route, one cancelled "1 year" and one "90 days" moved to "1 year"."""
         from delayed_delivery.aws.sender import SqsDelayedSender
 
-        sender = SqsDelayedSender(self.sender_client, self.settings)
+        sender = SqsDelayedSender(self.sender_client, self.settings, sqs_settings=self.sqs_settings)
         for p in plan_messages(self.config, TIER_CLOUD):
             self._send(sender, p, p.label)
         self._cancel_and_reschedule(sender)

@@ -160,7 +160,13 @@ class BucketTierRoute(SqsOperatorRoute):
         table = DynamoDbCancellationStore(self.dynamodb, self.config.cancellation_table or DEFAULT_TABLE)
         cache = DEFAULT_CACHE_SECONDS if record_cache_seconds is None else record_cache_seconds
         return TierOperations(
-            self.store, self.client, table, self.settings, where=self.where, record_cache_seconds=cache
+            self.store,
+            self.client,
+            table,
+            self.settings,
+            sqs_settings=self.sqs_settings,
+            where=self.where,
+            record_cache_seconds=cache,
         )
 
     def pending(self, bucket_seconds: int, *, queue: str | None = None) -> PendingReport:
@@ -210,7 +216,7 @@ class BucketTierRoute(SqsOperatorRoute):
         from delayed_delivery.aws.cancellations import cache_seconds_from_env
 
         to = require_queue(to)
-        fifo_too = self.settings.long_delay_route != "buckets"
+        fifo_too = self.sqs_settings.long_delay_route != "buckets"
         operations = self._operations(cache_seconds_from_env(os.environ) if fifo_too else None)
         with _unknown_queue_is_to():
             done = operations.cancel(to, message_id, due=due)

@@ -45,12 +45,14 @@ class SqsOperatorRoute:
     name = "aws"
 
     def __init__(self, options: CloudOptions) -> None:
+        from delayed_delivery.aws.settings import SqsSettings
         from delayed_delivery.settings import DelayedDeliverySettings
 
         endpoint_url = options.endpoint_url or (LOCAL_MOTO_URL if options.local else None)
         self.where = endpoint_url or "AWS"
         self.client: SQSClient = cli_client("sqs", endpoint_url, options.region, local=options.local)
         self.settings = DelayedDeliverySettings.from_env(os.environ)
+        self.sqs_settings = SqsSettings.from_env(os.environ)
         # moto serves DynamoDB on the SQS port; AWS_ENDPOINT_URL_DYNAMODB splits them.
         table_endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint_url
         self.dynamodb: DynamoDBClient = cli_client("dynamodb", table_endpoint, options.region, local=options.local)
@@ -80,7 +82,7 @@ class SqsOperatorRoute:
                 "an SQS body is text: the body is not UTF-8 (base64-encode binary data)"
             ) from None
         seconds = math.ceil(seconds_until(due))
-        receipt = SqsDelayedSender(self.client, self.settings).send_delayed(
+        receipt = SqsDelayedSender(self.client, self.settings, sqs_settings=self.sqs_settings).send_delayed(
             to, text, seconds, attributes=dict(headers), message_id=message_id
         )
         return SendResult(
@@ -189,9 +191,9 @@ class SqsOperatorRoute:
         from delayed_delivery.durations import format_duration
 
         cache = cache_seconds_from_env(os.environ)
-        reach = self.settings.max_native_delay + cache
+        reach = self.sqs_settings.max_native_delay + cache
         return cache, (
-            f"{format_duration(reach)} ({format_duration(self.settings.max_native_delay)} native cap + "
+            f"{format_duration(reach)} ({format_duration(self.sqs_settings.max_native_delay)} native cap + "
             f"{format_duration(cache)} record cache)"
         )
 
@@ -206,7 +208,7 @@ class SqsOperatorRoute:
             to,
             message_id,
             now=SystemClock().now(),
-            max_native_delay=self.settings.max_native_delay,
+            max_native_delay=self.sqs_settings.max_native_delay,
             max_age=cache,
             due=due,
         )
@@ -243,7 +245,7 @@ class SqsOperatorRoute:
         record = reschedule_request(to, message_id, due, now=SystemClock().now())
         store.put(record)
         note = (
-            f"it moves at its next hop (every {format_duration(self.settings.fifo_queue_delay)}), unless it is "
+            f"it moves at its next hop (every {format_duration(self.sqs_settings.fifo_queue_delay)}), unless it is "
             f"already due within {reach}; a new due time sooner than that hop is met at the hop"
         )
         receipt = RecordReceipt(to, store.table, record.expires_at, note + binding_note(record.requested_at))

@@ -19,7 +19,7 @@ from ...planning import PARK_RETENTION_HEADROOM, HopAction, SqsParkPolicy
 from ...settings import DelayedDeliverySettings
 from ...validation import is_whole
 from ..brokerclock import BrokerClock
-from ..packing import DEFAULT_PACK_BYTES
+from ..settings import SqsSettings
 from ..sqs import QueueDirectory, QueueInfo
 from .parking import IN_FLIGHT_CACHE_S, Parking
 from .plan import (
@@ -60,35 +60,33 @@ class FifoRequeuer:
         client: SQSClient,
         settings: DelayedDeliverySettings | None = None,
         *,
+        sqs_settings: SqsSettings | None = None,
         clock: Clock | None = None,
         directory: QueueDirectory | None = None,
-        pack_bytes: int = DEFAULT_PACK_BYTES,
         cancellations: CancellationCache | None = None,
         retention_headroom: int = PARK_RETENTION_HEADROOM,
         broker_clock: BrokerClock | None = None,
         max_receive_count: int = 0,
     ) -> None:
-        if not is_whole(pack_bytes):
-            raise ConfigurationError(f"pack_bytes must be a non-negative integer (0 = off), got {pack_bytes!r}")
         if not is_whole(retention_headroom):
             raise ConfigurationError(f"retention_headroom must be non-negative seconds, got {retention_headroom!r}")
         self.client = client
         self.settings = settings or DelayedDeliverySettings()
+        self.sqs_settings = sqs_settings or SqsSettings()
         self.clock = clock or SystemClock()
         self.directory = directory or QueueDirectory(client)
-        self.pack_bytes = pack_bytes
         self.cancellations = cancellations
         #: A park keeps this much of the queue's retention free (an outage this long still loses nothing).
         self.retention_headroom = retention_headroom
         self.broker_clock = broker_clock
-        if self.broker_clock is None and self.settings.max_park_seconds > 0:
+        if self.broker_clock is None and self.sqs_settings.max_park_seconds > 0:
             self.broker_clock = BrokerClock(self.clock).attach(client)
         if not is_whole(max_receive_count):
             raise ConfigurationError(f"max_receive_count must be a non-negative integer, got {max_receive_count!r}")
         #: Receives past which a record goes to the error queue (0 = no limit), park returns allowed on top.
-        self.receive_limit = receive_limit(max_receive_count, self.settings.max_park_seconds)
+        self.receive_limit = receive_limit(max_receive_count, self.sqs_settings.max_park_seconds)
         self._parking = Parking(
-            client, self.directory, self.settings, self.clock, self.broker_clock, retention_headroom, pack_bytes
+            client, self.directory, self.sqs_settings, self.clock, self.broker_clock, retention_headroom
         )
 
     def process(
@@ -128,7 +126,7 @@ class FifoRequeuer:
         """The pipeline over a batch: parse, plan, park, send, error queue, one result per record."""
         now_ms = int(self.clock.now().timestamp() * 1000)
         parsed = [parse_record(record, now_ms) for record in records]
-        parking = self.settings.max_park_seconds > 0
+        parking = self.sqs_settings.max_park_seconds > 0
         if parking:
             parsed = self._parking.find_park_returns(parsed, now_ms)
         if self.receive_limit:
@@ -147,7 +145,7 @@ class FifoRequeuer:
         for p in self._parking.park(parked, ledger):
             plans[p.index] = p
         by_record = _by_record(parsed, plans)
-        sending = Sending(self.client, self.directory, self.settings, self.clock, self.pack_bytes)
+        sending = Sending(self.client, self.directory, self.settings, self.sqs_settings, self.clock)
         sending.send_hops(plans, ledger)
         poison = [
             replace(p, message=replace(p.message, reason=ledger.poison.get(p.index, p.message.reason)))
@@ -173,7 +171,7 @@ class FifoRequeuer:
         for owner, record in zip(owners, applied, strict=True):
             blocked[owner] = blocked[owner] or record is not None
         parks = self._parking.plan_parks(parsed, blocked) if parking else {}
-        native = self.settings.max_native_delay
+        native = self.sqs_settings.max_native_delay
         return [plan_message(i, m, applied[i], parks.get(owners[i], 0), native, now_ms) for i, m in enumerate(messages)]
 
     def park_policy(self, queue: QueueInfo) -> SqsParkPolicy:

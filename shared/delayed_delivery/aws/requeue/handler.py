@@ -96,7 +96,7 @@ def build_handler(
     requeuer = FifoRequeuer(
         sqs_client,
         config.settings,
-        pack_bytes=config.pack_bytes,
+        sqs_settings=config.sqs_settings,
         cancellations=cancellations,
         max_receive_count=config.max_receive_count,
     )
@@ -140,7 +140,7 @@ def _startup_check(
         for arn in {str(r.get("eventSourceARN", "")) for r in event.get("Records", [])} - checked:
             checked.add(arn)
             try:
-                result = check_endpoint(sqs_client, parse_source_arn(arn).delay_queue, config.settings)
+                result = check_endpoint(sqs_client, parse_source_arn(arn).delay_queue, config.sqs_settings)
             except DelayedDeliveryError as exc:
                 logger.warning("startup check of the delay queue could not run", extra={lf.REASON: str(exc)})
                 continue

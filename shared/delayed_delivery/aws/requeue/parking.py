@@ -12,8 +12,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ...clock import Clock
 from ...errors import DelayedDeliveryError, PermanentError, TransientError
 from ...planning import SqsParkPolicy, sqs_park_ms
-from ...settings import DelayedDeliverySettings
 from ..brokerclock import BrokerClock
+from ..settings import SqsSettings
 from ..sqs import MAX_BATCH_ENTRIES, QueueDirectory, QueueInfo, translate_error
 from .plan import Ledger, MessagePlan, result_of
 from .records import HopOutcome, ParsedMessage, ParsedRecord, SourceQueue
@@ -34,19 +34,18 @@ class Parking:
 
     client: SQSClient
     directory: QueueDirectory
-    settings: DelayedDeliverySettings
+    sqs_settings: SqsSettings
     clock: Clock
     broker_clock: BrokerClock | None
     retention_headroom: int
-    pack_bytes: int
     in_flight: dict[str, tuple[int | None, float]] = field(default_factory=dict)
 
     def policy(self, queue: QueueInfo) -> SqsParkPolicy:
         """The park rules for ``queue``: the settings plus its retention and visibility timeout."""
         return SqsParkPolicy(
-            fifo_queue_delay=self.settings.fifo_queue_delay,
-            max_native_delay=self.settings.max_native_delay,
-            max_park_seconds=self.settings.max_park_seconds,
+            fifo_queue_delay=self.sqs_settings.fifo_queue_delay,
+            max_native_delay=self.sqs_settings.max_native_delay,
+            max_park_seconds=self.sqs_settings.max_park_seconds,
             retention_seconds=queue.retention_seconds,
             visibility_timeout=queue.visibility_timeout,
             retention_headroom=self.retention_headroom,
@@ -114,7 +113,7 @@ class Parking:
             park = self.record_park_ms(r, queue) if queue is not None else 0
             if park:
                 chosen.append((index, r, park))
-        if self.pack_bytes:
+        if self.sqs_settings.pack_bytes:
             chosen = _packed_instead(chosen)
         parks: dict[int, int] = {}
         for index, r, park in chosen:
@@ -126,7 +125,7 @@ class Parking:
     def may_park_more(self, source: SourceQueue) -> bool:
         """Whether the queue's in-flight count (cached a minute) is below ``park_max_in_flight``."""
         in_flight = self.queue_in_flight(source)
-        return in_flight is not None and in_flight < self.settings.park_max_in_flight
+        return in_flight is not None and in_flight < self.sqs_settings.park_max_in_flight
 
     def queue_in_flight(self, source: SourceQueue) -> int | None:
         """``ApproximateNumberOfMessagesNotVisible`` of the source queue, read at most once a minute (None: unknown)."""

@@ -15,6 +15,7 @@ from ...settings import DelayedDeliverySettings
 from ..errorqueue import DROPPED, Poison, full_form_problem, reduced_entry
 from ..fifo_ids import deduplication_id
 from ..packing import PackedMessage, content_fingerprint, envelope_attributes, envelope_body, envelope_id, pack
+from ..settings import SqsSettings
 from ..sqs import (
     MAX_ATTRIBUTES,
     EntryResult,
@@ -43,8 +44,8 @@ class Sending:
     client: SQSClient
     directory: QueueDirectory
     settings: DelayedDeliverySettings
+    sqs_settings: SqsSettings
     clock: Clock
-    pack_bytes: int
 
     def _settle(
         self,
@@ -89,7 +90,7 @@ class Sending:
             m = PackedMessage(w.message_id, w.hop + 1, w.remaining_ms, w.body, w.attributes, w.sent_ms)
             owner[id(m)] = p
             messages.append(m)
-        envelopes, alone = pack(messages, min(self.pack_bytes, info.max_message_size))
+        envelopes, alone = pack(messages, min(self.sqs_settings.pack_bytes, info.max_message_size))
         if not envelopes:
             return items
         entries: list[SendMessageBatchRequestEntryTypeDef] = []
@@ -127,7 +128,7 @@ class Sending:
             for p in items:
                 ledger.fail(p, exc)
             return
-        if outcome is HopOutcome.REQUEUED and self.pack_bytes and len(items) >= 2:
+        if outcome is HopOutcome.REQUEUED and self.sqs_settings.pack_bytes and len(items) >= 2:
             items = self.send_packed(queue, info, items, ledger)
         entries: list[SendMessageBatchRequestEntryTypeDef] = []
         sendable: list[MessagePlan] = []
@@ -172,7 +173,7 @@ class Sending:
                     attributes[DELIVERY_HEADER] = delivery
             if attributes:
                 entry["MessageAttributes"] = attributes
-            entry["DelaySeconds"] = min(w.remaining, self.settings.max_native_delay)  # a skewed local clock
+            entry["DelaySeconds"] = min(w.remaining, self.sqs_settings.max_native_delay)  # a skewed local clock
         return entry
 
     def to_error_queue(self, poison: list[MessagePlan], ledger: Ledger) -> None:

@@ -2,31 +2,41 @@
 
 | variable | default | meaning |
 |---|---|---|
-| ``DELAYED_DELIVERY_*`` core settings | see ``DelayedDeliverySettings`` | error queue, bucket sizes, ingest queue |
+| ``DELAYED_DELIVERY_*`` core settings | see ``DelayedDeliverySettings`` | error queue, on/off |
+| ``DELAYED_DELIVERY_*`` SQS settings | see ``SqsSettings`` | ingest queue, ``long_delay_route`` |
+| ``DELAYED_DELIVERY_BUCKET_*`` timing | see ``TierSettings`` | bucket sizes, dispatch lead, send phase |
 | ``DELAYED_DELIVERY_BUCKET_NAME`` | none (required by both functions) | the S3 bucket holding the bucket objects |
 | ``DELAYED_DELIVERY_BUCKET_PREFIX`` | ``delayed-delivery/buckets`` | key prefix of the objects inside it |
 | ``DELAYED_DELIVERY_CANCELLATION_TABLE`` | none (no lookups) | DynamoDB table of cancel / reschedule records |
 | ``POWERTOOLS_SERVICE_NAME`` | ``delayed-delivery-buckets`` | service name on logs, metrics and traces |
 | ``POWERTOOLS_METRICS_NAMESPACE`` | ``DelayedDelivery`` | CloudWatch namespace of the EMF metrics |
+
+``python -m delayed_delivery.aws.tier.config`` prints the ``TierSettings`` table the README embeds.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
+from ... import envsettings
+from ...envsettings import ENV_PREFIX, check_numbers, env_name, setting_label
 from ...errors import ConfigurationError
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.wheel import BucketLevel
 from ..config import NAMESPACE_ENV, SERVICE_ENV, TABLE_ENV
+from ..settings import SqsSettings
 
 __all__ = [
     "BUCKET_NAME_ENV",
     "BUCKET_PREFIX_ENV",
     "DEFAULT_PREFIX",
+    "DEFAULT_SEND_PHASE_MS",
     "DEFAULT_SERVICE",
     "BucketTierConfig",
+    "TierSettings",
 ]
 
 #: Environment variable naming the S3 bucket of the tier.
@@ -36,7 +46,68 @@ BUCKET_PREFIX_ENV = "DELAYED_DELIVERY_BUCKET_PREFIX"
 DEFAULT_PREFIX = "delayed-delivery/buckets"
 DEFAULT_SERVICE = "delayed-delivery-buckets"
 DEFAULT_NAMESPACE = "DelayedDelivery"
+#: The timer's send phase when none is set (``bucket_send_phase_ms``).
+DEFAULT_SEND_PHASE_MS = 250
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+_DOCS = {
+    "bucket_fine_seconds": "Length of a fine (near) time bucket (seconds).",
+    "bucket_coarse_seconds": "Length of a coarse (far) time bucket; a multiple of bucket_fine_seconds (seconds).",
+    "bucket_dispatch_lead_seconds": "How long before a fine bucket starts it is dispatched, the rest waiting as "
+    "DelaySeconds; plus bucket_fine_seconds at most 900 (seconds).",
+    "bucket_send_phase_ms": "The bucket timer sends each message when its due time is a whole number of seconds "
+    "away, within this step, so SQS's whole-second DelaySeconds add at most this much lateness; it costs up to 1 s "
+    "of timer time per bucket sent ahead of its due time and splits a destination's batches into up to 1000 / step "
+    "sends; 0 sends at once, up to 1 s late (1 to 1000 milliseconds, or 0).",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TierSettings:
+    """The tier's timing: the wheel's bucket sizes and dispatch lead, and the timer's send phase."""
+
+    bucket_fine_seconds: int = 60
+    bucket_coarse_seconds: int = 86_400
+    bucket_dispatch_lead_seconds: int = 600
+    bucket_send_phase_ms: int = DEFAULT_SEND_PHASE_MS
+
+    def __post_init__(self) -> None:
+        check_numbers(self)
+        if self.bucket_send_phase_ms > 1000:
+            raise ConfigurationError(
+                f"{setting_label('bucket_send_phase_ms')} must be from 0 to 1000, got {self.bucket_send_phase_ms}"
+            )
+        try:
+            _ = self.levels  # BucketLevel checks the three sizes together
+        except ConfigurationError as exc:
+            names = ", ".join(
+                env_name(f) for f in ("bucket_fine_seconds", "bucket_coarse_seconds", "bucket_dispatch_lead_seconds")
+            )
+            raise ConfigurationError(f"{exc} ({names})") from None
+
+    @property
+    def levels(self) -> BucketLevel:
+        """The timing wheel's levels."""
+        return BucketLevel(self.bucket_fine_seconds, self.bucket_coarse_seconds, self.bucket_dispatch_lead_seconds)
+
+    def with_(self, **changes: Any) -> TierSettings:
+        """A copy with ``changes`` applied (validated)."""
+        return replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], prefix: str = ENV_PREFIX) -> TierSettings:
+        """Build settings from ``env`` (e.g. ``os.environ``), reading ``<prefix><FIELD>`` names."""
+        return envsettings.read_settings(cls, env, prefix)
+
+    @classmethod
+    def markdown_reference(cls) -> str:
+        """The tier's settings as a Markdown table (embedded in the README; a test checks it)."""
+        return envsettings.markdown_reference(cls.reference())
+
+    @classmethod
+    def reference(cls) -> Iterator[tuple[str, str, str, str]]:
+        """Rows of (field, environment variable, default, description) for documentation."""
+        return envsettings.reference(cls, _DOCS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +117,9 @@ class BucketTierConfig:
     bucket_name: str
     prefix: str = DEFAULT_PREFIX
     settings: DelayedDeliverySettings = field(default_factory=DelayedDeliverySettings)
+    #: The SQS route's settings: the ingest queue, ``long_delay_route``, the native cap.
+    sqs_settings: SqsSettings = field(default_factory=SqsSettings)
+    tier_settings: TierSettings = field(default_factory=TierSettings)
     #: DynamoDB table of cancel and reschedule records; ``None`` = no lookups.
     cancellation_table: str | None = None
     service: str = DEFAULT_SERVICE
@@ -64,8 +138,8 @@ class BucketTierConfig:
 
     @property
     def levels(self) -> BucketLevel:
-        """The timing wheel's levels from the settings."""
-        return BucketLevel.from_settings(self.settings)
+        """The timing wheel's levels from the tier's settings."""
+        return self.tier_settings.levels
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> BucketTierConfig:
@@ -77,7 +151,13 @@ class BucketTierConfig:
             bucket_name=name,
             prefix=env.get(BUCKET_PREFIX_ENV, "").strip() or DEFAULT_PREFIX,
             settings=DelayedDeliverySettings.from_env(env),
+            sqs_settings=SqsSettings.from_env(env),
+            tier_settings=TierSettings.from_env(env),
             cancellation_table=env.get(TABLE_ENV, "").strip() or None,
             service=env.get(SERVICE_ENV, "").strip() or DEFAULT_SERVICE,
             metrics_namespace=env.get(NAMESPACE_ENV, "").strip() or DEFAULT_NAMESPACE,
         )
+
+
+if __name__ == "__main__":
+    print(TierSettings.markdown_reference())

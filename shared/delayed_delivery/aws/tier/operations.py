@@ -32,6 +32,7 @@ from ...errors import DestinationNotFoundError
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.census import BucketCensus, CensusPeriod, take_census
 from ..cancellations import DEFAULT_CACHE_SECONDS, DEFAULT_TABLE, DynamoDbCancellationStore
+from ..settings import SqsSettings
 from ..sqs import translate_error
 from .provision import INGEST_VISIBILITY_SECONDS
 from .relocate import DEFAULT_SCAN_LIMIT, Relocation, Relocator, ScanProgress
@@ -88,6 +89,7 @@ class TierOperations:
         records: DynamoDbCancellationStore,
         settings: DelayedDeliverySettings,
         *,
+        sqs_settings: SqsSettings | None = None,
         clock: Clock | None = None,
         where: str = "AWS",
         record_cache_seconds: float = DEFAULT_CACHE_SECONDS,
@@ -96,6 +98,8 @@ class TierOperations:
         self.sqs = sqs_client
         self.records = records
         self.settings = settings
+        #: The SQS route's settings: ``long_delay_route`` and the native cap decide what may have left already.
+        self.sqs_settings = sqs_settings or SqsSettings()
         self.clock = clock or SystemClock()
         #: Where the queues are, for error texts (an endpoint URL, or "AWS").
         self.where = where
@@ -114,12 +118,13 @@ class TierOperations:
     ) -> TierOperations:
         """The tier of ``config``: its bucket objects, and its cancellation table (the default one when unset)."""
         records = DynamoDbCancellationStore(dynamodb_client, config.cancellation_table or DEFAULT_TABLE)
-        return cls(S3BucketStore.from_config(s3_client, config), sqs_client, records, config.settings, clock=clock)
+        store = S3BucketStore.from_config(s3_client, config)
+        return cls(store, sqs_client, records, config.settings, sqs_settings=config.sqs_settings, clock=clock)
 
     @property
     def fifo_too(self) -> bool:
         """Whether a long delay may also take the ``-delay.fifo`` route (``long_delay_route`` is not ``buckets``)."""
-        return self.settings.long_delay_route != "buckets"
+        return self.sqs_settings.long_delay_route != "buckets"
 
     def check(self, destination: str) -> None:
         """The S3 bucket, the destination queue and the cancellation table exist (one request each)."""
@@ -141,7 +146,7 @@ class TierOperations:
         tier = levels.dispatch_lead_seconds + levels.fine_seconds
         if not self.fifo_too:
             return float(tier)
-        return float(max(tier, self.settings.max_native_delay + self.record_cache_seconds))
+        return float(max(tier, self.sqs_settings.max_native_delay + self.record_cache_seconds))
 
     def cancel(self, destination: str, message_id: str, *, due: datetime | None = None) -> TierCancel:
         """Write a cancel record living until the message's dispatch (``due``: its due time, if known)."""

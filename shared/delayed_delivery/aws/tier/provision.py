@@ -136,7 +136,7 @@ def ensure_bucket_tier(s3: S3Client, sqs: SQSClient, config: BucketTierConfig) -
     """Create (or reuse) the bucket, the ingest queue with its DLQ, and the error queue; idempotent."""
     _ensure_bucket(s3, config)
     settings = config.settings
-    ingest = settings.bucket_ingest_queue
+    ingest = config.sqs_settings.bucket_ingest_queue
     retention: dict[QueueAttributeNameType, str] = {"MessageRetentionPeriod": str(RETENTION_SECONDS)}
     try:
         dlq_url = sqs.create_queue(QueueName=dlq_name(ingest), Attributes=retention)["QueueUrl"]
@@ -224,7 +224,8 @@ def _attributes(sqs: SQSClient, name: str) -> dict[str, str] | None:
 
 def _check_queues(sqs: SQSClient, config: BucketTierConfig) -> list[str]:
     settings = config.settings
-    ingest, dlq = settings.bucket_ingest_queue, dlq_name(settings.bucket_ingest_queue)
+    ingest = config.sqs_settings.bucket_ingest_queue
+    dlq = dlq_name(ingest)
     problems = []
     if _attributes(sqs, settings.error_queue) is None:
         problems.append(f"error queue {settings.error_queue!r} does not exist")

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 from ...clock import Clock
 from ...cost import MeasuredFigures, choose_long_delay_route, load_measured_figures
 from ...delivery import epoch_ms
+from ...envsettings import env_name
 from ...errors import ConfigurationError, DestinationNotFoundError, InvalidMessageError
-from ...settings import ENV_PREFIX, DelayedDeliverySettings
 from ...timebuckets.format import BucketMessage
+from ..settings import SqsSettings
 from ..sqs import EntryResult, QueueDirectory, QueueInfo, message_size, send_batches
 from .ingest_format import DEFAULT_INGEST_BYTES, encode_ingest, ingest_attributes, pack_ingest
 
@@ -43,14 +44,14 @@ class BucketSendLeg:
     def __init__(
         self,
         client: SQSClient,
-        settings: DelayedDeliverySettings,
+        sqs_settings: SqsSettings,
         directory: QueueDirectory,
         clock: Clock,
         *,
         pack_bytes: int = DEFAULT_INGEST_BYTES,
     ) -> None:
         self.client = client
-        self.settings = settings
+        self.sqs_settings = sqs_settings
         self.directory = directory
         self.clock = clock
         self.pack_bytes = pack_bytes or DEFAULT_INGEST_BYTES
@@ -58,23 +59,25 @@ class BucketSendLeg:
 
     def takes(self, delay_seconds: int) -> bool:
         """Whether a delay past the native cap goes to the tier under ``long_delay_route``."""
-        route = self.settings.long_delay_route
+        route = self.sqs_settings.long_delay_route
         if route != "auto":
             return route == "buckets"
         if self._measured is None:
             self._measured = load_measured_figures()
-        chosen = choose_long_delay_route(delay_seconds, self._measured, max_native_delay=self.settings.max_native_delay)
+        chosen = choose_long_delay_route(
+            delay_seconds, self._measured, max_native_delay=self.sqs_settings.max_native_delay
+        )
         return chosen == "buckets"
 
     def ingest_queue(self) -> QueueInfo:
         """The ingest queue (cached); ``ConfigurationError`` naming the setting when it does not exist."""
-        name = self.settings.bucket_ingest_queue
+        name = self.sqs_settings.bucket_ingest_queue
         try:
             return self.directory.get(name)
         except DestinationNotFoundError as exc:
             raise ConfigurationError(
                 f"the time-bucket tier's ingest queue {name!r} does not exist (setting bucket_ingest_queue, "
-                f"{ENV_PREFIX}BUCKET_INGEST_QUEUE): create the tier with `delayed-delivery aws create` or its CDK "
+                f"{env_name('bucket_ingest_queue')}): create the tier with `delayed-delivery aws create` or its CDK "
                 "construct, or set long_delay_route=fifo"
             ) from exc
 

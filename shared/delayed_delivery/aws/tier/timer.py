@@ -23,6 +23,7 @@ from ...clock import Clock
 from ...errors import ConfigurationError, DelayedDeliveryError
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.wheel import COARSE, FINE, MAX_DELAY_SECONDS, BucketKey, cascade_window, dispatch_window
+from .config import DEFAULT_SEND_PHASE_MS
 from .lease import DEFAULT_LEASE_SECONDS, BucketLeases
 from .notices import BadLines
 from .store import ObjectMissingError, S3BucketStore, StoredObject
@@ -92,12 +93,13 @@ class BucketTimer:
         margin_seconds: float = DEADLINE_MARGIN_SECONDS,
         cascade_group_bytes: int = DEFAULT_GROUP_BYTES,
         monotonic: Callable[[], float] = time.monotonic,
+        send_phase_ms: int = DEFAULT_SEND_PHASE_MS,
     ) -> None:
         self.store = store
         self.settings = settings
         self.clock = clock
         self.cancellations = cancellations
-        self.sqs = TimerSqs(sqs_client, settings, clock)
+        self.sqs = TimerSqs(sqs_client, settings, clock, send_phase_ms=send_phase_ms)
         self.leases = BucketLeases(store, clock, owner, lease_seconds)
         self.margin_seconds = margin_seconds
         self.cascade_group_bytes = cascade_group_bytes

@@ -100,7 +100,15 @@ def build_timer_handler(
         if problem is not None:
             logger.warning("not a scheduled event; running anyway", extra={lf.EVENT: _EVENT_TIMER, lf.REASON: problem})
         owner = str(getattr(context, "aws_request_id", "") or uuid.uuid4().hex)
-        timer = BucketTimer(store, sqs, config.settings, clock, cancellations=cancellations, owner=owner)
+        timer = BucketTimer(
+            store,
+            sqs,
+            config.settings,
+            clock,
+            cancellations=cancellations,
+            owner=owner,
+            send_phase_ms=config.tier_settings.bucket_send_phase_ms,
+        )
         try:
             result = timer.run(_deadline(context))
         except ConfigurationError:

@@ -28,6 +28,7 @@ from ..sqs import (
     sqs_text_problem,
     valid_attribute_name,
 )
+from .config import DEFAULT_SEND_PHASE_MS
 from .timer_plan import Rejected
 
 if TYPE_CHECKING:
@@ -107,9 +108,13 @@ class TimerSqs:
         settings: DelayedDeliverySettings,
         clock: Clock,
         directory: QueueDirectory | None = None,
+        *,
+        send_phase_ms: int = DEFAULT_SEND_PHASE_MS,
     ) -> None:
         self.client = client
         self.settings = settings
+        #: The send waves' step (``bucket_send_phase_ms``, ``send_waves``).
+        self.send_phase_ms = send_phase_ms
         self.clock = clock
         self.directory = directory or QueueDirectory(client)
 
@@ -121,7 +126,7 @@ class TimerSqs:
         """
         outcome = DispatchOutcome()
         start = self.clock.now()
-        for offset, wave in send_waves(messages, start, self.settings.bucket_send_phase_ms):
+        for offset, wave in send_waves(messages, start, self.send_phase_ms):
             wait = (start + offset - self.clock.now()).total_seconds()
             if wait > 0:
                 self.clock.sleep(wait)

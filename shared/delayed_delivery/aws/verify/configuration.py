@@ -64,7 +64,7 @@ def input_queue(ctx: AwsVerifyContext, ep: EndpointTarget) -> CheckResult:
 
 def delay_queue(ctx: AwsVerifyContext, ep: EndpointTarget) -> CheckResult:
     """``-delay.fifo`` exists, is FIFO and holds each hop for exactly ``fifo_queue_delay``."""
-    facts, hop = ctx.queue(ep.delay_queue), ctx.target.settings.fifo_queue_delay
+    facts, hop = ctx.queue(ep.delay_queue), ctx.target.sqs_settings.fifo_queue_delay
     if facts is None:
         return _missing_queue(
             "delay-queue",
@@ -286,7 +286,7 @@ def ingest_event_source(ctx: AwsVerifyContext) -> CheckResult:
     """The ingest function's event source on the ingest queue."""
     tier = ctx.target.tier
     assert tier is not None
-    queue = tier.config.settings.bucket_ingest_queue
+    queue = tier.config.sqs_settings.bucket_ingest_queue
     return _event_source(ctx, "tier-ingest-event-source", tier.ingest, queue, batch=10_000, at_rest="Enabled")
 
 
@@ -379,7 +379,7 @@ def ingest_dlq(ctx: AwsVerifyContext) -> CheckResult:
     """The ingest queue redrives to its DLQ after a few receives, so a poison record cannot block it forever."""
     tier = ctx.target.tier
     assert tier is not None
-    ingest, dlq = tier.config.settings.bucket_ingest_queue, tier.ingest_dlq
+    ingest, dlq = tier.config.sqs_settings.bucket_ingest_queue, tier.ingest_dlq
     facts = ctx.queue(ingest)
     if facts is None:
         return failed(
@@ -415,9 +415,9 @@ def ingest_visibility(ctx: AwsVerifyContext) -> CheckResult:
     """The ingest queue's visibility is six times the ingest timeout plus its batching window."""
     tier = ctx.target.tier
     assert tier is not None
-    facts = ctx.queue(tier.config.settings.bucket_ingest_queue)
+    facts = ctx.queue(tier.config.sqs_settings.bucket_ingest_queue)
     if facts is None:
-        return skipped("tier-ingest-visibility", C, tier.config.settings.bucket_ingest_queue, "no ingest queue")
+        return skipped("tier-ingest-visibility", C, tier.config.sqs_settings.bucket_ingest_queue, "no ingest queue")
     return _visibility("tier-ingest-visibility", facts.name, facts, tier.ingest, INGEST_BATCHING_WINDOW)
 
 

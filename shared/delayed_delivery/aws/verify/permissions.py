@@ -129,13 +129,13 @@ def ingest_role(ctx: AwsVerifyContext) -> CheckResult:
     needed = [
         Request("s3:PutObject", f"{objects}/verify-probe"),
         Request("sqs:SendMessage", _arn(ctx, tier.config.settings.error_queue)),
-        Request("sqs:ReceiveMessage", _arn(ctx, tier.config.settings.bucket_ingest_queue)),
+        Request("sqs:ReceiveMessage", _arn(ctx, tier.config.sqs_settings.bucket_ingest_queue)),
     ]
     refused = [
         Request("s3:PutObject", f"arn:aws:s3:::{tier.config.bucket_name}/outside-the-prefix"),
         Request("s3:DeleteObject", f"{objects}/verify-probe"),
     ]
-    return _judge(ctx, "tier-ingest-role", tier.ingest, needed, refused, tier.config.settings.bucket_ingest_queue)
+    return _judge(ctx, "tier-ingest-role", tier.ingest, needed, refused, tier.config.sqs_settings.bucket_ingest_queue)
 
 
 def timer_role(ctx: AwsVerifyContext) -> CheckResult:

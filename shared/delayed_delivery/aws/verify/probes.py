@@ -84,13 +84,13 @@ def _plan(ctx: AwsVerifyContext) -> list[tuple[str, float]]:
 
 def _sender(ctx: AwsVerifyContext, kind: str) -> SqsDelayedSender:
     """The sender for ``kind``: the deployment's settings; the tier's probe goes to the tier whatever its delay."""
-    settings = ctx.target.settings.with_(long_delay_route="fifo")
+    routing = ctx.target.sqs_settings.with_(long_delay_route="fifo")
     if kind == "tier" and ctx.target.tier is not None:
-        tier = ctx.target.tier.config.settings
-        settings = settings.with_(
+        tier = ctx.target.tier.config.sqs_settings
+        routing = routing.with_(
             long_delay_route="buckets", max_native_delay=1, bucket_ingest_queue=tier.bucket_ingest_queue
         )
-    return SqsDelayedSender(ctx.clients.sqs, settings, clock=ctx.clock)
+    return SqsDelayedSender(ctx.clients.sqs, ctx.target.settings, sqs_settings=routing, clock=ctx.clock)
 
 
 def _send(ctx: AwsVerifyContext, probe_queue: str, kind: str, delay: float) -> Probe:
@@ -133,7 +133,7 @@ def _cancel_and_reschedule(ctx: AwsVerifyContext, probe_queue: str, probes: list
                     probe_queue,
                     probe.message_id,
                     now=now,
-                    max_native_delay=ctx.target.settings.max_native_delay,
+                    max_native_delay=ctx.target.sqs_settings.max_native_delay,
                     max_age=cache,
                     due=probe.due,
                 )
@@ -263,7 +263,7 @@ def _where(ctx: AwsVerifyContext, probe: Probe, ep: EndpointTarget) -> tuple[str
     if probe.route == "fifo":
         depth = _depth(ctx, ep.delay_queue) or {}
         facts = ctx.queue(ep.delay_queue)
-        hop, wanted = (facts.number("DelaySeconds") if facts else 0), ctx.target.settings.fifo_queue_delay
+        hop, wanted = (facts.number("DelaySeconds") if facts else 0), ctx.target.sqs_settings.fifo_queue_delay
         if depth.get("Delayed") and hop != wanted:
             return (
                 f"it waits out DelaySeconds {hop} s on {ep.delay_queue} at every hop{failures}",
@@ -277,7 +277,7 @@ def _where(ctx: AwsVerifyContext, probe: Probe, ep: EndpointTarget) -> tuple[str
             )
     if probe.route == "buckets" and ctx.target.tier is not None:
         tier = ctx.target.tier
-        ingest = _depth(ctx, tier.config.settings.bucket_ingest_queue) or {}
+        ingest = _depth(ctx, tier.config.sqs_settings.bucket_ingest_queue) or {}
         dlq = _depth(ctx, tier.ingest_dlq) or {}
         if sum(dlq.values()):
             return f"the ingest DLQ {tier.ingest_dlq} holds {dlq}{failures}", (

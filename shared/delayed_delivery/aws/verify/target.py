@@ -16,8 +16,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ...errors import ConfigurationError
 from ...settings import DelayedDeliverySettings
+from ..settings import SqsSettings
 from ..sqs import translate_error
-from ..tier.config import DEFAULT_PREFIX, BucketTierConfig
+from ..tier.config import DEFAULT_PREFIX, BucketTierConfig, TierSettings
 
 __all__ = [
     "INGEST_BATCHING_WINDOW",
@@ -85,7 +86,7 @@ class TierTarget:
     @property
     def ingest_dlq(self) -> str:
         """``<ingest>-dlq``."""
-        return f"{self.config.settings.bucket_ingest_queue}-dlq"
+        return f"{self.config.sqs_settings.bucket_ingest_queue}-dlq"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,8 @@ class AwsTarget:
     cancellation_table: str | None = None
     alarms: tuple[str, ...] = ()
     stack: str | None = None
+    #: The SQS route's settings (native cap, hop) as deployed.
+    sqs_settings: SqsSettings = field(default_factory=SqsSettings)
 
     @property
     def all_endpoints(self) -> tuple[EndpointTarget, ...]:
@@ -112,6 +115,7 @@ def local_target(
     sqs: Any,
     settings: DelayedDeliverySettings,
     *,
+    sqs_settings: SqsSettings | None = None,
     description: str,
     queues: Sequence[str] = (),
     tier: BucketTierConfig | None = None,
@@ -132,6 +136,7 @@ def local_target(
         description=description,
         local=True,
         settings=settings,
+        sqs_settings=sqs_settings or SqsSettings(),
         endpoints=endpoints,
         probe=EndpointTarget(PROBE_QUEUE, f"{PROBE_QUEUE}-errors", requeue) if probe else None,
         tier=tier_target,
@@ -164,7 +169,8 @@ def discover_stack(cloudformation: Any, lambda_client: Any, stack: str, region: 
     outputs = {o["OutputKey"]: o.get("OutputValue", "") for o in described.get("Outputs", [])}
     functions = [_function(lambda_client, name) for name in resources.get("AWS::Lambda::Function", [])]
     requeue = {f["service"]: f for f in functions if f["handler"] == REQUEUE_HANDLER}
-    settings = _settings(functions)
+    env = _deployed_env(functions)
+    settings = DelayedDeliverySettings.from_env(env)
     endpoints = []
     probe_name = outputs.get("ProbeQueue") or None
     probe = None
@@ -181,9 +187,10 @@ def discover_stack(cloudformation: Any, lambda_client: Any, stack: str, region: 
         description=f"stack {stack} ({region or 'default region'})",
         local=False,
         settings=settings,
+        sqs_settings=SqsSettings.from_env(env),
         endpoints=tuple(sorted(endpoints, key=lambda e: e.name)),
         probe=probe,
-        tier=_tier(outputs, functions, resources, settings),
+        tier=_tier(outputs, functions, resources, env),
         cancellation_table=outputs.get("CancellationTable") or None,
         alarms=tuple(sorted(resources.get("AWS::CloudWatch::Alarm", []))),
         stack=stack,
@@ -223,8 +230,8 @@ def _function(lambda_client: Any, name: str) -> dict[str, Any]:
     return {"handler": config.get("Handler", ""), "service": env.get("POWERTOOLS_SERVICE_NAME", ""), "target": target}
 
 
-def _settings(functions: Sequence[Mapping[str, Any]]) -> DelayedDeliverySettings:
-    """The deployed settings: the first requeue function's environment, the tier's bucket sizes over it."""
+def _deployed_env(functions: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The deployed settings' variables: the first requeue function's environment, the tier timer's over it."""
     env: dict[str, str] = {}
     for handler in (REQUEUE_HANDLER, TIMER_HANDLER):
         for f in functions:
@@ -232,7 +239,7 @@ def _settings(functions: Sequence[Mapping[str, Any]]) -> DelayedDeliverySettings
                 env.update({k: v for k, v in f["target"].environment.items() if k.startswith("DELAYED_DELIVERY_")})
                 break
     env.pop("DELAYED_DELIVERY_ERROR_QUEUE", None)  # one per endpoint, not a stack-wide setting
-    return DelayedDeliverySettings.from_env(env)
+    return env
 
 
 def _endpoint(name: str, requeue: Mapping[str, Mapping[str, Any]]) -> EndpointTarget:
@@ -248,7 +255,7 @@ def _tier(
     outputs: Mapping[str, str],
     functions: Sequence[Mapping[str, Any]],
     resources: Mapping[str, Sequence[str]],
-    settings: DelayedDeliverySettings,
+    deployed: Mapping[str, str],
 ) -> TierTarget | None:
     """The tier when the stack deployed it (the ``BucketName`` output), with its functions and schedule."""
     bucket = outputs.get("BucketName")
@@ -258,10 +265,13 @@ def _tier(
     timer: FunctionTarget = by_handler.get(TIMER_HANDLER) or FunctionTarget("", TIMER_TIMEOUT)
     ingest: FunctionTarget = by_handler.get(INGEST_HANDLER) or FunctionTarget("", INGEST_TIMEOUT)
     env = timer.environment
+    settings = DelayedDeliverySettings.from_env(deployed)
     config = BucketTierConfig(
         bucket_name=bucket,
         prefix=env.get("DELAYED_DELIVERY_BUCKET_PREFIX") or DEFAULT_PREFIX,
         settings=replace(settings, error_queue=env.get("DELAYED_DELIVERY_ERROR_QUEUE") or settings.error_queue),
+        sqs_settings=SqsSettings.from_env(deployed),
+        tier_settings=TierSettings.from_env(deployed),
         cancellation_table=env.get("DELAYED_DELIVERY_CANCELLATION_TABLE") or None,
     )
     rules = list(resources.get("AWS::Events::Rule", []))

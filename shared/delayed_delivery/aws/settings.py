@@ -1,0 +1,98 @@
+"""The SQS route's settings: the native cap, the ``-delay.fifo`` hop, parking, packing and where long delays go.
+
+They come beside the core settings (``DelayedDeliverySettings``: on/off, error queue, retries), which every route
+reads; the time-bucket tier's timing is ``aws.tier.config.TierSettings``. Environment variables and errors as in
+``delayed_delivery.envsettings``; ``python -m delayed_delivery.aws.settings`` prints the table the README embeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .. import envsettings
+from ..envsettings import ENV_PREFIX, check_numbers, setting_label
+from ..errors import ConfigurationError
+from ..naming import validate_sqs_queue_name
+from ..planning import MAX_PARK_SECONDS
+from .packing import DEFAULT_PACK_BYTES
+
+__all__ = ["LONG_DELAY_ROUTES", "SqsSettings"]
+
+#: The values of ``long_delay_route``.
+LONG_DELAY_ROUTES = ("auto", "fifo", "buckets")
+
+_DOCS = {
+    "max_native_delay": "Longest delay the queue holds natively (SQS: 900 s).",
+    "fifo_queue_delay": "Queue-level delay of each -delay.fifo hop (SQS: 900 s).",
+    "max_park_seconds": "Longest time the SQS requeue function hides a long-delayed -delay.fifo record with "
+    "ChangeMessageVisibility instead of hopping it (at most 42,600 s: SQS's 12 h from the receive less 10 min; "
+    "0 turns parking off).",
+    "park_max_in_flight": "The SQS requeue function parks no new records while its -delay.fifo queue has more "
+    "messages in flight than this (SQS FIFO queues stop at 120,000).",
+    "pack_bytes": "Envelope size: the sender and the requeue function put two or more long-delay messages into one "
+    "-delay.fifo message of up to this many bytes (and the queue's MaximumMessageSize); 0 turns packing off.",
+    "long_delay_route": "How SQS delays beyond max_native_delay travel: fifo (the -delay.fifo queue), buckets (the "
+    "S3 time-bucket tier) or auto (the cheaper of the two for each delay, from the measured cost model).",
+    "bucket_ingest_queue": "The standard SQS queue the sender hands bucket-routed messages to (the tier's ingest).",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SqsSettings:
+    """What the SQS sender, the requeue function and the tier's route read beside the core settings."""
+
+    max_native_delay: int = 900
+    fifo_queue_delay: int = 900
+    max_park_seconds: int = MAX_PARK_SECONDS
+    park_max_in_flight: int = 100_000
+    pack_bytes: int = DEFAULT_PACK_BYTES
+    long_delay_route: str = "fifo"
+    bucket_ingest_queue: str = "delayed-delivery-ingest"
+
+    def __post_init__(self) -> None:
+        check_numbers(self)
+        for name in ("max_native_delay", "fifo_queue_delay"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(
+                    f"{setting_label(name)} must be at least 1 second, got {getattr(self, name)!r}"
+                )
+        if self.max_park_seconds > MAX_PARK_SECONDS:
+            raise ConfigurationError(
+                f"{setting_label('max_park_seconds')} must be at most {MAX_PARK_SECONDS} (SQS's 12-hour visibility "
+                f"limit counts from the receive, and 10 minutes are kept for the function to act), "
+                f"got {self.max_park_seconds}"
+            )
+        if self.long_delay_route not in LONG_DELAY_ROUTES:
+            raise ConfigurationError(
+                f"{setting_label('long_delay_route')} must be one of {', '.join(LONG_DELAY_ROUTES)}, "
+                f"got {self.long_delay_route!r}"
+            )
+        try:
+            validate_sqs_queue_name(self.bucket_ingest_queue)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{setting_label('bucket_ingest_queue')}: {exc}") from None
+
+    def with_(self, **changes: Any) -> SqsSettings:
+        """A copy with ``changes`` applied (validated)."""
+        return replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], prefix: str = ENV_PREFIX) -> SqsSettings:
+        """Build settings from ``env`` (e.g. ``os.environ``), reading ``<prefix><FIELD>`` names."""
+        return envsettings.read_settings(cls, env, prefix)
+
+    @classmethod
+    def markdown_reference(cls) -> str:
+        """The SQS settings as a Markdown table (embedded in the README; a test checks it)."""
+        return envsettings.markdown_reference(cls.reference())
+
+    @classmethod
+    def reference(cls) -> Iterator[tuple[str, str, str, str]]:
+        """Rows of (field, environment variable, default, description) for documentation."""
+        return envsettings.reference(cls, _DOCS)
+
+
+if __name__ == "__main__":
+    print(SqsSettings.markdown_reference())
