@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from . import logfields as lf
 from .clock import Clock, SystemClock, utc
 from .errors import ConfigurationError, InvalidMessageError, PermanentError, TransientError
+from .validation import is_number, is_whole
 
 __all__ = [
     "DEFAULT_EXPIRY",
@@ -76,11 +77,11 @@ class RecordRetry:
     max_delay: float = 5.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or not 1 <= self.attempts <= 100:
+        if not is_whole(self.attempts, 1, 100):
             raise ConfigurationError(f"RecordRetry.attempts must be 1-100, got {self.attempts!r}")
         for name in ("first_delay", "max_delay"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 3600:
+            if not (is_number(value) and value <= 3600):
                 raise ConfigurationError(f"RecordRetry.{name} must be 0-3600 seconds, got {value!r}")
 
     def delay(self, failures: int) -> float:

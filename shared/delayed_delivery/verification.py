@@ -19,6 +19,7 @@ from typing import Any
 
 from .durations import format_duration
 from .errors import ConfigurationError
+from .validation import is_number
 
 __all__ = [
     "VERIFY_ENV_PREFIX",
@@ -212,7 +213,7 @@ class VerifySettings:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            if not (is_number(value) and math.isfinite(value)):
                 raise ConfigurationError(f"verify setting {f.name} must be a non-negative number, got {value!r}")
         if self.poll <= 0 or self.progress_every <= 0:
             raise ConfigurationError("verify settings poll and progress_every must be positive")
