@@ -26,7 +26,7 @@ from cdk_nag import AwsSolutionsChecks
 
 from delayed_delivery.aws.config import DEFAULT_CACHE_SECONDS
 from delayed_delivery.planning import MAX_PARK_SECONDS
-from infra.aws.stack import DEFAULT_CANCELLATION_TABLE, DelayedDeliveryStack, EndpointConfig
+from infra.aws.stack import DEFAULT_CANCELLATION_TABLE, DEFAULT_SQS, DelayedDeliveryStack, EndpointConfig
 
 
 def _context(app: cdk.App, key: str, default: Any) -> Any:
@@ -79,17 +79,17 @@ def build(app: cdk.App) -> DelayedDeliveryStack:
         str(_context(app, "stackName", "DelayedDelivery")),
         endpoints=endpoints,
         powertools_layer_version=str(_context(app, "powertoolsLayerVersion", "27")),
-        max_native_delay=int(_context(app, "maxNativeDelay", 900)),
-        fifo_queue_delay=int(_context(app, "fifoQueueDelay", 900)),
+        max_native_delay=int(_context(app, "maxNativeDelay", DEFAULT_SQS.max_native_delay)),
+        fifo_queue_delay=int(_context(app, "fifoQueueDelay", DEFAULT_SQS.fifo_queue_delay)),
         alarm_topic_arn=_context(app, "alarmTopicArn", None),
         cancellation_table_name=str(_context(app, "cancellationTable", DEFAULT_CANCELLATION_TABLE)),
         cancellation_cache_seconds=int(_context(app, "cancellationCacheSeconds", DEFAULT_CACHE_SECONDS)),
         max_park_seconds=int(_context(app, "maxParkSeconds", MAX_PARK_SECONDS)),
-        park_max_in_flight=int(_context(app, "parkMaxInFlight", 100_000)),
+        park_max_in_flight=int(_context(app, "parkMaxInFlight", DEFAULT_SQS.park_max_in_flight)),
         kms_key=_context(app, "kmsKey", None),
         senders=_senders(_context(app, "delaySenders", [])),
         example_consumer=_flag(_context(app, "exampleConsumer", False)),
-        long_delay_route=str(_context(app, "longDelayRoute", "fifo")),
+        long_delay_route=str(_context(app, "longDelayRoute", DEFAULT_SQS.long_delay_route)),
         bucket_tier=_bucket_tier(app),
         verify_probe=_flag(_context(app, "verifyProbe", True), "verifyProbe"),
         verify_roles=_senders(_context(app, "verifyRoles", []), "verifyRoles"),

@@ -26,10 +26,23 @@ from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
 from delayed_delivery.aws.config import CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS, TABLE_ENV
-from delayed_delivery.aws.tier.config import BUCKET_NAME_ENV, BUCKET_PREFIX_ENV, DEFAULT_PREFIX, DEFAULT_SERVICE
+from delayed_delivery.aws.settings import SqsSettings
+from delayed_delivery.aws.tier.config import (
+    BUCKET_NAME_ENV,
+    BUCKET_PREFIX_ENV,
+    DEFAULT_PREFIX,
+    DEFAULT_SERVICE,
+    TierSettings,
+)
 from delayed_delivery.naming import FIFO_SUFFIX, validate_sqs_queue_name
-from delayed_delivery.timebuckets.wheel import BucketLevel
-from infra.aws.functions import METRICS_NAMESPACE, PowertoolsFunction, powertools_function
+from delayed_delivery.settings import DelayedDeliverySettings
+from infra.aws.functions import (
+    METRICS_NAMESPACE,
+    PowertoolsFunction,
+    powertools_function,
+    setting_env,
+    settings_env,
+)
 
 __all__ = [
     "DEFAULT_INGEST_QUEUE",
@@ -47,10 +60,10 @@ INGEST_HANDLER = "functions.aws.bucket_ingest.handler"
 TIMER_HANDLER = "functions.aws.bucket_timer.handler"
 #: Powertools service of both functions (the ``service`` dimension of their metrics).
 SERVICE = DEFAULT_SERVICE
-#: The wheel's bucket sizes and dispatch lead when none are given (the functions' own defaults).
-DEFAULT_LEVELS = BucketLevel()
+#: The tier's timing when none is given: the functions' own defaults.
+DEFAULT_TIMING = TierSettings()
 #: The ingest queue (``DELAYED_DELIVERY_BUCKET_INGEST_QUEUE``'s default).
-DEFAULT_INGEST_QUEUE = "delayed-delivery-ingest"
+DEFAULT_INGEST_QUEUE = SqsSettings().bucket_ingest_queue
 #: A fine bucket still holding objects this long after its end raises the overdue alarm.
 OVERDUE_THRESHOLD_SECONDS = 120
 #: Ingest batching: up to this many records, gathered for up to this long (bigger objects, fewer requests).
@@ -71,7 +84,9 @@ def _check(prefix: str, fine: int, coarse: int, lead: int, ingest_queue_name: st
     """``ValueError`` for a prefix, bucket sizes or an ingest queue the functions would refuse at start."""
     if not prefix or prefix.startswith("/") or prefix.endswith("/") or "*" in prefix:
         raise ValueError(f"bucket prefix {prefix!r}: path segments without a slash at either end")
-    BucketLevel(fine, coarse, lead)  # ConfigurationError (a ValueError) with the functions' own words
+    DEFAULT_TIMING.with_(  # ConfigurationError (a ValueError) with the functions' own words
+        bucket_fine_seconds=fine, bucket_coarse_seconds=coarse, bucket_dispatch_lead_seconds=lead
+    )
     if ingest_queue_name.endswith(FIFO_SUFFIX):
         raise ValueError(f"ingest queue {ingest_queue_name!r}: a standard queue, not a FIFO one")
     validate_sqs_queue_name(f"{ingest_queue_name}{INGEST_DLQ_SUFFIX}")  # the name and its DLQ's
@@ -131,10 +146,10 @@ class TimeBucketTier(Construct):
         prefix: str = DEFAULT_PREFIX,
         ingest_queue_name: str = DEFAULT_INGEST_QUEUE,
         bucket_name: str | None = None,
-        max_native_delay: int = 900,
-        fine_seconds: int = DEFAULT_LEVELS.fine_seconds,
-        coarse_seconds: int = DEFAULT_LEVELS.coarse_seconds,
-        dispatch_lead_seconds: int = DEFAULT_LEVELS.dispatch_lead_seconds,
+        max_native_delay: int = SqsSettings().max_native_delay,
+        fine_seconds: int = DEFAULT_TIMING.bucket_fine_seconds,
+        coarse_seconds: int = DEFAULT_TIMING.bucket_coarse_seconds,
+        dispatch_lead_seconds: int = DEFAULT_TIMING.bucket_dispatch_lead_seconds,
         overdue_threshold_seconds: int = OVERDUE_THRESHOLD_SECONDS,
         sender_arns: Sequence[str] = (),
     ) -> None:
@@ -150,15 +165,14 @@ class TimeBucketTier(Construct):
         self._senders = _Arns()
         self._restricted = False
         self._allow_senders(sender_arns)
+        sqs_settings = SqsSettings(max_native_delay=max_native_delay, bucket_ingest_queue=ingest_queue_name)
+        timing = TierSettings(fine_seconds, coarse_seconds, dispatch_lead_seconds)
         environment = {
             BUCKET_NAME_ENV: self.bucket.bucket_name,
             BUCKET_PREFIX_ENV: prefix,
-            "DELAYED_DELIVERY_BUCKET_INGEST_QUEUE": ingest_queue_name,
-            "DELAYED_DELIVERY_ERROR_QUEUE": self.error_queue.queue_name,
-            "DELAYED_DELIVERY_MAX_NATIVE_DELAY": str(max_native_delay),
-            "DELAYED_DELIVERY_BUCKET_FINE_SECONDS": str(fine_seconds),
-            "DELAYED_DELIVERY_BUCKET_COARSE_SECONDS": str(coarse_seconds),
-            "DELAYED_DELIVERY_BUCKET_DISPATCH_LEAD_SECONDS": str(dispatch_lead_seconds),
+            setting_env(DelayedDeliverySettings, "error_queue"): self.error_queue.queue_name,
+            **settings_env(sqs_settings, "bucket_ingest_queue", "max_native_delay"),
+            **settings_env(timing, "bucket_fine_seconds", "bucket_coarse_seconds", "bucket_dispatch_lead_seconds"),
         }
         if cancellation_table is not None:
             environment[TABLE_ENV] = cancellation_table.table_name

@@ -26,10 +26,12 @@ from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
 from delayed_delivery.aws.config import CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS, MAX_CACHE_SECONDS, TABLE_ENV
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.naming import sqs_delay_queue_name
 from delayed_delivery.planning import MAX_PARK_SECONDS
+from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.wheel import MAX_DELAY_SECONDS
-from infra.aws.functions import METRICS_NAMESPACE, PowertoolsFunction, powertools_function
+from infra.aws.functions import METRICS_NAMESPACE, PowertoolsFunction, powertools_function, setting_env, settings_env
 
 __all__ = ["BACKLOG_THRESHOLD", "HANDLER", "METRICS_NAMESPACE", "RETENTION", "DelayedDeliveryEndpoint"]
 
@@ -44,6 +46,8 @@ ERROR_RETENTION = Duration.days(14)
 BACKLOG_THRESHOLD = 1000
 #: Messages a FIFO queue may have in flight: SQS stops receives beyond this.
 FIFO_MAX_IN_FLIGHT = 120_000
+#: The SQS route's settings when none are given: the functions' own defaults.
+DEFAULT_SQS = SqsSettings()
 
 
 @jsii.implements(IStableListProducer)
@@ -104,8 +108,8 @@ class DelayedDeliveryEndpoint(Construct):
         code: lambda_.Code,
         layers: Sequence[lambda_.ILayerVersion] = (),
         existing_queue: sqs.IQueue | None = None,
-        max_native_delay: int = 900,
-        fifo_queue_delay: int = 900,
+        max_native_delay: int = DEFAULT_SQS.max_native_delay,
+        fifo_queue_delay: int = DEFAULT_SQS.fifo_queue_delay,
         runtime: lambda_.Runtime = lambda_.Runtime.PYTHON_3_13,
         function_timeout: Duration | None = None,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
@@ -113,7 +117,7 @@ class DelayedDeliveryEndpoint(Construct):
         cancellation_table: dynamodb.ITable | None = None,
         cancellation_cache_seconds: int = DEFAULT_CACHE_SECONDS,
         max_park_seconds: int = MAX_PARK_SECONDS,
-        park_max_in_flight: int = 100_000,
+        park_max_in_flight: int = DEFAULT_SQS.park_max_in_flight,
         backlog_threshold: int = BACKLOG_THRESHOLD,
         encryption_key: kms.IKey | None = None,
         sender_arns: Sequence[str] = (),
@@ -138,10 +142,16 @@ class DelayedDeliveryEndpoint(Construct):
         self._queues(existing_queue, fifo_queue_delay, timeout)
         made = self._function(code, layers, runtime, timeout, log_retention)
         self.function, self.role, self.log_group = made.function, made.role, made.log_group
-        self.function.add_environment("DELAYED_DELIVERY_MAX_NATIVE_DELAY", str(max_native_delay))
-        self.function.add_environment("DELAYED_DELIVERY_FIFO_QUEUE_DELAY", str(fifo_queue_delay))
-        self.function.add_environment("DELAYED_DELIVERY_MAX_PARK_SECONDS", str(max_park_seconds))
-        self.function.add_environment("DELAYED_DELIVERY_PARK_MAX_IN_FLIGHT", str(park_max_in_flight))
+        sqs_settings = DEFAULT_SQS.with_(  # ConfigurationError (a ValueError) for what the function would refuse
+            max_native_delay=max_native_delay,
+            fifo_queue_delay=fifo_queue_delay,
+            max_park_seconds=max_park_seconds,
+            park_max_in_flight=park_max_in_flight,
+        )
+        for name, value in settings_env(
+            sqs_settings, "max_native_delay", "fifo_queue_delay", "max_park_seconds", "park_max_in_flight"
+        ).items():
+            self.function.add_environment(name, value)
         if cancellation_table is not None:
             self._read_cancellations(cancellation_table, cancellation_cache_seconds)
         # The event source's grant (receive, delete, change visibility, attributes) covers this FIFO queue only:
@@ -231,7 +241,7 @@ class DelayedDeliveryEndpoint(Construct):
             service=self.service_name,
             description=f"Moves {self.delay_queue_name} records one hop on (unrestricted delayed delivery)",
             role_description=f"Requeue function of {self.queue_name}: its own queues and log group only",
-            environment={"DELAYED_DELIVERY_ERROR_QUEUE": self.error_queue.queue_name},
+            environment={setting_env(DelayedDeliverySettings, "error_queue"): self.error_queue.queue_name},
         )
 
     def _read_cancellations(self, table: dynamodb.ITable, cache_seconds: int) -> None:

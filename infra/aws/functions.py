@@ -1,10 +1,12 @@
 """``powertools_function``: the one way this app defines a Lambda: its own role and log group, the Powertools layer,
-X-Ray active, configured by environment, with the deliberate cdk-nag findings acknowledged."""
+X-Ray active, configured by environment, with the deliberate cdk-nag findings acknowledged. ``settings_env``: the
+variables a function reads its settings from, named by the package's own rule."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any
 
 from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_iam as iam
@@ -13,11 +15,24 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from delayed_delivery.aws.config import DEFAULT_NAMESPACE, NAMESPACE_ENV, SERVICE_ENV
+from delayed_delivery.envsettings import env_name
 
-__all__ = ["METRICS_NAMESPACE", "PowertoolsFunction", "powertools_function"]
+__all__ = ["METRICS_NAMESPACE", "PowertoolsFunction", "powertools_function", "setting_env", "settings_env"]
 
 #: CloudWatch namespace of the functions' EMF metrics (the one the functions use when none is set).
 METRICS_NAMESPACE = DEFAULT_NAMESPACE
+
+
+def setting_env(owner: type[Any], setting: str) -> str:
+    """The variable the functions read ``setting`` of the settings class ``owner`` from (it must be one of its)."""
+    if not is_dataclass(owner) or setting not in {f.name for f in fields(owner)}:
+        raise ValueError(f"{owner.__name__} has no setting {setting!r}")
+    return env_name(setting)
+
+
+def settings_env(settings: Any, *names: str) -> dict[str, str]:
+    """``names`` of a settings object as the environment variables the functions read them from."""
+    return {setting_env(type(settings), name): str(getattr(settings, name)) for name in names}
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,9 @@ from constructs import Construct
 
 from delayed_delivery.aws.cancellations import DEFAULT_TABLE
 from delayed_delivery.aws.config import DEFAULT_CACHE_SECONDS
+from delayed_delivery.aws.settings import LONG_DELAY_ROUTES, SqsSettings
+from delayed_delivery.aws.tier.config import BUCKET_NAME_ENV
+from delayed_delivery.envsettings import env_name
 from delayed_delivery.planning import MAX_PARK_SECONDS
 from infra.aws.buckets import INGEST_HANDLER, TIMER_HANDLER, TimeBucketTier
 from infra.aws.consumer import CONSUMER_HANDLER, ExampleConsumer
@@ -43,8 +46,8 @@ __all__ = [
 POWERTOOLS_ACCOUNT = "017000801446"
 #: The table `delayed-delivery cancel --cloud aws` writes to (unless DELAYED_DELIVERY_CANCELLATION_TABLE is set).
 DEFAULT_CANCELLATION_TABLE = DEFAULT_TABLE
-#: Values of ``long_delay_route``: ``fifo`` (no tier), ``buckets`` or ``auto`` (both deploy the time-bucket tier).
-LONG_DELAY_ROUTES = ("fifo", "buckets", "auto")
+#: The SQS route's settings when none are given: the functions' own defaults.
+DEFAULT_SQS = SqsSettings()
 #: ``kms_key`` value that creates a customer-managed key (rotation on) instead of importing one by ARN.
 CREATE_KEY = "create"
 #: The Lambda code assets (a folder each under ``asset_dir``, default ``build/aws``) and the handlers each serves.
@@ -107,18 +110,18 @@ class DelayedDeliveryStack(Stack):
         *,
         endpoints: Sequence[EndpointConfig],
         powertools_layer_version: str = "27",
-        max_native_delay: int = 900,
-        fifo_queue_delay: int = 900,
+        max_native_delay: int = DEFAULT_SQS.max_native_delay,
+        fifo_queue_delay: int = DEFAULT_SQS.fifo_queue_delay,
         alarm_topic_arn: str | None = None,
         asset_dir: Path | None = None,
         cancellation_table_name: str = DEFAULT_CANCELLATION_TABLE,
         cancellation_cache_seconds: int = DEFAULT_CACHE_SECONDS,
         max_park_seconds: int = MAX_PARK_SECONDS,
-        park_max_in_flight: int = 100_000,
+        park_max_in_flight: int = DEFAULT_SQS.park_max_in_flight,
         kms_key: str | None = None,
         senders: Sequence[str] = (),
         example_consumer: bool = False,
-        long_delay_route: str = "fifo",
+        long_delay_route: str = DEFAULT_SQS.long_delay_route,
         bucket_tier: Mapping[str, Any] | None = None,
         verify_probe: bool = True,
         verify_roles: Sequence[str] = (),
@@ -227,17 +230,15 @@ class DelayedDeliveryStack(Stack):
             sender_arns=[*senders, *(s for e in endpoints for s in e.senders)],
             **options,
         )
-        CfnOutput(self, "BucketName", value=tier.bucket.bucket_name, description="DELAYED_DELIVERY_BUCKET_NAME")
+        CfnOutput(self, "BucketName", value=tier.bucket.bucket_name, description=BUCKET_NAME_ENV)
         CfnOutput(self, "IngestQueueUrl", value=tier.ingest_queue.queue_url)
         CfnOutput(
             self,
             "SenderIngestQueue",
             value=tier.ingest_queue.queue_name,
-            description="DELAYED_DELIVERY_BUCKET_INGEST_QUEUE for senders",
+            description=f"{env_name('bucket_ingest_queue')} for senders",
         )
-        CfnOutput(
-            self, "SenderLongDelayRoute", value=route, description="DELAYED_DELIVERY_LONG_DELAY_ROUTE for senders"
-        )
+        CfnOutput(self, "SenderLongDelayRoute", value=route, description=f"{env_name('long_delay_route')} for senders")
         return tier
 
     def _cancellation_table(self, name: str) -> dynamodb.Table:
