@@ -25,13 +25,15 @@ __all__ = [
     "encode_delivery",
     "epoch_ms",
     "from_epoch_ms",
+    "longest_delivery",
     "user_headers",
 ]
 
 #: The header (SQS message attribute, Azure envelope header) our senders write at the last hand-over.
 DELIVERY_HEADER = HEADER_PREFIX + "Delivery"
-#: Longest header value written or read.
-MAX_DELIVERY_CHARS = 512
+#: Longest header value written or read: any id of up to 128 characters fits, percent-escaped (12 a character at
+#: most), beside the longest times, hops and route. (Until #23 it was 512 and a long non-ASCII id was left out.)
+MAX_DELIVERY_CHARS = 2048
 #: The routes a message can take.
 ROUTES = frozenset({"native", "fifo", "envelope", "table", "store", "buckets"})
 #: Fields of a ``DeliveredMessage`` set by the broker: a sender cannot forge them.
@@ -78,6 +80,12 @@ def encode_delivery(
         if len(text) <= MAX_DELIVERY_CHARS:
             return text
     return ";".join(parts)
+
+
+def longest_delivery(message_id: str) -> str:
+    """The longest header value any route may write for ``message_id``: what a sender keeps room for."""
+    route = max(sorted(ROUTES), key=len)
+    return encode_delivery(message_id=message_id, due_ms=_MAX_MS, sent_ms=_MAX_MS, hops=_MAX_MS, route=route)
 
 
 def decode_delivery(value: object) -> DeliveryInfo:

@@ -130,8 +130,10 @@ def test_disabled_refuses_long_delays_before_sending(
         ({"destination": "nowhere"}, DestinationNotFoundError, "does not exist"),
         ({"destination": "no/such"}, ConfigurationError, "invalid SQS queue name"),
         ({"destination": "orders-delay.fifo"}, ConfigurationError, "FIFO"),
-        ({"attributes": {f"a{i}": "v" for i in range(11)}}, InvalidMessageError, "at most 10"),
+        ({"attributes": {f"a{i}": "v" for i in range(11)}}, InvalidMessageError, "at most 9"),
+        ({"attributes": {f"a{i}": "v" for i in range(10)}}, InvalidMessageError, "delivery header"),  # #23
         ({"attributes": {f"a{i}": "v" for i in range(10)}, "delay": 5}, InvalidMessageError, "at most 9"),
+        ({"body": "z" * 900, "attributes": {"a": "v" * 40}}, InvalidMessageError, "delivery header"),  # #23
         ({"attributes": {DELAY_SECONDS_ATTRIBUTE: "1"}}, InvalidMessageError, "reserved"),
         ({"attributes": {"AWS.trace": "1"}}, InvalidMessageError, "reserved"),
         ({"attributes": {"empty": ""}}, InvalidMessageError, "empty"),

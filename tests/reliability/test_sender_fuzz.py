@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 import uuid
 from collections import Counter
@@ -52,7 +53,7 @@ from delayed_delivery.azure.sender import AzureDelayedSender, DelayRequest, Send
 from delayed_delivery.azure.storage_queue import MAX_QUEUE_MESSAGE_BYTES, StorageQueueTransport, encode_envelope
 from delayed_delivery.azure.storage_queue import decode_envelope as decode_azure
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
-from delayed_delivery.delivery import DELIVERY_HEADER
+from delayed_delivery.delivery import DELIVERY_HEADER, longest_delivery
 from delayed_delivery.durations import MAX_DELAY, parse_duration, to_seconds
 from delayed_delivery.errors import DelayedDeliveryError, InvalidMessageError
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, is_reserved
@@ -357,8 +358,12 @@ def _sqs_name(value: Any, queues: SqsQueues) -> Any:
     return queues.name.upper() if value == "UPPER" else value
 
 
-def _sqs_body(value: Any, queues: SqsQueues, delay: Any, attributes: Any) -> Any:
-    """A ``Sized`` body made to the byte: the limit the message meets on its route, plus ``over``."""
+def _sqs_body(value: Any, queues: SqsQueues, delay: Any, attributes: Any, message_id: Any = None) -> Any:
+    """A ``Sized`` body made to the byte: the limit the message meets on its route, plus ``over``.
+
+    The sender keeps room for the longest delivery header of the id on every route (#23); without an id it makes a
+    UUID, 36 characters.
+    """
     if not isinstance(value, Sized):
         return value
     counted: dict[str, Any] = {}
@@ -367,11 +372,9 @@ def _sqs_body(value: Any, queues: SqsQueues, delay: Any, attributes: Any) -> Any
             counted = {str(k): _attribute_value(v) for k, v in attributes.items()}
         except (TypeError, ValueError):
             counted = {}
-    try:
-        if whole_seconds(delay) > CAP:
-            counted[DELAY_SECONDS_ATTRIBUTE] = {"DataType": "Number", "StringValue": str(whole_seconds(delay))}
-    except (DelayedDeliveryError, TypeError):
-        pass
+    usable = isinstance(message_id, str) and re.fullmatch(r"[\x21-\x7e]{1,128}", message_id)
+    key = message_id if usable else str(uuid.uuid4())  # an unusable id is refused before the size matters
+    counted[DELIVERY_HEADER] = {"DataType": "String", "StringValue": longest_delivery(key)}
     try:
         room = queues.limit + value.over - message_size("", counted)
     except (TypeError, KeyError, ValueError, UnicodeEncodeError):
@@ -463,7 +466,7 @@ def test_sqs_send_delivers_exactly_what_was_asked_or_raises_a_clear_error_and_se
 ) -> None:
     queues = _sqs_queues(sqs, limit)
     destination = _sqs_name(destination, queues)
-    body = _sqs_body(body, queues, delay, attributes)
+    body = _sqs_body(body, queues, delay, attributes, message_id)
     sent_at = time.time()
     try:
         receipt = _sqs_sender(sqs).send_delayed(destination, body, delay, attributes=attributes, message_id=message_id)
@@ -510,7 +513,7 @@ def test_sqs_batch_sends_every_accepted_message_where_it_belongs_or_nothing_at_a
     if duplicate and len(ids) > 1:
         ids[-1] = ids[0]
     batch = [
-        DelayedSend(_sqs_name(d, queues), _sqs_body(b, queues, delay, a), delay, a, ids[i])
+        DelayedSend(_sqs_name(d, queues), _sqs_body(b, queues, delay, a, ids[i]), delay, a, ids[i])
         for i, (d, b, delay, a) in enumerate(sends)
     ]
     sender = _sqs_packing_sender(sqs, pack)
@@ -807,18 +810,21 @@ def test_azure_batch_sends_every_message_where_it_belongs_or_nothing_at_all(
 def test_sqs_message_of_exactly_the_queue_limit_is_sent_and_one_byte_more_is_refused(
     sqs: SQSClient, limit: int, delay: Any
 ) -> None:
+    """The limit counts the longest delivery header of the id (#23: before, the header was dropped when it did not
+    fit); on the FIFO route the destination's limit binds, the header being longer than the control attribute."""
     queues = _sqs_queues(sqs, limit)
     attributes = {"kind": "é"}
-    fits = _sqs_body(Sized(0, "é"), queues, delay, attributes)
+    fits = _sqs_body(Sized(0, "é"), queues, delay, attributes, "edge-1")
     sender = _sqs_sender(sqs)
     with pytest.raises(InvalidMessageError, match="accepts at most"):
-        sender.send_delayed(queues.name, fits + "x", delay, attributes=attributes)
+        sender.send_delayed(queues.name, fits + "x", delay, attributes=attributes, message_id="edge-1")
     assert _sqs_depth(sqs, queues.url) == 0 and _sqs_depth(sqs, queues.delay_url) == 0
-    receipt = sender.send_delayed(queues.name, fits, delay, attributes=attributes)
+    receipt = sender.send_delayed(queues.name, fits, delay, attributes=attributes, message_id="edge-1")
     [message] = _drain_sqs(sqs, queues.url if receipt.route is SqsRoute.NATIVE else queues.delay_url, expect=1, wait=2)
     assert message["Body"] == fits
-    sent = {**attributes, **({DELAY_SECONDS_ATTRIBUTE: receipt.delay_seconds} if delay else {})}
-    assert message_size(fits, {k: _attribute_value(v) for k, v in sent.items()}) == limit
+    reserved = {**attributes, DELIVERY_HEADER: longest_delivery("edge-1")}
+    assert message_size(fits, {k: _attribute_value(v) for k, v in reserved.items()}) == limit
+    assert message_size(fits, message["MessageAttributes"]) <= limit  # what travels: the header as written
 
 
 @pytest.mark.azurite

@@ -13,6 +13,7 @@ from delayed_delivery.delivery import (
     consumed_fields,
     decode_delivery,
     encode_delivery,
+    longest_delivery,
     user_headers,
 )
 
@@ -33,9 +34,21 @@ def test_ids_with_separators_or_any_text_are_escaped(message_id: str) -> None:
 
 
 def test_an_id_too_long_to_fit_is_left_out_and_the_rest_kept() -> None:
-    text = encode_delivery(message_id="é" * 200, due_ms=7, route="table")
+    text = encode_delivery(message_id="\U0001f600" * 200, due_ms=7, route="table")  # longer than any id may be
     assert len(text) <= MAX_DELIVERY_CHARS
     assert decode_delivery(text) == DeliveryInfo(None, 7, None, 0, "table")
+
+
+@pytest.mark.parametrize("message_id", ["\U0001f600" * 128, "é" * 128, "%" * 128, "x" * 128])
+def test_every_id_a_message_may_have_travels_in_the_header(message_id: str) -> None:
+    """Before #23 an id of 128 non-ASCII characters was left out (512 characters at most), so the receive helpers
+    fell back to the broker's id, which changes when a message is sent again."""
+    longest = longest_delivery(message_id)
+    assert len(longest) <= MAX_DELIVERY_CHARS
+    assert decode_delivery(longest).message_id == message_id
+    text = encode_delivery(message_id=message_id, due_ms=1, sent_ms=2, hops=3, route="buckets")
+    assert decode_delivery(text).message_id == message_id
+    assert len(text) <= len(longest)
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,10 @@ from the ``DELAYED_DELIVERY_*`` environment when it is built (``DelayedDeliveryS
 
 Guarantees:
 
-* The destination later receives exactly the body and message attributes the caller sent. A delay
-  up to the cap uses 10 free attributes; a longer one travels with one control attribute
-  (``DelayedDelivery.DelaySeconds``), so it may carry at most 9. Names starting with
-  ``DelayedDelivery.``, ``AWS.`` or ``Amazon.`` are refused.
+* The destination later receives exactly the body and message attributes the caller sent, plus the delivery
+  header ``DelayedDelivery.Delivery`` (docs/receiving.md) on every route: so a message carries at most 9 attributes
+  of its own (SQS takes 10), and body + attributes must leave room for the header (``longest_delivery``: about 90
+  bytes plus the escaped id). Names starting with ``DelayedDelivery.``, ``AWS.`` or ``Amazon.`` are refused.
 * Every input is checked before the first request: a negative, NaN or 100-year-plus delay, a body or
   attribute set over the queue's own ``MaximumMessageSize`` (read from the queue), text SQS refuses
   (lone surrogates, U+FFFE/U+FFFF, control characters other than tab and newlines) in the body or an
@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..clock import Clock, SystemClock
-from ..delivery import DELIVERY_HEADER, encode_delivery, epoch_ms
+from ..delivery import DELIVERY_HEADER, encode_delivery, epoch_ms, longest_delivery
 from ..durations import Delay
 from ..errors import (
     DelayedDeliveryError,
@@ -91,6 +91,8 @@ __all__ = [
 ]
 
 _MESSAGE_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
+#: User attributes a message may carry on every route: SQS's 10 less one for the delivery header.
+_USER_ATTRIBUTES = MAX_ATTRIBUTES - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,11 +303,12 @@ class SqsDelayedSender:
         route = plan.route
         if route is SqsRoute.FIFO and self.buckets.takes(plan.delay_seconds):
             route = SqsRoute.BUCKETS
-        room = MAX_ATTRIBUTES - (1 if route is SqsRoute.FIFO else 0)
-        if len(attributes) > room:
+        if len(attributes) > _USER_ATTRIBUTES:
             raise InvalidMessageError(
-                f"{len(attributes)} message attributes: at most {room} fit"
-                + (" (one slot carries the delay on the -delay.fifo queue)" if route is SqsRoute.FIFO else "")
+                f"{len(attributes)} message attributes: at most {_USER_ATTRIBUTES} fit. SQS carries 10 and the tenth "
+                + ("carries the delay on the -delay.fifo queue, then " if route is SqsRoute.FIFO else "")
+                + f"carries the delivery header ({DELIVERY_HEADER}), by which the receive helpers recognise "
+                "duplicates (docs/receiving.md)"
             )
         queue_name = message.destination
         if route is SqsRoute.FIFO or message.destination.endswith(".fifo"):
@@ -313,11 +316,13 @@ class SqsDelayedSender:
             delay_queue_name = sqs_delay_queue_name(message.destination)
             queue_name = delay_queue_name if route is SqsRoute.FIFO else queue_name
         destination = self.directory.get(message.destination)
-        size = message_size(message.body, attributes)
+        header = _delivery_attribute(longest_delivery(message_id))
+        size = message_size(message.body, {**attributes, **header})
         if size > destination.max_message_size:
             raise InvalidMessageError(
-                f"message is {size:,} bytes (body + attributes) but queue {destination.name!r} accepts at most "
-                f"{destination.max_message_size:,} (its MaximumMessageSize)"
+                f"message is {size:,} bytes (body + attributes + up to {message_size('', header):,} for the delivery "
+                f"header) but queue {destination.name!r} accepts at most {destination.max_message_size:,} (its "
+                "MaximumMessageSize)"
             )
         entry: SendMessageBatchRequestEntryTypeDef = {"Id": "0", "MessageBody": message.body}
         url, max_size = destination.url, destination.max_message_size
@@ -328,34 +333,15 @@ class SqsDelayedSender:
             ingest = self.buckets.check(send)
             url, max_size, queue_name = ingest.url, ingest.max_message_size, ingest.name
         else:
-            delivered = self._with_delivery(message_id, message.body, attributes, plan.delay_seconds, max_size)
-            if delivered:
-                entry["MessageAttributes"] = delivered
+            sent = epoch_ms(self.clock.now())
+            value = encode_delivery(
+                message_id=message_id, due_ms=sent + plan.delay_seconds * 1000, sent_ms=sent, hops=0, route="native"
+            )
+            entry["MessageAttributes"] = {**attributes, **_delivery_attribute(value)}
             entry["DelaySeconds"] = plan.delay_seconds
         cycles = plan.fifo_cycles if route is SqsRoute.FIFO else 0
         receipt = SendReceipt(message_id, message.destination, queue_name, route, plan.delay_seconds, cycles)
         return _Prepared(receipt, url, entry, attributes, max_size)
-
-    def _with_delivery(
-        self,
-        message_id: str,
-        body: str,
-        attributes: Mapping[str, MessageAttributeValueTypeDef],
-        delay_seconds: int,
-        max_size: int,
-    ) -> Mapping[str, MessageAttributeValueTypeDef]:
-        """``attributes`` plus the delivery header of a native send, left out when no slot or byte is free."""
-        if len(attributes) >= MAX_ATTRIBUTES:
-            return attributes
-        sent = epoch_ms(self.clock.now())
-        value = encode_delivery(
-            message_id=message_id, due_ms=sent + delay_seconds * 1000, sent_ms=sent, hops=0, route="native"
-        )
-        with_header: dict[str, MessageAttributeValueTypeDef] = {
-            **attributes,
-            DELIVERY_HEADER: {"DataType": "String", "StringValue": value},
-        }
-        return with_header if message_size(body, with_header) <= max_size else attributes
 
     def _fifo_entry(
         self,
@@ -382,6 +368,10 @@ class SqsDelayedSender:
         fingerprint = content_fingerprint(entry["MessageBody"], attributes)
         entry["MessageDeduplicationId"] = deduplication_id(message_id, 0, fingerprint)
         return delay_queue.url, delay_queue.max_message_size
+
+
+def _delivery_attribute(value: str) -> dict[str, MessageAttributeValueTypeDef]:
+    return {DELIVERY_HEADER: {"DataType": "String", "StringValue": value}}
 
 
 def _check_body(body: object) -> None:

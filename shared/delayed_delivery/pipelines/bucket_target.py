@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+from ..delivery import DELIVERY_HEADER, longest_delivery
 from ..errors import ConfigurationError, InvalidMessageError, extra_missing
 from ..headers import HEADER_PREFIX
 from ..model import DelayedMessage
@@ -118,12 +119,18 @@ def to_bucket_message(message: DelayedMessage) -> BucketMessage:
     if problem:
         raise InvalidMessageError(f"the body {problem}")
     headers = {k: v for k, v in message.headers.items() if not k.startswith(HEADER_PREFIX)}
-    if len(headers) > MAX_ATTRIBUTES:
-        raise InvalidMessageError(f"{len(headers)} headers: SQS carries at most {MAX_ATTRIBUTES} message attributes")
+    if len(headers) >= MAX_ATTRIBUTES:
+        raise InvalidMessageError(
+            f"{len(headers)} headers: at most {MAX_ATTRIBUTES - 1} fit (SQS carries {MAX_ATTRIBUTES} message "
+            f"attributes, one is the delivery header {DELIVERY_HEADER})"
+        )
     attributes = normalize_attributes(headers)
-    size = message_size(text, attributes)
+    header = {DELIVERY_HEADER: {"DataType": "String", "StringValue": longest_delivery(message.message_id)}}
+    size = message_size(text, {**attributes, **header})
     if size > SQS_MAX_MESSAGE_BYTES:
-        raise InvalidMessageError(f"{size:,} bytes (body + headers): SQS takes at most {SQS_MAX_MESSAGE_BYTES:,}")
+        raise InvalidMessageError(
+            f"{size:,} bytes (body + headers + the delivery header): SQS takes at most {SQS_MAX_MESSAGE_BYTES:,}"
+        )
     due_ms = (message.due_at - _EPOCH) // _MS
     return BucketMessage(message.message_id, message.destination, message.body, due_ms, attributes)
 

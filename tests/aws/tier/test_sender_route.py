@@ -127,8 +127,10 @@ def test_bad_input_is_refused_before_anything_is_sent(sqs: SQSClient) -> None:
         sender.send_delayed("missing", "x", "40d")
     with pytest.raises(InvalidMessageError, match="reserved"):
         sender.send_delayed("orders", "x", "40d", attributes={"DelayedDelivery.Ingest": "1"})
-    with pytest.raises(InvalidMessageError, match="at most 10"):
+    with pytest.raises(InvalidMessageError, match="at most 9"):
         sender.send_delayed("orders", "x", "40d", attributes={f"a{n}": "v" for n in range(11)})
+    with pytest.raises(InvalidMessageError, match="delivery header"):  # before #23 the timer left the header out
+        sender.send_delayed("orders", "x", "40d", attributes={f"a{n}": "v" for n in range(10)})
     with pytest.raises(ConfigurationError, match="FIFO queue"):
         sender.send_delayed("orders.fifo", "x", "40d")
     with pytest.raises(InvalidMessageError, match="SQS refuses"):
@@ -137,8 +139,8 @@ def test_bad_input_is_refused_before_anything_is_sent(sqs: SQSClient) -> None:
     with pytest.raises(InvalidMessageError, match="message 1"):
         sender.send_delayed_batch([good, DelayedSend("orders", "", "40d")])
     assert _ingested(sqs, urls["ingest"]) == ([], [])
-    receipt = sender.send_delayed("orders", "x", "40d", attributes={f"a{n}": "v" for n in range(10)})
-    assert receipt.route is SqsRoute.BUCKETS  # ten attributes fit: no control attribute rides along
+    receipt = sender.send_delayed("orders", "x", "40d", attributes={f"a{n}": "v" for n in range(9)})
+    assert receipt.route is SqsRoute.BUCKETS  # nine attributes and the delivery header the timer adds
 
 
 def test_a_message_over_the_ingest_queue_limit_is_refused(sqs: SQSClient) -> None:
