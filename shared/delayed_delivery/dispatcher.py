@@ -1,7 +1,9 @@
 """The dispatcher: fetch due messages, send each to its destination, then remove it.
 
 Failures are counted per message; past ``number_of_retries`` the message goes to the
-error queue with the reason in a header. Store, fetch and dispatch each sit behind a
+error queue with the reason in a header. With ``release_rates`` set, each message leaves at its release slot
+(``pacing.py``): capped destinations get at most their rate, and the lag that adds is reported apart from
+transport lateness. Store, fetch and dispatch each sit behind a
 breaker that raises a critical error after failing continuously for its configured time,
 and a rate breaker watches failed deliveries (as NServiceBus's recovery circuit breaker does).
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -21,20 +23,26 @@ from .breaker import FailureRateCircuitBreaker, RepeatedFailuresCircuitBreaker
 from .clock import Clock, SystemClock
 from .errors import CircuitBreakerTrippedError, DelayedDeliveryDisabledError, InvalidMessageError, PermanentError
 from .model import DelayedMessage
+from .pacing import Deferral, Pacer, Release
 from .ports import (
     BatchRemovingStore,
     CriticalErrorCallback,
+    DeferringStore,
     DelayedMessageStore,
+    PlacingTransport,
     ReschedulableStore,
     Transport,
     claim_of,
 )
+from .release import ReleasePlanner
 from .settings import DelayedDeliverySettings
 
 __all__ = ["DispatchReport", "Dispatcher"]
 
 _log = logging.getLogger("delayed_delivery.dispatcher")
 
+#: With release control, held messages are sent in ticks this long (seconds): sends grouped, at most this late.
+PACE_TICK = 0.02
 #: Pauses when the store says a message is due but its fetch returned none (the store's clock is behind
 #: this host's, or rows are claimed elsewhere): retry at once, then 50 ms doubling to 1 s, never spin.
 _DISAGREEMENT_FIRST = 0.05
@@ -51,7 +59,12 @@ class DispatchReport:
     already_removed: int = 0
     fetch_failures: int = 0
     batches: int = 0
+    #: Per message sent: seconds late on arrival, less what release control added (transport lateness).
     lateness_seconds: list[float] = field(default_factory=list)
+    #: Per capped destination: the seconds release control added to each message sent there.
+    release_lag_seconds: dict[str, list[float]] = field(default_factory=dict)
+    #: Messages given back to the store until their release slot.
+    deferred: int = 0
 
     def merge(self, other: DispatchReport) -> None:
         """Add ``other``'s counts to this report."""
@@ -62,6 +75,9 @@ class DispatchReport:
         self.fetch_failures += other.fetch_failures
         self.batches += other.batches
         self.lateness_seconds.extend(other.lateness_seconds)
+        for destination, lags in other.release_lag_seconds.items():
+            self.release_lag_seconds.setdefault(destination, []).extend(lags)
+        self.deferred += other.deferred
 
 
 def _log_critical(error: CircuitBreakerTrippedError) -> None:
@@ -80,9 +96,11 @@ class Dispatcher:
         clock: Clock | None = None,
         on_critical_error: CriticalErrorCallback | None = None,
         overlap_removal: bool = False,
+        release_share: float = 1.0,
     ) -> None:
         # overlap_removal: with a batch-removing store, remove each sent batch in the background while the next
         # batch is fetched and sent (the store must not hand out a row again before its removal has finished)
+        # release_share: this dispatcher's share of each release rate (1/N for one of N dispatchers or shards)
         self.store_port = store
         self.transport = transport
         self.settings = settings or DelayedDeliverySettings()
@@ -114,6 +132,10 @@ class Dispatcher:
         self._settler = ThreadPoolExecutor(1, thread_name_prefix="settle") if overlap else None
         self._settling: Future[DispatchReport] | None = None
         self._settled = DispatchReport()
+        #: Release control (None without ``release_rates``): the slots and what waits for them.
+        self.pacer: Pacer | None = None
+        if s.release_rates:
+            self.pacer = Pacer(ReleasePlanner(s.release_rates, share=release_share), transport, store)
 
     # -- ingress ---------------------------------------------------------
 
@@ -174,6 +196,8 @@ class Dispatcher:
         report = DispatchReport()
         if not self.settings.enabled:
             return report
+        if self.pacer is not None:
+            return self._dispatch_paced(self.pacer, budget, wait_for_due=wait_for_due, keep_going=keep_going)
         start = self.clock.now()
         deadline = start + timedelta(seconds=budget) if budget is not None else None
         while True:
@@ -213,23 +237,29 @@ class Dispatcher:
             self._sleep_until_next_due(deadline)
 
     def dispatch_batch(
-        self, batch: Sequence[DelayedMessage], now: datetime, keep_going: Callable[[], bool] | None = None
+        self,
+        batch: Sequence[DelayedMessage],
+        now: datetime,
+        keep_going: Callable[[], bool] | None = None,
+        releases: Mapping[str, Release] | None = None,
     ) -> DispatchReport:
         """Send a claimed batch (concurrently when ``max_concurrency`` > 1) and settle each message.
 
-        Stores that implement ``remove_many`` get one removal call for the whole batch.
+        Stores that implement ``remove_many`` get one removal call for the whole batch. ``releases`` (by message
+        id, from release pacing): the delay each is sent with and the release lag it carries.
         """
         batched = isinstance(self.store_port, BatchRemovingStore)
-        sent: list[tuple[DelayedMessage, float]] = []
+        sent: list[tuple[DelayedMessage, float, float | None]] = []
         sent_lock = threading.Lock()
 
         def one(message: DelayedMessage) -> DispatchReport:
             if keep_going is not None and not keep_going():
                 return DispatchReport()
-            part = self._dispatch_one(message, now, remove=not batched)
+            release = releases.get(message.message_id) if releases is not None else None
+            part = self._dispatch_one(message, now, remove=not batched, release=release)
             if batched and part.dispatched:
                 with sent_lock:
-                    sent.append((message, part.lateness_seconds[-1]))
+                    sent.append((message, part.lateness_seconds[-1], release.lag if release is not None else None))
             return part
 
         sequential = self._pool is None or len(batch) == 1
@@ -253,10 +283,158 @@ class Dispatcher:
             total.merge(self._settle(sent))
         return total
 
+    def _dispatch_paced(
+        self,
+        pacer: Pacer,
+        budget: float | None,
+        *,
+        wait_for_due: bool,
+        keep_going: Callable[[], bool] | None,
+        stop: threading.Event | None = None,
+    ) -> DispatchReport:
+        """``_dispatch_due`` with release control: every message leaves at its slot (``pacing.py``).
+
+        Fetches reach ``pacer.lookahead`` ahead when waiting for due messages, so slots a second apart are fetched
+        together, and the store is asked again only when something there can be fetched (or after the idle cap);
+        held messages are sent in ticks of ``PACE_TICK``. Whatever is still held when the call ends is placed,
+        deferred to the store, or let go (lost ``keep_going``: nothing is sent then).
+        """
+        report = DispatchReport()
+        deadline = self.clock.now() + timedelta(seconds=budget) if budget is not None else None
+        ahead = timedelta(seconds=pacer.lookahead if wait_for_due else 0.0)
+        may_send = True
+        poll_at: datetime | None = None  # None: fetch at once
+        try:
+            while stop is None or not stop.is_set():
+                now = self.clock.now()
+                if deadline is not None and now >= deadline:
+                    break
+                if keep_going is not None and not keep_going():
+                    may_send = False
+                    break
+                ready = pacer.due(now)
+                if ready:
+                    self._send_released(ready, now, keep_going, report, deadline)
+                    continue
+                if pacer.has_room() and (poll_at is None or now >= poll_at or self._wakeup.is_set()):
+                    self._wakeup.clear()
+                    try:
+                        batch = self.store_port.fetch_due(now + ahead, self.settings.batch_size)
+                    except Exception as exc:
+                        report.fetch_failures += 1
+                        self.fetch_breaker.failure(exc)
+                        _log.warning("fetching due messages failed: %r", exc, extra={lf.REASON: repr(exc)})
+                        self.clock.sleep(self._bounded(self.fetch_breaker.failure_delay, deadline))
+                        continue
+                    self.fetch_breaker.success()
+                    if batch:
+                        self._disagreements = 0
+                        report.batches += 1
+                        report.deferred += self._defer(pacer.take(batch, now), report)
+                        poll_at = None
+                        continue
+                    if not wait_for_due:
+                        break  # nothing more is due: what waits for a later slot is placed or deferred below
+                    # rows come into the look-ahead one slot at a time: fetch them half a look-ahead at a time
+                    poll_at = max(self._next_poll(now + ahead) - ahead, now + ahead / 2)
+                if not wait_for_due and not pacer.has_room():
+                    pass  # full in a one-shot run: wait for sends to free room
+                elif not wait_for_due:
+                    break
+                wake = poll_at if pacer.has_room() and poll_at is not None else None
+                held = pacer.next_at()
+                if held is not None:
+                    held = max(held, now + timedelta(seconds=PACE_TICK))
+                    wake = held if wake is None else min(wake, held)
+                seconds = self.settings.max_idle_sleep if wake is None else (wake - now).total_seconds()
+                self._finish_settling()
+                self.clock.wait(self._wakeup, self._bounded(max(0.0, seconds), deadline))
+        finally:
+            sends, deferrals = pacer.drain(self.clock.now(), may_send=may_send)
+            if sends:
+                self._send_released(sends, self.clock.now(), keep_going, report, deadline)
+            report.deferred += self._defer(deferrals, report)
+        return report
+
+    def _next_poll(self, now: datetime) -> datetime:
+        """After an empty fetch at ``now``: when the store may have something to fetch (backing off while the store
+        says something is due that a fetch does not return), at most ``max_idle_sleep`` away."""
+        self._finish_settling()  # before asking for the next due row: it must not be one being removed
+        try:
+            next_due = self.store_port.next_due()
+            self.fetch_breaker.success()
+        except Exception as exc:
+            self.fetch_breaker.failure(exc)
+            return now + timedelta(seconds=self.fetch_breaker.failure_delay)
+        self._next_due = next_due
+        idle = now + timedelta(seconds=self.settings.max_idle_sleep)
+        if next_due is None:
+            self._disagreements = 0
+            return idle
+        if next_due > now:
+            self._disagreements = 0
+            return min(idle, next_due)
+        backoff = 0.0
+        if self._disagreements:
+            backoff = min(
+                self.settings.max_idle_sleep,
+                _DISAGREEMENT_MAX,
+                _DISAGREEMENT_FIRST * 2 ** min(self._disagreements - 1, 10),
+            )
+        self._disagreements += 1
+        return now + timedelta(seconds=backoff)
+
+    def _send_released(
+        self,
+        released: Sequence[Release],
+        now: datetime,
+        keep_going: Callable[[], bool] | None,
+        report: DispatchReport,
+        deadline: datetime | None,
+    ) -> None:
+        """Send what the pacer released (each with its delay), in batches of ``batch_size``, and settle them."""
+        size = self.settings.batch_size
+        for start in range(0, len(released), size):
+            chunk = released[start : start + size]
+            messages = [r.message for r in chunk]
+            try:
+                part = self.dispatch_batch(messages, now, keep_going, {r.message.message_id: r for r in chunk})
+            except Exception as exc:
+                # settling failed (store down after the sends): unsettled claims expire and are sent again
+                self.store_breaker.failure(exc)
+                _log.warning("settling a dispatched batch failed: %r", exc, extra={lf.REASON: repr(exc)})
+                self.clock.sleep(self._bounded(self.store_breaker.failure_delay, deadline))
+                continue
+            self.store_breaker.success()
+            report.merge(part)
+
+    def _defer(self, deferrals: Sequence[Deferral], report: DispatchReport) -> int:
+        """Give messages back to the store until their slots; how many it took (the rest keep their claims)."""
+        if not deferrals or not isinstance(self.store_port, DeferringStore):
+            return 0
+        items = [(d.message.message_id, d.slot, claim_of(d.message) or "") for d in deferrals]
+        try:
+            kept = self.store_port.defer(items)
+        except Exception as exc:
+            # the claims stay and expire: the rows are fetched again and planned again (late, never lost)
+            self.store_breaker.failure(exc)
+            _log.warning("deferring messages to their release slots failed: %r", exc, extra={lf.REASON: repr(exc)})
+            return 0
+        self.store_breaker.success()
+        for deferral, done in zip(deferrals, kept, strict=True):
+            if done and deferral.lag is not None:  # its slot is fixed now: so is what release control adds
+                report.release_lag_seconds.setdefault(deferral.message.destination, []).append(deferral.lag)
+        return sum(1 for k in kept if k)
+
     # -- long-running ----------------------------------------------------
 
     def run(self, stop: threading.Event) -> DispatchReport:
         """Dispatch until ``stop`` is set, sleeping until the next due message in between."""
+        if self.pacer is not None and self.settings.enabled:
+            try:
+                return self._dispatch_paced(self.pacer, None, wait_for_due=True, keep_going=None, stop=stop)
+            finally:
+                self._finish_settling()
         report = DispatchReport()
         while not stop.is_set():
             report.merge(self.dispatch_due())
@@ -273,18 +451,18 @@ class Dispatcher:
         if self._settler is not None:
             self._settler.shutdown(wait=True)
 
-    def _settle(self, sent: list[tuple[DelayedMessage, float]]) -> DispatchReport:
+    def _settle(self, sent: list[tuple[DelayedMessage, float, float | None]]) -> DispatchReport:
         """Remove sent messages in one ``remove_many`` call and log each outcome."""
         assert isinstance(self.store_port, BatchRemovingStore)
         report = DispatchReport()
-        ids = [m.message_id for m, _ in sent]
-        claims = [claim_of(m) for m, _ in sent]
+        ids = [m.message_id for m, _, _ in sent]
+        claims = [claim_of(m) for m, _, _ in sent]
         if any(c is not None for c in claims):
             flags = self.store_port.remove_many(ids, claims)
         else:  # a store without claim tokens (its remove_many may not take them)
             flags = self.store_port.remove_many(ids)
-        for (message, lateness), removed in zip(sent, flags, strict=True):
-            report.already_removed += self._log_removal(message, lateness, removed)
+        for (message, lateness, lag), removed in zip(sent, flags, strict=True):
+            report.already_removed += self._log_removal(message, lateness, removed, lag)
         return report
 
     def _wait_settling(self) -> DispatchReport:
@@ -334,22 +512,34 @@ class Dispatcher:
             return seconds
         return max(0.0, min(seconds, (deadline - self.clock.now()).total_seconds()))
 
-    def _dispatch_one(self, message: DelayedMessage, now: datetime, *, remove: bool = True) -> DispatchReport:
+    def _dispatch_one(
+        self, message: DelayedMessage, now: datetime, *, remove: bool = True, release: Release | None = None
+    ) -> DispatchReport:
         report = DispatchReport()
+        delay = release.delay if release is not None else 0
+        lag = release.lag if release is not None else None
         try:
             if hdr.UNREADABLE in message.headers:  # a store row that could not be read: never to its destination
                 raise PermanentError(f"unreadable store row: {message.headers[hdr.UNREADABLE]}")
-            self.transport.send(message)
+            if delay > 0:
+                assert isinstance(self.transport, PlacingTransport)  # the pacer places only on such transports
+                self.transport.send_delayed(message, delay)
+            else:
+                self.transport.send(message)
         except Exception as exc:
             report.failed_attempts += 1
             self._on_send_failure(message, exc, report)
             return report
         self.dispatch_breaker.success()
-        lateness = max(0.0, (now - message.due_at).total_seconds())
+        arrival = now.timestamp() + delay
+        due = message.due_at.timestamp()
+        lateness = release.lateness(arrival) if release is not None else max(0.0, arrival - due)
         report.lateness_seconds.append(lateness)
+        if lag is not None:
+            report.release_lag_seconds.setdefault(message.destination, []).append(lag)
         report.dispatched += 1
         if remove:
-            report.already_removed += self._log_removal(message, lateness, self._remove(message))
+            report.already_removed += self._log_removal(message, lateness, self._remove(message), lag)
         return report
 
     def _remove(self, message: DelayedMessage) -> bool:
@@ -359,11 +549,14 @@ class Dispatcher:
             return self.store_port.remove(message.message_id)
         return self.store_port.remove(message.message_id, claim)
 
-    def _log_removal(self, message: DelayedMessage, lateness: float, removed: bool) -> int:
+    def _log_removal(self, message: DelayedMessage, lateness: float, removed: bool, lag: float | None = None) -> int:
         """Log the outcome of removing a dispatched message; 1 when it was already gone or superseded."""
         base = {lf.MESSAGE_ID: message.message_id, lf.DESTINATION: message.destination}
         if removed:
-            _log.info("dispatched", extra={**base, lf.EVENT: lf.EVENT_DISPATCHED, lf.LATENESS_S: round(lateness, 3)})
+            extra = {**base, lf.EVENT: lf.EVENT_DISPATCHED, lf.LATENESS_S: round(lateness, 3)}
+            if lag is not None:
+                extra[lf.RELEASE_LAG_S] = round(lag, 3)
+            _log.info("dispatched", extra=extra)
             return 0
         if claim_of(message) is not None:
             _log.warning(

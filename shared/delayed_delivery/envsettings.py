@@ -75,6 +75,8 @@ def env_value(env: Mapping[str, str], name: str, kind: Callable[[str], T], defau
         return default
     try:
         return kind(raw)
+    except ConfigurationError:
+        raise  # a parser that says itself what is wrong (e.g. which entry of a JSON value)
     except ValueError:
         raise ConfigurationError(f"{name}={raw[:80]!r} is not {what or _WHAT.get(kind, 'valid')}") from None
 

@@ -6,6 +6,8 @@ MESSAGE_ID = "message_id"
 DESTINATION = "destination"
 DUE_AT = "due_at"
 LATENESS_S = "lateness_s"
+#: Seconds release control added to a message (its slot after its due time), apart from ``lateness_s``.
+RELEASE_LAG_S = "release_lag_s"
 ATTEMPT = "attempt"
 FAILURE_COUNT = "failure_count"
 REASON = "reason"

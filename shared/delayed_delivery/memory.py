@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -21,10 +21,11 @@ class _Row:
     message: DelayedMessage
     claimed_until: datetime | None = None
     claim: str | None = None
+    slot: datetime | None = None  # deferred to its release slot (release control)
 
     def available_at(self) -> datetime:
         if self.claimed_until is None:
-            return self.message.due_at
+            return self.message.due_at if self.slot is None else max(self.message.due_at, self.slot)
         return max(self.message.due_at, self.claimed_until)
 
 
@@ -64,6 +65,7 @@ class InMemoryDelayedMessageStore(DelayedMessageStore):
                 return False
             row.message = replace(row.message, failure_count=row.message.failure_count + 1)
             row.claimed_until = None
+            row.slot = None
             return True
 
     def reschedule(self, message_id: str, due_at: datetime, claim: str | None = None) -> bool:
@@ -75,7 +77,32 @@ class InMemoryDelayedMessageStore(DelayedMessageStore):
             row.message = replace(row.message, due_at=utc(due_at))
             row.claimed_until = None
             row.claim = None
+            row.slot = None
             return True
+
+    def defer(self, deferrals: Sequence[tuple[str, datetime, str]]) -> Sequence[bool]:
+        """Release each claim, the row fetchable again at its release slot (due time unchanged)."""
+        flags: list[bool] = []
+        with self._lock:
+            for message_id, slot, claim in deferrals:
+                row = self._rows.get(message_id)
+                held = row is not None and row.claim == claim
+                if row is not None and held:
+                    row.claimed_until = None
+                    row.claim = None
+                    row.slot = utc(slot)
+                flags.append(held)
+        return flags
+
+    def release_backlog(self) -> Mapping[str, tuple[int, datetime]]:
+        """Deferred rows per destination: how many, and the latest slot among them."""
+        backlog: dict[str, tuple[int, datetime]] = {}
+        with self._lock:
+            for row in self._rows.values():
+                if row.slot is not None and row.claim is None:
+                    count, latest = backlog.get(row.message.destination, (0, row.slot))
+                    backlog[row.message.destination] = (count + 1, max(latest, row.slot))
+        return backlog
 
     def _held(self, message_id: str, claim: str | None) -> _Row | None:
         """The row, when ``claim`` still holds it (or, without one, when no dispatcher's claim lasts)."""
@@ -102,10 +129,14 @@ class InMemoryDelayedMessageStore(DelayedMessageStore):
                 key=lambda r: (r.message.due_at, r.message.message_id),
             )[: max(0, limit)]
             claim = uuid.uuid4().hex
+            fetched: list[DelayedMessage] = []
             for row in due:
+                slot = row.slot if row.claim is None else None
                 row.claimed_until = at + self.claim_timeout
                 row.claim = claim
-            return [ClaimedMessage.of(r.message, claim) for r in due]
+                row.slot = None
+                fetched.append(ClaimedMessage.of(row.message, claim, slot))
+            return fetched
 
     def get(self, message_id: str) -> DelayedMessage | None:
         """The stored message with this id, claimed or not."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -13,15 +13,19 @@ __all__ = [
     "BatchRemovingStore",
     "ClaimedMessage",
     "CriticalErrorCallback",
+    "DeferringStore",
     "DelayedMessageStore",
     "DelayedMessageStoreWithInfrastructure",
     "InspectableStore",
+    "PlacingTransport",
+    "ReleaseBacklog",
     "ReschedulableStore",
     "Transport",
     "claim_of",
     "id_conflict",
     "in_flight",
     "same_message",
+    "slot_of",
 ]
 
 #: Called once when a circuit breaker trips; the host decides whether to stop or alert.
@@ -31,21 +35,30 @@ CriticalErrorCallback = Callable[[CircuitBreakerTrippedError], None]
 class ClaimedMessage(DelayedMessage):
     """A fetched message with the token of the claim that fetched it (kept in memory, never written)."""
 
-    __slots__ = ("_claim",)
+    __slots__ = ("_claim", "_slot")
 
     @classmethod
-    def of(cls, message: DelayedMessage, claim: str) -> ClaimedMessage:
-        """``message`` as fetched under ``claim`` (no copy of the body, no validation again)."""
+    def of(cls, message: DelayedMessage, claim: str, slot: datetime | None = None) -> ClaimedMessage:
+        """``message`` as fetched under ``claim`` (no copy of the body, no validation again).
+
+        ``slot``: the release slot the row was deferred to (``DeferringStore.defer``), when it was.
+        """
         claimed = object.__new__(cls)
         for name in DelayedMessage.__slots__:
             object.__setattr__(claimed, name, getattr(message, name))
         object.__setattr__(claimed, "_claim", claim)
+        object.__setattr__(claimed, "_slot", slot)
         return claimed
 
     @property
     def claim(self) -> str | None:
         """The claim token; None once copied (``with_headers``, ``redirected``)."""
         return getattr(self, "_claim", None)
+
+    @property
+    def slot(self) -> datetime | None:
+        """The release slot its store kept for it (a deferred row coming back), else None."""
+        return getattr(self, "_slot", None)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DelayedMessage):
@@ -58,6 +71,11 @@ class ClaimedMessage(DelayedMessage):
 def claim_of(message: DelayedMessage) -> str | None:
     """The claim token a store's fetch attached to ``message``, or None (a store without claim tokens)."""
     return message.claim if isinstance(message, ClaimedMessage) else None
+
+
+def slot_of(message: DelayedMessage) -> datetime | None:
+    """The release slot a store kept for a fetched ``message`` (``DeferringStore``), or None."""
+    return message.slot if isinstance(message, ClaimedMessage) else None
 
 
 def same_message(stored: DelayedMessage, new: DelayedMessage) -> bool:
@@ -154,6 +172,28 @@ class BatchRemovingStore(Protocol):
 
 
 @runtime_checkable
+class DeferringStore(Protocol):
+    """A store that can keep a claimed row back until its release slot (release control), due time unchanged."""
+
+    def defer(self, deferrals: Sequence[tuple[str, datetime, str]]) -> Sequence[bool]:
+        """For each ``(message id, slot, claim)``: release the claim, the row fetchable again at the slot.
+
+        One flag per entry, False when the row is gone or no longer holds that claim. A deferred row keeps its due
+        time (its place in due order); the fetch that takes it again names the slot (``ClaimedMessage.slot``).
+        An operator may cancel or reschedule a deferred row (it is not in flight).
+        """
+        ...
+
+    def release_backlog(self) -> Mapping[str, tuple[int, datetime]]:
+        """Deferred rows per destination: how many, and the latest slot among them."""
+        ...
+
+
+#: Deferred rows per destination: (count, latest slot).
+ReleaseBacklog = Mapping[str, tuple[int, datetime]]
+
+
+@runtime_checkable
 class InspectableStore(Protocol):
     """A store operators can look into: backlog by time bucket and single messages."""
 
@@ -184,4 +224,18 @@ class Transport(Protocol):
         Raise ``TransientError`` for failures worth retrying and ``PermanentError``
         (e.g. ``DestinationNotFoundError``) for ones that are not.
         """
+        ...
+
+
+@runtime_checkable
+class PlacingTransport(Transport, Protocol):
+    """A transport whose queue can hide what it is sent for a while (SQS ``DelaySeconds``, Azure's visibility)."""
+
+    @property
+    def max_delay_seconds(self) -> int:
+        """The longest whole-second delay ``send_delayed`` takes (SQS 900, Azure 7 days)."""
+        ...
+
+    def send_delayed(self, message: DelayedMessage, delay_seconds: int) -> None:
+        """Send ``message`` now, visible on its queue only after ``delay_seconds`` (0 to ``max_delay_seconds``)."""
         ...

@@ -66,7 +66,7 @@ def _check_rate(name: str, value: object) -> float | None:
     return rate
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class ReleaseRates:
     """Destination -> most messages per second (``"*"``: the default; ``None``: unlimited); empty: no caps."""
 
@@ -136,6 +136,9 @@ class ReleaseRates:
     def __str__(self) -> str:
         return self.to_json()
 
+    def __repr__(self) -> str:
+        return self.to_json()
+
 
 class _Pairs(list[tuple[str, object]]):
     """A JSON object as its pairs, so a key given twice is seen (``ReleaseRates`` refuses it)."""
@@ -167,14 +170,18 @@ def assign_slots(
     """
     if not rate > 0:
         raise ValueError(f"rate must be positive, got {rate!r}")
-    step = 1.0 / rate
+    anchor, taken = next_free, 0  # next_free = anchor + taken / rate, without summing rounding errors
     order = sorted(range(len(dues)), key=dues.__getitem__)
     slots = [0.0] * len(dues)
     for i in order:
-        slot = max(dues[i], not_before, next_free)
+        free = anchor + taken / rate
+        slot = max(dues[i], not_before)
+        if slot > free:
+            anchor, taken = slot, 1
+        else:
+            slot, taken = free, taken + 1
         slots[i] = slot
-        next_free = slot + step
-    return slots, next_free
+    return slots, anchor + taken / rate
 
 
 def second_capacity(rate: float, second: int) -> int:
@@ -213,10 +220,10 @@ class ReleasePlanner:
             raise ValueError(f"share must be more than 0 and at most 1, got {share!r}")
         self.rates = ReleaseRates.of(rates)
         self.share = share
-        self._next: dict[str, float] = {}
+        self._next: dict[str, tuple[float, int]] = {}  # next free slot = anchor + taken / rate
         for destination, next_free in (state or {}).items():
             if self.rate_for(destination) is not None and math.isfinite(next_free):
-                self._next[destination] = float(next_free)
+                self._next[destination] = (float(next_free), 0)
 
     def __bool__(self) -> bool:
         return bool(self.rates)
@@ -235,27 +242,38 @@ class ReleasePlanner:
         rate = self.rate_for(destination)
         if rate is None:
             return due
-        slot = max(due, not_before, self._next.get(destination, -math.inf))
-        self._next[destination] = slot + 1.0 / rate
-        return slot
+        anchor, taken = self._next.get(destination, (-math.inf, 0))
+        free = anchor + taken / rate
+        slot = max(due, not_before)
+        if slot > free:
+            self._next[destination] = (slot, 1)
+            return slot
+        self._next[destination] = (anchor, taken + 1)
+        return free
 
     def plan(self, destination: str, dues: Sequence[float], not_before: float) -> list[float]:
         """Slots (epoch seconds) for ``dues`` of one destination, in due order, returned in the order given."""
         rate = self.rate_for(destination)
         if rate is None:
             return list(dues)
-        slots, self._next[destination] = assign_slots(rate, dues, self._next.get(destination, -math.inf), not_before)
+        slots, next_free = assign_slots(rate, dues, self._free(destination, rate), not_before)
+        self._next[destination] = (next_free, 0)
         return slots
+
+    def _free(self, destination: str, rate: float) -> float:
+        anchor, taken = self._next.get(destination, (-math.inf, 0))
+        return anchor + taken / rate
 
     def observe(self, destination: str, slot: float) -> None:
         """Take a slot booked earlier (a held row coming back, another run's plan) into the schedule."""
         rate = self.rate_for(destination)
-        if rate is not None:
-            self._next[destination] = max(self._next.get(destination, -math.inf), slot + 1.0 / rate)
+        if rate is not None and slot + 1.0 / rate > self._free(destination, rate):
+            self._next[destination] = (slot, 1)
 
     def lag(self, destination: str, now: float) -> float:
         """Seconds until ``destination``'s next free slot: how late a message due now would be released."""
-        return max(0.0, self._next.get(destination, -math.inf) - now)
+        rate = self.rate_for(destination)
+        return 0.0 if rate is None else max(0.0, self._free(destination, rate) - now)
 
     def lags(self, now: float) -> dict[str, float]:
         """``lag`` of every destination with a schedule."""
@@ -263,9 +281,10 @@ class ReleasePlanner:
 
     def state(self) -> dict[str, float]:
         """``next_free`` per destination (epoch seconds): pass it back as ``state`` to continue the schedule."""
-        return dict(self._next)
+        return {d: anchor + taken / (self.rate_for(d) or 1.0) for d, (anchor, taken) in self._next.items()}
 
     def forget_before(self, now: float) -> None:
         """Drop destinations whose schedule is free by ``now`` (their state no longer matters)."""
-        for destination in [d for d, t in self._next.items() if t <= now]:
-            del self._next[destination]
+        for destination, free in self.state().items():
+            if free <= now:
+                del self._next[destination]

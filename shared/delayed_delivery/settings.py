@@ -8,12 +8,13 @@ Azure its storage and lease (``delayed_delivery.azure.config.AzureDelayedDeliver
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import envsettings
 from .envsettings import ENV_PREFIX, check_numbers, setting_label
 from .errors import ConfigurationError
+from .release import RELEASE_RATES_ENV, ReleaseRates
 
 __all__ = ["ENV_PREFIX", "DelayedDeliverySettings"]
 
@@ -33,7 +34,23 @@ _DOCS = {
     "tripped_failure_delay": "Pause after a failed fetch once a breaker has tripped (seconds).",
     "retry_backoff": "First retry delay after a failed delivery; doubles per failure (seconds).",
     "max_retry_backoff": "Cap on the retry delay (seconds).",
+    "release_rates": "Release control: a JSON object of destination queue name to the most messages per second "
+    'released to it, "*" the default for queues not named, null for no cap (e.g. {"orders": 200, "*": 1000}); '
+    "messages over a cap are released later in due order, never dropped; {} (the default): no cap "
+    "(docs/operations.md, Bursts and release control).",
 }
+
+
+def _release_rates(raw: str) -> ReleaseRates:
+    """``DELAYED_DELIVERY_RELEASE_RATES`` read: one error naming the variable and what is wrong with it."""
+    try:
+        return ReleaseRates.parse(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{RELEASE_RATES_ENV}={raw[:80]!r}: {exc}") from None
+
+
+#: ``release_rates`` unset: no destination is capped.
+_NO_CAPS = ReleaseRates()
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +71,14 @@ class DelayedDeliverySettings:
     tripped_failure_delay: float = 10.0
     retry_backoff: float = 1.0
     max_retry_backoff: float = 60.0
+    release_rates: ReleaseRates = field(default=_NO_CAPS, metadata={"parse": _release_rates})
 
     def __post_init__(self) -> None:
         check_numbers(self)
+        try:  # a mapping such as {"orders": 200} is taken too
+            object.__setattr__(self, "release_rates", ReleaseRates.of(self.release_rates))
+        except ValueError as exc:
+            raise ConfigurationError(f"{setting_label('release_rates')}: {exc}") from None
         if not self.error_queue.strip():
             raise ConfigurationError(f"{setting_label('error_queue')} must name a queue, got {self.error_queue!r}")
         for name in ("batch_size", "max_concurrency"):

@@ -20,7 +20,7 @@ import re
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
@@ -51,6 +51,12 @@ def _from_us(value: int) -> datetime:
 #: Microseconds of the first and last datetimes; SQLite sorts text and blobs after every number.
 _FIRST_US = _to_us(datetime.min.replace(tzinfo=UTC))
 _LAST_US = _to_us(datetime.max.replace(tzinfo=UTC))
+#: The claim token a fetch writes: ``<token>@<slot µs>`` for a row deferred to its release slot (unclaimed, fetchable
+#: later than due), so the fetch can name the slot; ``<token>`` otherwise.
+_CLAIM = (
+    f"CASE WHEN claim_token IS NULL AND available_at_us > due_at_us AND available_at_us <= {_LAST_US}"
+    " AND typeof(available_at_us) = 'integer' THEN ? || '@' || available_at_us ELSE ? END"
+)
 
 
 def _time_or(value: object, default: datetime) -> datetime:
@@ -263,7 +269,7 @@ class SqliteDelayedMessageStore(DelayedMessageStore):
         return None if row is None or row[0] is None else _time_or(row[0], _EPOCH)
 
     def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
-        """Atomically claim up to ``limit`` due messages, earliest first."""
+        """Atomically claim up to ``limit`` due messages, earliest first (a deferred row names its slot)."""
         if limit < 1:
             return []
         now = _to_us(at)
@@ -272,22 +278,54 @@ class SqliteDelayedMessageStore(DelayedMessageStore):
         q = self._q
         with self._tx() as conn:
             rows = conn.execute(
-                f"UPDATE {q} SET available_at_us = ?, claim_token = ? WHERE rowid IN ("
+                f"UPDATE {q} SET available_at_us = ?, claim_token = {_CLAIM} WHERE rowid IN ("
                 f" SELECT rowid FROM {q} WHERE due_at_us <= ? AND available_at_us <= ? ORDER BY due_at_us LIMIT ?)"
-                f" RETURNING rowid, {_COLUMNS}",
-                (until, claim, now, now, limit),
+                f" RETURNING rowid, {_COLUMNS}, claim_token",
+                (until, claim, claim, now, now, limit),
             ).fetchall()
             if len(rows) < limit:  # rows whose due or claim time is not a time: due now (an index seek each)
                 rows += conn.execute(
                     f"UPDATE {q} SET available_at_us = ?, claim_token = ? WHERE rowid IN ("
                     f" SELECT rowid FROM {q} WHERE (due_at_us > {_LAST_US} AND available_at_us <= ?)"
                     f" OR available_at_us > {_LAST_US} LIMIT ?)"
-                    f" RETURNING rowid, {_COLUMNS}",
+                    f" RETURNING rowid, {_COLUMNS}, claim_token",
                     (until, claim, now, limit - len(rows)),
                 ).fetchall()
-            messages = [ClaimedMessage.of(self._read(row, at, conn), claim) for row in rows]
+            messages = [self._claimed(row, at, conn) for row in rows]
         messages.sort(key=lambda m: (m.due_at, m.message_id))
         return messages
+
+    def _claimed(self, row: tuple[object, ...], at: datetime, conn: sqlite3.Connection) -> ClaimedMessage:
+        """The message of a claimed ``(rowid, *_COLUMNS, claim_token)`` row, with the slot it was deferred to."""
+        token = str(row[-1])
+        _, _, slot_us = token.partition("@")
+        slot = _from_us(int(slot_us)) if slot_us.isdigit() and int(slot_us) <= _LAST_US else None
+        return ClaimedMessage.of(self._read(row[:-1], at, conn), token, slot)
+
+    def defer(self, deferrals: Sequence[tuple[str, datetime, str]]) -> Sequence[bool]:
+        """Release each claim, the row fetchable again at its release slot (due time unchanged); one transaction."""
+        with self._tx() as conn:
+            return [
+                conn.execute(
+                    f"UPDATE {self._q} SET available_at_us = ?, claim_token = NULL"
+                    " WHERE message_id = ? AND claim_token = ?",
+                    (max(_to_us(slot), 0), message_id, claim),
+                ).rowcount
+                > 0
+                for message_id, slot, claim in deferrals
+            ]
+
+    def release_backlog(self) -> Mapping[str, tuple[int, datetime]]:
+        """Deferred rows per destination: how many, and the latest slot among them."""
+        rows = (
+            self._conn()
+            .execute(
+                f"SELECT destination, COUNT(*), MAX(available_at_us) FROM {self._q} WHERE claim_token IS NULL"
+                f" AND available_at_us > due_at_us AND available_at_us <= {_LAST_US} GROUP BY destination"
+            )
+            .fetchall()
+        )
+        return {str(d): (int(n), _time_or(latest, _EPOCH)) for d, n, latest in rows}
 
     # -- operator helpers --------------------------------------------------
 

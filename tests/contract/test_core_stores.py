@@ -11,13 +11,14 @@ import pytest
 from delayed_delivery import InMemoryDelayedMessageStore, SqliteDelayedMessageStore
 from delayed_delivery.ports import DelayedMessageStore
 from delayed_delivery.testing.store_contract import (
+    DeferringStoreContract,
     MultiProcessStoreContract,
     ReschedulableStoreContract,
     StoreContract,
 )
 
 
-class TestInMemoryStore(StoreContract, ReschedulableStoreContract):
+class TestInMemoryStore(StoreContract, ReschedulableStoreContract, DeferringStoreContract):
     claim_timeout = 30.0
 
     @pytest.fixture
@@ -31,7 +32,7 @@ def _sqlite(path: Path, claim_timeout: float) -> SqliteDelayedMessageStore:
     return s
 
 
-class TestSqliteStore(StoreContract, ReschedulableStoreContract, MultiProcessStoreContract):
+class TestSqliteStore(StoreContract, ReschedulableStoreContract, MultiProcessStoreContract, DeferringStoreContract):
     claim_timeout = 45.0
 
     @pytest.fixture

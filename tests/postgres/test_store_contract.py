@@ -10,11 +10,13 @@ import pytest
 from delayed_delivery import PostgresDelayedMessageStore
 from delayed_delivery.ports import (
     BatchRemovingStore,
+    DeferringStore,
     DelayedMessageStore,
     DelayedMessageStoreWithInfrastructure,
     ReschedulableStore,
 )
 from delayed_delivery.testing.store_contract import (
+    DeferringStoreContract,
     MultiProcessStoreContract,
     ReschedulableStoreContract,
     StoreContract,
@@ -29,7 +31,7 @@ def _store(conninfo: str, table: str, claim_timeout: float) -> PostgresDelayedMe
     return s
 
 
-class TestPostgresStore(StoreContract, ReschedulableStoreContract, MultiProcessStoreContract):
+class TestPostgresStore(StoreContract, ReschedulableStoreContract, MultiProcessStoreContract, DeferringStoreContract):
     claim_timeout = 45.0
     processes = 4
 
@@ -50,3 +52,4 @@ def test_the_store_implements_every_optional_port(postgres_conninfo: str, postgr
     assert isinstance(s, DelayedMessageStoreWithInfrastructure)
     assert isinstance(s, ReschedulableStore)
     assert isinstance(s, BatchRemovingStore)
+    assert isinstance(s, DeferringStore)

@@ -20,6 +20,12 @@ Guarantees:
   never early.
 - ``run`` polls with a backoff from 500 ms up to a cap, never sleeping past the next due time,
   and wakes at once on the store's ``NOTIFY`` (a separate listening connection).
+- Release control (``settings.release_rates``): each capped destination's slots come from a schedule table every
+  mover shares (``release.py``), planned in the same transaction as the move, so the cap holds for any number of
+  movers and exactly-once still holds. A message whose slot has not come is deferred in the delays table and moved
+  at its slot; over another transport, one that can delay (``DelayingTransport``) places it at its slot instead,
+  when that is within ``max_native_delay``. ``look_ahead`` is for uncapped deliveries only: with release rates it
+  must be 0.
 """
 
 from __future__ import annotations
@@ -39,12 +45,15 @@ from ..clock import Clock, SystemClock
 from ..dispatcher import Dispatcher
 from ..errors import ConfigurationError
 from ..model import DelayedMessage
-from ..ports import CriticalErrorCallback, Transport
+from ..pacing import Release
+from ..ports import CriticalErrorCallback, Transport, claim_of, slot_of
+from ..release import ReleaseRates
 from ..settings import DelayedDeliverySettings
 from ..validation import is_whole
 from .connection import same_database
 from .notify import DueListener
 from .queue import PostgresQueueTransport
+from .release import SharedReleaseSchedule
 from .store import PostgresDelayedMessageStore
 
 __all__ = ["DelayingTransport", "MoveReport", "PollSchedule", "PostgresBatchMover", "native_delay_seconds"]
@@ -100,7 +109,12 @@ class MoveReport:
     batches: int = 0
     full_batch: bool = False
     exactly_once: bool = False
+    #: Per message moved: seconds late, less what release control added.
     lateness_seconds: tuple[float, ...] = ()
+    #: Messages deferred to their release slots.
+    deferred: int = 0
+    #: Per message moved to a capped destination: (destination, seconds release control added).
+    release_lag: tuple[tuple[str, float], ...] = ()
 
     def __add__(self, other: MoveReport) -> MoveReport:
         return MoveReport(
@@ -111,7 +125,30 @@ class MoveReport:
             full_batch=other.full_batch,
             exactly_once=self.exactly_once or other.exactly_once,
             lateness_seconds=self.lateness_seconds + other.lateness_seconds,
+            deferred=self.deferred + other.deferred,
+            release_lag=self.release_lag + other.release_lag,
         )
+
+
+class _Placer:
+    """A ``DelayingTransport`` as the core's ``PlacingTransport``: release control places messages at their slots."""
+
+    def __init__(self, transport: DelayingTransport, max_delay: int) -> None:
+        self.transport = transport
+        self._max_delay = max_delay
+
+    @property
+    def max_delay_seconds(self) -> int:
+        """The delaying transport's native cap (``max_native_delay``)."""
+        return self._max_delay
+
+    def send(self, message: DelayedMessage) -> None:
+        """Send now."""
+        self.transport.send_delayed(message, 0)
+
+    def send_delayed(self, message: DelayedMessage, delay_seconds: int) -> None:
+        """Send, visible after ``delay_seconds``."""
+        self.transport.send_delayed(message, delay_seconds)
 
 
 class _LookAheadSender:
@@ -164,24 +201,44 @@ class PostgresBatchMover:
         self.exactly_once = same_db if exactly_once is None else exactly_once
         if self.exactly_once and look_ahead:
             raise ConfigurationError("look_ahead needs a transport with native delays, not the queue table")
+        rates = self.settings.release_rates
+        if rates and look_ahead:
+            raise ConfigurationError(
+                "look_ahead sends messages before they are due, release control plans them once due: with "
+                "release_rates (DELAYED_DELIVERY_RELEASE_RATES) use look_ahead=0 (a transport with native delays "
+                "still places each capped message at its slot)"
+            )
         self._sender, sending = _sending_transport(transport, look_ahead)
+        #: Release control places capped messages at their slots through a delaying transport.
+        self._placing = bool(rates) and isinstance(transport, DelayingTransport) and not self.exactly_once
+        if self._placing:
+            assert isinstance(transport, DelayingTransport)
+            sending = _Placer(transport, self.max_native_delay)
         self.dispatcher = Dispatcher(
             store,
             sending,
-            self.settings.with_(batch_size=self.batch_size),
+            self.settings.with_(batch_size=self.batch_size, release_rates=ReleaseRates()),
             clock=self.clock,
             on_critical_error=on_critical_error,
         )
         self._wake = threading.Event()
+        #: The schedule every mover of this table shares (None without release rates).
+        self.release: SharedReleaseSchedule | None = None
+        if rates:
+            self.release = SharedReleaseSchedule(store, rates)
+            self.release.setup()
         if self.exactly_once:
             assert isinstance(transport, PostgresQueueTransport)
             self._sql_move = _move_statement(store, transport)
+            self._sql_paced = _paced_statements(store, transport)
 
     # -- one batch -------------------------------------------------------------
 
     def move_once(self) -> MoveReport:
         """Move up to ``batch_size`` due rows (one transaction when exactly-once)."""
-        if self.exactly_once:
+        if self.release is not None:
+            report = self._move_paced_once(self.release) if self.exactly_once else self._send_paced(self.release)
+        elif self.exactly_once:
             with self.store.cursor() as cur:
                 cur.execute(self._sql_move, {"limit": self.batch_size})
                 lateness = tuple(max(0.0, float(r[0])) for r in cur.fetchall())
@@ -210,12 +267,95 @@ class PostgresBatchMover:
                 full_batch=len(batch) >= self.batch_size,
                 lateness_seconds=tuple(part.lateness_seconds),
             )
-        if report.moved:
+        if report.moved or report.deferred:
             _log.info(
                 "moved a batch of due messages",
                 extra={lf.EVENT: lf.EVENT_FORWARDED, lf.BATCH_SIZE: report.moved},
             )
         return report
+
+    def _move_paced_once(self, release: SharedReleaseSchedule) -> MoveReport:
+        """The exactly-once move with release control: plan, defer what waits, move the rest; one transaction."""
+        q = self._sql_paced
+        with self.store.cursor(transaction=True) as cur:
+            cur.execute(q.claim, {"limit": self.batch_size})
+            rows = cur.fetchall()
+            if not rows:
+                return MoveReport(exactly_once=True)
+            now = rows[0][4]
+            kept = {mid: slot for mid, _, _, slot, _ in rows if slot is not None}
+            fresh = [(mid, dest, due) for mid, dest, due, slot, _ in rows if slot is None]
+            slots = release.plan(cur, fresh, now)
+            later = [(mid, slot) for mid, slot in slots.items() if slot > now]
+            if later:
+                ids, when = zip(*later, strict=True)
+                cur.execute(q.defer, {"ids": list(ids), "slots": list(when)})
+            waiting = {mid for mid, _ in later}
+            cur.execute(q.move, {"ids": [r[0] for r in rows if r[0] not in waiting]})
+            moved = cur.fetchall()
+        dues = {mid: due for mid, _, due, _, _ in rows}
+        destinations = {mid: dest for mid, dest, _, _, _ in rows}
+        # what release control adds is fixed once a slot is booked: reported then, for moved and deferred rows alike
+        lags = tuple(
+            (destinations[mid], max(0.0, (slot - max(dues[mid], now)).total_seconds())) for mid, slot in slots.items()
+        )
+        lateness: list[float] = []
+        for mid, _, late in moved:
+            if mid in kept:  # deferred earlier: late after its slot
+                lateness.append(max(0.0, (now - kept[mid]).total_seconds()))
+            else:
+                lateness.append(max(0.0, float(late)))
+        return MoveReport(
+            moved=len(moved),
+            batches=1,
+            full_batch=len(rows) >= self.batch_size,
+            exactly_once=True,
+            lateness_seconds=tuple(lateness),
+            deferred=len(later),
+            release_lag=lags,
+        )
+
+    def _send_paced(self, release: SharedReleaseSchedule) -> MoveReport:
+        """The at-least-once move with release control: claim, plan, send (placed when the transport can delay)."""
+        now, batch = self.store.claim_due(self.batch_size)
+        if not batch:
+            return MoveReport()
+        fresh = [(m.message_id, m.destination, m.due_at) for m in batch if slot_of(m) is None]
+        with self.store.cursor(transaction=True) as cur:
+            slots = release.plan(cur, fresh, now)
+        releases: dict[str, Release] = {}
+        deferrals: list[tuple[str, datetime, str]] = []
+        lags: list[tuple[str, float]] = []
+        for m in batch:
+            kept = slot_of(m)
+            slot = kept if kept is not None else slots.get(m.message_id)
+            if slot is None:
+                continue  # uncapped: sent as it is
+            if kept is None:  # booked now: what release control adds is reported now
+                lags.append((m.destination, max(0.0, (slot - max(m.due_at, now)).total_seconds())))
+            late = 0.0 if kept is not None else max(0.0, (now - m.due_at).total_seconds())
+            delay = math.ceil((slot - now).total_seconds() - 1e-6)
+            if delay <= 0:
+                releases[m.message_id] = Release(m, 0, slot.timestamp(), None, late)
+            elif self._placing and delay <= self.max_native_delay:
+                releases[m.message_id] = Release(m, delay, slot.timestamp(), None, late)
+            else:
+                deferrals.append((m.message_id, slot, claim_of(m) or ""))
+        waiting = {mid for mid, _, _ in deferrals}
+        if deferrals:
+            self.store.defer(deferrals)
+        sending = [m for m in batch if m.message_id not in waiting]
+        part = self.dispatcher.dispatch_batch(sending, now, releases=releases)
+        return MoveReport(
+            moved=part.dispatched,
+            failed_attempts=part.failed_attempts,
+            moved_to_error_queue=part.moved_to_error_queue,
+            batches=1,
+            full_batch=len(batch) >= self.batch_size,
+            lateness_seconds=tuple(part.lateness_seconds),
+            deferred=len(deferrals),
+            release_lag=tuple(lags),
+        )
 
     def drain(self, budget: float | None = None) -> MoveReport:
         """Move batches until one is not full or ``budget`` seconds pass (a timer-triggered function's run)."""
@@ -300,6 +440,39 @@ def _sending_transport(
     if isinstance(transport, Transport):
         return None, transport
     raise ConfigurationError(f"{type(transport).__name__} has no send(message)")
+
+
+@dataclass(frozen=True, slots=True)
+class _PacedStatements:
+    """The exactly-once move in steps, for release control (one transaction: ``_move_paced_once``)."""
+
+    claim: sql.Composed
+    defer: sql.Composed
+    move: sql.Composed
+
+
+def _paced_statements(store: PostgresDelayedMessageStore, transport: PostgresQueueTransport) -> _PacedStatements:
+    """Lock the due rows (naming a deferred row's slot), defer rows to their slots, move the rest."""
+    d = sql.Identifier(store.schema, store.table)
+    return _PacedStatements(
+        claim=sql.SQL(
+            "SELECT message_id, destination, due_at,"
+            " CASE WHEN claim_token IS NULL AND available_at > due_at THEN available_at END, now() FROM {d}"
+            " WHERE due_at <= now() AND available_at <= now()"
+            ' ORDER BY due_at, message_id COLLATE "C" LIMIT %(limit)s FOR UPDATE SKIP LOCKED'
+        ).format(d=d),
+        defer=sql.SQL(
+            "UPDATE {d} AS d SET available_at = c.slot, claim_token = NULL"
+            " FROM unnest(%(ids)s::text[], %(slots)s::timestamptz[]) AS c(id, slot) WHERE d.message_id = c.id"
+        ).format(d=d),
+        move=sql.SQL(
+            "WITH moved AS (DELETE FROM {d} WHERE message_id = ANY(%(ids)s)"
+            " RETURNING message_id, destination, body, headers, due_at),"
+            " queued AS (INSERT INTO {q} (message_id, destination, body, headers, due_at)"
+            " SELECT message_id, destination, body, headers, due_at FROM moved ORDER BY due_at RETURNING due_at)"
+            " SELECT message_id, destination, extract(epoch FROM now() - due_at)::float8 FROM moved"
+        ).format(d=d, q=transport.identifier),
+    )
 
 
 def _move_statement(store: PostgresDelayedMessageStore, transport: PostgresQueueTransport) -> sql.Composed:

@@ -56,6 +56,17 @@ DEFAULT_TABLE = "delayed_messages"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+def _slot_of(token: str) -> datetime | None:
+    """The release slot a claim token ``<token>@<epoch µs>`` names (a deferred row), else None."""
+    _, _, micros = token.partition("@")
+    if not micros.isdigit():
+        return None
+    try:
+        return _EPOCH + timedelta(microseconds=int(micros))
+    except OverflowError:
+        return None
+
+
 def _check_text(message: DelayedMessage) -> None:
     """PostgreSQL ``text`` cannot hold NUL; say so before the database does."""
     if "\x00" in message.message_id or "\x00" in message.destination:
@@ -168,6 +179,8 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
         """Drop the table and everything in it (tests and teardown)."""
         with self._db.cursor() as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(t=self._t))
+            release = sql.Identifier(self.schema, derived_name(self.table, "_release"))  # the movers' release schedule
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(t=release))
 
     def close(self) -> None:
         """Close every connection this object opened."""
@@ -352,10 +365,30 @@ class PostgresDelayedMessageStore(DelayedMessageStore):
             rows = cur.fetchall()
             now = utc(rows[0][6]) if rows else None
             batch: list[DelayedMessage] = [
-                ClaimedMessage.of(self._read(r[:6], now or _EPOCH, cur), token) for r in rows
+                ClaimedMessage.of(self._read(r[:6], now or _EPOCH, cur), str(r[7]), _slot_of(str(r[7]))) for r in rows
             ]
         batch.sort(key=lambda m: (m.due_at, m.message_id))
         return now, batch
+
+    def defer(self, deferrals: Sequence[tuple[str, datetime, str]]) -> Sequence[bool]:
+        """Release each claim, the row fetchable again at its release slot (due time unchanged); one statement."""
+        if not deferrals:
+            return []
+        ids, slots, claims = zip(*deferrals, strict=True)
+        with self._db.cursor() as cur:
+            cur.execute(
+                self._q.defer,
+                {"ids": list(ids), "slots": [utc(s) for s in slots], "claims": list(claims)},
+            )
+            kept = {row[0] for row in cur.fetchall()}
+        return [mid in kept for mid in ids]
+
+    def release_backlog(self) -> Mapping[str, tuple[int, datetime]]:
+        """Deferred rows per destination: how many, and the latest slot among them."""
+        with self._db.cursor() as cur:
+            cur.execute(self._q.release_backlog)
+            rows = cur.fetchall()
+        return {str(d): (int(n), utc(latest)) for d, n, latest in rows}
 
     def database_now(self) -> datetime:
         """The database clock (``clock_timestamp()``)."""

@@ -18,6 +18,14 @@ COLUMNS = (
 _IDLE = f"NOT (claim_token IS NOT NULL AND available_at > due_at AND available_at > %(now)s AND available_at <= {LAST})"
 
 
+#: The claim token a fetch writes: ``<token>@<slot, epoch µs>`` for a row deferred to its release slot (unclaimed and
+#: fetchable later than due: ``defer``), so the fetch names the slot; ``<token>`` otherwise.
+_CLAIM = (
+    f"CASE WHEN d.claim_token IS NULL AND d.available_at > d.due_at AND d.available_at <= {LAST}"
+    " THEN %(token)s || '@' || (extract(epoch FROM d.available_at) * 1000000)::bigint::text ELSE %(token)s END"
+)
+
+
 def _holdable(column: str) -> str:
     """SQL for a time column's value clamped to what a Python datetime holds (beyond year 9999: the first)."""
     within = f"{column} BETWEEN {FIRST} AND {LAST}"
@@ -73,12 +81,17 @@ class Statements:
         move = "UPDATE {t} SET due_at = %(due)s, available_at = %(due)s, claim_token = NULL WHERE message_id = %(id)s"
         self.reschedule = sql.SQL(f"{move} AND {_IDLE}").format(t=t)
         self.reschedule_claimed = sql.SQL(move + " AND claim_token = %(claim)s").format(t=t)
+        self.defer = sql.SQL(
+            "UPDATE {t} AS d SET available_at = c.slot, claim_token = NULL"
+            " FROM unnest(%(ids)s::text[], %(slots)s::timestamptz[], %(claims)s::text[]) AS c(id, slot, claim)"
+            " WHERE d.message_id = c.id AND d.claim_token = c.claim RETURNING d.message_id"
+        ).format(t=t)
 
     def _claims(self, t: sql.Identifier) -> None:
         # The second arm claims rows whose due or claim time no datetime holds (infinity, past year 9999): due now.
         # Two index seeks at the indexes' ends, and only run when the first arm leaves room under the limit.
         claim = (
-            "UPDATE {t} AS d SET available_at = {until}, claim_token = %(token)s FROM ("
+            f"UPDATE {{t}} AS d SET available_at = {{until}}, claim_token = {_CLAIM} FROM ("
             " SELECT message_id FROM (SELECT message_id FROM {t} WHERE due_at <= {at} AND available_at <= {at}"
             ' ORDER BY due_at, message_id COLLATE "C" LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS ready'
             " UNION ALL SELECT message_id FROM (SELECT message_id FROM {t}"
@@ -86,7 +99,7 @@ class Statements:
             " LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS garbage"
             " LIMIT %(limit)s) AS due"
             " WHERE d.message_id = due.message_id"
-            f" RETURNING {COLUMNS}, {{now}}"
+            f" RETURNING {COLUMNS}, {{now}}, d.claim_token"
         )
         self.fetch = sql.SQL(claim).format(t=t, until=sql.SQL("%(until)s"), at=sql.SQL("%(at)s"), now=sql.SQL("%(at)s"))
         self.fetch_capped = sql.SQL(claim).format(
@@ -110,6 +123,10 @@ class Statements:
         ).format(t=t)
         self.get = sql.SQL(f"SELECT {COLUMNS} FROM {{t}} AS d WHERE message_id = %s").format(t=t)
         self.count = sql.SQL("SELECT count(*) FROM {t}").format(t=t)
+        self.release_backlog = sql.SQL(
+            "SELECT destination, count(*), max(available_at) FROM {t} WHERE claim_token IS NULL"
+            f" AND available_at > due_at AND available_at <= {LAST} GROUP BY destination"
+        ).format(t=t)
         self.earliest = sql.SQL(f"SELECT {_holdable('min(due_at)')} FROM {{t}}").format(t=t)
         self.backlog = sql.SQL(
             f"SELECT {_holdable('to_timestamp(floor(extract(epoch FROM due_at) / %(size)s) * %(size)s)')} AS bucket,"

@@ -18,7 +18,8 @@ Fetched messages carry the fetch's claim token (``ports.claim_of``); ``remove``,
 and ``reschedule`` given that token act only while the row still holds it.
 
 Add ``MultiProcessStoreContract`` (and a picklable ``store_factory`` fixture) when several
-processes share the store, and ``ReschedulableStoreContract`` when it implements ``reschedule``.
+processes share the store, ``ReschedulableStoreContract`` when it implements ``reschedule`` and
+``DeferringStoreContract`` when it implements ``defer`` (release control).
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ import pytest
 
 from ..errors import MessageIdConflictError, MessageInFlightError
 from ..model import DelayedMessage
-from ..ports import BatchRemovingStore, DelayedMessageStore, ReschedulableStore, claim_of
+from ..ports import BatchRemovingStore, DeferringStore, DelayedMessageStore, ReschedulableStore, claim_of, slot_of
 
-__all__ = ["MultiProcessStoreContract", "ReschedulableStoreContract", "StoreContract"]
+__all__ = ["DeferringStoreContract", "MultiProcessStoreContract", "ReschedulableStoreContract", "StoreContract"]
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -341,6 +342,66 @@ class ReschedulableStoreContract:
         assert store.reschedule("m-1", T0 + _s(10**5), first) is False
         assert store.reschedule("m-1", T0 + _s(500), second) is True
         assert store.next_due() == T0 + _s(500)
+
+
+class DeferringStoreContract:
+    """Extra behaviour for stores implementing ``defer`` (release control keeps a row back until its slot)."""
+
+    #: The claim timeout (seconds) the ``store`` fixture configures.
+    claim_timeout: float = 60.0
+
+    @pytest.fixture
+    def store(self) -> DeferringStore:
+        raise NotImplementedError
+
+    def test_a_deferred_row_keeps_its_due_time_and_comes_back_at_its_slot_naming_it(self, store: Any) -> None:
+        store.store(_msg(1, T0))
+        claim = _claim(store.fetch_next_due(T0))
+        assert list(store.defer([("m-1", T0 + _s(30), claim)])) == [True]
+        assert store.fetch_next_due(T0 + _s(29)) is None
+        assert store.next_due() == T0 + _s(30)
+        back = store.fetch_next_due(T0 + _s(30))
+        assert back is not None and back.due_at == T0, "the due time is unchanged"
+        assert slot_of(back) == T0 + _s(30)
+        assert store.remove("m-1", _claim(back)) is True
+
+    def test_a_row_that_was_not_deferred_names_no_slot(self, store: Any) -> None:
+        store.store(_msg(1, T0))
+        first = store.fetch_next_due(T0)
+        assert first is not None and slot_of(first) is None
+        assert store.increment_failure_count("m-1", _claim(first)) is True
+        again = store.fetch_next_due(T0 + _s(1))
+        assert again is not None and slot_of(again) is None
+        expired = store.fetch_next_due(T0 + _s(self.claim_timeout + 2))
+        assert expired is not None and slot_of(expired) is None, "an expired claim is no slot"
+
+    def test_defer_needs_the_claim(self, store: Any) -> None:
+        store.store(_msg(1, T0))
+        claim = _claim(store.fetch_next_due(T0))
+        assert list(store.defer([("m-1", T0 + _s(30), "not-the-claim"), ("gone", T0, claim)])) == [False, False]
+        assert store.remove("m-1", claim) is True, "the fetch's claim still holds the row"
+
+    def test_deferred_rows_come_back_in_due_order_and_can_be_cancelled(self, store: Any) -> None:
+        for i, due in ((1, T0 + _s(2)), (2, T0), (3, T0 + _s(1))):
+            store.store(_msg(i, due))
+        batch = store.fetch_due(T0 + _s(2), 10)
+        assert [m.message_id for m in batch] == ["m-2", "m-3", "m-1"]
+        store.defer([(m.message_id, T0 + _s(50 + n), _claim(m)) for n, m in enumerate(batch)])
+        assert store.remove("m-1") is True, "a deferred row is not in flight: an operator may cancel it"
+        back = store.fetch_due(T0 + _s(60), 10)
+        assert [m.message_id for m in back] == ["m-2", "m-3"]
+        assert [slot_of(m) for m in back] == [T0 + _s(50), T0 + _s(51)]
+
+    def test_the_release_backlog_counts_deferred_rows_per_destination(self, store: Any) -> None:
+        for i in range(3):
+            store.store(_msg(i, T0))
+        store.store(_msg("x", T0, destination="invoices"))
+        batch = store.fetch_due(T0, 10)
+        deferred = [m for m in batch if m.destination == "orders"]
+        store.defer([(m.message_id, T0 + _s(10 + n), _claim(m)) for n, m in enumerate(deferred)])
+        assert dict(store.release_backlog()) == {"orders": (3, T0 + _s(12))}
+        store.fetch_due(T0 + _s(11), 10)
+        assert dict(store.release_backlog()) == {"orders": (1, T0 + _s(12))}, "claimed again: no longer deferred"
 
 
 def _claim_worker(
