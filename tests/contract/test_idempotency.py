@@ -24,34 +24,19 @@ from delayed_delivery.idempotency import (
 from delayed_delivery.testing.idempotency_contract import (
     Fault,
     FaultyLog,
-    IdempotencyContract,
-    Process,
+    OnceContract,
     ProcessedLogContract,
 )
 
 
-class TestInMemoryOnce(IdempotencyContract):
-    expiry_seconds = 3600.0
+class TestInMemoryOnce(OnceContract):
     oversized_result_chars = 2_000
 
     @pytest.fixture
-    def process(self) -> Process:
+    def processed_log(self) -> FaultyLog:
         self.memory = InMemoryProcessedLog(max_result_chars=1_000)
-        self.log, self.clock = FaultyLog(self.memory), ManualClock()
-        return lambda message, fn: once(
-            self.log,
-            message,
-            fn,
-            expiry=self.expiry_seconds,
-            in_progress_timeout=self.in_progress_seconds,
-            clock=self.clock,
-        )
-
-    def pass_expiry(self) -> None:
-        self.clock.advance(self.expiry_seconds + 1)
-
-    def pass_hold(self) -> None:
-        self.clock.advance(self.in_progress_seconds + 1)
+        self.log = FaultyLog(self.memory)
+        return self.log
 
     def fail_completions(self, times: int, fault: Fault) -> None:
         self.log.fail(times, fault)

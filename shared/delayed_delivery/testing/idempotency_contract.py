@@ -17,8 +17,9 @@ most once while its record lives and returns the result (the stored one for a du
 while another attempt runs raises ``ProcessingInProgressError``. Override ``pass_expiry`` and ``pass_hold`` when your
 fixture can move its clock (or the records' times) instead of sleeping, and implement the fault hooks
 ``fail_completions`` (the store fails or refuses the record of an effect) and ``forget`` (a record vanishes behind
-its holder's back). Add ``ProcessedLogContract`` (and a ``log`` fixture) for a ``ProcessedLog``; ``FaultyLog`` wraps
-a ``ProcessedLog`` to implement ``fail_completions``.
+its holder's back). For a ``ProcessedLog`` under ``once``, ``OnceContract`` does the clock part (a manual clock) and
+``FaultyLog`` wraps the log to implement ``fail_completions``; add ``ProcessedLogContract`` (and a ``log`` fixture)
+for the primitive itself.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any, Literal
 import pytest
 
 from .. import logfields as lf
+from ..clock import ManualClock
 from ..errors import PermanentError, TransientError
 from ..idempotency import (
     AlreadyDone,
@@ -45,9 +47,10 @@ from ..idempotency import (
     InProgress,
     ProcessedLog,
     ProcessingInProgressError,
+    once,
 )
 
-__all__ = ["Fault", "FaultyLog", "IdempotencyContract", "Process", "ProcessedLogContract"]
+__all__ = ["Fault", "FaultyLog", "IdempotencyContract", "OnceContract", "Process", "ProcessedLogContract"]
 
 #: ``process(message, fn)``: the subject under test.
 Process = Callable[[Any, Callable[[], Any]], Any]
@@ -364,6 +367,40 @@ class IdempotencyContract:
         assert inner == ["second"]
         assert process(key, effects.effect(key, "third")) in ("first", "second")
         assert effects.counts[key] == 2  # a hold shorter than the effect lets one duplicate in (documented)
+
+
+class OnceContract(IdempotencyContract):
+    """The contract for ``once`` over a ``ProcessedLog`` on a manual clock: records expire and holds end when the test
+    moves it, never because the machine was slow. Give a ``processed_log`` fixture, ``fail_completions`` and
+    ``forget``."""
+
+    expiry_seconds = 3600.0
+
+    @pytest.fixture
+    def processed_log(self) -> ProcessedLog:
+        """The log under test; override."""
+        raise NotImplementedError
+
+    @pytest.fixture
+    def process(self, processed_log: ProcessedLog) -> Process:
+        """``once`` over ``processed_log`` with this contract's expiry, hold and manual clock."""
+        self.clock = ManualClock()
+        return lambda message, fn: once(
+            processed_log,
+            message,
+            fn,
+            expiry=self.expiry_seconds,
+            in_progress_timeout=self.in_progress_seconds,
+            clock=self.clock,
+        )
+
+    def pass_expiry(self) -> None:
+        """Move the clock past every completed record's expiry."""
+        self.clock.advance(self.expiry_seconds + 1)
+
+    def pass_hold(self) -> None:
+        """Move the clock past every hold (completed records live on: their expiry is longer)."""
+        self.clock.advance(self.in_progress_seconds + 1)
 
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
