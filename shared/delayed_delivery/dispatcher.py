@@ -30,6 +30,7 @@ from .ports import (
     DeferringStore,
     DelayedMessageStore,
     PlacingTransport,
+    ReleaseStateStore,
     ReschedulableStore,
     Transport,
     claim_of,
@@ -97,10 +98,13 @@ class Dispatcher:
         on_critical_error: CriticalErrorCallback | None = None,
         overlap_removal: bool = False,
         release_share: float = 1.0,
+        release_state: ReleaseStateStore | None = None,
     ) -> None:
         # overlap_removal: with a batch-removing store, remove each sent batch in the background while the next
         # batch is fetched and sent (the store must not hand out a row again before its removal has finished)
         # release_share: this dispatcher's share of each release rate (1/N for one of N dispatchers or shards)
+        # release_state: where the release schedule is kept between runs (loaded on the first paced run, saved
+        # before what a batch booked more than a second ahead is sent, and at each run's end)
         self.store_port = store
         self.transport = transport
         self.settings = settings or DelayedDeliverySettings()
@@ -136,6 +140,9 @@ class Dispatcher:
         self.pacer: Pacer | None = None
         if s.release_rates:
             self.pacer = Pacer(ReleasePlanner(s.release_rates, share=release_share), transport, store)
+        self.release_state = release_state
+        self._state_loaded = False
+        self._saved: dict[str, float] = {}
 
     # -- ingress ---------------------------------------------------------
 
@@ -303,6 +310,7 @@ class Dispatcher:
         deadline = self.clock.now() + timedelta(seconds=budget) if budget is not None else None
         ahead = timedelta(seconds=pacer.lookahead if wait_for_due else 0.0)
         may_send = True
+        self._load_release_state(pacer)
         poll_at: datetime | None = None  # None: fetch at once
         try:
             while stop is None or not stop.is_set():
@@ -330,7 +338,9 @@ class Dispatcher:
                     if batch:
                         self._disagreements = 0
                         report.batches += 1
-                        report.deferred += self._defer(pacer.take(batch, now), report)
+                        deferrals = pacer.take(batch, now)
+                        self._save_release_state(pacer, now)  # before anything booked ahead is sent
+                        report.deferred += self._defer(deferrals, report)
                         poll_at = None
                         continue
                     if not wait_for_due:
@@ -354,7 +364,39 @@ class Dispatcher:
             if sends:
                 self._send_released(sends, self.clock.now(), keep_going, report, deadline)
             report.deferred += self._defer(deferrals, report)
+            if may_send:
+                self._save_release_state(pacer, self.clock.now(), force=True)
         return report
+
+    def _load_release_state(self, pacer: Pacer) -> None:
+        """Continue the schedule the last run (or the last holder of these rows) saved, once per dispatcher."""
+        if self.release_state is None or self._state_loaded:
+            return
+        try:
+            saved = self.release_state.load()
+        except Exception as exc:  # start from now: slots may overlap what the last run placed, nothing is lost
+            _log.warning("reading the saved release schedule failed: %r", exc, extra={lf.REASON: repr(exc)})
+            return
+        pacer.planner.load(saved)
+        self._saved = dict(saved)
+        self._state_loaded = True
+
+    def _save_release_state(self, pacer: Pacer, now: datetime, *, force: bool = False) -> None:
+        """Save the schedule when it booked more than a second ahead beyond what was saved (or at a run's end)."""
+        if self.release_state is None:
+            return
+        pacer.planner.forget_before(now.timestamp())  # a schedule free by now matters no more
+        state = pacer.planner.state()
+        horizon = now.timestamp() + 1.0
+        ahead = any(v > horizon and v > self._saved.get(d, 0.0) for d, v in state.items())
+        if not (ahead or (force and state != self._saved)):
+            return
+        try:
+            self.release_state.save(state)
+        except Exception as exc:  # the next holder may overlap these slots for a while; nothing is lost
+            _log.warning("saving the release schedule failed: %r", exc, extra={lf.REASON: repr(exc)})
+            return
+        self._saved = state
 
     def _next_poll(self, now: datetime) -> datetime:
         """After an empty fetch at ``now``: when the store may have something to fetch (backing off while the store

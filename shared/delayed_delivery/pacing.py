@@ -98,7 +98,8 @@ class Pacer:
         max_held_bytes: int = MAX_HELD_BYTES,
     ) -> None:
         self.planner = planner
-        self.placing = transport if isinstance(transport, PlacingTransport) else None
+        placing = isinstance(transport, PlacingTransport) and transport.max_delay_seconds >= 1
+        self.placing = transport if placing and isinstance(transport, PlacingTransport) else None
         self.deferring = store if isinstance(store, DeferringStore) else None
         self.hold_seconds = hold_seconds
         self.max_held = max_held

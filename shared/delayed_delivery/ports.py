@@ -19,6 +19,7 @@ __all__ = [
     "InspectableStore",
     "PlacingTransport",
     "ReleaseBacklog",
+    "ReleaseStateStore",
     "ReschedulableStore",
     "Transport",
     "claim_of",
@@ -191,6 +192,19 @@ class DeferringStore(Protocol):
 
 #: Deferred rows per destination: (count, latest slot).
 ReleaseBacklog = Mapping[str, tuple[int, datetime]]
+
+
+@runtime_checkable
+class ReleaseStateStore(Protocol):
+    """Where a dispatcher keeps its release schedule between runs (e.g. a blob per Azure shard)."""
+
+    def load(self) -> Mapping[str, float]:
+        """Each capped destination's next free slot (epoch seconds) as last saved; empty when none was."""
+        ...
+
+    def save(self, state: Mapping[str, float]) -> None:
+        """Keep ``state`` (next free slot per destination) for the next run or the next holder of this shard."""
+        ...
 
 
 @runtime_checkable

@@ -270,6 +270,13 @@ class ReleasePlanner:
         if rate is not None and slot + 1.0 / rate > self._free(destination, rate):
             self._next[destination] = (slot, 1)
 
+    def load(self, state: Mapping[str, float]) -> None:
+        """Take a saved schedule in (another run's or holder's ``state()``): no slot before what it booked."""
+        for destination, next_free in state.items():
+            rate = self.rate_for(destination)
+            if rate is not None and math.isfinite(next_free) and next_free > self._free(destination, rate):
+                self._next[destination] = (float(next_free), 0)
+
     def lag(self, destination: str, now: float) -> float:
         """Seconds until ``destination``'s next free slot: how late a message due now would be released."""
         rate = self.rate_for(destination)

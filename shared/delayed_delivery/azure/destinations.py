@@ -20,7 +20,7 @@ from fnmatch import fnmatchcase
 from .. import headers as hdr
 from ..errors import ConfigurationError, InvalidMessageError, PermanentError
 from ..model import DelayedMessage
-from ..ports import Transport
+from ..ports import PlacingTransport, Transport
 
 __all__ = ["DestinationPolicy", "GuardedTransport", "parse_patterns"]
 
@@ -69,13 +69,27 @@ class GuardedTransport:
         self.inner = inner
         self.policy = policy
 
-    def send(self, message: DelayedMessage) -> None:
+    @property
+    def max_delay_seconds(self) -> int:
+        """The inner transport's longest placement (0: it cannot hide what it sends)."""
+        return self.inner.max_delay_seconds if isinstance(self.inner, PlacingTransport) else 0
+
+    def send_delayed(self, message: DelayedMessage, delay_seconds: int) -> None:
+        """``send``, the message hidden on its queue for ``delay_seconds`` (release control's placement)."""
+        self.send(message, delay_seconds)
+
+    def send(self, message: DelayedMessage, delay_seconds: int = 0) -> None:
         """Send through the inner transport, or raise ``PermanentError`` without sending."""
         reason = self.policy.refusal(message.destination)
         if reason is not None:
             raise PermanentError(f"message {message.message_id!r}: {reason}")
         try:
-            self.inner.send(message)
+            if delay_seconds:
+                if not isinstance(self.inner, PlacingTransport):
+                    raise PermanentError(f"{type(self.inner).__name__} cannot hide a message for a while")
+                self.inner.send_delayed(message, delay_seconds)
+            else:
+                self.inner.send(message)
         except InvalidMessageError as exc:  # e.g. larger than a queue message: it never fits, so never retry
             if message.destination != self.policy.error_queue or hdr.FAILURE_REASON not in message.headers:
                 raise PermanentError(str(exc)) from exc

@@ -5,6 +5,11 @@ A shard whose lease is held elsewhere is retried every second, so a dead holder 
 lease duration plus one second; a lost lease stops that shard's dispatching at once and it goes back to
 trying to acquire. Idle sleeps are capped at one second, so a row stored by another process is sent
 within about a second of falling due, although the timer fires only once a minute.
+
+Release control (``release_rates``): each shard's dispatcher takes ``1 / shards`` of every cap (the rows are
+spread evenly over the shards) and places each message at its slot with the queue's visibility timeout (up to
+7 days), so nothing waits in the dispatcher; its schedule is kept between runs in a blob per shard
+(``release_state.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from .blob_lease import BlobLease
 from .config import AzureClients, AzureDelayedDeliveryConfig
 from .destinations import GuardedTransport
 from .heartbeat import Heartbeat, write_heartbeat
+from .release_state import BlobReleaseState
 from .storage_queue import StorageQueueTransport
 from .table_store import TableDelayedMessageStore
 from .telemetry import DispatchMetrics
@@ -140,7 +146,15 @@ class AzureDispatcherHost:
         guarded = GuardedTransport(self.transport, self.config.destination_policy)  # allow-list: destinations.py
         # the lease makes this the shard's only dispatcher: no claim writes, removal overlapped with the next batch
         view = self.store.for_shards([shard], exclusive=True)
-        dispatcher = Dispatcher(view, guarded, self.settings, clock=self.clock, overlap_removal=True)
+        dispatcher = Dispatcher(
+            view,
+            guarded,
+            self.settings,
+            clock=self.clock,
+            overlap_removal=True,
+            release_share=1.0 / self.config.shards,
+            release_state=BlobReleaseState(self.container, shard, self.config.shards, clock=self.clock),
+        )
         try:
             while (remaining := deadline - self._monotonic()) > 0:
                 if not lease.try_acquire():

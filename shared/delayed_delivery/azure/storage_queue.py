@@ -137,6 +137,15 @@ class StorageQueueTransport:
         except AzureError as exc:
             raise translate(exc, f"creating queue {name}") from exc
 
+    @property
+    def max_delay_seconds(self) -> int:
+        """The longest a queue hides a message it is sent (Put Message's visibility timeout: 7 days)."""
+        return MAX_NATIVE_DELAY_SECONDS
+
+    def send_delayed(self, message: DelayedMessage, delay_seconds: int) -> None:
+        """Put ``message`` on its queue, invisible for ``delay_seconds`` (release control places it at its slot)."""
+        self.send(message, visibility_timeout=delay_seconds)
+
     def send(
         self,
         message: DelayedMessage,

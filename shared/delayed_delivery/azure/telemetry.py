@@ -8,7 +8,9 @@ with the managed identity, so no instrumentation key is needed for ingestion.
 
 ``DispatchMetrics`` records each run's counts and lateness on the global (or a given) meter provider:
 ``delayed_delivery.dispatched``, ``.failed_attempts``, ``.moved_to_error_queue``, ``.already_removed``,
-``.lease_lost`` (counters) and ``delayed_delivery.lateness`` (histogram, seconds), each with ``shard``.
+``.lease_lost`` (counters) and ``delayed_delivery.lateness`` (histogram, seconds: transport lateness), each with
+``shard``; with release control, ``delayed_delivery.release_lag`` (histogram, seconds: what the cap added) with
+``shard`` and ``destination``.
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ class DispatchMetrics:
         self.already_removed = meter.create_counter("delayed_delivery.already_removed", unit="{message}")
         self.lease_lost = meter.create_counter("delayed_delivery.lease_lost", unit="{lease}")
         self.lateness = meter.create_histogram("delayed_delivery.lateness", unit="s")
+        self.release_lag = meter.create_histogram(
+            "delayed_delivery.release_lag", unit="s", description="Seconds release control added to a message"
+        )
 
     def record(self, report: DispatchReport, shard: int, *, lease_lost: int = 0) -> None:
         """Add one run's report for ``shard``."""
@@ -79,3 +84,7 @@ class DispatchMetrics:
         self.lease_lost.add(lease_lost, attrs)
         for seconds in report.lateness_seconds:
             self.lateness.record(seconds, attrs)
+        for destination, lags in report.release_lag_seconds.items():
+            where: dict[str, str | int] = {"shard": shard, "destination": destination}
+            for seconds in lags:
+                self.release_lag.record(seconds, where)

@@ -1,0 +1,152 @@
+"""Release control on Azurite: each shard takes its share of the cap and places messages at their slots with the
+visibility timeout; the schedule carries over from run to run; uncapped queues beside a capped one are not slowed.
+
+The dispatcher runs on a manual clock (the run's budget too), so a run that places 50 s of slots takes a few seconds
+of wall time: the queue's own delays are what Azurite is given (recorded by a wrapper as send time + delay).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from azure.storage.blob import BlobServiceClient
+from azure.storage.queue import QueueServiceClient
+
+from delayed_delivery.azure.config import AzureDelayedDeliveryConfig
+from delayed_delivery.azure.release_state import decode_schedule, read_release_lags, release_blob_name
+from delayed_delivery.azure.rows import shard_of
+from delayed_delivery.azure.runner import AzureDispatcherHost
+from delayed_delivery.azure.storage_queue import StorageQueueTransport
+from delayed_delivery.clock import ManualClock
+from delayed_delivery.model import DelayedMessage
+from delayed_delivery.release import busiest_window
+from delayed_delivery.settings import DelayedDeliverySettings
+from tests.azure.conftest import new_name
+from tests.azure.harness import drain
+from tests.fixtures.azurite import Azurite
+
+pytestmark = pytest.mark.azurite
+
+
+class Placed:
+    """The host's transport, recording when each message becomes visible: send time (manual clock) + delay."""
+
+    def __init__(self, inner: StorageQueueTransport, clock: ManualClock) -> None:
+        self.inner = inner
+        self.clock = clock
+        self.visible: list[tuple[str, str, float]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def max_delay_seconds(self) -> int:
+        return self.inner.max_delay_seconds
+
+    def send(self, message: DelayedMessage) -> None:
+        self.send_delayed(message, 0)
+
+    def send_delayed(self, message: DelayedMessage, delay_seconds: int) -> None:
+        self.inner.send_delayed(message, delay_seconds)
+        with self._lock:
+            self.visible.append((message.message_id, message.destination, self.clock.now().timestamp() + delay_seconds))
+
+    def at(self, destination: str) -> list[float]:
+        return sorted(t for _, d, t in self.visible if d == destination)
+
+
+def _host(azurite: Azurite, clock: ManualClock, shards: int, rates: dict[str, float], **kw: Any) -> AzureDispatcherHost:
+    table = new_name()
+    config = AzureDelayedDeliveryConfig(
+        table_name=table,
+        container_name=table,
+        connection_string=azurite.connection_string,
+        lease_seconds=15,
+        run_seconds=60,
+        claim_timeout=120.0,
+        shards=shards,
+        settings=DelayedDeliverySettings(max_concurrency=8, error_queue=new_name("e"), release_rates=rates),  # type: ignore[arg-type]
+    )
+    host = AzureDispatcherHost(config, clock=clock, monotonic=lambda: clock.now().timestamp(), **kw)
+    host.setup_infrastructure()
+    host.transport = Placed(host.transport, clock)  # type: ignore[assignment]
+    return host
+
+
+def _burst(host: AzureDispatcherHost, queue: str, n: int, due: datetime, prefix: str = "m") -> None:
+    host.store.store_many([DelayedMessage(f"{prefix}-{i:05d}", queue, b"x", due) for i in range(n)])
+
+
+def test_shards_share_the_cap_and_place_a_burst_at_its_slots(
+    azurite: Azurite, queues: QueueServiceClient, queue: str
+) -> None:
+    start = datetime.now(UTC).replace(microsecond=0)
+    clock = ManualClock(start)
+    host = _host(azurite, clock, shards=2, rates={queue: 40})
+    _burst(host, queue, 400, start)
+    summary = host.run(5)  # over before the last slot: the saved schedule still reaches past it
+    placed: Placed = host.transport  # type: ignore[assignment]
+    times = placed.at(queue)
+    assert summary.dispatched == 400 and len(times) == 400 and host.store.count() == 0
+    assert busiest_window(times, 10.0) <= 1.05 * 40 * 10 + 100
+    per_shard = Counter(shard_of(f"m-{i:05d}", 2) for i in range(400))
+    finish = times[-1] - start.timestamp()
+    assert finish <= max(per_shard.values()) / 20 + 0.05, "each shard releases its rows at half the cap"
+    assert finish >= 400 / 40 * 0.95
+    assert min(times) >= start.timestamp(), "never before due"
+    assert clock.now() - start <= timedelta(seconds=6), "placed within the run: nothing waits in the dispatcher"
+    lags = read_release_lags(host.container, 2, start)
+    assert lags[queue] == pytest.approx(finish, abs=0.2)
+
+
+def test_a_placed_message_stays_invisible_until_its_slot(
+    azurite: Azurite, queues: QueueServiceClient, queue: str
+) -> None:
+    clock = ManualClock(datetime.now(UTC))
+    host = _host(azurite, clock, shards=1, rates={queue: 0.5})
+    _burst(host, queue, 2, clock.now())
+    host.run(10)
+    first = drain(queues, queue)
+    assert [e.message_id for e in first] == ["m-00000"], "the second slot is 2 s later: still hidden on the queue"
+    time.sleep(2.5)
+    assert [e.message_id for e in drain(queues, queue)] == ["m-00001"]
+
+
+def test_the_schedule_carries_over_to_the_next_run(azurite: Azurite, blobs: BlobServiceClient, queue: str) -> None:
+    start = datetime.now(UTC).replace(microsecond=0)
+    clock = ManualClock(start)
+    host = _host(azurite, clock, shards=1, rates={queue: 10})
+    _burst(host, queue, 100, start, "a")
+    host.run(2)
+    saved = decode_schedule(
+        blobs.get_container_client(host.config.container_name).download_blob(release_blob_name(0)).readall().decode()
+    )
+    assert saved[queue] == pytest.approx(start.timestamp() + 10.0)
+    _burst(host, queue, 10, clock.now(), "b")
+    host.run(2)
+    placed: Placed = host.transport  # type: ignore[assignment]
+    second = sorted(t for m, _, t in placed.visible if m.startswith("b-"))
+    assert second[0] == pytest.approx(start.timestamp() + 10.0, abs=0.01), "after the first run's slots, not beside"
+    assert busiest_window(placed.at(queue), 10.0) <= 1.05 * 10 * 10 + 100
+
+
+def test_uncapped_queues_beside_a_capped_one_are_not_slowed(azurite: Azurite, queues: QueueServiceClient) -> None:
+    capped, free = new_name("q"), new_name("q")
+    for name in (capped, free):
+        queues.create_queue(name)
+    start = datetime.now(UTC).replace(microsecond=0)
+    clock = ManualClock(start)
+    host = _host(azurite, clock, shards=1, rates={capped: 20})
+    _burst(host, capped, 160, start, "c")
+    host.store.store_many(
+        [DelayedMessage(f"f-{i:03d}", free, b"x", start + timedelta(seconds=1 + i * 0.1)) for i in range(50)]
+    )
+    host.run(7)
+    placed: Placed = host.transport  # type: ignore[assignment]
+    assert len(placed.at(capped)) == 160
+    due = {f"f-{i:03d}": start.timestamp() + 1 + i * 0.1 for i in range(50)}
+    lateness = [t - due[m] for m, d, t in placed.visible if d == free]
+    assert len(lateness) == 50 and max(lateness) < 0.2

@@ -1,0 +1,35 @@
+"""The saved release schedule of an Azure shard: the format written today is the golden one, and it reads back."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from delayed_delivery.azure.release_state import decode_schedule, encode_schedule, release_blob_name
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "azure_release_schedule.v1.json"
+STATE = {"orders": 1893456050.0, "invoices": 1893456010.5}
+
+
+def test_the_writer_writes_the_golden_schedule_and_the_reader_reads_it() -> None:
+    text = encode_schedule(1, 4, datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC), STATE)
+    assert json.loads(text) == json.loads(GOLDEN.read_text(encoding="utf-8"))
+    assert decode_schedule(GOLDEN.read_text(encoding="utf-8")) == STATE
+    assert release_blob_name(1) == "release-schedule-001.json"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[]", '{"v": 2, "next_free": {}}', '{"v": 1}', '{"v": 1, "next_free": []}', "not json"],
+)
+def test_anything_else_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        decode_schedule(text)
+
+
+def test_entries_that_are_not_times_are_left_out() -> None:
+    text = '{"v": 1, "next_free": {"a": 5, "b": "x", "c": true, "d": 1e999, "e": 2.5}}'
+    assert decode_schedule(text) == {"a": 5.0, "e": 2.5}
