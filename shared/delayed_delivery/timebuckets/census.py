@@ -15,11 +15,17 @@ from ..clock import utc
 from ..errors import InvalidMessageError
 from .wheel import EARLIEST, FINE, BucketKey, BucketLevel
 
-__all__ = ["CENSUS_PERIODS", "BucketCensus", "CensusPeriod", "CensusRow", "ListedObject", "take_census"]
+__all__ = ["CENSUS_PERIODS", "COUNTS", "BucketCensus", "CensusPeriod", "CensusRow", "ListedObject", "take_census"]
 
 CensusPeriod = Literal["hour", "day"]
 #: The length of a census row in seconds, by ``--by``.
 CENSUS_PERIODS: dict[str, int] = {"hour": 3600, "day": 86_400}
+#: What the census counts, as ``pending`` says it: stored copies, not distinct messages (keys carry counts, not ids).
+COUNTS = (
+    "copies, from the object keys: a message stored twice (a retried write or an identical resend that landed in "
+    "another object, or the old copy an interrupted reschedule left) is counted once per copy until the timer keeps "
+    "one and sends it once"
+)
 
 
 class ListedObject(Protocol):
@@ -103,6 +109,11 @@ class BucketCensus:
         """Counted messages in coarse buckets (not yet split into fine ones)."""
         return sum(r.coarse_messages for r in self.rows)
 
+    @property
+    def counts(self) -> str:
+        """What ``messages`` counts: stored copies (``COUNTS``), so it may count a duplicate in flight twice."""
+        return COUNTS
+
     def describe_total(self) -> str:
         """``"1,234"``, or ``"at least 1,234"`` when some objects carry no count."""
         return f"{self.messages:,}" if self.exact else f"at least {self.messages:,}"
@@ -112,6 +123,7 @@ class BucketCensus:
         return {
             "messages": self.messages,
             "exact": self.exact,
+            "counts": self.counts,
             "objects": self.objects,
             "uncounted_objects": self.uncounted_objects,
             "bytes": self.bytes,

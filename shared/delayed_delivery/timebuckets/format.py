@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import gzip
+import hashlib
 import json
 import re
 import zlib
@@ -23,7 +24,8 @@ from ..errors import InvalidMessageError
 from ..jsonbounds import loads_bounded
 from ..model import MAX_MESSAGE_ID_LENGTH, check_destination, is_usable_message_id
 from ..validation import is_whole
-from .wheel import BucketKey, BucketLevel, object_key
+from .identity import first_sent, same_message
+from .wheel import BucketKey, BucketLevel, content_key
 
 __all__ = [
     "FORMAT_VERSION",
@@ -43,8 +45,10 @@ __all__ = [
     "bucket_object_key",
     "decode_bucket",
     "encode_bucket",
+    "encode_bucket_object",
     "encoded_line_bytes",
     "line_id",
+    "one_per_id",
     "read_line",
 ]
 
@@ -221,16 +225,28 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _ordered(bucket: BucketKey, messages: Sequence[BucketMessage], levels: BucketLevel) -> list[BucketMessage]:
-    """The messages sorted by (due, id), exact duplicates dropped; refuses a conflict, an outsider or too many."""
+def one_per_id(messages: Sequence[BucketMessage]) -> dict[str, BucketMessage]:
+    """One copy per id, the first sent (``identity.py``); raises ``InvalidMessageError`` for two different messages
+    under one id (a writer refuses what would replace a message)."""
     unique: dict[str, BucketMessage] = {}
     for message in messages:
         if not isinstance(message, BucketMessage):
             raise InvalidMessageError(f"expected BucketMessage, got {type(message).__name__}")
+        known = unique.setdefault(message.message_id, message)
+        if known is message:
+            continue
+        if not same_message(known, message):
+            raise InvalidMessageError(f"two different messages with id {message.message_id!r} in one bucket object")
+        unique[message.message_id] = first_sent(known, message)
+    return unique
+
+
+def _ordered(bucket: BucketKey, messages: Sequence[BucketMessage], levels: BucketLevel) -> list[BucketMessage]:
+    """The messages sorted by (due, id), copies of one message kept once; refuses a conflict, an outsider, too many."""
+    unique = one_per_id(messages)
+    for message in unique.values():
         if not bucket.holds(message.due_at, levels):
             raise InvalidMessageError(f"message {message.message_id!r} is not due within bucket {bucket.iso}")
-        if unique.setdefault(message.message_id, message) != message:
-            raise InvalidMessageError(f"two different messages with id {message.message_id!r} in one bucket object")
     if not unique or len(unique) > MAX_OBJECT_MESSAGES:
         raise InvalidMessageError(f"a bucket object holds 1 to {MAX_OBJECT_MESSAGES:,} messages, not {len(unique):,}")
     return sorted(unique.values(), key=lambda m: (m.due_at_ms, m.message_id))
@@ -241,8 +257,8 @@ def encoded_line_bytes(message: BucketMessage) -> int:
     return len(_dumps(_line(message)).encode("utf-8")) + 1
 
 
-def encode_bucket(bucket: BucketKey, messages: Sequence[BucketMessage], levels: BucketLevel | None = None) -> bytes:
-    """The object for ``messages`` in ``bucket``: the same messages in any order give the same bytes."""
+def _text(bucket: BucketKey, messages: Sequence[BucketMessage], levels: BucketLevel | None) -> tuple[bytes, int]:
+    """The object's decompressed bytes and its message count: the same messages in any order give the same bytes."""
     ordered = _ordered(bucket, messages, levels or BucketLevel())
     header = {"v": FORMAT_VERSION, "level": bucket.level, "bucket": bucket.iso, "count": len(ordered)}
     lines = [_dumps(header)]
@@ -254,12 +270,34 @@ def encode_bucket(bucket: BucketKey, messages: Sequence[BucketMessage], levels: 
     text = ("\n".join(lines) + "\n").encode("utf-8")
     if len(text) > MAX_DECODED_BYTES:
         raise InvalidMessageError(f"{len(text):,} bytes is more than one bucket object holds: write two objects")
+    return text, len(ordered)
+
+
+def encode_bucket(bucket: BucketKey, messages: Sequence[BucketMessage], levels: BucketLevel | None = None) -> bytes:
+    """The object for ``messages`` in ``bucket``: the same messages in any order give the same bytes."""
+    text, _ = _text(bucket, messages, levels)
     return gzip.compress(text, compresslevel=6, mtime=0)
 
 
-def bucket_object_key(prefix: str, bucket: BucketKey, messages: Sequence[BucketMessage]) -> str:
-    """The key of the object ``encode_bucket`` writes for ``messages`` (a hash of their ids and due times)."""
-    return object_key(prefix, bucket, ((m.message_id, m.due_at_ms) for m in messages))
+def encode_bucket_object(
+    prefix: str, bucket: BucketKey, messages: Sequence[BucketMessage], levels: BucketLevel | None = None
+) -> tuple[str, bytes]:
+    """The key (v3: the sha256 of the object's decompressed bytes, and the count) and the object for ``messages``.
+
+    The key names the content itself, so a retried write of the same messages writes the same key and bytes, and
+    no write can replace a different message (key v2 hashed only ids and due times: another body under the same id
+    and due time overwrote the first, #23).
+    """
+    text, count = _text(bucket, messages, levels)
+    key = content_key(prefix, bucket, hashlib.sha256(text).hexdigest(), count)
+    return key, gzip.compress(text, compresslevel=6, mtime=0)
+
+
+def bucket_object_key(
+    prefix: str, bucket: BucketKey, messages: Sequence[BucketMessage], levels: BucketLevel | None = None
+) -> str:
+    """The key of the object ``encode_bucket`` writes for ``messages`` (key v3, ``encode_bucket_object``)."""
+    return encode_bucket_object(prefix, bucket, messages, levels)[0]
 
 
 def _header(line: bytes) -> tuple[int, BucketKey, int]:

@@ -32,6 +32,7 @@ __all__ = [
     "bucket_of",
     "cascade_window",
     "content_hash",
+    "content_key",
     "dispatch_window",
     "object_key",
     "parse_object_key",
@@ -243,15 +244,26 @@ def content_hash(entries: Iterable[tuple[str, int]]) -> str:
 
 
 def object_key(prefix: str, bucket: BucketKey, entries: Iterable[tuple[str, int]]) -> str:
-    """Key v2 ``<prefix>/<level>/<start ISO>/<content hash>-<count>.jsonl.gz``; count = distinct message ids."""
+    """Key v2 (no longer written, still read) ``<prefix>/<level>/<start ISO>/<hash of ids and due times>-<count>``;
+    count = distinct message ids."""
+    pairs = [(str(message_id), int(due_ms)) for message_id, due_ms in entries]
+    return content_key(prefix, bucket, content_hash(pairs), len({message_id for message_id, _ in pairs}))
+
+
+def content_key(prefix: str, bucket: BucketKey, digest: str, count: int) -> str:
+    """An object key ``<prefix>/<level>/<start ISO>/<digest>-<count>.jsonl.gz`` (``digest``: 64 hex characters).
+
+    Key v3 (written today): ``digest`` is the sha256 of the object's decompressed bytes (``format.py``). v2 keys
+    hashed ids and due times, v1 keys had no count; all three parse alike (``parse_object_key_count``).
+    """
     if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix) or len(prefix) > 512:
         raise ConfigurationError(
             f"bucket prefix {str(prefix)[:60]!r} must be S3-safe path segments (letters, digits, !_.*'()-) joined "
             "by single slashes, without a slash at either end, at most 512 characters"
         )
-    pairs = [(str(message_id), int(due_ms)) for message_id, due_ms in entries]
-    count = len({message_id for message_id, _ in pairs})
-    return f"{prefix}/{bucket.level}/{bucket.iso}/{content_hash(pairs)}-{count}.jsonl.gz"
+    if not re.fullmatch(r"[0-9a-f]{64}", digest) or not is_whole(count, 1, 999_999):
+        raise InvalidMessageError(f"an object key needs a 64-hex digest and a count from 1, got {digest!r}, {count!r}")
+    return f"{prefix}/{bucket.level}/{bucket.iso}/{digest}-{count}.jsonl.gz"
 
 
 class ParsedKey(NamedTuple):

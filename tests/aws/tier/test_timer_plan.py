@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from delayed_delivery.aws.tier.timer_plan import Found, plan_bucket, same_content
+from delayed_delivery.aws.tier.timer_plan import Found, plan_bucket
 from delayed_delivery.cancellations import (
     Cancellation,
     CancellationKind,
@@ -15,6 +15,7 @@ from delayed_delivery.cancellations import (
 )
 from delayed_delivery.delivery import epoch_ms
 from delayed_delivery.timebuckets.format import BucketMessage
+from delayed_delivery.timebuckets.identity import content_digest, same_message
 
 NOW = datetime(2031, 1, 1, tzinfo=UTC)
 
@@ -38,7 +39,10 @@ def test_copies_are_counted_and_the_first_sent_wins_a_conflict() -> None:
     assert sorted(r.message.body for r in plan.conflicts) == [b"late", b"unknown send time"]
     assert all("'b'" in r.reason and "k9" in r.reason for r in plan.conflicts)
     assert {r.key for r in plan.conflicts} == {"k1", "k0"}
-    assert same_content(_m("a"), _m("a", hops=2, sent=7)) and not same_content(_m("a"), _m("a", b"y"))
+    assert same_message(_m("a"), _m("a", hops=2, sent=7)) and not same_message(_m("a"), _m("a", b"y"))
+    reason = next(r.reason for r in plan.conflicts if r.message.body == b"late")  # both versions named by digest
+    assert f"digest {content_digest(_m('b', b'early'))}, in k9" in reason
+    assert f"digest {content_digest(_m('b', b'late'))}, in k1" in reason
 
 
 def test_records_cancel_and_move_only_the_messages_they_bind() -> None:

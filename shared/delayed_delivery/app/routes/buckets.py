@@ -275,7 +275,8 @@ def _unknown_queue_is_to() -> Iterator[None]:
 def _limits(census: BucketCensus, queue: str | None) -> str:
     """What ``pending`` says it cannot know."""
     parts = [
-        f"time-bucket tier: {census.describe_total()} message(s), exact, from the object listing (no body read)",
+        f"time-bucket tier: {census.describe_total()} message(s) from the object listing (no body read), counting "
+        + census.counts,
         f"per destination: {PER_DESTINATION}" + (f", so --queue {queue!r} filters only the records" if queue else ""),
         "a coarse bucket's messages are due anywhere in it (shown in the row where it starts)",
         "the FIFO route's counts ('hop cycle', 'final native delay') are approximate SQS attributes",

@@ -19,6 +19,7 @@ from ...errors import DelayedDeliveryError, InvalidMessageError
 from ...headers import FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.format import BucketMessage
+from ...timebuckets.identity import conflict_reason, first_sent, same_message
 from ...timebuckets.wheel import BucketKey, bucket_of
 from ..errorqueue import REDUCED_MAX_BYTES, sqs_safe
 from ..sqs import QueueDirectory, send_batches
@@ -78,10 +79,35 @@ class IngestResult:
 class _Batch:
     """The invocation's entries grouped by bucket, who carried them, and what could not be read."""
 
-    groups: dict[BucketKey, dict[str, BucketMessage]] = field(default_factory=dict)
+    #: One copy per id across the invocation (``identity.py``): its bucket, the message, the record carrying it.
+    kept: dict[str, tuple[BucketKey, BucketMessage, str]] = field(default_factory=dict)
     owners: dict[BucketKey, set[str]] = field(default_factory=dict)
     poison: list[IngestPoison] = field(default_factory=list)
     duplicates: int = 0
+
+    def groups(self) -> dict[BucketKey, list[BucketMessage]]:
+        """The messages kept, by bucket."""
+        grouped: dict[BucketKey, list[BucketMessage]] = {}
+        for bucket, message, _ in self.kept.values():
+            grouped.setdefault(bucket, []).append(message)
+        return grouped
+
+    def keep(self, bucket: BucketKey, message: BucketMessage, record_id: str) -> None:
+        """Keep one copy per id: the first sent of the same message; of different messages, the first sent, the
+        other to the error queue with both digests (never written, so never replacing or replaced in silence)."""
+        self.owners.setdefault(bucket, set()).add(record_id)
+        known = self.kept.setdefault(message.message_id, (bucket, message, record_id))
+        if known[1] is message:
+            return
+        _, other, other_record = known
+        first = first_sent(other, message)
+        if first is message:
+            self.kept[message.message_id] = (bucket, message, record_id)
+        if same_message(other, message):
+            self.duplicates += 1
+            return
+        loser, loser_record = (other, other_record) if first is message else (message, record_id)
+        self.poison.append(_poison(loser_record, loser, conflict_reason(first, loser)))
 
 
 class BucketIngest:
@@ -111,9 +137,9 @@ class BucketIngest:
         failures: dict[str, str] = {}
         written: dict[BucketKey, tuple[str, ...]] = {}
         ingested = 0
-        for bucket, messages in sorted(batch.groups.items()):
+        for bucket, messages in sorted(batch.groups().items()):
             try:
-                written[bucket] = tuple(self.store.write(bucket, list(messages.values())))
+                written[bucket] = tuple(self.store.write(bucket, messages))
                 ingested += len(messages)
             except DelayedDeliveryError as exc:
                 for record_id in sorted(batch.owners[bucket]):
@@ -134,16 +160,7 @@ class BucketIngest:
             except InvalidMessageError as exc:
                 batch.poison.append(_poison(record_id, item, str(exc)))
                 continue
-            group = batch.groups.setdefault(bucket, {})
-            known = group.setdefault(item.message_id, item)
-            if known is item:
-                batch.owners.setdefault(bucket, set()).add(record_id)
-            elif known == item:
-                batch.duplicates += 1
-                batch.owners[bucket].add(record_id)
-            else:
-                reason = f"another message with id {item.message_id!r} is due in the same bucket {bucket.iso}"
-                batch.poison.append(_poison(record_id, item, reason))
+            batch.keep(bucket, item, record_id)
 
     def _send_poison(self, poison: list[IngestPoison], now: datetime, failures: dict[str, str]) -> list[IngestPoison]:
         """Send each poison entry to the error queue; a refused one fails its record (retried)."""

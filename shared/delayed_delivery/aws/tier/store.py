@@ -21,9 +21,9 @@ from ...timebuckets.format import (
     BucketContents,
     BucketMessage,
     BucketStream,
-    bucket_object_key,
-    encode_bucket,
+    encode_bucket_object,
     encoded_line_bytes,
+    one_per_id,
 )
 from ...timebuckets.wheel import BucketKey, BucketLevel, LevelName, bucket_of, parse_object_key_count
 from ..sqs import translate_error
@@ -88,11 +88,10 @@ def translate_s3_error(exc: BaseException, what: str, bucket_name: str) -> Delay
 
 
 def _chunks(messages: Sequence[BucketMessage], max_messages: int, max_bytes: int) -> Iterator[list[BucketMessage]]:
-    """The distinct messages sorted by (due, id), cut into runs under both bounds (the same input, the same cut)."""
-    unique: dict[str, BucketMessage] = {}
-    for message in messages:
-        if unique.setdefault(message.message_id, message) != message:
-            raise InvalidMessageError(f"two different messages with id {message.message_id!r} in one bucket")
+    """The distinct messages sorted by (due, id), cut into runs under both bounds (the same input, the same cut).
+
+    Copies of one message are written once, the first sent; two different messages under one id are refused."""
+    unique = one_per_id(messages)
     chunk: list[BucketMessage] = []
     size = _HEADER_BYTES
     for message in sorted(unique.values(), key=lambda m: (m.due_at_ms, m.message_id)):
@@ -140,8 +139,7 @@ class S3BucketStore:
         """Objects for messages of one bucket (split past the bounds); the keys written. Idempotent."""
         keys: list[str] = []
         for chunk in _chunks(messages, self.max_object_messages, self.max_object_bytes):
-            data = encode_bucket(bucket, chunk, self.levels)
-            key = bucket_object_key(self.prefix, bucket, chunk)
+            key, data = encode_bucket_object(self.prefix, bucket, chunk, self.levels)
             try:
                 self.client.put_object(Bucket=self.bucket_name, Key=key, Body=data, ContentType=_CONTENT_TYPE)
             except (ClientError, BotoCoreError) as exc:

@@ -14,8 +14,9 @@ from ...cancellations import CancellationKind, StoredRecord, UnreadableRecord
 from ...delivery import epoch_ms, from_epoch_ms
 from ...errors import InvalidMessageError
 from ...timebuckets.format import BucketMessage
+from ...timebuckets.identity import conflict_reason, same_message
 
-__all__ = ["BucketPlan", "Found", "Lookup", "Rejected", "plan_bucket", "same_content"]
+__all__ = ["BucketPlan", "Found", "Lookup", "Rejected", "plan_bucket"]
 
 #: ``lookup(destination) -> {message id: record}`` (``CancellationCache.lookup``).
 Lookup = Callable[[str], Mapping[str, StoredRecord]]
@@ -57,19 +58,9 @@ class BucketPlan:
     applied: list[StoredRecord] = field(default_factory=list)
 
 
-def same_content(a: BucketMessage, b: BucketMessage) -> bool:
-    """Whether two messages are the same message: destination, body, attributes and due time."""
-    return (a.destination, a.body, a.due_at_ms, dict(a.attributes)) == (
-        b.destination,
-        b.body,
-        b.due_at_ms,
-        dict(b.attributes),
-    )
-
-
-def _first_sent(found: Found) -> tuple[bool, int, str]:
+def _first_sent(found: Found) -> tuple[bool, int, int, str]:
     sent = found.message.sent_at_ms
-    return (sent is None, sent or 0, found.key)
+    return (sent is None, sent or 0, found.message.hops, found.key)
 
 
 def _dedupe(found: Iterable[Found], plan: BucketPlan) -> list[BucketMessage]:
@@ -78,18 +69,15 @@ def _dedupe(found: Iterable[Found], plan: BucketPlan) -> list[BucketMessage]:
     for item in found:
         by_id.setdefault(item.message.message_id, []).append(item)
     unique: list[BucketMessage] = []
-    for message_id, items in by_id.items():
+    for items in by_id.values():
         items.sort(key=_first_sent)
         winner = items[0].message
         unique.append(winner)
         for other in items[1:]:
-            if same_content(winner, other.message):
+            if same_message(winner, other.message):
                 plan.duplicates += 1
             else:
-                reason = (
-                    f"another message with id {message_id!r} (in {items[0].key}) was sent first; an id names one "
-                    f"message, so this one (in {other.key}) is not delivered"
-                )
+                reason = conflict_reason(winner, other.message, items[0].key, other.key)
                 plan.conflicts.append(Rejected(other.message, reason, other.key))
     return unique
 
