@@ -163,8 +163,6 @@ class TimeBucketTier(Construct):
         self.bucket = self._bucket(bucket_name)
         self._queues(ingest_queue_name)
         self._senders = _Arns()
-        self._restricted = False
-        self._allow_senders(sender_arns)
         sqs_settings = SqsSettings(max_native_delay=max_native_delay, bucket_ingest_queue=ingest_queue_name)
         timing = TierSettings(fine_seconds, coarse_seconds, dispatch_lead_seconds)
         environment = {
@@ -179,6 +177,9 @@ class TimeBucketTier(Construct):
             environment[CACHE_SECONDS_ENV] = str(cancellation_cache_seconds)
         self.ingest = self._ingest(code, layers, environment)
         self.timer = self._timer(code, layers, environment, cancellation_table)
+        # Secure by default: only the tier's own roles, the senders named here and those granted later may send.
+        self._senders.arns.extend([self.ingest.role.role_arn, self.timer.role.role_arn, *sender_arns])
+        self._restrict_senders()
         self.alarms = self._alarms(overdue_threshold_seconds, alarm_actions)
         self._suppress()
         for made in (self.ingest, self.timer):
@@ -189,15 +190,15 @@ class TimeBucketTier(Construct):
         arn = getattr(grantee.grant_principal, "role_arn", None)
         if not isinstance(arn, str):
             raise TypeError("an ingest sender is a role, or runs as one (a function, a task): its ARN is the condition")
-        self._allow_senders([arn])
+        self._senders.arns.append(arn)
         _grant_send(self.ingest_queue, grantee)
 
-    def _allow_senders(self, arns: Sequence[str]) -> None:
-        """Once any sender is named, deny ``SendMessage`` on the ingest queue to every other principal."""
-        self._senders.arns.extend(arns)
-        if self._restricted or not self._senders.arns:
-            return
-        self._restricted = True
+    def _restrict_senders(self) -> None:
+        """Deny ``SendMessage`` on the ingest queue to every principal but the tier's roles and the named senders.
+
+        An ingest record decides a message's destination, due time and first send time (which cancel records bind
+        to), so with no sender named the queue is closed to everyone else in the account too.
+        """
         self.ingest_queue.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="OnlyGrantedSendersMayIngest",

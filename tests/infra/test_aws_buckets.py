@@ -21,7 +21,14 @@ from aws_cdk.assertions import Match, Template  # noqa: E402
 from infra.aws.app import build  # noqa: E402
 from infra.aws.buckets import INGEST_HANDLER, TIMER_HANDLER, TimeBucketTier  # noqa: E402
 from tests.infra.test_assets import assert_functions_use_their_assets  # noqa: E402
-from tests.infra.test_aws_stack import _actions, _cfn_lint, _logical_id, _resources, _synth  # noqa: E402
+from tests.infra.test_aws_stack import (  # noqa: E402
+    _actions,
+    _cfn_lint,
+    _logical_id,
+    _resources,
+    _send_denials,
+    _synth,
+)
 
 PREFIX = "delayed-delivery/buckets"
 KEY_ARN = "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
@@ -46,6 +53,12 @@ def _statements(raw: dict[str, Any], function: dict[str, Any]) -> list[dict[str,
     [policy] = [p for p in _resources(raw, "AWS::IAM::Policy").values() if p["Properties"]["Roles"] == [{"Ref": role}]]
     statements: list[dict[str, Any]] = policy["Properties"]["PolicyDocument"]["Statement"]
     return statements
+
+
+def _role(raw: dict[str, Any], handler: str) -> str:
+    """The logical id of the role the function with ``handler`` runs as."""
+    role: str = _function(raw, handler)[1]["Properties"]["Role"]["Fn::GetAtt"][0]
+    return role
 
 
 def _bucket(raw: dict[str, Any]) -> str:
@@ -347,9 +360,39 @@ def test_a_key_encrypts_the_bucket_and_queues_and_is_granted(tmp_path: Path) -> 
     [deny] = [
         s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s.get("Sid") == "OnlyGrantedSendersMayIngest"
     ]
-    assert deny["Condition"] == {"ArnNotLike": {"aws:PrincipalArn": ["arn:aws:iam::111122223333:role/ops-*"]}}
+    own = [{"Fn::GetAtt": [_role(raw, h), "Arn"]} for h in (INGEST_HANDLER, TIMER_HANDLER)]
+    assert deny["Condition"] == {"ArnNotLike": {"aws:PrincipalArn": [*own, "arn:aws:iam::111122223333:role/ops-*"]}}
     assert raw["Outputs"]["SenderLongDelayRoute"]["Value"] == "auto"
     _cfn_lint(path)
+
+
+def test_with_no_sender_named_only_the_stacks_own_roles_may_send_to_the_ingest_queue(tier: Synth) -> None:
+    # #23: until a sender was named, the ingest queue's policy held only the TLS Deny, so any principal of the account
+    # with sqs:SendMessage could write ingest records (choosing the destination, the due time, the send time that
+    # cancel records bind to). Now it is closed by default, as every -delay.fifo is.
+    _, raw, _ = tier
+    denials = _send_denials(raw)
+    ingest = _logical_id(raw, "AWS::SQS::Queue", QueueName="delayed-delivery-ingest")
+    own = [{"Fn::GetAtt": [_role(raw, h), "Arn"]} for h in (INGEST_HANDLER, TIMER_HANDLER)]
+    assert denials[ingest] == [
+        {
+            "Sid": "OnlyGrantedSendersMayIngest",
+            "Effect": "Deny",
+            "Principal": {"AWS": "*"},
+            "Action": "sqs:SendMessage",
+            "Resource": {"Fn::GetAtt": [ingest, "Arn"]},
+            "Condition": {"ArnNotLike": {"aws:PrincipalArn": own}},
+        }
+    ]
+    delay_queues = [k for k, v in _resources(raw, "AWS::SQS::Queue").items() if v["Properties"].get("FifoQueue")]
+    assert len(delay_queues) == 2  # orders and billing: each closed but to its own function
+    for queue in delay_queues:
+        [deny] = denials[queue]
+        [allowed] = deny["Condition"]["ArnNotLike"]["aws:PrincipalArn"]
+        assert deny["Effect"] == "Deny" and deny["Principal"] == {"AWS": "*"} and "Fn::GetAtt" in allowed
+    for policy in _resources(raw, "AWS::SQS::QueuePolicy").values():  # nothing opens a queue to everyone
+        statements = policy["Properties"]["PolicyDocument"]["Statement"]
+        assert not [s for s in statements if s["Effect"] == "Allow" and s.get("Principal") in ("*", {"AWS": "*"})]
 
 
 def test_grant_send_ingest_allows_a_role_and_bad_sizes_are_refused(tmp_path: Path) -> None:
