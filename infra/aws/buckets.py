@@ -32,7 +32,10 @@ from delayed_delivery.aws.tier.config import (
     BUCKET_PREFIX_ENV,
     DEFAULT_PREFIX,
     DEFAULT_SERVICE,
+    INGEST_TIMEOUT_SECONDS,
+    INGEST_WINDOW_SECONDS,
     TierSettings,
+    check_ingest_wait,
 )
 from delayed_delivery.naming import FIFO_SUFFIX, validate_sqs_queue_name
 from delayed_delivery.settings import DelayedDeliverySettings
@@ -66,27 +69,29 @@ DEFAULT_TIMING = TierSettings()
 DEFAULT_INGEST_QUEUE = SqsSettings().bucket_ingest_queue
 #: A fine bucket still holding objects this long after its end raises the overdue alarm.
 OVERDUE_THRESHOLD_SECONDS = 120
-#: Ingest batching: up to this many records, gathered for up to this long (bigger objects, fewer requests).
+#: Ingest batching: up to this many records (or 6 MB), gathered for up to ``ingest_window_seconds`` (300 s by
+#: default): at low traffic an invocation's objects hold a few minutes of messages (fewer, bigger objects).
 INGEST_BATCH_SIZE = 1_000
-INGEST_BATCHING_WINDOW = Duration.seconds(20)
-INGEST_TIMEOUT = Duration.seconds(60)
+INGEST_TIMEOUT = Duration.seconds(INGEST_TIMEOUT_SECONDS)
 TIMER_TIMEOUT = Duration.minutes(5)
 #: Receives before an ingest record goes to the DLQ.
 INGEST_MAX_RECEIVES = 5
 #: The ingest queue's dead-letter queue is named after it with this suffix.
 INGEST_DLQ_SUFFIX = "-dlq"
 RETENTION = Duration.days(14)
-#: An ingest message older than this (5 minutes running) means the ingest falls behind.
-INGEST_AGE_THRESHOLD_SECONDS = 600
 
 
-def _check(prefix: str, fine: int, coarse: int, lead: int, ingest_queue_name: str) -> None:
-    """``ValueError`` for a prefix, bucket sizes or an ingest queue the functions would refuse at start."""
+def _check(
+    prefix: str, levels: tuple[int, int, int], ingest_queue_name: str, max_native_delay: int, window: int
+) -> None:
+    """``ValueError`` for a prefix, bucket sizes or an ingest queue the functions would refuse at start, or a batching
+    window a message routed to the tier could sit in past its bucket's first dispatch."""
     if not prefix or prefix.startswith("/") or prefix.endswith("/") or "*" in prefix:
         raise ValueError(f"bucket prefix {prefix!r}: path segments without a slash at either end")
-    DEFAULT_TIMING.with_(  # ConfigurationError (a ValueError) with the functions' own words
-        bucket_fine_seconds=fine, bucket_coarse_seconds=coarse, bucket_dispatch_lead_seconds=lead
+    timing = DEFAULT_TIMING.with_(  # ConfigurationError (a ValueError) with the functions' own words
+        bucket_fine_seconds=levels[0], bucket_coarse_seconds=levels[1], bucket_dispatch_lead_seconds=levels[2]
     )
+    check_ingest_wait(timing.levels, max_native_delay, window, INGEST_TIMEOUT_SECONDS)
     if ingest_queue_name.endswith(FIFO_SUFFIX):
         raise ValueError(f"ingest queue {ingest_queue_name!r}: a standard queue, not a FIFO one")
     validate_sqs_queue_name(f"{ingest_queue_name}{INGEST_DLQ_SUFFIX}")  # the name and its DLQ's
@@ -152,9 +157,16 @@ class TimeBucketTier(Construct):
         dispatch_lead_seconds: int = DEFAULT_TIMING.bucket_dispatch_lead_seconds,
         overdue_threshold_seconds: int = OVERDUE_THRESHOLD_SECONDS,
         sender_arns: Sequence[str] = (),
+        ingest_window_seconds: int = INGEST_WINDOW_SECONDS,
     ) -> None:
         super().__init__(scope, construct_id)
-        _check(prefix, fine_seconds, coarse_seconds, dispatch_lead_seconds, ingest_queue_name)
+        levels = (fine_seconds, coarse_seconds, dispatch_lead_seconds)
+        _check(prefix, levels, ingest_queue_name, max_native_delay, ingest_window_seconds)
+        self.ingest_window = Duration.seconds(ingest_window_seconds)
+        #: How long an ingest record may wait before a message routed at the shortest long delay misses its
+        #: bucket's first dispatch (the IngestFallingBehind alarm's threshold).
+        timing = TierSettings(fine_seconds, coarse_seconds, dispatch_lead_seconds)
+        self.ingest_slack_seconds = timing.levels.ingest_slack(max_native_delay)
         if not destinations:
             raise ValueError("the time-bucket tier needs at least one destination queue")
         self.prefix = prefix
@@ -164,7 +176,6 @@ class TimeBucketTier(Construct):
         self._queues(ingest_queue_name)
         self._senders = _Arns()
         sqs_settings = SqsSettings(max_native_delay=max_native_delay, bucket_ingest_queue=ingest_queue_name)
-        timing = TierSettings(fine_seconds, coarse_seconds, dispatch_lead_seconds)
         environment = {
             BUCKET_NAME_ENV: self.bucket.bucket_name,
             BUCKET_PREFIX_ENV: prefix,
@@ -247,7 +258,7 @@ class TimeBucketTier(Construct):
         common: dict[str, Any] = {"retention_period": RETENTION, "enforce_ssl": True, **self._queue_encryption()}
         self.ingest_dlq = sqs.Queue(self, "IngestDlq", queue_name=f"{ingest_queue_name}{INGEST_DLQ_SUFFIX}", **common)
         # Lambda advises a visibility of 6x the function timeout plus the batching window.
-        visibility = INGEST_TIMEOUT.to_seconds() * 6 + INGEST_BATCHING_WINDOW.to_seconds()
+        visibility = INGEST_TIMEOUT.to_seconds() * 6 + self.ingest_window.to_seconds()
         self.ingest_queue = sqs.Queue(
             self,
             "Ingest",
@@ -279,7 +290,7 @@ class TimeBucketTier(Construct):
             SqsEventSource(
                 self.ingest_queue,
                 batch_size=INGEST_BATCH_SIZE,
-                max_batching_window=INGEST_BATCHING_WINDOW,
+                max_batching_window=self.ingest_window,
                 report_batch_item_failures=True,
             )
         )
@@ -364,7 +375,7 @@ class TimeBucketTier(Construct):
         """Overdue buckets, ingest age, the DLQ and error queue not empty, either function failing."""
         over = {"comparison_operator": cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD}
         minute = {"period": Duration.minutes(1), "statistic": "Maximum"}
-        age = INGEST_AGE_THRESHOLD_SECONDS
+        age = self.ingest_slack_seconds
         specs: list[tuple[str, str, cloudwatch.IMetric, dict[str, Any]]] = [
             (
                 "BucketOverdue",
@@ -375,7 +386,8 @@ class TimeBucketTier(Construct):
             ),
             (
                 "IngestFallingBehind",
-                f"The oldest ingest message waited over {age} s for 5 minutes: long delays are not reaching S3",
+                f"The oldest ingest message waited over {age} s for 5 minutes: long delays are not reaching S3 in "
+                "time for their bucket's first dispatch (the shortest ones go out a timer run later, or late)",
                 self.ingest_queue.metric_approximate_age_of_oldest_message(**minute),
                 {"threshold": age, "evaluation_periods": 5, **over},
             ),

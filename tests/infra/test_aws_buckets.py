@@ -143,7 +143,7 @@ def test_ingest_queue_is_encrypted_with_a_dlq_and_room_for_retries(tier: Synth) 
             "QueueName": "delayed-delivery-ingest",
             "SqsManagedSseEnabled": True,
             "MessageRetentionPeriod": 14 * 86_400,
-            "VisibilityTimeout": 6 * 60 + 20,  # 6x the 60 s ingest timeout, plus the 20 s batching window
+            "VisibilityTimeout": 6 * 60 + 300,  # 6x the 60 s ingest timeout, plus the 300 s batching window
             "RedrivePolicy": {"deadLetterTargetArn": {"Fn::GetAtt": [dlq, "Arn"]}, "maxReceiveCount": 5},
         },
     )
@@ -172,7 +172,7 @@ def test_ingest_function_reads_big_batches_with_partial_failures(tier: Synth) ->
             "EventSourceArn": {"Fn::GetAtt": [ingest_queue, "Arn"]},
             "FunctionName": {"Ref": name},
             "BatchSize": 1000,
-            "MaximumBatchingWindowInSeconds": 20,
+            "MaximumBatchingWindowInSeconds": 300,  # objects fill over 5 minutes at low traffic (#24)
             "FunctionResponseTypes": ["ReportBatchItemFailures"],
         },
     )
@@ -217,7 +217,7 @@ def test_both_functions_get_the_tier_environment(tier: Synth) -> None:
         assert env["DELAYED_DELIVERY_ERROR_QUEUE"] == {"Fn::GetAtt": [errors, "QueueName"]}
         assert env["DELAYED_DELIVERY_BUCKET_FINE_SECONDS"] == "60"
         assert env["DELAYED_DELIVERY_BUCKET_COARSE_SECONDS"] == "86400"
-        assert env["DELAYED_DELIVERY_BUCKET_DISPATCH_LEAD_SECONDS"] == "600"
+        assert env["DELAYED_DELIVERY_BUCKET_DISPATCH_LEAD_SECONDS"] == "420"
         assert env["POWERTOOLS_SERVICE_NAME"] == "delayed-delivery-buckets"
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == "DelayedDelivery"
         assert env["DELAYED_DELIVERY_CANCELLATION_TABLE"] == {"Ref": table}
@@ -289,6 +289,7 @@ def test_alarms_on_overdue_buckets_ingest_age_the_dlq_and_errors(tier: Synth) ->
     dlq = _logical_id(raw, "AWS::SQS::Queue", QueueName="delayed-delivery-ingest-dlq")
     [age] = [a for a in alarms if a["MetricName"] == "ApproximateAgeOfOldestMessage"]
     assert age["Dimensions"][0]["Value"] == {"Fn::GetAtt": [ingest_queue, "QueueName"]}
+    assert age["Threshold"] == 900 - 60 - 420  # past it, a 901 s delay misses its bucket's first dispatch
     [dead] = [a for a in alarms if a["MetricName"] == "ApproximateNumberOfMessagesVisible" and dlq in json.dumps(a)]
     assert (dead["Threshold"], dead["ComparisonOperator"]) == (0, "GreaterThanThreshold")
     [failing] = [a for a in alarms if a["MetricName"] == "BucketTimerFailures"]  # caught in the handler
@@ -415,9 +416,22 @@ def test_grant_send_ingest_allows_a_role_and_bad_sizes_are_refused(tmp_path: Pat
     assert "OnlyGrantedSendersMayIngest" in text and sender_id in text
     with pytest.raises(TypeError, match="role"):
         stack.buckets.grant_send_ingest(iam.AccountRootPrincipal())
-    for bad in ({"bucketCoarseSeconds": 90}, {"bucketDispatchLeadSeconds": 880}, {"bucketPrefix": "/x/"}):
+    for bad in (
+        {"bucketCoarseSeconds": 90},
+        {"bucketDispatchLeadSeconds": 880},
+        {"bucketPrefix": "/x/"},
+        {"bucketDispatchLeadSeconds": 600},  # the 300 s window would let a 901 s delay miss its first dispatch
+        {"bucketIngestWindowSeconds": 301},
+        {"maxNativeDelay": 600},
+    ):
         with pytest.raises(ValueError):
             build(cdk.App(context={"endpoints": ["orders"], "longDelayRoute": "buckets", **bad}))
+    # the old lead fits a shorter window
+    context = {"bucketDispatchLeadSeconds": 600, "bucketIngestWindowSeconds": 120}
+    custom = build(cdk.App(context={"endpoints": ["orders"], "longDelayRoute": "buckets", **context}))
+    Template.from_stack(custom).has_resource_properties(
+        "AWS::Lambda::EventSourceMapping", {"MaximumBatchingWindowInSeconds": 120}
+    )
 
 
 def test_the_functions_environment_is_what_the_tier_config_reads(tier: Synth) -> None:
@@ -433,5 +447,5 @@ def test_the_functions_environment_is_what_the_tier_config_reads(tier: Synth) ->
         assert config.prefix == PREFIX and config.service == "delayed-delivery-buckets"
         assert config.sqs_settings.bucket_ingest_queue == "delayed-delivery-ingest"
         assert (config.tier_settings.bucket_fine_seconds, config.tier_settings.bucket_coarse_seconds) == (60, 86_400)
-        assert config.tier_settings.bucket_dispatch_lead_seconds == 600
+        assert config.tier_settings.bucket_dispatch_lead_seconds == 420  # covers the 300 s window (#24)
         assert config.cancellation_table is not None

@@ -73,6 +73,38 @@ def test_a_cascaded_bucket_splits_into_fine_buckets_none_ready_yet(now: datetime
     assert target.start > now + timedelta(seconds=lv.dispatch_lead_seconds)
 
 
+@given(times, st.integers(1, 3 * 86_400), levels, st.integers(1, 900))
+def test_a_long_delay_has_the_ingest_slack_before_its_bucket_is_first_dispatched(
+    sent: datetime, extra: int, lv: BucketLevel, threshold: int
+) -> None:
+    """A message delayed over ``threshold`` that reaches S3 within ``ingest_slack`` of its send is in its bucket's
+    first dispatch: no timer run up to that moment finds the bucket ready, whatever the run's phase (#24)."""
+    due = sent + timedelta(seconds=threshold + extra)
+    bucket = bucket_of(due, due, lv)  # its fine bucket (a coarse one is split into it before any dispatch)
+    assert bucket.level == FINE
+    latest_write = sent + timedelta(seconds=lv.ingest_slack(threshold))
+    assert not dispatch_window(latest_write, levels=lv).ready(bucket)
+    # and the slack is exact: a moment that late can be one too late
+    worst = BucketKey(FINE, bucket.start)
+    worst_due = worst.end(lv) - timedelta(microseconds=1)
+    worst_sent = worst_due - timedelta(seconds=threshold, microseconds=-1)
+    ready_at = worst.start - timedelta(seconds=lv.dispatch_lead_seconds)
+    assert dispatch_window(ready_at, levels=lv).ready(worst)
+    assert ready_at - worst_sent <= timedelta(seconds=lv.ingest_slack(threshold) + 1)
+
+
+def test_the_deployed_ingest_wait_fits_the_default_lead_and_refuses_what_does_not() -> None:
+    from delayed_delivery.aws.tier.config import check_ingest_wait, ingest_wait_seconds
+
+    assert ingest_wait_seconds() == 300 + 60 + 60 == LEVELS.ingest_slack(900)
+    check_ingest_wait(LEVELS, 900)
+    with pytest.raises(ConfigurationError, match="max_native_delay"):
+        check_ingest_wait(LEVELS, 899)  # a lower route threshold leaves less time
+    with pytest.raises(ConfigurationError, match="from 0 to 300"):
+        check_ingest_wait(LEVELS, 900, window_seconds=301)
+    check_ingest_wait(BucketLevel(60, 86_400, 600), 900, window_seconds=120)
+
+
 @given(times, st.sampled_from([BucketLevel(), BucketLevel(60, 3600, 300), BucketLevel(1, 10, 0)]))
 def test_timer_runs_every_minute_cascade_every_coarse_bucket_once_in_order(start: datetime, lv: BucketLevel) -> None:
     targets: list[BucketKey] = []
@@ -103,13 +135,16 @@ def test_the_defaults_on_a_known_day() -> None:
     assert bucket_of(NOW + timedelta(hours=30), NOW) == BucketKey(FINE, datetime(2031, 2, 4, 10, 5, tzinfo=UTC))
     assert bucket_of(NOW + timedelta(days=2), NOW) == BucketKey(COARSE, datetime(2031, 2, 5, tzinfo=UTC))
     assert bucket_of(NOW - timedelta(hours=1), NOW) == BucketKey(FINE, datetime(2031, 2, 3, 3, 5, tzinfo=UTC))
-    # from 11 minutes (lead + one fine bucket) before midnight, the day after next is cascaded
-    assert cascade_window(datetime(2031, 2, 3, 23, 49, tzinfo=UTC)) == BucketKey(
+    # from 8 minutes (lead + one fine bucket) before midnight, the day after next is cascaded
+    assert cascade_window(datetime(2031, 2, 3, 23, 51, 59, tzinfo=UTC)) == BucketKey(
+        COARSE, datetime(2031, 2, 4, tzinfo=UTC)
+    )
+    assert cascade_window(datetime(2031, 2, 3, 23, 52, tzinfo=UTC)) == BucketKey(
         COARSE, datetime(2031, 2, 5, tzinfo=UTC)
     )
     window = dispatch_window(NOW)
-    assert window.last == BucketKey(FINE, datetime(2031, 2, 3, 4, 15, tzinfo=UTC))
-    assert window.delay_seconds(datetime(2031, 2, 3, 4, 15, 59, 999_000, tzinfo=UTC)) == 654
+    assert window.last == BucketKey(FINE, datetime(2031, 2, 3, 4, 12, tzinfo=UTC))
+    assert window.delay_seconds(datetime(2031, 2, 3, 4, 12, 59, 999_000, tzinfo=UTC)) == 474
     assert window.delay_seconds(NOW + timedelta(microseconds=1)) == 1
     with pytest.raises(InvalidMessageError, match="not in a ready bucket"):
         window.delay_seconds(NOW + timedelta(seconds=901))

@@ -42,7 +42,12 @@ SQS_MAX_MESSAGE_BYTES = 262_144
 RUN_TIME_OPTION = "at_ms"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
-_LEVEL_OPTIONS = (("fine_seconds", 60), ("coarse_seconds", 86_400), ("lead_seconds", 600))
+_DEFAULT_LEVELS = BucketLevel()
+_LEVEL_OPTIONS = (
+    ("fine_seconds", _DEFAULT_LEVELS.fine_seconds),
+    ("coarse_seconds", _DEFAULT_LEVELS.coarse_seconds),
+    ("lead_seconds", _DEFAULT_LEVELS.dispatch_lead_seconds),
+)
 
 
 def bucket_target_url(

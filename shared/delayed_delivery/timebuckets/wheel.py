@@ -20,6 +20,7 @@ from ..validation import is_whole
 
 __all__ = [
     "COARSE",
+    "DEFAULT_DISPATCH_LEAD_SECONDS",
     "EARLIEST",
     "FINE",
     "LATEST",
@@ -44,6 +45,8 @@ FINE: LevelName = "fine"
 COARSE: LevelName = "coarse"
 #: SQS's longest ``DelaySeconds``: the remainder a dispatcher may leave to the queue.
 MAX_DELAY_SECONDS = 900
+#: How far ahead of its start a fine bucket is dispatched by default (``BucketLevel.dispatch_lead_seconds``).
+DEFAULT_DISPATCH_LEAD_SECONDS = 420
 #: The range of times the wheel accepts (the epoch, which buckets are aligned to, to well before datetime's end).
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(9000, 1, 1, tzinfo=UTC)
@@ -63,12 +66,13 @@ class BucketLevel:
     """The wheel's two levels: coarse buckets (a day) far ahead, fine buckets (a minute) near their due time.
 
     ``dispatch_lead_seconds`` is how far ahead of its start a fine bucket is dispatched; the remainder goes to SQS as
-    ``DelaySeconds``, so the lead plus one fine bucket must fit in SQS's 900 s.
+    ``DelaySeconds``, so the lead plus one fine bucket must fit in SQS's 900 s. The default lead (7 minutes) leaves
+    a message routed to the tier 420 s to reach S3 before its bucket is dispatched (``ingest_slack``).
     """
 
     fine_seconds: int = 60
     coarse_seconds: int = 86_400
-    dispatch_lead_seconds: int = 600
+    dispatch_lead_seconds: int = DEFAULT_DISPATCH_LEAD_SECONDS
 
     def __post_init__(self) -> None:
         for name in ("fine_seconds", "coarse_seconds", "dispatch_lead_seconds"):
@@ -95,6 +99,15 @@ class BucketLevel:
         if level == COARSE:
             return self.coarse_seconds
         raise InvalidMessageError(f"unknown bucket level {level!r} (fine or coarse)")
+
+    def ingest_slack(self, route_threshold: int = MAX_DELAY_SECONDS) -> int:
+        """How long a message routed to the tier (a delay over ``route_threshold`` s) may take to reach S3 and still be
+        in the first dispatch of its bucket: ``route_threshold - fine - lead`` seconds (negative: never certain).
+
+        Its due time is after ``sent + route_threshold``, so its bucket starts after ``sent + route_threshold - fine``,
+        and no timer run finds that bucket ready before its start less the lead (``dispatch_window``).
+        """
+        return route_threshold - self.fine_seconds - self.dispatch_lead_seconds
 
     @property
     def cascade_margin(self) -> timedelta:

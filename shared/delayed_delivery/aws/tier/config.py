@@ -25,7 +25,7 @@ from ... import envsettings
 from ...envsettings import ENV_PREFIX, check_numbers, env_name, setting_label
 from ...errors import ConfigurationError
 from ...settings import DelayedDeliverySettings
-from ...timebuckets.wheel import BucketLevel
+from ...timebuckets.wheel import DEFAULT_DISPATCH_LEAD_SECONDS, BucketLevel
 from ..config import NAMESPACE_ENV, SERVICE_ENV, TABLE_ENV
 from ..settings import SqsSettings
 
@@ -35,8 +35,14 @@ __all__ = [
     "DEFAULT_PREFIX",
     "DEFAULT_SEND_PHASE_MS",
     "DEFAULT_SERVICE",
+    "INGEST_TIMEOUT_SECONDS",
+    "INGEST_WAIT_MARGIN_SECONDS",
+    "INGEST_WINDOW_SECONDS",
+    "MAX_INGEST_WINDOW_SECONDS",
     "BucketTierConfig",
     "TierSettings",
+    "check_ingest_wait",
+    "ingest_wait_seconds",
 ]
 
 #: Environment variable naming the S3 bucket of the tier.
@@ -48,13 +54,22 @@ DEFAULT_SERVICE = "delayed-delivery-buckets"
 DEFAULT_NAMESPACE = "DelayedDelivery"
 #: The timer's send phase when none is set (``bucket_send_phase_ms``).
 DEFAULT_SEND_PHASE_MS = 250
+#: The ingest function's batching window by default (its SQS event source's ``MaximumBatchingWindowInSeconds``): at
+#: low traffic an invocation gathers this long, so its objects hold more messages; Lambda allows 0 to 300.
+INGEST_WINDOW_SECONDS = 300
+MAX_INGEST_WINDOW_SECONDS = 300
+#: The ingest function's timeout: a successful invocation has written its objects by then.
+INGEST_TIMEOUT_SECONDS = 60
+#: Room for what else delays a record on its way to S3: the event source's poll, a cold start, clock skew.
+INGEST_WAIT_MARGIN_SECONDS = 60
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 _DOCS = {
     "bucket_fine_seconds": "Length of a fine (near) time bucket (seconds).",
     "bucket_coarse_seconds": "Length of a coarse (far) time bucket; a multiple of bucket_fine_seconds (seconds).",
     "bucket_dispatch_lead_seconds": "How long before a fine bucket starts it is dispatched, the rest waiting as "
-    "DelaySeconds; plus bucket_fine_seconds at most 900 (seconds).",
+    "DelaySeconds; plus bucket_fine_seconds at most 900, and max_native_delay less both must cover the ingest's wait "
+    "(batching window + timeout + 60 s: 420 s as deployed) (seconds).",
     "bucket_send_phase_ms": "The bucket timer sends each message when its due time is a whole number of seconds "
     "away, within this step, so SQS's whole-second DelaySeconds add at most this much lateness; it costs up to 1 s "
     "of timer time per bucket sent ahead of its due time and splits a destination's batches into up to 1000 / step "
@@ -68,7 +83,7 @@ class TierSettings:
 
     bucket_fine_seconds: int = 60
     bucket_coarse_seconds: int = 86_400
-    bucket_dispatch_lead_seconds: int = 600
+    bucket_dispatch_lead_seconds: int = DEFAULT_DISPATCH_LEAD_SECONDS
     bucket_send_phase_ms: int = DEFAULT_SEND_PHASE_MS
 
     def __post_init__(self) -> None:
@@ -108,6 +123,43 @@ class TierSettings:
     def reference(cls) -> Iterator[tuple[str, str, str, str]]:
         """Rows of (field, environment variable, default, description) for documentation."""
         return envsettings.reference(cls, _DOCS)
+
+
+def ingest_wait_seconds(
+    window_seconds: int = INGEST_WINDOW_SECONDS, timeout_seconds: int = INGEST_TIMEOUT_SECONDS
+) -> int:
+    """The longest a record waits between its send and its objects in S3: the batching window, the timeout, a margin."""
+    return window_seconds + timeout_seconds + INGEST_WAIT_MARGIN_SECONDS
+
+
+def check_ingest_wait(
+    levels: BucketLevel,
+    route_threshold: int,
+    window_seconds: int = INGEST_WINDOW_SECONDS,
+    timeout_seconds: int = INGEST_TIMEOUT_SECONDS,
+) -> None:
+    """``ConfigurationError`` when a message routed to the tier could reach S3 after its bucket's first dispatch.
+
+    A delay over ``route_threshold`` is due after ``sent + route_threshold``; its bucket is first dispatched no earlier
+    than ``route_threshold - fine - lead`` after the send (``BucketLevel.ingest_slack``). The ingest's longest wait
+    (``ingest_wait_seconds``) must fit in that, or such a message misses its bucket's dispatch and goes out a timer
+    run later, possibly late.
+    """
+    if not 0 <= window_seconds <= MAX_INGEST_WINDOW_SECONDS:
+        raise ConfigurationError(
+            f"the ingest batching window must be from 0 to {MAX_INGEST_WINDOW_SECONDS} seconds (Lambda's limit for an "
+            f"SQS event source), got {window_seconds}"
+        )
+    wait = ingest_wait_seconds(window_seconds, timeout_seconds)
+    slack = levels.ingest_slack(route_threshold)
+    if wait > slack:
+        raise ConfigurationError(
+            f"a message delayed just over max_native_delay ({route_threshold} s) must reach S3 within "
+            f"{route_threshold} - bucket_fine_seconds ({levels.fine_seconds}) - bucket_dispatch_lead_seconds "
+            f"({levels.dispatch_lead_seconds}) = {slack} s to be in its bucket's first dispatch, but the ingest may "
+            f"take {wait} s (batching window {window_seconds} s + timeout {timeout_seconds} s + "
+            f"{INGEST_WAIT_MARGIN_SECONDS} s margin): lower the dispatch lead or the batching window"
+        )
 
 
 @dataclass(frozen=True, slots=True)

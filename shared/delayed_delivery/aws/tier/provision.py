@@ -17,7 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ...errors import DestinationNotFoundError
 from ..sqs import translate_error
-from .config import BucketTierConfig
+from .config import INGEST_TIMEOUT_SECONDS, INGEST_WINDOW_SECONDS, BucketTierConfig
 from .store import S3Client, translate_s3_error
 
 if TYPE_CHECKING:
@@ -38,8 +38,8 @@ __all__ = [
 RETENTION_SECONDS = 14 * 24 * 3600
 #: Receives before an ingest record moves to the DLQ.
 INGEST_MAX_RECEIVES = 5
-#: The ingest queue's visibility: 6x the ingest function's 60 s timeout plus its 20 s batching window.
-INGEST_VISIBILITY_SECONDS = 6 * 60 + 20
+#: The ingest queue's visibility: 6x the ingest function's timeout plus its batching window (Lambda's advice).
+INGEST_VISIBILITY_SECONDS = 6 * INGEST_TIMEOUT_SECONDS + INGEST_WINDOW_SECONDS
 _PUBLIC_ACCESS_BLOCK = {
     "BlockPublicAcls": True,
     "IgnorePublicAcls": True,

@@ -18,7 +18,7 @@ from ...errors import ConfigurationError
 from ...settings import DelayedDeliverySettings
 from ..settings import SqsSettings
 from ..sqs import translate_error
-from ..tier.config import DEFAULT_PREFIX, BucketTierConfig, TierSettings
+from ..tier.config import DEFAULT_PREFIX, INGEST_TIMEOUT_SECONDS, INGEST_WINDOW_SECONDS, BucketTierConfig, TierSettings
 
 __all__ = [
     "INGEST_BATCHING_WINDOW",
@@ -38,8 +38,8 @@ __all__ = [
 PROBE_QUEUE = "delayed-delivery-probe"
 #: The function timeouts and batching window the CDK construct deploys (and the local runs stand in for).
 REQUEUE_TIMEOUT = 30.0
-INGEST_TIMEOUT = 60.0
-INGEST_BATCHING_WINDOW = 20.0
+INGEST_TIMEOUT = float(INGEST_TIMEOUT_SECONDS)
+INGEST_BATCHING_WINDOW = float(INGEST_WINDOW_SECONDS)
 TIMER_TIMEOUT = 300.0
 #: The handlers by dotted name, as the stack deploys them.
 REQUEUE_HANDLER = "functions.aws.requeue.handler"
