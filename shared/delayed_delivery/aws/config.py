@@ -9,6 +9,7 @@ Environment variables (all optional):
 | ``DELAYED_DELIVERY_CANCELLATION_TABLE`` | none (no lookups) | DynamoDB table of cancel / reschedule records |
 | ``DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS`` | ``60`` | seconds an instance reuses an endpoint's records, 0-600 |
 | ``DELAYED_DELIVERY_MAX_RECEIVE_COUNT`` | ``50`` | receives before the error queue (+ park returns); 0: none |
+| ``DELAYED_DELIVERY_RELEASE_TABLE`` | none | DynamoDB table of release slots; needed when ``release_rates`` caps |
 | ``POWERTOOLS_SERVICE_NAME`` | ``delayed-delivery-requeue`` | service name on logs, metrics and traces |
 | ``POWERTOOLS_METRICS_NAMESPACE`` | ``DelayedDelivery`` | CloudWatch namespace of the EMF metrics |
 """
@@ -30,6 +31,7 @@ __all__ = [
     "DEFAULT_MAX_RECEIVE_COUNT",
     "MAX_CACHE_SECONDS",
     "MAX_RECEIVE_COUNT_ENV",
+    "RELEASE_TABLE_ENV",
     "TABLE_ENV",
     "AwsConfig",
     "cache_seconds_from_env",
@@ -37,6 +39,8 @@ __all__ = [
 
 #: Environment variable naming the table (the requeue function and the CLI); unset or empty turns lookups off.
 TABLE_ENV = "DELAYED_DELIVERY_CANCELLATION_TABLE"
+#: Environment variable naming the DynamoDB table of release slots (``aws.release_calendar``).
+RELEASE_TABLE_ENV = "DELAYED_DELIVERY_RELEASE_TABLE"
 #: Environment variable: seconds a function instance reuses an endpoint's records (well below the 900 s hop).
 CACHE_SECONDS_ENV = "DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS"
 DEFAULT_CACHE_SECONDS = 60
@@ -65,6 +69,8 @@ class AwsConfig:
     metrics_namespace: str = DEFAULT_NAMESPACE
     #: Receives of one record (park returns not counted) before the error queue; 0 = no limit.
     max_receive_count: int = DEFAULT_MAX_RECEIVE_COUNT
+    #: DynamoDB table of release slots (``aws.release_calendar``); the requeue function needs it with release rates.
+    release_table: str | None = None
 
     def __post_init__(self) -> None:
         if not is_whole(self.max_receive_count):
@@ -84,6 +90,7 @@ class AwsConfig:
             service=env_value(env, SERVICE_ENV, str, DEFAULT_SERVICE),
             metrics_namespace=env_value(env, NAMESPACE_ENV, str, DEFAULT_NAMESPACE),
             max_receive_count=env_value(env, MAX_RECEIVE_COUNT_ENV, int, DEFAULT_MAX_RECEIVE_COUNT),
+            release_table=env_value(env, RELEASE_TABLE_ENV, str, "") or None,
         )
 
 

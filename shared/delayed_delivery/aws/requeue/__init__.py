@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from ...cancellations import CancellationCache, StoredRecord
 from ...clock import Clock, SystemClock
-from ...errors import ConfigurationError, DelayedDeliveryDisabledError, TransientError
+from ...errors import ConfigurationError, DelayedDeliveryDisabledError, DelayedDeliveryError, TransientError
 from ...planning import PARK_RETENTION_HEADROOM, HopAction, SqsParkPolicy
 from ...settings import DelayedDeliverySettings
 from ...validation import is_whole
 from ..brokerclock import BrokerClock
+from ..release_calendar import ReleaseCalendar
 from ..settings import SqsSettings
 from ..sqs import QueueDirectory, QueueInfo
 from .parking import IN_FLIGHT_CACHE_S, Parking
@@ -67,6 +68,7 @@ class FifoRequeuer:
         retention_headroom: int = PARK_RETENTION_HEADROOM,
         broker_clock: BrokerClock | None = None,
         max_receive_count: int = 0,
+        release: ReleaseCalendar | None = None,
     ) -> None:
         if not is_whole(retention_headroom):
             raise ConfigurationError(f"retention_headroom must be non-negative seconds, got {retention_headroom!r}")
@@ -85,6 +87,8 @@ class FifoRequeuer:
             raise ConfigurationError(f"max_receive_count must be a non-negative integer, got {max_receive_count!r}")
         #: Receives past which a record goes to the error queue (0 = no limit), park returns allowed on top.
         self.receive_limit = receive_limit(max_receive_count, self.sqs_settings.max_park_seconds)
+        #: Release control: the shared calendar forwards to capped destinations take their slots from.
+        self.release = release
         self._parking = Parking(
             client, self.directory, self.sqs_settings, self.clock, self.broker_clock, retention_headroom
         )
@@ -145,6 +149,8 @@ class FifoRequeuer:
         for p in self._parking.park(parked, ledger):
             plans[p.index] = p
         by_record = _by_record(parsed, plans)
+        self._place_releases(plans, ledger, now_ms)
+        by_record = _by_record(parsed, plans)
         sending = Sending(self.client, self.directory, self.settings, self.sqs_settings, self.clock)
         sending.send_hops(plans, ledger)
         poison = [
@@ -173,6 +179,37 @@ class FifoRequeuer:
         parks = self._parking.plan_parks(parsed, blocked) if parking else {}
         native = self.sqs_settings.max_native_delay
         return [plan_message(i, m, applied[i], parks.get(owners[i], 0), native, now_ms) for i, m in enumerate(messages)]
+
+    def _place_releases(self, plans: list[MessagePlan], ledger: Ledger, now_ms: int) -> None:
+        """Give each forward to a capped destination its release slot (its ``DelaySeconds``), in place in ``plans``.
+
+        No slot within the native cap (a backlog longer than that at the cap): the message is requeued instead and
+        asks again after its hop. The calendar unreachable: those forwards fail and their records come back.
+        """
+        if self.release is None:
+            return
+        groups: dict[str, list[MessagePlan]] = {}
+        for p in plans:
+            capped = self.release.capped(p.message.source.destination)
+            if p.action is HopAction.FORWARD and p.index not in ledger.results and capped:
+                groups.setdefault(p.message.source.destination, []).append(p)
+        for destination, group in groups.items():
+            dues = [now_ms + p.message.remaining_ms for p in group]
+            try:
+                placements = self.release.place(destination, dues, now_ms)
+            except ConfigurationError:
+                raise
+            except DelayedDeliveryError as exc:
+                error = exc if isinstance(exc, TransientError) else TransientError(str(exc))
+                for p in group:
+                    ledger.fail(p, error)
+                continue
+            for p, where in zip(group, placements, strict=True):
+                if where is None:
+                    plans[p.index] = replace(p, action=HopAction.REQUEUE, hop=HopAction.REQUEUE, release_wait=True)
+                else:
+                    message = replace(p.message, remaining=where.delay_seconds)
+                    plans[p.index] = replace(p, message=message, release_lag=where.lag)
 
     def park_policy(self, queue: QueueInfo) -> SqsParkPolicy:
         """The park rules for ``queue``: the settings plus its retention and visibility timeout."""

@@ -19,10 +19,11 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from ... import logfields as lf
 from ...cancellations import Cancellation, CancellationKind
 from ...errors import ConfigurationError, DelayedDeliveryDisabledError, DelayedDeliveryError
-from ..config import AwsConfig
+from ..config import RELEASE_TABLE_ENV, AwsConfig
 from ..errorqueue import DROPPED
 from ..powertools import HandlerTools
 from ..queues import check_endpoint
+from ..release_calendar import ReleaseCalendar
 from . import FifoRequeuer, HopOutcome, RecordResult, failed_record, parse_source_arn
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ def build_handler(
         sqs_settings=config.sqs_settings,
         cancellations=cancellations,
         max_receive_count=config.max_receive_count,
+        release=_release_calendar(config, dynamodb_client),
     )
     startup_check = _startup_check(sqs_client, config, logger, metrics)
 
@@ -111,6 +113,23 @@ def build_handler(
         return _respond(event, context, outcome, logger, metrics)
 
     return entrypoint
+
+
+def _release_calendar(config: AwsConfig, dynamodb: DynamoDBClient | None) -> ReleaseCalendar | None:
+    """The shared release calendar when ``release_rates`` caps anything (its table is then required)."""
+    rates = config.settings.release_rates
+    if not rates:
+        return None
+    if config.release_table is None:
+        raise ConfigurationError(
+            f"release_rates ({rates}) caps destinations, and the FIFO route keeps their release slots in a DynamoDB "
+            f"table: set {RELEASE_TABLE_ENV} (the CDK construct does when given release_rates)"
+        )
+    if dynamodb is None:
+        import boto3
+
+        dynamodb = boto3.client("dynamodb")
+    return ReleaseCalendar(dynamodb, config.release_table, rates, horizon=config.sqs_settings.max_native_delay)
 
 
 def _process_safely(
@@ -199,6 +218,12 @@ def _observe(logger: Logger, metrics: Metrics, result: RecordResult) -> None:
     }
     if result.remaining_delay_s is not None:
         metrics.add_metric(name="RemainingDelay", unit=MetricUnit.Seconds, value=result.remaining_delay_s)
+    if result.release_lag_s is not None:  # what release control added, apart from any other lateness
+        metrics.add_metric(name="ReleaseLag", unit=MetricUnit.Seconds, value=result.release_lag_s)
+        fields[lf.RELEASE_LAG_S] = round(result.release_lag_s, 3)
+    if result.release_wait:
+        metrics.add_metric(name="ReleaseWaits", unit=MetricUnit.Count, value=1)
+        fields[lf.REASON] = "no release slot free within the native cap: requeued to ask again after the hop"
     record = result.cancellation
     if isinstance(record, Cancellation) and record.kind is CancellationKind.RESCHEDULE and record.due_at is not None:
         metrics.add_metric(name="Rescheduled", unit=MetricUnit.Count, value=1)

@@ -38,6 +38,10 @@ class MessagePlan:
     park_s: int = 0
     applied: StoredRecord | None = None
     park_failure: str | None = None
+    #: Release control: the seconds its slot adds (forwarded to a capped destination).
+    release_lag: float | None = None
+    #: Release control: requeued because no slot was free within the native cap.
+    release_wait: bool = False
 
     @property
     def queue(self) -> str:
@@ -137,6 +141,8 @@ def annotate(plan: MessagePlan, result: RecordResult) -> RecordResult:
         result = replace(result, cancellation=plan.applied)
     if plan.park_failure is not None and result.reason is None:
         result = replace(result, reason=f"hopped instead of parking: {plan.park_failure}")
+    if plan.release_lag is not None or plan.release_wait:
+        result = replace(result, release_lag_s=plan.release_lag, release_wait=plan.release_wait)
     return result
 
 

@@ -81,6 +81,10 @@ class RecordResult:
     envelope_id: str | None = None
     cancellation: StoredRecord | None = None
     park_s: int | None = None
+    #: Forwarded to a capped destination: the seconds release control added (its slot after its due time).
+    release_lag_s: float | None = None
+    #: Requeued because its destination had no release slot within the native cap (a backlog longer than that).
+    release_wait: bool = False
 
     def per_message(self) -> tuple[RecordResult, ...]:
         """The results per message: an envelope's inner ones, else this one."""

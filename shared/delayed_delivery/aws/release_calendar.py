@@ -1,0 +1,251 @@
+"""Release slots for the SQS ``-delay.fifo`` route: a calendar of whole seconds per destination in DynamoDB.
+
+The requeue function runs as many invocations at once as there are message groups (one per message), and a
+message reaches its last hop anywhere up to 900 s before it is due, in no particular order. So its release schedule
+is not a pointer one process keeps but a calendar all invocations share: one item per destination and epoch second,
+``taken`` counting the messages placed to become visible in that second. A second holds ``second_capacity(rate,
+second)`` messages (``release.py``: the rate per second on average, whole numbers).
+
+Reserving is one atomic ``UpdateItem ADD taken :n`` returning the new count: of the ``n`` asked, those still under
+the second's capacity are granted and the rest given back (``ADD -excess``) and asked of the next second. Concurrent
+invocations never grant more than a second's capacity between them (each grant is decided from the count its own
+atomic add returned), with no conditional failures and no lock; what a failed invocation reserved and never sent
+only leaves that capacity unused. The item ``second = -1`` holds ``full_from`` / ``full_to``: the seconds last seen
+full in a row, so a burst's later invocations start after them instead of probing every full second again.
+
+A message is placed in the first second ``k`` with room such that it becomes visible no earlier than due: it is
+sent with ``DelaySeconds = k - floor(now)`` and so becomes visible at ``k + frac(now)``, within second ``k``. A
+second that is more than ``horizon`` (SQS: 900 s) away cannot be reached: such a message gets no slot.
+
+Items: ``destination`` (S, partition key), ``second`` (N, sort key), ``taken`` (N), ``full_from`` and ``full_to``
+(N, on the -1 item), ``expires_at`` (N, epoch seconds: DynamoDB's TTL removes an item a day after its second).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ..errors import ConfigurationError, DelayedDeliveryError, TransientError
+from ..release import ReleaseRates, second_capacity
+from .config import RELEASE_TABLE_ENV
+from .sqs import translate_error
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+__all__ = ["DEFAULT_RELEASE_TABLE", "RELEASE_TABLE_ENV", "Placement", "ReleaseCalendar", "ensure_release_table"]
+
+#: The table the CDK stack and ``delayed-delivery aws create`` use unless told otherwise.
+DEFAULT_RELEASE_TABLE = "delayed-delivery-release"
+TTL_ATTRIBUTE = "expires_at"
+#: The sort key of a destination's item recording the seconds last seen full in a row.
+_RUN = -1
+#: A second's item lives this long after the second (TTL).
+_KEEP_S = 86_400
+_THROTTLED = {"ProvisionedThroughputExceededException", "RequestLimitExceeded", "ThrottlingException"}
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where one message goes: its ``DelaySeconds`` and the seconds release control adds (None: no slot yet)."""
+
+    delay_seconds: int
+    lag: float
+
+
+def _translate(exc: BaseException, what: str, table: str) -> DelayedDeliveryError:
+    if isinstance(exc, ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code == "ResourceNotFoundException":
+            return ConfigurationError(
+                f"{what}: release table {table!r} does not exist (the CDK stack creates it with release_rates; on an "
+                f"emulator run `delayed-delivery aws create`, or set {RELEASE_TABLE_ENV})"
+            )
+        if code in _THROTTLED:
+            return TransientError(f"{what}: {code}")
+    return translate_error(exc, what)
+
+
+class ReleaseCalendar:
+    """The shared release calendar of the destinations ``rates`` caps (module docstring)."""
+
+    def __init__(self, client: DynamoDBClient, table: str, rates: ReleaseRates, *, horizon: int = 900) -> None:
+        if not table:
+            raise ConfigurationError(f"release control on the FIFO route needs a table: set {RELEASE_TABLE_ENV}")
+        self.client = client
+        self.table = table
+        self.rates = rates
+        self.horizon = horizon
+
+    def capped(self, destination: str) -> bool:
+        """Whether ``destination`` has a cap."""
+        return self.rates.rate_for(destination) is not None
+
+    def place(self, destination: str, dues_ms: Sequence[int], now_ms: int) -> list[Placement | None]:
+        """A placement per message due at ``dues_ms`` (epoch ms), in the order given; None: no second with room
+        within the horizon. Messages are placed in due order. ``DelayedDeliveryError`` when the table fails."""
+        rate = self.rates.rate_for(destination)
+        if rate is None:
+            return [Placement(max(0, math.ceil((d - now_ms) / 1000)), 0.0) for d in dues_ms]
+        now = now_ms / 1000
+        base, phase = math.floor(now), now - math.floor(now)
+        last = base + self.horizon
+        firsts = [max(base, math.ceil(d / 1000 - phase - 1e-9)) for d in dues_ms]
+        order = sorted(range(len(dues_ms)), key=lambda i: (firsts[i], i))
+        out: list[Placement | None] = [None] * len(dues_ms)
+        what = f"reserving release slots for {destination!r}"
+        try:
+            run_from, run_to = self._run(destination) if order else (0, 0)
+            second = firsts[order[0]] if order else base
+            if run_from <= second < run_to:  # seen full: start after them
+                second = run_to
+            streak = (run_from, run_to) if second == run_to else (second, second)  # full seconds just behind
+            at = 0
+            while at < len(order) and second <= last:
+                if firsts[order[at]] > second:
+                    second = firsts[order[at]]
+                    streak = (second, second)
+                if second > last:
+                    break
+                wanting = [i for i in order[at:] if firsts[i] <= second]
+                granted = self._take(destination, second, len(wanting), rate)
+                for i in wanting[:granted]:
+                    out[i] = Placement(second - base, max(0.0, second + phase - max(dues_ms[i] / 1000, now)))
+                at += granted
+                if granted < len(wanting):
+                    if streak[1] == second:
+                        streak = (streak[0], second + 1)
+                    second += 1
+            if streak[1] > max(streak[0], run_to):
+                self._mark_full(destination, *streak)
+        except (ClientError, BotoCoreError) as exc:
+            raise _translate(exc, what, self.table) from exc
+        return out
+
+    def _take(self, destination: str, second: int, n: int, rate: float) -> int:
+        """Ask ``n`` places of ``second``; how many were granted (the rest are given back)."""
+        capacity = second_capacity(rate, second)
+        if capacity <= 0:
+            return 0
+        key = {"destination": {"S": destination}, "second": {"N": str(second)}}
+        reply = self.client.update_item(
+            TableName=self.table,
+            Key=key,
+            UpdateExpression="ADD taken :n SET expires_at = :e",
+            ExpressionAttributeValues={":n": {"N": str(n)}, ":e": {"N": str(second + _KEEP_S)}},
+            ReturnValues="UPDATED_NEW",
+        )
+        total = int(reply["Attributes"]["taken"]["N"])
+        granted = max(0, min(n, capacity - (total - n)))
+        if granted < n:
+            self.client.update_item(
+                TableName=self.table,
+                Key=key,
+                UpdateExpression="ADD taken :n",
+                ExpressionAttributeValues={":n": {"N": str(-(n - granted))}},
+            )
+        return granted
+
+    def _run(self, destination: str) -> tuple[int, int]:
+        """The seconds ``[from, to)`` last seen full in a row (a burst's), or ``(0, 0)``."""
+        reply = self.client.get_item(TableName=self.table, Key=self._run_key(destination))
+        item = reply.get("Item", {})
+        low, high = item.get("full_from", {}).get("N"), item.get("full_to", {}).get("N")
+        if low is None or high is None or not (low.isdigit() and high.isdigit()):
+            return 0, 0
+        return int(low), int(high)
+
+    def _mark_full(self, destination: str, low: int, high: int) -> None:
+        """Record that seconds ``[low, high)`` are full, unless a run reaching further is recorded already."""
+        try:
+            self.client.update_item(
+                TableName=self.table,
+                Key=self._run_key(destination),
+                UpdateExpression="SET full_from = :a, full_to = :b, expires_at = :e",
+                ConditionExpression="attribute_not_exists(full_to) OR full_to < :b",
+                ExpressionAttributeValues={
+                    ":a": {"N": str(low)},
+                    ":b": {"N": str(high)},
+                    ":e": {"N": str(high + _KEEP_S)},
+                },
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+
+    @staticmethod
+    def _run_key(destination: str) -> dict[str, dict[str, str]]:
+        return {"destination": {"S": destination}, "second": {"N": str(_RUN)}}
+
+    def lag(self, destination: str, now_ms: int) -> float | None:
+        """The current release lag of ``destination``: seconds from now to its first second with room (None: no
+        cap; the horizon when none has room within it)."""
+        rate = self.rates.rate_for(destination)
+        if rate is None:
+            return None
+        now = now_ms / 1000
+        base = math.floor(now)
+        try:
+            taken = self._taken(destination, base, base + self.horizon)
+        except (ClientError, BotoCoreError) as exc:
+            raise _translate(exc, f"reading the release calendar of {destination!r}", self.table) from exc
+        for second in range(base, base + self.horizon + 1):
+            if taken.get(second, 0) < second_capacity(rate, second):
+                return max(0.0, second - now)
+        return float(self.horizon)
+
+    def _taken(self, destination: str, low: int, high: int) -> dict[int, int]:
+        """``taken`` per second from ``low`` to ``high`` (seconds with none are left out)."""
+        out: dict[int, int] = {}
+        kwargs: dict[str, object] = {}
+        while True:
+            reply = self.client.query(
+                TableName=self.table,
+                KeyConditionExpression="destination = :d AND #s BETWEEN :lo AND :hi",
+                ExpressionAttributeNames={"#s": "second"},
+                ExpressionAttributeValues={
+                    ":d": {"S": destination},
+                    ":lo": {"N": str(low)},
+                    ":hi": {"N": str(high)},
+                },
+                **kwargs,  # type: ignore[arg-type]
+            )
+            for item in reply.get("Items", []):
+                out[int(item["second"]["N"])] = int(item.get("taken", {}).get("N", "0"))
+            if "LastEvaluatedKey" not in reply:
+                return out
+            kwargs = {"ExclusiveStartKey": reply["LastEvaluatedKey"]}
+
+
+def ensure_release_table(client: DynamoDBClient, table: str = DEFAULT_RELEASE_TABLE) -> None:
+    """Create the table (on demand, TTL on ``expires_at``) if missing; for emulators and scripts, CDK in the cloud."""
+    try:
+        try:
+            client.create_table(
+                TableName=table,
+                AttributeDefinitions=[
+                    {"AttributeName": "destination", "AttributeType": "S"},
+                    {"AttributeName": "second", "AttributeType": "N"},
+                ],
+                KeySchema=[
+                    {"AttributeName": "destination", "KeyType": "HASH"},
+                    {"AttributeName": "second", "KeyType": "RANGE"},
+                ],
+                BillingMode="PAY_PER_REQUEST",
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":
+                raise
+        client.get_waiter("table_exists").wait(TableName=table, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
+        ttl = client.describe_time_to_live(TableName=table).get("TimeToLiveDescription", {})
+        if ttl.get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
+            client.update_time_to_live(
+                TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
+            )
+    except (ClientError, BotoCoreError) as exc:
+        raise _translate(exc, "creating the release table", table) from exc

@@ -1,0 +1,166 @@
+"""Release control on the ``-delay.fifo`` route, on moto: the shared calendar of release slots in DynamoDB, and the
+requeue function forwarding each capped message with ``DelaySeconds`` to its slot (or requeuing it when no slot is
+free within the native cap)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from delayed_delivery.aws.config import RELEASE_TABLE_ENV
+from delayed_delivery.aws.release_calendar import Placement, ReleaseCalendar, ensure_release_table
+from delayed_delivery.aws.requeue import HopOutcome, RecordResult
+from delayed_delivery.aws.requeue.handler import build_handler
+from delayed_delivery.aws.sender import SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
+from delayed_delivery.errors import ConfigurationError
+from delayed_delivery.release import ReleaseRates, second_capacity
+from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.testing.aws import LocalEventSourcePoller
+from tests.aws.conftest import collect, handler_env
+from tests.fixtures.moto import REGION
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
+
+    from delayed_delivery.aws.queues import EndpointQueues
+
+pytestmark = pytest.mark.moto
+
+T0_MS = 1_893_456_000_000  # 2030-01-01T00:00:00Z, a whole second
+
+
+@pytest.fixture
+def release_table(moto_endpoint: str) -> tuple[DynamoDBClient, str]:
+    client = boto3.client(
+        "dynamodb",
+        endpoint_url=moto_endpoint,
+        region_name=REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(connect_timeout=5, read_timeout=30, retries={"total_max_attempts": 3}),
+    )
+    name = f"release-{time.monotonic_ns()}"
+    ensure_release_table(client, name)
+    return client, name
+
+
+def _taken(client: DynamoDBClient, table: str, destination: str) -> dict[int, int]:
+    items = client.query(
+        TableName=table,
+        KeyConditionExpression="destination = :d",
+        ExpressionAttributeValues={":d": {"S": destination}},
+    )["Items"]
+    return {int(i["second"]["N"]): int(i["taken"]["N"]) for i in items if int(i["second"]["N"]) >= 0}
+
+
+def test_a_burst_fills_whole_seconds_at_the_rate_in_due_order(release_table: tuple[DynamoDBClient, str]) -> None:
+    client, table = release_table
+    calendar = ReleaseCalendar(client, table, ReleaseRates.of({"orders": 200}))
+    dues = [T0_MS + 3_000 + i for i in range(1000)]  # due over a millisecond each, all in one second
+    now = T0_MS + 250
+    placed = calendar.place("orders", dues, now)
+    assert all(p is not None for p in placed)
+    delays = [p.delay_seconds for p in placed if p is not None]
+    assert delays == sorted(delays), "due order kept"
+    assert Counter(delays) == {3: 200, 4: 200, 5: 200, 6: 200, 7: 200}
+    assert all(T0_MS + 250 + d * 1000 >= due for d, due in zip(delays, dues, strict=True)), "never before due"
+    lags = [p.lag for p in placed if p is not None]
+    assert max(lags) == pytest.approx(7.25 - 3.8, abs=0.01)  # m-800: due 3.800 s, visible 7.25 s
+    assert calendar.lag("orders", now) == 0.0, "seconds 0-2 are free: a message due now is not held back"
+    (after,) = calendar.place("orders", [T0_MS], now)
+    assert after is not None and after.delay_seconds == 0
+    assert calendar.lag("orders", now + 3000) == pytest.approx(8 - 3.25, abs=0.01), "from 3 s on, seconds 3-7 are full"
+
+
+def test_concurrent_invocations_never_overfill_a_second(release_table: tuple[DynamoDBClient, str]) -> None:
+    client, table = release_table
+    rates = ReleaseRates.of({"orders": 25.5})
+    placed: list[int] = []
+    lock = threading.Lock()
+
+    def invocation(n: int) -> None:
+        calendar = ReleaseCalendar(client, table, rates)
+        got = calendar.place("orders", [T0_MS] * 10, T0_MS)
+        with lock:
+            placed.extend(p.delay_seconds for p in got if p is not None)
+
+    threads = [threading.Thread(target=invocation, args=(n,)) for n in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(placed) == 120
+    per_second = Counter(placed)
+    assert all(count <= second_capacity(25.5, T0_MS // 1000 + s) for s, count in per_second.items())
+    assert sum(_taken(client, table, "orders").values()) == 120, "what was given back is not counted"
+    assert max(per_second) <= 5, "the seconds fill up front to back"
+
+
+def test_no_second_within_the_native_cap_means_no_slot(release_table: tuple[DynamoDBClient, str]) -> None:
+    client, table = release_table
+    calendar = ReleaseCalendar(client, table, ReleaseRates.of({"*": 1, "free": None}), horizon=5)
+    placed = calendar.place("orders", [T0_MS] * 8, T0_MS)
+    assert [p.delay_seconds if p else None for p in placed] == [0, 1, 2, 3, 4, 5, None, None]
+    assert calendar.place("free", [T0_MS + 1500], T0_MS) == [Placement(2, 0.0)], "uncapped: its own delay"
+
+
+def test_an_earlier_due_time_placed_later_is_not_pushed_behind_later_ones(
+    release_table: tuple[DynamoDBClient, str],
+) -> None:
+    client, table = release_table
+    calendar = ReleaseCalendar(client, table, ReleaseRates.of({"orders": 1}))
+    late = calendar.place("orders", [T0_MS + 500_000], T0_MS)[0]
+    early = calendar.place("orders", [T0_MS + 10_000], T0_MS + 1_000)[0]
+    assert late is not None and early is not None
+    assert (late.delay_seconds, early.delay_seconds) == (500, 9), "a calendar, not a pointer"
+
+
+def _send_burst(sender: SqsDelayedSender, n: int, delay: int) -> None:
+    for i in range(n):
+        sender.send_delayed("orders", f"m-{i:03d}", delay, message_id=f"m-{i:03d}")
+
+
+def test_the_requeue_function_forwards_a_capped_burst_at_the_rate(
+    sqs: SQSClient,
+    endpoint: EndpointQueues,
+    sender: SqsDelayedSender,
+    settings: DelayedDeliverySettings,
+    sqs_settings: SqsSettings,
+    release_table: tuple[DynamoDBClient, str],
+) -> None:
+    client, table = release_table
+    results: list[RecordResult] = []
+    env = {**handler_env(settings, sqs_settings), "DELAYED_DELIVERY_RELEASE_RATES": '{"orders": 10}'}
+    handler = build_handler(
+        {**env, RELEASE_TABLE_ENV: table}, sqs_client=sqs, dynamodb_client=client, on_results=results.extend
+    )
+    poller = LocalEventSourcePoller(sqs, endpoint.delay_url, endpoint.delay_arn, handler).start()
+    try:
+        _send_burst(sender, 30, 3)  # compressed: hop and native cap 2 s, so 3 s of slots need requeues
+        arrivals = collect(sqs, endpoint.input_url, expect=30, timeout=40)
+    finally:
+        poller.stop()
+    assert (poller.stats.handler_errors, poller.stats.poll_errors) == (0, 0), poller.stats
+    assert sorted(a.body for a in arrivals) == [f"m-{i:03d}" for i in range(30)], "every message, once"
+    each = [m for r in results for m in r.per_message()]  # requeued together, they came back in an envelope
+    forwarded = [r for r in each if r.outcome is HopOutcome.FORWARDED]
+    assert len(forwarded) == 30 and all(r.release_lag_s is not None for r in forwarded)
+    assert any(r.release_wait for r in each if r.outcome is HopOutcome.REQUEUED), "no slot within 2 s: requeued"
+    per_second = _taken(client, table, "orders")
+    assert sum(per_second.values()) >= 30 and max(per_second.values()) <= 10
+
+
+def test_release_rates_without_a_table_is_one_clear_error(
+    make_poller: Callable[..., Any],
+) -> None:
+    with pytest.raises(ConfigurationError, match=RELEASE_TABLE_ENV):
+        make_poller(env={"DELAYED_DELIVERY_RELEASE_RATES": '{"orders": 10}'})
