@@ -31,7 +31,7 @@ from typing import Any
 from benchmarks.common import Row, print_table, write_json
 from benchmarks.costs.fifo import measure_parked, parked_steps
 from benchmarks.costs.steps import S3_FREE, S3_TIER1
-from benchmarks.costs.tier import LAMBDA_GB, WINDOWS_PER_MINUTE, TierRun, measure_tier
+from benchmarks.costs.tier import LAMBDA_GB, SENDS_PER_MINUTE, TierRun, measure_tier
 from benchmarks.sqs_hops import _moto, quiet_handler_output
 from delayed_delivery.cost import SCHEDULER_PRICE_PER_INVOCATION, estimate_sqs_parked_cost
 from delayed_delivery.timebuckets.cost import (
@@ -50,8 +50,9 @@ TARGETS = {"1d": 0.25, "30d": 0.30, "1y": 0.50}
 SCHEDULER = (SCHEDULER_PRICE_PER_INVOCATION + STANDARD_PRICE_PER_REQUEST) * 1e6
 #: Parked runs: 500 messages on one endpoint, due after 78 compressed hops (7 parks each).
 PARK_MESSAGES, PARK_ENDPOINTS, PARK_DELAY = 500, 1, 78
-#: The tier's traffic: messages a minute -> ingest windows of 20 s simulated (fewer at high volume: moto's time).
-VOLUMES = {100: 6, 1_000: 3, 10_000: 1}
+#: The tier's traffic: messages a minute -> sends of 20 s of traffic simulated (at 100 a minute the ingest's whole
+#: 5-minute window; at 1,000 and 10,000 a minute a minute and a third of one: moto's time).
+VOLUMES = {100: 15, 1_000: 3, 10_000: 1}
 #: The volume whose counts ship in measured.json (what ``auto`` decides from).
 SHIPPED = 1_000
 #: Assumed time a function waits on one request on AWS, in seconds (docs/aws.md names the sources): S3 100 ms
@@ -326,11 +327,12 @@ def rows_from(parked_runs: list[dict[str, Any]], tier: dict[str, list[TierRun]],
     return rows + tier_rows(tier, volumes) + cost_rows(parked, tier, volumes)
 
 
-def _volume(per_minute: int, windows: int, body: str, runs: int) -> str:
+def _volume(per_minute: int, sends: int, body: str, runs: int) -> str:
     text = "JSON order documents" if body == "order" else "random text"
     return (
-        f"{per_minute:,} messages of 1 KiB ({text}) a minute, {WINDOWS_PER_MINUTE} ingest invocations a minute, "
-        f"{windows} of them simulated ({per_minute * windows // WINDOWS_PER_MINUTE:,} messages), {runs} runs"
+        f"{per_minute:,} messages of 1 KiB ({text}) a minute in {SENDS_PER_MINUTE} batch sends a minute, {sends} "
+        f"sends simulated ({per_minute * sends // SENDS_PER_MINUTE:,} messages), ingest batching window 300 s, "
+        f"{runs} runs"
     )
 
 
@@ -366,12 +368,12 @@ def run(smoke: bool = False, *, runs: int = 5, volumes: dict[int, int] | None = 
 
 
 def _volumes(text: str) -> dict[int, int]:
-    """``100:6,1000:3`` -> {100: 6, 1000: 3} (messages a minute: ingest windows of 20 s simulated)."""
+    """``100:15,1000:3`` -> {100: 15, 1000: 3} (messages a minute: sends of 20 s of traffic simulated)."""
     try:
         pairs = [item.split(":") for item in text.split(",") if item]
         volumes = {int(a): int(b) for a, b in pairs}
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: write messages a minute:windows, e.g. 100:6,1000:3") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: write messages a minute:sends, e.g. 100:15,1000:3") from None
     if not volumes or min(volumes) < 1 or min(volumes.values()) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: each figure must be a whole number of at least 1")
     return volumes
@@ -385,8 +387,8 @@ def main() -> None:
     parser.add_argument(
         "--volumes",
         type=_volumes,
-        default="100:6,1000:3,10000:1",
-        help="messages a minute:20 s windows simulated, comma-separated",
+        default="100:15,1000:3,10000:1",
+        help="messages a minute:sends of 20 s of traffic simulated, comma-separated",
     )
     a = parser.parse_args()
     rows = run(a.smoke, runs=a.runs, volumes=a.volumes)

@@ -2,9 +2,11 @@
 
 Time is compressed (``SETTINGS``: fine buckets of 1 s for a minute, coarse of 10 s for a day, dispatch lead 2 s); a
 timer run happens at every fine step of the clock, as the real one runs every minute. Traffic is explicit:
-a number of messages a minute sent over a number of ingest windows at a steady rate, all with one delay, and the
-ingest Lambda invoked ``WINDOWS_PER_MINUTE`` times a minute (the CDK's 20 s batching window; 1,000 records and 6 MB
-per invocation are not reached up to 10,000 messages a minute). Bodies (``BODIES``): ``order``, a 1 KiB JSON order
+a number of messages a minute, all with one delay, sent in ``SENDS_PER_MINUTE`` batch calls a minute (one
+``send_delayed_batch`` per 20 s of traffic) for a number of sends; the ingest queue's event source is simulated as
+Lambda runs it (``EventSource``): it receives what arrives and invokes the ingest handler when it holds 1,000
+records or 6 MB of them, or when its oldest record has waited the batching window (the CDK's, 300 s; the records
+still held when the traffic stops wait for it too). Bodies (``BODIES``): ``order``, a 1 KiB JSON order
 document; ``random``, 1 KiB of random URL-safe text (6 bits per character). ``near`` (1 d: due within the coarse
 horizon) is written once; ``far`` (1 y: 365 coarse buckets ahead) twice, coarse then fine. The clock jumps over the
 idle year: idle timer runs are the tier's fixed cost, counted apart (``idle`` runs before any message).
@@ -25,7 +27,7 @@ from benchmarks.costs.steps import StepCounter
 from delayed_delivery.aws.cancellations import DynamoDbCancellationStore, ensure_cancellation_table
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.aws.settings import SqsSettings
-from delayed_delivery.aws.tier.config import BucketTierConfig, TierSettings
+from delayed_delivery.aws.tier.config import INGEST_WINDOW_SECONDS, BucketTierConfig, TierSettings
 from delayed_delivery.aws.tier.ingest_handler import build_ingest_handler
 from delayed_delivery.aws.tier.store import S3BucketStore
 from delayed_delivery.aws.tier.timer import BucketTimer, TimerResult
@@ -34,13 +36,17 @@ from delayed_delivery.clock import ManualClock
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws.poller import LocalLambdaContext, lambda_sqs_record
 
-__all__ = ["BODIES", "LAMBDA_GB", "SCENARIOS", "TierRun", "measure_tier", "order_body"]
+__all__ = ["BODIES", "LAMBDA_GB", "SCENARIOS", "SENDS_PER_MINUTE", "TierRun", "measure_tier", "order_body"]
 
 FINE, COARSE, LEAD = 1, 10, 2
 #: The delays, compressed: ``near`` = one coarse bucket (1 d), ``far`` = 365 coarse buckets (1 y).
 SCENARIOS = {"near": COARSE, "far": 365 * COARSE}
-#: The ingest Lambda's invocations per minute: the CDK's batching window of 20 s.
-WINDOWS_PER_MINUTE = 3
+#: The sender's batch calls per minute: each carries 20 s of traffic.
+SENDS_PER_MINUTE = 3
+#: The ingest event source's limits: records and bytes per invocation (Lambda's), and its batching window in sends.
+INGEST_BATCH_RECORDS = 1_000
+INGEST_BATCH_BYTES = 6 * 1024 * 1024
+WINDOW_SENDS = INGEST_WINDOW_SECONDS * SENDS_PER_MINUTE // 60
 #: Both functions get 512 MB in the CDK construct (infra/aws/buckets.py).
 LAMBDA_GB = 0.5
 BODY_BYTES = 1024
@@ -55,7 +61,8 @@ class TierRun:
 
     scenario: str
     messages: int
-    windows: int
+    #: The sender's batch calls (``SENDS_PER_MINUTE`` a minute).
+    sends: int
     delay_seconds: int
     body: str = "order"
     steps: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -167,36 +174,67 @@ def _clients(endpoint: str) -> tuple[Any, Any, Any]:
     return boto3.client("s3", **kw), boto3.client("sqs", **kw), boto3.client("dynamodb", **kw)
 
 
-def _drain_ingest(sqs: Any, url: str, arn: str, handler: Any) -> tuple[int, float, float]:
-    """One ingest invocation over everything waiting (as the batching window collects it); records, wall, CPU s."""
-    records: list[dict[str, Any]] = []
-    while len(records) < 1_000:
-        got = sqs.receive_message(
-            QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"], MessageAttributeNames=["All"]
-        ).get("Messages", [])
-        if not got:
-            break
-        records += [lambda_sqs_record(m, arn, "us-east-1") for m in got]
-    if not records:
-        return 0, 0.0, 0.0
-    start, cpu = time.perf_counter(), time.process_time()
-    reply = handler({"Records": records}, LocalLambdaContext(function_name="delayed-delivery-bucket-ingest"))
-    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-    failed = {f["itemIdentifier"] for f in (reply or {}).get("batchItemFailures", [])}
-    done = [r for r in records if r["messageId"] not in failed]
-    for i in range(0, len(done), 10):
-        sqs.delete_message_batch(
-            QueueUrl=url,
-            Entries=[{"Id": str(j), "ReceiptHandle": r["receiptHandle"]} for j, r in enumerate(done[i : i + 10])],
-        )
-    return len(records), seconds, cpu
+class EventSource:
+    """Lambda's SQS event source on the ingest queue, simulated: it receives what arrives and holds it, and invokes
+    the handler when it holds ``INGEST_BATCH_RECORDS`` records or ``INGEST_BATCH_BYTES`` of them, or when its oldest
+    record has waited ``WINDOW_SENDS`` sends (the batching window); then deletes what the handler did not fail."""
+
+    def __init__(self, sqs: Any, url: str, arn: str, handler: Any) -> None:
+        self.sqs, self.url, self.arn, self.handler = sqs, url, arn, handler
+        self.held: list[tuple[dict[str, Any], int]] = []
+        self.oldest = 0
+
+    def receive(self, now: int) -> None:
+        """Take every record waiting in the queue (``now``: the send count, the event source's clock)."""
+        while True:
+            got = self.sqs.receive_message(
+                QueueUrl=self.url,
+                MaxNumberOfMessages=10,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+            if not got:
+                return
+            if not self.held:
+                self.oldest = now
+            for m in got:
+                record = lambda_sqs_record(m, self.arn, "us-east-1")
+                self.held.append((record, len(json.dumps(record))))
+
+    def due(self, now: int) -> bool:
+        """Whether an invocation is due: a limit reached, or the oldest record held for the window."""
+        if not self.held:
+            return False
+        records, size = len(self.held), sum(n for _, n in self.held)
+        return records >= INGEST_BATCH_RECORDS or size >= INGEST_BATCH_BYTES or now - self.oldest >= WINDOW_SENDS
+
+    def invoke(self, now: int) -> tuple[int, float, float]:
+        """One invocation over the oldest records within the limits; records, wall and CPU seconds."""
+        batch: list[dict[str, Any]] = []
+        size = 0
+        while self.held and len(batch) < INGEST_BATCH_RECORDS and size + self.held[0][1] <= INGEST_BATCH_BYTES:
+            record, n = self.held.pop(0)
+            batch.append(record)
+            size += n
+        self.oldest = now
+        start, cpu = time.perf_counter(), time.process_time()
+        reply = self.handler({"Records": batch}, LocalLambdaContext(function_name="delayed-delivery-bucket-ingest"))
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+        failed = {f["itemIdentifier"] for f in (reply or {}).get("batchItemFailures", [])}
+        done = [r for r in batch if r["messageId"] not in failed]
+        for i in range(0, len(done), 10):
+            self.sqs.delete_message_batch(
+                QueueUrl=self.url,
+                Entries=[{"Id": str(j), "ReceiptHandle": r["receiptHandle"]} for j, r in enumerate(done[i : i + 10])],
+            )
+        return len(batch), seconds, cpu
 
 
 def measure_tier(
-    scenario: str, per_minute: int, windows: int, endpoint: str, *, per_run: bool = False, body: str = "order"
+    scenario: str, per_minute: int, sends: int, endpoint: str, *, per_run: bool = False, body: str = "order"
 ) -> TierRun:
-    """One run of ``scenario`` (``near`` or ``far``): ``per_minute`` messages a minute for ``windows`` ingest
-    windows (``WINDOWS_PER_MINUTE`` a minute: 3 is a minute, 1 a third of one), counted per step.
+    """One run of ``scenario`` (``near`` or ``far``): ``per_minute`` messages a minute for ``sends`` batch calls
+    (``SENDS_PER_MINUTE`` a minute: 3 is a minute, 15 the ingest's 5-minute window), counted per step.
 
     ``per_run``: cancellation records read once per destination per timer run (a fresh cache each run) instead of
     as the timer handler reads them (a cache of ``max_age`` 0: one query per message per pass).
@@ -205,8 +243,8 @@ def measure_tier(
     counter = StepCounter(phase)
     with counter.installed():
         rig = _Rig.build(scenario, endpoint, per_run)
-        messages = per_minute * windows // WINDOWS_PER_MINUTE
-        run = TierRun(scenario, messages, windows, SCENARIOS[scenario], body)
+        messages = per_minute * sends // SENDS_PER_MINUTE
+        run = TierRun(scenario, messages, sends, SCENARIOS[scenario], body)
         for _ in range(IDLE_RUNS):  # the fixed cost: a timer run with nothing to do
             phase.name = "idle"
             seconds, cpu = rig.tick()
@@ -312,29 +350,37 @@ class _Rig:
         return objects, size
 
 
-#: The run starts just after a day boundary, so the first minutes' messages share one coarse bucket.
-START = datetime(2031, 1, 1, 0, 0, 1, tzinfo=UTC)
+#: The traffic starts just after a day boundary, after the idle runs (one fine step each), so the first minutes'
+#: messages share one coarse bucket (in the cloud a 5-minute window straddles a day boundary 5 times in 1,440).
+START = datetime(2031, 1, 1, 0, 0, 1, tzinfo=UTC) - timedelta(seconds=IDLE_RUNS * FINE)
 
 
 def _send_and_ingest(rig: _Rig, run: TierRun, phase: _Phase) -> None:
-    """Each ingest window (``WINDOWS_PER_MINUTE`` a minute): its share of the minute's messages sent, then one
-    ingest invocation over them; a timer run after every minute's windows (and after the last)."""
-    per_window = -(-run.messages * 1 // max(1, run.windows))
-    for w in range(run.windows):
-        start = w * per_window
-        batch = [
-            DelayedSend(rig.dest, _body(i, run.body), run.delay_seconds, message_id=f"m{i}", attributes={"n": i})
-            for i in range(start, min(run.messages, start + per_window))
-        ]
-        phase.name = "send"
-        if batch:
-            result = rig.sender.send_delayed_batch(batch)
-            assert result.ok, result.failures
+    """Each send (``SENDS_PER_MINUTE`` a minute) its share of the minute's messages in one batch call; the event
+    source receives them and invokes the ingest when a limit or its window says so; a timer run every minute. When the
+    traffic stops, the records still held wait out the window, the timer running meanwhile."""
+    source = EventSource(rig.sqs, rig.ingest_url, rig.ingest_arn, rig.handler)
+    per_send = -(-run.messages // max(1, run.sends))
+    now = 0
+    while now < run.sends or source.held:
+        if now < run.sends:
+            start = now * per_send
+            batch = [
+                DelayedSend(rig.dest, _body(i, run.body), run.delay_seconds, message_id=f"m{i}", attributes={"n": i})
+                for i in range(start, min(run.messages, start + per_send))
+            ]
+            phase.name = "send"
+            if batch:
+                result = rig.sender.send_delayed_batch(batch)
+                assert result.ok, result.failures
         phase.name = "ingest"
-        records, seconds, cpu = _drain_ingest(rig.sqs, rig.ingest_url, rig.ingest_arn, rig.handler)
-        run.ingest_invocations += 1 if records else 0
-        run.ingest_seconds, run.ingest_cpu = run.ingest_seconds + seconds, run.ingest_cpu + cpu
-        if (w + 1) % WINDOWS_PER_MINUTE == 0 or w + 1 == run.windows:
+        source.receive(now)
+        while source.due(now):
+            records, seconds, cpu = source.invoke(now)
+            run.ingest_invocations += 1
+            run.ingest_seconds, run.ingest_cpu = run.ingest_seconds + seconds, run.ingest_cpu + cpu
+        now += 1
+        if now % SENDS_PER_MINUTE == 0 or (now >= run.sends and not source.held):
             phase.name = "timer"
             _timer_run(rig, run)
 
@@ -353,7 +399,7 @@ def _dispatch_all(rig: _Rig, run: TierRun, phase: _Phase) -> None:
     if run.scenario == "far":
         due = START + timedelta(seconds=run.delay_seconds)
         rig.clock.set(max(rig.clock.now(), due - timedelta(seconds=2 * COARSE + LEAD + FINE)))
-    end = rig.clock.now() + timedelta(seconds=run.delay_seconds + run.windows + 3 * COARSE)
+    end = rig.clock.now() + timedelta(seconds=run.delay_seconds + run.sends + 3 * COARSE)
     phase.name = "timer"
     while sum(r.dispatched for r in rig.results) < run.messages and rig.clock.now() < end:
         _timer_run(rig, run)
