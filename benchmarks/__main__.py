@@ -20,7 +20,13 @@ from pathlib import Path
 
 import benchmarks
 from benchmarks.common import Row, print_table, write_json
-from delayed_delivery.cost import MEASURED_BUCKET_METRICS, MEASURED_METRICS, MeasuredFigures
+from delayed_delivery.cost import (
+    MEASURED_BUCKET_METRICS,
+    MEASURED_METRICS,
+    MEASURED_TRAFFIC,
+    MeasuredFigures,
+    bucket_metrics_at,
+)
 
 #: The package data ``cost`` reads (a source checkout's copy; an installed wheel carries the one it was built with).
 MEASURED = Path(__file__).resolve().parents[1] / "shared" / "delayed_delivery" / "data" / "measured.json"
@@ -35,15 +41,20 @@ def discover() -> list[str]:
 
 def refresh_measured(rows: list[Row], path: Path = MEASURED) -> list[str]:
     """Rewrite the measured figures at ``path`` that ``rows`` hold; returns the names of those replaced."""
-    wanted = set(MEASURED_METRICS.values()) | set(MEASURED_BUCKET_METRICS.values())
+    levels = {level: set(bucket_metrics_at(level).values()) for level in MEASURED_TRAFFIC}
+    wanted = set(MEASURED_METRICS.values()).union(*levels.values())
     medians = {(r.benchmark, r.metric): r.median for r in rows if (r.benchmark, r.metric) in wanted}
     if not medians:
         return []
-    # the traffic the tier's counts were measured at: the notes of the tier's rows (aws_costs puts it on each)
+    # the traffic each level's counts were measured at: the notes of its rows (aws_costs puts it on the first)
+    volumes = {
+        level: next((r.notes for r in rows if (r.benchmark, r.metric) in keys and r.notes), "")
+        for level, keys in levels.items()
+    }
     tier = set(MEASURED_BUCKET_METRICS.values())
     volume = next((r.notes for r in rows if (r.benchmark, r.metric) in tier and r.notes), "")
     current = MeasuredFigures.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    figures = current.updated(medians, f"{datetime.now(UTC):%Y-%m-%d} run", volume)
+    figures = current.updated(medians, f"{datetime.now(UTC):%Y-%m-%d} run", volume, volumes)
     path.write_text(json.dumps(figures.as_dict(), indent=2) + "\n", encoding="utf-8")
     names = [name for name, key in MEASURED_METRICS.items() if key in medians]
     return names + (["buckets"] if any(key in medians for key in MEASURED_BUCKET_METRICS.values()) else [])

@@ -36,6 +36,7 @@ from benchmarks.sqs_hops import _moto, quiet_handler_output
 from delayed_delivery.cost import SCHEDULER_PRICE_PER_INVOCATION, estimate_sqs_parked_cost
 from delayed_delivery.timebuckets.cost import (
     ASSUMED_BUCKET_COUNTS,
+    DEFAULT_TRAFFIC_PER_MINUTE,
     MEASURED_PATH_FIELDS,
     STANDARD_PRICE_PER_REQUEST,
     BucketCounts,
@@ -53,8 +54,9 @@ PARK_MESSAGES, PARK_ENDPOINTS, PARK_DELAY = 500, 1, 78
 #: The tier's traffic: messages a minute -> sends of 20 s of traffic simulated (at 100 a minute the ingest's whole
 #: 5-minute window; at 1,000 and 10,000 a minute a minute and a third of one: moto's time).
 VOLUMES = {100: 15, 1_000: 3, 10_000: 1}
-#: The volume whose counts ship in measured.json (what ``auto`` decides from).
-SHIPPED = 1_000
+#: The volume whose counts ship in measured.json as ``buckets`` (what ``auto`` decides from by default; the other
+#: volumes' ship as ``buckets_by_traffic``, which ``auto`` reads for the traffic it is told).
+SHIPPED = DEFAULT_TRAFFIC_PER_MINUTE
 #: Assumed time a function waits on one request on AWS, in seconds (docs/aws.md names the sources): S3 100 ms
 #: (the S3 performance guide's 100-200 ms for small objects, its low end), SQS 20 ms, DynamoDB 10 ms.
 LATENCY = {"s3": 0.100, "sqs": 0.020, "dynamodb": 0.010}

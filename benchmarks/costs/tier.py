@@ -376,7 +376,7 @@ def _send_and_ingest(rig: _Rig, run: TierRun, phase: _Phase) -> None:
         phase.name = "ingest"
         source.receive(now)
         while source.due(now):
-            records, seconds, cpu = source.invoke(now)
+            _, seconds, cpu = source.invoke(now)
             run.ingest_invocations += 1
             run.ingest_seconds, run.ingest_cpu = run.ingest_seconds + seconds, run.ingest_cpu + cpu
         now += 1

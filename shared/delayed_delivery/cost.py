@@ -14,11 +14,13 @@ from .planning import SqsParkPolicy, SqsRoute, plan_sqs_delay, sqs_park_schedule
 from .timebuckets.cost import (
     ASSUMED_BUCKET_COUNTS,
     BILLED_CHUNK_BYTES,
+    DEFAULT_TRAFFIC_PER_MINUTE,
     MEASURED_PATH_FIELDS,
     PACKED_MEASURED_SIZE,
     SQS_MAX_BYTES,
     STANDARD_PRICE_PER_REQUEST,
     BucketCounts,
+    counts_at_traffic,
     estimate_bucket_cost,
 )
 
@@ -26,6 +28,7 @@ __all__ = [
     "FIFO_PRICE_PER_REQUEST",
     "MEASURED_BUCKET_METRICS",
     "MEASURED_METRICS",
+    "MEASURED_TRAFFIC",
     "SCHEDULER_MAX_BYTES",
     "SCHEDULER_PRICE_PER_INVOCATION",
     "LongDelayRoute",
@@ -34,6 +37,7 @@ __all__ = [
     "SqsCostComparison",
     "SqsCostEstimate",
     "SqsParkedCostEstimate",
+    "bucket_metrics_at",
     "choose_long_delay_route",
     "compare_sqs_costs",
     "estimate_sqs_cost",
@@ -130,14 +134,29 @@ MEASURED_METRICS: Mapping[str, tuple[str, str]] = {
     "parked_final_send_requests": ("aws_costs", "parked_final_send_billed_requests_per_message"),
 }
 _OPTIONAL = ("parked_first_send_requests", "parked_final_send_requests")
-#: The tier's counted work: ``BucketCounts`` field (``near.<f>`` / ``far.<f>`` for a path) -> aws_costs metric.
-MEASURED_BUCKET_METRICS: Mapping[str, tuple[str, str]] = {
-    **{
-        f"{p}.{f}": ("aws_costs", f"buckets_{p}_{f}_per_message") for p in ("near", "far") for f in MEASURED_PATH_FIELDS
-    },
-    "timer_lists_per_run": ("aws_costs", "buckets_idle_timer_lists_per_run"),
-    "timer_gb_seconds_per_run": ("aws_costs", "buckets_idle_timer_gb_seconds_per_run"),
-}
+#: The tier's fields of ``MeasuredFigures`` (read and written apart from the figures).
+_TIER = ("buckets", "buckets_by_traffic")
+#: The traffic levels (messages a minute) aws_costs counts the tier at; ``buckets`` holds the default's.
+MEASURED_TRAFFIC: tuple[int, ...] = (100, DEFAULT_TRAFFIC_PER_MINUTE, 10_000)
+
+
+def bucket_metrics_at(per_minute: int) -> Mapping[str, tuple[str, str]]:
+    """The tier's counted work at ``per_minute``: ``BucketCounts`` field (``near.<f>`` / ``far.<f>`` for a path) ->
+    aws_costs metric (the default traffic's are plain, the others' carry ``_at_<n>pm``; the idle timer's are shared)."""
+    tag = "" if per_minute == DEFAULT_TRAFFIC_PER_MINUTE else f"_at_{per_minute}pm"
+    return {
+        **{
+            f"{p}.{f}": ("aws_costs", f"buckets_{p}{tag}_{f}_per_message")
+            for p in ("near", "far")
+            for f in MEASURED_PATH_FIELDS
+        },
+        "timer_lists_per_run": ("aws_costs", "buckets_idle_timer_lists_per_run"),
+        "timer_gb_seconds_per_run": ("aws_costs", "buckets_idle_timer_gb_seconds_per_run"),
+    }
+
+
+#: The tier's counted work at the default traffic (what ``measured.json``'s ``buckets`` holds).
+MEASURED_BUCKET_METRICS: Mapping[str, tuple[str, str]] = bucket_metrics_at(DEFAULT_TRAFFIC_PER_MINUTE)
 _DATA = ("data", "measured.json")
 
 
@@ -160,6 +179,8 @@ class MeasuredFigures:
     parked_first_send_requests: MeasuredFigure | None = None
     parked_final_send_requests: MeasuredFigure | None = None
     buckets: BucketCounts | None = None
+    #: The tier's counts at each traffic level measured (messages a minute -> counts); older files lack them.
+    buckets_by_traffic: Mapping[int, BucketCounts] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MeasuredFigures:
@@ -168,24 +189,34 @@ class MeasuredFigures:
             figures = {
                 f.name: MeasuredFigure(float(data[f.name]["value"]), str(data[f.name]["source"]))
                 for f in fields(cls)
-                if f.name != "buckets" and (f.name in data or f.name not in _OPTIONAL)
+                if f.name not in _TIER and (f.name in data or f.name not in _OPTIONAL)
+            }
+            by_traffic = {
+                int(k): BucketCounts.from_dict(v) for k, v in dict(data.get("buckets_by_traffic", {})).items()
             }
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(f"measured figures are malformed: {exc!r}") from None
+        if any(level < 1 for level in by_traffic):
+            raise ConfigurationError(f"measured figures are malformed: traffic levels {sorted(by_traffic)}")
         buckets = BucketCounts.from_dict(data["buckets"]) if "buckets" in data else None
-        return cls(**figures, buckets=buckets)
+        return cls(**figures, buckets=buckets, buckets_by_traffic=by_traffic or None)
 
     def as_dict(self) -> dict[str, Any]:
         """The package-data form (what ``from_dict`` reads)."""
         out: dict[str, Any] = {
-            f.name: asdict(getattr(self, f.name)) for f in fields(self) if f.name != "buckets" and getattr(self, f.name)
+            f.name: asdict(getattr(self, f.name)) for f in fields(self) if f.name not in _TIER and getattr(self, f.name)
         }
         if self.buckets is not None:
             out["buckets"] = self.buckets.as_dict()
+        if self.buckets_by_traffic:
+            out["buckets_by_traffic"] = {str(k): v.as_dict() for k, v in sorted(self.buckets_by_traffic.items())}
         return out
 
-    def bucket_counts(self) -> BucketCounts:
-        """The tier's counts: measured when the package data has them, else the design's assumptions."""
+    def bucket_counts(self, per_minute: float | None = None) -> BucketCounts:
+        """The tier's counts (at ``per_minute`` messages a minute when given and measured at several levels):
+        measured when the package data has them, else the design's assumptions."""
+        if per_minute is not None and self.buckets_by_traffic:
+            return counts_at_traffic(self.buckets_by_traffic, per_minute)
         return self.buckets if self.buckets is not None else ASSUMED_BUCKET_COUNTS
 
     def parked_sends(self) -> tuple[float, float]:
@@ -204,17 +235,33 @@ class MeasuredFigures:
             final_send=final,
         )
 
-    def updated(self, medians: Mapping[tuple[str, str], float], source: str, volume: str = "") -> MeasuredFigures:
-        """These figures with every one whose ``(benchmark, metric)`` is in ``medians`` replaced, from ``source``."""
+    def updated(
+        self,
+        medians: Mapping[tuple[str, str], float],
+        source: str,
+        volume: str = "",
+        volumes: Mapping[int, str] | None = None,
+    ) -> MeasuredFigures:
+        """These figures with every one whose ``(benchmark, metric)`` is in ``medians`` replaced, from ``source``
+        (``volume``: the default traffic's description, ``volumes`` each measured level's)."""
         changes: dict[str, Any] = {
             name: MeasuredFigure(float(medians[key]), f"python -m benchmarks.{key[0]}, {source}")
             for name, key in MEASURED_METRICS.items()
             if key in medians
         }
+        tier_source = f"python -m benchmarks.aws_costs, {source}"
         counted = {name: medians[key] for name, key in MEASURED_BUCKET_METRICS.items() if key in medians}
-        if counted:
-            source = f"python -m benchmarks.aws_costs, {source}"
-            changes["buckets"] = self.bucket_counts().updated(counted, source, volume)
+        if any("." in name for name in counted):  # a path counted, not only the idle timer shared by every level
+            changes["buckets"] = self.bucket_counts().updated(counted, tier_source, volume)
+        by_traffic = dict(self.buckets_by_traffic or {})
+        for level in MEASURED_TRAFFIC:
+            at = {name: medians[key] for name, key in bucket_metrics_at(level).items() if key in medians}
+            if any("." in name for name in at):
+                base = by_traffic.get(level, self.bucket_counts())
+                text = (volumes or {}).get(level, volume if level == DEFAULT_TRAFFIC_PER_MINUTE else "")
+                by_traffic[level] = base.updated(at, tier_source, text)
+        if by_traffic:
+            changes["buckets_by_traffic"] = by_traffic
         return replace(self, **changes)
 
 
@@ -335,15 +382,16 @@ def choose_long_delay_route(
     counts: BucketCounts | None = None,
     *,
     max_native_delay: int = 900,
+    per_minute: float | None = None,
 ) -> LongDelayRoute:
     """What ``long_delay_route = auto`` picks for 1 KiB messages: the cheaper of parked FIFO and buckets (tie: fifo).
 
     Both sides come from counted requests (``measured``, default the package's figures; ``counts``, default the
-    tier's counts in them).
+    tier's counts in them at ``per_minute`` long-delayed messages a minute, the default traffic when None).
     """
     if to_seconds(delay_seconds) <= max_native_delay:
         return "native"
     f = measured if measured is not None else load_measured_figures()
-    tier = counts if counts is not None else f.bucket_counts()
+    tier = counts if counts is not None else f.bucket_counts(per_minute)
     fifo = f.parked_estimate(delay_seconds).dollars
     return "buckets" if estimate_bucket_cost(delay_seconds, counts=tier).dollars < fifo else "fifo"

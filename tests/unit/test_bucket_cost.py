@@ -114,3 +114,74 @@ def test_storage_prices_the_counted_bytes_per_message_scaled_by_size() -> None:
     big = estimate_bucket_cost(365 * DAY, 4096, counts=counted)
     assert big.storage_usd == pytest.approx(4 * e.storage_usd)  # larger bodies scale from the 1 KiB figure
     assert BucketCounts.from_dict(counted.as_dict()).far.stored_bytes == 256.0
+
+
+def _per_object(rate: float) -> BucketCounts:
+    """Counts that follow a + b / rate exactly: one object, lease, read and query per 100 messages at 100 a minute."""
+    return replace(
+        ASSUMED_BUCKET_COUNTS,
+        near=BucketPath(1, 0.05, 0.1, 2 / rate, 1 / rate, 1 / rate, 0.2 / rate, 0.3 / rate + 0.0005, 200.0),
+        far=BucketPath(2, 0.05, 0.1, 2.4 / rate, 1.2 / rate, 1.2 / rate, 0.2 / rate, 0.35 / rate + 0.0007, 200.0),
+        measured=True,
+        source="a test",
+        volume=f"{rate:g} a minute",
+    )
+
+
+MEASURED_AT = {100: _per_object(100), 1_000: _per_object(1_000), 10_000: _per_object(10_000)}
+
+
+def test_counts_at_a_traffic_follow_a_plus_b_over_the_rate_between_and_below_the_measured_levels() -> None:
+    from delayed_delivery.timebuckets.cost import counts_at_traffic
+
+    assert counts_at_traffic(MEASURED_AT, 1_000) == MEASURED_AT[1_000]  # measured: as measured
+    for rate in (300, 3_000, 40, 5):  # between two levels, and below the lowest (extrapolated the same way)
+        got, want = counts_at_traffic(MEASURED_AT, rate), _per_object(rate)
+        for name in ("s3_puts", "s3_gets", "dynamodb_reads", "lambda_invocations", "lambda_gb_seconds"):
+            assert getattr(got.near, name) == pytest.approx(getattr(want.near, name)), (rate, name)
+            assert getattr(got.far, name) == pytest.approx(getattr(want.far, name)), (rate, name)
+        assert got.near.writes == 1 and got.far.writes == 2 and got.measured
+        assert f"{rate:,} a minute" in got.volume and ("interpolated" if rate > 100 else "extrapolated") in got.volume
+    # below one a minute an object holds one message anyway: priced as at one a minute
+    assert counts_at_traffic(MEASURED_AT, 0.2).near == counts_at_traffic(MEASURED_AT, 1).near
+    # above the highest level the saving is not claimed further
+    assert counts_at_traffic(MEASURED_AT, 50_000).near == MEASURED_AT[10_000].near
+    # a noisy field that rose with the traffic is not extrapolated below what was measured
+    noisy = {
+        100: replace(MEASURED_AT[100], near=replace(MEASURED_AT[100].near, stored_bytes=190.0)),
+        1_000: MEASURED_AT[1_000],
+    }
+    assert counts_at_traffic(noisy, 10).near.stored_bytes == 190.0
+    with pytest.raises(InvalidMessageError):
+        counts_at_traffic(MEASURED_AT, 0)
+    with pytest.raises(ConfigurationError):
+        counts_at_traffic({}, 100)
+
+
+def test_auto_picks_per_delay_and_traffic() -> None:
+    f = replace(load_measured_figures(), buckets=MEASURED_AT[1_000], buckets_by_traffic=MEASURED_AT)
+    cheapest = {rate: choose_long_delay_route(3 * DAY, f, per_minute=rate) for rate in (10, 100, 1_000, 10_000)}
+    tier = {rate: estimate_bucket_cost(3 * DAY, counts=f.bucket_counts(rate)).dollars for rate in cheapest}
+    parked = f.parked_estimate(3 * DAY).dollars
+    assert tier[10] > tier[100] > tier[1_000] > tier[10_000]  # objects fill with the traffic
+    assert cheapest == {rate: "buckets" if tier[rate] < parked else "fifo" for rate in cheapest}
+    assert cheapest[10] == "fifo" and cheapest[10_000] == "buckets"  # the same delay, two answers
+    assert choose_long_delay_route(3 * DAY, f) == choose_long_delay_route(3 * DAY, f, per_minute=1_000)
+
+
+def test_the_counts_by_traffic_round_trip_and_refresh_from_benchmark_rows() -> None:
+    from delayed_delivery.cost import MEASURED_TRAFFIC, bucket_metrics_at
+
+    f = replace(load_measured_figures(), buckets_by_traffic=MEASURED_AT)
+    assert MeasuredFigures.from_dict(json.loads(json.dumps(f.as_dict()))) == f
+    with pytest.raises(ConfigurationError):
+        MeasuredFigures.from_dict(f.as_dict() | {"buckets_by_traffic": {"0": MEASURED_AT[100].as_dict()}})
+    medians = {key: 0.25 for key in bucket_metrics_at(100).values()}
+    medians[bucket_metrics_at(10_000)["near.s3_puts"]] = 0.0004
+    updated = replace(f, buckets_by_traffic=None).updated(medians, "2031-01-01 run", "", {100: "100 a minute"})
+    assert updated.buckets_by_traffic is not None and set(updated.buckets_by_traffic) == {100, 10_000}
+    at_100 = updated.buckets_by_traffic[100]
+    assert at_100.near.s3_puts == 0.25 and at_100.timer_lists_per_run == 0.25 and at_100.volume == "100 a minute"
+    assert updated.buckets_by_traffic[10_000].near.s3_puts == 0.0004
+    assert updated.buckets == f.buckets  # the default traffic's counts were not in the rows
+    assert 1_000 in MEASURED_TRAFFIC and bucket_metrics_at(1_000) == MEASURED_BUCKET_METRICS

@@ -16,6 +16,7 @@ from ..envsettings import ENV_PREFIX, check_numbers, setting_label
 from ..errors import ConfigurationError
 from ..naming import validate_sqs_queue_name
 from ..planning import MAX_PARK_SECONDS
+from ..timebuckets.cost import DEFAULT_TRAFFIC_PER_MINUTE
 from .packing import DEFAULT_PACK_BYTES
 
 __all__ = ["LONG_DELAY_ROUTES", "SqsSettings"]
@@ -34,7 +35,11 @@ _DOCS = {
     "pack_bytes": "Envelope size: the sender and the requeue function put two or more long-delay messages into one "
     "-delay.fifo message of up to this many bytes (and the queue's MaximumMessageSize); 0 turns packing off.",
     "long_delay_route": "How SQS delays beyond max_native_delay travel: fifo (the -delay.fifo queue), buckets (the "
-    "S3 time-bucket tier) or auto (the cheaper of the two for each delay, from the measured cost model).",
+    "S3 time-bucket tier) or auto (the cheaper of the two for each delay at auto_traffic_per_minute, from the "
+    "measured cost model).",
+    "auto_traffic_per_minute": "The long-delayed messages (past max_native_delay) all your senders send a minute: "
+    "auto prices the time-bucket tier at this traffic, since its objects hold more messages the more there are "
+    "(measured at 100, 1,000 and 10,000; the ingest's BucketMessagesIngested metric shows yours).",
     "bucket_ingest_queue": "The standard SQS queue the sender hands bucket-routed messages to (the tier's ingest).",
 }
 
@@ -49,6 +54,7 @@ class SqsSettings:
     park_max_in_flight: int = 100_000
     pack_bytes: int = DEFAULT_PACK_BYTES
     long_delay_route: str = "fifo"
+    auto_traffic_per_minute: int = DEFAULT_TRAFFIC_PER_MINUTE
     bucket_ingest_queue: str = "delayed-delivery-ingest"
 
     def __post_init__(self) -> None:
@@ -63,6 +69,11 @@ class SqsSettings:
                 f"{setting_label('max_park_seconds')} must be at most {MAX_PARK_SECONDS} (SQS's 12-hour visibility "
                 f"limit counts from the receive, and 10 minutes are kept for the function to act), "
                 f"got {self.max_park_seconds}"
+            )
+        if self.auto_traffic_per_minute < 1:
+            raise ConfigurationError(
+                f"{setting_label('auto_traffic_per_minute')} must be at least 1 message a minute, "
+                f"got {self.auto_traffic_per_minute!r}"
             )
         if self.long_delay_route not in LONG_DELAY_ROUTES:
             raise ConfigurationError(

@@ -12,6 +12,7 @@ from ..errors import ConfigurationError, InvalidMessageError
 __all__ = [
     "ASSUMED_BUCKET_COUNTS",
     "BILLED_CHUNK_BYTES",
+    "DEFAULT_TRAFFIC_PER_MINUTE",
     "DYNAMODB_READ_PRICE",
     "LAMBDA_PRICE_PER_GB_SECOND",
     "LAMBDA_PRICE_PER_INVOCATION",
@@ -26,6 +27,7 @@ __all__ = [
     "BucketCounts",
     "BucketFixedCost",
     "BucketPath",
+    "counts_at_traffic",
     "estimate_bucket_cost",
     "estimate_bucket_fixed_cost",
 ]
@@ -50,6 +52,11 @@ _GB = 1024**3
 #: SQS batches hold 10 messages.
 _BATCH = 10
 _DAY_RUNS = 1_440
+#: The traffic (long-delayed messages a minute) the tier is priced at when none is given: the counts shipped as
+#: ``measured.json``'s ``buckets`` were measured at it.
+DEFAULT_TRAFFIC_PER_MINUTE = 1_000
+#: Below this traffic an object holds one message whatever the rate: the per-object work stops growing per message.
+_LOWEST_TRAFFIC = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +140,44 @@ class BucketCounts:
 
 #: The counts ``estimate_bucket_cost`` uses unless given others.
 ASSUMED_BUCKET_COUNTS = BucketCounts()
+
+
+def counts_at_traffic(measured: Mapping[int, BucketCounts], per_minute: float) -> BucketCounts:
+    """The tier's counts at ``per_minute`` messages a minute, from counts ``measured`` at some traffic levels.
+
+    The per-object work (an object, its lease, its read, a timer step) is shared by the messages of one bucket from
+    one ingest invocation, which grow with the traffic: a count per message is ``a + b / rate``. So each one is
+    interpolated linearly in ``1 / rate`` between the two measured levels around ``per_minute``; below the lowest it
+    is extrapolated from the two lowest (never below the lowest's figure; one message an object at most, from 1 a
+    minute down); above the highest the highest's counts are used as they are (the saving stops being claimed).
+    """
+    if not measured:
+        raise ConfigurationError("no measured traffic levels to price the tier at")
+    if not per_minute > 0:
+        raise InvalidMessageError(f"traffic must be a positive number of messages a minute, got {per_minute!r}")
+    levels = sorted(measured)
+    if per_minute in measured:
+        return measured[int(per_minute)]
+    if len(levels) == 1 or per_minute >= levels[-1]:
+        top = measured[levels[-1]]
+        return replace(top, volume=f"{per_minute:,g} a minute priced at the counts of {levels[-1]:,} a minute")
+    rate = max(per_minute, _LOWEST_TRAFFIC)
+    below = [level for level in levels if level <= rate]
+    lo, hi = (below[-1], levels[levels.index(below[-1]) + 1]) if below else (levels[0], levels[1])
+    t = (1 / rate - 1 / lo) / (1 / hi - 1 / lo)
+    a, b = measured[lo], measured[hi]
+
+    def path(x: BucketPath, y: BucketPath) -> BucketPath:
+        values: dict[str, Any] = {}
+        for name in MEASURED_PATH_FIELDS:
+            low, high = getattr(x, name), getattr(y, name)
+            value = low + (high - low) * t
+            values[name] = max(value, low) if rate < lo else value
+        return replace(x, **values)
+
+    how = "interpolated between" if below else "extrapolated from"
+    volume = f"{per_minute:,g} a minute: counts {how} {lo:,} and {hi:,} a minute (a + b / rate)"
+    return replace(a, near=path(a.near, b.near), far=path(a.far, b.far), volume=volume)
 
 
 @dataclass(frozen=True, slots=True)

@@ -186,6 +186,30 @@ def test_auto_follows_the_cost_model(sqs: SQSClient, monkeypatch: pytest.MonkeyP
         assert len(_ingested(sqs, urls["ingest"])[1]) == 1
 
 
+def test_auto_prices_the_tier_at_the_traffic_set(sqs: SQSClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from delayed_delivery.cost import load_measured_figures
+    from delayed_delivery.timebuckets.cost import estimate_bucket_cost
+    from tests.unit.test_bucket_cost import MEASURED_AT
+
+    _queues(sqs, "orders", "ingest")
+    sqs.create_queue(QueueName="orders-delay.fifo", Attributes={"FifoQueue": "true", "DelaySeconds": "2"})
+    figures = replace(load_measured_figures(), buckets=MEASURED_AT[1_000], buckets_by_traffic=MEASURED_AT)
+    monkeypatch.setattr(bucket_sender, "load_measured_figures", lambda: figures)
+    parked = figures.parked_estimate(3 * DAY).dollars
+    assert estimate_bucket_cost(3 * DAY, counts=figures.bucket_counts(10)).dollars > parked  # 10 a minute: fifo
+    assert estimate_bucket_cost(3 * DAY, counts=figures.bucket_counts(10_000)).dollars < parked  # 10,000: tier
+    settings = DelayedDeliverySettings(error_queue="errors")
+    for rate, route in ((10, SqsRoute.FIFO), (10_000, SqsRoute.BUCKETS)):
+        routing = _settings("auto").with_(auto_traffic_per_minute=rate)
+        sender = SqsDelayedSender(sqs, settings, sqs_settings=routing, clock=ManualClock(NOW))
+        assert sender.send_delayed("orders", "x", "3d").route is route, rate
+    assert SqsSettings.from_env({"DELAYED_DELIVERY_AUTO_TRAFFIC_PER_MINUTE": "250"}).auto_traffic_per_minute == 250
+    with pytest.raises(ConfigurationError, match="AUTO_TRAFFIC_PER_MINUTE"):
+        SqsSettings(auto_traffic_per_minute=0)
+
+
 def test_a_refused_envelope_fails_every_message_inside(sqs: SQSClient) -> None:
     _queues(sqs, "orders", "ingest")
     sender = _sender(sqs)

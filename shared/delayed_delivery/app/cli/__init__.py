@@ -22,12 +22,13 @@ from delayed_delivery.app.cli.local import local_app
 from delayed_delivery.app.cli.ops import register_operator_commands
 from delayed_delivery.app.cli.output import emit_json, err, fail, out, plain_console, print_table, say, styled
 from delayed_delivery.app.demo.core import DemoProgress, run_core_demo
-from delayed_delivery.cost import SqsCostComparison, choose_long_delay_route, compare_sqs_costs
+from delayed_delivery.cost import MEASURED_TRAFFIC, SqsCostComparison, choose_long_delay_route, compare_sqs_costs
 from delayed_delivery.durations import format_duration, to_seconds
 from delayed_delivery.errors import DelayedDeliveryError, extra_missing
 from delayed_delivery.logjson import JsonFormatter
 from delayed_delivery.redact import redact
 from delayed_delivery.timebuckets.cost import (
+    DEFAULT_TRAFFIC_PER_MINUTE,
     PACKED_MEASURED_SIZE,
     SQS_MAX_BYTES,
     BucketCostEstimate,
@@ -71,16 +72,25 @@ def cost(
     delay: Annotated[str, typer.Option("--delay", "-d", help="Delay, e.g. 90s, 2h, 30d, 365d.")],
     size: Annotated[int, typer.Option("--size", help="Message size in bytes (billed per 64 KiB chunk).")] = 1024,
     messages: Annotated[int, typer.Option(help="Number of messages to price.")] = 1_000_000,
+    per_minute: Annotated[
+        int,
+        typer.Option(
+            "--per-minute",
+            envvar="DELAYED_DELIVERY_AUTO_TRAFFIC_PER_MINUTE",
+            help="Long-delayed messages a minute the time-bucket tier is priced at (auto_traffic_per_minute).",
+        ),
+    ] = DEFAULT_TRAFFIC_PER_MINUTE,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
     """Price SQS delayed delivery for DELAY: the NServiceBus formula, our plan at the measured figures, Scheduler.
 
     Every SQS request and Scheduler invocation is billed per 64 KiB chunk of payload. us-east-1 list prices.
     The measured figures ship with the package (refreshed by `python -m benchmarks`). The time-bucket row prices the
-    requests counted per step at moto (`python -m benchmarks --only aws_costs`), and the caption names the route
-    `long_delay_route = auto` picks at this delay and at 1 d / 30 d / 1 y.
+    requests counted per step at moto (`python -m benchmarks --only aws_costs`) at --per-minute messages a minute,
+    and the caption names the route `long_delay_route = auto` picks at this delay and at 1 d / 30 d / 1 y, at that
+    traffic and at 100, 1,000 and 10,000 a minute.
 
-    Example: delayed-delivery cost --delay 365d --size 2048
+    Example: delayed-delivery cost --delay 365d --size 2048 --per-minute 100
     """
     try:
         seconds = to_seconds(delay)
@@ -88,21 +98,32 @@ def cost(
         raise _fail(str(exc)) from None
     if messages < 1:
         raise _fail("--messages must be at least 1")
+    if per_minute < 1:
+        raise _fail("--per-minute must be at least 1 (long-delayed messages a minute)")
     if not 1 <= size <= SQS_MAX_BYTES:
         raise _fail(f"--size must be from 1 to {SQS_MAX_BYTES:,} bytes (the SQS message limit)")
     try:
         comparison = compare_sqs_costs(seconds, size, messages)
-        buckets = estimate_bucket_cost(seconds, size, comparison.figures.bucket_counts())
-        auto = choose_long_delay_route(seconds, comparison.figures) if size <= PACKED_MEASURED_SIZE else None
-        by_delay = {d: choose_long_delay_route(to_seconds(d), comparison.figures) for d in ("1d", "30d", "1y")}
+        figures = comparison.figures
+        counts = figures.bucket_counts(per_minute)
+        buckets = estimate_bucket_cost(seconds, size, counts)
+        auto = choose_long_delay_route(seconds, figures, counts) if size <= PACKED_MEASURED_SIZE else None
+        by_traffic = {
+            rate: {d: choose_long_delay_route(to_seconds(d), figures, per_minute=rate) for d in ("1d", "30d", "1y")}
+            for rate in sorted({per_minute, *MEASURED_TRAFFIC})
+        }
     except DelayedDeliveryError as exc:
         raise _fail(str(exc)) from None
     if as_json:
-        tier = _bucket_json(buckets, messages, auto) | {"auto_route_by_delay": by_delay}
-        emit_json(comparison.as_dict() | tier | _fixed_json(comparison))
+        tier = _bucket_json(buckets, messages, auto) | {
+            "auto_traffic_per_minute": per_minute,
+            "auto_route_by_delay": by_traffic[per_minute],
+            "auto_route_by_traffic": {str(rate): picks for rate, picks in by_traffic.items()},
+        }
+        emit_json(comparison.as_dict() | tier | _fixed_json(comparison, per_minute))
     else:
         table = _cost_table(comparison)
-        _add_bucket_row(table, buckets, messages, auto, by_delay, comparison)
+        _add_bucket_row(table, buckets, messages, auto, by_traffic, (comparison, per_minute))
         print_table(table)
 
 
@@ -117,9 +138,9 @@ def _bucket_json(b: BucketCostEstimate, n: int, auto: str | None) -> dict[str, o
     }
 
 
-def _fixed_json(c: SqsCostComparison) -> dict[str, object]:
+def _fixed_json(c: SqsCostComparison, per_minute: int) -> dict[str, object]:
     """The tier's fixed monthly cost and where its counts come from."""
-    counts = c.figures.bucket_counts()
+    counts = c.figures.bucket_counts(per_minute)
     return {
         "buckets_fixed_usd_per_month": estimate_bucket_fixed_cost(counts).usd,
         "buckets_counts_source": counts.source,
@@ -128,10 +149,16 @@ def _fixed_json(c: SqsCostComparison) -> dict[str, object]:
 
 
 def _add_bucket_row(
-    table: Table, b: BucketCostEstimate, n: int, auto: str | None, by_delay: Mapping[str, str], c: SqsCostComparison
+    table: Table,
+    b: BucketCostEstimate,
+    n: int,
+    auto: str | None,
+    by_traffic: Mapping[int, Mapping[str, str]],
+    priced: tuple[SqsCostComparison, int],
 ) -> None:
     """The time-bucket row, its fixed monthly cost, and which route ``long_delay_route = auto`` picks."""
-    counts = c.figures.bucket_counts()
+    c, per_minute = priced
+    counts = c.figures.bucket_counts(per_minute)
     label = f"counted at moto, {counts.volume}" if b.measured else "assumed counts, not yet measured"
     table.add_row(
         f"time buckets on S3 ({label}): {b.writes_per_message} write(s) per message, plus "
@@ -140,10 +167,13 @@ def _add_bucket_row(
         f"${b.dollars * n:,.2f}",
     )
     picks = auto if auto is not None else f"n/a (parked FIFO measured for ≤ {PACKED_MEASURED_SIZE:,} bytes)"
-    each = " / ".join(by_delay.values())
+    each = " / ".join(by_traffic[per_minute].values())
+    others = "; ".join(
+        f"{rate:,} a minute: {' / '.join(p.values())}" for rate, p in by_traffic.items() if rate != per_minute
+    )
     table.caption = (
-        f"{table.caption}; buckets: {counts.source}; long_delay_route = auto picks: {picks} "
-        f"(1 KiB at 1 d / 30 d / 1 y: {each})"
+        f"{table.caption}; buckets: {counts.source}; long_delay_route = auto picks at {per_minute:,} long-delayed "
+        f"messages a minute: {picks} (1 KiB at 1 d / 30 d / 1 y: {each}; at {others})"
     )
 
 

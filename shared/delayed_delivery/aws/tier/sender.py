@@ -15,6 +15,7 @@ from ...cost import MeasuredFigures, choose_long_delay_route, load_measured_figu
 from ...delivery import epoch_ms
 from ...envsettings import env_name
 from ...errors import ConfigurationError, DestinationNotFoundError, InvalidMessageError
+from ...timebuckets.cost import BucketCounts
 from ...timebuckets.format import BucketMessage
 from ..settings import SqsSettings
 from ..sqs import EntryResult, QueueDirectory, QueueInfo, message_size, send_batches
@@ -55,17 +56,20 @@ class BucketSendLeg:
         self.directory = directory
         self.clock = clock
         self.pack_bytes = pack_bytes or DEFAULT_INGEST_BYTES
-        self._measured: MeasuredFigures | None = None
+        self._priced: tuple[MeasuredFigures, BucketCounts] | None = None
 
     def takes(self, delay_seconds: int) -> bool:
-        """Whether a delay past the native cap goes to the tier under ``long_delay_route``."""
+        """Whether a delay past the native cap goes to the tier under ``long_delay_route`` (``auto``: at the traffic
+        of ``auto_traffic_per_minute``)."""
         route = self.sqs_settings.long_delay_route
         if route != "auto":
             return route == "buckets"
-        if self._measured is None:
-            self._measured = load_measured_figures()
+        if self._priced is None:
+            measured = load_measured_figures()
+            self._priced = (measured, measured.bucket_counts(self.sqs_settings.auto_traffic_per_minute))
+        measured, counts = self._priced
         chosen = choose_long_delay_route(
-            delay_seconds, self._measured, max_native_delay=self.sqs_settings.max_native_delay
+            delay_seconds, measured, counts, max_native_delay=self.sqs_settings.max_native_delay
         )
         return chosen == "buckets"
 
