@@ -11,7 +11,8 @@ allowed, that may send to every ``-delay.fifo``; each endpoint's ``senders`` add
 the example consumer, ``functions/aws/consumer.py``, on each endpoint's input queue), ``longDelayRoute`` (``fifo``,
 the default, or ``buckets`` / ``auto``, which deploy the S3 time-bucket tier) with ``bucketName``, ``bucketPrefix``,
 ``bucketIngestQueue``, ``bucketFineSeconds``, ``bucketCoarseSeconds``, ``bucketDispatchLeadSeconds``,
-``bucketIngestWindowSeconds`` (the ingest's batching window, 0-300, default 300); ``verifyProbe``
+``bucketIngestWindowSeconds`` (the ingest's batching window, 0-300, default 300), ``bucketRefusedRetrySeconds``;
+``verifyProbe``
 (true, the default, adds the probe endpoint ``delayed-delivery aws verify`` uses: zero idle cost) and ``verifyRoles``
 (role ARNs that run verify: they may send to the probe's ``-delay.fifo`` and the tier's ingest queue).
 cdk-nag's AwsSolutions checks run on every synth; an unsuppressed finding fails it.
@@ -63,6 +64,7 @@ _TIER_CONTEXT: dict[str, tuple[str, type]] = {
     "bucketCoarseSeconds": ("coarse_seconds", int),
     "bucketDispatchLeadSeconds": ("dispatch_lead_seconds", int),
     "bucketIngestWindowSeconds": ("ingest_window_seconds", int),
+    "bucketRefusedRetrySeconds": ("refused_retry_seconds", int),
 }
 
 

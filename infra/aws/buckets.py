@@ -32,6 +32,7 @@ from delayed_delivery.aws.tier.config import (
     BUCKET_PREFIX_ENV,
     DEFAULT_PREFIX,
     DEFAULT_SERVICE,
+    DESTINATIONS_ENV,
     INGEST_TIMEOUT_SECONDS,
     INGEST_WINDOW_SECONDS,
     TierSettings,
@@ -155,6 +156,7 @@ class TimeBucketTier(Construct):
         fine_seconds: int = DEFAULT_TIMING.bucket_fine_seconds,
         coarse_seconds: int = DEFAULT_TIMING.bucket_coarse_seconds,
         dispatch_lead_seconds: int = DEFAULT_TIMING.bucket_dispatch_lead_seconds,
+        refused_retry_seconds: int = DEFAULT_TIMING.bucket_refused_retry_seconds,
         overdue_threshold_seconds: int = OVERDUE_THRESHOLD_SECONDS,
         sender_arns: Sequence[str] = (),
         ingest_window_seconds: int = INGEST_WINDOW_SECONDS,
@@ -165,7 +167,9 @@ class TimeBucketTier(Construct):
         self.ingest_window = Duration.seconds(ingest_window_seconds)
         #: How long an ingest record may wait before a message routed at the shortest long delay misses its
         #: bucket's first dispatch (the IngestFallingBehind alarm's threshold).
-        timing = TierSettings(fine_seconds, coarse_seconds, dispatch_lead_seconds)
+        timing = TierSettings(
+            fine_seconds, coarse_seconds, dispatch_lead_seconds, bucket_refused_retry_seconds=refused_retry_seconds
+        )
         self.ingest_slack_seconds = timing.levels.ingest_slack(max_native_delay)
         if not destinations:
             raise ValueError("the time-bucket tier needs at least one destination queue")
@@ -182,10 +186,14 @@ class TimeBucketTier(Construct):
             setting_env(DelayedDeliverySettings, "error_queue"): self.error_queue.queue_name,
             **settings_env(sqs_settings, "bucket_ingest_queue", "max_native_delay"),
             **settings_env(timing, "bucket_fine_seconds", "bucket_coarse_seconds", "bucket_dispatch_lead_seconds"),
+            **settings_env(timing, "bucket_refused_retry_seconds"),
+            # The queues the tier may deliver to: an ingest record naming another is refused (docs/buckets.md).
+            DESTINATIONS_ENV: ",".join(sorted(self.destinations)),
         }
         if cancellation_table is not None:
             environment[TABLE_ENV] = cancellation_table.table_name
             environment[CACHE_SECONDS_ENV] = str(cancellation_cache_seconds)
+        self._refused_retry = refused_retry_seconds
         self.ingest = self._ingest(code, layers, environment)
         self.timer = self._timer(code, layers, environment, cancellation_table)
         # Secure by default: only the tier's own roles, the senders named here and those granted later may send.
@@ -411,6 +419,14 @@ class TimeBucketTier(Construct):
                 self._metric("BucketTimerFailures"),
                 {"evaluation_periods": 3},
             ),
+            (
+                "DestinationRefused",
+                "A destination refused the timer's sends (access denied, or a KMS key it may not use): its messages "
+                f"are retried for {self._refused_retry} s past their due time, then go to the tier's error queue "
+                "(BucketRefusedToErrorQueue); fix the destination's access before then",
+                self._metric("BucketDestinationRefusals"),
+                {},
+            ),
         ]
         for name, made in (("Ingest", self.ingest), ("Timer", self.timer)):
             errors = made.function.metric_errors(period=Duration.minutes(5), statistic="Sum")
@@ -442,7 +458,14 @@ class TimeBucketTier(Construct):
             left=[self._metric("BucketOldestOverdueSeconds", "Maximum")],
             right=[
                 self._metric(n)
-                for n in ("BucketObjectsWritten", "BucketIngestPoison", "BucketIngestRetries", "BucketTimerFailures")
+                for n in (
+                    "BucketObjectsWritten",
+                    "BucketIngestPoison",
+                    "BucketIngestRetries",
+                    "BucketTimerFailures",
+                    "BucketDestinationRefusals",
+                    "BucketRefusedToErrorQueue",
+                )
             ],
             width=8,
         )

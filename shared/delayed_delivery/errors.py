@@ -10,6 +10,7 @@ __all__ = [
     "DelayedDeliveryDisabledError",
     "DelayedDeliveryError",
     "DestinationNotFoundError",
+    "DestinationRefusedError",
     "InvalidMessageError",
     "MessageIdConflictError",
     "MessageInFlightError",
@@ -71,6 +72,14 @@ class MessageInFlightError(TransientError):
 
 class DestinationNotFoundError(PermanentError):
     """The destination queue does not exist."""
+
+
+class DestinationRefusedError(PermanentError):
+    """The destination exists but refuses the caller: access denied, or a key the caller may not use.
+
+    Permanent for this message as things stand, though an operator can fix it; a scheduler may retry it for a bounded
+    time before it gives the message up to the error queue (the time-bucket timer does).
+    """
 
 
 class CircuitBreakerTrippedError(DelayedDeliveryError):

@@ -19,6 +19,7 @@ from delayed_delivery.aws.sqs import (
 from delayed_delivery.errors import (
     ConfigurationError,
     DestinationNotFoundError,
+    DestinationRefusedError,
     InvalidMessageError,
     PermanentError,
     TransientError,
@@ -38,7 +39,9 @@ def _client_error(code: str, status: int = 400) -> ClientError:
         (_client_error("QueueDoesNotExist"), DestinationNotFoundError),
         (_client_error("ThrottlingException"), TransientError),
         (_client_error("Whatever", 503), TransientError),
-        (_client_error("AccessDenied", 403), PermanentError),
+        (_client_error("AccessDenied", 403), DestinationRefusedError),  # a PermanentError the tier retries a while
+        (_client_error("KmsDisabled"), DestinationRefusedError),
+        (_client_error("InvalidParameterValue"), PermanentError),
         (EndpointConnectionError(endpoint_url="http://x"), TransientError),
         (NoCredentialsError(), ConfigurationError),
     ],

@@ -218,6 +218,8 @@ def test_both_functions_get_the_tier_environment(tier: Synth) -> None:
         assert env["DELAYED_DELIVERY_BUCKET_FINE_SECONDS"] == "60"
         assert env["DELAYED_DELIVERY_BUCKET_COARSE_SECONDS"] == "86400"
         assert env["DELAYED_DELIVERY_BUCKET_DISPATCH_LEAD_SECONDS"] == "420"
+        assert env["DELAYED_DELIVERY_BUCKET_REFUSED_RETRY_SECONDS"] == "3600"
+        assert env["DELAYED_DELIVERY_BUCKET_DESTINATIONS"] == "billing,orders"
         assert env["POWERTOOLS_SERVICE_NAME"] == "delayed-delivery-buckets"
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == "DelayedDelivery"
         assert env["DELAYED_DELIVERY_CANCELLATION_TABLE"] == {"Ref": table}
@@ -294,6 +296,9 @@ def test_alarms_on_overdue_buckets_ingest_age_the_dlq_and_errors(tier: Synth) ->
     assert (dead["Threshold"], dead["ComparisonOperator"]) == (0, "GreaterThanThreshold")
     [failing] = [a for a in alarms if a["MetricName"] == "BucketTimerFailures"]  # caught in the handler
     assert (failing["Namespace"], failing["EvaluationPeriods"], failing["Statistic"]) == ("DelayedDelivery", 3, "Sum")
+    [refused] = [a for a in alarms if a["MetricName"] == "BucketDestinationRefusals"]  # #23: before the give-up
+    assert (refused["Namespace"], refused["Threshold"], refused["Statistic"]) == ("DelayedDelivery", 1, "Sum")
+    assert "3600 s past their due time" in refused["AlarmDescription"]
     errors = [a for a in alarms if a["MetricName"] == "Errors"]
     functions = {json.dumps(a["Dimensions"]) for a in errors}
     for handler in (INGEST_HANDLER, TIMER_HANDLER):
@@ -307,6 +312,8 @@ def test_alarms_on_overdue_buckets_ingest_age_the_dlq_and_errors(tier: Synth) ->
         "BucketOldestOverdueSeconds",
         "BucketTimerFailures",
         "BucketMessagesCancelled",
+        "BucketDestinationRefusals",
+        "BucketRefusedToErrorQueue",
         "Requeued",
     ):
         assert metric in body
@@ -449,3 +456,7 @@ def test_the_functions_environment_is_what_the_tier_config_reads(tier: Synth) ->
         assert (config.tier_settings.bucket_fine_seconds, config.tier_settings.bucket_coarse_seconds) == (60, 86_400)
         assert config.tier_settings.bucket_dispatch_lead_seconds == 420  # covers the 300 s window (#24)
         assert config.cancellation_table is not None
+        # #23: the functions know the tier's destinations (an ingest record naming another is refused) and how long
+        # to retry a destination that refuses them
+        assert config.destinations == frozenset({"orders", "billing"})
+        assert config.tier_settings.bucket_refused_retry_seconds == 3600

@@ -38,6 +38,7 @@ from ..errors import (
     ConfigurationError,
     DelayedDeliveryError,
     DestinationNotFoundError,
+    DestinationRefusedError,
     InvalidMessageError,
     PermanentError,
     TransientError,
@@ -87,6 +88,25 @@ _TRANSIENT = {
     "RequestTimeout",
     "AWS.SimpleQueueService.RequestThrottled",
 }
+#: The destination refuses the caller (IAM, the queue policy, its KMS key): an operator's fix, not the message's fault.
+_REFUSED = {
+    "AccessDenied",
+    "AccessDeniedException",
+    "AuthorizationError",
+    "InvalidSecurity",
+    "KmsAccessDenied",
+    "KmsDisabled",
+    "KmsInvalidKeyUsage",
+    "KmsInvalidState",
+    "KmsNotFound",
+    "KmsOptInRequired",
+    "KMS.AccessDeniedException",
+    "KMS.DisabledException",
+    "KMS.InvalidKeyUsageException",
+    "KMS.InvalidStateException",
+    "KMS.NotFoundException",
+    "KMS.OptInRequired",
+}
 _VALID_ATTRIBUTE_NAME = re.compile(r"^(?!\.)(?!.*\.\.)(?!.*\.$)(?!(?i:aws\.|amazon\.))[A-Za-z0-9_.-]{1,256}$")
 #: Characters SQS refuses in a body or attribute (it takes #x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD | #x10000-).
 NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -121,6 +141,8 @@ def translate_error(exc: BaseException, what: str) -> DelayedDeliveryError:
             return DestinationNotFoundError(f"{what}: the queue does not exist ({code})")
         if code in _TRANSIENT or status >= 500 or status == 429:
             return TransientError(f"{what}: {code or status}: {message}")
+        if code in _REFUSED:
+            return DestinationRefusedError(f"{what}: {code}: {message}")
         return PermanentError(f"{what}: {code}: {message}")
     if isinstance(exc, NoCredentialsError | PartialCredentialsError | NoRegionError):
         return ConfigurationError(f"{what}: {exc} (configure AWS credentials and a region)")
@@ -136,6 +158,8 @@ def _entry_error(failed: Mapping[str, Any], what: str) -> DelayedDeliveryError:
     message = str(failed.get("Message", ""))
     if code in _NOT_FOUND:
         return DestinationNotFoundError(f"{what}: the queue does not exist ({code})")
+    if code in _REFUSED:
+        return DestinationRefusedError(f"{what}: {code}: {message}")
     if failed.get("SenderFault") and code not in _TRANSIENT:
         return PermanentError(f"{what}: {code}: {message}")
     return TransientError(f"{what}: {code}: {message}")

@@ -8,6 +8,7 @@
 | ``DELAYED_DELIVERY_BUCKET_NAME`` | none (required by both functions) | the S3 bucket holding the bucket objects |
 | ``DELAYED_DELIVERY_BUCKET_PREFIX`` | ``delayed-delivery/buckets`` | key prefix of the objects inside it |
 | ``DELAYED_DELIVERY_CANCELLATION_TABLE`` | none (no lookups) | DynamoDB table of cancel / reschedule records |
+| ``DELAYED_DELIVERY_BUCKET_DESTINATIONS`` | none (any) | the queues it delivers to, comma-separated (CDK sets it) |
 | ``POWERTOOLS_SERVICE_NAME`` | ``delayed-delivery-buckets`` | service name on logs, metrics and traces |
 | ``POWERTOOLS_METRICS_NAMESPACE`` | ``DelayedDelivery`` | CloudWatch namespace of the EMF metrics |
 
@@ -24,6 +25,7 @@ from typing import Any
 from ... import envsettings
 from ...envsettings import ENV_PREFIX, check_numbers, env_name, setting_label
 from ...errors import ConfigurationError
+from ...naming import FIFO_SUFFIX, validate_sqs_queue_name
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.wheel import DEFAULT_DISPATCH_LEAD_SECONDS, BucketLevel
 from ..config import NAMESPACE_ENV, SERVICE_ENV, TABLE_ENV
@@ -33,8 +35,10 @@ __all__ = [
     "BUCKET_NAME_ENV",
     "BUCKET_PREFIX_ENV",
     "DEFAULT_PREFIX",
+    "DEFAULT_REFUSED_RETRY_SECONDS",
     "DEFAULT_SEND_PHASE_MS",
     "DEFAULT_SERVICE",
+    "DESTINATIONS_ENV",
     "INGEST_TIMEOUT_SECONDS",
     "INGEST_WAIT_MARGIN_SECONDS",
     "INGEST_WINDOW_SECONDS",
@@ -42,7 +46,9 @@ __all__ = [
     "BucketTierConfig",
     "TierSettings",
     "check_ingest_wait",
+    "destinations_from_env",
     "ingest_wait_seconds",
+    "outside_reason",
 ]
 
 #: Environment variable naming the S3 bucket of the tier.
@@ -52,6 +58,8 @@ BUCKET_PREFIX_ENV = "DELAYED_DELIVERY_BUCKET_PREFIX"
 DEFAULT_PREFIX = "delayed-delivery/buckets"
 DEFAULT_SERVICE = "delayed-delivery-buckets"
 DEFAULT_NAMESPACE = "DelayedDelivery"
+#: Environment variable: the queues the tier may deliver to, comma-separated (unset: any queue).
+DESTINATIONS_ENV = "DELAYED_DELIVERY_BUCKET_DESTINATIONS"
 #: The timer's send phase when none is set (``bucket_send_phase_ms``).
 DEFAULT_SEND_PHASE_MS = 250
 #: The ingest function's batching window by default (its SQS event source's ``MaximumBatchingWindowInSeconds``): at
@@ -62,6 +70,8 @@ MAX_INGEST_WINDOW_SECONDS = 300
 INGEST_TIMEOUT_SECONDS = 60
 #: Room for what else delays a record on its way to S3: the event source's poll, a cold start, clock skew.
 INGEST_WAIT_MARGIN_SECONDS = 60
+#: How long past its due time a message its destination refuses is retried (``bucket_refused_retry_seconds``).
+DEFAULT_REFUSED_RETRY_SECONDS = 3600
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 _DOCS = {
@@ -74,6 +84,9 @@ _DOCS = {
     "away, within this step, so SQS's whole-second DelaySeconds add at most this much lateness; it costs up to 1 s "
     "of timer time per bucket sent ahead of its due time and splits a destination's batches into up to 1000 / step "
     "sends; 0 sends at once, up to 1 s late (1 to 1000 milliseconds, or 0).",
+    "bucket_refused_retry_seconds": "How long past its due time the bucket timer keeps retrying a message whose "
+    "destination refuses it (access denied, a KMS key it may not use: an operator's fix), written back every run; "
+    "then the message goes to the error queue with the reason (seconds).",
 }
 
 
@@ -85,6 +98,7 @@ class TierSettings:
     bucket_coarse_seconds: int = 86_400
     bucket_dispatch_lead_seconds: int = DEFAULT_DISPATCH_LEAD_SECONDS
     bucket_send_phase_ms: int = DEFAULT_SEND_PHASE_MS
+    bucket_refused_retry_seconds: int = DEFAULT_REFUSED_RETRY_SECONDS
 
     def __post_init__(self) -> None:
         check_numbers(self)
@@ -176,6 +190,9 @@ class BucketTierConfig:
     cancellation_table: str | None = None
     service: str = DEFAULT_SERVICE
     metrics_namespace: str = DEFAULT_NAMESPACE
+    #: The queues the tier may deliver to (``None``: any; the CDK construct always names them): a message for another
+    #: is refused at ingest and at dispatch, with its reason, to the error queue.
+    destinations: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if not _BUCKET_NAME.fullmatch(self.bucket_name or ""):
@@ -208,7 +225,39 @@ class BucketTierConfig:
             cancellation_table=env.get(TABLE_ENV, "").strip() or None,
             service=env.get(SERVICE_ENV, "").strip() or DEFAULT_SERVICE,
             metrics_namespace=env.get(NAMESPACE_ENV, "").strip() or DEFAULT_NAMESPACE,
+            destinations=destinations_from_env(env),
         )
+
+
+def destinations_from_env(env: Mapping[str, str]) -> frozenset[str] | None:
+    """``DELAYED_DELIVERY_BUCKET_DESTINATIONS``: standard queue names, comma-separated; ``None`` when unset."""
+    raw = env.get(DESTINATIONS_ENV)
+    if raw is None:
+        return None
+    names = frozenset(name.strip() for name in raw.split(",") if name.strip())
+    problems = [name for name in sorted(names) if name.endswith(FIFO_SUFFIX) or not _queue_name(name)]
+    if not names or problems:
+        raise ConfigurationError(
+            f"{DESTINATIONS_ENV}={raw[:200]!r}: give the standard queues the tier may deliver to, comma-separated"
+            + (f" ({', '.join(problems[:5])} is not one)" if problems else "")
+        )
+    return names
+
+
+def outside_reason(destination: str) -> str:
+    """Why a message for ``destination`` is not delivered: the tier was not given that queue."""
+    return (
+        f"destination {destination!r} is not one of the tier's destinations ({DESTINATIONS_ENV}, set by the CDK "
+        "construct from its destinations): the tier may not deliver there"
+    )
+
+
+def _queue_name(name: str) -> bool:
+    try:
+        validate_sqs_queue_name(name)
+    except ConfigurationError:
+        return False
+    return True
 
 
 if __name__ == "__main__":

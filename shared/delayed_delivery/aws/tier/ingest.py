@@ -9,7 +9,7 @@ error-queue copy of one of its bad entries, could not be written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ from ...timebuckets.identity import conflict_reason, first_sent, same_message
 from ...timebuckets.wheel import BucketKey, bucket_of
 from ..errorqueue import REDUCED_MAX_BYTES, sqs_safe
 from ..sqs import QueueDirectory, send_batches
+from .config import outside_reason
 from .ingest_format import INGEST_ATTRIBUTE, INGEST_VERSION, BadItem, decode_ingest
 from .store import S3BucketStore
 
@@ -121,12 +122,15 @@ class BucketIngest:
         clock: Clock | None = None,
         *,
         directory: QueueDirectory | None = None,
+        destinations: Collection[str] | None = None,
     ) -> None:
         self.store = store
         self.sqs = sqs_client
         self.settings = settings
         self.clock = clock or SystemClock()
         self.directory = directory or QueueDirectory(sqs_client)
+        #: The queues the tier may deliver to (``None``: any): an entry for another is refused, to the error queue.
+        self.destinations = frozenset(destinations) if destinations is not None else None
 
     def process(self, records: Sequence[Mapping[str, Any]]) -> IngestResult:
         """Ingest one invocation's records; raises only on a bug, never on what a record holds."""
@@ -154,6 +158,9 @@ class BucketIngest:
                 batch.poison.append(
                     IngestPoison(record_id, item.message_id, item.reason, item.destination, body=item.body)
                 )
+                continue
+            if self.destinations is not None and item.destination not in self.destinations:
+                batch.poison.append(_poison(record_id, item, outside_reason(item.destination)))
                 continue
             try:
                 bucket = bucket_of(item.due_at, now, self.store.levels)

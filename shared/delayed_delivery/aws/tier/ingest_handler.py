@@ -49,7 +49,9 @@ def build_ingest_handler(
         sqs = sqs if sqs is not None else boto3.client("sqs")
     tools = HandlerTools.for_service(config.service, config.metrics_namespace)
     logger, metrics = tools.logger, tools.metrics
-    ingest = BucketIngest(S3BucketStore.from_config(s3, config), sqs, config.settings, clock)
+    ingest = BucketIngest(
+        S3BucketStore.from_config(s3, config), sqs, config.settings, clock, destinations=config.destinations
+    )
 
     @tools.around
     def entrypoint(event: dict[str, Any], context: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -23,7 +23,7 @@ from ...clock import Clock
 from ...errors import ConfigurationError, DelayedDeliveryError
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.wheel import COARSE, FINE, MAX_DELAY_SECONDS, BucketKey, cascade_window, dispatch_window
-from .config import DEFAULT_SEND_PHASE_MS
+from .config import DEFAULT_REFUSED_RETRY_SECONDS, DEFAULT_SEND_PHASE_MS
 from .lease import DEFAULT_LEASE_SECONDS, BucketLeases
 from .notices import BadLines
 from .store import ObjectMissingError, S3BucketStore, StoredObject
@@ -65,6 +65,10 @@ class TimerResult:
     dropped: int = 0
     #: Keys under a level that are not bucket object keys, moved under ``problems/`` (logged).
     strays_set_aside: int = 0
+    #: Messages a destination refused (access denied, its key): retried until ``bucket_refused_retry_seconds`` past
+    #: their due time (counted in ``kept_for_retry`` too), then given up to the error queue (``refused_given_up``).
+    refused: int = 0
+    refused_given_up: int = 0
 
 
 def _by_bucket(objects: Iterable[StoredObject]) -> Iterator[tuple[BucketKey, list[StoredObject]]]:
@@ -94,12 +98,21 @@ class BucketTimer:
         cascade_group_bytes: int = DEFAULT_GROUP_BYTES,
         monotonic: Callable[[], float] = time.monotonic,
         send_phase_ms: int = DEFAULT_SEND_PHASE_MS,
+        refused_retry_seconds: int = DEFAULT_REFUSED_RETRY_SECONDS,
+        destinations: Collection[str] | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
         self.clock = clock
         self.cancellations = cancellations
-        self.sqs = TimerSqs(sqs_client, settings, clock, send_phase_ms=send_phase_ms)
+        self.sqs = TimerSqs(
+            sqs_client,
+            settings,
+            clock,
+            send_phase_ms=send_phase_ms,
+            refused_retry_seconds=refused_retry_seconds,
+            destinations=destinations,
+        )
         self.leases = BucketLeases(store, clock, owner, lease_seconds)
         self.margin_seconds = margin_seconds
         self.cascade_group_bytes = cascade_group_bytes
@@ -238,4 +251,6 @@ class BucketTimer:
             cancelled=plan.cancelled,
             rescheduled=len(plan.moved),
             kept_for_retry=len(sent.retry) + len(rewrite) + len(misplaced),
+            refused=sent.refused,
+            refused_given_up=sent.refused_given_up,
         )

@@ -45,6 +45,8 @@ METRICS: Mapping[str, tuple[str, str]] = {
     "buckets_failed": ("BucketFailures", MetricUnit.Count.value),
     "dropped": ("BucketErrorQueueDrops", MetricUnit.Count.value),
     "strays_set_aside": ("BucketStraysSetAside", MetricUnit.Count.value),
+    "refused": ("BucketDestinationRefusals", MetricUnit.Count.value),
+    "refused_given_up": ("BucketRefusedToErrorQueue", MetricUnit.Count.value),
 }
 _EVENT_TIMER = "bucket_timer_run"
 
@@ -108,6 +110,8 @@ def build_timer_handler(
             cancellations=cancellations,
             owner=owner,
             send_phase_ms=config.tier_settings.bucket_send_phase_ms,
+            refused_retry_seconds=config.tier_settings.bucket_refused_retry_seconds,
+            destinations=config.destinations,
         )
         try:
             result = timer.run(_deadline(context))

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ...clock import Clock
 from ...delivery import DELIVERY_HEADER, encode_delivery
-from ...errors import DelayedDeliveryError, DestinationNotFoundError, InvalidMessageError, TransientError
+from ...durations import format_duration
+from ...errors import (
+    DelayedDeliveryError,
+    DestinationNotFoundError,
+    DestinationRefusedError,
+    InvalidMessageError,
+    TransientError,
+)
 from ...headers import BODY_ENCODING, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION, is_reserved
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.format import BucketMessage
@@ -28,14 +35,23 @@ from ..sqs import (
     sqs_text_problem,
     valid_attribute_name,
 )
-from .config import DEFAULT_SEND_PHASE_MS
+from .config import DEFAULT_REFUSED_RETRY_SECONDS, DEFAULT_SEND_PHASE_MS, outside_reason
 from .timer_plan import Rejected
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
 
-__all__ = ["DispatchOutcome", "ErrorQueueOutcome", "Notice", "TimerSqs", "body_text", "send_waves"]
+__all__ = [
+    "DispatchOutcome",
+    "ErrorQueueOutcome",
+    "Notice",
+    "TimerSqs",
+    "body_text",
+    "give_up_refused",
+    "refused_reason",
+    "send_waves",
+]
 
 _Attributes = dict[str, "MessageAttributeValueTypeDef"]
 
@@ -61,6 +77,10 @@ class DispatchOutcome:
     #: Not sent for a passing reason (throttling, an unreachable queue): written again, sent by a later run.
     retry: list[BucketMessage] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
+    #: Messages a destination refused (access denied, its key): retried within the bound, then rejected.
+    refused: int = 0
+    #: Of those, the ones past the bound: rejected to the error queue with the reason.
+    refused_given_up: int = 0
 
 
 @dataclass(slots=True)
@@ -70,6 +90,19 @@ class ErrorQueueOutcome:
     sent: int = 0
     retry: list[Rejected | Notice] = field(default_factory=list)
     dropped: list[Rejected | Notice] = field(default_factory=list)
+
+
+def give_up_refused(message: BucketMessage, now: datetime, retry_seconds: int) -> bool:
+    """Whether a message its destination refuses has been retried long enough: more than ``retry_seconds`` past due."""
+    return (now - message.due_at).total_seconds() > retry_seconds
+
+
+def refused_reason(destination: str, error: DelayedDeliveryError, retry_seconds: int) -> str:
+    """The reason a refused message goes to the error queue."""
+    return (
+        f"{destination!r} refused the timer for more than {format_duration(retry_seconds)} past its due time "
+        f"(bucket_refused_retry_seconds): {error}"
+    )
 
 
 def body_text(body: bytes) -> str | None:
@@ -110,11 +143,17 @@ class TimerSqs:
         directory: QueueDirectory | None = None,
         *,
         send_phase_ms: int = DEFAULT_SEND_PHASE_MS,
+        refused_retry_seconds: int = DEFAULT_REFUSED_RETRY_SECONDS,
+        destinations: Collection[str] | None = None,
     ) -> None:
         self.client = client
         self.settings = settings
         #: The send waves' step (``bucket_send_phase_ms``, ``send_waves``).
         self.send_phase_ms = send_phase_ms
+        #: How long past its due time a refused message is retried (``bucket_refused_retry_seconds``).
+        self.refused_retry_seconds = refused_retry_seconds
+        #: The queues the tier may deliver to (``None``: any): a message for another goes to the error queue.
+        self.destinations = frozenset(destinations) if destinations is not None else None
         self.clock = clock
         self.directory = directory or QueueDirectory(client)
 
@@ -145,10 +184,16 @@ class TimerSqs:
             reason = f"{destination!r} is a FIFO queue: it takes no per-message DelaySeconds, so it cannot be timed"
             outcome.rejected.extend(Rejected(m, reason) for m in group)
             return
+        if self.destinations is not None and destination not in self.destinations:
+            outcome.rejected.extend(Rejected(m, outside_reason(destination)) for m in group)
+            return
         try:
             info = self.directory.get(destination)
         except DestinationNotFoundError as exc:
             outcome.rejected.extend(Rejected(m, f"destination gone: {exc}") for m in group)
+            return
+        except DestinationRefusedError as exc:
+            self._refused(destination, group, exc, window, outcome)
             return
         except DelayedDeliveryError:
             outcome.retry.extend(group)
@@ -166,7 +211,9 @@ class TimerSqs:
         for entry, message in zip(entries, sendable, strict=True):
             error = results[entry["Id"]].error
             verdict = classify_send(error)
-            if verdict is SendVerdict.OK:
+            if isinstance(error, DestinationRefusedError):
+                self._refused(destination, [message], error, window, outcome)
+            elif verdict is SendVerdict.OK:
                 outcome.sent.append(message)
             elif verdict is SendVerdict.RETRY:
                 outcome.retry.append(message)
@@ -174,6 +221,26 @@ class TimerSqs:
                 if verdict is SendVerdict.GONE:
                     self.directory.forget(destination)
                 outcome.rejected.append(Rejected(message, f"{destination!r} refused the message: {error}"))
+
+    def _refused(
+        self,
+        destination: str,
+        messages: Sequence[BucketMessage],
+        error: DestinationRefusedError,
+        window: DispatchWindow,
+        outcome: DispatchOutcome,
+    ) -> None:
+        """Messages ``destination`` refused: retried until ``refused_retry_seconds`` past their due time, then given
+        up to the error queue with the reason (an operator may fix access in the meantime; not retried for ever)."""
+        outcome.refused += len(messages)
+        for message in messages:
+            if give_up_refused(message, window.now, self.refused_retry_seconds):
+                outcome.refused_given_up += 1
+                outcome.rejected.append(
+                    Rejected(message, refused_reason(destination, error, self.refused_retry_seconds))
+                )
+            else:
+                outcome.retry.append(message)
 
     def _entry(
         self, entry_id: str, message: BucketMessage, window: DispatchWindow, info: QueueInfo
