@@ -14,7 +14,10 @@ the default, or ``buckets`` / ``auto``, which deploy the S3 time-bucket tier) wi
 ``bucketIngestWindowSeconds`` (the ingest's batching window, 0-300, default 300), ``bucketRefusedRetrySeconds``;
 ``verifyProbe``
 (true, the default, adds the probe endpoint ``delayed-delivery aws verify`` uses: zero idle cost) and ``verifyRoles``
-(role ARNs that run verify: they may send to the probe's ``-delay.fifo`` and the tier's ingest queue).
+(role ARNs that run verify: they may send to the probe's ``-delay.fifo`` and the tier's ingest queue);
+``releaseRates`` (release control: a JSON object of queue name to the most messages per second released to it,
+``"*"`` the default, e.g. ``{"orders": 200, "*": 1000}``; it adds the ``ReleaseSlots`` table), ``releaseTable`` and
+``releaseLagAlarmSeconds`` (the ``ReleaseLagHigh`` alarm's threshold, default 300).
 cdk-nag's AwsSolutions checks run on every synth; an unsuppressed finding fails it.
 """
 
@@ -27,7 +30,10 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from delayed_delivery.aws.config import DEFAULT_CACHE_SECONDS
+from delayed_delivery.aws.release_calendar import DEFAULT_RELEASE_TABLE
 from delayed_delivery.planning import MAX_PARK_SECONDS
+from delayed_delivery.release import ReleaseRates
+from infra.aws.endpoint import RELEASE_LAG_ALARM_SECONDS
 from infra.aws.stack import DEFAULT_CANCELLATION_TABLE, DEFAULT_SQS, DelayedDeliveryStack, EndpointConfig
 
 
@@ -53,6 +59,16 @@ def _flag(value: Any, key: str = "exampleConsumer") -> bool:
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
     raise ValueError(f"context '{key}' is true or false, not {value!r}")
+
+
+def _release_rates(value: Any) -> ReleaseRates:
+    """Context ``releaseRates``: a JSON object (``-c releaseRates='{"orders": 200}'``); ValueError names a bad entry."""
+    if value is None:
+        return ReleaseRates()
+    try:
+        return ReleaseRates.of(value)
+    except ValueError as exc:
+        raise ValueError(f"context 'releaseRates': {exc}") from None
 
 
 #: Context keys of the time-bucket tier -> ``TimeBucketTier`` arguments (and how to read them).
@@ -97,6 +113,9 @@ def build(app: cdk.App) -> DelayedDeliveryStack:
         bucket_tier=_bucket_tier(app),
         verify_probe=_flag(_context(app, "verifyProbe", True), "verifyProbe"),
         verify_roles=_senders(_context(app, "verifyRoles", []), "verifyRoles"),
+        release_rates=_release_rates(_context(app, "releaseRates", None)),
+        release_table_name=str(_context(app, "releaseTable", DEFAULT_RELEASE_TABLE)),
+        release_lag_alarm_seconds=int(_context(app, "releaseLagAlarmSeconds", RELEASE_LAG_ALARM_SECONDS)),
         description="Unrestricted SQS delayed delivery (delayed-delivery)",
     )
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))

@@ -10,7 +10,7 @@ The security model is described in docs/aws.md.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jsii
@@ -25,15 +25,29 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
-from delayed_delivery.aws.config import CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS, MAX_CACHE_SECONDS, TABLE_ENV
+from delayed_delivery.aws.config import (
+    CACHE_SECONDS_ENV,
+    DEFAULT_CACHE_SECONDS,
+    MAX_CACHE_SECONDS,
+    RELEASE_TABLE_ENV,
+    TABLE_ENV,
+)
 from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.naming import sqs_delay_queue_name
 from delayed_delivery.planning import MAX_PARK_SECONDS
+from delayed_delivery.release import RELEASE_RATES_ENV, ReleaseRates
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.wheel import MAX_DELAY_SECONDS
 from infra.aws.functions import METRICS_NAMESPACE, PowertoolsFunction, powertools_function, setting_env, settings_env
 
-__all__ = ["BACKLOG_THRESHOLD", "HANDLER", "METRICS_NAMESPACE", "RETENTION", "DelayedDeliveryEndpoint"]
+__all__ = [
+    "BACKLOG_THRESHOLD",
+    "HANDLER",
+    "METRICS_NAMESPACE",
+    "RELEASE_LAG_ALARM_SECONDS",
+    "RETENTION",
+    "DelayedDeliveryEndpoint",
+]
 
 #: The Lambda handler, by dotted name (infra never imports function code).
 HANDLER = "functions.aws.requeue.handler"
@@ -44,6 +58,8 @@ RETENTION = Duration.days(14)
 ERROR_RETENTION = Duration.days(14)
 #: Visible (ready, not yet received) FIFO messages that, never fewer for 5 minutes, mean the requeue falls behind.
 BACKLOG_THRESHOLD = 1000
+#: Release lag (seconds, the ``ReleaseLag`` metric's maximum over 5 minutes) past which ``ReleaseLagHigh`` fires.
+RELEASE_LAG_ALARM_SECONDS = 300
 #: Messages a FIFO queue may have in flight: SQS stops receives beyond this.
 FIFO_MAX_IN_FLIGHT = 120_000
 #: The SQS route's settings when none are given: the functions' own defaults.
@@ -123,6 +139,9 @@ class DelayedDeliveryEndpoint(Construct):
         sender_arns: Sequence[str] = (),
         alarms: bool = True,
         event_source_enabled: bool = True,
+        release_rates: ReleaseRates | Mapping[str, float | None] | None = None,
+        release_table: dynamodb.ITable | None = None,
+        release_lag_alarm_seconds: int = RELEASE_LAG_ALARM_SECONDS,
     ) -> None:
         super().__init__(scope, construct_id)
         _check_limits(
@@ -154,6 +173,11 @@ class DelayedDeliveryEndpoint(Construct):
             self.function.add_environment(name, value)
         if cancellation_table is not None:
             self._read_cancellations(cancellation_table, cancellation_cache_seconds)
+        #: Release control (``release_rates``): the cap on this endpoint's queue, None when it has none.
+        self.release_rates = ReleaseRates.of(release_rates)  # ValueError names a bad entry
+        self.release_rate = self.release_rates.rate_for(queue_name)
+        if self.release_rate is not None:
+            self._release_slots(release_table)
         # The event source's grant (receive, delete, change visibility, attributes) covers this FIFO queue only:
         # parking changes visibility there, and reads its in-flight count, and nowhere else.
         # Off at rest (``event_source_enabled=False``) only for the verify probe, which switches it on while it runs.
@@ -169,6 +193,8 @@ class DelayedDeliveryEndpoint(Construct):
         self._senders.arns.extend(sender_arns)
         self._restrict_senders()
         self.alarms = self._alarms(backlog_threshold, alarm_actions) if alarms else []
+        if alarms and self.release_rate is not None:
+            self.alarms.append(self._release_alarm(release_lag_alarm_seconds, alarm_actions))
         self._suppress()
 
     def grant_send_delayed(self, grantee: iam.IGrantable) -> iam.Grant:
@@ -256,6 +282,48 @@ class DelayedDeliveryEndpoint(Construct):
         self.function.add_environment(TABLE_ENV, table.table_name)
         self.function.add_environment(CACHE_SECONDS_ENV, str(cache_seconds))
 
+    def _release_slots(self, table: dynamodb.ITable | None) -> None:
+        """Release control: the rates, and the slots table in this endpoint's partition only (``release_calendar``)."""
+        if table is None:
+            raise ValueError(
+                f"release_rates caps {self.queue_name!r}: the requeue function keeps its release slots in a DynamoDB "
+                "table, give release_table (DelayedDeliveryStack creates one)"
+            )
+        self.function.add_environment(RELEASE_RATES_ENV, self.release_rates.to_json())
+        self.function.add_environment(RELEASE_TABLE_ENV, table.table_name)
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:Query"],
+                resources=[table.table_arn],
+                conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [self.queue_name]}},
+            )
+        )
+
+    def _release_alarm(self, seconds: int, actions: Sequence[cloudwatch.IAlarmAction]) -> cloudwatch.Alarm:
+        """Release control holds messages back longer than ``seconds``: the capped queue has a backlog."""
+        alarm = cloudwatch.Alarm(
+            self,
+            "ReleaseLagHigh",
+            alarm_description=(
+                f"{self.queue_name}: release control (release_rates, {self.release_rate:g}/s) held messages back "
+                f"more than {seconds} s: more falls due than the cap releases"
+            ),
+            metric=cloudwatch.Metric(
+                namespace=METRICS_NAMESPACE,
+                metric_name="ReleaseLag",
+                dimensions_map={"service": self.service_name},
+                statistic="Maximum",
+                period=Duration.minutes(5),
+            ),
+            threshold=seconds,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        for action in actions:
+            alarm.add_alarm_action(action)
+        return alarm
+
     def _alarms(self, backlog_threshold: int, actions: Sequence[cloudwatch.IAlarmAction]) -> list[cloudwatch.Alarm]:
         alarms = [
             cloudwatch.Alarm(
@@ -325,16 +393,22 @@ class DelayedDeliveryEndpoint(Construct):
                     custom("HopFailures"),
                     custom("ParkRefusals"),
                 ],
-                right=[custom("Cancelled"), custom("Rescheduled"), custom("CancellationLookupFailures")],
+                right=[
+                    custom("Cancelled"),
+                    custom("Rescheduled"),
+                    custom("CancellationLookupFailures"),
+                    custom("ReleaseWaits"),
+                ],
                 width=8,
             ),
             cloudwatch.GraphWidget(
-                title="Remaining delay (s)",
+                title="Remaining delay, release lag (s)",
                 left=[
                     custom("RemainingDelay", "p50"),
                     custom("RemainingDelay", "p99"),
                     custom("RemainingDelay", "Maximum"),
                 ],
+                right=[custom("ReleaseLag", "p99"), custom("ReleaseLag", "Maximum")],
                 width=8,
             ),
             cloudwatch.GraphWidget(

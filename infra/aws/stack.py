@@ -21,13 +21,15 @@ from constructs import Construct
 
 from delayed_delivery.aws.cancellations import DEFAULT_TABLE
 from delayed_delivery.aws.config import DEFAULT_CACHE_SECONDS
+from delayed_delivery.aws.release_calendar import DEFAULT_RELEASE_TABLE
 from delayed_delivery.aws.settings import LONG_DELAY_ROUTES, SqsSettings
 from delayed_delivery.aws.tier.config import BUCKET_NAME_ENV
 from delayed_delivery.envsettings import env_name
 from delayed_delivery.planning import MAX_PARK_SECONDS
+from delayed_delivery.release import ReleaseRates
 from infra.aws.buckets import INGEST_HANDLER, TIMER_HANDLER, TimeBucketTier
 from infra.aws.consumer import CONSUMER_HANDLER, ExampleConsumer
-from infra.aws.endpoint import HANDLER, DelayedDeliveryEndpoint
+from infra.aws.endpoint import HANDLER, RELEASE_LAG_ALARM_SECONDS, DelayedDeliveryEndpoint
 from infra.aws.packaging import REPO_ROOT, prepare_function_asset
 from infra.aws.probe import VerifyProbe
 
@@ -125,6 +127,9 @@ class DelayedDeliveryStack(Stack):
         bucket_tier: Mapping[str, Any] | None = None,
         verify_probe: bool = True,
         verify_roles: Sequence[str] = (),
+        release_rates: ReleaseRates | Mapping[str, float | None] | None = None,
+        release_table_name: str = DEFAULT_RELEASE_TABLE,
+        release_lag_alarm_seconds: int = RELEASE_LAG_ALARM_SECONDS,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -144,6 +149,11 @@ class DelayedDeliveryStack(Stack):
         self.cancellation_table = self._cancellation_table(cancellation_table_name)
         CfnOutput(self, "CancellationTable", value=self.cancellation_table.table_name)
         self.encryption_key = self._key(kms_key)
+        rates = ReleaseRates.of(release_rates)  # ValueError names a bad entry
+        #: Release control's slots table (``aws.release_calendar``), made when ``release_rates`` caps anything.
+        self.release_table = self._release_table(release_table_name) if rates else None
+        if self.release_table is not None:
+            CfnOutput(self, "ReleaseTable", value=self.release_table.table_name)
         common: dict[str, Any] = {
             "code": code["requeue"],
             "layers": [layer],
@@ -155,6 +165,9 @@ class DelayedDeliveryStack(Stack):
             "max_park_seconds": max_park_seconds,
             "park_max_in_flight": park_max_in_flight,
             "encryption_key": self.encryption_key,
+            "release_rates": rates,
+            "release_table": self.release_table,
+            "release_lag_alarm_seconds": release_lag_alarm_seconds,
         }
         self.endpoints = [self._endpoint(config, senders, common) for config in endpoints]
         self.probe = self._probe([*senders, *verify_roles], common) if verify_probe else None
@@ -240,6 +253,23 @@ class DelayedDeliveryStack(Stack):
         )
         CfnOutput(self, "SenderLongDelayRoute", value=route, description=f"{env_name('long_delay_route')} for senders")
         return tier
+
+    def _release_table(self, name: str) -> dynamodb.Table:
+        """Release slots: a destination's partition, an item per second it releases in, each kept a day (TTL)."""
+        return dynamodb.Table(
+            self,
+            "ReleaseSlots",
+            table_name=name,
+            partition_key=dynamodb.Attribute(name="destination", type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name="second", type=dynamodb.AttributeType.NUMBER),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            time_to_live_attribute="expires_at",
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            removal_policy=RemovalPolicy.DESTROY,
+        )
 
     def _cancellation_table(self, name: str) -> dynamodb.Table:
         """Cancel / reschedule records: one partition per endpoint, each record lives ≤ 5 days (TTL)."""
