@@ -62,6 +62,13 @@ param maximumInstanceCount int = 40
 @allowed([512, 2048, 4096])
 param instanceMemoryMB int = 2048
 
+@description('Release control: destination queue name -> most messages per second released to it ("*" the default for queues not named, null for no cap), e.g. {"orders": 200, "*": 1000}. Empty: no cap. Each shard takes its share.')
+param releaseRates object = {}
+
+@description('Alert when release control holds a message back more than this many seconds (its release lag).')
+@minValue(1)
+param releaseLagAlertSeconds int = 300
+
 @description('Action group (resource id) every alert notifies. Empty: the alerts are created and show in the portal, but notify no one.')
 param alertActionGroupId string = ''
 
@@ -178,6 +185,7 @@ module operations 'modules/operations.bicep' = {
     timerSilenceMinutes: timerSilenceMinutes
     sendFailureThreshold: sendFailureAlertCount
     oldestOverdueSeconds: oldestOverdueAlertSeconds
+    releaseLagSeconds: releaseLagAlertSeconds
   }
 }
 
@@ -230,6 +238,7 @@ module functionApp 'modules/functionapp.bicep' = {
       DELAYED_DELIVERY_RUN_SECONDS: string(runSeconds)
       DELAYED_DELIVERY_ENABLED: string(enabled)
       DELAYED_DELIVERY_PENDING_CENSUS: string(pendingCensus)
+      DELAYED_DELIVERY_RELEASE_RATES: string(releaseRates)
     })
   }
 }

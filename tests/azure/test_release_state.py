@@ -33,3 +33,25 @@ def test_anything_else_is_refused(text: str) -> None:
 def test_entries_that_are_not_times_are_left_out() -> None:
     text = '{"v": 1, "next_free": {"a": 5, "b": "x", "c": true, "d": 1e999, "e": 2.5}}'
     assert decode_schedule(text) == {"a": 5.0, "e": 2.5}
+
+
+def test_the_release_lag_is_its_own_metric_per_destination_the_alert_rule_reads() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from delayed_delivery.azure.telemetry import DispatchMetrics
+    from delayed_delivery.dispatcher import DispatchReport
+
+    reader = InMemoryMetricReader()
+    report = DispatchReport(dispatched=3, lateness_seconds=[0.1, 0.2, 0.1], release_lag_seconds={"orders": [0, 4, 9]})
+    DispatchMetrics(MeterProvider(metric_readers=[reader])).record(report, shard=1)
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = {
+        m.name: list(m.data.data_points) for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
+    [lag] = points["delayed_delivery.release_lag"]
+    assert (lag.count, lag.max, dict(lag.attributes)) == (3, 9, {"shard": 1, "destination": "orders"})
+    assert points["delayed_delivery.lateness"][0].max == 0.2, "transport lateness, apart"
+    query = (GOLDEN.parents[2] / "infra/azure/queries/alert_release_lag.kql").read_text()
+    assert 'name == "delayed_delivery.release_lag"' in query

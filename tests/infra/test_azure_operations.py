@@ -38,7 +38,15 @@ EVENTS = {
     census.EVENT_PENDING_HOUR,
     census.EVENT_CENSUS,
 }
-RULES = {"dispatch-lateness", "oldest-overdue", "error-queue", "lease-loss", "no-timer-run", "send-failures"}
+RULES = {
+    "dispatch-lateness",
+    "oldest-overdue",
+    "error-queue",
+    "lease-loss",
+    "no-timer-run",
+    "send-failures",
+    "release-lag",
+}
 
 
 def operations() -> str:
@@ -66,7 +74,7 @@ def test_every_loaded_file_exists() -> None:
         base = (INFRA / module).parent
         for path in loaded_files(source(module)):
             assert (base / path).is_file(), f"{module} loads {path}, which does not exist"
-    assert len(loaded_files(source("modules/operations.bicep"))) == 14  # 7 workbook + 6 alert queries + workbook
+    assert len(loaded_files(source("modules/operations.bicep"))) == 16  # 8 workbook + 7 alert queries + workbook
 
 
 def test_main_passes_the_operations_parameters() -> None:

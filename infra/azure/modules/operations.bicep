@@ -17,6 +17,8 @@ param timerSilenceMinutes int
 param sendFailureThreshold int
 @description('Alert when the census finds a row overdue by more than this (seconds); needs the census timer.')
 param oldestOverdueSeconds int
+@description('Alert when release control adds more than this (seconds) to a message (its release lag).')
+param releaseLagSeconds int
 
 resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: appInsightsName
@@ -32,6 +34,7 @@ var queries = {
   'error_queue.kql': loadTextContent('../queries/error_queue.kql')
   'lease_holders.kql': loadTextContent('../queries/lease_holders.kql')
   'pending_by_due_hour.kql': loadTextContent('../queries/pending_by_due_hour.kql')
+  'release_lag.kql': loadTextContent('../queries/release_lag.kql')
   none: ''
 }
 
@@ -59,6 +62,17 @@ var rules = [
     operator: 'GreaterThan'
     threshold: oldestOverdueSeconds
     minutes: 30
+  }
+  {
+    name: 'release-lag'
+    description: 'Release control holds messages back more than ${releaseLagSeconds} s: a capped destination has a backlog (release_rates).'
+    severity: 2
+    query: loadTextContent('../queries/alert_release_lag.kql')
+    timeAggregation: 'Maximum'
+    metricMeasureColumn: 'release_lag_s'
+    operator: 'GreaterThan'
+    threshold: releaseLagSeconds
+    minutes: 5
   }
   {
     name: 'error-queue'
