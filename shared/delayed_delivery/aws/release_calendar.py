@@ -138,7 +138,7 @@ class ReleaseCalendar:
             Key=key,
             UpdateExpression="ADD taken :n SET expires_at = :e",
             ExpressionAttributeValues={":n": {"N": str(n)}, ":e": {"N": str(second + _KEEP_S)}},
-            ReturnValues="UPDATED_NEW",
+            ReturnValues="ALL_NEW",  # the whole (small) item: UPDATED_NEW is a diff an emulator may get wrong
         )
         total = int(reply["Attributes"]["taken"]["N"])
         granted = max(0, min(n, capacity - (total - n)))
