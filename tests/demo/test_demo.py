@@ -51,6 +51,10 @@ def test_core_demo_is_still_there() -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["lost"] == 0 and data["delivered"] == 16
+    # one capped destination, with what the cap added to its messages beside the others' lateness
+    assert (data["release_destination"], data["release_rate"]) == ("billing", 20.0)
+    assert 0 <= data["release_lag_p50"] <= data["release_lag_p99"] <= data["release_lag_max"]
+    assert data["release_busiest_second"] >= 1
 
 
 def test_demo_rejects_an_unknown_cloud() -> None:

@@ -443,6 +443,14 @@ def _core_demo(quick: bool, messages: int | None, span: float | None, as_json: b
             ("lateness p50 (real s)", f"{result.lateness_p50:.3f}"),
             ("lateness p99 (real s)", f"{result.lateness_p99:.3f}"),
             ("lateness max (real s)", f"{result.lateness_max:.3f}"),
+            (
+                f"release control: {result.release_destination} capped at {result.release_rate:g}/s",
+                f"busiest second {result.release_busiest_second}",
+            ),
+            (
+                f"  release lag p50 / p99 / max (real s, {result.release_destination})",
+                f"{result.release_lag_p50:.2f} / {result.release_lag_p99:.2f} / {result.release_lag_max:.2f}",
+            ),
             ("time compression", f"1 s = {format_duration(result.compression)}"),
             ("sent by dispatcher", ", ".join(f"{k}: {v}" for k, v in sorted(result.by_dispatcher.items()))),
             ("run time (s)", f"{result.seconds:.1f}"),

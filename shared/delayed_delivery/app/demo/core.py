@@ -14,13 +14,18 @@ from datetime import timedelta
 from pathlib import Path
 
 from delayed_delivery.clock import SystemClock
-from delayed_delivery.dispatcher import Dispatcher
+from delayed_delivery.dispatcher import Dispatcher, DispatchReport
 from delayed_delivery.memory import InMemoryTransport
 from delayed_delivery.model import DelayedMessage
+from delayed_delivery.release import ReleaseRates
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.sqlite_store import SqliteDelayedMessageStore
 
-__all__ = ["DEMO_DELAYS", "DemoProgress", "DemoResult", "run_core_demo"]
+__all__ = ["CAPPED", "CAPPED_RATE", "DEMO_DELAYS", "DemoProgress", "DemoResult", "run_core_demo"]
+
+#: The destination the demo caps with ``release_rates``, and its cap (messages per second, real time): most of
+#: its messages fall due in the first second, so the cap spreads them over a few seconds.
+CAPPED, CAPPED_RATE = "billing", 20.0
 
 #: (label, logical delay in seconds) of the messages the demo sends.
 DEMO_DELAYS: tuple[tuple[str, float], ...] = (
@@ -62,6 +67,14 @@ class DemoResult:
     seconds: float
     by_dispatcher: dict[str, int] = field(default_factory=dict)
     by_delay: dict[str, int] = field(default_factory=dict)
+    #: Release control: the capped destination, its cap (messages/s) and what the cap added (release lag, real s).
+    release_destination: str = CAPPED
+    release_rate: float = CAPPED_RATE
+    release_lag_p50: float = 0.0
+    release_lag_p99: float = 0.0
+    release_lag_max: float = 0.0
+    #: The most messages the capped destination received in any one second (at most the cap).
+    release_busiest_second: int = 0
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -101,11 +114,21 @@ def run_core_demo(
     store = SqliteDelayedMessageStore(Path(tmp.name if tmp else workdir or ".") / "demo.db", claim_timeout=30)
     store.setup_infrastructure()
     transport = _TaggingTransport({"orders", "billing", "error"})
-    settings = DelayedDeliverySettings(max_idle_sleep=0.25, batch_size=25, retry_backoff=0.05)
-    dispatcher_objs = [Dispatcher(store, transport, settings, clock=clock) for _ in range(dispatchers)]
+    settings = DelayedDeliverySettings(
+        max_idle_sleep=0.25, batch_size=25, retry_backoff=0.05, release_rates=ReleaseRates.of({CAPPED: CAPPED_RATE})
+    )
+    share = 1 / dispatchers  # each dispatcher releases its share of the cap
+    dispatcher_objs = [
+        Dispatcher(store, transport, settings, clock=clock, release_share=share) for _ in range(dispatchers)
+    ]
     stop = threading.Event()
+    reports: list[DispatchReport] = []
+
+    def run(d: Dispatcher) -> None:
+        reports.append(d.run(stop))
+
     threads = [
-        threading.Thread(target=d.run, args=(stop,), name=f"dispatcher-{i + 1}", daemon=True)
+        threading.Thread(target=run, args=(d,), name=f"dispatcher-{i + 1}", daemon=True)
         for i, d in enumerate(dispatcher_objs)
     ]
     for t in threads:
@@ -122,7 +145,8 @@ def run_core_demo(
     store.close()
     if tmp:
         tmp.cleanup()
-    return _summarise(transport, expected, labels, poison, compression, time.monotonic() - started)
+    lags = [lag for r in reports for lag in r.release_lag_seconds.get(CAPPED, [])]
+    return _summarise(transport, expected, labels, poison, compression, time.monotonic() - started, lags)
 
 
 def _send_mix(
@@ -185,14 +209,17 @@ def _summarise(
     poison: int,
     compression: float,
     seconds: float,
+    release_lags: list[float],
 ) -> DemoResult:
-    """The demo's summary from what the transport saw."""
+    """The demo's summary from what the transport saw (lateness: of the uncapped destination's messages; what the
+    cap added to the capped one's is their release lag, from the dispatchers' reports)."""
     arrivals = Counter(s.message.message_id for s in transport.sent)
     lateness = [
         max(0.0, s.sent_at.timestamp() - expected[s.message.message_id][1])
         for s in transport.sent
-        if s.message.destination != "error"
+        if s.message.destination not in ("error", CAPPED)
     ]
+    capped_seconds = Counter(int(s.sent_at.timestamp()) for s in transport.sent if s.message.destination == CAPPED)
     delivered_ids = {s.message.message_id for s in transport.sent}
     return DemoResult(
         sent=len(expected),
@@ -208,4 +235,8 @@ def _summarise(
         seconds=seconds,
         by_dispatcher=dict(transport.senders),
         by_delay=dict(labels),
+        release_lag_p50=_percentile(release_lags, 50),
+        release_lag_p99=_percentile(release_lags, 99),
+        release_lag_max=max(release_lags, default=0.0),
+        release_busiest_second=max(capped_seconds.values(), default=0),
     )
