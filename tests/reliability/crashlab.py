@@ -39,6 +39,7 @@ from delayed_delivery import (
     SystemClock,
 )
 from delayed_delivery.clock import Clock
+from delayed_delivery.release import ReleaseRates
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 CLAIM_TIMEOUT = 0.5
@@ -95,6 +96,15 @@ class CrashingStore(SqliteDelayedMessageStore):
             self.faults.point("before_remove")
         return super().remove_many(message_ids, claims)
 
+    def defer(self, deferrals: Sequence[tuple[str, datetime, str]]) -> Sequence[bool]:
+        """Release control gives messages back until their slots: a death before, or after, that write."""
+        if self.faults:
+            self.faults.point("before_defer")
+        done = super().defer(deferrals)
+        if self.faults:
+            self.faults.point("after_defer")
+        return done
+
 
 @dataclass
 class SoakResult:
@@ -135,8 +145,13 @@ def _tally(sink: Path, expected: set[str]) -> tuple[int, int, int]:
     return delivered, lost, duplicates
 
 
-def in_process_soak(messages: int, crashes: int, seed: int = 1, probability: float = 0.03) -> SoakResult:
-    """Inject ``crashes`` abrupt dispatcher deaths at fault points; rounds of ``messages`` are added until done."""
+def in_process_soak(
+    messages: int, crashes: int, seed: int = 1, probability: float = 0.03, *, release_rate: float | None = None
+) -> SoakResult:
+    """Inject ``crashes`` abrupt dispatcher deaths at fault points; rounds of ``messages`` are added until done.
+
+    ``release_rate``: release control caps the destination at that many messages a second (``release_rates``), so
+    deaths also land while messages are deferred to or held for their release slots."""
     started = time.monotonic()
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,7 +159,8 @@ def in_process_soak(messages: int, crashes: int, seed: int = 1, probability: flo
         clock = ManualClock(T0)
         faults = FaultPlan(rng, probability)
         transport = SinkTransport(sink, faults)
-        settings = DelayedDeliverySettings(batch_size=8, max_concurrency=1, number_of_retries=1000)
+        rates = ReleaseRates.of({"orders": release_rate} if release_rate else None)
+        settings = DelayedDeliverySettings(batch_size=8, max_concurrency=1, number_of_retries=1000, release_rates=rates)
         expected: set[str] = set()
         injected, rounds = 0, 0
         probe = SqliteDelayedMessageStore(db)

@@ -182,6 +182,8 @@ class SqsSoakResult:
     #: Handler outcomes per inner message (``HopOutcome`` values).
     outcomes: dict[str, int] = field(default_factory=dict)
     endpoints: int = 1
+    #: Release control on: seconds of the release calendar holding more than their capacity (must be 0).
+    release_overfull: int = 0
 
 
 class Lab:

@@ -16,10 +16,13 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from delayed_delivery.aws import DelayedSend, EndpointQueues, HopOutcome, SqsDelayedSender, ensure_endpoint
+from delayed_delivery.aws.config import RELEASE_TABLE_ENV
+from delayed_delivery.aws.release_calendar import ensure_release_table
 from delayed_delivery.aws.requeue.handler import build_handler
+from delayed_delivery.release import RELEASE_RATES_ENV, ReleaseRates, second_capacity
 from delayed_delivery.testing.aws import LocalEventSourcePoller
 from tests.fixtures.moto import queue_depth
 from tests.reliability.crashlab import InjectedCrash
@@ -127,7 +130,16 @@ class CrashSoak:
     """Drives the soak; ``run()`` returns the counts."""
 
     def __init__(
-        self, endpoint_url: str, *, endpoints: int, messages: int, crashes: int, seed: int, probability: float
+        self,
+        endpoint_url: str,
+        *,
+        endpoints: int,
+        messages: int,
+        crashes: int,
+        seed: int,
+        probability: float,
+        release_rate: float | None = None,
+        delays: tuple[int, int] = DELAYS,
     ) -> None:
         import boto3
 
@@ -141,6 +153,20 @@ class CrashSoak:
         prefix = f"soak{self.rng.getrandbits(40):010x}"
         self.settings = lab_settings(prefix)
         self.env = handler_env(self.settings, SOAK_SQS)
+        self.delays = delays
+        #: Release control (``release_rate``): every endpoint capped, its slots in a calendar on moto's DynamoDB.
+        self.rates = ReleaseRates.of({"*": release_rate} if release_rate else None)
+        self.dynamodb: Any = None
+        if self.rates:
+            self.dynamodb = self.session.client(
+                "dynamodb",
+                endpoint_url=endpoint_url,
+                region_name=REGION,
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing",
+            )
+            ensure_release_table(self.dynamodb, f"{prefix}-release")
+            self.env |= {RELEASE_RATES_ENV: self.rates.to_json(), RELEASE_TABLE_ENV: f"{prefix}-release"}
         self.sender = SqsDelayedSender(self.client, self.settings, sqs_settings=SOAK_SQS)
         self.arrivals: Counter[str] = Counter()
         self.outcomes: Counter[str] = Counter()
@@ -171,9 +197,16 @@ class CrashSoak:
             for result in results:
                 for each in result.per_message():
                     self.outcomes[each.outcome.value] += 1
+                    self.outcomes["release_wait"] += each.release_wait
+                    self.outcomes["release_slot"] += each.release_lag_s is not None
                     ep.forwarded = ep.forwarded or each.outcome is HopOutcome.FORWARDED
 
-        handler = build_handler(self.env, sqs_client=ep.wrapper, on_results=seen)  # type: ignore[arg-type]
+        handler = build_handler(
+            self.env,
+            sqs_client=ep.wrapper,  # type: ignore[arg-type]
+            dynamodb_client=self.dynamodb,
+            on_results=seen,
+        )
         ep.poller = LocalEventSourcePoller(ep.wrapper, ep.queues.delay_url, ep.queues.delay_arn, handler)  # type: ignore[arg-type]
 
     def stop_crashing(self) -> None:
@@ -190,7 +223,7 @@ class CrashSoak:
             return
         count = min(room, self.rng.randint(1, 10))
         ids = [f"e{ep.index}-{ep.sent + i:07d}" for i in range(count)]
-        batch = [DelayedSend(ep.name, mid, self.rng.randint(*DELAYS), message_id=mid) for mid in ids]
+        batch = [DelayedSend(ep.name, mid, self.rng.randint(*self.delays), message_id=mid) for mid in ids]
         result = self.sender.send_delayed_batch(batch)
         assert result.ok, result.failures
         ep.sent += count
@@ -292,7 +325,26 @@ class CrashSoak:
             parks=self.outcomes[HopOutcome.PARKED.value],
             outcomes=dict(self.outcomes),
             endpoints=len(self.endpoints),
+            release_overfull=self._overfull(),
         )
+
+    def _overfull(self) -> int:
+        """Seconds of the release calendar holding more than their capacity (must be 0)."""
+        if not self.rates:
+            return 0
+        table = self.env[RELEASE_TABLE_ENV]
+        overfull = 0
+        for ep in self.endpoints:
+            rate = self.rates.rate_for(ep.name)
+            assert rate is not None
+            items = self.dynamodb.query(
+                TableName=table,
+                KeyConditionExpression="destination = :d AND #s >= :z",
+                ExpressionAttributeNames={"#s": "second"},
+                ExpressionAttributeValues={":d": {"S": ep.name}, ":z": {"N": "0"}},
+            )["Items"]
+            overfull += sum(1 for i in items if int(i["taken"]["N"]) > second_capacity(rate, int(i["second"]["N"])))
+        return overfull
 
 
 def in_process_soak(
@@ -306,12 +358,21 @@ def in_process_soak(
     endpoints: int = 4,
     progress: TextIO | None = None,
     crash_seconds: float | None = None,
+    release_rate: float | None = None,
+    delays: tuple[int, int] = DELAYS,
 ) -> SqsSoakResult:
     """Inject ``crashes`` deaths at the fault points over ``endpoints`` endpoints, ``messages`` on the way on each.
 
     ``crash_seconds`` ends the crash phase early (fewer crashes, reported as such); then everything settles.
     """
     soak = CrashSoak(
-        endpoint_url, endpoints=endpoints, messages=messages, crashes=crashes, seed=seed, probability=probability
+        endpoint_url,
+        endpoints=endpoints,
+        messages=messages,
+        crashes=crashes,
+        seed=seed,
+        probability=probability,
+        release_rate=release_rate,
+        delays=delays,
     )
     return soak.run(timeout, Progress(crashes, progress), crash_seconds)

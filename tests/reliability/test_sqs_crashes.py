@@ -30,3 +30,26 @@ def test_sigkilled_poller_processes_lose_nothing(moto_endpoint: str) -> None:
     assert result.lost == 0, result.leftovers
     assert result.delivered == 30
     assert result.error_queue == 0
+
+
+def test_handler_dying_in_the_middle_of_a_paced_release_loses_nothing(moto_endpoint: str) -> None:
+    # every endpoint capped at 2/s with a 1 s native cap (delays 2-5 s: hops only, no parks): forwards take slots
+    # from the shared calendar (DynamoDB), and deaths land after slots were taken and around the forwards using them
+    result = in_process_soak(
+        moto_endpoint,
+        messages=5,
+        crashes=5,
+        seed=13,
+        probability=0.5,
+        timeout=240,
+        endpoints=2,
+        release_rate=2,
+        delays=(2, 5),
+    )
+    assert result.injected_crashes == 5, result
+    assert result.outcomes["release_slot"] >= result.delivered, result.outcomes  # every forward took a slot
+    assert result.lost == 0, result.leftovers
+    assert result.delivered == result.messages >= 10
+    assert result.error_queue == 0
+    assert result.release_overfull == 0, "a death only leaves a slot unused, never a second over its cap"
+    assert result.duplicates <= result.injected_crashes * 10
