@@ -15,15 +15,18 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError, ResourceNotFoundError
-from azure.storage.blob import BlobLeaseClient, ContainerClient
 
 from .. import logfields as lf
 from ..errors import ConfigurationError
 from ..naming import validate_azure_container_name
 from ..validation import is_whole
 from .sdk_errors import translate
+
+if TYPE_CHECKING:  # the blob SDK loads when a lease is taken (reading the lease limits stays light)
+    from azure.storage.blob import BlobLeaseClient, ContainerClient
 
 __all__ = ["MAX_LEASE_SECONDS", "MIN_LEASE_SECONDS", "BlobLease", "lease_blob_name"]
 
@@ -121,6 +124,8 @@ class BlobLease:
         if self._client is not None:  # lost earlier: clean up before trying again
             self.abandon()
         started = self._monotonic()
+        from azure.storage.blob import BlobLeaseClient
+
         client = BlobLeaseClient(self.blob, lease_id=self._lease_id)
         try:
             try:

@@ -24,13 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import requests
-from azure.core.pipeline.transport import RequestsTransport
-from azure.data.tables import TableServiceClient
-from azure.storage.blob import BlobServiceClient
-from azure.storage.queue import QueueServiceClient
+from typing import TYPE_CHECKING, Any
 
 from ..envsettings import env_name, env_value
 from ..errors import ConfigurationError
@@ -40,6 +34,12 @@ from ..settings import DelayedDeliverySettings
 from ..validation import is_number, is_whole
 from .blob_lease import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
 from .destinations import DestinationPolicy, parse_patterns
+
+if TYPE_CHECKING:  # the SDKs load when clients are made, so reading settings (and the CLI's start) stays light
+    from azure.core.pipeline.transport import RequestsTransport
+    from azure.data.tables import TableServiceClient
+    from azure.storage.blob import BlobServiceClient
+    from azure.storage.queue import QueueServiceClient
 
 __all__ = ["AzureClients", "AzureDelayedDeliveryConfig", "http_transport"]
 
@@ -169,6 +169,10 @@ class AzureClients:
         ``fail_fast`` (commands run by people): short timeouts and no retry, so a storage endpoint that is down
         or silent fails within seconds instead of retrying for minutes.
         """
+        from azure.data.tables import TableServiceClient
+        from azure.storage.blob import BlobServiceClient
+        from azure.storage.queue import QueueServiceClient
+
         pool = max(10, config.settings.max_concurrency + 4)  # parallel puts must not queue for connections
         lease_timeouts, timeouts = (_FAIL_FAST_TIMEOUTS, _FAIL_FAST_TIMEOUTS) if fail_fast else (_LEASE_TIMEOUTS, {})
         options: dict[str, Any] = {"retry_total": 0} if fail_fast else {}
@@ -222,6 +226,9 @@ def http_transport(pool: int, **timeouts: float) -> RequestsTransport:
     With fewer pooled connections than parallel calls, every extra call opens and drops a connection; on a
     busy endpoint the churn overflows its accept queue and a dropped SYN stalls a call for seconds.
     """
+    import requests
+    from azure.core.pipeline.transport import RequestsTransport
+
     session = requests.Session()
     adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=pool)
     session.mount("http://", adapter)

@@ -12,9 +12,6 @@ from delayed_delivery.app.cli.output import emit_json, fail, say
 from delayed_delivery.app.cli.verify_azure import run_verify_command
 from delayed_delivery.app.routes.base import azure_connection, require_endpoint
 from delayed_delivery.azure.config import ENV_CONNECTION, ENV_ENDPOINT, AzureClients, AzureDelayedDeliveryConfig
-from delayed_delivery.azure.packaging import build_function_app
-from delayed_delivery.azure.runner import AzureDispatcherHost
-from delayed_delivery.azure.sender import AzureDelayedSender
 from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.naming import azure_delays_table_name, validate_azure_queue_name
 
@@ -58,6 +55,8 @@ def package(
     out: Annotated[Path, typer.Argument(help="Output folder (created; an earlier build is replaced).")],
 ) -> None:
     """Build the function-app folder for `func azure functionapp publish <app>`."""
+    from delayed_delivery.azure.packaging import build_function_app
+
     try:
         folder = build_function_app(out)
     except DelayedDeliveryError as exc:
@@ -88,6 +87,8 @@ def setup(
 
     Example: delayed-delivery azure setup --local --endpoint shop --queue orders --queue billing
     """
+    from delayed_delivery.azure.runner import AzureDispatcherHost
+
     queues = list(dict.fromkeys(queue or []))
     try:
         for name in queues:  # every name is checked before anything is created
@@ -114,6 +115,8 @@ def send(
     connection: Connection = None,
 ) -> None:
     """Send one delayed message and print where it went (JSON)."""
+    from delayed_delivery.azure.sender import AzureDelayedSender
+
     try:
         config = _config(connection, endpoint, local)
         sender = AzureDelayedSender.from_config(config, AzureClients.create(config, fail_fast=True))
@@ -131,6 +134,8 @@ def dispatch(
     connection: Connection = None,
 ) -> None:
     """Run the dispatcher here for SECONDS (what one timer run does), then print a summary (JSON)."""
+    from delayed_delivery.azure.runner import AzureDispatcherHost
+
     try:
         summary = AzureDispatcherHost(_config(connection, endpoint, local)).run(budget=seconds)
     except DelayedDeliveryError as exc:
