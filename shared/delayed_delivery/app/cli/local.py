@@ -50,6 +50,22 @@ def up(
             signal.signal(signum, handler)
 
 
+@local_app.command()
+def env(
+    moto_port: Annotated[int, typer.Option(help="moto server port.")] = LOCAL_MOTO_PORT,
+    azurite_port: Annotated[int, typer.Option(help="Azurite blob port; queue and table use the next two.")] = (
+        LOCAL_AZURITE_PORTS[0]
+    ),
+) -> None:
+    """Print the exports that point the AWS and Azure SDKs at `local up`'s emulators (what `local up` prints).
+
+    Example: eval "$(delayed-delivery local env)"   (then boto3 and the Azure examples use the emulators)
+    """
+    ports = (azurite_port, azurite_port + 1, azurite_port + 2)
+    for key, value in local_settings(f"http://127.0.0.1:{moto_port}", ports).items():
+        say(f"export {key}='{value}'")
+
+
 def _serve(moto_port: int, ports: tuple[int, int, int], seconds: float | None, as_json: bool) -> None:
     """Start both emulators, print how to reach them, wait, and stop them (also on Ctrl-C or SIGTERM)."""
     try:
