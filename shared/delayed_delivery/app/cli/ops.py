@@ -295,13 +295,26 @@ def pending(
 
 
 def _print_queue_depths(report: PendingReport) -> None:
-    """The SQS form: approximate counts per endpoint, no due times."""
-    table = Table(title=f"SQS pending (approximate): {report.pending} message(s)")
+    """The SQS form, under its own heading: approximate counts of SQS messages per endpoint, no due times."""
+    counts = report.approximate
+    table = Table(title="approximate: SQS queue attributes, in SQS messages (an envelope counts once)")
     for col in ("queue", "in the -delay.fifo hop cycle", "final native delay", "ready at destination"):
         table.add_column(col, justify="left" if col == "queue" else "right")
     for q in report.queues or ():
         table.add_row(q.queue, str(q.hop_cycle), str(q.final_native_delay), str(q.ready_at_destination))
     print_table(table)
+    if counts is not None:
+        if counts.ingest_queue is not None:
+            failed = counts.ingest_dlq_sqs_messages
+            dlq = f", {failed} in its dead-letter queue" if failed else ""
+            say(
+                f"ingest queue {counts.ingest_queue}: {counts.ingest_sqs_messages} SQS message(s) on their way into "
+                f"the time-bucket tier{dlq}"
+            )
+        say(
+            f"still to deliver through SQS: {counts.sqs_messages} SQS message(s), so at least {counts.sqs_messages} "
+            f"message(s) (an envelope holds up to {counts.envelope_max_messages:,})"
+        )
     _print_error_queue(report)
     _print_limits(report)
 
@@ -336,7 +349,7 @@ def _print_tier(report: BucketPendingReport, by: str) -> None:
     census, overdue = report.census, report.census.oldest_overdue
     late = f"{_bucket_text(overdue)}, {format_duration(census.oldest_overdue_seconds)} past its end" if overdue else "-"
     say(
-        f"time-bucket tier s3://{report.bucket_name}/{report.prefix}: {census.describe_total()} message(s) in "
+        f"exact: time-bucket tier s3://{report.bucket_name}/{report.prefix}: {census.describe_total()} message(s) in "
         f"{census.objects} object(s) ({census.fine_messages} in fine buckets, {census.coarse_messages} in coarse)\n"
         f"next due bucket: {_bucket_text(census.next_due)}   oldest overdue: {late}"
     )
@@ -358,7 +371,7 @@ def _print_tier(report: BucketPendingReport, by: str) -> None:
             continue
         moved = f" → {instant(r.due_at)}" if r.due_at else ""
         say(f"  {r.kind.value} {r.message_id} on {r.endpoint}{moved}")
-    if report.queues:
+    if report.queues or (report.approximate is not None and report.approximate.ingest_queue is not None):
         _print_queue_depths(report)
         return
     _print_error_queue(report)

@@ -28,6 +28,7 @@ __all__ = [
     "RecordReceipt",
     "RescheduleResult",
     "SendResult",
+    "SqsCounts",
     "UsageError",
     "azure_connection",
     "local_azure_connection_string",
@@ -129,7 +130,8 @@ class BacklogPeriod:
 
 @dataclass(frozen=True, slots=True)
 class QueueDepth:
-    """Approximate SQS counts of one endpoint: on the hop cycle, waiting a final native delay, ready."""
+    """Approximate SQS counts of one endpoint, in SQS messages: on the hop cycle (envelopes count once), waiting a
+    final native delay, ready at the destination."""
 
     queue: str
     hop_cycle: int
@@ -137,11 +139,61 @@ class QueueDepth:
     ready_at_destination: int
 
 
+#: What SQS cannot count: the messages inside envelopes (their number is known only to whoever receives them).
+ENVELOPE_NOTE = (
+    "SQS counts SQS messages: a packed envelope counts once and carries up to {most} delayed messages, and how many "
+    "it carries is known only when it is received (and delayed or parked ones cannot be received before their "
+    "time), so these are at least as many messages as SQS messages, not a count of them"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SqsCounts:
+    """What SQS queue attributes tell, approximate (eventually consistent) and in SQS messages, not messages."""
+
+    #: SQS messages on the ``-delay.fifo`` hop cycles and waiting out their final ``DelaySeconds`` (the rows).
+    delayed_sqs_messages: int
+    #: The most delayed messages one envelope carries.
+    envelope_max_messages: int
+    #: The time-bucket tier's ingest queue (messages on their way into S3), when it exists.
+    ingest_queue: str | None = None
+    ingest_sqs_messages: int | None = None
+    #: Ingest records that failed their receives and wait in the ingest queue's dead-letter queue.
+    ingest_dlq_sqs_messages: int | None = None
+
+    @property
+    def sqs_messages(self) -> int:
+        """Every SQS message still to be delivered: the hop cycles, final delays and the ingest backlog."""
+        return self.delayed_sqs_messages + (self.ingest_sqs_messages or 0)
+
+    @property
+    def note(self) -> str:
+        """What these counts are, and what they cannot say."""
+        return ENVELOPE_NOTE.format(most=f"{self.envelope_max_messages:,}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``approximate`` object of ``pending --json``."""
+        return {
+            "sqs_messages": self.sqs_messages,
+            "messages_at_least": self.sqs_messages,
+            "hop_cycle_and_final_delay_sqs_messages": self.delayed_sqs_messages,
+            "ingest_queue": self.ingest_queue,
+            "ingest_sqs_messages": self.ingest_sqs_messages,
+            "ingest_dlq_sqs_messages": self.ingest_dlq_sqs_messages,
+            "envelope_max_messages": self.envelope_max_messages,
+            "note": self.note,
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class PendingReport:
-    """The backlog of a route: exact counts by due hour or day, or (SQS) approximate counts per queue."""
+    """The backlog of a route: exact counts by due hour or day, and (SQS) approximate counts per queue, apart.
 
-    pending: int
+    ``pending`` is an exact count of messages, or ``None`` where the route has none (SQS without the tier);
+    ``approximate`` holds what SQS queue attributes say, in SQS messages. The two are never added up.
+    """
+
+    pending: int | None
     route: str
     cloud: str | None = None
     #: None when the route knows no due times (SQS); then ``queues`` holds its counts.
@@ -154,6 +206,7 @@ class PendingReport:
     error_queue: str | None = None
     error_queue_messages: int | None = None
     limits: str | None = None
+    approximate: SqsCounts | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The ``pending --json`` document."""
@@ -171,6 +224,8 @@ class PendingReport:
             d["backlog"] = [{"bucket": b.start.isoformat(), "count": b.count} for b in self.backlog]
         if self.queues is not None:
             d["queues"] = [asdict(q) for q in self.queues]
+        if self.approximate is not None:
+            d["approximate"] = self.approximate.as_dict()
         if self.cloud is not None:
             d.update(error_queue=self.error_queue, error_queue_messages=self.error_queue_messages, limits=self.limits)
         return d

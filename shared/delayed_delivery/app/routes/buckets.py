@@ -19,6 +19,7 @@ from delayed_delivery.app.routes.base import (
     PendingReport,
     RecordReceipt,
     RescheduleResult,
+    SqsCounts,
     require_queue,
 )
 from delayed_delivery.app.routes.sqs import SqsOperatorRoute
@@ -176,7 +177,7 @@ class BucketTierRoute(SqsOperatorRoute):
         census = self._operations().census(period)
         records, truncated = self._live_records(queue)
         return BucketPendingReport(
-            pending=fifo.pending + census.messages,
+            pending=census.messages,  # exact; the SQS queues' counts stay apart, in ``approximate``
             route="sqs-queue-attributes+s3-buckets",
             cloud="aws",
             backlog=tuple(BacklogPeriod(row.start, row.messages) for row in census.rows),
@@ -186,6 +187,7 @@ class BucketTierRoute(SqsOperatorRoute):
             error_queue=fifo.error_queue,
             error_queue_messages=fifo.error_queue_messages,
             limits=_limits(census, queue),
+            approximate=fifo.approximate,
             census=census,
             bucket_name=self.config.bucket_name,
             prefix=self.config.prefix,
@@ -200,8 +202,16 @@ class BucketTierRoute(SqsOperatorRoute):
         except DestinationNotFoundError:
             if queue is None:
                 raise
+            from delayed_delivery.aws.packing import MAX_ENVELOPE_ENTRIES
+
+            counts = self._with_ingest(SqsCounts(0, MAX_ENVELOPE_ENTRIES))
             return PendingReport(
-                pending=0, route="", queues=(), error_queue=self.settings.error_queue, error_queue_messages=None
+                pending=None,
+                route="",
+                queues=(),
+                error_queue=self.settings.error_queue,
+                error_queue_messages=None,
+                approximate=counts,
             )
 
     def _live_records(self, queue: str | None) -> tuple[list[StoredRecord], bool]:
@@ -275,11 +285,13 @@ def _unknown_queue_is_to() -> Iterator[None]:
 def _limits(census: BucketCensus, queue: str | None) -> str:
     """What ``pending`` says it cannot know."""
     parts = [
-        f"time-bucket tier: {census.describe_total()} message(s) from the object listing (no body read), counting "
-        + census.counts,
+        f"time-bucket tier: {census.describe_total()} message(s) in S3 from the object listing (no body read), "
+        f"counting {census.counts}; messages still in the ingest queue are not in S3 yet and are counted apart, "
+        "approximately, in SQS messages",
         f"per destination: {PER_DESTINATION}" + (f", so --queue {queue!r} filters only the records" if queue else ""),
         "a coarse bucket's messages are due anywhere in it (shown in the row where it starts)",
-        "the FIFO route's counts ('hop cycle', 'final native delay') are approximate SQS attributes",
+        "the SQS counts ('hop cycle', 'final native delay', 'ingest') are approximate SQS attributes in SQS messages "
+        "(an envelope counts once), never added to the tier's exact count",
     ]
     if not census.exact:
         parts.insert(1, f"{census.uncounted_objects} object(s) have keys without a count (written before key v2)")

@@ -19,6 +19,7 @@ from delayed_delivery.app.routes.base import (
     RecordReceipt,
     RescheduleResult,
     SendResult,
+    SqsCounts,
     UsageError,
     refuse_tier_options,
     require_queue,
@@ -97,9 +98,11 @@ class SqsOperatorRoute:
         )
 
     def pending(self, bucket_seconds: int, *, queue: str | None = None) -> PendingReport:
-        """Approximate counts from queue attributes of every endpoint (``<q>`` with ``<q>-delay.fifo``)."""
+        """Approximate counts from queue attributes of every endpoint (``<q>`` with ``<q>-delay.fifo``) and of the
+        tier's ingest queue, in SQS messages."""
         from botocore.exceptions import BotoCoreError, ClientError
 
+        from delayed_delivery.aws.packing import MAX_ENVELOPE_ENTRIES
         from delayed_delivery.aws.sqs import translate_error
 
         try:
@@ -136,20 +139,54 @@ class SqsOperatorRoute:
                 )
         except (ClientError, BotoCoreError) as exc:
             raise translate_error(exc, f"reading queue attributes at {self.where}") from exc
+        counts = SqsCounts(sum(r.hop_cycle + r.final_native_delay for r in rows), MAX_ENVELOPE_ENTRIES)
+        counts = self._with_ingest(counts)
         return PendingReport(
-            pending=sum(r.hop_cycle + r.final_native_delay for r in rows),
+            pending=None,
             route="sqs-queue-attributes",
             cloud="aws",
             queues=tuple(rows),
             error_queue=self.settings.error_queue,
             error_queue_messages=self._error_queue_depth(),
             limits=(
-                "SQS counts are approximate (eventually consistent) and carry no due times: no backlog by hour/day, "
-                "no next due or overdue. 'hop cycle' = messages in <queue>-delay.fifo (delays beyond the native cap); "
-                "'final native delay' = messages waiting out DelaySeconds on the destination (they may also be "
-                "directly sent short delays)."
+                "SQS counts are approximate (eventually consistent), count SQS messages and carry no due times: no "
+                "backlog by hour/day, no next due or overdue. 'hop cycle' = SQS messages in <queue>-delay.fifo "
+                "(delays beyond the native cap; an envelope counts once); 'final native delay' = messages waiting out "
+                "DelaySeconds on the destination (they may also be directly sent short delays); 'ingest' = SQS "
+                f"messages on their way into the time-bucket tier. {counts.note}."
             ),
+            approximate=counts,
         )
+
+    def _with_ingest(self, counts: SqsCounts) -> SqsCounts:
+        """``counts`` with the tier's ingest queue and its dead-letter queue, when the ingest queue exists."""
+        from dataclasses import replace
+
+        from delayed_delivery.aws.tier.provision import dlq_name
+
+        name = self.settings.bucket_ingest_queue
+        backlog = self._depth(name)
+        if backlog is None:
+            return counts
+        return replace(
+            counts, ingest_queue=name, ingest_sqs_messages=backlog, ingest_dlq_sqs_messages=self._depth(dlq_name(name))
+        )
+
+    def _depth(self, name: str) -> int | None:
+        """Visible, in-flight and delayed SQS messages of queue ``name`` (None when it does not exist)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        wanted: list[QueueAttributeNameType] = [
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesDelayed",
+            "ApproximateNumberOfMessagesNotVisible",
+        ]
+        try:
+            url = self.client.get_queue_url(QueueName=name)["QueueUrl"]
+            attributes = self.client.get_queue_attributes(QueueUrl=url, AttributeNames=wanted)["Attributes"]
+        except (ClientError, BotoCoreError):
+            return None
+        return sum(int(attributes.get(k, 0)) for k in wanted)
 
     def _error_queue_depth(self) -> int | None:
         """Messages waiting in the error queue (None when it does not exist)."""
