@@ -99,6 +99,7 @@ class Dispatcher:
         overlap_removal: bool = False,
         release_share: float = 1.0,
         release_state: ReleaseStateStore | None = None,
+        log_fields: Mapping[str, str] | None = None,
     ) -> None:
         # overlap_removal: with a batch-removing store, remove each sent batch in the background while the next
         # batch is fetched and sent (the store must not hand out a row again before its removal has finished)
@@ -109,6 +110,8 @@ class Dispatcher:
         self.transport = transport
         self.settings = settings or DelayedDeliverySettings()
         self.clock = clock or SystemClock()
+        # log_fields (e.g. {"cloud": "azure"}) go on every message's log line, so the logs say where they came from
+        self._log_fields = dict(log_fields or {})
         self._critical = on_critical_error or _log_critical
         s = self.settings
         delays = {"armed_delay": s.failure_delay, "tripped_delay": s.tripped_failure_delay}
@@ -584,6 +587,15 @@ class Dispatcher:
             report.already_removed += self._log_removal(message, lateness, self._remove(message), lag)
         return report
 
+    def _about(self, message: DelayedMessage) -> dict[str, object]:
+        """The keys of every log line about ``message``: its id, destination and due time, and ``log_fields``."""
+        return {
+            **self._log_fields,
+            lf.MESSAGE_ID: message.message_id,
+            lf.DESTINATION: message.destination,
+            lf.DUE_AT: message.due_at.isoformat(),
+        }
+
     def _remove(self, message: DelayedMessage) -> bool:
         """Remove a fetched message under its claim (stores without claim tokens: by id, as they always did)."""
         claim = claim_of(message)
@@ -593,7 +605,7 @@ class Dispatcher:
 
     def _log_removal(self, message: DelayedMessage, lateness: float, removed: bool, lag: float | None = None) -> int:
         """Log the outcome of removing a dispatched message; 1 when it was already gone or superseded."""
-        base = {lf.MESSAGE_ID: message.message_id, lf.DESTINATION: message.destination}
+        base = self._about(message)
         if removed:
             extra = {**base, lf.EVENT: lf.EVENT_DISPATCHED, lf.LATENESS_S: round(lateness, 3)}
             if lag is not None:
@@ -614,7 +626,7 @@ class Dispatcher:
         return 1
 
     def _on_send_failure(self, message: DelayedMessage, exc: Exception, report: DispatchReport) -> None:
-        base = {lf.MESSAGE_ID: message.message_id, lf.DESTINATION: message.destination, lf.REASON: repr(exc)}
+        base = {**self._about(message), lf.REASON: repr(exc)}
         permanent = isinstance(exc, PermanentError)
         if not permanent:
             self.dispatch_breaker.failure(exc)
@@ -659,7 +671,7 @@ class Dispatcher:
                 hdr.FAILURE_COUNT: str(failures),
             }
         )
-        base = {lf.MESSAGE_ID: message.message_id, lf.DESTINATION: message.destination, lf.REASON: repr(exc)}
+        base = {**self._about(message), lf.REASON: repr(exc)}
         try:
             self.transport.send(failed)
         except Exception as forward_exc:

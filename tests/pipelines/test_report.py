@@ -102,6 +102,7 @@ def test_report_numbers_match_the_hand_computed_values(spark: Any, logs: Path, t
     assert [(row["minute"].minute, row["dispatched"]) for row in r.tables["throughput"]] == [
         (10, 2),
         (30, 1),  # m6, from its epoch-ms timestamp
+        (45, 1),  # m3's forward to its destination queue: the SQS route's hand-over
         (50, 1),
         (46, 1),
     ]
@@ -172,7 +173,8 @@ def test_aws_only_demo_logs_report_hops_and_cost_without_lateness(spark: Any, tm
     r = build_report(spark, str(logs), str(out))  # the SQS function logs no lateness and no stored events
     assert r.events > 0 and r.messages > 0
     assert r.tables["lateness_by_endpoint"] == [] and r.tables["lateness_by_band"] == []
-    assert r.tables["throughput"] == []
+    forwards = (DATA / "demo-aws.jsonl").read_text().count('"event":"forwarded"')
+    assert sum(row["dispatched"] for row in r.tables["throughput"]) == forwards > 0  # the hand-overs to destinations
     assert sum(row["messages"] for row in r.tables["hops"]) == r.messages
     assert max(row["hops"] for row in r.tables["hops"]) >= 2
     assert sum(row["forwards"] for row in r.tables["error_queue"]) == 2  # the demo's two poison messages
@@ -181,6 +183,7 @@ def test_aws_only_demo_logs_report_hops_and_cost_without_lateness(spark: Any, tm
     assert cost["measured_requests_per_message"] > 1
     _assert_every_table_is_written_with_its_columns(spark, out)
     assert r.notes[0] == "Clouds named in these logs: aws."
+    assert any(f"{r.messages} message(s) have no delay in these logs" in note for note in r.notes)
     assert any("No message has a logged lateness" in note for note in r.notes)
     summary = (out / "summary.md").read_text()
     assert "No message has a logged lateness" in summary and "lateness_by_band.png" not in summary
@@ -221,10 +224,12 @@ def test_synthesised_one_cloud_logs_without_lateness_or_delay(spark: Any, tmp_pa
     assert cost["nservicebus_formula_requests_per_message"] is None
 
 
-def consumed(mid: str, t: float, destination: str, lateness: float | None, delay: float | None) -> str:
+def consumed(
+    mid: str, t: float, destination: str, lateness: float | None, delay: float | None, cloud: str | None = "aws"
+) -> str:
     """A consumer's ``consumed`` line, as ``observe_lateness`` writes it (docs/receiving.md)."""
     return json.dumps({"timestamp": at(t), "level": "INFO", "message": "consumed", "event": "consumed",
-                       "cloud": "aws", "destination": destination, "message_id": mid, "due_at": at(t - (lateness or 0)),
+                       "cloud": cloud, "destination": destination, "message_id": mid, "due_at": at(t - (lateness or 0)),
                        "hop": 1, "route": "fifo", "consumer_lateness_s": lateness, "delay_s": delay})  # fmt: skip
 
 
@@ -237,10 +242,10 @@ def test_consumer_lines_give_end_to_end_lateness_and_leave_the_other_tables_alon
     (logs / "consumer.jsonl").write_text(
         "\n".join(
             [
-                consumed("m1", 603, "q-A", 3.0, 600),  # 2 s after its dispatch
-                consumed("m1", 700, "q-A", 100.0, 600),  # consumed again: the first one counts
+                consumed("m1", 603, "q-A", 3.0, 600, None),  # 2 s after its dispatch (a store route: no cloud)
+                consumed("m1", 700, "q-A", 100.0, 600, None),  # consumed again: the first one counts
                 consumed("m3", 3009, "q-A", 9.0, 3000),
-                consumed("m5", 100_010, "q-B", 10.0, 100_000),
+                consumed("m5", 100_010, "q-B", 10.0, 100_000, None),
                 consumed("x9", 50, "q-B", 0.5, None),  # no send time: the unknown band
                 consumed("x10", 60, "q-B", None, None),  # no due time: no lateness, left out
             ]
@@ -266,3 +271,24 @@ def test_consumer_lines_give_end_to_end_lateness_and_leave_the_other_tables_alon
     summary = (out / "summary.md").read_text()
     assert "## End-to-end lateness at the consumer by endpoint" in summary and "| q-B | 2 |" in summary
     _assert_every_table_is_written_with_its_columns(spark, out)
+
+
+def test_a_consumed_line_gives_a_dispatched_message_its_delay_and_cloud(spark: Any, tmp_path: Path) -> None:
+    """Dispatcher lines without a send time (a store dispatcher's) get their band and cloud from the consumer."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.jsonl").write_text(
+        "\n".join(
+            [
+                line("d1", "dispatched", 90_000, lateness_s=0.2),  # no stored line, no delay_s: band unknown alone
+                line("d2", "dispatched", 500, lateness_s=0.1),
+                consumed("d1", 90_001, "q-A", 1.0, 90_000, "azure"),
+            ]
+        )
+        + "\n"
+    )
+    r = build_report(spark, str(logs), str(tmp_path / "report"))
+    bands = {row["band"]: row["messages"] for row in r.tables["lateness_by_band"]}
+    assert bands == {"1 d–30 d": 1, "unknown": 1}
+    assert "Clouds named in these logs: azure." in r.notes
+    assert any("1 message(s) have no delay in these logs" in note for note in r.notes)

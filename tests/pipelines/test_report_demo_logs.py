@@ -48,3 +48,14 @@ def test_the_report_turns_the_demo_logs_into_end_to_end_lateness(spark: Any, tmp
     assert sum(r["messages"] for r in rows) == sum(delivered.values())
     assert all(0 <= r["p50_s"] <= r["max_s"] for r in rows)
     assert not any("No `consumed` line" in note for note in report.notes)
+
+    # Worth reading: every delivered message's band known (the logs carry the delays; only poison and cancelled
+    # messages, never delivered, may lack one), both clouds named, bars per minute, one page.
+    bands = [r["band"] for name in ("lateness_by_band", "consumer_lateness_by_band") for r in report.tables[name]]
+    assert bands and "unknown" not in bands, bands
+    assert "Clouds named in these logs: aws, azure." in report.notes
+    assert sum(r["dispatched"] for r in report.tables["throughput"]) > 0
+    out = tmp_path / "report"
+    assert {Path(c).name for c in report.charts} >= {"lateness_by_band.png", "throughput.png", "hops.png"}
+    page = (out / "summary.html").read_text(encoding="utf-8")
+    assert page.count("data:image/png;base64,") == len(report.charts) and "aws, azure" in page

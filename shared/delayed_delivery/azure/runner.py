@@ -154,6 +154,7 @@ class AzureDispatcherHost:
             overlap_removal=True,
             release_share=1.0 / self.config.shards,
             release_state=BlobReleaseState(self.container, shard, self.config.shards, clock=self.clock),
+            log_fields={lf.CLOUD: "azure"},
         )
         try:
             while (remaining := deadline - self._monotonic()) > 0:
@@ -174,6 +175,7 @@ class AzureDispatcherHost:
         _log.info(
             "shard run finished",
             extra={
+                lf.CLOUD: "azure",
                 lf.EVENT: "shard_run",
                 lf.SHARD: shard,
                 "dispatched": result.report.dispatched,

@@ -14,6 +14,7 @@ ids in a batch): on bad input nothing is written.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from .. import logfields as lf
 from ..clock import Clock, SystemClock
 from ..dispatcher import ensure_enabled
 from ..durations import Delay
@@ -33,6 +35,8 @@ from . import rows
 from .config import AzureClients, AzureDelayedDeliveryConfig
 from .storage_queue import MAX_NATIVE_DELAY_SECONDS, StorageQueueTransport, encode_envelope
 from .table_store import TableDelayedMessageStore
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["AzureDelayedSender", "DelayRequest", "Route", "SendResult", "send_delayed"]
 
@@ -144,6 +148,19 @@ class AzureDelayedSender:
                 list(pool.map(lambda ms: send(*ms), native))
         if failures:
             raise batch_failure({m: failures[m] for m in ids if m in failures}, len(planned))
+        for message, route, seconds in planned:  # the report's delay bands: due time and delay, from the sender
+            _log.info(
+                "stored",
+                extra={
+                    lf.CLOUD: "azure",
+                    lf.EVENT: lf.EVENT_STORED,
+                    lf.MESSAGE_ID: message.message_id,
+                    lf.DESTINATION: message.destination,
+                    lf.DUE_AT: message.due_at.isoformat(),
+                    lf.DELAY_S: seconds,
+                    lf.ROUTE: route,
+                },
+            )
         return [SendResult(m.message_id, m.destination, m.due_at, route) for m, route, _ in planned]
 
     def cancel(self, message_id: str) -> bool:

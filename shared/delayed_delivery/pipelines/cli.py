@@ -64,9 +64,13 @@ def migration_options(
     endpoints: Sequence[str] | None,
     batches: int,
 ) -> MigrationOptions:
-    """The migration options from the command-line values."""
+    """The migration options from the command-line values (a local source must exist: checked before Spark starts)."""
+    from pathlib import Path
+
     from delayed_delivery.pipelines.migrate import MigrationOptions
 
+    if ("://" not in source or source.startswith("file://")) and not Path(source.removeprefix("file://")).exists():
+        raise ConfigurationError(f"source {source!r} does not exist (give --source an export file or folder)")
     return MigrationOptions(
         source=source,
         target=target,
@@ -315,8 +319,9 @@ def _abort(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from delayed_delivery.pipelines.report import build_report
+    from delayed_delivery.pipelines.report import build_report, check_paths
 
+    check_paths(args.logs, args.output)  # before Spark starts: a wrong path is one line at once
     result = build_report(_session(args.master, "delayed-delivery-report"), args.logs, args.output)
     if args.as_json:
         print(to_json(result))

@@ -13,13 +13,22 @@ write and CloudWatch Logs or Application Insights export; unknown fields are ign
   ``lateness_s``, ``hop``, ``remaining_delay_s``, ``reason``, ``cloud`` (``aws``/``azure``/``local``),
   and optionally ``delay_s`` and ``requests``; consumers' ``consumed`` lines add ``consumer_lateness_s``.
 
-Definitions: a message's delay is ``delay_s`` if logged, else ``due_at`` minus the time of its ``stored``
-event; its lateness is the ``lateness_s`` of its first ``dispatched`` event; a duplicate delivery is every
+Definitions: the messages are those of the dispatch-side lines (every event but ``consumed``); a message's delay
+is ``delay_s`` if its lines log it, else ``due_at`` minus the time of its ``stored`` event, else the ``delay_s`` of
+its ``consumed`` line (the consumer knows its due and send times); its cloud is the first ``cloud`` its lines name,
+else its ``consumed`` line's;
+its lateness is the ``lateness_s`` of its first ``dispatched`` event; a duplicate delivery is every
 ``dispatched``/``already_removed`` event after the first; its hops are its ``requeued``/``forwarded``
 events (SQS FIFO cycles); its SQS requests are the logged ``requests`` sum, else 2 per hop (send and
-delete; receives are batched) plus 1 final send. Percentiles are nearest-rank: the smallest value with at
-least p of the values at or below it. ``consumed`` lines (docs/receiving.md) feed only the end-to-end lateness
-tables (``report_bands.consumer_frames``); dispatch-side lateness stays the dispatchers' own.
+delete; receives are batched) plus 1 final send. Throughput counts hand-overs to the destination per minute:
+``dispatched`` (store dispatchers) and ``forwarded`` (the SQS requeue function). Percentiles are nearest-rank:
+the smallest value with at least p of the values at or below it. ``consumed`` lines give a message's delay and
+cloud, and the end-to-end lateness tables (``report_bands.consumer_frames``); dispatch-side lateness stays the
+dispatchers' own.
+
+Besides the tables (Parquet and CSV) and the charts (PNG), ``summary.md`` and ``summary.html`` (one page, the
+charts inside) are written. ``check_paths`` refuses a missing log path or an output that is a file before Spark
+starts.
 """
 
 from __future__ import annotations
@@ -43,9 +52,10 @@ from delayed_delivery.pipelines.report_bands import (
     consumer_note,
     pct,
 )
+from delayed_delivery.pipelines.report_summary import markdown, page
 from delayed_delivery.timebuckets.cost import STANDARD_PRICE_PER_REQUEST
 
-__all__ = ["BANDS", "TABLE_COLUMNS", "ReportResult", "build_report", "main"]
+__all__ = ["BANDS", "TABLE_COLUMNS", "ReportResult", "build_report", "check_paths", "main"]
 
 #: Every table's columns and Spark SQL types: its CSV header and Parquet schema, also when it has no rows.
 TABLE_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -134,6 +144,19 @@ def _timestamp(F: Any, column: str) -> Any:
     )
 
 
+def _local(path: str) -> bool:
+    """Whether ``path`` is on this machine (not ``s3://``, ``hdfs://``, ``abfss://`` … that Spark reads itself)."""
+    return "://" not in path or path.startswith("file://")
+
+
+def check_paths(logs: str, output: str) -> None:
+    """Refuse a log path that does not exist or an output that is a file, in one line, before Spark starts."""
+    if _local(logs) and not Path(logs.removeprefix("file://")).exists():
+        raise ConfigurationError(f"log path {logs!r} does not exist (give --logs a JSON-lines file or a folder)")
+    if _local(output) and Path(output.removeprefix("file://")).is_file():
+        raise ConfigurationError(f"output {output!r} is a file: give --output a folder (it is created if missing)")
+
+
 def build_report(spark: Any, logs: str, output: str) -> ReportResult:
     """Read the logs, compute every table, write Parquet + CSV + PNG charts + summary.md under ``output``.
 
@@ -142,8 +165,7 @@ def build_report(spark: Any, logs: str, output: str) -> ReportResult:
     """
     from pyspark.sql import functions as F
 
-    if not Path(logs).exists():
-        raise ConfigurationError(f"log path {logs!r} does not exist")
+    check_paths(logs, output)
     raw = spark.read.schema(_log_schema()).option("mode", "PERMISSIVE").json(logs)
     lines = raw.count()
     events_all = (
@@ -152,8 +174,8 @@ def build_report(spark: Any, logs: str, output: str) -> ReportResult:
         .withColumn("due", _timestamp(F, "due_at"))
         .persist()
     )
-    ev = events_all.filter(F.col("event") != "consumed")  # consumers' lines feed only the end-to-end tables
-    per_msg = _per_message(F, ev).persist()
+    ev = events_all.filter(F.col("event") != "consumed")  # consumers' lines: no dispatch-side event
+    per_msg = _per_message(F, ev, events_all.filter(F.col("event") == "consumed")).persist()
     try:
         out = Path(output)
         out.mkdir(parents=True, exist_ok=True)
@@ -163,23 +185,29 @@ def build_report(spark: Any, logs: str, output: str) -> ReportResult:
             _write_table(spark, out, name, rows)
         charts = _charts(out, tables)
         events, messages = events_all.count(), per_msg.count()
-        clouds = sorted(r[0] for r in per_msg.select("cloud").distinct().collect() if r[0])
-        notes = _notes(logs, tables, lines, events, clouds)
-        summary = _summary(tables, lines, events, messages, notes, charts)
+        clouds = sorted(r[0] for r in events_all.select("cloud").distinct().collect() if r[0])
+        unbanded = per_msg.filter(F.col("delay_s").isNull()).count()
+        notes = _notes(logs, tables, lines, events, clouds, unbanded)
+        summary = markdown(tables, (lines, events, messages), notes, charts)
         (out / "summary.md").write_text(summary, encoding="utf-8")
+        (out / "summary.html").write_text(page(tables, (lines, events, messages), notes, charts), encoding="utf-8")
         return ReportResult(str(out), lines, events, messages, tables, charts, summary, notes)
     finally:
         events_all.unpersist()
         per_msg.unpersist()
 
 
-def _per_message(F: Any, ev: Any) -> Any:
-    """One row per message: its endpoint, cloud, delay and band, lateness, deliveries, hops and SQS requests."""
+def _per_message(F: Any, ev: Any, consumed: Any) -> Any:
+    """One row per message of the dispatch-side lines: its endpoint, cloud, delay and band, lateness, deliveries,
+    hops and SQS requests; a delay or cloud its own lines do not log comes from its ``consumed`` lines."""
 
     def is_(*names: str) -> Any:
         return F.col("event").isin(list(names))
 
     first = F.first
+    facts = consumed.groupBy("message_id").agg(
+        F.max("delay_s").alias("consumed_delay"), first("cloud", ignorenulls=True).alias("consumed_cloud")
+    )
     return (
         ev.groupBy("message_id")
         .agg(
@@ -196,9 +224,15 @@ def _per_message(F: Any, ev: Any) -> Any:
             F.sum(F.when(is_("moved_to_error_queue"), 1).otherwise(0)).alias("error_queue"),
             F.sum("requests").alias("logged_requests"),
         )
+        .join(facts, "message_id", "left")
+        .withColumn("cloud", F.coalesce(F.col("cloud"), F.col("consumed_cloud")))
         .withColumn(
             "delay_s",
-            F.coalesce(F.col("logged_delay"), F.expr("unix_micros(due) - unix_micros(stored_at)").cast("double") / 1e6),
+            F.coalesce(
+                F.col("logged_delay"),
+                F.expr("unix_micros(due) - unix_micros(stored_at)").cast("double") / 1e6,
+                F.col("consumed_delay"),
+            ),
         )
         .withColumn("hops", F.greatest(F.col("hop_events"), F.coalesce(F.col("max_hop"), F.lit(0))).cast("long"))
         .withColumn("band", band_expr(F, F.col("delay_s")))
@@ -209,7 +243,7 @@ def _per_message(F: Any, ev: Any) -> Any:
                 F.col("cloud") == "aws", (F.col("hops") * 2 + 1).cast("double")
             ),
         )
-        .drop("logged_delay", "hop_events", "max_hop", "logged_requests")
+        .drop("logged_delay", "hop_events", "max_hop", "logged_requests", "consumed_delay", "consumed_cloud")
     )
 
 
@@ -229,7 +263,7 @@ def _tables(F: Any, ev: Any, per_msg: Any, consumed: Any) -> dict[str, list[dict
         **_lateness_frames(F, per_msg),
         **_delivery_frames(F, ev, per_msg),
         **_cost_frames(F, per_msg),
-        **consumer_frames(F, consumed),
+        **consumer_frames(F, consumed, per_msg.select("message_id", F.col("delay_s").alias("known_delay"))),
     }
     return {name: _rows(F, name, frames[name]) for name in TABLE_COLUMNS}
 
@@ -266,7 +300,7 @@ def _delivery_frames(F: Any, ev: Any, per_msg: Any) -> dict[str, Any]:
         .groupBy("endpoint", F.coalesce(F.col("reason"), F.lit("(no reason logged)")).alias("reason"))
         .agg(F.count("*").alias("forwards"))
         .orderBy(F.desc("forwards"), "endpoint", "reason"),
-        "throughput": ev.filter(F.col("event") == "dispatched")
+        "throughput": ev.filter(F.col("event").isin("dispatched", "forwarded"))
         .groupBy(F.date_trunc("minute", F.col("ts")).alias("minute"))
         .agg(F.count("*").alias("dispatched"))
         .orderBy("minute"),
@@ -307,7 +341,7 @@ def _write_table(spark: Any, out: Path, name: str, rows: list[dict[str, Any]]) -
 
 
 def _charts(out: Path, tables: dict[str, list[dict[str, Any]]]) -> tuple[str, ...]:
-    from delayed_delivery.pipelines.charts import grouped_bar_chart, line_chart, scatter_chart
+    from delayed_delivery.pipelines.charts import count_bar_chart, grouped_bar_chart, minute_bar_chart
 
     charts: list[str] = []
     lat = tables["lateness_by_band"]
@@ -324,23 +358,23 @@ def _charts(out: Path, tables: dict[str, list[dict[str, Any]]]) -> tuple[str, ..
     thr = tables["throughput"]
     if thr:
         charts.append(
-            line_chart(
+            minute_bar_chart(
                 str(out / "throughput.png"),
                 [r["minute"] for r in thr],
-                [r["dispatched"] for r in thr],
-                title="Dispatched per minute",
-                ylabel="messages / minute",
+                [int(r["dispatched"]) for r in thr],
+                title="Handed to the destination, per minute",
+                ylabel="messages in the minute",
             )
         )
     hops = tables["hops"]
     if hops:
         charts.append(
-            scatter_chart(
+            count_bar_chart(
                 str(out / "hops.png"),
-                [float(r["hops"]) for r in hops],
-                [float(r["messages"]) for r in hops],
-                title="Hops per message",
-                xlabel="hops (log)",
+                [int(r["hops"]) for r in hops],
+                [int(r["messages"]) for r in hops],
+                title="Hops per message (SQS FIFO cycles)",
+                xlabel="hops",
                 ylabel="messages",
             )
         )
@@ -355,32 +389,20 @@ def _charts(out: Path, tables: dict[str, list[dict[str, Any]]]) -> tuple[str, ..
                     "NServiceBus formula": [float(r["nservicebus_formula_usd_per_message"] or 0) for r in cost],
                 },
                 title="SQS cost per message by delay band",
-                ylabel="USD per message (log)",
+                ylabel="USD per message (log scale)",
                 log=True,
             )
         )
     return tuple(charts)
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 0.001 and value else f"{value:,.3f}"
-    return str(value)
-
-
-def _md_table(rows: Sequence[dict[str, Any]]) -> str:
-    if not rows:
-        return "_none_\n"
-    cols = list(rows[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(_fmt(r[c]) for c in cols) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
-
-
 def _notes(
-    logs: str, tables: dict[str, list[dict[str, Any]]], lines: int, events: int, clouds: Sequence[str]
+    logs: str,
+    tables: dict[str, list[dict[str, Any]]],
+    lines: int,
+    events: int,
+    clouds: Sequence[str],
+    unbanded: int = 0,
 ) -> tuple[str, ...]:
     """Why tables are empty, in plain words (empty for a report where every table has rows)."""
     if not lines:
@@ -391,6 +413,12 @@ def _notes(
             "`message_id`): every table is empty.",
         )
     notes = [f"Clouds named in these logs: {', '.join(clouds)}." if clouds else "No log line names its `cloud`."]
+    if unbanded:
+        notes.append(
+            f"{unbanded:,} message(s) have no delay in these logs (no line with `delay_s`, and no `stored` line with "
+            "`due_at`), so their band is `unknown`: the consumers' `consumed` lines and the senders' `stored` lines "
+            "carry it."
+        )
     if not tables["lateness_by_endpoint"]:
         notes.append(
             "No message has a logged lateness (a `dispatched` event with `lateness_s`), so the lateness tables are "
@@ -398,59 +426,13 @@ def _notes(
             "the store dispatchers (Azure, PostgreSQL, SQLite) log `dispatched` with its lateness."
         )
     if not tables["throughput"]:
-        notes.append("No `dispatched` events, so there is no throughput to chart.")
+        notes.append("No `dispatched` or `forwarded` events, so there is no throughput to chart.")
     if not tables["cost_by_band"]:
         notes.append("No SQS messages (`cloud` `aws`, or logged `requests`), so the cost table is empty.")
     consumer = consumer_note(tables)
     if consumer:
         notes.append(consumer)
     return tuple(notes)
-
-
-def _image(charts: Sequence[str], name: str, alt: str) -> str:
-    return f"![{alt}]({name}.png)\n" if any(Path(c).name == f"{name}.png" for c in charts) else ""
-
-
-def _summary(
-    tables: dict[str, list[dict[str, Any]]],
-    lines: int,
-    events: int,
-    messages: int,
-    notes: Sequence[str] = (),
-    charts: Sequence[str] = (),
-) -> str:
-    dup = sum(int(r["duplicate_deliveries"] or 0) for r in tables["duplicates"])
-    errq = sum(int(r["forwards"]) for r in tables["error_queue"])
-    parts = [
-        "# Delayed delivery report\n",
-        f"{lines:,} log lines, {events:,} events, {messages:,} messages; {dup:,} duplicate deliveries; "
-        f"{errq:,} error-queue forwards. Percentiles are nearest-rank; lateness in seconds.\n",
-        "".join(f"* {note}\n" for note in notes),
-        "## Lateness by endpoint\n",
-        _md_table(tables["lateness_by_endpoint"]),
-        "## Lateness by delay band\n",
-        _md_table(tables["lateness_by_band"]),
-        _image(charts, "lateness_by_band", "lateness"),
-        "## Duplicate deliveries\n",
-        _md_table(tables["duplicates"]),
-        "## Hops per message (SQS FIFO cycles; full distribution in hops.csv)\n",
-        _md_table(tables["hops_by_band"]),
-        _image(charts, "hops", "hops"),
-        "## Error-queue forwards\n",
-        _md_table(tables["error_queue"]),
-        "## Throughput\n",
-        _image(charts, "throughput", "throughput") or "_none_\n",
-        "## SQS requests and cost per message by delay band (measured vs the NServiceBus formula)\n",
-        "The NServiceBus formula: delay / 900 × 2 requests × $0.50 per million. "
-        "Measured: logged requests, or 2 per hop + 1.\n",
-        _md_table(tables["cost_by_band"]),
-        _image(charts, "cost_by_band", "cost"),
-        "## End-to-end lateness at the consumer by endpoint (received − due)\n",
-        _md_table(tables["consumer_lateness_by_endpoint"]),
-        "## End-to-end lateness at the consumer by delay band\n",
-        _md_table(tables["consumer_lateness_by_band"]),
-    ]
-    return "\n".join(part for part in parts if part)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -64,8 +64,12 @@ def pct(F: Any, column: str) -> list[Any]:
     return [p[0].alias("p50_s"), p[1].alias("p95_s"), p[2].alias("p99_s"), F.max(column).alias("max_s")]
 
 
-def consumer_frames(F: Any, consumed: Any) -> dict[str, Any]:
-    """The consumer lateness tables from the ``consumed`` events (``ts`` parsed), one row per message first."""
+def consumer_frames(F: Any, consumed: Any, known_delays: Any = None) -> dict[str, Any]:
+    """The consumer lateness tables from the ``consumed`` events (``ts`` parsed), one row per message first.
+
+    ``known_delays`` (``message_id``, ``known_delay``): the delay the other lines give a message, for the band when
+    its ``consumed`` line has none (a table-routed message's consumer does not know when it was sent).
+    """
     per_msg = (
         consumed.filter(F.col("consumer_lateness_s").isNotNull())
         .groupBy("message_id")
@@ -76,8 +80,14 @@ def consumer_frames(F: Any, consumed: Any) -> dict[str, Any]:
             F.min_by("consumer_lateness_s", F.col("ts")).alias("lateness_s"),
             F.min_by("delay_s", F.col("ts")).alias("delay_s"),
         )
-        .withColumn("band", band_expr(F, F.col("delay_s")))
     )
+    if known_delays is not None:
+        per_msg = (
+            per_msg.join(known_delays, "message_id", "left")
+            .withColumn("delay_s", F.coalesce(F.col("delay_s"), F.col("known_delay")))
+            .drop("known_delay")
+        )
+    per_msg = per_msg.withColumn("band", band_expr(F, F.col("delay_s")))
     by = {
         "consumer_lateness_by_endpoint": ("endpoint", F.col("endpoint")),
         "consumer_lateness_by_band": ("band", band_order(F)),

@@ -235,9 +235,10 @@ def report_command(
     as_json: AsJson = False,
 ) -> None:
     """Report what happened to delayed messages: lateness, duplicates, hops, error queue, throughput, cost."""
-    from delayed_delivery.pipelines.report import build_report
+    from delayed_delivery.pipelines.report import build_report, check_paths
     from delayed_delivery.pipelines.session import get_session
 
+    check_paths(logs, output)  # before Spark starts: a wrong path is one line at once
     result = build_report(get_session(master, "delayed-delivery-report"), logs, output)
     if as_json:
         emit_json(json.loads(to_json(result)))
