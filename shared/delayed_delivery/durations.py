@@ -20,12 +20,28 @@ Delay = float | int | timedelta | str
 _UNITS = {"y": 31_536_000.0, "w": 604_800.0, "d": 86_400.0, "h": 3_600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 _ORDER = list(_UNITS)
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?|\.[0-9]+")
-_PART = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*(ms|[ywdhms])(?![a-z])")
-_HINT = "use a number of seconds or units y, w, d, h, m, s, ms from the largest to the smallest (e.g. 1d 2h 30m)"
+#: Unit words people write, and the unit each stands for ("40 days" as "40d", "5 min" as "5m").
+_WORDS = {
+    **dict.fromkeys(("years", "year", "yrs", "yr", "y"), "y"),
+    **dict.fromkeys(("weeks", "week", "wks", "wk", "w"), "w"),
+    **dict.fromkeys(("days", "day", "d"), "d"),
+    **dict.fromkeys(("hours", "hour", "hrs", "hr", "h"), "h"),
+    **dict.fromkeys(("minutes", "minute", "mins", "min", "m"), "m"),
+    **dict.fromkeys(("seconds", "second", "secs", "sec", "s"), "s"),
+    **dict.fromkeys(("milliseconds", "millisecond", "msecs", "msec", "ms"), "ms"),
+}
+_PART = re.compile(
+    r"\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*(" + "|".join(sorted(_WORDS, key=len, reverse=True)) + r")(?![a-z])"
+)
+_HINT = (
+    "use a number of seconds or units y, w, d, h, m, s, ms (or words: 40 days, 2 hours 30 minutes) from the largest "
+    "to the smallest (e.g. 1d 2h 30m)"
+)
 
 
 def parse_duration(text: str) -> timedelta:
-    """Parse ``90``, ``90s``, ``15m``, ``2h30m``, ``1d 2h 30m``, ``40d``, ``2y`` (365 days) or ``1.5h``."""
+    """Parse ``90``, ``90s``, ``15m``, ``2h30m``, ``1d 2h 30m``, ``40d``, ``2y`` (365 days), ``1.5h``, or the same
+    with words (``40 days``, ``2 hours 30 minutes``, ``5 min``)."""
     if not isinstance(text, str):
         raise InvalidMessageError(f"a duration must be a str, not {type(text).__name__}")
     raw = text.strip().lower()
@@ -39,7 +55,7 @@ def parse_duration(text: str) -> timedelta:
         match = _PART.match(raw, pos)
         if match is None:
             raise InvalidMessageError(f"cannot read duration {text!r}: {_HINT}")
-        unit = match.group(2)
+        unit = _WORDS[match.group(2)]
         rank = _ORDER.index(unit)
         if rank == last:
             raise InvalidMessageError(f"cannot read duration {text!r}: repeated unit {unit!r}")

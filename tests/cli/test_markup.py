@@ -73,17 +73,25 @@ def test_bad_option_values_are_quoted_as_given(text: str) -> None:
 
 
 @pytest.mark.moto
-@pytest.mark.parametrize("message_id", IDS)
-def test_the_aws_route_and_the_aws_commands(moto_endpoint: str, sqs: Any, message_id: str) -> None:
+def test_the_aws_route_and_the_aws_commands(moto_endpoint: str, sqs: Any) -> None:
     aws = ["--cloud", "aws", "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
     where = ["--endpoint-url", moto_endpoint, "--region", "us-east-1"]
     created = json.loads(_ok("aws", "create", "--queue", "orders", *where, "--no-buckets"))
+    for message_id in IDS:
+        _aws_round_trip(sqs, aws, where, created["input"], message_id)
+    for queue in QUEUES:
+        one_line_error(run("aws", "check", "--queue", queue, *where), repr(queue))
+        one_line_error(run("send", *aws, "--to", queue, "--delay", "1h", "--body", "x"), repr(queue))
+
+
+def _aws_round_trip(sqs: Any, aws: list[str], where: list[str], input_url: str, message_id: str) -> None:
     sent = ok_json("send", *aws, "--to", "orders", "--delay", "0s", "--body", BODY, "-H", "=".join(HEADER),
                    "--id", message_id)  # fmt: skip
     assert sent["message_id"] == message_id
-    got = sqs.receive_message(QueueUrl=created["input"], WaitTimeSeconds=2, MessageAttributeNames=["All"])
+    got = sqs.receive_message(QueueUrl=input_url, WaitTimeSeconds=2, MessageAttributeNames=["All"])
     [message] = got["Messages"]
     assert message["Body"] == BODY and message["MessageAttributes"][HEADER[0]]["StringValue"] == HEADER[1]
+    sqs.delete_message(QueueUrl=input_url, ReceiptHandle=message["ReceiptHandle"])
 
     printed = _ok("send", *aws, "--to", "orders", "--delay", "40d", "--body", BODY, "--id", message_id)
     assert printed.startswith(f"{message_id}  → orders at "), printed
@@ -94,9 +102,6 @@ def test_the_aws_route_and_the_aws_commands(moto_endpoint: str, sqs: Any, messag
     via_group = json.loads(_ok("aws", "send", "--queue", "orders", "--delay", "40d", "--body", BODY,
                                "--message-id", message_id, *where))  # fmt: skip
     assert via_group["message_id"] == message_id
-    for queue in QUEUES:
-        one_line_error(run("aws", "check", "--queue", queue, *where), repr(queue))
-        one_line_error(run("send", *aws, "--to", queue, "--delay", "1h", "--body", "x"), repr(queue))
 
 
 @pytest.mark.moto
@@ -117,12 +122,17 @@ def test_the_tier_lists_records_of_any_id_as_they_are(moto_endpoint: str, monkey
 
 
 @pytest.mark.azurite
-@pytest.mark.parametrize("message_id", IDS)
-def test_the_azure_route_and_the_azure_commands(azurite_conn: str, unique_name: str, message_id: str) -> None:
+def test_the_azure_route_and_the_azure_commands(azurite_conn: str, unique_name: str) -> None:
+    connection = ["--connection-string", azurite_conn]
+    _ok("azure", "setup", *connection, "--endpoint", unique_name, "--queue", "orders")
+    for message_id in IDS:
+        _azure_round_trip(azurite_conn, unique_name, message_id)
+
+
+def _azure_round_trip(azurite_conn: str, unique_name: str, message_id: str) -> None:
     from delayed_delivery.azure.table_store import TableDelayedMessageStore
 
     connection = ["--connection-string", azurite_conn]
-    _ok("azure", "setup", *connection, "--endpoint", unique_name, "--queue", "orders")
     azure = ["--cloud", "azure", *connection, "--endpoint", unique_name]
     due = (datetime.now(UTC) + timedelta(days=40)).replace(microsecond=0).isoformat()
     send = ["send", *azure, "--to", "orders", "--at", due, "--body", BODY, "-H", "=".join(HEADER)]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..errors import DestinationNotFoundError
+from ..errors import ConfigurationError, DestinationNotFoundError
 from ..naming import sqs_delay_queue_name, validate_sqs_queue_name
 from ..planning import MIN_PARK_HOPS, PARK_RETENTION_HEADROOM, SqsParkPolicy, sqs_park_ms
 from ..settings import DelayedDeliverySettings
@@ -80,24 +80,50 @@ def ensure_endpoint(
     if max_message_size is not None:
         common["MaximumMessageSize"] = str(max_message_size)
     try:
-        input_url = client.create_queue(QueueName=queue, Attributes=common)["QueueUrl"]
-        delay_url = client.create_queue(
-            QueueName=delay_name,
-            Attributes={
+        input_url = _create(client, queue, common)
+        delay_url = _create(
+            client,
+            delay_name,
+            {
                 **common,
                 "VisibilityTimeout": str(delay_visibility_timeout or visibility_timeout),
                 "FifoQueue": "true",
                 "DelaySeconds": str(sqs_settings.fifo_queue_delay),
                 "MessageRetentionPeriod": str(PARK_RETENTION_SECONDS),
             },
-        )["QueueUrl"]
-        error_url = client.create_queue(
-            QueueName=error_queue or settings.error_queue, Attributes={"MessageRetentionPeriod": str(14 * 24 * 3600)}
-        )["QueueUrl"]
+        )
+        error_url = _create(
+            client, error_queue or settings.error_queue, {"MessageRetentionPeriod": str(14 * 24 * 3600)}
+        )
         arn = client.get_queue_attributes(QueueUrl=delay_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     except (ClientError, BotoCoreError) as exc:
         raise translate_error(exc, f"creating the queues of endpoint {queue!r}") from exc
     return EndpointQueues(input_url, delay_url, error_url, arn)
+
+
+#: The setting behind an attribute ``ensure_endpoint`` sets, for the error when an existing queue differs.
+_SETTING_OF = {"DelaySeconds": "DELAYED_DELIVERY_FIFO_QUEUE_DELAY"}
+
+
+def _create(client: SQSClient, name: str, attributes: dict[QueueAttributeNameType, str]) -> str:
+    """``create_queue``; when the queue exists with other attributes, one error naming the queue and each difference."""
+    try:
+        return client.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("QueueAlreadyExists", "QueueNameExists"):
+            raise
+    url = client.get_queue_url(QueueName=name)["QueueUrl"]
+    existing = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    differing = [
+        f"{key} is {existing.get(key, 'unset')}, wanted {wanted}"
+        + (f" ({_SETTING_OF[key]})" if key in _SETTING_OF else "")
+        for key, wanted in attributes.items()
+        if existing.get(key) != wanted
+    ]
+    raise ConfigurationError(
+        f"queue {name!r} already exists with other attributes: {'; '.join(differing) or 'SQS did not say which'}. "
+        "Delete it to have it made again, or run with the settings it was made with"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,12 +130,21 @@ def check_sqs_text(what: str, text: str) -> None:
         raise InvalidMessageError(f"{what} {problem}")
 
 
+def _plain(message: str) -> str:
+    """An error message fit for one line: an HTML error page (an emulator's 500) becomes its title."""
+    if "<html" not in message.lower() and "<!doctype" not in message.lower():
+        return message
+    title = re.search(r"<title>(.*?)</title>", message, re.I | re.S)
+    text = title.group(1) if title else re.sub(r"<[^>]+>", " ", message)
+    return " ".join(text.split())[:200] + " (an HTML error page)"
+
+
 def translate_error(exc: BaseException, what: str) -> DelayedDeliveryError:
     """Map a botocore error to the package's hierarchy (retryability is the type)."""
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
         code = str(error.get("Code", ""))
-        message = str(error.get("Message", "")) or str(exc)
+        message = _plain(str(error.get("Message", "")) or str(exc))
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
         if code in _NOT_FOUND:
             return DestinationNotFoundError(f"{what}: the queue does not exist ({code})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -26,10 +27,24 @@ def is_status(exc: BaseException, *statuses: int) -> bool:
     return isinstance(exc, HttpResponseError) and exc.status_code in statuses
 
 
+_POOL = re.compile(r"host='([^']+)', port=(\d+)")
+_REASON = re.compile(r"(\[Errno -?\d+\] [^\"')]+|timed out|Name or service not known|Connection reset by peer)")
+
+
+def unreachable_text(message: str) -> str:
+    """An unreachable endpoint in a few words: urllib3's ``HTTPConnectionPool(host=…, port=…): Max retries exceeded
+    with url: … (Caused by NewConnectionError(…: [Errno 111] Connection refused))`` becomes ``cannot connect to
+    127.0.0.1:10002 ([Errno 111] Connection refused)``; other texts are cut at 200 characters."""
+    pool, reason = _POOL.search(message), _REASON.search(message)
+    if pool is not None:
+        return f"cannot connect to {pool.group(1)}:{pool.group(2)}" + (f" ({reason.group(1)})" if reason else "")
+    return message if len(message) <= 200 else message[:199] + "…"
+
+
 def translate(exc: AzureError, what: str) -> DelayedDeliveryError:
     """The core error for an Azure SDK exception raised while doing ``what``."""
     if isinstance(exc, ServiceRequestError | ServiceResponseError):
-        return TransientError(f"{what}: storage unreachable: {exc.message}")
+        return TransientError(f"{what}: storage unreachable: {unreachable_text(str(exc.message))}")
     if isinstance(exc, ClientAuthenticationError):
         return ConfigurationError(f"{what}: not authorised (check the identity's role assignments): {exc.message}")
     if isinstance(exc, ResourceNotFoundError):

@@ -167,9 +167,24 @@ def _error_exit(exc: DelayedDeliveryError, options: RouteOptions, message_id: st
         which = f"message {message_id!r}" if message_id else "a message with this id"
         return _fail(f"{which} is already pending with different content (destination, body, headers or due time)")
     hint = ""
-    if options.local and isinstance(exc, TransientError):
+    if options.local and isinstance(exc, TransientError) and _unreachable(str(exc)):
         hint = " (are the emulators up? start them with `delayed-delivery local up`)"
     return _fail(f"{exc}{hint}")  # one line, even for multi-line driver errors
+
+
+#: What an endpoint that does not answer at all looks like (botocore's and the Azure SDK's words).
+_UNREACHABLE = (
+    "Could not connect",
+    "cannot connect to",
+    "Connect timeout",
+    "EndpointConnectionError",
+    "Connection refused",
+)
+
+
+def _unreachable(text: str) -> bool:
+    """Whether an error says the endpoint could not be reached (not that it answered with an error)."""
+    return any(words in text for words in _UNREACHABLE)
 
 
 def _due(delay: str | None, at: str | None) -> datetime:
@@ -183,6 +198,9 @@ def _due(delay: str | None, at: str | None) -> datetime:
         raise InvalidMessageError(
             f"due time {due.isoformat()} is more than the 100-year maximum after now ({now.isoformat()})"
         )
+    if due < now:
+        ago = format_duration(round((now - due).total_seconds()))
+        warn(f"--at {at} is {ago} in the past: it is due now (it goes out at once)")
     return due
 
 

@@ -20,14 +20,30 @@ FAIL_FAST: dict[str, Any] = {
 _LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
 
 
+def _on_this_machine(endpoint_url: str | None, local: bool) -> bool:
+    """Whether the endpoint is an emulator here (``--local``, or a loopback URL)."""
+    host = urlparse(endpoint_url).hostname if endpoint_url else None
+    return local or host in _LOOPBACK
+
+
 def cli_region(endpoint_url: str | None, region: str | None, *, local: bool = False) -> str | None:
-    """``region``, else boto's configured one (None: boto finds it), else us-east-1 for a local endpoint."""
+    """``region``, else boto's configured one (None: boto finds it), else us-east-1 for a local endpoint.
+
+    On an emulator here a region AWS does not have is refused in one line (moto answers it with a 500 page).
+    """
     import boto3
 
-    if region is not None or boto3.session.Session().region_name is not None:
+    session = boto3.session.Session()
+    if region is not None and _on_this_machine(endpoint_url, local):
+        known = {r for p in session.get_available_partitions() for r in session.get_available_regions("sqs", p)}
+        if known and region not in known:
+            raise ConfigurationError(
+                f"unknown AWS region {region!r}: the emulators serve the regions AWS has (e.g. {LOCAL_REGION}, "
+                "eu-west-1); give one of those to --region or AWS_DEFAULT_REGION"
+            )
+    if region is not None or session.region_name is not None:
         return region
-    host = urlparse(endpoint_url).hostname if endpoint_url else None
-    if not (local or host in _LOOPBACK):
+    if not _on_this_machine(endpoint_url, local):
         raise ConfigurationError("no AWS region: give --region or set AWS_DEFAULT_REGION")
     return LOCAL_REGION  # moto server and other local emulators take any region
 
@@ -35,11 +51,16 @@ def cli_region(endpoint_url: str | None, region: str | None, *, local: bool = Fa
 def cli_client(
     service: str, endpoint_url: str | None, region: str | None, *, local: bool = False, path_style: bool = False
 ) -> Any:
-    """A boto3 client for a command: quick to give up, us-east-1 on a local endpoint, S3 path-style if asked."""
+    """A boto3 client for a command: quick to give up, us-east-1 on a local endpoint, S3 path-style if asked.
+
+    On an emulator here (``--local`` or a loopback ``--endpoint-url``) without AWS credentials in the environment it
+    uses the dummy ``testing`` ones, as emulators take any.
+    """
     import boto3
     from botocore.config import Config
 
-    key = "testing" if local and not os.environ.get("AWS_ACCESS_KEY_ID") else None
+    dummy = _on_this_machine(endpoint_url, local) and not os.environ.get("AWS_ACCESS_KEY_ID")
+    key = "testing" if dummy else None
     style: dict[str, Any] = {"s3": {"addressing_style": "path"}} if path_style else {}
     return boto3.client(
         service,  # type: ignore[call-overload]
