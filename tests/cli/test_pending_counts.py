@@ -10,9 +10,9 @@ import pytest
 
 from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.tier.config import BucketTierConfig
 from delayed_delivery.aws.tier.provision import ensure_bucket_tier
-from delayed_delivery.settings import DelayedDeliverySettings
 from tests.aws.tier.conftest import s3 as s3  # the S3 client fixture on moto
 from tests.cli.conftest import ok_json, run
 
@@ -62,11 +62,11 @@ def test_packed_envelopes_are_not_counted_as_messages(sqs: Any, aws: list[str]) 
 
 
 def test_the_ingest_backlog_is_counted_apart_from_the_tiers_exact_count(sqs: Any, s3: Any, aws: list[str]) -> None:
-    settings = DelayedDeliverySettings(long_delay_route="buckets")
+    settings = SqsSettings(long_delay_route="buckets")
     ensure_endpoint(sqs, "orders")
-    ensure_bucket_tier(s3, sqs, BucketTierConfig("pending-tier", settings=settings))
+    ensure_bucket_tier(s3, sqs, BucketTierConfig("pending-tier", sqs_settings=settings))
     batch = [DelayedSend("orders", f"order {i}", "2y", message_id=f"t-{i}") for i in range(30)]
-    SqsDelayedSender(sqs, settings).send_delayed_batch(batch).raise_for_failures()
+    SqsDelayedSender(sqs, sqs_settings=settings).send_delayed_batch(batch).raise_for_failures()
     waiting = _depth(sqs, settings.bucket_ingest_queue)
     assert 1 <= waiting < 30
 

@@ -187,7 +187,7 @@ def _unreachable(text: str) -> bool:
     return any(words in text for words in _UNREACHABLE)
 
 
-def _due(delay: str | None, at: str | None) -> datetime:
+def _due(delay: str | None, at: str | None, *, sending: bool = False) -> datetime:
     if (delay is None) == (at is None):
         raise UsageError("give exactly one of --delay or --at")
     if delay is not None:
@@ -198,7 +198,7 @@ def _due(delay: str | None, at: str | None) -> datetime:
         raise InvalidMessageError(
             f"due time {due.isoformat()} is more than the 100-year maximum after now ({now.isoformat()})"
         )
-    if due < now:
+    if sending and due < now:  # a reschedule into the past is refused by every route instead
         ago = format_duration(round((now - due).total_seconds()))
         warn(f"--at {at} is {ago} in the past: it is due now (it goes out at once)")
     return due
@@ -274,7 +274,7 @@ def send(
       delayed-delivery send --cloud azure --local --endpoint shop --to orders --at 2027-01-31T09:00:00Z --body @o.json
       delayed-delivery send --store sqlite:///delays.db --to orders --delay 2h --body hello -H type=Reminder
     """
-    due = _due(delay, at)
+    due = _due(delay, at, sending=True)
     payload, headers = _body(body), _headers(header or [])
     result = route.open().send(
         to, payload, due, headers=headers, message_id=message_id, delay=delay, cancellable=cancellable

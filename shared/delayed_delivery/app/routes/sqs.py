@@ -164,7 +164,7 @@ class SqsOperatorRoute:
 
         from delayed_delivery.aws.tier.provision import dlq_name
 
-        name = self.settings.bucket_ingest_queue
+        name = self.sqs_settings.bucket_ingest_queue
         backlog = self._depth(name)
         if backlog is None:
             return counts
