@@ -44,6 +44,11 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         '"dispatched": 1',  # azure dispatch delivered the rescheduled message
         "1 ['orders']",  # the core example
     ),
+    # the report's Markdown on stdout, unwrapped: a table row longer than 80 columns stays one line
+    "docs/pipelines.md": (
+        "| band | messages | mean_delay_s | mean_hops | measured_requests_per_message |",
+        "written to report",
+    ),
 }
 
 
