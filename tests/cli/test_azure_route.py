@@ -29,8 +29,8 @@ def test_send_routes_pending_is_exact_reschedule_and_cancel(azure: list[str], un
     assert native["route"] == "azure-native" and native["table"] is None
     far = ok_json("send", *azure, "--to", q, "--delay", "40d", "--body", "f", "-H", "type=Reminder")
     assert far["route"] == "azure-table" and far["table"].startswith("delays")
-    soon = ok_json("send", *azure, "--to", q, "--delay", "3h", "--body", "c", "--cancellable", "--id", "keep-me")
-    assert soon["route"] == "azure-table" and soon["message_id"] == "keep-me"
+    soon = ok_json("send", *azure, "--to", q, "--delay", "3h", "--body", "c", "--cancellable", "--id", "move-me")
+    assert soon["route"] == "azure-table" and soon["message_id"] == "move-me"
 
     data = ok_json("pending", *azure, "--by", "day")
     assert data["pending"] == 2 and data["oldest_overdue_seconds"] == 0  # the native one is not in the table
@@ -39,27 +39,37 @@ def test_send_routes_pending_is_exact_reschedule_and_cancel(azure: list[str], un
     assert sum(b["count"] for b in data["backlog"]) == 2 and "native" in data["limits"]
     assert data["error_queue"] == "error" and data["error_queue_messages"] is not None
 
-    at = (datetime.now(UTC) - timedelta(hours=2)).replace(microsecond=0)
-    moved = ok_json("reschedule", "keep-me", *azure, "--at", at.isoformat())
+    later = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    moved = ok_json("reschedule", "move-me", *azure, "--at", later.isoformat())
     assert moved["route"] == "azure"
     data = ok_json("pending", *azure)
-    assert datetime.fromisoformat(data["next_due"]) == at and 7000 < data["oldest_overdue_seconds"] < 7400
+    assert datetime.fromisoformat(data["next_due"]) == later and data["oldest_overdue_seconds"] == 0
+    at = (datetime.now(UTC) - timedelta(hours=2)).replace(microsecond=0)
+    one_line_error(run("reschedule", "move-me", *azure, "--at", at.isoformat()), "is in the past")
+    assert datetime.fromisoformat(ok_json("pending", *azure)["next_due"]) == later  # the refusal moved nothing
+
+    # an overdue row (sent with --at in the past, kept in the table because it is cancellable)
+    late = ok_json("send", *azure, "--to", q, "--at", at.isoformat(), "--body", "c", "--cancellable", "--id", "keep-me")
+    assert late["route"] == "azure-table" and late["message_id"] == "keep-me"
+    data = ok_json("pending", *azure)
+    assert data["pending"] == 3 and datetime.fromisoformat(data["next_due"]) == at
+    assert 7000 < data["oldest_overdue_seconds"] < 7400
     # a dispatcher claims the overdue one: still pending (and still overdue) until it is sent, now shown as claimed
     store = TableDelayedMessageStore.from_connection_string(azure[3], far["table"])
     [claimed] = store.fetch_due(datetime.now(UTC), 10)
     assert claimed.message_id == "keep-me"
     data = ok_json("pending", *azure)
-    assert data["pending"] == 2 and data["claimed_or_retrying"] == 1 and data["oldest_overdue_seconds"] > 7000
+    assert data["pending"] == 3 and data["claimed_or_retrying"] == 1 and data["oldest_overdue_seconds"] > 7000
 
     in_flight = run("cancel", "keep-me", *azure)  # the dispatcher may be sending it (docs/identity.md)
     assert in_flight.exit_code != 0 and "right now" in in_flight.output
     assert store.increment_failure_count("keep-me", claim_of(claimed))  # its send failed: the claim is released
     assert ok_json("cancel", "keep-me", *azure)["cancelled"] is True
-    assert ok_json("pending", *azure)["pending"] == 1
+    assert ok_json("pending", *azure)["pending"] == 2
     one_line_error(run("cancel", "keep-me", *azure), "no pending message 'keep-me'", "--cancellable")
     one_line_error(run("reschedule", "keep-me", "--delay", "1h", *azure), "no pending message")
     text = run("pending", *azure, "--by", "hour")
-    assert text.exit_code == 0 and "pending: 1" in text.stdout
+    assert text.exit_code == 0 and "pending: 2" in text.stdout
 
 
 def test_unknown_queue_writes_nothing(azure: list[str]) -> None:
