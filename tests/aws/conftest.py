@@ -41,8 +41,9 @@ def settings() -> DelayedDeliverySettings:
 
 @pytest.fixture
 def sqs_settings() -> SqsSettings:
-    """Compressed SQS settings: cap 2 s, FIFO hop 2 s."""
-    return SqsSettings(max_native_delay=CAP, fifo_queue_delay=CAP)
+    """Compressed SQS settings: cap 2 s, FIFO hop 2 s; long delays on the -delay.fifo route (the tier's tests are
+    under tests/aws/tier)."""
+    return SqsSettings(max_native_delay=CAP, fifo_queue_delay=CAP, long_delay_route="fifo")
 
 
 def handler_env(settings: DelayedDeliverySettings, sqs_settings: SqsSettings) -> dict[str, str]:

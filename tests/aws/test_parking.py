@@ -48,7 +48,7 @@ EPSILON = 0.25
 @pytest.fixture
 def sqs_settings() -> SqsSettings:
     """Hop and native cap 1 s, parks of 4–6 s (overrides the 2 s settings of tests/aws/conftest.py)."""
-    return SqsSettings(max_native_delay=HOP, fifo_queue_delay=HOP, max_park_seconds=MAX_PARK)
+    return SqsSettings(max_native_delay=HOP, fifo_queue_delay=HOP, max_park_seconds=MAX_PARK, long_delay_route="fifo")
 
 
 class Outcomes:

@@ -99,7 +99,9 @@ def test_module_function_form(sqs: SQSClient, endpoint: EndpointQueues, settings
 @pytest.mark.parametrize("delay", [0, 2])
 def test_disabled_still_allows_native_delays(sqs: SQSClient, endpoint: EndpointQueues, delay: int) -> None:
     sender = SqsDelayedSender(
-        sqs, DelayedDeliverySettings(enabled=False), sqs_settings=SqsSettings(max_native_delay=2, fifo_queue_delay=2)
+        sqs,
+        DelayedDeliverySettings(enabled=False),
+        sqs_settings=SqsSettings(max_native_delay=2, fifo_queue_delay=2, long_delay_route="fifo"),
     )
     assert sender.send_delayed("orders", "ok", delay).route is SqsRoute.NATIVE
 
@@ -108,7 +110,9 @@ def test_disabled_refuses_long_delays_before_sending(
     sqs: SQSClient, endpoint: EndpointQueues, counter: RequestCounter
 ) -> None:
     sender = SqsDelayedSender(
-        sqs, DelayedDeliverySettings(enabled=False), sqs_settings=SqsSettings(max_native_delay=2, fifo_queue_delay=2)
+        sqs,
+        DelayedDeliverySettings(enabled=False),
+        sqs_settings=SqsSettings(max_native_delay=2, fifo_queue_delay=2, long_delay_route="fifo"),
     )
     counter.reset()
     with pytest.raises(DelayedDeliveryDisabledError, match="disabled"):

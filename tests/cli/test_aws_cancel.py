@@ -28,7 +28,7 @@ TABLE = "cli-cancellations"
 SLACK = 3.5
 EPSILON = 0.25
 SETTINGS = DelayedDeliverySettings(error_queue="error")
-SQS_SETTINGS = SqsSettings(max_native_delay=2, fifo_queue_delay=2)
+SQS_SETTINGS = SqsSettings(max_native_delay=2, fifo_queue_delay=2, long_delay_route="fifo")
 
 
 @pytest.fixture

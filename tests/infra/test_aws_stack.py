@@ -30,8 +30,9 @@ from tests.infra.test_assets import assert_functions_use_their_assets  # noqa: E
 
 
 def _synth(tmp: Path, context: dict[str, Any]) -> tuple[Template, dict[str, Any], Path]:
-    """The stack of ``context``; without the verify probe unless asked (tests/infra/test_aws_probe.py has it)."""
-    app = cdk.App(outdir=str(tmp / "cdk.out"), context={"verifyProbe": False, **context})
+    """The stack of ``context``; without the verify probe (tests/infra/test_aws_probe.py has it) and on the FIFO route
+    (no time-bucket tier: tests/infra/test_aws_buckets.py has it, and the default ``auto`` deploys it) unless asked."""
+    app = cdk.App(outdir=str(tmp / "cdk.out"), context={"verifyProbe": False, "longDelayRoute": "fifo", **context})
     stack = build(app)
     assembly = app.synth()  # cdk-nag runs here: an unacknowledged AwsSolutions finding raises
     path = Path(assembly.get_stack_artifact(stack.artifact_id).template_full_path)
@@ -293,7 +294,7 @@ def test_only_the_function_may_send_to_its_delay_queue_by_default(
 def test_grant_send_delayed_exempts_and_allows_the_sender(tmp_path: Path) -> None:
     from aws_cdk import aws_iam as iam
 
-    app = cdk.App(outdir=str(tmp_path / "cdk.out"), context={"endpoints": ["orders"]})
+    app = cdk.App(outdir=str(tmp_path / "cdk.out"), context={"endpoints": ["orders"], "longDelayRoute": "fifo"})
     stack = build(app)
     sender = iam.Role(stack, "Sender", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"))
     [endpoint] = stack.endpoints

@@ -70,7 +70,7 @@ def sqs_client(endpoint_url: str) -> SQSClient:
 
 
 #: Compressed SQS settings: native cap and FIFO hop of ``CAP`` seconds.
-LAB_SQS = SqsSettings(max_native_delay=CAP, fifo_queue_delay=CAP)
+LAB_SQS = SqsSettings(max_native_delay=CAP, fifo_queue_delay=CAP, long_delay_route="fifo")
 
 
 def lab_settings(queue: str) -> DelayedDeliverySettings:

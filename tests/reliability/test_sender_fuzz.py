@@ -420,7 +420,9 @@ def _sqs_sender(sqs: SQSClient) -> SqsDelayedSender:
 
 def _sqs_packing_sender(sqs: SQSClient, pack_bytes: int) -> SqsDelayedSender:
     """A sender with the native cap compressed to ``CAP`` and envelopes of ``pack_bytes``."""
-    sqs_settings = SqsSettings(max_native_delay=CAP, fifo_queue_delay=CAP, pack_bytes=pack_bytes)
+    sqs_settings = SqsSettings(
+        max_native_delay=CAP, fifo_queue_delay=CAP, pack_bytes=pack_bytes, long_delay_route="fifo"
+    )
     return SqsDelayedSender(sqs, DelayedDeliverySettings(error_queue="errors"), sqs_settings=sqs_settings)
 
 

@@ -50,7 +50,9 @@ def _parked_run(endpoint_url: str, skew: float, *, broker: bool, messages: int =
     client = sqs_client(endpoint_url)
     queue = f"pk{uuid.uuid4().hex[:10]}"
     settings = DelayedDeliverySettings(error_queue=f"{queue}-errors")
-    sqs_settings = SqsSettings(max_native_delay=1, fifo_queue_delay=1, max_park_seconds=6, pack_bytes=0)
+    sqs_settings = SqsSettings(
+        max_native_delay=1, fifo_queue_delay=1, max_park_seconds=6, pack_bytes=0, long_delay_route="fifo"
+    )
     endpoint = ensure_endpoint(client, queue, settings, sqs_settings=sqs_settings, visibility_timeout=1)
     clock = SkewedClock(skew)
     broker_clock = None if broker else NoBrokerReadings(clock)
