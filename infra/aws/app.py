@@ -8,8 +8,8 @@ Context keys: ``endpoints`` (list of queue names or ``{"name", "existingQueueArn
 ``cancellationTable``, ``cancellationCacheSeconds``, ``maxParkSeconds`` (0 turns parking off), ``parkMaxInFlight``,
 ``kmsKey`` (``"create"`` or a key ARN; absent = SQS-managed encryption), ``delaySenders`` (role ARNs, ``*`` patterns
 allowed, that may send to every ``-delay.fifo``; each endpoint's ``senders`` add to it), ``exampleConsumer`` (true adds
-the example consumer, ``functions/aws/consumer.py``, on each endpoint's input queue), ``longDelayRoute`` (``fifo``,
-the default, or ``buckets`` / ``auto``, which deploy the S3 time-bucket tier) with ``bucketName``, ``bucketPrefix``,
+the example consumer, ``functions/aws/consumer.py``, on each endpoint's input queue), ``longDelayRoute`` (``auto``,
+the default, and ``buckets`` deploy the S3 time-bucket tier, ``fifo`` does not) with ``bucketName``, ``bucketPrefix``,
 ``bucketIngestQueue``, ``bucketFineSeconds``, ``bucketCoarseSeconds``, ``bucketDispatchLeadSeconds``,
 ``bucketIngestWindowSeconds`` (the ingest's batching window, 0-300, default 300), ``bucketRefusedRetrySeconds``;
 ``verifyProbe``

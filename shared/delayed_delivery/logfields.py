@@ -40,6 +40,8 @@ EVENT_CONSUMED = "consumed"
 EVENT_RESULT_NOT_STORED = "result_not_stored"
 EVENT_RECORD_RETRY = "record_retry"
 EVENT_HOLD_ENDED = "hold_ended"
+#: ``long_delay_route = auto`` chose the time-bucket tier, which is not deployed: the message took the FIFO route.
+EVENT_ROUTE_FALLBACK = "route_fallback"
 
 #: Keys of the ``consumed`` line (a consumer's receive helper).
 SENT_AT = "sent_at"

@@ -1,6 +1,6 @@
-"""The time-bucket tier in the CDK app: absent with ``longDelayRoute`` fifo; with ``buckets`` or ``auto`` the S3
-bucket (SSE, public access blocked, TLS, lifecycle, kept), the ingest queue with its DLQ, the ingest and timer
-functions, prefix-scoped IAM, alarms, dashboard and outputs; cdk-nag and cfn-lint clean."""
+"""The time-bucket tier in the CDK app: absent with ``longDelayRoute`` fifo; with ``buckets`` or ``auto`` (the
+default) the S3 bucket (SSE, public access blocked, TLS, lifecycle, kept), the ingest queue with its DLQ, the ingest
+and timer functions, prefix-scoped IAM, alarms, dashboard and outputs; cdk-nag and cfn-lint clean."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 import aws_cdk as cdk  # noqa: E402
 from aws_cdk.assertions import Match, Template  # noqa: E402
 
+from delayed_delivery.aws.settings import SqsSettings  # noqa: E402
 from infra.aws.app import build  # noqa: E402
 from infra.aws.buckets import INGEST_HANDLER, TIMER_HANDLER, TimeBucketTier  # noqa: E402
 from tests.infra.test_assets import assert_functions_use_their_assets  # noqa: E402
@@ -76,14 +77,27 @@ def _objects(bucket: str, prefix: str = PREFIX) -> dict[str, Any]:
 
 
 def test_absent_with_the_fifo_route(tmp_path: Path) -> None:
-    for context in ({"endpoints": ["orders"]}, {"endpoints": ["orders"], "longDelayRoute": "fifo"}):
-        _, raw, _ = _synth(tmp_path / str(len(context)), context)
-        assert not _resources(raw, "AWS::S3::Bucket")
-        assert not _resources(raw, "AWS::Events::Rule")
-        assert len(_resources(raw, "AWS::Lambda::Function")) == 1
-        assert "BucketName" not in raw["Outputs"]
+    _, raw, _ = _synth(tmp_path, {"endpoints": ["orders"], "longDelayRoute": "fifo"})
+    assert not _resources(raw, "AWS::S3::Bucket")
+    assert not _resources(raw, "AWS::Events::Rule")
+    assert len(_resources(raw, "AWS::Lambda::Function")) == 1
+    assert "BucketName" not in raw["Outputs"]
     with pytest.raises(ValueError, match="long_delay_route"):
         _synth(tmp_path / "bad", {"endpoints": ["orders"], "longDelayRoute": "s3"})
+
+
+def test_auto_is_the_default_and_deploys_the_tier(tmp_path: Path) -> None:
+    assert SqsSettings().long_delay_route == "auto"
+    cdk_json = json.loads((Path(__file__).resolve().parents[2] / "infra" / "aws" / "cdk.json").read_text())
+    assert cdk_json["context"]["longDelayRoute"] == "auto"  # `cdk deploy` and the app agree
+    app = cdk.App(outdir=str(tmp_path / "cdk.out"), context={"endpoints": ["orders"], "verifyProbe": False})
+    stack = build(app)
+    raw = json.loads(Path(app.synth().get_stack_artifact(stack.artifact_id).template_full_path).read_text())
+    assert len(_resources(raw, "AWS::S3::Bucket")) == 1
+    assert len(_resources(raw, "AWS::Events::Rule")) == 1  # the timer
+    assert raw["Outputs"]["SenderLongDelayRoute"]["Value"] == "auto"
+    handlers = {r["Properties"]["Handler"] for r in _resources(raw, "AWS::Lambda::Function").values()}
+    assert {INGEST_HANDLER, TIMER_HANDLER} <= handlers
 
 
 def test_bucket_is_private_encrypted_tls_only_unversioned_kept_with_lifecycle(tier: Synth) -> None:

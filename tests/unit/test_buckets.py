@@ -182,7 +182,8 @@ def test_settings_carry_the_levels_and_the_route() -> None:
     }
     assert SqsSettings.from_env(env).long_delay_route == "auto"
     assert TierSettings.from_env(env).levels == BucketLevel(30, 3600, 300)
-    assert SqsSettings().long_delay_route == "fifo"  # nothing changes until chosen
+    assert SqsSettings().long_delay_route == "auto"  # the cheaper route per delay; fifo is one setting away
+    assert SqsSettings.from_env({"DELAYED_DELIVERY_LONG_DELAY_ROUTE": "fifo"}).long_delay_route == "fifo"
     assert TierSettings().levels == LEVELS
     with pytest.raises(ConfigurationError, match="long_delay_route"):
         SqsSettings(long_delay_route="s3")

@@ -29,8 +29,9 @@ batch again within 5 minutes repeats the same envelopes and FIFO drops the ones 
 envelope lists every message inside it in ``failures``; ``BatchSendResult.raise_for_failures`` turns them into
 one error naming them. ``send_delayed`` (one message) never packs.
 
-``long_delay_route`` (``fifo`` by default) may send delays past the cap to the S3 time-bucket tier instead: its
-ingest queue, packed in ingest envelopes (``aws/tier/sender.py``, docs/buckets.md); the receipt says ``buckets``.
+``long_delay_route`` (``auto`` by default: the cheaper route per delay, when the tier is deployed) may send delays
+past the cap to the S3 time-bucket tier instead: its ingest queue, packed in ingest envelopes (``aws/tier/sender.py``,
+docs/buckets.md); the receipt says ``buckets``.
 """
 
 from __future__ import annotations

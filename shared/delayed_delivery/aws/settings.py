@@ -21,7 +21,7 @@ from .packing import DEFAULT_PACK_BYTES
 
 __all__ = ["LONG_DELAY_ROUTES", "SqsSettings"]
 
-#: The values of ``long_delay_route``.
+#: The values of ``long_delay_route`` (the first is the default).
 LONG_DELAY_ROUTES = ("auto", "fifo", "buckets")
 
 _DOCS = {
@@ -34,9 +34,9 @@ _DOCS = {
     "messages in flight than this (SQS FIFO queues stop at 120,000).",
     "pack_bytes": "Envelope size: the sender and the requeue function put two or more long-delay messages into one "
     "-delay.fifo message of up to this many bytes (and the queue's MaximumMessageSize); 0 turns packing off.",
-    "long_delay_route": "How SQS delays beyond max_native_delay travel: fifo (the -delay.fifo queue), buckets (the "
-    "S3 time-bucket tier) or auto (the cheaper of the two for each delay at auto_traffic_per_minute, from the "
-    "measured cost model).",
+    "long_delay_route": "How SQS delays beyond max_native_delay travel: auto (the cheaper of the two for each delay "
+    "at auto_traffic_per_minute, from the measured cost model; the -delay.fifo queue while the tier's ingest queue "
+    "is not there), fifo (the -delay.fifo queue: NServiceBus-style) or buckets (the S3 time-bucket tier).",
     "auto_traffic_per_minute": "The long-delayed messages (past max_native_delay) all your senders send a minute: "
     "auto prices the time-bucket tier at this traffic, since its objects hold more messages the more there are "
     "(measured at 100, 1,000 and 10,000; the ingest's BucketMessagesIngested metric shows yours).",
@@ -53,7 +53,7 @@ class SqsSettings:
     max_park_seconds: int = MAX_PARK_SECONDS
     park_max_in_flight: int = 100_000
     pack_bytes: int = DEFAULT_PACK_BYTES
-    long_delay_route: str = "fifo"
+    long_delay_route: str = "auto"
     auto_traffic_per_minute: int = DEFAULT_TRAFFIC_PER_MINUTE
     bucket_ingest_queue: str = "delayed-delivery-ingest"
 

@@ -1,5 +1,6 @@
 """``delayed-delivery aws create|check`` with the time-bucket tier on moto server: ``--buckets`` (or the route
-setting) creates and checks the bucket, the ingest queue and its DLQ; errors are one line with exit 2."""
+setting: ``auto``, the default, creates it and checks it when its ingest queue exists) creates and checks the bucket,
+the ingest queue and its DLQ; errors are one line with exit 2."""
 
 from __future__ import annotations
 
@@ -68,9 +69,10 @@ def test_the_route_setting_turns_the_tier_on_and_no_buckets_off(s3: Any, sqs: SQ
 
 
 def test_check_fails_with_each_tier_problem(s3: Any, sqs: SQSClient, moto_endpoint: str) -> None:
-    code, out = _run(moto_endpoint, "create", "--queue", "orders")  # no tier: the route is fifo
+    fifo = {"DELAYED_DELIVERY_LONG_DELAY_ROUTE": "fifo"}
+    code, out = _run(moto_endpoint, "create", "--queue", "orders", env=fifo)  # no tier: the route is fifo
     assert code == 0 and "bucket" not in json.loads(out)
-    code, out = _run(moto_endpoint, "check", "--queue", "orders")
+    code, out = _run(moto_endpoint, "check", "--queue", "orders", env=fifo)
     assert code == 0, out  # the fifo route asks nothing of the tier
     s3.create_bucket(Bucket="bare")
     code, out = _run(moto_endpoint, "check", "--queue", "orders", "--buckets", "--bucket-name", "bare")
@@ -125,3 +127,22 @@ def test_the_ingest_function_writes_into_what_create_made(s3: Any, sqs: SQSClien
     store = S3BucketStore.from_config(s3, config)
     assert sum(o.count or 0 for level in ("fine", "coarse") for o in store.objects(level)) == 3
     assert check_bucket_tier(s3, sqs, config) == []
+
+
+def test_auto_the_default_creates_the_tier_and_check_asks_for_it_only_when_there(
+    s3: Any, sqs: SQSClient, moto_endpoint: str
+) -> None:
+    code, out = _run(moto_endpoint, "create", "--queue", "orders", "--no-buckets")  # auto, the default
+    assert code == 0 and "bucket" not in json.loads(out)
+    code, out = _run(moto_endpoint, "check", "--queue", "orders")
+    assert code == 0, out  # auto sends through the -delay.fifo queue while there is no tier
+    assert "no time-bucket tier" in out and "ready for unrestricted delayed delivery" in out
+    half = sqs.create_queue(QueueName="delayed-delivery-ingest")["QueueUrl"]  # a tier half there is checked: fails
+    code, out = _run(moto_endpoint, "check", "--queue", "orders")
+    assert code == 1 and "S3 bucket 'delayed-delivery-buckets' does not exist" in out, out
+    sqs.delete_queue(QueueUrl=half)
+    code, out = _run(moto_endpoint, "create", "--queue", "orders")  # the default deploys the tier
+    assert code == 0, out
+    assert json.loads(out)["bucket"] == "delayed-delivery-buckets"
+    code, out = _run(moto_endpoint, "check", "--queue", "orders")
+    assert code == 0 and "time-bucket tier: s3://delayed-delivery-buckets/delayed-delivery/buckets" in out, out

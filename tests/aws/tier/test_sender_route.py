@@ -159,12 +159,38 @@ def test_a_missing_ingest_queue_is_one_clear_error(sqs: SQSClient) -> None:
     assert "DELAYED_DELIVERY_BUCKET_INGEST_QUEUE" in text
 
 
-def test_fifo_stays_the_default_route(sqs: SQSClient) -> None:
+def test_auto_is_the_default_and_fifo_one_setting_away(sqs: SQSClient) -> None:
     _queues(sqs, "orders", "ingest")
     sqs.create_queue(QueueName="orders-delay.fifo", Attributes={"FifoQueue": "true", "DelaySeconds": "2"})
-    assert SqsSettings().long_delay_route == "fifo"
+    assert SqsSettings().long_delay_route == "auto"
+    assert SqsSettings.from_env({"DELAYED_DELIVERY_LONG_DELAY_ROUTE": "fifo"}).long_delay_route == "fifo"
     receipt = _sender(sqs, "fifo").send_delayed("orders", "x", "40d")
     assert (receipt.route, receipt.queue) == (SqsRoute.FIFO, "orders-delay.fifo")
+
+
+def test_auto_takes_the_fifo_route_while_the_tier_is_not_deployed(
+    sqs: SQSClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    urls = _queues(sqs, "orders")
+    sqs.create_queue(QueueName="orders-delay.fifo", Attributes={"FifoQueue": "true", "DelaySeconds": "2"})
+    monkeypatch.setattr(bucket_sender, "choose_long_delay_route", lambda *_, **__: "buckets")  # the tier is cheaper
+    clock = ManualClock(NOW)
+    settings = DelayedDeliverySettings(error_queue="errors")
+    sender = SqsDelayedSender(sqs, settings, sqs_settings=_settings("auto"), clock=clock)
+    with caplog.at_level("WARNING", logger=bucket_sender.__name__):
+        first = sender.send_delayed("orders", "x", "40d")
+        second = sender.send_delayed("orders", "y", "40d")
+    assert first.route is second.route is SqsRoute.FIFO  # no ingest queue: the FIFO route, nothing refused
+    [line] = [r for r in caplog.records if r.name == bucket_sender.__name__]
+    assert line.event == "route_fallback" and "ingest queue is not there" in line.getMessage()
+    urls |= _queues(sqs, "ingest")  # the tier is deployed: auto finds it at its next look
+    assert sender.send_delayed("orders", "z", "40d").route is SqsRoute.FIFO
+    clock.advance(bucket_sender.TIER_RECHECK_SECONDS)
+    assert sender.send_delayed("orders", "w", "40d").route is SqsRoute.BUCKETS
+    assert len(_ingested(sqs, urls["ingest"])[1]) == 1
+    sqs.delete_queue(QueueUrl=urls["ingest"])
+    with pytest.raises(ConfigurationError, match="bucket_ingest_queue"):  # buckets asked for: no fallback
+        _sender(sqs).send_delayed("orders", "v", "40d")
 
 
 def test_auto_follows_the_cost_model(sqs: SQSClient, monkeypatch: pytest.MonkeyPatch) -> None:

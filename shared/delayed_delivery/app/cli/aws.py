@@ -23,6 +23,7 @@ from delayed_delivery.app.cli.aws_buckets import (
     BucketsFlag,
     check_tier,
     create_tier,
+    has_tier,
     tier_config,
 )
 from delayed_delivery.app.cli.aws_tier import run_tier_command
@@ -97,19 +98,33 @@ def check(
 ) -> None:
     """Check QUEUE's -delay.fifo against the FIFO queue rules (DelaySeconds 900, retention ≥ 4 days, no redrive).
 
-    With the time-bucket tier (--buckets, or DELAYED_DELIVERY_LONG_DELAY_ROUTE buckets/auto) also its S3 bucket
-    (public access blocked, encryption, TLS policy, lifecycle), its ingest queue and DLQ, and the error queue.
+    With the time-bucket tier (--buckets, DELAYED_DELIVERY_LONG_DELAY_ROUTE buckets, or auto, the default, when the
+    tier's ingest queue exists) also its S3 bucket (public access blocked, encryption, TLS policy, lifecycle), its
+    ingest queue and DLQ, and the error queue.
     """
     try:
         endpoint_url = _endpoint(local, endpoint_url)
         config = _config()
-        tier = tier_config(buckets, bucket_name, bucket_prefix, config)
-        result = check_endpoint(_client(endpoint_url, region, local), queue, config.sqs_settings)
+        client = _client(endpoint_url, region, local)
+        without_tier = buckets is None and config.sqs_settings.long_delay_route == "auto"
+        if without_tier and has_tier(client, config.sqs_settings):
+            without_tier, buckets = False, True
+        tier = tier_config(False if without_tier else buckets, bucket_name, bucket_prefix, config)
+        result = check_endpoint(client, queue, config.sqs_settings)
         tier_problems = check_tier(tier, endpoint_url, region, local) if tier else []
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
     for fact in result.facts:
         say(styled("ok  ", "green", fact))
+    if without_tier:
+        say(
+            styled(
+                "ok  ",
+                "green",
+                f"no time-bucket tier (no ingest queue {config.sqs_settings.bucket_ingest_queue!r}): long_delay_route "
+                "auto sends long delays through the -delay.fifo queue",
+            )
+        )
     if tier and not tier_problems:
         say(styled("ok  ", "green", f"time-bucket tier: s3://{tier.bucket_name}/{tier.prefix}"))
     for warning in result.warnings:

@@ -9,6 +9,7 @@ import typer
 
 from delayed_delivery.app.routes.aws_clients import cli_client
 from delayed_delivery.aws.config import AwsConfig
+from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.tier.config import (
     BUCKET_NAME_ENV,
     BUCKET_PREFIX_ENV,
@@ -24,6 +25,7 @@ __all__ = [
     "BucketsFlag",
     "check_tier",
     "create_tier",
+    "has_tier",
     "tier_config",
 ]
 
@@ -35,7 +37,8 @@ BucketsFlag = Annotated[
     typer.Option(
         "--buckets/--no-buckets",
         help="Include the S3 time-bucket tier (bucket, ingest queue and its -dlq). Default: on when "
-        "DELAYED_DELIVERY_LONG_DELAY_ROUTE is buckets or auto.",
+        "DELAYED_DELIVERY_LONG_DELAY_ROUTE is auto (the default) or buckets; under auto, check looks at the tier "
+        "only when its ingest queue exists (auto sends through the -delay.fifo queue without it).",
         show_default=False,
     ),
 ]
@@ -73,6 +76,24 @@ def tier_config(
         sqs_settings=config.sqs_settings,
         tier_settings=TierSettings.from_env(os.environ),
     )
+
+
+def has_tier(sqs: Any, sqs_settings: SqsSettings) -> bool:
+    """Whether the tier's ingest queue exists (``aws create`` or the CDK made it); ``auto`` needs it for the tier.
+
+    A queue SQS denies or does not know counts as absent; an unreachable endpoint is its one translated error."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from delayed_delivery.aws.sqs import translate_error
+
+    name = sqs_settings.bucket_ingest_queue
+    try:
+        sqs.get_queue_url(QueueName=name)
+    except ClientError:
+        return False
+    except BotoCoreError as exc:
+        raise translate_error(exc, f"the time-bucket tier's ingest queue {name!r}") from exc
+    return True
 
 
 def _clients(endpoint_url: str | None, region: str | None, local: bool) -> tuple[Any, Any]:

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from botocore.exceptions import BotoCoreError, ClientError
 
-from delayed_delivery.app.cli.aws_buckets import BucketName, BucketPrefix, BucketsFlag, tier_config
+from delayed_delivery.app.cli.aws_buckets import BucketName, BucketPrefix, BucketsFlag, has_tier, tier_config
 from delayed_delivery.app.cli.interrupts import sigterm_as_ctrl_c
 from delayed_delivery.app.cli.output import err, fail
 from delayed_delivery.app.cli.verify_output import print_report, progress_printer
@@ -23,7 +23,6 @@ from delayed_delivery.app.routes.aws_clients import cli_region
 from delayed_delivery.app.routes.base import LOCAL_MOTO_URL
 from delayed_delivery.aws.cancellations import DEFAULT_TABLE, TABLE_ENV
 from delayed_delivery.aws.config import AwsConfig
-from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.sqs import translate_error
 from delayed_delivery.aws.verify import (
     PROBE_QUEUE,
@@ -107,15 +106,6 @@ def _local_probe(clients: AwsClients, config: AwsConfig, cleanup: Cleanup) -> No
         cleanup.add(f"the probe queue {url.rsplit('/', 1)[-1]}", _deleter(sqs, url))
 
 
-def _has_tier(clients: AwsClients, sqs_settings: SqsSettings) -> bool:
-    """True when the emulator holds the tier's ingest queue (``aws create --buckets`` made it)."""
-    try:
-        clients.sqs.get_queue_url(QueueName=sqs_settings.bucket_ingest_queue)
-    except ClientError:
-        return False
-    return True
-
-
 def _deleter(sqs: Any, url: str) -> Callable[[], None]:
     def delete_probe_queue() -> None:
         sqs.delete_queue(QueueUrl=url)
@@ -155,8 +145,8 @@ def _local_run(
     _local_probe(clients, config, cleanup)
     table = os.environ.get(TABLE_ENV, DEFAULT_TABLE).strip() or None
     buckets, bucket_name, bucket_prefix = tier_options
-    if buckets is None and config.sqs_settings.long_delay_route == "fifo":
-        buckets = _has_tier(clients, config.sqs_settings)  # as `aws create --buckets` made it
+    if buckets is None and config.sqs_settings.long_delay_route != "buckets":
+        buckets = has_tier(clients.sqs, config.sqs_settings)  # as `aws create` made it (auto takes fifo without it)
     target = local_target(
         clients.sqs,
         config.settings,

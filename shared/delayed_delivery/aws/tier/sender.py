@@ -1,15 +1,19 @@
 """The sender's bucket leg: long delays routed to the time-bucket tier travel packed to its ingest queue.
 
 ``SqsDelayedSender`` asks ``BucketSendLeg.takes(delay)`` for every delay past the native cap (``long_delay_route``:
-``buckets`` always, ``auto`` when ``cost.choose_long_delay_route`` says so) and hands the leg the checked messages.
+``buckets`` always, ``auto`` when ``cost.choose_long_delay_route`` says so and the tier is deployed) and hands the
+leg the checked messages.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from ... import logfields as lf
 from ...clock import Clock
 from ...cost import MeasuredFigures, choose_long_delay_route, load_measured_figures
 from ...delivery import epoch_ms
@@ -25,7 +29,11 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
 
-__all__ = ["BucketSend", "BucketSendLeg"]
+__all__ = ["TIER_RECHECK_SECONDS", "BucketSend", "BucketSendLeg"]
+
+_log = logging.getLogger(__name__)
+#: Under ``auto``, how long a sender goes on taking the FIFO route after finding no tier before it looks again.
+TIER_RECHECK_SECONDS = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +65,12 @@ class BucketSendLeg:
         self.clock = clock
         self.pack_bytes = pack_bytes or DEFAULT_INGEST_BYTES
         self._priced: tuple[MeasuredFigures, BucketCounts] | None = None
+        #: Under ``auto``: no tier found, so the FIFO route is taken until then.
+        self._absent_until: datetime | None = None
 
     def takes(self, delay_seconds: int) -> bool:
-        """Whether a delay past the native cap goes to the tier under ``long_delay_route`` (``auto``: at the traffic
-        of ``auto_traffic_per_minute``)."""
+        """Whether a delay past the native cap goes to the tier under ``long_delay_route`` (``auto``: when cheaper at
+        the traffic of ``auto_traffic_per_minute`` and the tier is deployed)."""
         route = self.sqs_settings.long_delay_route
         if route != "auto":
             return route == "buckets"
@@ -71,7 +81,28 @@ class BucketSendLeg:
         chosen = choose_long_delay_route(
             delay_seconds, measured, counts, max_native_delay=self.sqs_settings.max_native_delay
         )
-        return chosen == "buckets"
+        return chosen == "buckets" and self._deployed()
+
+    def _deployed(self) -> bool:
+        """Whether the tier's ingest queue is there for this sender; when it is missing (or this sender may not see
+        it) ``auto`` takes the FIFO route, logged once, and looks again after ``TIER_RECHECK_SECONDS``."""
+        now = self.clock.now()
+        if self._absent_until is not None and now < self._absent_until:
+            return False
+        name = self.sqs_settings.bucket_ingest_queue
+        try:
+            self.directory.get(name)
+        except (DestinationNotFoundError, ConfigurationError) as exc:
+            if self._absent_until is None:
+                _log.warning(
+                    "long_delay_route auto: the time-bucket tier's ingest queue is not there, long delays take the "
+                    "-delay.fifo route",
+                    extra={lf.EVENT: lf.EVENT_ROUTE_FALLBACK, lf.DESTINATION: name, lf.REASON: str(exc)[:512]},
+                )
+            self._absent_until = now + timedelta(seconds=TIER_RECHECK_SECONDS)
+            return False
+        self._absent_until = None
+        return True
 
     def ingest_queue(self) -> QueueInfo:
         """The ingest queue (cached); ``ConfigurationError`` naming the setting when it does not exist."""
