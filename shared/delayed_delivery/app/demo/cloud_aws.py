@@ -53,7 +53,8 @@ class AwsSide:
         self.verbose = verbose
         cap = max(1, round(900 / config.compression))
         self.settings = DelayedDeliverySettings(error_queue=ERROR_QUEUE)
-        self.sqs_settings = SqsSettings(max_native_delay=cap, fifo_queue_delay=cap)
+        # the -delay.fifo route's side (the tier's side is demo_tier's): not whatever long_delay_route defaults to
+        self.sqs_settings = SqsSettings(max_native_delay=cap, fifo_queue_delay=cap, long_delay_route="fifo")
         self.admin, self.sender_client, self.lambda_client, self.poll_client = (self._sqs() for _ in range(4))
         self.dynamodb: DynamoDBClient = self._client("dynamodb")
         self.record_requests: Counter[str] = Counter()
