@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 import pytest
+from aws_lambda_powertools.metrics.provider.cold_start import reset_cold_start_flag
 
 from delayed_delivery.aws.powertools import HandlerTools
 from delayed_delivery.testing.aws import LocalLambdaContext
@@ -18,6 +19,7 @@ def _lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
 
 
 def test_around_logs_with_the_lambda_context_and_flushes_the_metrics(capsys: pytest.CaptureFixture[str]) -> None:
+    reset_cold_start_flag()  # Powertools keeps one cold-start flag per process: an earlier handler test took it
     service = f"tools-{uuid.uuid4().hex[:8]}"
     tools = HandlerTools.for_service(service, "NS")
 
@@ -38,8 +40,10 @@ def test_around_logs_with_the_lambda_context_and_flushes_the_metrics(capsys: pyt
     assert any("ColdStart" in line for line in lines)
 
     invocation({"n": 2}, LocalLambdaContext())
-    again = next(line for line in _lines(capsys) if line.get("message") == "inside")
+    lines = _lines(capsys)
+    again = next(line for line in lines if line.get("message") == "inside")
     assert "during" not in again, "the keys of the previous invocation leaked into this one"
+    assert not any("ColdStart" in line for line in lines), "a warm invocation counted a cold start"
 
 
 def test_no_table_means_no_cache() -> None:
