@@ -193,6 +193,33 @@ def test_auto_takes_the_fifo_route_while_the_tier_is_not_deployed(
         _sender(sqs).send_delayed("orders", "v", "40d")
 
 
+def test_auto_takes_the_fifo_route_when_the_sender_may_not_see_the_ingest_queue(
+    sqs: SQSClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from botocore.exceptions import ClientError
+
+    _queues(sqs, "orders", "ingest")
+    sqs.create_queue(QueueName="orders-delay.fifo", Attributes={"FifoQueue": "true", "DelaySeconds": "2"})
+    monkeypatch.setattr(bucket_sender, "choose_long_delay_route", lambda *_, **__: "buckets")  # the tier is cheaper
+
+    def deny_the_ingest_queue(params: dict[str, Any], **_: Any) -> None:
+        if params.get("QueueName") == "ingest":  # IAM scoped to the sender's own queues answers AccessDenied
+            error = {
+                "Error": {"Code": "AccessDenied", "Message": "not yours"},
+                "ResponseMetadata": {"HTTPStatusCode": 403},
+            }
+            raise ClientError(error, "GetQueueUrl")  # type: ignore[arg-type]
+
+    sqs.meta.events.register("provide-client-params.sqs.GetQueueUrl", deny_the_ingest_queue)
+    try:
+        sender = SqsDelayedSender(
+            sqs, DelayedDeliverySettings(error_queue="errors"), sqs_settings=_settings("auto"), clock=ManualClock(NOW)
+        )
+        assert sender.send_delayed("orders", "x", "40d").route is SqsRoute.FIFO
+    finally:
+        sqs.meta.events.unregister("provide-client-params.sqs.GetQueueUrl", deny_the_ingest_queue)
+
+
 def test_auto_follows_the_cost_model(sqs: SQSClient, monkeypatch: pytest.MonkeyPatch) -> None:
     urls = _queues(sqs, "orders", "ingest")
     sqs.create_queue(QueueName="orders-delay.fifo", Attributes={"FifoQueue": "true", "DelaySeconds": "2"})

@@ -18,7 +18,7 @@ from ...clock import Clock
 from ...cost import MeasuredFigures, choose_long_delay_route, load_measured_figures
 from ...delivery import epoch_ms
 from ...envsettings import env_name
-from ...errors import ConfigurationError, DestinationNotFoundError, InvalidMessageError
+from ...errors import ConfigurationError, DestinationNotFoundError, DestinationRefusedError, InvalidMessageError
 from ...timebuckets.cost import BucketCounts
 from ...timebuckets.format import BucketMessage
 from ..settings import SqsSettings
@@ -92,7 +92,7 @@ class BucketSendLeg:
         name = self.sqs_settings.bucket_ingest_queue
         try:
             self.directory.get(name)
-        except (DestinationNotFoundError, ConfigurationError) as exc:
+        except (DestinationNotFoundError, DestinationRefusedError, ConfigurationError) as exc:
             if self._absent_until is None:
                 _log.warning(
                     "long_delay_route auto: the time-bucket tier's ingest queue is not there, long delays take the "
