@@ -81,6 +81,7 @@ _TIER_CONTEXT: dict[str, tuple[str, type]] = {
     "bucketDispatchLeadSeconds": ("dispatch_lead_seconds", int),
     "bucketIngestWindowSeconds": ("ingest_window_seconds", int),
     "bucketRefusedRetrySeconds": ("refused_retry_seconds", int),
+    "bucketDispatchConcurrency": ("dispatch_concurrency", int),
 }
 
 

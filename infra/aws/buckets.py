@@ -1,8 +1,10 @@
 """``TimeBucketTier``: the S3 time-bucket tier for long SQS delays, as a reusable construct (docs/buckets.md).
 
 It creates the S3 bucket of bucket objects, the standard ingest queue (with its DLQ) that senders hand long delays
-to, the tier's error queue, the ingest function (SQS event source, big batches) and the timer function (every
-minute, one at a time), least-privilege IAM scoped to the prefix, queues and table, alarms and dashboard widgets.
+to, the tier's error queue, the ingest function (SQS event source, big batches), the timer function (every
+minute, one at a time), the dispatch queue (with its DLQ) and the dispatch function that sends big buckets in
+pieces (``dispatch_concurrency`` at once), least-privilege IAM scoped to the prefix, queues and table, alarms and
+dashboard widgets.
 Deployment is described in docs/aws.md ("Deploying the time-bucket tier").
 """
 
@@ -49,8 +51,10 @@ from infra.aws.functions import (
 )
 
 __all__ = [
+    "DEFAULT_DISPATCH_CONCURRENCY",
     "DEFAULT_INGEST_QUEUE",
     "DEFAULT_PREFIX",
+    "DISPATCH_HANDLER",
     "INGEST_HANDLER",
     "OVERDUE_THRESHOLD_SECONDS",
     "SERVICE",
@@ -62,6 +66,19 @@ __all__ = [
 INGEST_HANDLER = "functions.aws.bucket_ingest.handler"
 #: The timer function's handler.
 TIMER_HANDLER = "functions.aws.bucket_timer.handler"
+#: The dispatch function's handler (the workers that send big buckets in pieces).
+DISPATCH_HANDLER = "functions.aws.bucket_dispatch.handler"
+#: Dispatch workers at once (the event source's MaximumConcurrency: 2 to 1,000).
+DEFAULT_DISPATCH_CONCURRENCY = TierSettings().bucket_dispatch_concurrency
+#: A dispatch worker's invocation: it records its progress and hands its task on before the end.
+DISPATCH_TIMEOUT = Duration.minutes(3)
+#: Memory of a dispatch worker: one full vCPU (its work is CPU-bound, so GB-seconds cost the same as with less);
+#: each run peaks well under 128 MiB of its own (benchmarks/aws.md).
+DISPATCH_MEMORY_MB = 1769
+#: Receives of a dispatch task before it goes to the dispatch DLQ.
+DISPATCH_MAX_RECEIVES = 5
+#: The oldest dispatch task waiting this long means the workers fall behind (or none runs).
+DISPATCH_AGE_THRESHOLD_SECONDS = 300
 #: Powertools service of both functions (the ``service`` dimension of their metrics).
 SERVICE = DEFAULT_SERVICE
 #: The tier's timing when none is given: the functions' own defaults.
@@ -160,10 +177,13 @@ class TimeBucketTier(Construct):
         overdue_threshold_seconds: int = OVERDUE_THRESHOLD_SECONDS,
         sender_arns: Sequence[str] = (),
         ingest_window_seconds: int = INGEST_WINDOW_SECONDS,
+        dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY,
     ) -> None:
         super().__init__(scope, construct_id)
         levels = (fine_seconds, coarse_seconds, dispatch_lead_seconds)
         _check(prefix, levels, ingest_queue_name, max_native_delay, ingest_window_seconds)
+        if not isinstance(dispatch_concurrency, int) or not 2 <= dispatch_concurrency <= 1_000:
+            raise ValueError(f"dispatch_concurrency {dispatch_concurrency!r}: 2 to 1,000 (the event source's limits)")
         self.ingest_window = Duration.seconds(ingest_window_seconds)
         #: How long an ingest record may wait before a message routed at the shortest long delay misses its
         #: bucket's first dispatch (the IngestFallingBehind alarm's threshold).
@@ -178,6 +198,7 @@ class TimeBucketTier(Construct):
         self.destinations = dict(destinations)
         self.bucket = self._bucket(bucket_name)
         self._queues(ingest_queue_name)
+        self._dispatch_queues()
         self._senders = _Arns()
         sqs_settings = SqsSettings(max_native_delay=max_native_delay, bucket_ingest_queue=ingest_queue_name)
         environment = {
@@ -189,6 +210,10 @@ class TimeBucketTier(Construct):
             **settings_env(timing, "bucket_refused_retry_seconds"),
             # The queues the tier may deliver to: an ingest record naming another is refused (docs/buckets.md).
             DESTINATIONS_ENV: ",".join(sorted(self.destinations)),
+            setting_env(TierSettings, "bucket_dispatch_queue"): self.dispatch_queue.queue_name,
+            **settings_env(
+                timing.with_(bucket_dispatch_concurrency=dispatch_concurrency), "bucket_dispatch_concurrency"
+            ),
         }
         if cancellation_table is not None:
             environment[TABLE_ENV] = cancellation_table.table_name
@@ -196,12 +221,13 @@ class TimeBucketTier(Construct):
         self._refused_retry = refused_retry_seconds
         self.ingest = self._ingest(code, layers, environment)
         self.timer = self._timer(code, layers, environment, cancellation_table)
+        self.dispatch = self._dispatch(code, layers, environment, cancellation_table, dispatch_concurrency)
         # Secure by default: only the tier's own roles, the senders named here and those granted later may send.
         self._senders.arns.extend([self.ingest.role.role_arn, self.timer.role.role_arn, *sender_arns])
         self._restrict_senders()
         self.alarms = self._alarms(overdue_threshold_seconds, alarm_actions)
         self._suppress()
-        for made in (self.ingest, self.timer):
+        for made in (self.ingest, self.timer, self.dispatch):
             self._acknowledge_prefix(made.role)
 
     def grant_send_ingest(self, grantee: iam.IGrantable) -> None:
@@ -251,6 +277,8 @@ class TimeBucketTier(Construct):
             lifecycle_rules=[
                 s3.LifecycleRule(id="AbortIncompleteUploads", abort_incomplete_multipart_upload_after=Duration.days(1)),
                 s3.LifecycleRule(id="ExpireLeases", prefix=f"{self.prefix}/leases/", expiration=Duration.days(2)),
+                # A plan is deleted once sent; one left by a run killed in its clean-up goes after a week.
+                s3.LifecycleRule(id="ExpirePlans", prefix=f"{self.prefix}/plans/", expiration=Duration.days(7)),
             ],
             removal_policy=RemovalPolicy.RETAIN,  # messages wait here for years
             **encryption,
@@ -276,6 +304,19 @@ class TimeBucketTier(Construct):
             **common,
         )
         self.error_queue = sqs.Queue(self, "Errors", **common)
+
+    def _dispatch_queues(self) -> None:
+        """The dispatch queue of tasks (standard, encrypted, TLS-only) with its DLQ; tasks live 4 days."""
+        common: dict[str, Any] = {"enforce_ssl": True, **self._queue_encryption()}
+        self.dispatch_dlq = sqs.Queue(self, "DispatchDlq", retention_period=RETENTION, **common)
+        self.dispatch_queue = sqs.Queue(
+            self,
+            "Dispatch",
+            retention_period=Duration.days(4),
+            visibility_timeout=Duration.seconds(DISPATCH_TIMEOUT.to_seconds() * 2),
+            dead_letter_queue=sqs.DeadLetterQueue(queue=self.dispatch_dlq, max_receive_count=DISPATCH_MAX_RECEIVES),
+            **common,
+        )
 
     def _ingest(
         self, code: lambda_.Code, layers: Sequence[lambda_.ILayerVersion], env: dict[str, str]
@@ -334,7 +375,19 @@ class TimeBucketTier(Construct):
             "queue, its endpoints' cancellation records, its logs",
             environment=env,
         )
-        role = made.role
+        self._grant_dispatching(made.role, table)
+        # A tick that cannot run (the one allowed instance is busy) is dropped, not retried: the next comes anyway.
+        events.Rule(
+            self,
+            "EveryMinute",
+            description="Runs the time-bucket timer every minute",
+            schedule=events.Schedule.rate(Duration.minutes(1)),
+            targets=[targets.LambdaFunction(made.function, retry_attempts=0, max_event_age=Duration.minutes(1))],
+        )
+        return made
+
+    def _grant_dispatching(self, role: iam.Role, table: dynamodb.ITable | None) -> None:
+        """What the timer and the dispatch workers both do: objects under the prefix, sends, tasks, records."""
         role.add_to_policy(
             iam.PolicyStatement(
                 actions=["s3:ListBucket"],
@@ -349,7 +402,7 @@ class TimeBucketTier(Construct):
         )
         if self.bucket.encryption_key is not None:
             self.bucket.encryption_key.grant(role, "kms:GenerateDataKey", "kms:Decrypt")
-        for queue in (*self.destinations.values(), self.error_queue):
+        for queue in (*self.destinations.values(), self.error_queue, self.dispatch_queue):
             _grant_send(queue, role)
         if table is not None:
             role.add_to_policy(
@@ -359,14 +412,36 @@ class TimeBucketTier(Construct):
                     conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": sorted(self.destinations)}},
                 )
             )
-        # A tick that cannot run (the one allowed instance is busy) is dropped, not retried: the next comes anyway.
-        events.Rule(
-            self,
-            "EveryMinute",
-            description="Runs the time-bucket timer every minute",
-            schedule=events.Schedule.rate(Duration.minutes(1)),
-            targets=[targets.LambdaFunction(made.function, retry_attempts=0, max_event_age=Duration.minutes(1))],
+
+    def _dispatch(
+        self,
+        code: lambda_.Code,
+        layers: Sequence[lambda_.ILayerVersion],
+        env: dict[str, str],
+        table: dynamodb.ITable | None,
+        concurrency: int,
+    ) -> PowertoolsFunction:
+        """Dispatch workers: one task (a partition of a planned bucket) per invocation, ``concurrency`` at once."""
+        made = powertools_function(
+            Construct(self, "DispatchFunction"),
+            "Function",
+            handler=DISPATCH_HANDLER,
+            code=code,
+            layers=layers,
+            timeout=DISPATCH_TIMEOUT,
+            memory_size=DISPATCH_MEMORY_MB,
+            service=SERVICE,
+            description="Sends the partitions of big time buckets in pieces (dispatch tasks from the timer)",
+            role_description="Time-bucket dispatch: objects under the prefix, sends to the destinations, the error "
+            "and dispatch queues, its endpoints' cancellation records, its logs",
+            environment=env,
         )
+        made.function.add_event_source(
+            SqsEventSource(
+                self.dispatch_queue, batch_size=1, report_batch_item_failures=True, max_concurrency=concurrency
+            )
+        )
+        self._grant_dispatching(made.role, table)
         return made
 
     def _metric(self, name: str, statistic: str = "Sum") -> cloudwatch.Metric:
@@ -428,7 +503,8 @@ class TimeBucketTier(Construct):
                 {},
             ),
         ]
-        for name, made in (("Ingest", self.ingest), ("Timer", self.timer)):
+        specs += self._dispatch_alarms(over, minute)
+        for name, made in (("Ingest", self.ingest), ("Timer", self.timer), ("Dispatch", self.dispatch)):
             errors = made.function.metric_errors(period=Duration.minutes(5), statistic="Sum")
             specs.append((f"{name}Errors", f"The time-bucket {name.lower()} function failed", errors, {}))
         alarms = [_alarm(self, name, text, metric, **kw) for name, text, metric, kw in specs]
@@ -436,6 +512,41 @@ class TimeBucketTier(Construct):
             for action in actions:
                 alarm.add_alarm_action(action)
         return alarms
+
+    def _dispatch_alarms(
+        self, over: dict[str, Any], minute: dict[str, Any]
+    ) -> list[tuple[str, str, cloudwatch.IMetric, dict[str, Any]]]:
+        """The dispatch workers: tasks waiting too long, tasks given up on, runs failing, a partition too big."""
+        age = DISPATCH_AGE_THRESHOLD_SECONDS
+        return [
+            (
+                "DispatchFallingBehind",
+                f"The oldest dispatch task waited over {age} s for 3 minutes: big buckets are not being sent (the "
+                "dispatch function failing or throttled, or dispatch_concurrency too low for the bursts)",
+                self.dispatch_queue.metric_approximate_age_of_oldest_message(**minute),
+                {"threshold": age, "evaluation_periods": 3, **over},
+            ),
+            (
+                "DispatchDlqNotEmpty",
+                f"Dispatch tasks failed {DISPATCH_MAX_RECEIVES} times and reached the dispatch DLQ; the timer hands "
+                "their partitions out again, but look for 'dispatch task failed' in the dispatch function's logs",
+                self.dispatch_dlq.metric_approximate_number_of_messages_visible(**minute),
+                {"threshold": 0, **over},
+            ),
+            (
+                "DispatchFailing",
+                "Dispatch runs failed three minutes running (BucketDispatchFailures, caught in the handler)",
+                self._metric("BucketDispatchFailures"),
+                {"evaluation_periods": 3},
+            ),
+            (
+                "DispatchPartitionTooBig",
+                "A dispatch worker met more ids in one partition than it remembers (BucketDispatchSeenOverflow): "
+                "a copy of one of them may be sent twice; lower bucket_partition_max_messages",
+                self._metric("BucketDispatchSeenOverflow"),
+                {},
+            ),
+        ]
 
     def widgets(self) -> list[list[cloudwatch.IWidget]]:
         """Dashboard rows for the tier: its flow, its timing, its queues and its functions."""
@@ -479,6 +590,17 @@ class TimeBucketTier(Construct):
             right=[self.ingest_queue.metric_approximate_age_of_oldest_message()],
             width=8,
         )
+        dispatch = cloudwatch.GraphWidget(
+            title="Dispatch workers: tasks waiting and their age (s), pieces and partitions",
+            left=[
+                self.dispatch_queue.metric_approximate_number_of_messages_visible(),
+                self.dispatch_queue.metric_approximate_number_of_messages_not_visible(),
+                self.dispatch_dlq.metric_approximate_number_of_messages_visible(),
+                *(self._metric(n) for n in ("BucketsPlanned", "BucketPartitionsFinished", "BucketPartitionsContinued")),
+            ],
+            right=[self.dispatch_queue.metric_approximate_age_of_oldest_message()],
+            width=24,
+        )
         functions = [
             cloudwatch.GraphWidget(
                 title=title,
@@ -488,12 +610,16 @@ class TimeBucketTier(Construct):
                     made.function.metric_throttles(),
                 ],
                 right=[made.function.metric_duration(statistic="p99")],
-                width=12,
+                width=8,
             )
-            for title, made in (("Ingest function", self.ingest), ("Timer function", self.timer))
+            for title, made in (
+                ("Ingest function", self.ingest),
+                ("Timer function", self.timer),
+                ("Dispatch function", self.dispatch),
+            )
         ]
         title = cloudwatch.TextWidget(markdown="## Time-bucket tier (S3)", width=24, height=1)
-        return [[title], [flow, timing, queues], functions]
+        return [[title], [flow, timing, queues], [dispatch], functions]
 
     def _acknowledge_prefix(self, role: iam.Role) -> None:
         """The object actions' resource ends in ``<prefix>/*``: the tier's own objects, nothing else in the bucket."""
@@ -522,6 +648,13 @@ class TimeBucketTier(Construct):
                 id="AwsSolutions-SQS3",
                 reason="This is the tier's terminal error queue: no further DLQ; 14-day retention and an alarm as "
                 "soon as it is not empty.",
+            )
+        )
+        Validations.of(self.dispatch_dlq).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-SQS3",
+                reason="This is the dispatch queue's dead-letter queue: 14-day retention and an alarm as soon as it "
+                "is not empty (the timer hands a stalled partition out again on its own).",
             )
         )
         Validations.of(self.ingest_dlq).acknowledge(

@@ -27,7 +27,7 @@ from delayed_delivery.aws.tier.config import BUCKET_NAME_ENV
 from delayed_delivery.envsettings import env_name
 from delayed_delivery.planning import MAX_PARK_SECONDS
 from delayed_delivery.release import ReleaseRates
-from infra.aws.buckets import INGEST_HANDLER, TIMER_HANDLER, TimeBucketTier
+from infra.aws.buckets import DISPATCH_HANDLER, INGEST_HANDLER, TIMER_HANDLER, TimeBucketTier
 from infra.aws.consumer import CONSUMER_HANDLER, ExampleConsumer
 from infra.aws.endpoint import HANDLER, RELEASE_LAG_ALARM_SECONDS, DelayedDeliveryEndpoint
 from infra.aws.packaging import REPO_ROOT, prepare_function_asset
@@ -55,7 +55,7 @@ CREATE_KEY = "create"
 #: The Lambda code assets (a folder each under ``asset_dir``, default ``build/aws``) and the handlers each serves.
 ASSETS: Mapping[str, tuple[str, ...]] = {
     "requeue": (HANDLER,),
-    "tier": (INGEST_HANDLER, TIMER_HANDLER),
+    "tier": (INGEST_HANDLER, TIMER_HANDLER, DISPATCH_HANDLER),
     "consumer": (CONSUMER_HANDLER,),
 }
 

@@ -129,3 +129,28 @@ def test_reschedule_of_a_message_not_in_the_tier_exits_1(aws: list[str], monkeyp
         run("reschedule", "m1", *aws, "--to", "orders", "--delay", "1h", "--due", "2031-01-01T00:00:00Z"),
         "--bucket-name",
     )
+
+
+def test_pending_shows_the_work_in_flight_in_the_dispatch_workers(aws: list[str], s3: Any) -> None:
+    from dataclasses import replace
+
+    from delayed_delivery.aws.tier.plan_store import PlanStore
+    from delayed_delivery.timebuckets.plans import DispatchPlan, PartitionProgress, PieceCounts
+
+    store = S3BucketStore(s3, BUCKET, levels=BucketLevel())
+    [fine] = [o for o in store.objects("fine")]
+    plans = PlanStore(store)
+    plan = DispatchPlan(fine.bucket, int(datetime.now(UTC).timestamp() * 1000), 2, (fine.key.rsplit("/", 1)[1],))
+    assert plans.create_plan(plan)
+    working = PartitionProgress(fine.bucket, plan.created_ms, 0, 2, owner="w0", lease_until_ms=plan.created_ms + 10**6,
+                                counts=PieceCounts(sent=2, cancelled=1))  # fmt: skip
+    assert plans.write_progress(working, None)
+    done = replace(working, partition=1, owner="", lease_until_ms=0, done=True, counts=PieceCounts(sent=1))
+    assert plans.write_progress(done, None)
+    data = ok_json("pending", *aws, "--bucket-name", BUCKET)
+    [flight] = data["buckets"]["in_flight"]
+    assert (flight["partitions"], flight["partitions_done"], flight["partitions_working"]) == (2, 1, 1)
+    assert (flight["sent"], flight["handled"]) == (3, 4)
+    assert data["pending"] == 10 - 4 and data["buckets"]["messages"] == 10  # listed until the plan is done
+    result = run("pending", *aws, "--bucket-name", BUCKET)
+    assert "1/2 partitions done, 1 worker(s) on it, 3 message(s) sent so far" in " ".join(result.stdout.split())

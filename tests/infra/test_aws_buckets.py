@@ -20,7 +20,7 @@ from aws_cdk.assertions import Match, Template  # noqa: E402
 
 from delayed_delivery.aws.settings import SqsSettings  # noqa: E402
 from infra.aws.app import build  # noqa: E402
-from infra.aws.buckets import INGEST_HANDLER, TIMER_HANDLER, TimeBucketTier  # noqa: E402
+from infra.aws.buckets import DISPATCH_HANDLER, INGEST_HANDLER, TIMER_HANDLER, TimeBucketTier  # noqa: E402
 from tests.infra.test_assets import assert_functions_use_their_assets  # noqa: E402
 from tests.infra.test_aws_stack import (  # noqa: E402
     _actions,
@@ -70,6 +70,11 @@ def _bucket(raw: dict[str, Any]) -> str:
 def _tier_errors(raw: dict[str, Any]) -> str:
     [errors] = [k for k in _resources(raw, "AWS::SQS::Queue") if k.startswith("TimeBucketsErrors")]
     return errors
+
+
+def _dispatch(raw: dict[str, Any]) -> str:
+    [queue] = [k for k in _resources(raw, "AWS::SQS::Queue") if k.startswith("TimeBucketsDispatch") and "Dlq" not in k]
+    return queue
 
 
 def _objects(bucket: str, prefix: str = PREFIX) -> dict[str, Any]:
@@ -128,6 +133,9 @@ def test_bucket_is_private_encrypted_tls_only_unversioned_kept_with_lifecycle(ti
                             Match.object_like(
                                 {"Prefix": f"{PREFIX}/leases/", "ExpirationInDays": 2, "Status": "Enabled"}
                             ),
+                            Match.object_like(
+                                {"Prefix": f"{PREFIX}/plans/", "ExpirationInDays": 7, "Status": "Enabled"}
+                            ),
                         ]
                     )
                 },
@@ -135,9 +143,8 @@ def test_bucket_is_private_encrypted_tls_only_unversioned_kept_with_lifecycle(ti
         },
     )
     [rules] = [b["Properties"]["LifecycleConfiguration"]["Rules"] for b in _resources(raw, "AWS::S3::Bucket").values()]
-    assert all("ExpirationInDays" not in r or r.get("Prefix") == f"{PREFIX}/leases/" for r in rules), (
-        "no message expires"
-    )
+    expiring = {f"{PREFIX}/leases/", f"{PREFIX}/plans/"}  # leases and plans, never a message
+    assert all("ExpirationInDays" not in r or r.get("Prefix") in expiring for r in rules), "no message expires"
     [policy] = _resources(raw, "AWS::S3::BucketPolicy").values()
     assert policy["Properties"]["Bucket"] == {"Ref": bucket}
     [deny] = policy["Properties"]["PolicyDocument"]["Statement"]
@@ -218,12 +225,12 @@ def test_timer_runs_every_minute_one_at_a_time(tier: Synth) -> None:
     }
 
 
-def test_both_functions_get_the_tier_environment(tier: Synth) -> None:
+def test_the_functions_get_the_tier_environment(tier: Synth) -> None:
     _, raw, _ = tier
     bucket = _bucket(raw)
     errors = _tier_errors(raw)
     [table] = _resources(raw, "AWS::DynamoDB::Table")
-    for handler in (INGEST_HANDLER, TIMER_HANDLER):
+    for handler in (INGEST_HANDLER, TIMER_HANDLER, DISPATCH_HANDLER):
         env = _function(raw, handler)[1]["Properties"]["Environment"]["Variables"]
         assert env["DELAYED_DELIVERY_BUCKET_NAME"] == {"Ref": bucket}
         assert env["DELAYED_DELIVERY_BUCKET_PREFIX"] == PREFIX
@@ -237,6 +244,8 @@ def test_both_functions_get_the_tier_environment(tier: Synth) -> None:
         assert env["POWERTOOLS_SERVICE_NAME"] == "delayed-delivery-buckets"
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == "DelayedDelivery"
         assert env["DELAYED_DELIVERY_CANCELLATION_TABLE"] == {"Ref": table}
+        assert env["DELAYED_DELIVERY_BUCKET_DISPATCH_QUEUE"] == {"Fn::GetAtt": [_dispatch(raw), "QueueName"]}
+        assert env["DELAYED_DELIVERY_BUCKET_DISPATCH_CONCURRENCY"] == "32"
 
 
 def test_ingest_may_only_write_objects_under_the_prefix_and_send_to_the_error_queue(tier: Synth) -> None:
@@ -263,10 +272,13 @@ def test_ingest_may_only_write_objects_under_the_prefix_and_send_to_the_error_qu
     assert "Logs" in logs and actions == {"logs:CreateLogStream", "logs:PutLogEvents"}
 
 
-def test_timer_is_scoped_to_the_prefix_the_destinations_the_error_queue_and_their_records(tier: Synth) -> None:
+@pytest.mark.parametrize("handler", [TIMER_HANDLER, DISPATCH_HANDLER])
+def test_timer_and_workers_are_scoped_to_the_prefix_the_destinations_the_queues_and_their_records(
+    tier: Synth, handler: str
+) -> None:
     _, raw, _ = tier
     bucket = _bucket(raw)
-    statements = _statements(raw, _function(raw, TIMER_HANDLER)[1])
+    statements = _statements(raw, _function(raw, handler)[1])
     [listing] = [s for s in statements if "s3:ListBucket" in _actions(s)]
     assert _actions(listing) == ["s3:ListBucket"] and listing["Resource"] == {"Fn::GetAtt": [bucket, "Arn"]}
     assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"{PREFIX}/*"]}}
@@ -280,8 +292,9 @@ def test_timer_is_scoped_to_the_prefix_the_destinations_the_error_queue_and_thei
     orders = _logical_id(raw, "AWS::SQS::Queue", QueueName="orders")
     billing = _logical_id(raw, "AWS::SQS::Queue", QueueName="billing")
     errors = _tier_errors(raw)
-    assert sends == {orders, billing, errors}
-    assert not [s for s in statements if "sqs:ReceiveMessage" in _actions(s)]
+    assert sends == {orders, billing, errors, _dispatch(raw)}  # the dispatch queue: tasks handed on
+    receives = [s["Resource"] for s in statements if "sqs:ReceiveMessage" in _actions(s)]
+    assert receives == ([] if handler == TIMER_HANDLER else [{"Fn::GetAtt": [_dispatch(raw), "Arn"]}])
     [records] = [s for s in statements if any(a.startswith("dynamodb:") for a in _actions(s))]
     [table] = _resources(raw, "AWS::DynamoDB::Table")
     assert sorted(_actions(records)) == ["dynamodb:DeleteItem", "dynamodb:Query"]
@@ -303,7 +316,7 @@ def test_alarms_on_overdue_buckets_ingest_age_the_dlq_and_errors(tier: Synth) ->
     assert overdue["Dimensions"] == [{"Name": "service", "Value": "delayed-delivery-buckets"}]
     ingest_queue = _logical_id(raw, "AWS::SQS::Queue", QueueName="delayed-delivery-ingest")
     dlq = _logical_id(raw, "AWS::SQS::Queue", QueueName="delayed-delivery-ingest-dlq")
-    [age] = [a for a in alarms if a["MetricName"] == "ApproximateAgeOfOldestMessage"]
+    [age] = [a for a in alarms if a["MetricName"] == "ApproximateAgeOfOldestMessage" and ingest_queue in json.dumps(a)]
     assert age["Dimensions"][0]["Value"] == {"Fn::GetAtt": [ingest_queue, "QueueName"]}
     assert age["Threshold"] == 900 - 60 - 420  # past it, a 901 s delay misses its bucket's first dispatch
     [dead] = [a for a in alarms if a["MetricName"] == "ApproximateNumberOfMessagesVisible" and dlq in json.dumps(a)]
@@ -315,9 +328,17 @@ def test_alarms_on_overdue_buckets_ingest_age_the_dlq_and_errors(tier: Synth) ->
     assert "3600 s past their due time" in refused["AlarmDescription"]
     errors = [a for a in alarms if a["MetricName"] == "Errors"]
     functions = {json.dumps(a["Dimensions"]) for a in errors}
-    for handler in (INGEST_HANDLER, TIMER_HANDLER):
+    for handler in (INGEST_HANDLER, TIMER_HANDLER, DISPATCH_HANDLER):
         name, _ = _function(raw, handler)
         assert any(name in f for f in functions), handler
+    dispatch, dispatch_dlq = _dispatch(raw), f"{_dispatch(raw).replace('Dispatch', 'DispatchDlq', 1)}"
+    [behind] = [a for a in alarms if a["MetricName"] == "ApproximateAgeOfOldestMessage" and dispatch in json.dumps(a)]
+    assert (behind["Threshold"], behind["EvaluationPeriods"]) == (300, 3)
+    assert [
+        a for a in alarms if a["MetricName"] == "ApproximateNumberOfMessagesVisible" and "DispatchDlq" in json.dumps(a)
+    ]
+    assert {"BucketDispatchFailures", "BucketDispatchSeenOverflow"} <= {a["MetricName"] for a in alarms}
+    assert dispatch_dlq
     [dashboard] = _resources(raw, "AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for metric in (
@@ -329,6 +350,8 @@ def test_alarms_on_overdue_buckets_ingest_age_the_dlq_and_errors(tier: Synth) ->
         "BucketDestinationRefusals",
         "BucketRefusedToErrorQueue",
         "Requeued",
+        "BucketPartitionsFinished",
+        "BucketsPlanned",
     ):
         assert metric in body
 
@@ -349,7 +372,7 @@ def test_the_tier_functions_run_from_their_own_asset(tier: Synth) -> None:
     _, raw, path = tier
     assert_functions_use_their_assets(raw, path)
     handlers = {r["Properties"]["Handler"] for r in _resources(raw, "AWS::Lambda::Function").values()}
-    assert {INGEST_HANDLER, TIMER_HANDLER} <= handlers
+    assert {INGEST_HANDLER, TIMER_HANDLER, DISPATCH_HANDLER} <= handlers
 
 
 def test_cfn_lint_passes_with_the_tier(tier: Synth) -> None:
@@ -444,6 +467,8 @@ def test_grant_send_ingest_allows_a_role_and_bad_sizes_are_refused(tmp_path: Pat
         {"bucketDispatchLeadSeconds": 600},  # the 300 s window would let a 901 s delay miss its first dispatch
         {"bucketIngestWindowSeconds": 301},
         {"maxNativeDelay": 600},
+        {"bucketDispatchConcurrency": 1},
+        {"bucketDispatchConcurrency": 1_001},
     ):
         with pytest.raises(ValueError):
             build(cdk.App(context={"endpoints": ["orders"], "longDelayRoute": "buckets", **bad}))
@@ -459,7 +484,7 @@ def test_the_functions_environment_is_what_the_tier_config_reads(tier: Synth) ->
     from delayed_delivery.aws.tier.config import BucketTierConfig
 
     _, raw, _ = tier
-    for handler in (INGEST_HANDLER, TIMER_HANDLER):
+    for handler in (INGEST_HANDLER, TIMER_HANDLER, DISPATCH_HANDLER):
         env = _function(raw, handler)[1]["Properties"]["Environment"]["Variables"]
         resolved = {
             k: v if isinstance(v, str) else f"deployed-{k.lower()[-12:].replace('_', '-')}" for k, v in env.items()
@@ -474,3 +499,42 @@ def test_the_functions_environment_is_what_the_tier_config_reads(tier: Synth) ->
         # to retry a destination that refuses them
         assert config.destinations == frozenset({"orders", "billing"})
         assert config.tier_settings.bucket_refused_retry_seconds == 3600
+        assert config.tier_settings.bucket_dispatch_queue and config.tier_settings.bucket_dispatch_concurrency == 32
+
+
+def test_the_dispatch_queue_feeds_the_workers_a_task_at_a_time_at_the_set_concurrency(
+    tier: Synth, tmp_path: Path
+) -> None:
+    template, raw, _ = tier
+    dispatch = _dispatch(raw)
+    queue = raw["Resources"][dispatch]["Properties"]
+    name, function = _function(raw, DISPATCH_HANDLER)
+    assert function["Properties"]["Timeout"] == 180 and function["Properties"]["MemorySize"] == 1769
+    assert "ReservedConcurrentExecutions" not in function["Properties"]  # the event source caps it
+    assert queue["VisibilityTimeout"] >= function["Properties"]["Timeout"]  # Lambda refuses less
+    assert queue["SqsManagedSseEnabled"] is True and queue["RedrivePolicy"]["maxReceiveCount"] == 5
+    [policy] = [
+        p for p in _resources(raw, "AWS::SQS::QueuePolicy").values() if p["Properties"]["Queues"] == [{"Ref": dispatch}]
+    ]
+    assert any(
+        st.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]
+    )
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {
+            "EventSourceArn": {"Fn::GetAtt": [dispatch, "Arn"]},
+            "FunctionName": {"Ref": name},
+            "BatchSize": 1,
+            "FunctionResponseTypes": ["ReportBatchItemFailures"],
+            "ScalingConfig": {"MaximumConcurrency": 32},
+        },
+    )
+    _, wider, _ = _synth(
+        tmp_path, {"endpoints": ["orders"], "longDelayRoute": "buckets", "bucketDispatchConcurrency": 12}
+    )
+    [mapping] = [m for m in _resources(wider, "AWS::Lambda::EventSourceMapping").values()
+                 if m["Properties"]["BatchSize"] == 1]  # fmt: skip
+    assert mapping["Properties"]["ScalingConfig"] == {"MaximumConcurrency": 12}
+    env = _function(wider, DISPATCH_HANDLER)[1]["Properties"]["Environment"]["Variables"]
+    assert env["DELAYED_DELIVERY_BUCKET_DISPATCH_CONCURRENCY"] == "12"

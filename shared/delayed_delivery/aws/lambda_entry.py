@@ -8,10 +8,20 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["BuiltOnFirstCall"]
+__all__ = ["BuiltOnFirstCall", "invocation_deadline"]
+
+
+def invocation_deadline(context: Any) -> float | None:
+    """The end of this invocation as a ``time.monotonic`` value, from the Lambda context (``None`` without one)."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    try:
+        return time.monotonic() + float(remaining()) / 1000 if callable(remaining) else None
+    except (TypeError, ValueError):
+        return None
 
 
 class BuiltOnFirstCall:

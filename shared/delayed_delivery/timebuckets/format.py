@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import InvalidMessageError
 from ..jsonbounds import loads_bounded
@@ -382,9 +382,9 @@ class BucketHeader:
     count: int
 
 
-@dataclass(frozen=True, slots=True)
-class RawLine:
-    """One message line as stored, not yet read: its number (1 = the first message) and bytes.
+class RawLine(NamedTuple):
+    """One message line as stored, not yet read: its number (1 = the first message) and bytes (a tuple: a stream
+    makes one per line, so it is made cheaply).
 
     A line longer than ``MAX_LINE_BYTES`` is not held: ``data`` keeps its first ``MAX_POISON_RAW_BYTES`` and ``size``
     its whole length, and it reads as poison.

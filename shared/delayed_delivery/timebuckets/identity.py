@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .format import BucketMessage
 
-__all__ = ["DIGEST_CHARS", "conflict_reason", "content_digest", "first_sent", "same_message"]
+__all__ = ["DIGEST_CHARS", "conflict_reason", "content_digest", "digest_conflict_reason", "first_sent", "same_message"]
 
 #: Hex characters of a content digest shown in reasons (64 bits of sha256: enough to tell two versions apart).
 DIGEST_CHARS = 16
@@ -73,9 +73,14 @@ def first_sent(a: BucketMessage, b: BucketMessage) -> BucketMessage:
 def conflict_reason(kept: BucketMessage, other: BucketMessage, where: str = "", other_where: str = "") -> str:
     """Why ``other`` is not delivered: another message under its id was sent first (both content digests named, and
     where each was read, when known)."""
-    first = f"digest {content_digest(kept)}" + (f", in {where}" if where else "")
-    second = f"digest {content_digest(other)}" + (f", in {other_where}" if other_where else "")
+    return digest_conflict_reason(kept.message_id, content_digest(kept), content_digest(other), where, other_where)
+
+
+def digest_conflict_reason(message_id: str, kept: str, other: str, where: str = "", other_where: str = "") -> str:
+    """``conflict_reason`` from the two copies' digests (a reader that kept only the first one's digest)."""
+    first = f"digest {kept}" + (f", in {where}" if where else "")
+    second = f"digest {other}" + (f", in {other_where}" if other_where else "")
     return (
-        f"another message with id {kept.message_id!r} ({first}) was sent first; an id names one message, so this "
+        f"another message with id {message_id!r} ({first}) was sent first; an id names one message, so this "
         f"one ({second}) is not delivered and the first is kept"
     )

@@ -381,6 +381,11 @@ def _print_tier(report: BucketPendingReport, by: str) -> None:
     if len(census.rows) > 48:
         table.caption = f"… {len(census.rows) - 48} more rows (use --json for all)"
     print_table(table)
+    for plan in report.in_flight:
+        say(
+            f"sending now: fine {instant(plan.bucket.start)}: {plan.done}/{plan.partitions} partitions done, "
+            f"{plan.working} worker(s) on it, {plan.sent} message(s) sent so far"
+        )
     more = " (more not listed)" if report.records_truncated else ""
     say(f"cancel / reschedule records waiting: {len(report.records)}{more}")
     for r in report.records[:20]:

@@ -28,7 +28,7 @@ from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError
 
 if TYPE_CHECKING:
     from delayed_delivery.aws.tier.config import BucketTierConfig
-    from delayed_delivery.aws.tier.operations import TierOperations
+    from delayed_delivery.aws.tier.operations import PlanInFlight, TierOperations
     from delayed_delivery.aws.tier.relocate import ScanProgress
     from delayed_delivery.aws.tier.store import S3BucketStore
     from delayed_delivery.cancellations import StoredRecord
@@ -60,6 +60,8 @@ class BucketPendingReport(PendingReport):
     prefix: str = ""
     records: tuple[StoredRecord, ...] = ()
     records_truncated: bool = False
+    #: Big buckets the dispatch workers are sending now (their objects still listed until the last piece).
+    in_flight: tuple[PlanInFlight, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The ``pending --json`` document: the SQS one plus ``buckets``."""
@@ -72,6 +74,7 @@ class BucketPendingReport(PendingReport):
             "per_destination": PER_DESTINATION,
             "records": [_record_dict(r) for r in self.records],
             "records_truncated": self.records_truncated,
+            "in_flight": [plan.as_dict() for plan in self.in_flight],
         }
         return d
 
@@ -174,10 +177,14 @@ class BucketTierRoute(SqsOperatorRoute):
         """The tier's exact census by hour or day (listing only) and live records, beside the FIFO queue counts."""
         period: CensusPeriod = "hour" if bucket_seconds <= 3600 else "day"
         fifo = self._fifo_pending(bucket_seconds, queue)
-        census = self._operations().census(period)
+        operations = self._operations()
+        census = operations.census(period)
+        in_flight = tuple(operations.in_flight())
         records, truncated = self._live_records(queue)
+        handled = sum(plan.handled for plan in in_flight)  # listed until their plan is done, no longer waiting
         return BucketPendingReport(
-            pending=census.messages,  # exact; the SQS queues' counts stay apart, in ``approximate``
+            # exact; the SQS queues' counts stay apart, in ``approximate``
+            pending=max(0, census.messages - handled),
             route="sqs-queue-attributes+s3-buckets",
             cloud="aws",
             backlog=tuple(BacklogPeriod(row.start, row.messages) for row in census.rows),
@@ -193,6 +200,7 @@ class BucketTierRoute(SqsOperatorRoute):
             prefix=self.config.prefix,
             records=tuple(records),
             records_truncated=truncated,
+            in_flight=in_flight,
         )
 
     def _fifo_pending(self, bucket_seconds: int, queue: str | None) -> PendingReport:
@@ -292,6 +300,8 @@ def _limits(census: BucketCensus, queue: str | None) -> str:
         "a coarse bucket's messages are due anywhere in it (shown in the row where it starts)",
         "the SQS counts ('hop cycle', 'final native delay', 'ingest') are approximate SQS attributes in SQS messages "
         "(an envelope counts once), never added to the tier's exact count",
+        "a big bucket the dispatch workers are sending is listed until its last piece; the total leaves out what "
+        "they sent already",
     ]
     if not census.exact:
         parts.insert(1, f"{census.uncounted_objects} object(s) have keys without a count (written before key v2)")

@@ -4,7 +4,7 @@
 |---|---|---|
 | ``DELAYED_DELIVERY_*`` core settings | see ``DelayedDeliverySettings`` | error queue, on/off |
 | ``DELAYED_DELIVERY_*`` SQS settings | see ``SqsSettings`` | ingest queue, ``long_delay_route`` |
-| ``DELAYED_DELIVERY_BUCKET_*`` timing | see ``TierSettings`` | bucket sizes, dispatch lead, send phase |
+| ``DELAYED_DELIVERY_BUCKET_*`` | see ``TierSettings`` | bucket sizes, dispatch lead, send phase, big buckets |
 | ``DELAYED_DELIVERY_BUCKET_NAME`` | none (required by both functions) | the S3 bucket holding the bucket objects |
 | ``DELAYED_DELIVERY_BUCKET_PREFIX`` | ``delayed-delivery/buckets`` | key prefix of the objects inside it |
 | ``DELAYED_DELIVERY_CANCELLATION_TABLE`` | none (no lookups) | DynamoDB table of cancel / reschedule records |
@@ -27,7 +27,9 @@ from ...envsettings import ENV_PREFIX, check_numbers, env_name, setting_label
 from ...errors import ConfigurationError
 from ...naming import FIFO_SUFFIX, validate_sqs_queue_name
 from ...settings import DelayedDeliverySettings
+from ...timebuckets.plans import MAX_PARTITIONS
 from ...timebuckets.wheel import DEFAULT_DISPATCH_LEAD_SECONDS, BucketLevel
+from ...validation import is_whole
 from ..config import NAMESPACE_ENV, SERVICE_ENV, TABLE_ENV
 from ..settings import SqsSettings
 
@@ -87,21 +89,70 @@ _DOCS = {
     "bucket_refused_retry_seconds": "How long past its due time the bucket timer keeps retrying a message whose "
     "destination refuses it (access denied, a KMS key it may not use: an operator's fix), written back every run; "
     "then the message goes to the error queue with the reason (seconds).",
+    "bucket_cascade_group_bytes": "Decompressed bytes of lines the timer reads into one cascade group before writing "
+    "it into fine buckets (memory is about twice that; 1 MiB to 64 MiB).",
+    "bucket_inline_max_messages": "The most messages a bucket the timer sends itself may hold once read (past it, "
+    "the bucket is planned and sent in pieces instead).",
+    "bucket_inline_max_bytes": "A ready fine bucket whose objects are listed at most this many bytes, and hold at "
+    "most this many once read decompressed, is sent by the timer itself, at once; a bigger one is planned.",
+    "bucket_piece_bytes": "Decompressed bytes of one partition's lines sent between two progress records: what a "
+    "killed worker sends again at most (16 KiB to 64 MiB).",
+    "bucket_partition_messages": "A planned bucket gets one partition per this many messages, up to "
+    "bucket_dispatch_concurrency partitions.",
+    "bucket_partition_max_messages": "The most messages a partition is planned with (more partitions than "
+    "bucket_dispatch_concurrency when needed): bounds what a worker remembers.",
+    "bucket_dispatch_concurrency": "Dispatch workers running at once (the dispatch function's event source "
+    "MaximumConcurrency; 1 to 1,000).",
+    "bucket_dispatch_queue": "The SQS queue of dispatch tasks the dispatch function reads; empty: the timer sends "
+    "its plans' pieces itself.",
+    "bucket_send_threads": "SendMessageBatch calls one timer or worker keeps in flight at once (1 to 64).",
+}
+_MIB = 1024 * 1024
+#: Bounds of the settings for big buckets (inclusive).
+_BOUNDS = {
+    "bucket_cascade_group_bytes": (_MIB, 64 * _MIB),
+    "bucket_inline_max_messages": (0, 100_000),
+    "bucket_inline_max_bytes": (0, 64 * _MIB),
+    "bucket_piece_bytes": (16 * 1024, 64 * _MIB),
+    "bucket_partition_messages": (1, 10_000_000),
+    "bucket_partition_max_messages": (1_000, 1_000_000),
+    "bucket_dispatch_concurrency": (1, 1_000),
+    "bucket_send_threads": (1, 64),
 }
 
 
 @dataclass(frozen=True, slots=True)
 class TierSettings:
-    """The tier's timing: the wheel's bucket sizes and dispatch lead, and the timer's send phase."""
+    """The tier's timing (the wheel's bucket sizes and dispatch lead, the timer's send phase) and how it reads,
+    plans and sends big buckets (docs/buckets.md, "Bursts")."""
 
     bucket_fine_seconds: int = 60
     bucket_coarse_seconds: int = 86_400
     bucket_dispatch_lead_seconds: int = DEFAULT_DISPATCH_LEAD_SECONDS
     bucket_send_phase_ms: int = DEFAULT_SEND_PHASE_MS
     bucket_refused_retry_seconds: int = DEFAULT_REFUSED_RETRY_SECONDS
+    bucket_cascade_group_bytes: int = 24 * _MIB
+    bucket_inline_max_messages: int = 4_000
+    bucket_inline_max_bytes: int = 4 * _MIB
+    bucket_piece_bytes: int = 4 * _MIB
+    bucket_partition_messages: int = 25_000
+    bucket_partition_max_messages: int = 100_000
+    bucket_dispatch_concurrency: int = 32
+    bucket_dispatch_queue: str = ""
+    bucket_send_threads: int = 16
 
     def __post_init__(self) -> None:
         check_numbers(self)
+        for name, (low, high) in _BOUNDS.items():
+            value = getattr(self, name)
+            if not is_whole(value, low, high):
+                raise ConfigurationError(f"{setting_label(name)} must be from {low:,} to {high:,}, got {value!r}")
+        if self.bucket_dispatch_queue:
+            validate_sqs_queue_name(self.bucket_dispatch_queue)
+            if self.bucket_dispatch_queue.endswith(FIFO_SUFFIX):
+                raise ConfigurationError(
+                    f"{setting_label('bucket_dispatch_queue')} {self.bucket_dispatch_queue!r}: a standard queue"
+                )
         if self.bucket_send_phase_ms > 1000:
             raise ConfigurationError(
                 f"{setting_label('bucket_send_phase_ms')} must be from 0 to 1000, got {self.bucket_send_phase_ms}"
@@ -118,6 +169,12 @@ class TierSettings:
     def levels(self) -> BucketLevel:
         """The timing wheel's levels."""
         return BucketLevel(self.bucket_fine_seconds, self.bucket_coarse_seconds, self.bucket_dispatch_lead_seconds)
+
+    def partitions(self, messages: int) -> int:
+        """How many partitions a bucket of about ``messages`` messages is planned with."""
+        wide = min(self.bucket_dispatch_concurrency, -(-messages // self.bucket_partition_messages))
+        needed = -(-messages // self.bucket_partition_max_messages)
+        return max(1, min(MAX_PARTITIONS, max(wide, needed)))
 
     def with_(self, **changes: Any) -> TierSettings:
         """A copy with ``changes`` applied (validated)."""

@@ -27,13 +27,16 @@ from ...cancellations import (
     tier_record_ttl,
 )
 from ...clock import Clock, SystemClock, utc
+from ...delivery import epoch_ms, from_epoch_ms
 from ...durations import format_duration, new_due_time
 from ...errors import DestinationNotFoundError
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.census import BucketCensus, CensusPeriod, take_census
+from ...timebuckets.wheel import BucketKey
 from ..cancellations import DEFAULT_CACHE_SECONDS, DEFAULT_TABLE, DynamoDbCancellationStore
 from ..settings import SqsSettings
 from ..sqs import translate_error
+from .plan_store import PlanStore
 from .provision import INGEST_VISIBILITY_SECONDS
 from .relocate import DEFAULT_SCAN_LIMIT, Relocation, Relocator, ScanProgress
 from .store import S3BucketStore, S3Client
@@ -44,7 +47,7 @@ if TYPE_CHECKING:
 
     from .config import BucketTierConfig
 
-__all__ = ["TierCancel", "TierOperations", "TierReschedule"]
+__all__ = ["PlanInFlight", "TierCancel", "TierOperations", "TierReschedule"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,33 @@ class TierReschedule:
     def missing(self) -> bool:
         """No such message is pending: not in the tier, and no other route could hold it."""
         return self.tier_only and not self.relocation.found
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInFlight:
+    """A big bucket the dispatch workers are sending now: its partitions and what they did so far."""
+
+    bucket: BucketKey
+    planned_at: datetime
+    partitions: int
+    done: int
+    #: Partitions a worker holds now (its lease not run out).
+    working: int
+    sent: int
+    #: Lines of the plan's objects dealt with: sent, cancelled, moved, to the error queue, copies, written back.
+    handled: int
+
+    def as_dict(self) -> dict[str, object]:
+        """The ``pending --json`` form."""
+        return {
+            "bucket": self.bucket.iso,
+            "planned_at": self.planned_at.isoformat(),
+            "partitions": self.partitions,
+            "partitions_done": self.done,
+            "partitions_working": self.working,
+            "sent": self.sent,
+            "handled": self.handled,
+        }
 
 
 class TierOperations:
@@ -210,6 +240,34 @@ class TierOperations:
         now = self.clock.now()
         live = sorted((r for r in found if is_live(r, now)), key=_record_order)
         return live, truncated
+
+    def in_flight(self) -> list[PlanInFlight]:
+        """The plans the dispatch workers are sending now, oldest first (a LIST, then a few small GETs each)."""
+        plans = PlanStore(self.store)
+        now_ms = epoch_ms(self.clock.now())
+        found: list[PlanInFlight] = []
+        for bucket in plans.buckets():
+            plan = plans.read_plan(bucket)
+            if plan is None:
+                continue
+            progress = [plans.read_progress(plan, k).progress for k in range(plan.partitions)]
+            counts = [p.counts for p in progress if p is not None]
+            handled = sum(
+                c.sent + c.duplicates + c.cancelled + c.rescheduled + c.to_error_queue + c.kept_for_retry
+                for c in counts
+            )
+            found.append(
+                PlanInFlight(
+                    bucket,
+                    from_epoch_ms(plan.created_ms) or self.clock.now(),
+                    plan.partitions,
+                    sum(1 for p in progress if p is not None and p.done),
+                    sum(1 for p in progress if p is not None and not p.done and p.lease_until_ms > now_ms),
+                    sum(c.sent for c in counts),
+                    handled,
+                )
+            )
+        return found
 
     def census(self, period: CensusPeriod = "day") -> BucketCensus:
         """The tier's exact counts by due hour or day, from the object listing alone (no body read)."""

@@ -20,27 +20,36 @@ from typing import TYPE_CHECKING
 from ... import logfields as lf
 from ...cancellations import CancellationCache
 from ...clock import Clock
+from ...delivery import epoch_ms
 from ...errors import ConfigurationError, DelayedDeliveryError
 from ...settings import DelayedDeliverySettings
+from ...timebuckets.format import BucketMessage, read_line
+from ...timebuckets.plans import MAX_PLAN_OBJECTS, DispatchPlan, DispatchTask
 from ...timebuckets.wheel import COARSE, FINE, MAX_DELAY_SECONDS, BucketKey, cascade_window, dispatch_window
-from .config import DEFAULT_REFUSED_RETRY_SECONDS, DEFAULT_SEND_PHASE_MS
+from .config import DEFAULT_SEND_PHASE_MS, TierSettings
 from .lease import DEFAULT_LEASE_SECONDS, BucketLeases
 from .notices import BadLines
+from .plan_store import PlanStore, TaskQueue
 from .store import ObjectMissingError, S3BucketStore, StoredObject
-from .timer_cascade import DEFAULT_GROUP_BYTES, Cascade
+from .timer_cascade import Cascade
 from .timer_plan import Found
 from .timer_sqs import Notice, TimerSqs
 from .timer_work import BucketWork, Tally
+from .worker import DEFAULT_WORKER_LEASE_SECONDS, PartitionWorker
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["DEADLINE_MARGIN_SECONDS", "MAX_STRAYS_PER_LISTING", "BucketTimer", "TimerResult"]
+__all__ = ["DEADLINE_MARGIN_SECONDS", "MAX_STRAYS_PER_LISTING", "STALL_SECONDS", "BucketTimer", "TimerResult"]
 
 #: A run starts no new bucket when fewer seconds than this are left before its deadline.
 DEADLINE_MARGIN_SECONDS = 10.0
 #: The most keys that are not bucket object keys one listing sets aside (the rest: later runs).
 MAX_STRAYS_PER_LISTING = 100
+#: A planned partition no worker recorded progress on for this long (and nobody holds) is enqueued again.
+STALL_SECONDS = DEFAULT_WORKER_LEASE_SECONDS + 60
+#: Messages assumed in an object whose key carries no count (a v1 key), for sizing a plan.
+_V1_GUESS = 1_000
 _log = logging.getLogger(__name__)
 
 
@@ -69,6 +78,14 @@ class TimerResult:
     #: their due time (counted in ``kept_for_retry`` too), then given up to the error queue (``refused_given_up``).
     refused: int = 0
     refused_given_up: int = 0
+    #: Ready buckets too big to send at once: planned, their partitions handed to the dispatch workers.
+    buckets_planned: int = 0
+    #: Dispatch tasks enqueued (new plans, and partitions no worker went on with for ``STALL_SECONDS``).
+    tasks_enqueued: int = 0
+    #: Plans every partition of which is done: their objects deleted, then the plan.
+    plans_finished: int = 0
+    #: Buckets listed small that held more bytes than the timer sends itself once read: planned instead.
+    inline_over_bound: int = 0
 
 
 def _by_bucket(objects: Iterable[StoredObject]) -> Iterator[tuple[BucketKey, list[StoredObject]]]:
@@ -95,28 +112,45 @@ class BucketTimer:
         owner: str,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         margin_seconds: float = DEADLINE_MARGIN_SECONDS,
-        cascade_group_bytes: int = DEFAULT_GROUP_BYTES,
+        tier: TierSettings | None = None,
+        queue: TaskQueue | None = None,
+        cascade_group_bytes: int | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         send_phase_ms: int = DEFAULT_SEND_PHASE_MS,
-        refused_retry_seconds: int = DEFAULT_REFUSED_RETRY_SECONDS,
+        refused_retry_seconds: int | None = None,
         destinations: Collection[str] | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
         self.clock = clock
         self.cancellations = cancellations
+        tier = tier or TierSettings()
+        if refused_retry_seconds is not None:
+            tier = tier.with_(bucket_refused_retry_seconds=refused_retry_seconds)
+        self.tier = tier
+        #: Where plans' tasks go; None: the timer sends its plans' pieces itself, after the small buckets.
+        self.queue = queue
+        self.owner = owner
+        self.sqs_client = sqs_client
+        self.plans = PlanStore(store)
+        self.send_phase_ms = send_phase_ms
+        #: The queues the tier may deliver to (None: any): a message for another goes to the error queue.
+        self.destinations = frozenset(destinations) if destinations is not None else None
         self.sqs = TimerSqs(
             sqs_client,
             settings,
             clock,
             send_phase_ms=send_phase_ms,
-            refused_retry_seconds=refused_retry_seconds,
-            destinations=destinations,
+            refused_retry_seconds=tier.bucket_refused_retry_seconds,
+            destinations=self.destinations,
+            send_threads=tier.bucket_send_threads,
         )
         self.leases = BucketLeases(store, clock, owner, lease_seconds)
         self.margin_seconds = margin_seconds
-        self.cascade_group_bytes = cascade_group_bytes
+        self.cascade_group_bytes = cascade_group_bytes or self.tier.bucket_cascade_group_bytes
         self.monotonic = monotonic
+        #: Partitions of plans met in this run, sent by the timer itself when there is no dispatch queue.
+        self._local: list[DispatchTask] = []
         self._lease_ends = datetime.max.replace(tzinfo=UTC)
         self._work = BucketWork(store, self.sqs, clock, cancellations)
 
@@ -124,8 +158,10 @@ class BucketTimer:
         """Cascade, then dispatch, starting no bucket once ``deadline`` (a ``time.monotonic`` value) is near."""
         tally = Tally(TimerResult)
         self._work = BucketWork(self.store, self.sqs, self.clock, self.cancellations)  # records fresh each run
+        self._local = []
         self._cascade(deadline, tally)
         self._dispatch(deadline, tally)
+        self._work_plans_here(deadline, tally)
         return tally.result()
 
     def _time_left(self, deadline: float | None) -> bool:
@@ -185,20 +221,39 @@ class BucketTimer:
             except DelayedDeliveryError as exc:  # it expires on its own
                 _log.warning("lease not released", extra={lf.EVENT: lf.EVENT_RETRY, lf.REASON: str(exc)})
 
-    def _read(self, objects: Sequence[StoredObject]) -> tuple[list[Found], list[Notice], list[str]]:
-        """The messages of ``objects``, notices for what cannot be read, and the keys read (gone ones left out)."""
+    def _read(
+        self, objects: Sequence[StoredObject], bound: int, most: int
+    ) -> tuple[list[Found], list[Notice], list[str]] | None:
+        """The messages of ``objects``, notices for what cannot be read, and the keys read (gone ones left out);
+        None as soon as the lines read pass ``bound`` bytes or the messages ``most`` (nothing is sent or set aside)."""
         found: list[Found] = []
         notices: list[Notice] = []
         keys: list[str] = []
+        bad_objects: list[tuple[str, str | None, BadLines]] = []
+        size = 0
         for stored in objects:
             try:
-                contents = self.store.read(stored.key)
+                stream = self.store.open(stored.key)
             except ObjectMissingError:
                 continue  # deleted by another run since the listing
+            header = stream.open()
+            version = header.version if header is not None else 0
+            bad = BadLines()
+            for raw in stream.lines():
+                size += raw.size
+                if size > bound:
+                    return None
+                item = read_line(raw, version)
+                if isinstance(item, BucketMessage):
+                    found.append(Found(item, stored.key))
+                    if len(found) > most:
+                        return None
+                else:
+                    bad.add(item)
             keys.append(stored.key)
-            found.extend(Found(message, stored.key) for message in contents.messages)
-            if contents.poison or contents.problem is not None:  # one notice per object (#23), its lines kept aside
-                notices.append(self._work.bad_object(stored.key, contents.problem, BadLines.of(contents.poison)))
+            if bad.count or stream.problem is not None:  # one notice per object (#23), its lines kept aside
+                bad_objects.append((stored.key, stream.problem, bad))
+        notices += [self._work.bad_object(key, problem, bad) for key, problem, bad in bad_objects]
         return found, notices, keys
 
     def _set_aside_strays(self, keys: Sequence[str], deadline: float | None, tally: Tally[TimerResult]) -> None:
@@ -232,9 +287,27 @@ class BucketTimer:
             tally.add(buckets_left_for_deadline=1)  # the rest: a later run
 
     def _dispatch_bucket(self, bucket: BucketKey, objects: Sequence[StoredObject], tally: Tally[TimerResult]) -> None:
+        """Send a small ready bucket at once; plan a big one (or look after its plan) for the workers."""
+        tier = self.tier
+        if sum(o.size for o in objects) <= tier.bucket_inline_max_bytes:  # the listed bytes; the counts only size plans
+            read = self._read(objects, tier.bucket_inline_max_bytes, tier.bucket_inline_max_messages)
+            if read is not None:
+                self._send_inline(bucket, *read, tally)
+                return
+            tally.add(inline_over_bound=1)  # small as listed, more once read: planned instead
+        listed = sum(o.count if o.count is not None else _V1_GUESS for o in objects)
+        self._fan_out(bucket, objects, listed, tally)
+
+    def _send_inline(
+        self,
+        bucket: BucketKey,
+        found: list[Found],
+        notices: list[Notice],
+        keys: list[str],
+        tally: Tally[TimerResult],
+    ) -> None:
         """Send a ready fine bucket; write back what failed for a passing reason, then delete the objects read."""
         work = self._work
-        found, notices, keys = self._read(objects)
         plan = work.plan(found)
         window = dispatch_window(self.clock.now(), levels=self.store.levels)
         horizon = window.now + timedelta(seconds=MAX_DELAY_SECONDS)
@@ -254,3 +327,76 @@ class BucketTimer:
             refused=sent.refused,
             refused_given_up=sent.refused_given_up,
         )
+
+    def _fan_out(
+        self, bucket: BucketKey, objects: Sequence[StoredObject], listed: int, tally: Tally[TimerResult]
+    ) -> None:
+        """Plan a big bucket once and hand its partitions out; later runs look after the plan until it is done."""
+        plan = self.plans.read_plan(bucket)
+        now_ms = epoch_ms(self.clock.now())
+        if plan is None:
+            names = tuple(o.key.rsplit("/", 1)[1] for o in objects[:MAX_PLAN_OBJECTS])
+            made = DispatchPlan(bucket, now_ms, self.tier.partitions(listed), names)
+            if self.plans.create_plan(made):
+                tally.add(buckets_planned=1)
+                self._hand_out(made, range(made.partitions), tally)
+                return
+            plan = self.plans.read_plan(bucket)  # another timer planned it first
+            if plan is None:
+                return
+        stored = [self.plans.read_progress(plan, k) for k in range(plan.partitions)]
+        if all(s.progress is not None and s.progress.done for s in stored):
+            self.store.delete(plan.keys(self.store.prefix))
+            self.plans.delete_plan(plan)
+            tally.add(plans_finished=1)
+            return
+        stalled = []
+        for k, state in enumerate(stored):
+            progress = state.progress
+            if progress is not None and (progress.done or progress.lease_until_ms > now_ms):
+                continue
+            last = max(plan.created_ms, progress.updated_ms if progress is not None else 0)
+            if self.queue is None or now_ms - last >= STALL_SECONDS * 1000:
+                stalled.append(k)
+        self._hand_out(plan, stalled, tally)
+
+    def _hand_out(self, plan: DispatchPlan, partitions: Iterable[int], tally: Tally[TimerResult]) -> None:
+        tasks = [DispatchTask(plan.bucket, plan.created_ms, k, plan.partitions) for k in partitions]
+        if self.queue is None:
+            self._local.extend(tasks)
+            return
+        self.queue.send(tasks)
+        tally.add(tasks_enqueued=len(tasks))
+
+    def _work_plans_here(self, deadline: float | None, tally: Tally[TimerResult]) -> None:
+        """Without a dispatch queue: send the partitions of the plans met, after the small buckets, while time lasts."""
+        if not self._local:
+            return
+        worker = PartitionWorker(
+            self.store,
+            self.sqs_client,
+            self.settings,
+            self.clock,
+            tier=self.tier,
+            owner=self.owner,
+            cancellations=self.cancellations,
+            lease_seconds=self.leases.seconds,
+            margin_seconds=self.margin_seconds,
+            monotonic=self.monotonic,
+            destinations=self.destinations,
+        )
+        for task in self._local:
+            if not self._time_left(deadline):
+                return
+            result = worker.run(task, deadline)
+            tally.add(
+                dispatched=result.dispatched,
+                duplicates_skipped=result.duplicates_skipped,
+                cancelled=result.cancelled,
+                rescheduled=result.rescheduled,
+                to_error_queue=result.to_error_queue,
+                kept_for_retry=result.kept_for_retry,
+                dropped=result.dropped,
+                refused=result.refused,
+                refused_given_up=result.refused_given_up,
+            )

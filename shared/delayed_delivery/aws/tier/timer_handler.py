@@ -6,7 +6,6 @@ and benchmarks build it with their own clients and clock.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -18,8 +17,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from ... import logfields as lf
 from ...clock import Clock, SystemClock
 from ...errors import ConfigurationError
+from ..lambda_entry import invocation_deadline
 from ..powertools import HandlerTools
 from .config import BucketTierConfig
+from .plan_store import SqsTaskQueue
 from .store import S3BucketStore, S3Client
 from .timer import BucketTimer, TimerResult
 
@@ -47,17 +48,12 @@ METRICS: Mapping[str, tuple[str, str]] = {
     "strays_set_aside": ("BucketStraysSetAside", MetricUnit.Count.value),
     "refused": ("BucketDestinationRefusals", MetricUnit.Count.value),
     "refused_given_up": ("BucketRefusedToErrorQueue", MetricUnit.Count.value),
+    "buckets_planned": ("BucketsPlanned", MetricUnit.Count.value),
+    "tasks_enqueued": ("BucketDispatchTasksEnqueued", MetricUnit.Count.value),
+    "plans_finished": ("BucketPlansFinished", MetricUnit.Count.value),
+    "inline_over_bound": ("BucketsOverInlineBound", MetricUnit.Count.value),
 }
 _EVENT_TIMER = "bucket_timer_run"
-
-
-def _deadline(context: Any) -> float | None:
-    """The end of this invocation as a ``time.monotonic`` value, from the Lambda context (``None`` without one)."""
-    remaining = getattr(context, "get_remaining_time_in_millis", None)
-    try:
-        return time.monotonic() + float(remaining()) / 1000 if callable(remaining) else None
-    except (TypeError, ValueError):
-        return None
 
 
 def _event_problem(event: Any) -> str | None:
@@ -95,6 +91,8 @@ def build_timer_handler(
     # Records uncached across runs (max age 0): the timer reads each destination's once per run, fresh each run.
     cancellations = tools.cancellation_cache(config.cancellation_table, dynamodb, 0)
     clock = clock or SystemClock()
+    tasks = config.tier_settings.bucket_dispatch_queue
+    queue = SqsTaskQueue(sqs, tasks) if tasks else None
 
     @tools.around
     def entrypoint(event: Any, context: Any) -> dict[str, Any]:
@@ -112,9 +110,11 @@ def build_timer_handler(
             send_phase_ms=config.tier_settings.bucket_send_phase_ms,
             refused_retry_seconds=config.tier_settings.bucket_refused_retry_seconds,
             destinations=config.destinations,
+            tier=config.tier_settings,
+            queue=queue,
         )
         try:
-            result = timer.run(_deadline(context))
+            result = timer.run(invocation_deadline(context))
         except ConfigurationError:
             metrics.add_metric(name="BucketTimerFailures", unit=MetricUnit.Count, value=1)
             raise  # the deployment is wrong (bucket missing, access refused): fail the invocation loudly

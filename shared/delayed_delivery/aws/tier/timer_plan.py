@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import Enum
 
 from ...cancellations import CancellationKind, StoredRecord, UnreadableRecord
 from ...delivery import epoch_ms, from_epoch_ms
 from ...errors import InvalidMessageError
 from ...timebuckets.format import BucketMessage
-from ...timebuckets.identity import conflict_reason, same_message
+from ...timebuckets.identity import conflict_reason, content_digest, digest_conflict_reason, same_message
 
-__all__ = ["BucketPlan", "Found", "Lookup", "Rejected", "plan_bucket"]
+__all__ = ["SEEN_LIMIT", "Admission", "BucketPlan", "Found", "Lookup", "Rejected", "Seen", "plan_bucket"]
 
 #: ``lookup(destination) -> {message id: record}`` (``CancellationCache.lookup``).
 Lookup = Callable[[str], Mapping[str, StoredRecord]]
@@ -56,6 +57,53 @@ class BucketPlan:
     unusable: list[Rejected] = field(default_factory=list)
     #: The records applied (deleted once the bucket's objects are gone).
     applied: list[StoredRecord] = field(default_factory=list)
+
+
+#: The most ids one partition remembers (about 120 bytes each); past it, a copy of an id met may be sent again.
+SEEN_LIMIT = 200_000
+
+
+class Admission(Enum):
+    """What a message met in plan order is: the first of its id, the same message again, or a different one."""
+
+    NEW = "new"
+    SAME = "same"
+    CONFLICT = "conflict"
+
+
+class Seen:
+    """The ids a partition met so far, in plan order, with their ``content_digest``: bounded.
+
+    A bucket sent in pieces cannot wait for every copy of an id before sending one: the first copy met in plan order
+    is sent, a later copy of the same message is a duplicate, a different message under the id goes to the error
+    queue (``reason``). Within one piece the usual rule (``identity.first_sent``) picks the copy.
+    """
+
+    def __init__(self, limit: int = SEEN_LIMIT) -> None:
+        self.limit = limit
+        self._ids: dict[str, int] = {}
+        #: Ids not remembered because the limit was reached (a copy of one of them would be sent again).
+        self.overflow = 0
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def admit(self, message: BucketMessage) -> tuple[Admission, int]:
+        """Meet ``message``: its admission and the digest of the first message of its id (as an int)."""
+        digest = int(content_digest(message), 16)
+        first = self._ids.get(message.message_id)
+        if first is None:
+            if len(self._ids) < self.limit:
+                self._ids[message.message_id] = digest
+            else:
+                self.overflow += 1
+            return Admission.NEW, digest
+        return (Admission.SAME if first == digest else Admission.CONFLICT), first
+
+    @staticmethod
+    def reason(message: BucketMessage, first: int, key: str) -> str:
+        """Why ``message`` (read in ``key``) is not delivered: a different message under its id was sent first."""
+        return digest_conflict_reason(message.message_id, f"{first:016x}", content_digest(message), "", key)
 
 
 def _first_sent(found: Found) -> tuple[bool, int, int, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,8 @@ from ...timebuckets.wheel import DispatchWindow
 from ..errorqueue import REDUCED_MAX_BYTES, reduced_body, sqs_safe
 from ..sqs import (
     MAX_ATTRIBUTES,
+    MAX_BATCH_ENTRIES,
+    EntryResult,
     QueueDirectory,
     QueueInfo,
     SendVerdict,
@@ -145,6 +148,7 @@ class TimerSqs:
         send_phase_ms: int = DEFAULT_SEND_PHASE_MS,
         refused_retry_seconds: int = DEFAULT_REFUSED_RETRY_SECONDS,
         destinations: Collection[str] | None = None,
+        send_threads: int = 1,
     ) -> None:
         self.client = client
         self.settings = settings
@@ -156,6 +160,8 @@ class TimerSqs:
         self.destinations = frozenset(destinations) if destinations is not None else None
         self.clock = clock
         self.directory = directory or QueueDirectory(client)
+        #: SendMessageBatch calls kept in flight at once for one destination's messages.
+        self.send_threads = max(1, send_threads)
 
     def dispatch(self, messages: Sequence[BucketMessage], window: DispatchWindow) -> DispatchOutcome:
         """Send ``messages`` to their destinations with ``DelaySeconds`` the remainder at the moment of the send.
@@ -207,7 +213,7 @@ class TimerSqs:
             else:
                 entries.append(entry)
                 sendable.append(message)
-        results = send_batches(self.client, info.url, entries, what=f"dispatch to {destination!r}")
+        results = self._send(info.url, entries, f"dispatch to {destination!r}")
         for entry, message in zip(entries, sendable, strict=True):
             error = results[entry["Id"]].error
             verdict = classify_send(error)
@@ -241,6 +247,19 @@ class TimerSqs:
                 )
             else:
                 outcome.retry.append(message)
+
+    def _send(self, url: str, entries: list[SendMessageBatchRequestEntryTypeDef], what: str) -> dict[str, EntryResult]:
+        """``send_batches``, cut into up to ``send_threads`` runs of whole batches sent side by side."""
+        runs = min(self.send_threads, -(-len(entries) // MAX_BATCH_ENTRIES))
+        if runs <= 1:
+            return send_batches(self.client, url, entries, what=what)
+        per = -(-len(entries) // runs // MAX_BATCH_ENTRIES) * MAX_BATCH_ENTRIES
+        cuts = [entries[start : start + per] for start in range(0, len(entries), per)]
+        results: dict[str, EntryResult] = {}
+        with ThreadPoolExecutor(max_workers=len(cuts), thread_name_prefix="dd-send") as pool:
+            for part in pool.map(lambda cut: send_batches(self.client, url, cut, what=what), cuts):
+                results.update(part)
+        return results
 
     def _entry(
         self, entry_id: str, message: BucketMessage, window: DispatchWindow, info: QueueInfo

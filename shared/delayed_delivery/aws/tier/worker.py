@@ -1,0 +1,364 @@
+"""A dispatch worker: sends one partition of a planned fine bucket, a piece at a time, recording its progress.
+
+The worker reads the plan, takes the partition (its progress object, written only over the version it read), and
+streams the plan's objects in order, keeping only its partition's lines (ids hashed: ``partition_of``). Every id is
+admitted once (``Seen``: the first copy in plan order wins; the same message again is a duplicate skipped, a
+different one goes to the error queue). When a piece's lines reach ``bucket_piece_bytes``, the piece is sent
+(records applied, ``DelaySeconds`` for the rest), what failed for a passing reason is written back into the bucket,
+and the progress is recorded: the next line, the counts, the lease renewed. Near its deadline the worker records
+where it is, lets the partition go and enqueues the task again; a kill repeats at most the piece in hand. A worker
+that starts again first rebuilds the ids met from the lines before its progress (read again, not sent).
+The design is in docs/buckets.md ("Bursts").
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from ... import logfields as lf
+from ...cancellations import CancellationCache
+from ...clock import Clock
+from ...delivery import epoch_ms
+from ...settings import DelayedDeliverySettings
+from ...timebuckets.format import BucketMessage, BucketStream, PoisonEntry, read_line
+from ...timebuckets.plans import DispatchPlan, DispatchTask, PartitionProgress, PieceCounts, line_partition
+from ...timebuckets.wheel import MAX_DELAY_SECONDS, dispatch_window
+from .config import TierSettings
+from .notices import BadLines
+from .plan_store import PlanStore, TaskQueue
+from .store import ObjectMissingError, S3BucketStore
+from .timer_plan import Admission, Found, Rejected, Seen
+from .timer_sqs import Notice, TimerSqs
+from .timer_work import BucketWork, Tally
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = ["DEFAULT_WORKER_LEASE_SECONDS", "PartitionWorker", "WorkerResult"]
+
+#: How long a partition stays with its worker without a new progress record (each piece renews it).
+DEFAULT_WORKER_LEASE_SECONDS = 120.0
+#: A worker starts no new piece when fewer seconds than this are left before its deadline.
+WORKER_MARGIN_SECONDS = 15.0
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerResult:
+    """What one worker invocation did for one task."""
+
+    dispatched: int = 0
+    duplicates_skipped: int = 0
+    cancelled: int = 0
+    rescheduled: int = 0
+    to_error_queue: int = 0
+    kept_for_retry: int = 0
+    dropped: int = 0
+    pieces: int = 0
+    objects_read: int = 0
+    #: Lines looked at, every partition's (a worker reads the whole bucket for its share).
+    lines_read: int = 0
+    #: Lines read again to rebuild the ids met before the progress (after a restart).
+    lines_reread: int = 0
+    #: 1: the partition is done.
+    finished: int = 0
+    #: 1: stopped near the deadline; the task is enqueued again.
+    continued: int = 0
+    #: 1: nothing to do (the plan is gone or another, the partition done or held by another worker).
+    skipped: int = 0
+    #: 1: another worker took the partition over (this one stopped; at most its last piece is sent twice).
+    lost_partition: int = 0
+    #: Ids not remembered because the partition met more than ``Seen``'s limit.
+    seen_overflow: int = 0
+    #: Messages a destination refused (access denied, its key): written back, retried by later runs until
+    #: ``bucket_refused_retry_seconds`` past their due time (counted in ``kept_for_retry`` too), then given up to the
+    #: error queue (``refused_given_up``).
+    refused: int = 0
+    refused_given_up: int = 0
+
+
+@dataclass(slots=True)
+class _Piece:
+    found: list[Found] = field(default_factory=list)
+    conflicts: list[Rejected] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
+    duplicates: int = 0
+    size: int = 0
+    #: After the piece: the next line is after ``line`` of object ``object``.
+    object: int = 0
+    line: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not (self.found or self.conflicts or self.notices or self.duplicates)
+
+
+class PartitionWorker:
+    """Sends partitions of planned buckets (one ``run`` per task)."""
+
+    def __init__(
+        self,
+        store: S3BucketStore,
+        sqs_client: SQSClient,
+        settings: DelayedDeliverySettings,
+        clock: Clock,
+        *,
+        tier: TierSettings,
+        owner: str,
+        cancellations: CancellationCache | None = None,
+        queue: TaskQueue | None = None,
+        lease_seconds: float = DEFAULT_WORKER_LEASE_SECONDS,
+        margin_seconds: float = WORKER_MARGIN_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
+        destinations: Collection[str] | None = None,
+    ) -> None:
+        self.store = store
+        self.plans = PlanStore(store)
+        self.clock = clock
+        self.tier = tier
+        self.owner = owner
+        self.cancellations = cancellations
+        self.queue = queue
+        self.lease_seconds = lease_seconds
+        self.margin_seconds = margin_seconds
+        self.monotonic = monotonic
+        # Workers send at once (no waves): a wave waits up to a second, which each piece would pay again.
+        self.sqs = TimerSqs(
+            sqs_client,
+            settings,
+            clock,
+            send_phase_ms=0,
+            refused_retry_seconds=tier.bucket_refused_retry_seconds,
+            destinations=destinations,
+            send_threads=tier.bucket_send_threads,
+        )
+
+    def run(self, task: DispatchTask, deadline: float | None = None) -> WorkerResult:
+        """Go on with ``task``'s partition until it is done or ``deadline`` (``time.monotonic``) is near."""
+        tally = Tally(WorkerResult)
+        plan = self.plans.read_plan(task.bucket)
+        if plan is None or (plan.created_ms, plan.partitions) != (task.plan_ms, task.partitions):
+            tally.add(skipped=1)
+            return tally.result()
+        claimed = self._claim(plan, task.partition)
+        if claimed is None:
+            tally.add(skipped=1)
+            return tally.result()
+        work = BucketWork(self.store, self.sqs, self.clock, self.cancellations)
+        _Run(self, plan, task, claimed[0], claimed[1], work, tally, deadline).go()
+        return tally.result()
+
+    def time_left(self, deadline: float | None) -> bool:
+        """Whether a new piece may start."""
+        return deadline is None or self.monotonic() < deadline - self.margin_seconds
+
+    def _claim(self, plan: DispatchPlan, partition: int) -> tuple[PartitionProgress, str] | None:
+        """Take the partition: its progress and the ETag to write over; None when done or held by another."""
+        stored = self.plans.read_progress(plan, partition)
+        now_ms = epoch_ms(self.clock.now())
+        current = stored.progress
+        if current is not None and (current.done or current.held_by_other(self.owner, now_ms)):
+            return None
+        base = current or PartitionProgress(plan.bucket, plan.created_ms, partition, plan.partitions)
+        claimed = replace(
+            base, owner=self.owner, lease_until_ms=now_ms + int(self.lease_seconds * 1000), updated_ms=now_ms
+        )
+        etag = self.plans.write_progress(claimed, stored.etag)
+        return None if etag is None else (claimed, etag)
+
+
+class _Run:
+    """One worker's pass over one partition."""
+
+    def __init__(
+        self,
+        worker: PartitionWorker,
+        plan: DispatchPlan,
+        task: DispatchTask,
+        progress: PartitionProgress,
+        etag: str,
+        work: BucketWork,
+        tally: Tally[WorkerResult],
+        deadline: float | None,
+    ) -> None:
+        self.worker = worker
+        self.plan = plan
+        self.task = task
+        self.progress = progress
+        self.etag = etag
+        self.work = work
+        self.tally = tally
+        self.deadline = deadline
+        self.keys = plan.keys(worker.store.prefix)
+        self.seen = Seen()
+        self.partition = task.partition
+        self.lines_read = 0
+
+    def go(self) -> None:
+        """Rebuild what was met, then send piece by piece from the progress on."""
+        start_object, start_line = self.progress.object, self.progress.line
+        self._rebuild(start_object, start_line)
+        piece = _Piece(object=start_object, line=start_line)
+        for index, stream in self._streams(start_object):
+            if not self.worker.time_left(self.deadline):
+                self._commit(piece, keep=False)
+                return
+            if stream is None:  # gone since the plan (moved by an operator): nothing left to read in it
+                piece.object, piece.line = index + 1, 0
+                continue
+            header = stream.open()
+            version = header.version if header is not None else 0
+            self.tally.add(objects_read=1)
+            bad = BadLines()  # this partition's unreadable lines of the object: one notice after its last line
+            skip = start_line if index == start_object else 0
+            for raw in stream.lines():
+                if raw.number <= skip:
+                    continue
+                self.lines_read += 1
+                piece.object, piece.line = index, raw.number
+                if line_partition(raw, self.plan.partitions, index) != self.partition:
+                    continue
+                self._take(piece, read_line(raw, version), self.keys[index], bad)
+                piece.size += raw.size
+                if piece.size >= self.worker.tier.bucket_piece_bytes:
+                    if not self.worker.time_left(self.deadline):
+                        self._commit(piece, keep=False)
+                        return
+                    if not self._commit(piece):
+                        return
+                    piece = _Piece(object=piece.object, line=piece.line)
+            problem = stream.problem if index % self.plan.partitions == self.partition else None  # told once
+            if bad.count or problem is not None:
+                piece.notices.append(self.work.bad_object(self.keys[index], problem, bad))
+            piece.object, piece.line = index + 1, 0
+        if self._commit(piece, done=True):
+            self.tally.add(finished=1)
+
+    def _streams(self, first: int) -> Iterator[tuple[int, BucketStream | None]]:
+        """The plan's objects from ``first`` on, each opened while the one before is read (one ahead)."""
+        if first >= len(self.keys):
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dd-prefetch") as pool:
+            ahead: Future[BucketStream | None] = pool.submit(self._open, first)
+            for index in range(first, len(self.keys)):
+                current = ahead
+                if index + 1 < len(self.keys):
+                    ahead = pool.submit(self._open, index + 1)
+                yield index, current.result()
+
+    def _open(self, index: int) -> BucketStream | None:
+        try:
+            return self.worker.store.open(self.keys[index])
+        except ObjectMissingError:
+            return None
+
+    def _rebuild(self, last_object: int, last_line: int) -> None:
+        """Meet again the partition's lines before the progress (read, not sent), so no id is sent twice."""
+        if last_object == 0 and last_line == 0:
+            return
+        for index, stream in self._streams(0):
+            if index > last_object or (index == last_object and last_line == 0):
+                return
+            if stream is None:
+                continue
+            header = stream.open()
+            version = header.version if header is not None else 0
+            for raw in stream.lines():
+                if index == last_object and raw.number > last_line:
+                    break
+                if line_partition(raw, self.plan.partitions, index) != self.partition:
+                    continue
+                self.tally.add(lines_reread=1)
+                item = read_line(raw, version)
+                if isinstance(item, BucketMessage):
+                    self.seen.admit(item)
+
+    def _take(self, piece: _Piece, item: BucketMessage | PoisonEntry, key: str, bad: BadLines) -> None:
+        """Admit one line of the partition into the piece."""
+        if not isinstance(item, BucketMessage):
+            bad.add(item)
+            return
+        admission, first = self.seen.admit(item)
+        if admission is Admission.NEW:
+            piece.found.append(Found(item, key))
+        elif admission is Admission.SAME:
+            piece.duplicates += 1
+        else:
+            piece.conflicts.append(Rejected(item, Seen.reason(item, first, key), key))
+
+    def _commit(self, piece: _Piece, *, done: bool = False, keep: bool = True) -> bool:
+        """Send the piece, write back what waits, record the progress; False when the partition was taken over.
+
+        ``keep`` False (near the deadline): the partition is let go and the task enqueued again.
+        """
+        work, tally = self.work, self.tally
+        tally.add(lines_read=self.lines_read)
+        self.lines_read = 0
+        errors_before = tally.counts["to_error_queue"]
+        plan = work.plan(piece.found)  # ids are already unique: applies the records
+        window = dispatch_window(self.worker.clock.now(), levels=self.worker.store.levels)
+        horizon = window.now + timedelta(seconds=MAX_DELAY_SECONDS)
+        misplaced = [m for m in plan.keep if m.due_at > horizon]
+        sent = work.sqs.dispatch([m for m in plan.keep if m.due_at <= horizon], window)
+        rewrite = work.report_errors([*piece.conflicts, *plan.unusable, *sent.rejected, *piece.notices], tally)
+        work.write_back(self.plan.bucket, sent.retry, rewrite)  # late objects: sent once this plan is done
+        work.write_back(None, [*plan.moved, *misplaced], ())
+        counts = PieceCounts(
+            sent=len(sent.sent),
+            duplicates=piece.duplicates + plan.duplicates,
+            cancelled=plan.cancelled,
+            rescheduled=len(plan.moved),
+            to_error_queue=int(tally.counts["to_error_queue"] - errors_before),
+            kept_for_retry=len(sent.retry) + len(rewrite) + len(misplaced),
+            pieces=0 if piece.empty else 1,
+        )
+        tally.add(
+            dispatched=counts.sent,
+            duplicates_skipped=counts.duplicates,
+            cancelled=counts.cancelled,
+            rescheduled=counts.rescheduled,
+            kept_for_retry=counts.kept_for_retry,
+            pieces=counts.pieces,
+            refused=sent.refused,
+            refused_given_up=sent.refused_given_up,
+        )
+        tally.most(seen_overflow=self.seen.overflow)
+        if not self._record(piece.object, piece.line, counts, done=done, keep=keep):
+            return False
+        work.applied(work.releasable(plan.applied, rewrite))
+        if not keep and not done:
+            tally.add(continued=1)
+            if self.worker.queue is not None:
+                self.worker.queue.send([self.task])
+        return True
+
+    def _record(self, obj: int, line: int, counts: PieceCounts, *, done: bool, keep: bool) -> bool:
+        """Write the progress (kept: the lease renewed; else let go); False when another worker wrote first."""
+        now_ms = epoch_ms(self.worker.clock.now())
+        lease = now_ms + int(self.worker.lease_seconds * 1000) if keep and not done else 0
+        progress = replace(
+            self.progress,
+            object=obj,
+            line=line,
+            done=done,
+            owner=self.worker.owner if keep and not done else "",
+            lease_until_ms=lease,
+            updated_ms=now_ms,
+            counts=self.progress.counts.plus(counts),
+        )
+        etag = self.worker.plans.write_progress(progress, self.etag)
+        if etag is None:
+            self.tally.add(lost_partition=1)
+            _log.warning(
+                "another worker took the partition over; this one stops",
+                extra={lf.EVENT: lf.EVENT_RETRY, "bucket": self.plan.bucket.iso, "partition": self.partition},
+            )
+            return False
+        self.progress, self.etag = progress, etag
+        return True
