@@ -14,15 +14,42 @@ import base64
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from .format import BucketMessage
-
-__all__ = ["DIGEST_CHARS", "conflict_reason", "content_digest", "digest_conflict_reason", "first_sent", "same_message"]
+__all__ = [
+    "DIGEST_CHARS",
+    "MessageCopy",
+    "conflict_reason",
+    "content_digest",
+    "digest_conflict_reason",
+    "first_sent",
+    "same_message",
+]
 
 #: Hex characters of a content digest shown in reasons (64 bits of sha256: enough to tell two versions apart).
 DIGEST_CHARS = 16
+
+
+class MessageCopy(Protocol):
+    """What the id policy reads of a copy (``format.BucketMessage`` is one; format imports this module, not back)."""
+
+    @property
+    def message_id(self) -> str: ...
+    @property
+    def destination(self) -> str: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def due_at_ms(self) -> int: ...
+    @property
+    def attributes(self) -> Mapping[str, Mapping[str, Any]]: ...
+    @property
+    def hops(self) -> int: ...
+    @property
+    def sent_at_ms(self) -> int | None: ...
+
+
+M = TypeVar("M", bound=MessageCopy)
 
 
 def _attributes(attributes: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
@@ -38,14 +65,14 @@ def _attributes(attributes: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
     return out
 
 
-def same_message(a: BucketMessage, b: BucketMessage) -> bool:
+def same_message(a: MessageCopy, b: MessageCopy) -> bool:
     """Whether two copies are the same message: destination, body, attributes and due time (id assumed equal)."""
     return (a.destination, a.body, a.due_at_ms) == (b.destination, b.body, b.due_at_ms) and _attributes(
         a.attributes
     ) == _attributes(b.attributes)
 
 
-def content_digest(message: BucketMessage) -> str:
+def content_digest(message: MessageCopy) -> str:
     """What makes ``message`` itself (id, destination, body, attributes, due time), as sha256: its first
     ``DIGEST_CHARS`` hex characters. Equal for every copy of one message, different for another message."""
     document = [
@@ -59,18 +86,18 @@ def content_digest(message: BucketMessage) -> str:
     return hashlib.sha256(text.encode("ascii")).hexdigest()[:DIGEST_CHARS]
 
 
-def _sent(message: BucketMessage) -> tuple[bool, int, int]:
+def _sent(message: MessageCopy) -> tuple[bool, int, int]:
     """Sort key: known send times first, earliest first, then the copy moved least."""
     return (message.sent_at_ms is None, message.sent_at_ms or 0, message.hops)
 
 
-def first_sent(a: BucketMessage, b: BucketMessage) -> BucketMessage:
+def first_sent(a: M, b: M) -> M:
     """Of two copies of one message, the one sent first (a known send time before an unknown one, then the one moved
     least; on a full tie, ``a``): the same copy whatever order they are met in."""
     return b if _sent(b) < _sent(a) else a
 
 
-def conflict_reason(kept: BucketMessage, other: BucketMessage, where: str = "", other_where: str = "") -> str:
+def conflict_reason(kept: MessageCopy, other: MessageCopy, where: str = "", other_where: str = "") -> str:
     """Why ``other`` is not delivered: another message under its id was sent first (both content digests named, and
     where each was read, when known)."""
     return digest_conflict_reason(kept.message_id, content_digest(kept), content_digest(other), where, other_where)
