@@ -7,7 +7,8 @@
   due time (early); apart, the two parts of it: the whole-second ``DelaySeconds`` rounding (when the timer's
   send plus its DelaySeconds makes the message visible, minus due) and what comes after (arrival minus that).
 * **Dispatch throughput**: ``N`` messages of 1 KiB (one attribute) for ten destination queues in the fine buckets
-  of the next ten minutes (ten buckets, default levels) sent by one ``BucketTimer.run`` (listing, leases, reads,
+  one timer run finds ready (default levels: the next lead + one fine bucket, 8 buckets at the 420 s lead) sent by
+  one ``BucketTimer.run`` (listing, leases, reads,
   SendMessageBatch with DelaySeconds, deletes), against a raw ``SendMessageBatch`` loop of the same entries held
   in memory. The two alternate round by round on fresh queues; the ratio is timer / raw (target >= 0.8). Ten
   queues, because moto's time per send grows with the depth of the queue (2,000 sends into one queue take 85 s).
@@ -46,7 +47,7 @@ from delayed_delivery.clock import ManualClock, SystemClock
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery, epoch_ms
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.format import MAX_OBJECT_MESSAGES, BucketMessage
-from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey, dispatch_window
+from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey, BucketLevel, dispatch_window
 
 NAME = "bucket_tier"
 BODY_BYTES = 1024
@@ -212,15 +213,16 @@ def lateness_sample(endpoint: str, messages: int, max_delay: int, seed: int) -> 
 
 # --- dispatch throughput --------------------------------------------------------------------------------------------
 def _ready_messages(count: int, now: datetime, destinations: Sequence[str], prefix: str = "t") -> list[BucketMessage]:
-    """``count`` messages of 1 KiB with one attribute, due over the next ten minutes (ten fine buckets), round robin
-    over ``destinations``."""
+    """``count`` messages of 1 KiB with one attribute, due over the fine buckets a run at ``now`` finds ready (default
+    levels: the lead plus one fine bucket), round robin over ``destinations``."""
     due0 = epoch_ms(now) + 1_000
+    span_ms = epoch_ms(dispatch_window(now).last.end(BucketLevel())) - due0
     return [
         BucketMessage(
             f"{prefix}{n}",
             destinations[n % len(destinations)],
             f"message {n} ".ljust(BODY_BYTES, "x").encode(),
-            due0 + n * 590_000 // count,
+            due0 + n * span_ms // count,
             {"n": {"DataType": "Number", "StringValue": str(n)}},
             sent_at_ms=due0 - 86_400_000,
         )
