@@ -47,5 +47,5 @@ def test_partitions_follow_the_messages_up_to_the_concurrency_then_the_cap() -> 
 
 def test_the_reference_names_every_setting() -> None:
     table = TierSettings.markdown_reference()
-    assert table.count("\n| bucket_") == len(TierSettings.__dataclass_fields__) == 13
+    assert table.count("\n| bucket_") == len(TierSettings.__dataclass_fields__) == 14
     assert "`DELAYED_DELIVERY_BUCKET_DISPATCH_QUEUE`" in table

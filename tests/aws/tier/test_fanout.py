@@ -220,7 +220,7 @@ def test_copies_and_conflicts_across_objects_and_partitions(
     assert sum(_sent(world).values()) == 80
     [notice] = drain(sqs, queue_url(sqs, "errors"))
     reason = notice["MessageAttributes"]["DelayedDelivery.FailureReason"]["StringValue"]
-    assert original.message_id in reason and reason.count("content ") == 2
+    assert original.message_id in reason and reason.count("digest ") == 2
 
 
 def test_a_cancel_in_a_planned_bucket_drops_the_message_once_recorded(
