@@ -4,6 +4,8 @@ going out beside a big one."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,10 +21,23 @@ from delayed_delivery.aws.tier.timer import BucketTimer
 from delayed_delivery.aws.tier.worker import PartitionWorker
 from delayed_delivery.cancellations import CancellationCache, InMemoryCancellationStore, cancel_request
 from delayed_delivery.clock import ManualClock
+from delayed_delivery.headers import FAILURE_REASON
 from delayed_delivery.timebuckets.format import BucketMessage, encode_bucket, encoded_line_bytes
 from delayed_delivery.timebuckets.plans import DispatchTask, decode_task
 from delayed_delivery.timebuckets.wheel import FINE, BucketKey
-from tests.aws.tier.timer_support import PREFIX, SETTINGS, START, Recorder, drain, make_store, message, queue_url
+from tests.aws.tier.test_destinations import Denying
+from tests.aws.tier.timer_support import (
+    PREFIX,
+    SETTINGS,
+    START,
+    Recorder,
+    drain,
+    make_store,
+    message,
+    queue_url,
+    run_for,
+    total,
+)
 
 #: The fine bucket ready at START (dispatch lead 2 s).
 BIG = BucketKey(FINE, START + timedelta(seconds=2))
@@ -286,3 +301,42 @@ def test_tasks_travel_through_sqs_and_a_stalled_partition_is_handed_out_again(
         assert _worker(world, sqs, tier_settings, "w1").run(task).finished == 1
     assert _timer(world, sqs, tier_settings, queue).run().plans_finished == 1
     assert _sent(world) == Counter({f"m-{n}": 1 for n in range(90)})
+
+
+def test_workers_keep_the_tiers_rules_on_bad_lines_and_destinations(
+    s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings, world: dict[str, Any]
+) -> None:
+    # #23's rules in a planned bucket: a line that cannot be read is one notice, a destination outside the tier's set
+    # goes to the error queue, one that refuses is retried only bucket_refused_retry_seconds past due; no piece stalls
+    store, clock = world["store"], world["clock"]
+    errors = queue_url(sqs, "errors")
+    queue_url(sqs, "locked")
+    queue_url(sqs, "elsewhere")
+    batches = _big(90)
+    due = BIG.start + timedelta(milliseconds=500)
+    batches[0] += [message(900, due, destination="elsewhere"), message(901, due, destination="locked")]
+    for batch in batches:
+        store.write(BIG, batch)
+    header = json.dumps({"v": 2, "level": "fine", "bucket": BIG.iso, "count": 1})
+    crafted = f"{PREFIX}/fine/{BIG.iso}/{'c' * 64}-1.jsonl.gz"
+    s3.put_object(Bucket=tier_bucket, Key=crafted, Body=gzip.compress(f'{header}\n{{"id":"p-1"}}\n'.encode(), mtime=0))
+    denying = Denying(sqs, "locked", ("send_message_batch",))
+    tier = _tier(bucket_refused_retry_seconds=6)
+    queue = ListQueue()
+    rules = {"destinations": {"orders", "locked"}, "tier": tier}
+    assert _timer(world, denying, tier_settings, queue, **rules).run().buckets_planned == 1
+    results = [_worker(world, denying, tier_settings, f"w{t.partition}", **rules).run(t) for t in queue.take()]
+    assert [r.finished for r in results] == [1, 1, 1]  # nothing stalls on them
+    assert sum(r.refused for r in results) == 1 and sum(r.refused_given_up for r in results) == 0
+    assert sum(r.to_error_queue for r in results) == 2  # the stray destination and the one notice
+    notices = drain(sqs, errors)
+    reasons = sorted(n["MessageAttributes"][FAILURE_REASON]["StringValue"] for n in notices)
+    assert len(reasons) == 2 and any("not one of the tier's destinations" in r for r in reasons)
+    assert any("p-1" in n["Body"] for n in notices)
+    assert _sent(world) == Counter({f"m-{n}": 1 for n in range(90)})
+    timer = _timer(world, denying, tier_settings, queue, **rules)
+    later = run_for(timer, clock, 10)  # the plan is done; the refused message waits in the bucket, retried
+    assert total(later, "plans_finished") == 1 and total(later, "refused_given_up") == 1
+    [held] = drain(sqs, errors)
+    assert held["Body"] == "body-901" and "'locked' refused" in held["MessageAttributes"][FAILURE_REASON]["StringValue"]
+    assert list(store.objects(FINE)) == [] and world["recorder"].to("locked") == []
