@@ -22,6 +22,7 @@ from .errors import ConfigurationError
 from .validation import is_number
 
 __all__ = [
+    "PROBE_QUEUE",
     "VERIFY_ENV_PREFIX",
     "Arrival",
     "CheckResult",
@@ -46,6 +47,8 @@ __all__ = [
 ]
 
 #: Environment prefix of the probe timings.
+#: The probe endpoint's queue both clouds' deployments create for verify (CDK and Bicep), allowed as a destination.
+PROBE_QUEUE = "delayed-delivery-probe"
 VERIFY_ENV_PREFIX = "DELAYED_DELIVERY_VERIFY_"
 
 #: ``progress(line)``: one line of progress for the operator (stderr in the CLI).

@@ -74,3 +74,13 @@ def test_a_wildcard_import_and_an_unknown_name() -> None:
     assert set(aws.__all__) <= set(scope)
     with pytest.raises(AttributeError, match="no attribute 'SqsDelayedSenderr'"):
         aws.SqsDelayedSenderr  # noqa: B018
+
+
+def test_the_command_line_loads_no_azure_storage_sdk_until_an_azure_command_runs() -> None:
+    """Every ``delayed-delivery`` process pays for what the CLI imports: the storage SDKs are seconds of it (#26)."""
+    started = "import sys; sys.argv = ['delayed-delivery', '--help']\nfrom delayed_delivery.app.cli import app"
+    storage = ("azure.storage.", "azure.data.", "azure.functions")  # not the namespaces an extras check finds
+    assert [m for m in _loaded_by(started, "azure") if m.startswith(storage)] == []
+    assert "delayed_delivery.app.cli.verify_azure" in _loaded_by(started)  # azure verify is registered all the same
+    ran = f"{started}\nfrom delayed_delivery.azure.verify import verify_azure"
+    assert [m for m in _loaded_by(ran, "azure") if m.startswith(storage)]  # the check above can fail

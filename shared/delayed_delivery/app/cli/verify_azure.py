@@ -11,7 +11,7 @@ import os
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,12 +21,13 @@ from delayed_delivery.app.cli.verify_output import print_report, progress_printe
 from delayed_delivery.app.emulators import AZURITE_ACCOUNT
 from delayed_delivery.app.routes.base import azure_connection, require_endpoint
 from delayed_delivery.azure.config import ENV_CONNECTION, ENV_ENDPOINT, AzureClients, AzureDelayedDeliveryConfig
-from delayed_delivery.azure.runner import AzureDispatcherHost
-from delayed_delivery.azure.verify import PROBE_QUEUE, AzureTarget, AzureVerifyContext, verify_azure
 from delayed_delivery.clock import SystemClock
 from delayed_delivery.errors import ConfigurationError, DelayedDeliveryError
 from delayed_delivery.naming import validate_azure_queue_name
-from delayed_delivery.verification import Cleanup, Mode, VerifySettings
+from delayed_delivery.verification import PROBE_QUEUE, Cleanup, Mode, VerifySettings
+
+if TYPE_CHECKING:  # the Azure SDK loads when azure verify runs, not for every command
+    from delayed_delivery.azure.verify import AzureVerifyContext
 
 __all__ = ["run_verify_command"]
 
@@ -40,6 +41,8 @@ class _LocalDispatcher:
     local = True
 
     def __init__(self, config: AzureDelayedDeliveryConfig, clients: AzureClients) -> None:
+        from delayed_delivery.azure.runner import AzureDispatcherHost
+
         self.host = AzureDispatcherHost(config, clients, heartbeat=False)
 
     def run_for(self, seconds: float) -> None:
@@ -104,6 +107,7 @@ def _context(
     from azure.core.exceptions import AzureError
 
     from delayed_delivery.azure.sdk_errors import translate
+    from delayed_delivery.azure.verify import AzureTarget, AzureVerifyContext
 
     clients = AzureClients.create(config, fail_fast=True)
     local = local or clients.queues.account_name == AZURITE_ACCOUNT  # Azurite's account: an emulator, whatever says
@@ -186,6 +190,8 @@ def run_verify_command(
 
     Example: delayed-delivery azure verify --endpoint orders --role-assignments roles.json --alert-rules alerts.json
     """
+    from delayed_delivery.azure.verify import verify_azure
+
     try:
         validate_azure_queue_name(probe_queue)
         config = _config(connection, endpoint, local)

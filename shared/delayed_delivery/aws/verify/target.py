@@ -16,6 +16,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ...errors import ConfigurationError
 from ...settings import DelayedDeliverySettings
+from ...verification import PROBE_QUEUE
 from ..settings import SqsSettings
 from ..sqs import translate_error
 from ..tier.config import DEFAULT_PREFIX, INGEST_TIMEOUT_SECONDS, INGEST_WINDOW_SECONDS, BucketTierConfig, TierSettings
@@ -34,8 +35,6 @@ __all__ = [
     "local_target",
 ]
 
-#: The probe endpoint's input queue (its ``-delay.fifo`` and error queue follow the usual names).
-PROBE_QUEUE = "delayed-delivery-probe"
 #: The function timeouts and batching window the CDK construct deploys (and the local runs stand in for).
 REQUEUE_TIMEOUT = 30.0
 INGEST_TIMEOUT = float(INGEST_TIMEOUT_SECONDS)

@@ -8,13 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...clock import Clock
-from ...verification import Cleanup, Mode, Progress, VerifySettings
+from ...verification import PROBE_QUEUE, Cleanup, Mode, Progress, VerifySettings
 from ..config import AzureClients, AzureDelayedDeliveryConfig
 
 __all__ = ["PROBE_QUEUE", "AzureTarget", "AzureVerifyContext", "Dispatcher"]
-
-#: The probe queue the Bicep deployment creates (``deployVerifyProbe``), allowed as a destination.
-PROBE_QUEUE = "delayed-delivery-probe"
 
 
 class Dispatcher(Protocol):
