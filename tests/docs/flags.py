@@ -129,8 +129,11 @@ def _cdk_help(subcommand: str) -> str:
 
 def _cdk(args: list[str]) -> list[str]:
     subcommand = args[0] if args and not args[0].startswith("-") else ""
+    flags = _flags(args)
+    if not flags:  # nothing to look up: the CLI takes seconds to print its help
+        return []
     help_text = _cdk_help(subcommand)
-    return [f"cdk {subcommand} has no option {flag}" for flag in _flags(args) if flag not in help_text]
+    return [f"cdk {subcommand} has no option {flag}" for flag in flags if flag not in help_text]
 
 
 def _make(args: list[str]) -> list[str]:
