@@ -27,7 +27,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
-from delayed_delivery.aws.config import CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS, TABLE_ENV
+from delayed_delivery.aws.config import CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS, RELEASE_TABLE_ENV, TABLE_ENV
 from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.tier.config import (
     BUCKET_NAME_ENV,
@@ -41,6 +41,7 @@ from delayed_delivery.aws.tier.config import (
     check_ingest_wait,
 )
 from delayed_delivery.naming import FIFO_SUFFIX, validate_sqs_queue_name
+from delayed_delivery.release import RELEASE_RATES_ENV, ReleaseRates
 from delayed_delivery.settings import DelayedDeliverySettings
 from infra.aws.functions import (
     METRICS_NAMESPACE,
@@ -178,6 +179,8 @@ class TimeBucketTier(Construct):
         sender_arns: Sequence[str] = (),
         ingest_window_seconds: int = INGEST_WINDOW_SECONDS,
         dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY,
+        release_rates: ReleaseRates | None = None,
+        release_table: dynamodb.ITable | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         levels = (fine_seconds, coarse_seconds, dispatch_lead_seconds)
@@ -218,10 +221,26 @@ class TimeBucketTier(Construct):
         if cancellation_table is not None:
             environment[TABLE_ENV] = cancellation_table.table_name
             environment[CACHE_SECONDS_ENV] = str(cancellation_cache_seconds)
+        #: Release control: the timer and the workers take capped destinations' slots from the release table.
+        self.release_rates = ReleaseRates.of(release_rates)
+        if self.release_rates:
+            if release_table is None:
+                raise ValueError("release_rates caps destinations: the tier takes their slots from release_table")
+            environment[RELEASE_RATES_ENV] = self.release_rates.to_json()
+            environment[RELEASE_TABLE_ENV] = release_table.table_name
         self._refused_retry = refused_retry_seconds
         self.ingest = self._ingest(code, layers, environment)
         self.timer = self._timer(code, layers, environment, cancellation_table)
         self.dispatch = self._dispatch(code, layers, environment, cancellation_table, dispatch_concurrency)
+        if self.release_rates and release_table is not None:
+            for made in (self.timer, self.dispatch):
+                made.role.add_to_policy(
+                    iam.PolicyStatement(
+                        actions=["dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:Query"],
+                        resources=[release_table.table_arn],
+                        conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": sorted(self.destinations)}},
+                    )
+                )
         # Secure by default: only the tier's own roles, the senders named here and those granted later may send.
         self._senders.arns.extend([self.ingest.role.role_arn, self.timer.role.role_arn, *sender_arns])
         self._restrict_senders()

@@ -241,6 +241,8 @@ class DelayedDeliveryStack(Stack):
             alarm_actions=common["alarm_actions"],
             max_native_delay=common["max_native_delay"],
             sender_arns=[*senders, *(s for e in endpoints for s in e.senders)],
+            release_rates=common["release_rates"],
+            release_table=common["release_table"],
             **options,
         )
         CfnOutput(self, "BucketName", value=tier.bucket.bucket_name, description=BUCKET_NAME_ENV)

@@ -122,6 +122,43 @@ def test_without_release_rates_there_is_no_table_and_no_setting(tmp_path: Path) 
         assert RELEASE_RATES_ENV not in function["Environment"]["Variables"]
 
 
+def test_the_tier_takes_the_same_option_on_its_timer_and_dispatch_workers(tmp_path: Path) -> None:
+    context = {"endpoints": ["orders"], "longDelayRoute": "buckets", "releaseRates": json.dumps({"orders": 200})}
+    template, raw, _ = _synth(tmp_path, context)
+    tier = {
+        k: v["Properties"]["Environment"]["Variables"]
+        for k, v in raw["Resources"].items()
+        if v["Type"] == "AWS::Lambda::Function" and k.startswith("TimeBuckets") and "Ingest" not in k
+    }
+    assert len(tier) >= 2, sorted(tier)  # the timer and the dispatch workers
+    for env in tier.values():
+        assert ReleaseRates.parse(env[RELEASE_RATES_ENV]) == ReleaseRates.of({"orders": 200})
+        assert RELEASE_TABLE_ENV in env
+    template.has_resource_properties(
+        "AWS::IAM::Policy",
+        Match.object_like(
+            {
+                "PolicyDocument": {
+                    "Statement": Match.array_with(
+                        [
+                            Match.object_like(
+                                {
+                                    "Action": ["dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:Query"],
+                                    "Condition": {
+                                        "ForAllValues:StringEquals": {
+                                            "dynamodb:LeadingKeys": Match.array_with(["orders"])
+                                        }
+                                    },
+                                }
+                            )
+                        ]
+                    )
+                }
+            }
+        ),
+    )
+
+
 @pytest.mark.parametrize("bad", ['{"orders": 0}', '{"orders": "fast"}', "[1]"])
 def test_a_bad_release_rates_context_fails_the_synth_with_the_reason(tmp_path: Path, bad: str) -> None:
     with pytest.raises(ValueError, match="releaseRates"):

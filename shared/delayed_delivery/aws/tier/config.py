@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import envsettings
 from ...envsettings import ENV_PREFIX, check_numbers, env_name, setting_label
@@ -30,8 +30,13 @@ from ...settings import DelayedDeliverySettings
 from ...timebuckets.plans import MAX_PARTITIONS
 from ...timebuckets.wheel import DEFAULT_DISPATCH_LEAD_SECONDS, BucketLevel
 from ...validation import is_whole
-from ..config import NAMESPACE_ENV, SERVICE_ENV, TABLE_ENV
+from ..config import NAMESPACE_ENV, RELEASE_TABLE_ENV, SERVICE_ENV, TABLE_ENV
 from ..settings import SqsSettings
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from ..release_calendar import ReleaseCalendar
 
 __all__ = [
     "BUCKET_NAME_ENV",
@@ -250,6 +255,9 @@ class BucketTierConfig:
     #: The queues the tier may deliver to (``None``: any; the CDK construct always names them): a message for another
     #: is refused at ingest and at dispatch, with its reason, to the error queue.
     destinations: frozenset[str] | None = None
+    #: Release control (``release_rates``): the DynamoDB table of release slots the FIFO route shares
+    #: (``aws.release_calendar``); required when ``release_rates`` caps anything.
+    release_table: str | None = None
 
     def __post_init__(self) -> None:
         if not _BUCKET_NAME.fullmatch(self.bucket_name or ""):
@@ -283,7 +291,27 @@ class BucketTierConfig:
             service=env.get(SERVICE_ENV, "").strip() or DEFAULT_SERVICE,
             metrics_namespace=env.get(NAMESPACE_ENV, "").strip() or DEFAULT_NAMESPACE,
             destinations=destinations_from_env(env),
+            release_table=env.get(RELEASE_TABLE_ENV, "").strip() or None,
         )
+
+    def release_calendar(self, dynamodb: DynamoDBClient | None) -> ReleaseCalendar | None:
+        """The shared release calendar when ``release_rates`` caps anything (None otherwise); its table is then
+        required (``ConfigurationError``). Slots up to SQS's 900 s: what has none stays in its bucket."""
+        rates = self.settings.release_rates
+        if not rates:
+            return None
+        if self.release_table is None:
+            raise ConfigurationError(
+                f"release_rates ({rates}) caps destinations, and the time-bucket tier takes their release slots from "
+                f"a DynamoDB table: set {RELEASE_TABLE_ENV}"
+            )
+        from ..release_calendar import ReleaseCalendar
+
+        if dynamodb is None:
+            import boto3
+
+            dynamodb = boto3.client("dynamodb")
+        return ReleaseCalendar(dynamodb, self.release_table, rates)
 
 
 def destinations_from_env(env: Mapping[str, str]) -> frozenset[str] | None:

@@ -26,6 +26,7 @@ from ...settings import DelayedDeliverySettings
 from ...timebuckets.format import BucketMessage, read_line
 from ...timebuckets.plans import MAX_PLAN_OBJECTS, DispatchPlan, DispatchTask
 from ...timebuckets.wheel import COARSE, FINE, MAX_DELAY_SECONDS, BucketKey, cascade_window, dispatch_window
+from ..release_calendar import ReleaseCalendar
 from .config import DEFAULT_SEND_PHASE_MS, TierSettings
 from .lease import DEFAULT_LEASE_SECONDS, BucketLeases
 from .notices import BadLines
@@ -78,6 +79,10 @@ class TimerResult:
     #: their due time (counted in ``kept_for_retry`` too), then given up to the error queue (``refused_given_up``).
     refused: int = 0
     refused_given_up: int = 0
+    #: Release control (``release_rates``): messages kept in their buckets for want of a release slot within 900 s
+    #: (counted in ``kept_for_retry`` too), and the most seconds a slot added to a message sent.
+    release_held: int = 0
+    release_lag_max_seconds: float = 0.0
     #: Ready buckets too big to send at once: planned, their partitions handed to the dispatch workers.
     buckets_planned: int = 0
     #: Dispatch tasks enqueued (new plans, and partitions no worker went on with for ``STALL_SECONDS``).
@@ -119,6 +124,7 @@ class BucketTimer:
         send_phase_ms: int = DEFAULT_SEND_PHASE_MS,
         refused_retry_seconds: int | None = None,
         destinations: Collection[str] | None = None,
+        release: ReleaseCalendar | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -144,6 +150,7 @@ class BucketTimer:
             refused_retry_seconds=tier.bucket_refused_retry_seconds,
             destinations=self.destinations,
             send_threads=tier.bucket_send_threads,
+            release=release,
         )
         self.leases = BucketLeases(store, clock, owner, lease_seconds)
         self.margin_seconds = margin_seconds
@@ -326,7 +333,9 @@ class BucketTimer:
             kept_for_retry=len(sent.retry) + len(rewrite) + len(misplaced),
             refused=sent.refused,
             refused_given_up=sent.refused_given_up,
+            release_held=sent.release_held,
         )
+        tally.most(release_lag_max_seconds=max(sent.release_lags, default=0.0))
 
     def _fan_out(
         self, bucket: BucketKey, objects: Sequence[StoredObject], listed: int, tally: Tally[TimerResult]
@@ -384,6 +393,7 @@ class BucketTimer:
             margin_seconds=self.margin_seconds,
             monotonic=self.monotonic,
             destinations=self.destinations,
+            release=self.sqs.release,
         )
         for task in self._local:
             if not self._time_left(deadline):
@@ -399,4 +409,6 @@ class BucketTimer:
                 dropped=result.dropped,
                 refused=result.refused,
                 refused_given_up=result.refused_given_up,
+                release_held=result.release_held,
             )
+            tally.most(release_lag_max_seconds=result.release_lag_max_seconds)

@@ -48,6 +48,8 @@ METRICS: Mapping[str, tuple[str, str]] = {
     "strays_set_aside": ("BucketStraysSetAside", MetricUnit.Count.value),
     "refused": ("BucketDestinationRefusals", MetricUnit.Count.value),
     "refused_given_up": ("BucketRefusedToErrorQueue", MetricUnit.Count.value),
+    "release_held": ("ReleaseWaits", MetricUnit.Count.value),
+    "release_lag_max_seconds": ("ReleaseLag", MetricUnit.Seconds.value),
     "buckets_planned": ("BucketsPlanned", MetricUnit.Count.value),
     "tasks_enqueued": ("BucketDispatchTasksEnqueued", MetricUnit.Count.value),
     "plans_finished": ("BucketPlansFinished", MetricUnit.Count.value),
@@ -93,6 +95,7 @@ def build_timer_handler(
     clock = clock or SystemClock()
     tasks = config.tier_settings.bucket_dispatch_queue
     queue = SqsTaskQueue(sqs, tasks) if tasks else None
+    release = config.release_calendar(dynamodb)  # ConfigurationError at the build: one clear error
 
     @tools.around
     def entrypoint(event: Any, context: Any) -> dict[str, Any]:
@@ -112,6 +115,7 @@ def build_timer_handler(
             destinations=config.destinations,
             tier=config.tier_settings,
             queue=queue,
+            release=release,
         )
         try:
             result = timer.run(invocation_deadline(context))

@@ -24,6 +24,7 @@ from ...settings import DelayedDeliverySettings
 from ...timebuckets.format import BucketMessage
 from ...timebuckets.wheel import DispatchWindow
 from ..errorqueue import REDUCED_MAX_BYTES, reduced_body, sqs_safe
+from ..release_calendar import ReleaseCalendar
 from ..sqs import (
     MAX_ATTRIBUTES,
     MAX_BATCH_ENTRIES,
@@ -84,6 +85,10 @@ class DispatchOutcome:
     refused: int = 0
     #: Of those, the ones past the bound: rejected to the error queue with the reason.
     refused_given_up: int = 0
+    #: Release control: per message sent to a capped destination, the seconds its release slot added.
+    release_lags: list[float] = field(default_factory=list)
+    #: Release control: messages held back in the buckets, their destination's slots full up to 900 s ahead.
+    release_held: int = 0
 
 
 @dataclass(slots=True)
@@ -149,8 +154,11 @@ class TimerSqs:
         refused_retry_seconds: int = DEFAULT_REFUSED_RETRY_SECONDS,
         destinations: Collection[str] | None = None,
         send_threads: int = 1,
+        release: ReleaseCalendar | None = None,
     ) -> None:
         self.client = client
+        #: Release control (``release_rates``): the shared calendar capped destinations' slots come from.
+        self.release = release
         self.settings = settings
         #: The send waves' step (``bucket_send_phase_ms``, ``send_waves``).
         self.send_phase_ms = send_phase_ms
@@ -213,6 +221,7 @@ class TimerSqs:
             else:
                 entries.append(entry)
                 sendable.append(message)
+        lags = self._place(destination, entries, sendable, window, outcome)
         results = self._send(info.url, entries, f"dispatch to {destination!r}")
         for entry, message in zip(entries, sendable, strict=True):
             error = results[entry["Id"]].error
@@ -221,12 +230,51 @@ class TimerSqs:
                 self._refused(destination, [message], error, window, outcome)
             elif verdict is SendVerdict.OK:
                 outcome.sent.append(message)
+                if entry["Id"] in lags:
+                    outcome.release_lags.append(lags[entry["Id"]])
             elif verdict is SendVerdict.RETRY:
                 outcome.retry.append(message)
             else:
                 if verdict is SendVerdict.GONE:
                     self.directory.forget(destination)
                 outcome.rejected.append(Rejected(message, f"{destination!r} refused the message: {error}"))
+
+    def _place(
+        self,
+        destination: str,
+        entries: list[SendMessageBatchRequestEntryTypeDef],
+        sendable: list[BucketMessage],
+        window: DispatchWindow,
+        outcome: DispatchOutcome,
+    ) -> dict[str, float]:
+        """Each entry's ``DelaySeconds`` set to its release slot (the calendar the FIFO route shares), in place; a
+        message with no slot within 900 s stays in its bucket for a later run (``retry``), as does every one when the
+        calendar cannot be reached: nothing is dropped, due order kept. Returns each placed entry's release lag."""
+        lags: dict[str, float] = {}
+        if self.release is None or not self.release.capped(destination) or not entries:
+            return lags
+        now_ms = int(window.now.timestamp() * 1000)
+        try:
+            placed = self.release.place(destination, [m.due_at_ms for m in sendable], now_ms)
+        except DelayedDeliveryError:
+            outcome.retry.extend(sendable)
+            entries.clear()
+            sendable.clear()
+            return lags
+        kept: list[SendMessageBatchRequestEntryTypeDef] = []
+        kept_messages: list[BucketMessage] = []
+        for entry, message, where in zip(entries, sendable, placed, strict=True):
+            if where is None:
+                outcome.retry.append(message)
+                outcome.release_held += 1
+                continue
+            entry["DelaySeconds"] = where.delay_seconds
+            lags[entry["Id"]] = where.lag
+            kept.append(entry)
+            kept_messages.append(message)
+        entries[:] = kept
+        sendable[:] = kept_messages
+        return lags
 
     def _refused(
         self,

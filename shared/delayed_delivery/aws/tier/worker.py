@@ -29,6 +29,7 @@ from ...settings import DelayedDeliverySettings
 from ...timebuckets.format import BucketMessage, BucketStream, PoisonEntry, read_line
 from ...timebuckets.plans import DispatchPlan, DispatchTask, PartitionProgress, PieceCounts, line_partition
 from ...timebuckets.wheel import MAX_DELAY_SECONDS, dispatch_window
+from ..release_calendar import ReleaseCalendar
 from .config import TierSettings
 from .notices import BadLines
 from .plan_store import PlanStore, TaskQueue
@@ -81,6 +82,10 @@ class WorkerResult:
     #: error queue (``refused_given_up``).
     refused: int = 0
     refused_given_up: int = 0
+    #: Release control: messages written back for want of a release slot within 900 s (in ``kept_for_retry`` too),
+    #: and the most seconds a slot added to a message sent.
+    release_held: int = 0
+    release_lag_max_seconds: float = 0.0
 
 
 @dataclass(slots=True)
@@ -117,6 +122,7 @@ class PartitionWorker:
         margin_seconds: float = WORKER_MARGIN_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
         destinations: Collection[str] | None = None,
+        release: ReleaseCalendar | None = None,
     ) -> None:
         self.store = store
         self.plans = PlanStore(store)
@@ -137,6 +143,7 @@ class PartitionWorker:
             refused_retry_seconds=tier.bucket_refused_retry_seconds,
             destinations=destinations,
             send_threads=tier.bucket_send_threads,
+            release=release,
         )
 
     def run(self, task: DispatchTask, deadline: float | None = None) -> WorkerResult:
@@ -327,8 +334,9 @@ class _Run:
             pieces=counts.pieces,
             refused=sent.refused,
             refused_given_up=sent.refused_given_up,
+            release_held=sent.release_held,
         )
-        tally.most(seen_overflow=self.seen.overflow)
+        tally.most(seen_overflow=self.seen.overflow, release_lag_max_seconds=max(sent.release_lags, default=0.0))
         if not self._record(piece.object, piece.line, counts, done=done, keep=keep):
             return False
         work.applied(work.releasable(plan.applied, rewrite))

@@ -54,6 +54,8 @@ METRICS: Mapping[str, tuple[str, str]] = {
     "seen_overflow": ("BucketDispatchSeenOverflow", MetricUnit.Count.value),
     "refused": ("BucketDestinationRefusals", MetricUnit.Count.value),
     "refused_given_up": ("BucketRefusedToErrorQueue", MetricUnit.Count.value),
+    "release_held": ("ReleaseWaits", MetricUnit.Count.value),
+    "release_lag_max_seconds": ("ReleaseLag", MetricUnit.Seconds.value),
 }
 _EVENT_DISPATCH = "bucket_dispatch_run"
 #: How much of a task that cannot be read goes to the error queue with its reason.
@@ -86,6 +88,7 @@ def build_dispatch_handler(
     clock = clock or SystemClock()
     queue = SqsTaskQueue(sqs, config.tier_settings.bucket_dispatch_queue)
     errors = TimerSqs(sqs, config.settings, clock)
+    release = config.release_calendar(dynamodb)  # ConfigurationError at the build: one clear error
 
     @tools.around
     def entrypoint(event: Any, context: Any) -> dict[str, Any]:
@@ -112,6 +115,7 @@ def build_dispatch_handler(
                 cancellations=cancellations,
                 queue=queue,
                 destinations=config.destinations,
+                release=release,
             )
             try:
                 result = worker.run(task, deadline)
