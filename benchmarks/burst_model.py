@@ -1,7 +1,7 @@
 """The burst model: a million messages of 1 KiB due in the same second, sent by the tier's own code at AWS latency.
 
 The fine bucket holds the burst in objects of 10,000 messages (as the cascade writes them), for ten destination
-queues. The tier's real timer plans it (one run, ``lead`` seconds before the due second: 600 s when it was written
+queues. The tier's real timer plans it (one run, ``lead`` seconds before the due second: 420 s (the dispatch lead) when it was written
 ahead as usual, 0 when it is already due, e.g. after an outage) and enqueues its tasks; the tier's real dispatch
 workers then send it, ``workers`` at a time (the event source's MaximumConcurrency), each task in a simulated Lambda
 invocation (``benchmarks/fakeaws.py``: S3 and SQS in memory behind real boto3 clients; every request charged the
@@ -16,7 +16,7 @@ completion time (plan to the last send), the requests and GB-seconds per million
 burst itself). The curve: completion time against worker count.
 
 Run: ``python -m benchmarks.burst_model [--messages 1000000] [--workers 32] [--curve 4 8 16 32 64]
-[--curve-messages 1000000] [--lead 600 0] [--smoke]``. Prints a table and writes
+[--curve-messages 1000000] [--lead 420 0] [--smoke]``. Prints a table and writes
 ``benchmarks/results/burst_model[-smoke].json``. Figures: benchmarks/aws.md ("Bursts").
 """
 
@@ -206,7 +206,7 @@ def run(
     *,
     messages: int = 1_000_000,
     workers: int = 32,
-    leads: Sequence[int] = (600, 0),
+    leads: Sequence[int] = (420, 0),
     curve: Sequence[int] = (4, 8, 16, 32, 64),
     curve_messages: int = 1_000_000,
 ) -> list[Row]:
@@ -239,7 +239,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--workers", type=int, default=32, help="the dispatch concurrency of the headline runs")
-    parser.add_argument("--lead", type=int, nargs="+", default=[600, 0], help="seconds planned ahead of the due time")
+    parser.add_argument("--lead", type=int, nargs="+", default=[420, 0], help="seconds planned ahead of the due time")
     parser.add_argument("--curve", type=int, nargs="*", default=[4, 8, 16, 32, 64], help="worker counts")
     parser.add_argument("--curve-messages", type=int, default=1_000_000)
     a = parser.parse_args()
