@@ -2,8 +2,8 @@
 
 The fine bucket holds the burst in objects of 10,000 messages (as the cascade writes them), for ten destination
 queues. The tier's real timer plans it (one run, ``lead`` seconds before the due second: 420 s, the dispatch lead,
-when it was written ahead as usual, 0 when it is already due, e.g. after an outage) and enqueues its tasks; the tier's real dispatch
-workers then send it, ``workers`` at a time (the event source's MaximumConcurrency), each task in a simulated Lambda
+when it was written ahead as usual, 0 when it is already due, e.g. after an outage) and enqueues its tasks; the
+tier's real dispatch workers then send it, ``workers`` at a time (the event source's MaximumConcurrency), each task in a simulated Lambda
 invocation (``benchmarks/fakeaws.py``: S3 and SQS in memory behind real boto3 clients; every request charged the
 latency ``benchmarks/aws_costs.py`` assumes, S3 100 ms and SQS 20 ms, plus the client CPU the in-memory answer skips,
 measured against moto; the function's CPU seconds scaled by its share of a core at its memory size (a full core at
