@@ -1,15 +1,15 @@
 """The burst model: a million messages of 1 KiB due in the same second, sent by the tier's own code at AWS latency.
 
-The fine bucket holds the burst in objects of 10,000 messages (as the cascade writes them), for ten destination
-queues. The tier's real timer plans it (one run, ``lead`` seconds before the due second: 420 s, the dispatch lead,
-when it was written ahead as usual, 0 when it is already due, e.g. after an outage) and enqueues its tasks; the
-tier's real dispatch workers then send it, ``workers`` at a time (the event source's MaximumConcurrency), each task in a simulated Lambda
-invocation (``benchmarks/fakeaws.py``: S3 and SQS in memory behind real boto3 clients; every request charged the
-latency ``benchmarks/aws_costs.py`` assumes, S3 100 ms and SQS 20 ms, plus the client CPU the in-memory answer skips,
-measured against moto; the function's CPU seconds scaled by its share of a core at its memory size (a full core at
-its 1,769 MB, 0.29 at the timer's 512 MB); a cold start of 1 s per slot's first invocation; a task picked up 0.1 s
-after it is free). Invocations of different partitions share nothing but the dispatch queue, so they run one after
-another in this process, each on its own simulated clock; the event loop hands each task to the slot free first.
+The fine bucket holds the burst in objects of 10,000 messages (as the cascade writes them), for ten destination queues.
+The tier's real timer plans it (one run, ``lead`` seconds before the due second: 420 s, the dispatch lead, when it was
+written ahead as usual, 0 when it is already due, e.g. after an outage) and enqueues its tasks; the tier's real dispatch
+workers then send it, ``workers`` at a time (the event source's MaximumConcurrency), each task in a simulated Lambda
+invocation (``benchmarks/fakeaws.py``: S3 and SQS in memory behind real boto3 clients; every request charged the latency
+``benchmarks/aws_costs.py`` assumes, S3 100 ms and SQS 20 ms, plus the client CPU the in-memory answer skips, measured
+against moto; the function's CPU seconds scaled by its share of a core at its memory size (a full core at its 1,769 MB,
+0.29 at the timer's 512 MB); a cold start of 1 s per slot's first invocation; a task picked up 0.1 s after it is free).
+Invocations of different partitions share nothing but the dispatch queue, so they run one after another in this process,
+each on its own simulated clock; the event loop hands each task to the slot free first.
 
 Per run: lateness (visible = send time + DelaySeconds, minus the due time) p50 / p99 / max, lost, duplicates, the
 completion time (plan to the last send), the requests and GB-seconds per million messages burst (the cost of the
