@@ -223,7 +223,7 @@ def run(
         figures = Model(messages, workers, lead, client_cpu, built.items()).run()
         done.append((f"burst_{messages}_workers_{workers}_lead_{lead}", messages, workers, lead, figures))
         print(f"{NAME}: lead {lead} s in {time.monotonic() - started:.0f} s: {figures}", file=sys.stderr, flush=True)
-    small = built if curve_messages == messages else _objects(curve_messages)
+    small = built if curve_messages == messages or not curve else _objects(curve_messages)
     for n in curve:
         started = time.monotonic()
         figures = Model(curve_messages, n, 0, client_cpu, small.items()).run()
