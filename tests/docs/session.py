@@ -94,7 +94,8 @@ class Background:
         started = time.monotonic()
         with log.open("wb") as sink:
             process = subprocess.Popen(
-                ["bash", "-c", _script(state, f"exec {code}")],
+                # SIGTERM (local up's Ctrl-C) when this runner dies, say killed by the test's timeout: no emulators left
+                ["setpriv", "--pdeathsig", "TERM", "bash", "-c", _script(state, f"exec {code}")],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=sink,

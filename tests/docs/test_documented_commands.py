@@ -164,8 +164,13 @@ def _report(steps: list[dict[str, Any]]) -> str:
     )
 
 
+#: The first test to use ``documented_sessions`` runs all of it (wheel, venv, every document): ~9 min at load 11.
+SESSIONS_TIMEOUT = 1800
+
+
 @pytest.mark.moto
 @pytest.mark.azurite
+@pytest.mark.timeout(SESSIONS_TIMEOUT)
 @pytest.mark.parametrize("doc", _runnable_docs())
 def test_documented_commands_run_as_written(documented_sessions: dict[str, Any], doc: str) -> None:
     steps = documented_sessions["documents"][doc]
@@ -180,6 +185,7 @@ def test_documented_commands_run_as_written(documented_sessions: dict[str, Any],
 
 @pytest.mark.moto
 @pytest.mark.azurite
+@pytest.mark.timeout(SESSIONS_TIMEOUT)
 def test_local_up_stops_cleanly_at_the_end(documented_sessions: dict[str, Any]) -> None:
     ends = documented_sessions["background"]
     assert ends, "the README starts the emulators with `delayed-delivery local up`"
