@@ -64,6 +64,8 @@ class DispatchReport:
     lateness_seconds: list[float] = field(default_factory=list)
     #: Per capped destination: the seconds release control added to each message sent there.
     release_lag_seconds: dict[str, list[float]] = field(default_factory=dict)
+    #: Per capped destination: the release slot (epoch seconds: when it becomes visible) of each message sent there.
+    release_slots: dict[str, list[float]] = field(default_factory=dict)
     #: Messages given back to the store until their release slot.
     deferred: int = 0
 
@@ -78,6 +80,8 @@ class DispatchReport:
         self.lateness_seconds.extend(other.lateness_seconds)
         for destination, lags in other.release_lag_seconds.items():
             self.release_lag_seconds.setdefault(destination, []).extend(lags)
+        for destination, slots in other.release_slots.items():
+            self.release_slots.setdefault(destination, []).extend(slots)
         self.deferred += other.deferred
 
 
@@ -582,10 +586,16 @@ class Dispatcher:
         report.lateness_seconds.append(lateness)
         if lag is not None:
             report.release_lag_seconds.setdefault(message.destination, []).append(lag)
+        if release is not None and release.slot is not None and self._capped(message.destination):
+            report.release_slots.setdefault(message.destination, []).append(release.slot)
         report.dispatched += 1
         if remove:
             report.already_removed += self._log_removal(message, lateness, self._remove(message), lag)
         return report
+
+    def _capped(self, destination: str) -> bool:
+        """Whether ``release_rates`` caps ``destination``."""
+        return self.settings.release_rates.rate_for(destination) is not None
 
     def _about(self, message: DelayedMessage) -> dict[str, object]:
         """The keys of every log line about ``message``: its id, destination and due time, and ``log_fields``."""

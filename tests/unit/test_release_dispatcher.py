@@ -3,6 +3,7 @@ deferring to the store and a crash in the middle of a paced release."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -120,7 +121,7 @@ def test_uncapped_destinations_beside_a_capped_one_are_not_slowed() -> None:
     report = paced(store, transport, clock, orders=100).dispatch_due(30, wait_for_due=True)
     lateness = [transport.at(f"audit{s}")[i] - (T0.timestamp() + s + 0.5) for s in range(20) for i in range(10)]
     assert max(lateness) < 0.05
-    assert set(report.release_lag_seconds) == {"orders"}
+    assert set(report.release_lag_seconds) == set(report.release_slots) == {"orders"}  # only the capped one
 
 
 def test_a_default_rate_caps_every_destination_and_null_lifts_it() -> None:
@@ -191,6 +192,10 @@ def test_placed_messages_arrive_at_their_slots_without_a_store_write() -> None:
     assert report.deferred == 0 and len(times) == 1000
     assert times == pytest.approx([T0.timestamp() + i / 10 for i in range(1000)], abs=0.011)
     assert clock.now() - T0 <= timedelta(seconds=11)  # placed within the run, not released over 100 s
+    # each message's slot is reported with it: whole-second visibility lands it there, 10 to any second
+    slots = sorted(report.release_slots["orders"])
+    assert slots == pytest.approx([T0.timestamp() + i / 10 for i in range(1000)], abs=1e-6)
+    assert max(Counter(int(s) for s in slots).values()) == 10
 
 
 def test_placing_beyond_what_the_queue_hides_defers_to_the_store() -> None:
