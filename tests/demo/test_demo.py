@@ -44,6 +44,14 @@ def test_cloud_demo_tiny_loses_nothing_and_reports_a_sane_summary() -> None:
     assert azure["routes"]["table"] >= 3 and azure["routes"]["native"] >= 3
     assert azure["cancelled"] == 1 and azure["cancelled_but_delivered"] == 0 and azure["rescheduled"] == 1
     assert azure["requests"]["requests_per_message"] > 1 and azure["requests"]["timer_runs"] >= 1
+    # Azure: one capped destination; its burst, due at one instant, released by the timer function at the cap
+    capped = azure["release"]
+    assert (capped["destination"], capped["rate"]) == ("invoices", 4.0)
+    assert capped["delivered"] == capped["messages"] == 16 and capped["lost"] == 0 and capped["early"] == 0
+    assert capped["routes"] == {"table": 16} and capped["slots"] >= 16  # every message booked a slot
+    assert 1 <= capped["busiest_second"] <= capped["rate"]
+    # 16 due at once at 2/s per shard: all but each shard's first wait for a slot
+    assert 0 < capped["release_lag_p50"] <= capped["release_lag_p99"] <= capped["release_lag_max"]
 
 
 def test_core_demo_is_still_there() -> None:
@@ -61,6 +69,35 @@ def test_demo_rejects_an_unknown_cloud() -> None:
     result = CliRunner().invoke(app, ["demo", "--cloud", "gcp"])
     assert result.exit_code == 2
     assert "--cloud must be aws, azure or both" in result.stderr
+
+
+def _capped(**changes: object) -> dict[str, object]:
+    capped: dict[str, object] = {
+        "destination": "invoices", "rate": 4.0, "messages": 16, "delivered": 16, "lost": 0, "duplicates": 0,
+        "early": 0, "routes": {"table": 16}, "release_lag_p50": 1.5, "release_lag_p99": 3.5, "release_lag_max": 3.5,
+        "busiest_second": 4, "slots": 16, "arrival_span": 3.9,
+    }  # fmt: skip
+    return {**capped, **changes}
+
+
+def test_the_summary_shows_the_capped_destination_and_a_broken_cap_fails_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import delayed_delivery.app.demo.cloud as cloud_demo
+
+    def run(capped: dict[str, object]) -> tuple[int, str]:
+        result = CloudDemoResult([_summary("aws"), _summary("azure", release=capped)], 1e6, 30.0, {}, 1.0)
+        monkeypatch.setattr(cloud_demo, "run_cloud_demo", lambda config, **kwargs: result)
+        out = CliRunner().invoke(app, ["demo"])
+        return out.exit_code, " ".join(out.stdout.split())
+
+    code, text = run(_capped())
+    assert code == 0
+    assert "release control: invoices capped at 4/s (16 due at once) │ │ busiest second 4" in text
+    assert "release lag p50 / p99 / max (real s, invoices) │ │ 1.50 / 3.50 / 3.50" in text
+    assert "delivered / lost (must be 0), arrived over │ │ 16 / 0, 3.9 s" in text
+    assert run(_capped(busiest_second=5))[0] == 1  # a second over the cap is a failed run
+    assert run(_capped(lost=1, delivered=15))[0] == 1
 
 
 def _summary(cloud: str, **changes: object) -> CloudSummary:

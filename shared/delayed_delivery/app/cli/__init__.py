@@ -257,8 +257,9 @@ def demo(
     """Run the demo on local emulators: moto server (SQS) and Azurite, started and stopped for you.
 
     Sends delays from 0 s to "1 year" (compressed: 1 year = 45 s, quick 25 s) through both clouds, plus poison
-    messages, one cancelled and one rescheduled; runs the SQS requeue Lambda and the Azure timer function
-    in-process; prints live progress and a summary. Exits 1 if anything was lost.
+    messages, one cancelled and one rescheduled, and on Azure a burst to one capped destination (release_rates);
+    runs the SQS requeue Lambda and the Azure timer function in-process; prints live progress and a summary.
+    Exits 1 if anything was lost.
 
     Example: delayed-delivery demo --quick      (core-only, no emulators: delayed-delivery demo --core)
     """
@@ -380,6 +381,11 @@ def _cloud_summary_table(result: CloudDemoResult) -> Table:
                 t.add_row(label, value, *pad)
     if "azure" in by:
         _azure_request_rows(t, by["azure"].requests, pad)
+        if by["azure"].release:
+            from delayed_delivery.app.demo.cloud_release import release_summary_rows
+
+            for label, value in release_summary_rows(by["azure"].release):
+                t.add_row(label, *pad, value)
     return t
 
 

@@ -86,6 +86,8 @@ def _run_sides(
             summary = side.tracker.summary(side.finish())
             if isinstance(side, AwsSide) and side.tier is not None:
                 summary.buckets = side.tier.finish()
+            if isinstance(side, AzureSide):
+                summary.release = side.capped.summary(side.reports)
             summaries.append(summary)
         return summaries
     finally:
@@ -94,9 +96,10 @@ def _run_sides(
 
 
 def _trackers(sides: list[_Side]) -> list[Tracker]:
-    """Every cloud's tracker, and the S3 tier's beside AWS's."""
+    """Every cloud's tracker, the S3 tier's beside AWS's and the capped burst's beside Azure's."""
     trackers = [side.tracker for side in sides]
     trackers += [side.tier.tracker for side in sides if isinstance(side, AwsSide) and side.tier is not None]
+    trackers += [side.capped.tracker for side in sides if isinstance(side, AzureSide)]
     return trackers
 
 

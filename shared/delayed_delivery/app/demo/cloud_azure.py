@@ -21,8 +21,10 @@ from delayed_delivery.app.demo.cloud_model import (
     YEAR,
     CloudDemoConfig,
 )
+from delayed_delivery.app.demo.cloud_release import CAPPED_QUEUE, CAPPED_RATE, CappedBurst, ReleaseReports
 from delayed_delivery.app.demo.cloud_tracking import Planned, Tracker, message_body
 from delayed_delivery.errors import DelayedDeliveryError
+from delayed_delivery.release import ReleaseRates
 from delayed_delivery.settings import DelayedDeliverySettings
 
 if TYPE_CHECKING:
@@ -140,8 +142,15 @@ class AzureSide:
             shards=config.azure_shards,
             lease_seconds=15,
             run_seconds=config.timer_period * TIMER_DUTY,
-            settings=DelayedDeliverySettings(error_queue=ERROR_QUEUE, max_concurrency=DEMO_AZURE_CONCURRENCY),
+            settings=DelayedDeliverySettings(
+                error_queue=ERROR_QUEUE,
+                max_concurrency=DEMO_AZURE_CONCURRENCY,
+                release_rates=ReleaseRates.of({CAPPED_QUEUE: CAPPED_RATE}),
+            ),
         )
+        #: The capped destination's burst, and the shard runs' reports (its release lags and slots).
+        self.capped = CappedBurst()
+        self.reports = ReleaseReports()
         self.sender_clients = self._clients("sender")
         self.host_clients = self._clients("function")
         self.collector = QueueServiceClient.from_connection_string(connection_string)
@@ -179,10 +188,10 @@ class AzureSide:
         from delayed_delivery.azure.storage_queue import StorageQueueTransport
         from delayed_delivery.azure.table_store import TableDelayedMessageStore
 
-        self.host = AzureDispatcherHost(self.azure_config, self.host_clients)
+        self.host = AzureDispatcherHost(self.azure_config, self.host_clients, metrics=self.reports)
         self.host.setup_infrastructure()
         transport = StorageQueueTransport(self.sender_clients.queues)
-        for queue in (*DESTINATIONS, ERROR_QUEUE):
+        for queue in (*DESTINATIONS, CAPPED_QUEUE, ERROR_QUEUE):
             transport.create_queue(queue)
         self.store = TableDelayedMessageStore(
             self.sender_clients.tables.get_table_client(self.azure_config.table_name),
@@ -200,7 +209,7 @@ class AzureSide:
         timer = threading.Thread(target=self._timer, name="azure-timer", daemon=True)
         timer.start()
         self.threads.append(timer)
-        for queue in (*DESTINATIONS, ERROR_QUEUE):
+        for queue in (*DESTINATIONS, CAPPED_QUEUE, ERROR_QUEUE):
             thread = threading.Thread(target=self._collect, args=(queue,), name=f"collect-azq-{queue}", daemon=True)
             thread.start()
             self.threads.append(thread)
@@ -224,6 +233,7 @@ class AzureSide:
         from delayed_delivery.azure.storage_queue import decode_envelope
 
         client = self.collector.get_queue_client(queue)
+        tracker = self.capped.tracker if queue == CAPPED_QUEUE else self.tracker
         metrics = ConsumerMetrics()
         while not self.stop.is_set():
             try:
@@ -239,7 +249,7 @@ class AzureSide:
                 if queue == ERROR_QUEUE:
                     self.tracker.errored(envelope.message_id)
                 else:
-                    self.tracker.arrived(envelope.message_id, now)
+                    tracker.arrived(envelope.message_id, now)
                     with contextlib.suppress(DelayedDeliveryError):  # counted above; this only logs `consumed`
                         observe_lateness(delivered_from_queue_message(m, destination=queue), metrics)
                 with contextlib.suppress(Exception):
@@ -248,7 +258,7 @@ class AzureSide:
                 self.stop.wait(0.2)
 
     def send(self, planned: list[Planned]) -> None:
-        """Send the mix, the poison messages, one cancelled and one rescheduled message."""
+        """Send the mix, the poison messages, one cancelled and one rescheduled message, and the capped burst."""
         for p in planned:
             body = message_body(p.message_id, p.label).encode()
             result = self.sender.send(p.destination, body, delay=p.delay, message_id=p.message_id)
@@ -266,6 +276,7 @@ class AzureSide:
             self.tracker.poison.add(message_id)
             self.tracker.expect(message_id, "poison", result.due_at.timestamp(), result.route)
         self._cancel_and_reschedule()
+        self.capped.send(self.sender)
 
     def _cancel_and_reschedule(self) -> None:
         """One cancellable "30 days" message cancelled at once, one "1 year" message moved to "90 days"."""
@@ -299,8 +310,9 @@ class AzureSide:
         """Stop, then the request counts."""
         self.close()
         counts = self.tally.snapshot()
-        messages = max(1, len(self.tracker.due))
-        table_messages = self.tracker.routes.get("table", 0)
+        capped = self.capped.tracker  # its requests are in the counts: so are its messages
+        messages = max(1, len(self.tracker.due) + len(capped.due))
+        table_messages = self.tracker.routes.get("table", 0) + capped.routes.get("table", 0)
         sender_total = sum(v for k, v in counts.items() if k.startswith("sender."))
         function_total = sum(v for k, v in counts.items() if k.startswith("function."))
         return {

@@ -109,12 +109,20 @@ class CloudSummary:
     notes: list[str] = field(default_factory=list)
     #: AWS: the S3 time-bucket tier's own figures (docs/demo.md); empty when it did not run.
     buckets: dict[str, Any] = field(default_factory=dict)
+    #: Azure: the capped destination's burst under release control (cloud_release.py); empty when it did not run.
+    release: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tier_ok(self) -> bool:
         """The tier (when it ran) lost nothing, delivered no cancelled message and sent nothing to the error queue."""
         b = self.buckets
         return not b or (b["lost"] == 0 and b["cancelled_but_delivered"] == 0 and not b["error_queue"])
+
+    @property
+    def release_ok(self) -> bool:
+        """The capped burst (when it ran) lost nothing and no second got more than the cap."""
+        r = self.release
+        return not r or (r["lost"] == 0 and r["busiest_second"] <= r["rate"])
 
 
 @dataclass(slots=True)
@@ -130,13 +138,17 @@ class CloudDemoResult:
     @property
     def lost(self) -> int:
         """Messages lost across clouds (must be 0)."""
-        return sum(c.lost + int(c.buckets.get("lost", 0)) for c in self.clouds)
+        return sum(c.lost + int(c.buckets.get("lost", 0)) + int(c.release.get("lost", 0)) for c in self.clouds)
 
     @property
     def ok(self) -> bool:
-        """Nothing lost, nothing cancelled delivered, every poison message in an error queue."""
+        """Nothing lost, nothing cancelled delivered, every poison message in an error queue, the cap kept."""
         return all(
-            c.lost == 0 and c.cancelled_but_delivered == 0 and c.error_queue == c.expected_error_queue and c.tier_ok
+            c.lost == 0
+            and c.cancelled_but_delivered == 0
+            and c.error_queue == c.expected_error_queue
+            and c.tier_ok
+            and c.release_ok
             for c in self.clouds
         )
 
