@@ -43,6 +43,7 @@ from delayed_delivery.aws.tier.config import (
 from delayed_delivery.naming import FIFO_SUFFIX, validate_sqs_queue_name
 from delayed_delivery.release import RELEASE_RATES_ENV, ReleaseRates
 from delayed_delivery.settings import DelayedDeliverySettings
+from infra.aws.endpoint import RELEASE_LAG_ALARM_SECONDS
 from infra.aws.functions import (
     METRICS_NAMESPACE,
     PowertoolsFunction,
@@ -181,6 +182,7 @@ class TimeBucketTier(Construct):
         dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY,
         release_rates: ReleaseRates | None = None,
         release_table: dynamodb.ITable | None = None,
+        release_lag_alarm_seconds: int = RELEASE_LAG_ALARM_SECONDS,
     ) -> None:
         super().__init__(scope, construct_id)
         levels = (fine_seconds, coarse_seconds, dispatch_lead_seconds)
@@ -229,6 +231,7 @@ class TimeBucketTier(Construct):
             environment[RELEASE_RATES_ENV] = self.release_rates.to_json()
             environment[RELEASE_TABLE_ENV] = release_table.table_name
         self._refused_retry = refused_retry_seconds
+        self._release_lag_seconds = release_lag_alarm_seconds
         self.ingest = self._ingest(code, layers, environment)
         self.timer = self._timer(code, layers, environment, cancellation_table)
         self.dispatch = self._dispatch(code, layers, environment, cancellation_table, dispatch_concurrency)
@@ -523,6 +526,18 @@ class TimeBucketTier(Construct):
             ),
         ]
         specs += self._dispatch_alarms(over, minute)
+        if self.release_rates:
+            seconds = self._release_lag_seconds
+            specs.append(
+                (
+                    "ReleaseLagHigh",
+                    f"Release control (release_rates) held the tier's messages back more than "
+                    f"{seconds} s: more falls due than the caps release (the timer keeps what has no slot within "
+                    "900 s in its bucket for a later run)",
+                    self._metric("ReleaseLag", "Maximum").with_(period=Duration.minutes(5)),
+                    {"threshold": seconds, **over},
+                )
+            )
         for name, made in (("Ingest", self.ingest), ("Timer", self.timer), ("Dispatch", self.dispatch)):
             errors = made.function.metric_errors(period=Duration.minutes(5), statistic="Sum")
             specs.append((f"{name}Errors", f"The time-bucket {name.lower()} function failed", errors, {}))

@@ -243,6 +243,7 @@ class DelayedDeliveryStack(Stack):
             sender_arns=[*senders, *(s for e in endpoints for s in e.senders)],
             release_rates=common["release_rates"],
             release_table=common["release_table"],
+            release_lag_alarm_seconds=common["release_lag_alarm_seconds"],
             **options,
         )
         CfnOutput(self, "BucketName", value=tier.bucket.bucket_name, description=BUCKET_NAME_ENV)

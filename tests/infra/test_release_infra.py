@@ -105,8 +105,10 @@ def test_an_alarm_fires_when_the_release_lag_passes_its_threshold(
             "ComparisonOperator": "GreaterThanThreshold",
         },
     )
-    alarms = [v for v in raw["Resources"].values() if v["Type"] == "AWS::CloudWatch::Alarm"]
-    assert sum(1 for a in alarms if a["Properties"].get("MetricName") == "ReleaseLag") == 1, "only the capped one"
+    alarms = [v["Properties"] for v in raw["Resources"].values() if v["Type"] == "AWS::CloudWatch::Alarm"]
+    services = sorted(a["Dimensions"][0]["Value"] for a in alarms if a.get("MetricName") == "ReleaseLag")
+    # only the capped endpoint (not audit), and the time-bucket tier beside it (the default route "auto" has one)
+    assert services == ["delayed-delivery-buckets", "delayed-delivery-orders"]
 
 
 def test_the_capped_template_passes_cfn_lint(capped: tuple[Template, dict[str, Any], Path]) -> None:
@@ -122,9 +124,21 @@ def test_without_release_rates_there_is_no_table_and_no_setting(tmp_path: Path) 
         assert RELEASE_RATES_ENV not in function["Environment"]["Variables"]
 
 
-def test_the_tier_takes_the_same_option_on_its_timer_and_dispatch_workers(tmp_path: Path) -> None:
-    context = {"endpoints": ["orders"], "longDelayRoute": "buckets", "releaseRates": json.dumps({"orders": 200})}
-    template, raw, _ = _synth(tmp_path, context)
+@pytest.fixture(scope="module")
+def tier(tmp_path_factory: pytest.TempPathFactory) -> tuple[Template, dict[str, Any], Path]:
+    context = {
+        "endpoints": ["orders"],
+        "longDelayRoute": "buckets",
+        "releaseRates": json.dumps({"orders": 200}),
+        "releaseLagAlarmSeconds": 90,
+    }
+    return _synth(tmp_path_factory.mktemp("tier"), context)
+
+
+def test_the_tier_takes_the_same_option_on_its_timer_and_dispatch_workers(
+    tier: tuple[Template, dict[str, Any], Path],
+) -> None:
+    template, raw, _ = tier
     tier = {
         k: v["Properties"]["Environment"]["Variables"]
         for k, v in raw["Resources"].items()
@@ -157,6 +171,34 @@ def test_the_tier_takes_the_same_option_on_its_timer_and_dispatch_workers(tmp_pa
             }
         ),
     )
+
+
+def test_the_tier_has_its_own_release_lag_alarm(tier: tuple[Template, dict[str, Any], Path]) -> None:
+    template, raw, _ = tier
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "MetricName": "ReleaseLag",
+            "Namespace": "DelayedDelivery",
+            "Statistic": "Maximum",
+            "Period": 300,
+            "Threshold": 90,
+            "Dimensions": [{"Name": "service", "Value": "delayed-delivery-buckets"}],
+            "ComparisonOperator": "GreaterThanThreshold",
+            "TreatMissingData": "notBreaching",
+        },
+    )
+    alarms = {k: v["Properties"] for k, v in raw["Resources"].items() if v["Type"] == "AWS::CloudWatch::Alarm"}
+    lag = {k: a["Dimensions"][0]["Value"] for k, a in alarms.items() if a.get("MetricName") == "ReleaseLag"}
+    [name] = [k for k, service in lag.items() if service == "delayed-delivery-buckets"]
+    assert name.startswith("TimeBucketsReleaseLagHigh")
+    assert sorted(lag.values()) == ["delayed-delivery-buckets", "delayed-delivery-orders"]  # the endpoint keeps its own
+
+
+def test_the_tier_without_release_rates_has_no_release_lag_alarm(tmp_path: Path) -> None:
+    _, raw, _ = _synth(tmp_path, {"endpoints": ["orders"], "longDelayRoute": "buckets"})
+    alarms = [v["Properties"] for v in raw["Resources"].values() if v["Type"] == "AWS::CloudWatch::Alarm"]
+    assert alarms and not [a for a in alarms if a.get("MetricName") == "ReleaseLag"]
 
 
 @pytest.mark.parametrize("bad", ['{"orders": 0}', '{"orders": "fast"}', "[1]"])
