@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -42,6 +43,8 @@ from delayed_delivery.errors import (
     MessageInFlightError,
     TransientError,
 )
+from delayed_delivery.release import DEFAULT_KEY, RELEASE_RATES_ENV, ReleaseRates
+from delayed_delivery.settings import DelayedDeliverySettings
 
 if TYPE_CHECKING:
     from delayed_delivery.aws.tier.relocate import ScanProgress
@@ -301,15 +304,31 @@ def pending(
     """
     if by not in ("hour", "day"):
         raise UsageError("--by must be hour or day")
+    rates = DelayedDeliverySettings.from_env(os.environ).release_rates  # what the dispatchers read
     report = route.open().pending(3600 if by == "hour" else 86_400, queue=queue)
     if route.as_json:
-        emit_json(report.as_dict())
-    elif isinstance(report, BucketPendingReport):
+        emit_json({**report.as_dict(), **({"release_rates": rates.as_dict()} if rates else {})})
+        return
+    if isinstance(report, BucketPendingReport):
         _print_tier(report, by)
     elif report.queues is not None:
         _print_queue_depths(report)
     else:
         _print_backlog(report, by)
+    if rates:
+        say(release_line(rates))
+
+
+def release_line(rates: ReleaseRates) -> str:
+    """The caps in force, one line: each capped destination's rate, the default's, the destinations it spares."""
+    named = [f"{name} {rate:g}/s" for name, rate in rates.rates if name != DEFAULT_KEY and rate is not None]
+    default = rates.rate_for(DEFAULT_KEY) if DEFAULT_KEY in rates.as_dict() else None
+    if default is not None:
+        named.append(f"every other destination {default:g}/s")
+    spared = [name for name, rate in rates.rates if rate is None and name != DEFAULT_KEY]
+    if spared and default is not None:
+        named.append(f"not capped: {', '.join(spared)}")
+    return f"release control ({RELEASE_RATES_ENV}): {'; '.join(named)}"
 
 
 def _print_queue_depths(report: PendingReport) -> None:
