@@ -18,8 +18,11 @@ bootstrap:
 demo: bootstrap  ## the main job: the local demo
 	.venv/bin/delayed-delivery demo $(ARGS)
 
+# Two pytest workers (pytest-xdist), each file's tests on one worker, each worker with its own emulators on free
+# ports; WORKERS=0 runs them in this process. Memory: each worker may start moto, Azurite, PostgreSQL and Spark.
+WORKERS ?= 2
 test: bootstrap  ## every test; emulators are started by the test fixtures
-	.venv/bin/python -m pytest $(ARGS)
+	.venv/bin/python -m pytest -n $(WORKERS) --dist loadfile $(ARGS)
 
 lint: bootstrap  ## ruff (lint + format), mypy --strict, import contracts
 	.venv/bin/ruff check .
