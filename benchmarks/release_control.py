@@ -285,7 +285,7 @@ def sqs_route(endpoint: str, n: int, rate: float, *, burst: bool = True, seed: i
     suffix = uuid.uuid4().hex[:8]
     capped, free = f"{CAPPED}{suffix}", f"{FREE}{suffix}"
     settings = DelayedDeliverySettings(error_queue=f"errors{suffix}")
-    sqs_settings = SqsSettings(max_park_seconds=0)
+    sqs_settings = SqsSettings(max_park_seconds=0, long_delay_route="fifo")  # the -delay.fifo route
     arns = {q: ensure_endpoint(sqs, q, settings, sqs_settings=sqs_settings).delay_arn for q in (capped, free)}
     table = f"release-{suffix}"
     ensure_release_table(dynamodb, table)

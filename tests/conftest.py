@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -32,3 +33,12 @@ def _restore_product_logger() -> Iterator[None]:
     saved = (list(logger.handlers), logger.level, logger.propagate)
     yield
     logger.handlers[:], logger.level, logger.propagate = saved
+
+
+@pytest.fixture(autouse=True)
+def _fresh_powertools_metrics() -> None:
+    """Powertools keeps one metric set for every ``Metrics`` in a process: start each test with it empty."""
+    if "aws_lambda_powertools.metrics" in sys.modules:
+        from aws_lambda_powertools.metrics import Metrics
+
+        Metrics().clear_metrics()

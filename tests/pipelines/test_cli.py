@@ -73,14 +73,15 @@ def test_report_command_writes_the_summary(spark: Any, tmp_path: Path) -> None:
 # -- the pipelines' own command line (argparse; no typer, no rich) ---------------------------------------
 
 
-def test_the_pipelines_command_line_runs_without_typer_or_rich() -> None:
+def test_the_pipelines_command_line_runs_without_typer_or_rich(tmp_path: Path) -> None:
+    (tmp_path / "in.csv").write_text("id,due\n", encoding="utf-8")  # the source exists: the --cutoff check speaks
     code = (
         "import runpy, sys\n"
         "sys.modules.update(typer=None, rich=None)  # as if neither were installed\n"
         "sys.argv = ['x', 'migrate', 'run', '-s', 'in.csv', '-t', 'sqlite:x.db', '--cutoff', 'soon']\n"
         "runpy.run_module('delayed_delivery.pipelines', run_name='__main__')\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 2, res.stderr
     assert res.stderr == "error: --cutoff 'soon' is not an ISO-8601 time (e.g. 2026-03-01T00:00:00Z)\n"
     check = "import sys, delayed_delivery.pipelines.cli; print(sorted({'typer', 'rich', 'pyspark'} & set(sys.modules)))"
