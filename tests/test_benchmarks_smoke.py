@@ -7,8 +7,9 @@ import pytest
 from benchmarks.__main__ import discover
 from benchmarks.common import Row
 
-#: No emulator needed (``cold_import`` times imports in fresh interpreters).
-CORE = ["core_dispatch", "cold_import"]
+#: No emulator needed (``cold_import`` times imports in fresh interpreters; ``bucket_memory`` runs the tier's timer
+#: and a worker in a fresh interpreter against S3 on disk and SQS in memory).
+CORE = ["core_dispatch", "cold_import", "bucket_memory"]
 #: Benchmarks that start their own emulator (Azurite, PostgreSQL). SQS and Spark have their own smoke tests.
 SERVICES = ["azure_dispatch", "postgres_mover"]
 
