@@ -17,8 +17,8 @@ due in the same minute, random text bodies (incompressible: the largest objects 
 Each step runs in a fresh Python process (so its resident memory is its own), against S3 and SQS answered in that
 process behind real boto3 clients (``benchmarks/fakeaws.py``), with S3 objects kept in files on disk (not in the
 measured process's memory) and sends only counted. Per step, two runs of the same state: one under ``tracemalloc``
-(the peak of Python allocations during ``run()``), one without it (the resident high-water mark, reset just before
-``run()`` through ``/proc/self/clear_refs`` and read from ``ru_maxrss`` at its end, minus the resident size at its
+(the peak of Python allocations during ``run()``), one without it (the resident high-water mark ``VmHWM``, reset just
+before ``run()`` through ``/proc/self/clear_refs`` and read at its end, minus the resident size at its
 start: everything the run took, allocator slack and buffers included). "max RSS" is that high-water mark itself,
 the whole process's (interpreter, imports, boto3 included): what Lambda reports as "Max Memory Used". A step meets
 the target when both the tracemalloc peak and the resident growth are at most 128 MiB. ``--smoke`` runs one small
@@ -287,6 +287,14 @@ def write_burst(case: Case, root: Path) -> dict[str, float]:
 
 # --- one step, in a fresh process ---------------------------------------------------------------------------------
 def _max_rss_mib() -> float:
+    """The resident high-water mark: ``VmHWM`` (``ru_maxrss`` also counts the parent's size at the fork)."""
+    try:
+        with Path("/proc/self/status").open() as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
