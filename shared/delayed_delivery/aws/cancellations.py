@@ -29,6 +29,7 @@ from ..cancellations import Cancellation, CancellationKind, StoredRecord, Unread
 from ..errors import ConfigurationError, DelayedDeliveryError, InvalidMessageError, TransientError
 from .config import CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS, MAX_CACHE_SECONDS, TABLE_ENV, cache_seconds_from_env
 from .sqs import translate_error
+from .ttl_tables import create_ttl_table
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -212,27 +213,6 @@ def _expiry(item: Mapping[str, Any]) -> datetime:
 def ensure_cancellation_table(client: DynamoDBClient, table: str = DEFAULT_TABLE) -> None:
     """Create the table (on-demand, TTL on ``expires_at``) if missing; for emulators and scripts, CDK in the cloud."""
     try:
-        try:
-            client.create_table(
-                TableName=table,
-                AttributeDefinitions=[
-                    {"AttributeName": "endpoint", "AttributeType": "S"},
-                    {"AttributeName": "message_id", "AttributeType": "S"},
-                ],
-                KeySchema=[
-                    {"AttributeName": "endpoint", "KeyType": "HASH"},
-                    {"AttributeName": "message_id", "KeyType": "RANGE"},
-                ],
-                BillingMode="PAY_PER_REQUEST",
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":
-                raise
-        client.get_waiter("table_exists").wait(TableName=table, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
-        ttl = client.describe_time_to_live(TableName=table).get("TimeToLiveDescription", {})
-        if ttl.get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
-            client.update_time_to_live(
-                TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
-            )
+        create_ttl_table(client, table, "endpoint", ("message_id", "S"), TTL_ATTRIBUTE)
     except (ClientError, BotoCoreError) as exc:
         raise _translate(exc, "creating the cancellation table", table) from exc

@@ -34,6 +34,7 @@ from ..errors import ConfigurationError, DelayedDeliveryError, TransientError
 from ..release import ReleaseRates, second_capacity
 from .config import RELEASE_TABLE_ENV
 from .sqs import translate_error
+from .ttl_tables import create_ttl_table
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -225,27 +226,6 @@ class ReleaseCalendar:
 def ensure_release_table(client: DynamoDBClient, table: str = DEFAULT_RELEASE_TABLE) -> None:
     """Create the table (on demand, TTL on ``expires_at``) if missing; for emulators and scripts, CDK in the cloud."""
     try:
-        try:
-            client.create_table(
-                TableName=table,
-                AttributeDefinitions=[
-                    {"AttributeName": "destination", "AttributeType": "S"},
-                    {"AttributeName": "second", "AttributeType": "N"},
-                ],
-                KeySchema=[
-                    {"AttributeName": "destination", "KeyType": "HASH"},
-                    {"AttributeName": "second", "KeyType": "RANGE"},
-                ],
-                BillingMode="PAY_PER_REQUEST",
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":
-                raise
-        client.get_waiter("table_exists").wait(TableName=table, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
-        ttl = client.describe_time_to_live(TableName=table).get("TimeToLiveDescription", {})
-        if ttl.get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
-            client.update_time_to_live(
-                TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
-            )
+        create_ttl_table(client, table, "destination", ("second", "N"), TTL_ATTRIBUTE)
     except (ClientError, BotoCoreError) as exc:
         raise _translate(exc, "creating the release table", table) from exc
