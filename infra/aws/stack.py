@@ -146,12 +146,20 @@ class DelayedDeliveryStack(Stack):
             if alarm_topic_arn
             else []
         )
-        self.cancellation_table = self._cancellation_table(cancellation_table_name)
+        self.cancellation_table = self._ttl_table(  # one partition per endpoint
+            "Cancellations", cancellation_table_name, "endpoint", ("message_id", dynamodb.AttributeType.STRING)
+        )
         CfnOutput(self, "CancellationTable", value=self.cancellation_table.table_name)
         self.encryption_key = self._key(kms_key)
         rates = ReleaseRates.of(release_rates)  # ValueError names a bad entry
         #: Release control's slots table (``aws.release_calendar``), made when ``release_rates`` caps anything.
-        self.release_table = self._release_table(release_table_name) if rates else None
+        self.release_table = (  # a destination's partition, an item per second it releases in
+            self._ttl_table(
+                "ReleaseSlots", release_table_name, "destination", ("second", dynamodb.AttributeType.NUMBER)
+            )
+            if rates
+            else None
+        )
         if self.release_table is not None:
             CfnOutput(self, "ReleaseTable", value=self.release_table.table_name)
         common: dict[str, Any] = {
@@ -257,33 +265,17 @@ class DelayedDeliveryStack(Stack):
         CfnOutput(self, "SenderLongDelayRoute", value=route, description=f"{env_name('long_delay_route')} for senders")
         return tier
 
-    def _release_table(self, name: str) -> dynamodb.Table:
-        """Release slots: a destination's partition, an item per second it releases in, each kept a day (TTL)."""
+    def _ttl_table(
+        self, construct_id: str, name: str, partition: str, sort: tuple[str, dynamodb.AttributeType]
+    ) -> dynamodb.Table:
+        """A table of transient records: on demand, SSE with the AWS managed key, PITR, TTL on ``expires_at``."""
+        # DESTROY: every record expires on its own (cancel / reschedule records ≤ 5 days, release slots a day).
         return dynamodb.Table(
             self,
-            "ReleaseSlots",
+            construct_id,
             table_name=name,
-            partition_key=dynamodb.Attribute(name="destination", type=dynamodb.AttributeType.STRING),
-            sort_key=dynamodb.Attribute(name="second", type=dynamodb.AttributeType.NUMBER),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            time_to_live_attribute="expires_at",
-            encryption=dynamodb.TableEncryption.AWS_MANAGED,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            removal_policy=RemovalPolicy.DESTROY,
-        )
-
-    def _cancellation_table(self, name: str) -> dynamodb.Table:
-        """Cancel / reschedule records: one partition per endpoint, each record lives ≤ 5 days (TTL)."""
-        # So on-demand capacity; SSE with the AWS managed key and point-in-time recovery. DESTROY: records are
-        # transient.
-        return dynamodb.Table(
-            self,
-            "Cancellations",
-            table_name=name,
-            partition_key=dynamodb.Attribute(name="endpoint", type=dynamodb.AttributeType.STRING),
-            sort_key=dynamodb.Attribute(name="message_id", type=dynamodb.AttributeType.STRING),
+            partition_key=dynamodb.Attribute(name=partition, type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name=sort[0], type=sort[1]),
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
             time_to_live_attribute="expires_at",
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
