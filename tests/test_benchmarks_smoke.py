@@ -76,3 +76,26 @@ def test_bucket_tier_lateness_throughput_and_memory_at_smoke_size(
     peaks = [r.median for name, r in rows.items() if name.startswith("timer_peak_mib_pending_")]
     assert len(peaks) == 2 and 0 < max(peaks) < 2 * min(peaks)
     assert {r.median for name, r in rows.items() if name.startswith("timer_list_calls_pending_")} == {2}
+
+
+@pytest.mark.moto
+def test_burst_moto_sends_a_planned_bucket_once_and_the_next_minute_on_time_at_smoke_size(
+    moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import burst_moto
+
+    monkeypatch.setenv("MOTO_ENDPOINT", moto_endpoint)
+    shape = burst_moto.SMOKE
+    rows = {r.metric: r.median for r in burst_moto.run(smoke=True)}
+    # every message of the burst accepted by SQS exactly once, and drained from its queue exactly once
+    assert (rows["lost"], rows["duplicates"]) == (0, 0)
+    assert (rows["drained_lost"], rows["drained_duplicates"]) == (0, 0)
+    assert rows["early"] == 0 and rows["error_queue"] == 0 and rows["worker_lost_partition"] == 0
+    # the workers sent it, in pieces (the bucket was planned, not sent inline by the timer)
+    assert sum(rows[f"worker-{k}_dispatched"] for k in range(shape.workers)) == shape.messages
+    assert rows["worker_pieces"] > shape.workers
+    # the next minute's message: sent once, visible at SQS and received within one timer period of its due time
+    assert rows["next_minute_copies"] == 1
+    assert 0 <= rows["next_minute_lateness_s"] <= shape.timer_seconds
+    assert rows["next_minute_arrival_lateness_s"] <= shape.timer_seconds + 1  # + the watcher's poll
+    assert all(rows[f"worker-{k}_peak_rss_mib"] > 0 for k in range(shape.workers))
