@@ -282,6 +282,36 @@ def test_keys_that_understate_their_count_cannot_make_the_timer_read_more(
     assert len(queue.tasks) == 1  # four listed: one partition
 
 
+def test_a_worker_whose_piece_sends_outlast_its_lease_keeps_the_partition_and_sends_each_id_once(
+    sqs: Any, tier_settings: TierSettings, world: dict[str, Any]
+) -> None:
+    """Found by benchmarks/burst_moto.py: on a slow SQS one piece's sends took longer than the partition's lease, the
+    partition was handed to another worker while its holder was still sending, and that piece went out twice."""
+    store, clock = world["store"], world["clock"]
+    for batch in _big(60):
+        store.write(BIG, batch)
+    queue = ListQueue()
+    tier = _tier(bucket_dispatch_concurrency=1, bucket_piece_bytes=64 * 1024, bucket_send_threads=1)
+    _timer(world, sqs, tier_settings, queue, tier=tier).run()
+    [task] = queue.take()
+    slow = _worker(world, sqs, tier_settings, "slow", tier=tier)
+    real_dispatch = slow.sqs.dispatch
+    claimed = clock.now()
+    rivals: list[Any] = []
+
+    def slow_sends(messages: Any, window: Any) -> Any:
+        clock.advance(0.2 * len(messages))  # 0.2 s a message: a 32-message piece takes 6.4 s, past the 5 s lease
+        if not rivals and clock.now() - claimed > timedelta(seconds=6):
+            rivals.append(_worker(world, sqs, tier_settings, "rival", tier=tier).run(task))
+        return real_dispatch(messages, window)
+
+    slow.sqs.dispatch = slow_sends  # type: ignore[method-assign]
+    result = slow.run(task)
+    assert [r.skipped for r in rivals] == [1]  # the partition was still held: its holder renews it while it sends
+    assert (result.finished, result.lost_partition) == (1, 0)
+    assert _sent(world) == Counter({f"m-{n}": 1 for n in range(60)})
+
+
 def test_tasks_travel_through_sqs_and_a_stalled_partition_is_handed_out_again(
     sqs: Any, tier_settings: TierSettings, world: dict[str, Any]
 ) -> None:

@@ -90,6 +90,16 @@ class DispatchOutcome:
     #: Release control: messages held back in the buckets, their destination's slots full up to 900 s ahead.
     release_held: int = 0
 
+    def add(self, other: DispatchOutcome) -> None:
+        """Count ``other`` in too (a dispatch sent in parts)."""
+        self.sent += other.sent
+        self.retry += other.retry
+        self.rejected += other.rejected
+        self.refused += other.refused
+        self.refused_given_up += other.refused_given_up
+        self.release_lags += other.release_lags
+        self.release_held += other.release_held
+
 
 @dataclass(slots=True)
 class ErrorQueueOutcome:

@@ -28,14 +28,15 @@ from ...delivery import epoch_ms
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.format import BucketMessage, BucketStream, PoisonEntry, read_line
 from ...timebuckets.plans import DispatchPlan, DispatchTask, PartitionProgress, PieceCounts, line_partition
-from ...timebuckets.wheel import MAX_DELAY_SECONDS, dispatch_window
+from ...timebuckets.wheel import MAX_DELAY_SECONDS, DispatchWindow, dispatch_window
 from ..release_calendar import ReleaseCalendar
+from ..sqs import MAX_BATCH_ENTRIES
 from .config import TierSettings
 from .notices import BadLines
 from .plan_store import PlanStore, TaskQueue
 from .store import ObjectMissingError, S3BucketStore
 from .timer_plan import Admission, Found, Rejected, Seen
-from .timer_sqs import Notice, TimerSqs
+from .timer_sqs import DispatchOutcome, Notice, TimerSqs
 from .timer_work import BucketWork, Tally
 
 if TYPE_CHECKING:
@@ -312,7 +313,9 @@ class _Run:
         window = dispatch_window(self.worker.clock.now(), levels=self.worker.store.levels)
         horizon = window.now + timedelta(seconds=MAX_DELAY_SECONDS)
         misplaced = [m for m in plan.keep if m.due_at > horizon]
-        sent = work.sqs.dispatch([m for m in plan.keep if m.due_at <= horizon], window)
+        sent = self._send([m for m in plan.keep if m.due_at <= horizon], window)
+        if sent is None:
+            return False
         rewrite = work.report_errors([*piece.conflicts, *plan.unusable, *sent.rejected, *piece.notices], tally)
         work.write_back(self.plan.bucket, sent.retry, rewrite)  # late objects: sent once this plan is done
         work.write_back(None, [*plan.moved, *misplaced], ())
@@ -345,6 +348,26 @@ class _Run:
             if self.worker.queue is not None:
                 self.worker.queue.send([self.task])
         return True
+
+    def _send(self, messages: list[BucketMessage], window: DispatchWindow) -> DispatchOutcome | None:
+        """Send a piece in rounds of ``bucket_send_threads`` batches, renewing the partition's lease between rounds
+        once half of it has passed (a slow SQS must not hand a partition still being sent to another worker); None
+        when another worker took the partition over (the rest is left to it)."""
+        outcome = DispatchOutcome()
+        ordered = sorted(messages, key=lambda m: m.destination)  # stable: whole batches per destination
+        size = MAX_BATCH_ENTRIES * self.worker.tier.bucket_send_threads
+        for start in range(0, len(ordered), size):
+            if start and not self._keep_lease():
+                return None
+            outcome.add(self.work.sqs.dispatch(ordered[start : start + size], window))
+        return outcome
+
+    def _keep_lease(self) -> bool:
+        """Renew the lease (the progress written again where it is) when half of it has passed; False when lost."""
+        now_ms = epoch_ms(self.worker.clock.now())
+        if now_ms < self.progress.lease_until_ms - self.worker.lease_seconds * 500:
+            return True
+        return self._record(self.progress.object, self.progress.line, PieceCounts(), done=False, keep=True)
 
     def _record(self, obj: int, line: int, counts: PieceCounts, *, done: bool, keep: bool) -> bool:
         """Write the progress (kept: the lease renewed; else let go); False when another worker wrote first."""
