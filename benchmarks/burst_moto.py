@@ -241,6 +241,8 @@ def _child(spec: dict[str, Any]) -> None:
     """One timer or worker process: loops until SIGTERM, then writes what it did to ``spec["out"]``."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    parent = os.getppid()
+    threading.Thread(target=_orphaned, args=(parent, stop), daemon=True).start()
     shape = Shape(**spec["shape"])
     clock = ShiftedClock(0.0)
     sends = Sends(clock)
@@ -268,6 +270,14 @@ def _child(spec: dict[str, Any]) -> None:
         runs = _worker_loop(worker, sqs, url, stop)
     out = {"role": spec["role"], "runs": runs, "rss_ready_mib": rss_ready, "peak_rss_mib": _vm("VmHWM")}
     Path(spec["out"]).write_text(json.dumps({**out, **sends.as_dict()}))
+
+
+def _orphaned(parent: int, stop: threading.Event) -> None:
+    """Stop when the benchmark that started this process is gone (killed, interrupted)."""
+    while not stop.wait(2.0):
+        if os.getppid() != parent:
+            stop.set()
+            os._exit(3)  # in the middle of a run: nobody is left to read what it did
 
 
 def _timer_loop(
