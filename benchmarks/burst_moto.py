@@ -610,6 +610,8 @@ def measure(endpoint: str, shape: Shape) -> tuple[list[Row], dict[str, Any]]:
             print(f"{NAME}: wrote {wrote}", file=sys.stderr, flush=True)
             ran = burst.go()
             left = burst.waiting([*burst.names, burst.errors])
+            before = json.dumps(figures(shape, ran, None, left))
+            print(f"{NAME}: done, before the drain: {before}", file=sys.stderr, flush=True)
             began = time.monotonic()
             drained = burst.drain() if shape.drain else None
             burst.phases["drain_s"] = time.monotonic() - began
