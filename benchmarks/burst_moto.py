@@ -354,26 +354,31 @@ class Burst:
         self.names = [f"{self.run_id}-orders-{d}" for d in range(shape.destinations)]
         self.next_queue, self.dispatch, self.errors = (f"{self.run_id}-{n}" for n in ("next", "dispatch", "errors"))
         self.urls: dict[str, str] = {}
-        #: Wall seconds of each phase: setup (bucket, queues, objects), start (the children ready), run, drain.
+        #: Wall seconds of each phase: queues, write (the objects), start (the children ready after it), run, drain.
         self.phases: dict[str, float] = {}
         self.store = S3BucketStore(self.s3, self.bucket, "bench", shape.tier(self.dispatch).levels)
 
-    def setup(self) -> dict[str, float]:
-        """The bucket, the queues and the burst's objects; seconds taken and objects written."""
+    def setup(self) -> None:
+        """The bucket and the queues."""
         began = time.monotonic()
         self.s3.create_bucket(Bucket=self.bucket)
         for name in (*self.names, self.next_queue, self.errors):
             self.urls[name] = self.sqs.create_queue(QueueName=name)["QueueUrl"]
         attributes = {"VisibilityTimeout": str(int(2 * DISPATCH_TIMEOUT_S))}  # as the construct's dispatch queue
         self.urls[self.dispatch] = self.sqs.create_queue(QueueName=self.dispatch, Attributes=attributes)["QueueUrl"]
+        self.phases["queues_s"] = time.monotonic() - began
+
+    def write(self) -> dict[str, float]:
+        """The burst's objects and the next minute's, as the tier's writer writes them; objects and seconds."""
+        began = time.monotonic()
         objects = 0
         for batch in _messages(self.shape, self.names):
             objects += len(self.store.write(self.shape.burst_bucket, batch))
         due = epoch_ms(self.shape.due) + self.shape.fine_seconds * 1000
         nxt = BucketMessage(NEXT_ID, self.next_queue, b'{"next":"minute"}', due, {}, 0, due - 86_400_000)
         objects += len(self.store.write(self.shape.next_bucket, [nxt]))
-        self.phases["setup_s"] = time.monotonic() - began
-        return {"objects": objects, "setup_seconds": self.phases["setup_s"]}
+        self.phases["write_s"] = time.monotonic() - began
+        return {"objects": objects, "seconds": self.phases["write_s"]}
 
     def _spawn(self, role: str) -> tuple[subprocess.Popen[bytes], Path]:
         out = self.work / f"{role}.json"
@@ -392,12 +397,14 @@ class Burst:
         """Start the timer and the workers, wait until the tier is done with both buckets, stop them, count."""
         shape = self.shape
         roles = ["timer", *(f"worker-{k}" for k in range(shape.workers))]
-        children = {role: self._spawn(role) for role in roles}
+        children = {role: self._spawn(role) for role in roles}  # they start while the objects are written
         clock = ShiftedClock(0.0)
         watcher = _Watcher(self.sqs, self.urls[self.next_queue], clock)
         first_clock = shape.burst_bucket.start - timedelta(seconds=shape.lead_seconds - shape.timer_seconds / 2)
-        began = time.monotonic()
         try:
+            wrote = self.write()
+            print(f"{NAME}: wrote {wrote}", file=sys.stderr, flush=True)
+            began = time.monotonic()
             self._ready(children)
             self.phases["start_s"] = time.monotonic() - began
             first_run = time.time() + STARTUP_S
@@ -416,7 +423,7 @@ class Burst:
             watcher.stop.set()
             watcher.join(timeout=10)
         results = {role: json.loads(out.read_text()) for role, (_, out) in children.items()}
-        return {"first_run_clock": first_clock.timestamp(), "finished_clock": finished + offset,
+        return {"wrote": wrote, "first_run_clock": first_clock.timestamp(), "finished_clock": finished + offset,
                 "arrivals": watcher.arrivals, "children": results}  # fmt: skip
 
     def _ready(self, children: dict[str, tuple[subprocess.Popen[bytes], Path]]) -> None:
@@ -606,8 +613,7 @@ def measure(endpoint: str, shape: Shape) -> tuple[list[Row], dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="burst-moto-") as work:
         burst = Burst(endpoint, shape, Path(work))
         try:
-            wrote = burst.setup()
-            print(f"{NAME}: wrote {wrote}", file=sys.stderr, flush=True)
+            burst.setup()
             ran = burst.go()
             left = burst.waiting([*burst.names, burst.errors])
             before = json.dumps(figures(shape, ran, None, left))
@@ -624,7 +630,7 @@ def measure(endpoint: str, shape: Shape) -> tuple[list[Row], dict[str, Any]]:
     requests: Counter[str] = Counter()
     for child in ran["children"].values():
         requests.update(child["requests"])
-    extra = {"shape": asdict(shape), "wrote": wrote, "main_rss_mib": rss_mib(), "phases": burst.phases,
+    extra = {"shape": asdict(shape), "wrote": ran["wrote"], "main_rss_mib": rss_mib(), "phases": burst.phases,
              "requests": dict(requests), "wall": {"first_run_clock": ran["first_run_clock"],
                                                   "finished_clock": ran["finished_clock"]},
              "timer_runs": ran["children"]["timer"]["runs"],
