@@ -288,8 +288,10 @@ def _timer_loop(
     at = first
     while not stop.wait(max(0.0, at - time.time())):
         started, began = clock.now().timestamp(), time.monotonic()
-        result = timer.run(deadline=began + TIMER_TIMEOUT_S)
-        counts = {k: v for k, v in asdict(result).items() if v}
+        try:
+            counts = {k: v for k, v in asdict(timer.run(deadline=began + TIMER_TIMEOUT_S)).items() if v}
+        except Exception as exc:  # as the timer's handler: counted and logged, the next run starts over
+            counts = {"failed": repr(exc)[:500]}
         runs.append({"at": started, "seconds": time.monotonic() - began, **counts})
         while at <= time.time():
             at += period
@@ -298,15 +300,26 @@ def _timer_loop(
 
 def _worker_loop(worker: PartitionWorker, sqs: Any, url: str, stop: threading.Event) -> list[dict[str, Any]]:
     """The dispatch function's event source: receive a task, run it, delete it (batch size 1)."""
-    runs = []
+    runs: list[dict[str, Any]] = []
     while not stop.is_set():
-        for message in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, WaitTimeSeconds=1).get("Messages", []):
+        try:
+            got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, WaitTimeSeconds=1).get("Messages", [])
+        except Exception:  # the emulator busy or restarting: poll again, as the event source does
+            stop.wait(1.0)
+            continue
+        for message in got:
             task = decode_task(message["Body"])
             began = time.monotonic()
-            result = worker.run(task, deadline=began + DISPATCH_TIMEOUT_S)
-            counts = {k: v for k, v in asdict(result).items() if v}
+            try:
+                counts = {k: v for k, v in asdict(worker.run(task, began + DISPATCH_TIMEOUT_S)).items() if v}
+            except Exception as exc:  # as the dispatch handler: a batch failure, SQS hands the task out again
+                runs.append(
+                    {"partition": task.partition, "seconds": time.monotonic() - began, "failed": repr(exc)[:500]}
+                )
+                continue
             runs.append({"partition": task.partition, "seconds": time.monotonic() - began, **counts})
-            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+            with contextlib.suppress(Exception):  # not deleted: handed out again, and skipped (the partition is done)
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
     return runs
 
 
@@ -580,6 +593,8 @@ def figures(shape: Shape, ran: dict[str, Any], drained: tuple[bytearray, int] | 
     runs = [r for child in workers.values() for r in child["runs"]]
     for key in ("continued", "lost_partition", "skipped", "pieces", "to_error_queue", "kept_for_retry"):
         out[f"worker_{key}"] = sum(r.get(key, 0) for r in runs)
+    out["worker_failed_runs"] = sum(1 for r in runs if "failed" in r)
+    out["timer_failed_runs"] = sum(1 for r in timer["runs"] if "failed" in r)
     for op in ("sqs.SendMessageBatch", "sqs.ReceiveMessage", "s3.GetObject", "s3.PutObject", "s3.ListObjectsV2"):
         out[f"{op.replace('.', '_')}_per_million"] = requests[op] * million
     return out
