@@ -1,24 +1,39 @@
 """Crash injection for the S3 time-bucket tier (sender -> ingest -> S3 buckets -> timer -> destination) on moto.
 
-Time is compressed (fine buckets 1 s, coarse 10 s, dispatch lead 2 s) and simulated: one ``ManualClock`` drives the
-sender, the ingest step and the timer; each tick the lab polls the ingest queue once (``BucketIngest.process``,
-then ``DeleteMessageBatch`` of the records written), runs the timer (``BucketTimer.run``), advances the clock by
-a second and drains the destination queue.
+Time is compressed (fine buckets 1 s, coarse 5 s, dispatch lead 2 s) and simulated: one ``ManualClock`` drives the
+sender, the ingest step, the timer and the dispatch workers; each tick the lab polls the ingest queue once
+(``BucketIngest.process``, then ``DeleteMessageBatch`` of the records written), runs the timer (``BucketTimer.run``),
+runs a dispatch worker for each task on the dispatch queue (``PartitionWorker.run``, then the task's delete), advances
+the clock by a second and drains the destination queue. Most rounds send ten messages due at random moments; one
+round in ``BURST_EVERY`` sends a burst of ``BURST`` messages due in the same second, more than the timer sends itself
+(``bucket_inline_max_messages`` 20), so it is planned and sent by the workers in pieces of 16 KiB of lines. A
+worker's deadline comes after ``WORKER_STEPS`` of its checks, so every partition of a burst is cut over several
+invocations (each continuation enqueues its task again).
 
-Every boto3 call of the ingest step, the lab's ingest poller and the timer goes through ``LabClient``, which names
-the step the call belongs to (ingest write, ingest delete, cascade lease/write/delete, dispatch lease/send/delete,
-lease release) and can die at it, **before** the request or **after** it took effect. The crash is a
+Every boto3 call of the ingest step, the lab's ingest poller, the timer and the workers goes through ``LabClient``,
+which names the step the call belongs to (ingest write, ingest delete, cascade lease/write/delete, dispatch
+lease/send/delete, lease release, plan write, task enqueue, a worker's progress record, send, write-back and
+continuation) and can die at it, **before** the request or **after** it took effect. The crash is a
 ``BaseException`` nothing catches; once dead, every further call of that "process" dies too (so no ``finally``
-gets to release a lease), the objects are rebuilt, the ingest records held come back (their visibility timeout
-passes) and the clock moves past the lease. One fault point is armed at a time, in a seeded shuffled cycle.
+gets to release a lease), the objects are rebuilt, the ingest records and dispatch tasks held come back (their
+visibility timeout passes) and the clock moves past the leases. One fault point is armed at a time, in a seeded
+shuffled cycle; the armed point is reached by the work the lab sends: while a point of the burst path (plan write,
+task enqueue, a worker's steps) is armed and no burst is on its way, the next round sends one. A point not reached
+within ``QUIET_TICKS`` ticks stops the soak with ``LabStalled`` (a lab bug, never a silent wait). A partition no
+worker holds is handed out again after ``STALL_SECONDS`` simulated seconds (the timer's constant, compressed like
+the leases).
 
 Checked: every message reaches the destination at least once (lost = 0), never early (each successful dispatch's
 simulated time plus its ``DelaySeconds`` is at or after the message's due time), nothing reaches the error queue.
-Duplicates are counted at the destination. Each repeated dispatch is put down to a crash: the last one since the
-message's previous dispatch at a point after which the timer sends again (after the send, before the delete), else
-the last crash between the message's send and its first dispatch (a record ingested twice lands in two objects).
+Duplicates are counted at the destination. Each repeated dispatch is put down to a crash: the first one since the
+message's previous dispatch (the death of the process that sent it before recording it), else the first crash after
+the lab's poller first received the message's ingest record (a record ingested twice lands in two objects); a
+repeat with neither is put down to ``no_crash`` (a bug). ``duplicates_by_crash`` holds how many each crash caused:
+at most one piece (``piece_messages``), since a process holds one uncommitted piece or one bucket it sends itself.
+Regular messages are never due in a burst's second (a multiple of ``BURST_SECONDS``), so a piece holds burst lines only.
 
-Soak: ``python -m tests.reliability.bucketlab --crashes 1000`` (starts its own moto server; JSON on stdout).
+Soak: ``python -m tests.reliability.bucketlab --crashes 1000`` (starts its own moto server; prints a table, writes
+``benchmarks/results/bucketlab.json``).
 """
 
 from __future__ import annotations
@@ -26,30 +41,39 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import random
+import statistics
 import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from botocore.exceptions import ClientError
 
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.aws.settings import SqsSettings
+from delayed_delivery.aws.tier import timer as timer_module
 from delayed_delivery.aws.tier.config import BucketTierConfig, TierSettings
 from delayed_delivery.aws.tier.ingest import BucketIngest
+from delayed_delivery.aws.tier.ingest_format import decode_ingest
+from delayed_delivery.aws.tier.plan_store import SqsTaskQueue
 from delayed_delivery.aws.tier.provision import ensure_bucket_tier
 from delayed_delivery.aws.tier.store import S3BucketStore
 from delayed_delivery.aws.tier.timer import BucketTimer
+from delayed_delivery.aws.tier.worker import PartitionWorker
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.delivery import epoch_ms
 from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.timebuckets.format import BucketMessage, encoded_line_bytes
+from delayed_delivery.timebuckets.plans import decode_task
 from tests.reliability.crashlab import InjectedCrash
 
 REGION = "us-east-1"
@@ -63,6 +87,11 @@ STEPS = (
     "dispatch_send",
     "dispatch_delete",
     "lease_release",
+    "plan_write",
+    "plan_enqueue",
+    "worker_progress",
+    "worker_send",
+    "worker_enqueue",
 )
 POINTS = tuple(f"{when}_{step}" for step in STEPS for when in ("before", "after"))
 #: Simulated seconds a timer's lease holds; after a crash the clock moves past it so the bucket is taken over.
@@ -75,6 +104,33 @@ REPEATING_POINTS = (
     "before_dispatch_rewrite",
 )
 START = datetime(2030, 1, 1, tzinfo=UTC)
+#: One send round in this many is a burst of ``BURST`` messages due in the same second.
+BURST_EVERY = 4
+BURST = 60
+#: The bodies of a burst: about 1 KiB, so a piece (16 KiB of lines) holds about 14 of them.
+BURST_BODY = 1_000
+#: A burst is due 3 s to this many seconds ahead: in a fine bucket at once, or in a coarse one cascaded first.
+BURST_MAX_DELAY = 15
+#: Bursts are due in the seconds that are multiples of this, regular messages never (so a piece holds burst lines).
+BURST_SECONDS = 3
+#: The timer sends a bucket itself up to this many messages; the lab's pieces are 16 KiB of lines.
+INLINE_MAX_MESSAGES = 20
+PIECE_BYTES = 16 * 1024
+#: A worker invocation's deadline: after this many of its checks (objects opened, pieces), it goes on in another.
+#: A partition of 30 burst messages needs at least three (one object, two full pieces), so each is continued.
+WORKER_STEPS = 2
+#: Bursts on their way at most while a point of the burst path is armed (so it is reached sooner).
+BURSTS_ARMED = 2
+#: Simulated seconds before the timer hands out again a partition nobody holds (the product's 180 s, compressed).
+STALL_SECONDS = 2 * LEASE_SECONDS
+#: The steps only a burst reaches (planned buckets and their workers).
+BURST_STEPS = ("plan_write", "plan_enqueue", "worker_progress", "worker_send", "worker_enqueue")
+#: Regular messages due in one second at most (a bucket the timer sends itself).
+REGULAR_PER_SECOND = 10
+#: The destination is drained every this many ticks (arrivals are only counted; the final drain takes the rest).
+DRAIN_EVERY = 10
+#: Ticks without the armed point firing before the soak gives up with ``LabStalled``.
+QUIET_TICKS = 600
 
 
 def lab_config(run: str) -> BucketTierConfig:
@@ -86,8 +142,33 @@ def lab_config(run: str) -> BucketTierConfig:
         sqs_settings=SqsSettings(
             max_native_delay=2, fifo_queue_delay=2, long_delay_route="buckets", bucket_ingest_queue=f"{run}-ingest"
         ),
-        tier_settings=TierSettings(bucket_fine_seconds=1, bucket_coarse_seconds=10, bucket_dispatch_lead_seconds=2),
+        tier_settings=TierSettings(
+            bucket_fine_seconds=1,
+            bucket_coarse_seconds=5,
+            bucket_dispatch_lead_seconds=2,
+            bucket_inline_max_messages=INLINE_MAX_MESSAGES,
+            bucket_piece_bytes=PIECE_BYTES,
+            bucket_partition_messages=30,
+            bucket_dispatch_concurrency=3,
+            bucket_dispatch_queue=f"{run}-dispatch",
+        ),
     )
+
+
+def piece_messages() -> int:
+    """The most messages one crash may send again: a piece (it is sent once its lines reach ``PIECE_BYTES``; the
+    shortest burst line gives the most), or a whole bucket the timer sends itself (``REGULAR_PER_SECOND``)."""
+    line = encoded_line_bytes(_burst_message("m0", 0))
+    return max(REGULAR_PER_SECOND, PIECE_BYTES // line + 1)
+
+
+def _burst_message(message_id: str, due_ms: int) -> BucketMessage:
+    return BucketMessage(message_id, "orders", _body(message_id, BURST_BODY).encode(), due_ms, {}, 0, due_ms)
+
+
+def _body(message_id: str, size: int) -> str:
+    """A body that names its message first (arrivals are counted by it), padded to ``size``."""
+    return f"{message_id} ".ljust(size, "x") if size else message_id
 
 
 def client(service: str, endpoint: str) -> Any:
@@ -97,6 +178,10 @@ def client(service: str, endpoint: str) -> Any:
     return boto3.client(
         service, endpoint_url=endpoint, region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
     )
+
+
+class LabStalled(RuntimeError):
+    """The armed fault point was not reached for ``QUIET_TICKS`` ticks: the lab's work does not lead to it."""
 
 
 class Faults:
@@ -141,7 +226,7 @@ class LabClient:
             step = self._lab.step_of(self._role, name, kwargs, self._faults)
             self._faults.point(step, "before")
             reply = attr(*args, **kwargs)
-            if step == "dispatch_send":
+            if step in ("dispatch_send", "worker_send"):
                 self._lab.dispatched(kwargs, reply)
             self._faults.point(step, "after")
             return reply
@@ -162,6 +247,26 @@ class LabResult:
     early: int = 0
     duplicates: int = 0
     duplicates_by_point: dict[str, int] = field(default_factory=dict)
+    #: How many duplicates each crash caused (its index in the crash log -> copies): at most one piece each.
+    duplicates_by_crash: dict[int, int] = field(default_factory=dict)
+    #: The duplicates of every crash, in crash order (zeros included): what the medians are taken over.
+    per_crash: list[int] = field(default_factory=list)
+    bursts: int = 0
+    #: Dispatch tasks the workers ran (a task cut by a crash counts once per run).
+    worker_runs: int = 0
+    #: Duplicates per crash: the median and 99th percentile over every crash, the median over the crashes that
+    #: caused any, and the most; and how many crashes caused any.
+    duplicates_per_crash_median: float = 0.0
+    duplicates_per_crash_p99: float = 0.0
+    duplicates_per_crash_median_when_any: float = 0.0
+    duplicates_per_crash_max: int = 0
+    crashes_with_duplicates: int = 0
+    #: Crashes at the points of the burst path (plan write, task enqueue, a worker's steps).
+    burst_crashes: int = 0
+    #: Worker invocations that stopped at their deadline and enqueued their task again.
+    worker_continuations: int = 0
+    #: The bound each crash must stay within: one piece (or a bucket the timer sends itself), in messages.
+    piece_messages: int = 0
     #: Copies the timer found and skipped itself (the same id twice in one bucket).
     timer_duplicates_skipped: int = 0
     error_queue: int = 0
@@ -174,7 +279,7 @@ class LabResult:
 class BucketLab:
     """One tier on moto (bucket, ingest queue, error queue, destination ``orders``) under a shuffled fault cycle."""
 
-    def __init__(self, endpoint: str, seed: int, *, window: int = 40, max_delay: int = 60) -> None:
+    def __init__(self, endpoint: str, seed: int, *, window: int = 40, max_delay: int = 20) -> None:
         self.rng = random.Random(seed)
         self.run = f"bl{uuid.uuid4().hex[:8]}"
         self.config = lab_config(self.run)
@@ -183,6 +288,11 @@ class BucketLab:
         tier = ensure_bucket_tier(self.s3, self.sqs, self.config)
         self.ingest_url, self.error_url = tier.ingest_url, tier.error_url
         self.dest_url = self.sqs.create_queue(QueueName=f"{self.run}-orders")["QueueUrl"]
+        self.dispatch_name = self.config.tier_settings.bucket_dispatch_queue
+        self.dispatch_url = self.sqs.create_queue(QueueName=self.dispatch_name)["QueueUrl"]
+        self.held_tasks: list[str] = []
+        self.rounds = 0
+        self.worker_steps = 0
         self.clock = ManualClock(START)
         self.sender = SqsDelayedSender(self.sqs, self.settings, sqs_settings=self.config.sqs_settings, clock=self.clock)
         self.window, self.max_delay = window, max_delay
@@ -195,6 +305,13 @@ class BucketLab:
         self.send_mark: dict[str, int] = {}
         self.first_mark: dict[str, int] = {}
         self.crash_mark: dict[str, int] = {}
+        self.ingest_mark: dict[str, int] = {}
+        #: Seconds (epoch) regular messages are due in, with their counts, and the seconds bursts are due in.
+        self.regular_seconds: Counter[int] = Counter()
+        self.burst_seconds: set[int] = set()
+        #: The ids of each burst not yet dispatched whole.
+        self.bursts_on_their_way: list[list[str]] = []
+        self.quiet_ticks = 0
         self.cycle: list[str] = []
         self.held: list[str] = []
         self.build(None)
@@ -212,6 +329,7 @@ class BucketLab:
         store = S3BucketStore.from_config(s3_timer, self.config)
         sqs_timer = LabClient(self.sqs, "timer", self.faults, self)
         owner = f"timer-{len(self.crash_log)}"
+        tier = self.config.tier_settings
         self.timer = BucketTimer(
             store,
             sqs_timer,
@@ -219,7 +337,23 @@ class BucketLab:
             self.clock,
             owner=owner,
             lease_seconds=LEASE_SECONDS,
-            send_phase_ms=self.config.tier_settings.bucket_send_phase_ms,
+            send_phase_ms=tier.bucket_send_phase_ms,
+            tier=tier,
+            queue=SqsTaskQueue(sqs_timer, self.dispatch_name),
+        )
+        s3_worker = LabClient(self.s3, "worker", self.faults, self)
+        sqs_worker = LabClient(self.sqs, "worker", self.faults, self)
+        self.worker = PartitionWorker(
+            S3BucketStore.from_config(s3_worker, self.config),
+            sqs_worker,
+            self.settings,
+            self.clock,
+            tier=tier,
+            owner=f"worker-{len(self.crash_log)}",
+            queue=SqsTaskQueue(sqs_worker, self.dispatch_name),
+            lease_seconds=LEASE_SECONDS,
+            margin_seconds=0,
+            monotonic=self._steps,
         )
 
     def next_target(self) -> str:
@@ -235,6 +369,12 @@ class BucketLab:
             return "ingest_write" if op == "put_object" else None
         if role == "poller":
             return "ingest_delete" if op == "delete_message_batch" else None
+        if role == "worker":
+            return self._worker_step(op, kwargs)
+        if op == "put_object" and "/plans/" in str(kwargs.get("Key", "")):
+            return "plan_write"
+        if op == "send_message_batch" and kwargs.get("QueueUrl") == self.dispatch_url:
+            return "plan_enqueue"
         if op == "put_object":
             key = str(kwargs.get("Key", ""))
             if "/leases/" in key:
@@ -250,6 +390,15 @@ class BucketLab:
             return "dispatch_send" if kwargs.get("QueueUrl") == self.dest_url else "error_send"
         return None
 
+    def _worker_step(self, op: str, kwargs: dict[str, Any]) -> str | None:
+        if op == "put_object":
+            # a write-back is no fault point: the lab's sends never fail for a passing reason (test_fanout covers it)
+            return "worker_progress" if "/plans/" in str(kwargs.get("Key", "")) else None
+        if op == "send_message_batch":
+            url = kwargs.get("QueueUrl")
+            return "worker_send" if url == self.dest_url else "worker_enqueue" if url == self.dispatch_url else None
+        return None
+
     def dispatched(self, request: dict[str, Any], reply: Any) -> None:
         """Check each entry SQS took: simulated now + DelaySeconds never before the due time; count repeats."""
         ok = {s["Id"] for s in reply.get("Successful", [])}
@@ -257,43 +406,120 @@ class BucketLab:
         for entry in request["Entries"]:
             if entry["Id"] not in ok:
                 continue
-            message_id = entry["MessageBody"]
+            message_id = entry["MessageBody"].split(" ", 1)[0]
             if now_ms + int(entry.get("DelaySeconds", 0)) * 1000 < self.due_ms[message_id]:
                 self.result.early += 1
             if self.sent_ok[message_id]:
-                cause = self.cause(message_id)
+                cause, index = self.cause(message_id)
                 self.result.duplicates_by_point[cause] = self.result.duplicates_by_point.get(cause, 0) + 1
+                self.result.duplicates_by_crash[index] = self.result.duplicates_by_crash.get(index, 0) + 1
             else:
                 self.first_mark[message_id] = len(self.crash_log)
             self.sent_ok[message_id] += 1
             self.crash_mark[message_id] = len(self.crash_log)
 
-    def cause(self, message_id: str) -> str:
-        """The crash a repeated dispatch is put down to (see the module docstring)."""
-        since = self.crash_log[self.crash_mark[message_id] :]
-        repeats = [p for p in since if p in REPEATING_POINTS]
-        if repeats:
-            return repeats[-1]
-        before = self.crash_log[self.send_mark[message_id] : self.first_mark[message_id]]
-        return before[-1] if before else "no_crash"
+    def cause(self, message_id: str) -> tuple[str, int]:
+        """The crash a repeated dispatch is put down to, and its index in the crash log (-1: none; see the module
+        docstring)."""
+        since = self.crash_mark[message_id]
+        if len(self.crash_log) > since:
+            return self.crash_log[since], since
+        ingested = self.ingest_mark.get(message_id, len(self.crash_log))
+        if len(self.crash_log) > ingested:
+            return self.crash_log[ingested], ingested
+        return "no_crash", -1
+
+    def burst_point_armed(self) -> bool:
+        """Whether the armed fault point is on the burst path (only a planned bucket reaches it)."""
+        target = self.faults.target
+        return target is not None and target.split("_", 1)[1] in BURST_STEPS
+
+    def bursts_pending(self) -> int:
+        """How many bursts have messages not yet dispatched."""
+        self.bursts_on_their_way = [b for b in self.bursts_on_their_way if any(not self.sent_ok[m] for m in b)]
+        return len(self.bursts_on_their_way)
 
     # --- one tick --------------------------------------------------------------------------------------------------
     def send_round(self) -> None:
-        """Ten messages due 3 s to ``max_delay`` s (simulated, to the ms) from now, in one to three batches."""
+        """Ten messages due 3 s to ``max_delay`` s (simulated, to the ms) from now, in one to three batches; with
+        one round in ``BURST_EVERY``, a burst beside them when no burst is on its way; while a point of the burst
+        path is armed, one each round up to ``BURSTS_ARMED`` on their way."""
+        self.rounds += 1
+        pending = self.bursts_pending()
+        if (self.rounds % BURST_EVERY == 0 and not pending) or (self.burst_point_armed() and pending < BURSTS_ARMED):
+            self.send_burst()
         start = self.result.messages
         ids = [f"m{n}" for n in range(start, start + 10)]
         now_ms = epoch_ms(self.clock.now())
         sends = []
         for message_id in ids:
-            delay_ms = self.rng.randint(3_000, self.max_delay * 1_000)  # any phase of the second: sends go in waves
+            delay_ms = self._regular_delay(now_ms)
             delay = timedelta(milliseconds=delay_ms)
             self.due_ms[message_id] = now_ms + delay_ms
+            self.regular_seconds[(now_ms + delay_ms) // 1000] += 1
             self.send_mark[message_id] = len(self.crash_log)
             sends.append(DelayedSend(f"{self.run}-orders", message_id, delay, message_id=message_id))
         cuts = sorted(self.rng.sample(range(1, 10), self.rng.randint(0, 2)))
         for first, last in zip([0, *cuts], [*cuts, 10], strict=True):
             self.sender.send_delayed_batch(sends[first:last]).raise_for_failures()
         self.result.messages += len(ids)
+
+    def _regular_delay(self, now_ms: int) -> int:
+        """A delay of 3 s to ``max_delay`` s (to the ms: sends go in waves) outside the bursts' seconds (multiples
+        of ``BURST_SECONDS``), at most ``REGULAR_PER_SECOND`` messages a second (a bucket the timer sends itself)."""
+        for _ in range(1_000):
+            delay_ms = self.rng.randint(3_000, self.max_delay * 1_000)
+            second = (now_ms + delay_ms) // 1000
+            if second % BURST_SECONDS and self.regular_seconds[second] < REGULAR_PER_SECOND:
+                return delay_ms
+        raise LabStalled(f"no second with room for a regular message in {self.max_delay} s")
+
+    def send_burst(self) -> None:
+        """``BURST`` messages of about 1 KiB due in the same second, 3 s to ``BURST_MAX_DELAY`` s ahead, in a second
+        kept for bursts (a multiple of ``BURST_SECONDS``, no other burst's)."""
+        start = self.result.messages
+        now_ms = epoch_ms(self.clock.now())
+        for _ in range(1_000):
+            delay_ms = self.rng.randint(3_000, BURST_MAX_DELAY * 1_000)
+            second = (now_ms + delay_ms) // 1000
+            if second % BURST_SECONDS == 0 and second not in self.burst_seconds:
+                break
+        else:
+            raise LabStalled(f"no free second for a burst in {BURST_MAX_DELAY} s")
+        self.burst_seconds.add(second)
+        self.bursts_on_their_way.append([f"m{n}" for n in range(start, start + BURST)])
+        sends = []
+        for n in range(start, start + BURST):
+            message_id = f"m{n}"
+            self.due_ms[message_id] = now_ms + delay_ms
+            self.send_mark[message_id] = len(self.crash_log)
+            delay = timedelta(milliseconds=delay_ms)
+            body = _body(message_id, BURST_BODY)
+            sends.append(DelayedSend(f"{self.run}-orders", body, delay, message_id=message_id))
+        for first in range(0, BURST, 30):
+            self.sender.send_delayed_batch(sends[first : first + 30]).raise_for_failures()
+        self.result.messages += BURST
+        self.result.bursts += 1
+
+    def _steps(self) -> float:
+        """The workers' clock for their deadline: one step each time a worker asks (simulated, not real time)."""
+        self.worker_steps += 1
+        return float(self.worker_steps)
+
+    def run_workers(self) -> None:
+        """What the dispatch function's event source does: hand each task waiting to a worker, delete it after.
+
+        Each invocation's deadline comes after ``WORKER_STEPS`` of its checks (an object or a piece each), so big
+        partitions stop near their deadline, record where they are and enqueue their task again."""
+        reply = self.sqs.receive_message(QueueUrl=self.dispatch_url, MaxNumberOfMessages=3, VisibilityTimeout=60)
+        messages = reply.get("Messages", [])
+        self.held_tasks = [m["ReceiptHandle"] for m in messages]  # all come back after a crash
+        for message in messages:
+            self.result.worker_runs += 1
+            done = self.worker.run(decode_task(message["Body"]), deadline=self.worker_steps + WORKER_STEPS + 0.5)
+            self.result.worker_continuations += done.continued
+            self.sqs.delete_message(QueueUrl=self.dispatch_url, ReceiptHandle=message["ReceiptHandle"])
+            self.held_tasks.remove(message["ReceiptHandle"])
 
     def ingest_once(self) -> None:
         """What the event source does: receive up to 10 ingest records, hand them over, delete those written."""
@@ -304,6 +530,10 @@ class BucketLab:
         if not messages:
             return
         self.held = [m["ReceiptHandle"] for m in messages]
+        for m in messages:
+            for item in decode_ingest(m["Body"]):
+                if isinstance(item, BucketMessage):
+                    self.ingest_mark.setdefault(item.message_id, len(self.crash_log))
         records = [
             {"messageId": m["MessageId"], "body": m["Body"], "messageAttributes": _lambda_attributes(m)}
             for m in messages
@@ -323,20 +553,29 @@ class BucketLab:
             if not messages:
                 return
             for m in messages:
-                self.arrived[m["Body"]] += 1
+                self.arrived[m["Body"].split(" ", 1)[0]] += 1
             entries = [{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(messages)]
             self.sqs.delete_message_batch(QueueUrl=self.dest_url, Entries=entries)
 
     def tick(self) -> None:
-        """Ingest, timer, a simulated second, drain; a crash rebuilds the process with the next point armed."""
+        """Ingest, timer, workers, a simulated second, drain; a crash rebuilds the process with the next point armed."""
         self.result.ticks += 1
         try:
             self.ingest_once()
             self.result.timer_duplicates_skipped += self.timer.run().duplicates_skipped
+            self.run_workers()
         except InjectedCrash:
             self.crashed()
+            self.quiet_ticks = 0
+        else:
+            self.quiet_ticks += 1
+            if self.faults.target is not None and self.quiet_ticks > QUIET_TICKS:
+                raise LabStalled(
+                    f"{self.faults.target} (after {self.faults.skip} more call(s)) not reached in {QUIET_TICKS} ticks"
+                )
         self.clock.advance(1)
-        self.drain()
+        if self.result.ticks % DRAIN_EVERY == 0:
+            self.drain()
 
     def crashed(self) -> None:
         """Count the crash, let the held records' visibility pass and the lease expire, rebuild."""
@@ -344,16 +583,28 @@ class BucketLab:
         self.crash_log.append(point)
         self.result.injected_crashes += 1
         self.result.crashes_by_point[point] = self.result.crashes_by_point.get(point, 0) + 1
+        if point.split("_", 1)[1] in BURST_STEPS:
+            self.result.burst_crashes += 1
         for handle in self.held:
             with contextlib.suppress(ClientError):  # deleted before the crash
                 self.sqs.change_message_visibility(QueueUrl=self.ingest_url, ReceiptHandle=handle, VisibilityTimeout=0)
-        self.held = []
+        for handle in self.held_tasks:
+            with contextlib.suppress(ClientError):
+                self.sqs.change_message_visibility(
+                    QueueUrl=self.dispatch_url, ReceiptHandle=handle, VisibilityTimeout=0
+                )
+        self.held, self.held_tasks = [], []
         self.clock.advance(LEASE_SECONDS)
         self.build(self.next_target())
 
     def unsent(self) -> int:
         """Messages not yet dispatched successfully."""
         return sum(1 for message_id in self.due_ms if not self.sent_ok[message_id])
+
+    def unsent_regular(self) -> int:
+        """Regular messages (not of a burst) not yet dispatched successfully."""
+        bursts = {m for b in self.bursts_on_their_way for m in b}
+        return sum(1 for m in self.due_ms if not self.sent_ok[m] and m not in bursts)
 
 
 def _lambda_attributes(message: dict[str, Any]) -> dict[str, Any]:
@@ -373,12 +624,32 @@ def soak(
     progress: Callable[[LabResult], None] | None = None,
 ) -> LabResult:
     """Crash the tier ``crashes`` times, then run it without faults until everything arrived (or ``timeout``)."""
+    with _compressed_stall():
+        return _soak(endpoint, crashes, seed, window=window, timeout=timeout, progress=progress)
+
+
+@contextlib.contextmanager
+def _compressed_stall() -> Iterator[None]:
+    """The timer hands out an abandoned partition after the lab's ``STALL_SECONDS``, not the product's 180 s."""
+    with mock.patch.object(timer_module, "STALL_SECONDS", STALL_SECONDS):
+        yield
+
+
+def _soak(
+    endpoint: str,
+    crashes: int,
+    seed: int,
+    *,
+    window: int,
+    timeout: float,
+    progress: Callable[[LabResult], None] | None,
+) -> LabResult:
     started = time.monotonic()
     lab = BucketLab(endpoint, seed, window=window)
     lab.build(lab.next_target())
     last = started
     while lab.result.injected_crashes < crashes and time.monotonic() - started < timeout:
-        if lab.unsent() < lab.window:
+        if lab.unsent_regular() < lab.window:
             lab.send_round()
         lab.tick()
         if progress is not None and time.monotonic() - last > 10:
@@ -386,7 +657,7 @@ def soak(
             last = time.monotonic()
     lab.build(None)
     settle_ticks = 0
-    while lab.unsent() and settle_ticks < 10 * lab.max_delay and time.monotonic() - started < timeout:
+    while lab.unsent() and settle_ticks < 10 * lab.max_delay:  # after the timeout too: a soak ends sound
         lab.tick()
         settle_ticks += 1
     _final_drain(lab, deadline=time.monotonic() + 10)
@@ -413,41 +684,163 @@ def _finish(lab: BucketLab, started: float) -> LabResult:
     result.error_queue = int(attrs["Attributes"]["ApproximateNumberOfMessages"])
     result.simulated_seconds = (lab.clock.now() - START).total_seconds()
     result.seconds = round(time.monotonic() - started, 1)
+    result.per_crash = [result.duplicates_by_crash.get(n, 0) for n in range(result.injected_crashes)]
+    return _summarised(result)
+
+
+def _summarised(result: LabResult) -> LabResult:
+    """Fill in the per-crash figures from ``per_crash``."""
+    per_crash = result.per_crash
+    caused = [n for n in per_crash if n]
+    result.crashes_with_duplicates = len(caused)
+    result.duplicates_per_crash_median = statistics.median(per_crash) if per_crash else 0.0
+    result.duplicates_per_crash_p99 = _percentile(per_crash, 0.99)
+    result.duplicates_per_crash_median_when_any = statistics.median(caused) if caused else 0.0
+    result.duplicates_per_crash_max = max(per_crash, default=0)
+    result.piece_messages = piece_messages()
     return result
 
 
+def merged(results: list[LabResult]) -> LabResult:
+    """Independent soaks (each its own tier and moto server) as one result: counts added, crashes in run order."""
+    total = LabResult(results[0].seed)
+    for r in results:
+        offset = len(total.per_crash)
+        for name in ("injected_crashes", "messages", "delivered", "lost", "early", "duplicates", "bursts"):
+            setattr(total, name, getattr(total, name) + getattr(r, name))
+        for name in ("worker_runs", "burst_crashes", "worker_continuations", "timer_duplicates_skipped"):
+            setattr(total, name, getattr(total, name) + getattr(r, name))
+        total.error_queue += r.error_queue
+        total.ticks += r.ticks
+        total.simulated_seconds += r.simulated_seconds
+        total.seconds = max(total.seconds, r.seconds)
+        total.leftovers += r.leftovers
+        for point, n in r.crashes_by_point.items():
+            total.crashes_by_point[point] = total.crashes_by_point.get(point, 0) + n
+        for point, n in r.duplicates_by_point.items():
+            total.duplicates_by_point[point] = total.duplicates_by_point.get(point, 0) + n
+        for index, n in r.duplicates_by_crash.items():
+            key = offset + index if index >= 0 else -1  # -1: repeats with no crash to put them down to
+            total.duplicates_by_crash[key] = total.duplicates_by_crash.get(key, 0) + n
+        total.per_crash += r.per_crash
+    return _summarised(total)
+
+
+def _percentile(values: list[int], q: float) -> float:
+    """The ``q`` quantile by the nearest rank (0 for no values)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return float(ordered[max(0, math.ceil(q * len(ordered)) - 1)])
+
+
+#: Where the soak command writes its JSON (``benchmarks/results`` is git-ignored but for its placeholder).
+RESULT_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "bucketlab.json"
+
+
+def table(result: LabResult, crashes: int) -> str:
+    """The soak's figures as a Markdown table (what docs/buckets.md and tests/reliability/README.md quote)."""
+    rows = [
+        ("crashes (asked / injected)", f"{crashes:,} / {result.injected_crashes:,}"),
+        ("crashes on the burst path (plan, enqueue, worker steps)", f"{result.burst_crashes:,}"),
+        ("fault points hit / of", f"{len(result.crashes_by_point)} / {len(POINTS)}"),
+        (f"messages (bursts of {BURST})", f"{result.messages:,} ({result.bursts:,} bursts)"),
+        ("worker invocations / continuations", f"{result.worker_runs:,} / {result.worker_continuations:,}"),
+        ("lost", f"{result.lost:,}"),
+        ("early", f"{result.early:,}"),
+        ("error queue", f"{result.error_queue:,}"),
+        ("duplicates (total)", f"{result.duplicates:,}"),
+        ("crashes that caused any duplicate", f"{result.crashes_with_duplicates:,}"),
+        ("duplicates per crash: median / p99 / max", _per_crash(result)),
+        ("duplicates per crash that caused any: median", f"{result.duplicates_per_crash_median_when_any:g}"),
+        ("bound: one piece (or a bucket the timer sends itself), messages", f"{result.piece_messages:,}"),
+        ("copies skipped inside a bucket", f"{result.timer_duplicates_skipped:,}"),
+        ("ticks / simulated seconds / wall seconds", f"{result.ticks:,} / {result.simulated_seconds:,.0f} / "
+         f"{result.seconds:,.0f}"),
+    ]  # fmt: skip
+    lines = ["| figure | value |", "|---|---:|", *(f"| {name} | {value} |" for name, value in rows)]
+    return "\n".join(lines)
+
+
+def _per_crash(result: LabResult) -> str:
+    r = result
+    return f"{r.duplicates_per_crash_median:g} / {r.duplicates_per_crash_p99:g} / {r.duplicates_per_crash_max}"
+
+
+def sound(result: LabResult, crashes: int) -> bool:
+    """Whether a soak met its bounds: every crash injected, nothing lost, early or on the error queue, no repeat
+    without a crash, each crash's repeats within one piece."""
+    return (
+        result.injected_crashes >= crashes
+        and not (result.lost or result.early or result.error_queue)
+        and "no_crash" not in result.duplicates_by_point
+        and result.duplicates_per_crash_max <= result.piece_messages
+    )
+
+
+def _report(prefix: str) -> Callable[[LabResult], None]:
+    def report(r: LabResult) -> None:
+        most = max(r.duplicates_by_crash.values(), default=0)
+        print(
+            f"{prefix}crashes {r.injected_crashes} messages {r.messages} ticks {r.ticks} duplicates so far "
+            f"{sum(r.duplicates_by_point.values())} (most for one crash {most})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return report
+
+
+def soak_on_own_moto(crashes: int, seed: int, window: int, timeout: float, quiet: bool) -> LabResult:
+    """``soak`` against a moto server of its own, started and stopped here (one per parallel job)."""
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    from tests.fixtures.services import ServiceProcess, free_port
+
+    port = free_port()
+    exe = str(Path(sys.executable).parent / "moto_server")
+    service = ServiceProcess("moto", [exe, "-H", "127.0.0.1", "-p", str(port)], [port]).start()
+    try:
+        progress = None if quiet else _report(f"seed {seed}: ")
+        return soak(f"http://127.0.0.1:{port}", crashes, seed, window=window, timeout=timeout, progress=progress)
+    finally:
+        service.stop()
+
+
 def main() -> None:
-    """Soak command line: starts a moto server unless ``--endpoint`` names one; JSON result on stdout."""
+    """Soak command line: one moto server per job; prints a table, writes JSON."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--crashes", type=int, default=1_000, help="in-process crashes at the tier's fault points")
-    p.add_argument("--window", type=int, default=40, help="messages on their way at a time")
+    p.add_argument("--crashes", type=int, default=1_000, help="in-process crashes at the tier's fault points, in all")
+    p.add_argument("--jobs", type=int, default=1, help="independent soaks side by side (seeds seed, seed+1, ...)")
+    p.add_argument("--window", type=int, default=40, help="regular messages on their way at a time")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=4 * 3600, help="seconds before the soak gives up")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--endpoint", help="an already running moto server (default: start one)")
+    p.add_argument("--json", type=Path, default=RESULT_JSON, help=f"where the result goes (default {RESULT_JSON})")
     a = p.parse_args()
-    from tests.fixtures.services import ServiceProcess, free_port
-
-    service = None
-    endpoint = a.endpoint
-    if endpoint is None:
-        port = free_port()
-        exe = str(Path(sys.executable).parent / "moto_server")
-        service = ServiceProcess("moto", [exe, "-H", "127.0.0.1", "-p", str(port)], [port]).start()
-        endpoint = f"http://127.0.0.1:{port}"
-
-    def report(r: LabResult) -> None:
-        print(f"crashes {r.injected_crashes} messages {r.messages} ticks {r.ticks}", file=sys.stderr, flush=True)
-
+    if a.crashes < 1 or a.window < 1 or not 1 <= a.jobs <= 8:
+        p.error("--crashes and --window must be at least 1, --jobs from 1 to 8")
+    each = -(-a.crashes // a.jobs)
+    seeds = [a.seed + n for n in range(a.jobs)]
     try:
-        result = soak(
-            endpoint, a.crashes, a.seed, window=a.window, timeout=a.timeout, progress=None if a.quiet else report
-        )
-    finally:
-        if service is not None:
-            service.stop()
-    print(json.dumps(asdict(result), indent=2))
-    if result.lost or result.early or result.error_queue:
+        if a.jobs == 1:
+            results = [soak_on_own_moto(each, a.seed, a.window, a.timeout, a.quiet)]
+        else:
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(max_workers=a.jobs) as pool:
+                futures = [pool.submit(soak_on_own_moto, each, s, a.window, a.timeout, a.quiet) for s in seeds]
+                results = [f.result() for f in futures]
+    except LabStalled as exc:
+        print(f"the lab stalled: {exc}", file=sys.stderr)
+        sys.exit(2)
+    result = merged(results)
+    a.json.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"crashes_asked": a.crashes, "seeds": seeds, **asdict(result), "runs": [asdict(r) for r in results]}
+    a.json.write_text(json.dumps(payload, indent=2))
+    print(table(result, a.crashes))
+    print(f"JSON: {a.json}")
+    if not sound(result, a.crashes):
+        print("NOT SOUND: see the table (lost, early, error queue, or a crash beyond one piece)", file=sys.stderr)
         sys.exit(1)
 
 
