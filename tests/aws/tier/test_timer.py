@@ -8,7 +8,7 @@ from typing import Any
 
 from delayed_delivery.aws.tier.config import TierSettings
 from delayed_delivery.aws.tier.timer import BucketTimer, TimerResult
-from delayed_delivery.aws.tier.timer_sqs import send_waves
+from delayed_delivery.aws.tier.timer_sqs import TimerSqs, send_waves
 from delayed_delivery.cancellations import (
     CancellationCache,
     InMemoryCancellationStore,
@@ -18,7 +18,7 @@ from delayed_delivery.cancellations import (
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery
 from delayed_delivery.errors import TransientError
-from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey
+from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey, DispatchWindow
 from tests.aws.tier.timer_support import (
     SETTINGS,
     START,
@@ -279,3 +279,27 @@ def test_sends_aligned_to_the_due_second_are_late_by_one_step_at_most(
         assert len(lateness) == 20 and min(lateness) >= timedelta(0)
         assert max(lateness) <= worst and (phase_ms == 0) == (max(lateness) > timedelta(milliseconds=500))
         sqs.meta.events.unregister("provide-client-params.sqs.SendMessageBatch", recorder._record)
+
+
+def test_a_slow_send_does_not_make_the_next_destinations_of_its_wave_late(sqs: Any) -> None:
+    clock = ManualClock(START)
+    names = [f"slow-wave-{n}" for n in range(3)]
+    for name in names:
+        queue_url(sqs, name)
+    recorder = Recorder(clock).attach(sqs)
+
+    def slow(**_: Any) -> None:  # each SendMessageBatch takes 3 s (a loaded SQS, or moto)
+        clock.advance(3)
+
+    sqs.meta.events.register("after-call.sqs.SendMessageBatch", slow)
+    due = START + timedelta(seconds=100)  # a whole number of seconds away: one wave
+    batch = [message(n, due, destination=names[n % 3]) for n in range(9)]
+    try:
+        outcome = TimerSqs(sqs, SETTINGS, clock).dispatch(batch, DispatchWindow(START, BucketKey(FINE, START)))
+    finally:
+        sqs.meta.events.unregister("after-call.sqs.SendMessageBatch", slow)
+        sqs.meta.events.unregister("provide-client-params.sqs.SendMessageBatch", recorder._record)
+    assert len(outcome.sent) == 9
+    sent = [s for s in recorder.sent if s.queue in names]
+    assert sorted({s.at for s in sent}) == [START + timedelta(seconds=3 * n) for n in range(3)]  # one at a time
+    assert all(timedelta(0) <= s.arrives - due < timedelta(seconds=1) for s in sent)  # DelaySeconds read at the send

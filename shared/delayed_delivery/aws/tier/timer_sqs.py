@@ -193,11 +193,12 @@ class TimerSqs:
             wait = (start + offset - self.clock.now()).total_seconds()
             if wait > 0:
                 self.clock.sleep(wait)
-            now = DispatchWindow(max(self.clock.now(), window.now), window.last)
             by_destination: dict[str, list[BucketMessage]] = {}
             for message in wave:
                 by_destination.setdefault(message.destination, []).append(message)
             for destination, group in by_destination.items():
+                # The clock is read per destination: a wave's earlier sends must not make its later ones late.
+                now = DispatchWindow(max(self.clock.now(), window.now), window.last)
                 self._dispatch_to(destination, group, now, outcome)
         return outcome
 
