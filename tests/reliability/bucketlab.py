@@ -50,7 +50,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -806,6 +806,27 @@ def soak_on_own_moto(crashes: int, seed: int, window: int, timeout: float, quiet
         service.stop()
 
 
+def _merge_files(paths: list[Path], out: Path) -> None:
+    """Print (and write to ``out``) the merged result of soaks written by this command."""
+    try:
+        loaded = [json.loads(path.read_text()) for path in paths]
+        runs = [LabResult(**run) for d in loaded for run in d["runs"]]
+        asked = sum(int(d["crashes_asked"]) for d in loaded)
+        seeds = [seed for d in loaded for seed in d["seeds"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        sys.exit(f"cannot merge: {exc} (give JSON files this command wrote)")
+    runs = [replace(r, duplicates_by_crash={int(k): v for k, v in r.duplicates_by_crash.items()}) for r in runs]
+    result = merged(runs)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"crashes_asked": asked, "seeds": seeds, "merged_from": [str(p) for p in paths],
+                               **asdict(result), "runs": [asdict(r) for r in runs]}, indent=2))  # fmt: skip
+    print(table(result, asked))
+    print(f"JSON: {out}")
+    if not sound(result, asked):
+        print("NOT SOUND: see the table (lost, early, error queue, or a crash beyond one piece)", file=sys.stderr)
+        sys.exit(1)
+
+
 def main() -> None:
     """Soak command line: one moto server per job; prints a table, writes JSON."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -816,7 +837,11 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=4 * 3600, help="seconds before the soak gives up")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", type=Path, default=RESULT_JSON, help=f"where the result goes (default {RESULT_JSON})")
+    p.add_argument("--merge", type=Path, nargs="+", help="no soak: the table of these soaks' JSON files as one")
     a = p.parse_args()
+    if a.merge:
+        _merge_files(a.merge, a.json)
+        return
     if a.crashes < 1 or a.window < 1 or not 1 <= a.jobs <= 8:
         p.error("--crashes and --window must be at least 1, --jobs from 1 to 8")
     each = -(-a.crashes // a.jobs)

@@ -12,6 +12,8 @@ from tests.reliability.bucketlab import (
     REPEATING_POINTS,
     BucketLab,
     Faults,
+    LabResult,
+    merged,
     piece_messages,
     soak,
 )
@@ -73,3 +75,14 @@ def test_an_armed_point_of_the_burst_path_brings_a_burst(moto_endpoint: str) -> 
     lab.faults = Faults("after_ingest_write", 0)
     lab.send_round()
     assert lab.result.bursts == 1
+
+
+def test_soaks_side_by_side_merge_into_one_result() -> None:
+    one = LabResult(1, injected_crashes=2, lost=0, duplicates=15, per_crash=[0, 15], duplicates_by_crash={1: 15})
+    two = LabResult(2, injected_crashes=3, duplicates=9, per_crash=[9, 0, 0], duplicates_by_crash={0: 9, -1: 1})
+    both = merged([one, two])
+    assert both.injected_crashes == 5 and both.duplicates == 24
+    assert both.per_crash == [0, 15, 9, 0, 0]
+    assert both.duplicates_by_crash == {1: 15, 2: 9, -1: 1}
+    assert (both.duplicates_per_crash_median, both.duplicates_per_crash_max, both.crashes_with_duplicates) == (0, 15, 2)
+    assert both.duplicates_per_crash_median_when_any == 12
