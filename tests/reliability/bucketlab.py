@@ -822,7 +822,7 @@ def _merge_files(paths: list[Path], out: Path) -> None:
                                **asdict(result), "runs": [asdict(r) for r in runs]}, indent=2))  # fmt: skip
     print(table(result, asked))
     print(f"JSON: {out}")
-    if not sound(result, asked):
+    if not sound(result, 0):  # the soaks may have stopped at their --timeout: the table says how many crashes
         print("NOT SOUND: see the table (lost, early, error queue, or a crash beyond one piece)", file=sys.stderr)
         sys.exit(1)
 
