@@ -279,10 +279,11 @@ class AzureSide:
         self.capped.send(self.sender)
 
     def _cancel_and_reschedule(self) -> None:
-        """One cancellable "30 days" message cancelled at once, one "1 year" message moved to "90 days"."""
+        """One cancellable "1 year" message cancelled at once, one "1 year" message moved to "90 days"."""
         cancel_id = f"azure-cancel-{uuid.uuid4().hex[:8]}"
-        body = message_body(cancel_id, "30 days, cancelled").encode()
-        delay = 30 * 86_400 / self.config.compression
+        body = message_body(cancel_id, "1 year, cancelled").encode()
+        # A year, not 30 days: a cancel that comes when the row is already due races its dispatch (docs/azure.md).
+        delay = YEAR / self.config.compression
         result = self.sender.send("orders", body, delay=delay, message_id=cancel_id, cancellable=True)
         self.tracker.expect(cancel_id, "cancelled", result.due_at.timestamp(), result.route)
         if self.sender.cancel(cancel_id):
