@@ -144,7 +144,8 @@ class AzureDispatcherHost:
         result = ShardRun(shard)
         lease = self.lease(shard)
         guarded = GuardedTransport(self.transport, self.config.destination_policy)  # allow-list: destinations.py
-        # the lease makes this the shard's only dispatcher: no claim writes, removal overlapped with the next batch
+        # the lease makes this the shard's only dispatcher: its fetches skip what it holds, removal overlaps the next
+        # batch; its claims are written to the table all the same (the in-flight marks operators see)
         view = self.store.for_shards([shard], exclusive=True)
         dispatcher = Dispatcher(
             view,
@@ -163,7 +164,7 @@ class AzureDispatcherHost:
                     continue
                 result.acquisitions += 1
                 report = dispatcher.dispatch_due(remaining, wait_for_due=True, keep_going=lease.keep_going)
-                view.forget_claims()  # rows fetched but not sent (lease lost, budget over) are fetched again
+                view.release_claims()  # rows fetched but not sent (lease lost, budget over): fetchable again at once
                 result.report.merge(report)
                 if not lease.keep_going() and deadline - self._monotonic() > 0:
                     result.lease_lost += 1
