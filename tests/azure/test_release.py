@@ -17,6 +17,8 @@ import pytest
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueServiceClient
 
+from delayed_delivery.azure import rows
+from delayed_delivery.azure.census import take_census
 from delayed_delivery.azure.config import AzureDelayedDeliveryConfig
 from delayed_delivery.azure.release_state import decode_schedule, read_release_lags, release_blob_name
 from delayed_delivery.azure.rows import shard_of
@@ -24,10 +26,12 @@ from delayed_delivery.azure.runner import AzureDispatcherHost
 from delayed_delivery.azure.storage_queue import StorageQueueTransport
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.model import DelayedMessage
+from delayed_delivery.naming import azure_delays_table_name
 from delayed_delivery.release import busiest_window
 from delayed_delivery.settings import DelayedDeliverySettings
 from tests.azure.conftest import new_name
 from tests.azure.harness import drain
+from tests.cli.conftest import ok_json
 from tests.fixtures.azurite import Azurite
 
 pytestmark = pytest.mark.azurite
@@ -58,8 +62,10 @@ class Placed:
         return sorted(t for _, d, t in self.visible if d == destination)
 
 
-def _host(azurite: Azurite, clock: ManualClock, shards: int, rates: dict[str, float], **kw: Any) -> AzureDispatcherHost:
-    table = new_name()
+def _host(
+    azurite: Azurite, clock: ManualClock, shards: int, rates: dict[str, float], table: str | None = None, **kw: Any
+) -> AzureDispatcherHost:
+    table = table or new_name()
     config = AzureDelayedDeliveryConfig(
         table_name=table,
         container_name=table,
@@ -150,3 +156,71 @@ def test_uncapped_queues_beside_a_capped_one_are_not_slowed(azurite: Azurite, qu
     due = {f"f-{i:03d}": start.timestamp() + 1 + i * 0.1 for i in range(50)}
     lateness = [t - due[m] for m, d, t in placed.visible if d == free]
     assert len(lateness) == 50 and max(lateness) < 0.2
+
+
+class Hiding(Placed):
+    """``Placed``, with a queue that hides a message for at most ``max_delay_seconds`` (Azure's 7 days, compressed)."""
+
+    def __init__(self, inner: StorageQueueTransport, clock: ManualClock, max_delay: int) -> None:
+        super().__init__(inner, clock)
+        self.max_delay = max_delay
+
+    @property
+    def max_delay_seconds(self) -> int:
+        return self.max_delay
+
+    def send_delayed(self, message: DelayedMessage, delay_seconds: int) -> None:
+        assert delay_seconds <= self.max_delay, "asked the queue to hide a message longer than it can"
+        super().send_delayed(message, delay_seconds)
+
+
+def test_a_backlog_longer_than_the_queue_can_hide_waits_in_the_table_and_keeps_the_cap(
+    azurite: Azurite, queue: str
+) -> None:
+    start = datetime.now(UTC).replace(microsecond=0)
+    clock = ManualClock(start)
+    host = _host(azurite, clock, shards=1, rates={queue: 1.0})
+    placed = Hiding(host.transport.inner, clock, max_delay=10)  # type: ignore[attr-defined]
+    host.transport = placed  # type: ignore[assignment]
+    _burst(host, queue, 30, start)
+    host.run(3)
+    kept = sorted(rows.due_of_row_key(k) for k in _due_row_keys(host))
+    assert kept == [start + timedelta(seconds=k) for k in range(11, 30)], "the rest wait in the table at their slots"
+    host.run(40)
+    visible = placed.at(queue)
+    assert visible == [start.timestamp() + k for k in range(30)], "each visible exactly at its slot, one a second"
+    assert busiest_window(visible, 10.0) <= 10 + 1
+    assert host.store.count() == 0
+
+
+def test_a_slot_past_seven_days_is_kept_in_the_table_until_it_comes(azurite: Azurite, queue: str) -> None:
+    """The issue's case: a cap of 0.0002/s (121 per 7 days) and 200 due at once. Before, 79 were placed at +7 d."""
+    start = datetime.now(UTC).replace(microsecond=0)
+    clock = ManualClock(start)
+    endpoint = new_name("ep")
+    host = _host(azurite, clock, shards=1, rates={queue: 0.0002}, table=azure_delays_table_name(endpoint))
+    _burst(host, queue, 200, start)
+    summary = host.run(5)
+    placed: Placed = host.transport  # type: ignore[assignment]
+    step = 5000.0
+    assert placed.at(queue) == [start.timestamp() + k * step for k in range(121)], "the ones within 7 days, placed"
+    kept = sorted(rows.due_of_row_key(k) for k in _due_row_keys(host))
+    assert kept == [start + timedelta(seconds=k * step) for k in range(121, 200)], "the rest keyed by their slots"
+    lags = sorted(summary.shards[0].report.release_lag_seconds[queue])
+    assert lags == [k * step for k in range(200)], "the release lag reported is the slot that will happen"
+    assert read_release_lags(host.container, 1, start)[queue] == pytest.approx(200 * step)
+    census = take_census(host.store.table, start)  # the workbook's pending rows and oldest-overdue alert
+    assert census.total == 79 and census.oldest_overdue_s == 0 and min(census.by_hour) >= kept[0] - timedelta(hours=1)
+    where = ["--cloud", "azure", "--connection-string", azurite.connection_string, "--endpoint", endpoint]
+    pending = ok_json("pending", *where, "--by", "day")
+    assert pending["pending"] == 79 and datetime.fromisoformat(pending["next_due"]) == kept[0]
+    assert pending["oldest_overdue_seconds"] == 0 and pending["claimed_or_retrying"] == 0
+    clock.set(start + timedelta(seconds=121 * step))  # a later timer run, when the first kept slot comes
+    host.run(2)
+    assert placed.at(queue)[-1] == start.timestamp() + 121 * step and len(placed.at(queue)) == 122
+    assert busiest_window(placed.at(queue), 7 * 86400.0) <= 0.0002 * 7 * 86400 + 1
+    assert host.store.count() == 78
+
+
+def _due_row_keys(host: AzureDispatcherHost) -> list[str]:
+    return [str(e["RowKey"]) for e in host.store.table.query_entities("RowKey ge 'd_' and RowKey lt 'd`'")]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from delayed_delivery.aws.requeue import FifoRequeuer
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.aws.settings import SqsSettings
-from delayed_delivery.azure.rows import shard_of, to_entities
+from delayed_delivery.azure.rows import deferred_entities, shard_of, to_entities
 from delayed_delivery.azure.storage_queue import encode_envelope
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
@@ -126,6 +126,13 @@ def azure_table() -> dict[str, Any]:
         due, index = to_entities(message, shard_of(message.message_id, wire.TABLE_SHARDS))
         rows.append({"due": due, "index": index})
     return {"shards": wire.TABLE_SHARDS, "rows": rows}
+
+
+def azure_table_deferred() -> dict[str, Any]:
+    """The rows of the store message that release control keeps back until ``wire.DEFERRED_SLOT``."""
+    message = store_message()
+    due, index = deferred_entities(message, shard_of(message.message_id, wire.TABLE_SHARDS), wire.DEFERRED_SLOT)
+    return {"shards": wire.TABLE_SHARDS, "slot": wire.DEFERRED_SLOT.isoformat(), "rows": [{"due": due, "index": index}]}
 
 
 def sqlite_row(folder: Path) -> dict[str, Any]:
