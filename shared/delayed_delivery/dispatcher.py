@@ -23,7 +23,7 @@ from .breaker import FailureRateCircuitBreaker, RepeatedFailuresCircuitBreaker
 from .clock import Clock, SystemClock
 from .errors import CircuitBreakerTrippedError, DelayedDeliveryDisabledError, InvalidMessageError, PermanentError
 from .model import DelayedMessage
-from .pacing import Deferral, Pacer, Release
+from .pacing import Deferral, Pacer, Planned, Release
 from .ports import (
     BatchRemovingStore,
     CriticalErrorCallback,
@@ -32,6 +32,7 @@ from .ports import (
     PlacingTransport,
     ReleaseStateStore,
     ReschedulableStore,
+    SharedReleaseState,
     Transport,
     claim_of,
 )
@@ -345,8 +346,7 @@ class Dispatcher:
                     if batch:
                         self._disagreements = 0
                         report.batches += 1
-                        deferrals = pacer.take(batch, now)
-                        self._save_release_state(pacer, now)  # before anything booked ahead is sent
+                        deferrals = self._take(pacer, batch, now)
                         report.deferred += self._defer(deferrals, report)
                         poll_at = None
                         continue
@@ -374,6 +374,39 @@ class Dispatcher:
             if may_send:
                 self._save_release_state(pacer, self.clock.now(), force=True)
         return report
+
+    def _take(self, pacer: Pacer, batch: Sequence[DelayedMessage], now: datetime) -> list[Deferral]:
+        """Book slots for a fetched batch and hold it; what the batch booked is saved before any of it is sent.
+
+        With a shared schedule (``SharedReleaseState``: every shard of a table books from one) a batch with a capped
+        message books there, after whatever the others booked, so each cap is shared by what each dispatcher has
+        due. If no booking sticks (storage down) the batch keeps the slots of its last attempt (logged): other
+        dispatchers may overlap them for a while; nothing is lost or sent before it is due.
+        """
+        shared = self.release_state if isinstance(self.release_state, SharedReleaseState) else None
+        if shared is None or not any(pacer.planner.rate_for(m.destination) is not None for m in batch):
+            deferrals = pacer.take(batch, now)
+            self._save_release_state(pacer, now)
+            return deferrals
+        before = pacer.planner.snapshot()
+        planned: list[Planned] = []
+
+        def plan(latest: Mapping[str, float]) -> Mapping[str, float]:
+            pacer.planner.restore(before)
+            pacer.planner.load(latest)
+            planned[:] = pacer.plan(batch, now)
+            pacer.planner.forget_before(now.timestamp())
+            return pacer.planner.state()
+
+        try:
+            shared.book(plan)
+            self._saved = pacer.planner.state()
+        except Exception as exc:
+            _log.warning("booking release slots in the shared schedule failed: %r", exc, extra={lf.REASON: repr(exc)})
+            if not planned:
+                pacer.planner.restore(before)
+                planned = pacer.plan(batch, now)
+        return pacer.hold(planned, now)
 
     def _load_release_state(self, pacer: Pacer) -> None:
         """Continue the schedule the last run (or the last holder of these rows) saved, once per dispatcher."""

@@ -21,6 +21,7 @@ __all__ = [
     "ReleaseBacklog",
     "ReleaseStateStore",
     "ReschedulableStore",
+    "SharedReleaseState",
     "Transport",
     "claim_of",
     "id_conflict",
@@ -204,6 +205,20 @@ class ReleaseStateStore(Protocol):
 
     def save(self, state: Mapping[str, float]) -> None:
         """Keep ``state`` (next free slot per destination) for the next run or the next holder of this shard."""
+        ...
+
+
+@runtime_checkable
+class SharedReleaseState(ReleaseStateStore, Protocol):
+    """One release schedule several dispatchers book from (e.g. every shard of an Azure table): a cap is then shared
+    by what each of them has due, not split evenly."""
+
+    def book(self, plan: Callable[[Mapping[str, float]], Mapping[str, float]]) -> None:
+        """Save ``plan(latest schedule)`` unless another dispatcher saved meanwhile; then ``plan`` runs again on theirs.
+
+        ``plan`` books slots after everything the schedule it is given has booked and returns the schedule with
+        them; the last call of ``plan`` is the booking that holds. Raises when no booking sticks (storage down).
+        """
         ...
 
 

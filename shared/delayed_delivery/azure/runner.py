@@ -6,10 +6,10 @@ lease duration plus one second; a lost lease stops that shard's dispatching at o
 trying to acquire. Idle sleeps are capped at one second, so a row stored by another process is sent
 within about a second of falling due, although the timer fires only once a minute.
 
-Release control (``release_rates``): each shard's dispatcher takes ``1 / shards`` of every cap (the rows are
-spread evenly over the shards) and places each message at its slot with the queue's visibility timeout (up to
-7 days), so nothing waits in the dispatcher; its schedule is kept between runs in a blob per shard
-(``release_state.py``).
+Release control (``release_rates``): every shard's dispatcher books its slots in the one schedule of the table
+(``release_state.SharedBlobReleaseState``), so a cap is shared by what each shard has due, and places each message
+at its slot with the queue's visibility timeout (up to 7 days); a slot further away waits in the table, re-keyed
+by the slot, until it comes (``TableDelayedMessageStore.defer``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .blob_lease import BlobLease
 from .config import AzureClients, AzureDelayedDeliveryConfig
 from .destinations import GuardedTransport
 from .heartbeat import Heartbeat, write_heartbeat
-from .release_state import BlobReleaseState
+from .release_state import SharedBlobReleaseState
 from .storage_queue import StorageQueueTransport
 from .table_store import TableDelayedMessageStore
 from .telemetry import DispatchMetrics
@@ -153,8 +153,7 @@ class AzureDispatcherHost:
             self.settings,
             clock=self.clock,
             overlap_removal=True,
-            release_share=1.0 / self.config.shards,
-            release_state=BlobReleaseState(self.container, shard, self.config.shards, clock=self.clock),
+            release_state=SharedBlobReleaseState(self.container, self.config.shards, clock=self.clock),
             log_fields={lf.CLOUD: "azure"},
         )
         try:
