@@ -29,6 +29,7 @@ from delayed_delivery.aws.tier.ingest_format import INGEST_ATTRIBUTE, decode_ing
 from delayed_delivery.azure import rows
 from delayed_delivery.azure.storage_queue import decode_envelope as decode_queue_text
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery
+from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.ports import claim_of, slot_of
@@ -314,6 +315,33 @@ def test_azure_table_store_fetches_a_golden_deferred_row_at_its_slot(azurite: An
         store.drop()
 
 
+@pytest.mark.parametrize("golden", wire.versions("azure_table_layout"))
+def test_azure_layout_reader_reads_the_golden_layout(golden: str) -> None:
+    from delayed_delivery.azure.layout import Layout, layout_of
+
+    document = wire.load(golden)
+    assert layout_of(document["recorded"], "t") == Layout(wire.TABLE_SHARDS)
+    assert layout_of(document["resharding"], "t") == Layout(wire.TABLE_SHARDS, wire.TABLE_SHARDS * 2)
+
+
+@pytest.mark.azurite
+@pytest.mark.parametrize("golden", wire.versions("azure_table_layout"))
+def test_every_process_reads_the_golden_layout_from_the_table(azurite: Any, golden: str) -> None:
+    from delayed_delivery.azure.layout import resolve_shards
+    from tests.azure.conftest import make_store, new_name
+
+    document = wire.load(golden)
+    store = make_store(azurite.connection_string, new_name())
+    try:
+        store.table.create_entity(document["recorded"])
+        assert resolve_shards(store.table, 1, configured=False) == wire.TABLE_SHARDS
+        store.table.upsert_entity(document["resharding"])
+        with pytest.raises(ConfigurationError, match="being resharded"):
+            resolve_shards(store.table, wire.TABLE_SHARDS, configured=True)
+    finally:
+        store.drop()
+
+
 @pytest.mark.parametrize("golden", wire.versions("sqlite_row"))
 def test_sqlite_store_reads_a_golden_row_in_a_golden_table(tmp_path: Path, golden: str) -> None:
     document = wire.load(golden)
@@ -379,6 +407,6 @@ def test_postgres_store_reads_a_golden_row(postgres_conninfo: str, postgres_tabl
 
 def test_every_kind_of_golden_exists() -> None:
     kinds = ("sqs_send", "sqs_requeue", "sqs_envelope", "sqs_error_queue", "sqs_ingest", "azure_queue", "azure_table")
-    kinds = (*kinds, "azure_table_deferred")
+    kinds = (*kinds, "azure_table_deferred", "azure_table_layout")
     for kind in (*kinds, "sqlite_row", "postgres_row"):
         assert wire.versions(kind), f"no golden file for {kind}: its reader tests would not run"
