@@ -35,6 +35,7 @@ __all__ = [
     "LAYOUT_ROW",
     "Layout",
     "misplaced_partitions",
+    "partitions_in_use",
     "read_layout",
     "record_layout",
     "resolve_shards",
@@ -151,28 +152,37 @@ def table_layout(table: Any, shards: int, *, configured: bool, setting: str = "D
     return layout
 
 
-def misplaced_partitions(table: Any, shards: int) -> list[str]:
-    """Partitions at or past ``shards`` that hold rows (the first page's worth): rows no dispatcher of it reads."""
-    if shards >= rows.MAX_SHARDS:
-        return []
-    found: set[str] = set()
+def partitions_in_use(table: Any, start: int = 0) -> list[str]:
+    """The shard partitions from ``start`` on that hold rows: one query per partition found, plus one."""
+    found: list[str] = []
+    lo = rows.partition_key(start) if start < rows.MAX_SHARDS else None
     try:
-        for n, entity in enumerate(
-            table.query_entities(
-                "PartitionKey ge @lo and PartitionKey lt @hi",
-                parameters={"lo": rows.partition_key(shards), "hi": "t"},
-                select=["PartitionKey"],
-                results_per_page=1000,
+        while lo is not None:
+            first = next(
+                iter(
+                    table.query_entities(
+                        "PartitionKey ge @lo and PartitionKey lt @hi",
+                        parameters={"lo": lo, "hi": "t"},
+                        select=["PartitionKey"],
+                        results_per_page=1,
+                    )
+                ),
+                None,
             )
-        ):
-            found.add(str(entity["PartitionKey"]))
-            if n >= 999:
+            if first is None:
                 break
+            found.append(str(first["PartitionKey"]))
+            lo = found[-1] + "\x00"  # the next partition key after this one
     except ResourceNotFoundError:
         return []
     except AzureError as exc:
         raise translate(exc, f"reading table {table.table_name}") from exc
-    return sorted(found)
+    return found
+
+
+def misplaced_partitions(table: Any, shards: int) -> list[str]:
+    """Partitions at or past ``shards`` that hold rows: rows no dispatcher of a ``shards``-shard table reads."""
+    return partitions_in_use(table, shards)
 
 
 def written_with(table: Any, shards: int) -> tuple[bool, int | None]:

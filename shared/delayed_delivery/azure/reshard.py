@@ -7,7 +7,8 @@ An offline migration, in four steps, each safe to repeat (running it again finis
    first (docs/azure.md, "Changing the shard count").
 2. Take the blob lease of every shard of both counts, waiting for running timer runs to end and give theirs back,
    and keep renewing them: no dispatcher sends while rows move.
-3. Move every message whose partition changes: its due row (claim cleared) and index row are written in the new
+3. Move every message of every partition in use whose partition changes (``--to`` the current count repairs rows a
+   process with another count wrote): its due row (claim cleared) and index row are written in the new
    partition in one transaction, then the old pair is deleted in one transaction, conditional on what was read. A
    message found in both partitions (an interrupted run) keeps the new pair. A message that stays loses any claim a
    dead dispatcher left on it. Rows that are not a message's (no ``MessageId``) are left where they are, and counted.
@@ -29,7 +30,7 @@ from azure.data.tables import TableTransactionError, UpdateMode
 from ..errors import ConfigurationError, TransientError
 from . import rows
 from .blob_lease import BlobLease
-from .layout import Layout, layout_entity, read_layout, record_layout
+from .layout import Layout, layout_entity, partitions_in_use, read_layout, record_layout
 from .sdk_errors import is_status, translate
 from .table_gateway import CLAIM
 
@@ -76,8 +77,8 @@ def reshard(
     leases = _take_leases(container, max(before, to), lease_seconds, wait_seconds, progress)
     try:
         moved = kept = left = 0
-        for shard in range(before):
-            source = rows.partition_key(shard)
+        sources = sorted({*(rows.partition_key(s) for s in range(before)), *partitions_in_use(table, before)})
+        for source in sources:  # every partition in use: rows written with another count are moved too
             for entity in _due_rows(table, source):
                 mid = entity.get("MessageId")
                 if not isinstance(mid, str):
