@@ -203,3 +203,22 @@ def test_reshard_refuses_a_count_out_of_range(azurite: Azurite) -> None:
         ).shards
         == 1
     )  # type: ignore[union-attr]
+
+
+def test_a_migration_into_the_table_must_give_its_recorded_count(azurite: Azurite) -> None:
+    from delayed_delivery.pipelines.targets import AzureTableTarget
+
+    endpoint = new_name("ep")
+    _host(azurite, endpoint, shards=4).setup_infrastructure()
+    table = azure_delays_table_name(endpoint)
+    with pytest.raises(
+        ConfigurationError, match=rf"records 4 shard\(s\): give the target as azure-table:{table}\?shards=4"
+    ):
+        AzureTableTarget(azurite.connection_string, table).prepare()
+    AzureTableTarget(azurite.connection_string, table, shards=4).prepare()
+    fresh = new_name()
+    AzureTableTarget(azurite.connection_string, fresh, shards=3).prepare()  # a new table records the target's count
+    assert (
+        read_layout(TableServiceClient.from_connection_string(azurite.connection_string).get_table_client(fresh)).shards
+        == 3
+    )  # type: ignore[union-attr]
