@@ -257,3 +257,22 @@ def test_the_shared_schedule_continues_after_what_the_shards_booked_on_their_own
     times = placed.at(queue)
     assert len(times) == 10 and min(times) >= legacy, "no slot beside what was placed before"
     assert read_release_lags(host.container, 2, start)[queue] == pytest.approx(30.0 + 10 / 10)
+
+
+def test_an_operator_may_cancel_or_move_a_row_kept_for_its_slot(table_store: Any) -> None:
+    from delayed_delivery.ports import claim_of, slot_of
+
+    due = datetime(2030, 1, 1, tzinfo=UTC)
+    slot = due + timedelta(days=9)
+    table_store.store_many([DelayedMessage(f"m-{i}", "orders", b"x", due) for i in range(3)])
+    view = table_store.for_shards([0], exclusive=True)
+    batch = view.fetch_due(due, 10)
+    assert list(view.defer([(m.message_id, slot, claim_of(m) or "") for m in batch])) == [True] * 3
+    assert table_store.get("m-0") == DelayedMessage("m-0", "orders", b"x", due), "its own due time is kept"
+    assert table_store.remove("m-0") is True, "kept for its slot is not in flight"
+    assert table_store.reschedule("m-1", slot) is True  # to the very time it waits for: now simply due then
+    assert table_store.reschedule("m-2", due + timedelta(days=1)) is True
+    back = {m.message_id: m for m in view.fetch_due(slot, 10)}
+    assert back["m-1"].due_at == slot and slot_of(back["m-1"]) is None
+    assert back["m-2"].due_at == due + timedelta(days=1) and slot_of(back["m-2"]) is None
+    assert set(back) == {"m-1", "m-2"}

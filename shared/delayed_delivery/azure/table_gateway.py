@@ -251,6 +251,8 @@ class TableGateway:
         new_due, new_index = rows.to_entities(moved, rows.shard_of(message.message_id, self.shards))
         if new_due["RowKey"] == old["RowKey"]:
             patch = {"PartitionKey": pk, "RowKey": old["RowKey"], "AvailableAt": rows.due_key(due_at), CLAIM: ""}
+            if rows.DUE_AT in old:  # a row kept back until this very time: it is now simply due then
+                patch[rows.DUE_AT] = rows.due_key(due_at)
             return [("update", patch, _if_match(old.metadata["etag"], UpdateMode.MERGE))]
         return [
             ("create", new_due, {}),
