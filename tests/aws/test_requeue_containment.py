@@ -19,6 +19,7 @@ from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalLambdaContext
 from tests.aws.conftest import ERRORS, handler_env
+from tests.fixtures.partial_batch import PartialBatch
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -136,53 +137,29 @@ def test_a_poison_entry_goes_to_the_error_queue_and_its_neighbours_are_forwarded
     assert "malformed envelope entry 1" in reason_of(errors[0])
 
 
-class RefusingErrorQueue:
-    """Wraps an SQS client: the error queue refuses (``Failed``, not retryable) bodies matching ``refuse``."""
-
-    def __init__(self, client: SQSClient, refuse: Any) -> None:
-        self._client = client
-        self._refuse = refuse
-        self.refused: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-    def send_message_batch(self, **kwargs: Any) -> Any:
-        if not str(kwargs["QueueUrl"]).endswith(f"/{ERRORS}"):
-            return self._client.send_message_batch(**kwargs)
-        keep = [e for e in kwargs["Entries"] if not self._refuse(e)]
-        failed = [
-            {"Id": e["Id"], "SenderFault": True, "Code": "InvalidParameterValue", "Message": "refused (test)"}
-            for e in kwargs["Entries"]
-            if self._refuse(e)
-        ]
-        self.refused += [e["MessageBody"] for e in kwargs["Entries"] if self._refuse(e)]
-        reply: dict[str, Any] = {"Successful": [], "Failed": failed}
-        if keep:
-            sent = self._client.send_message_batch(QueueUrl=kwargs["QueueUrl"], Entries=keep)
-            reply["Successful"] = sent.get("Successful", [])
-            reply["Failed"] += sent.get("Failed", [])
-        return reply
+def refusing_error_queue(client: SQSClient, refuse: Any) -> PartialBatch:
+    """The error queue refuses (``Failed``, not retryable) the entries matching ``refuse``."""
+    return PartialBatch(client, refuse, queue=f"/{ERRORS}", code="InvalidParameterValue", sender_fault=True)
 
 
 def test_a_refused_error_queue_send_leaves_a_reduced_form_and_no_failed_record(
     sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
 ) -> None:
     # The error queue refuses the poison entry's own text (as SQS would refuse a body too large or with NUL).
-    wrapped = RefusingErrorQueue(sqs, lambda e: '"b":"a\\u0000b"' in e["MessageBody"])
+    wrapped = refusing_error_queue(sqs, lambda e: '"b":"a\\u0000b"' in e["MessageBody"])
     results: list[RecordResult] = []
     handle = build_handler(env_of(settings, sqs_settings), sqs_client=wrapped, on_results=results.extend)  # type: ignore[arg-type]
     body = envelope([entry("good-1", "one"), '{"i":"bad","h":1,"d":0,"b":"a\\u0000b"}', entry("good-2", "two")])
     response = handle({"Records": [record(endpoint, "env-1", body, envelope=True)]}, LocalLambdaContext())
     assert response == {"batchItemFailures": []}
-    assert wrapped.refused, "the wrapper must have refused the full form"
+    assert wrapped.failed, "the wrapper must have refused the full form"
     assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2)) == ["one", "two"]
     errors = drain(sqs, _error_url(sqs), expect=1)
     assert len(errors) == 1
     reduced = json.loads(errors[0]["Body"])
     assert reduced["id"] == "bad"
     assert "malformed envelope entry 1" in reduced["reason"]
-    assert base64.b64decode(reduced["body"]).decode("utf-8") == wrapped.refused[0]
+    assert base64.b64decode(reduced["body"]).decode("utf-8") == wrapped.failed[0]
     assert results[0].outcome is not HopOutcome.FAILED
 
 
@@ -193,13 +170,13 @@ def test_when_even_the_reduced_form_is_refused_the_entry_is_dropped_not_looped(
     sqs_settings: SqsSettings,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    wrapped = RefusingErrorQueue(sqs, lambda e: True)
+    wrapped = refusing_error_queue(sqs, lambda e: True)
     handle = build_handler(env_of(settings, sqs_settings), sqs_client=wrapped)  # type: ignore[arg-type]
     body = envelope([entry("good-1", "one"), '{"i":"bad","h":1,"d":0,"b":"a\\u0000b"}', entry("good-2", "two")])
     response = handle({"Records": [record(endpoint, "env-1", body, envelope=True)]}, LocalLambdaContext())
     assert response == {"batchItemFailures": []}
     assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2)) == ["one", "two"]
-    assert len(wrapped.refused) == 2  # the full form, then the reduced form
+    assert len(wrapped.failed) == 2  # the full form, then the reduced form
     assert "dropped" in caplog.text
 
 
@@ -330,3 +307,24 @@ def test_the_record_by_record_pass_stops_when_the_invocations_time_is_almost_up(
     response = handle({"Records": records}, Hurried())
     assert response == {"batchItemFailures": [{"itemIdentifier": r} for r in ("boom", "a", "b")]}
     assert drain(sqs, endpoint.input_url, linger=3) == []  # a forward is due 1 s after the send
+
+
+def test_entries_failed_inside_a_successful_batch_are_refused_or_retried_alone(
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
+) -> None:
+    # AWS fails one entry of a SendMessageBatch (a body it refuses) and sends the rest; moto would refuse them all,
+    # so the stand-in answers as LocalStack does: InvalidMessageContents with SenderFault false. Before #36 that
+    # entry was retried forever (SenderFault false read as retryable); an entry in neither list raised KeyError.
+    wrapped = PartialBatch(
+        sqs, lambda e: e["MessageBody"] == "bad", queue="/orders", missing=lambda e: e["MessageBody"] == "lost"
+    )
+    results: list[RecordResult] = []
+    handle = build_handler(env_of(settings, sqs_settings), sqs_client=wrapped, on_results=results.extend)  # type: ignore[arg-type]
+    records = [record(endpoint, rid, rid, envelope=False) for rid in ("a", "bad", "lost", "b")]
+    response = handle({"Records": records}, LocalLambdaContext())
+    assert response == {"batchItemFailures": [{"itemIdentifier": "lost"}]}  # unknown: the record comes back
+    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2)) == ["a", "b"]
+    errors = drain(sqs, _error_url(sqs), expect=1)
+    assert [m["Body"] for m in errors] == ["bad"]
+    assert "InvalidMessageContents" in reason_of(errors[0]) and "'orders' refused" in reason_of(errors[0])
+    assert {r.message_id: r.outcome for r in results}["lost"] is HopOutcome.FAILED
