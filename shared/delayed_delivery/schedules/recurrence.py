@@ -139,12 +139,24 @@ class Recurrence:
         def by_date() -> Iterator[tuple[datetime, list[Placed]]]:
             for day in self._days.dates(first, last_year) if self._days else ():
                 placed: list[Placed] = []
+                offset = _steady_offset(day, zone)
                 for hour in hours:
                     for minute in minutes:
-                        placed.extend(place(datetime.combine(day, time(hour, minute)), zone, policy))
+                        slot = datetime.combine(day, time(hour, minute))
+                        if offset is not None:
+                            placed.append(Placed((slot - offset).replace(tzinfo=UTC)))
+                        else:
+                            placed.extend(place(slot, zone, policy))
                 yield _earliest(day), placed
 
         yield from _merged_dates(by_date(), start, zone)
+
+
+def _steady_offset(day: date, zone: tzinfo) -> timedelta | None:
+    """The UTC offset of the whole of ``day`` when no transition falls in it, else None (place slot by slot)."""
+    start, noon, end = (datetime.combine(day + timedelta(days=d), time(h)) for d, h in ((0, 0), (0, 12), (1, 0)))
+    offsets = {t.replace(tzinfo=zone, fold=fold).utcoffset() for t in (start, noon, end) for fold in (0, 1)}
+    return offsets.pop() if len(offsets) == 1 else None
 
 
 def _earliest(day: date) -> datetime:

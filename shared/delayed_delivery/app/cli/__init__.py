@@ -28,6 +28,7 @@ from delayed_delivery.durations import format_duration, to_seconds
 from delayed_delivery.errors import DelayedDeliveryError, extra_missing
 from delayed_delivery.logjson import JsonFormatter
 from delayed_delivery.redact import redact
+from delayed_delivery.schedules.zones import tz_database
 from delayed_delivery.timebuckets.cost import (
     DEFAULT_TRAFFIC_PER_MINUTE,
     PACKED_MEASURED_SIZE,
@@ -52,6 +53,7 @@ app = typer.Typer(
 def _version(value: bool) -> None:
     if value:
         say(f"delayed-delivery {__version__}")
+        say(f"time zones: {tz_database().describe()}")  # what recurring schedules are evaluated with
         raise typer.Exit()
 
 
