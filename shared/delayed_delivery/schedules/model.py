@@ -79,8 +79,8 @@ class ScheduleDefinition:
             "zone": self.zone,
             "dst": self.dst,
             "day_match": str(self.day_match),
-            "start": utc_text(self.start) if not self.start.microsecond else self.start.isoformat(),
-            "end": None if self.end is None else self.end.isoformat(),
+            "start": _text(self.start),
+            "end": None if self.end is None else _text(self.end),
             "jitter_s": self.jitter_seconds,
             "catch_up": {
                 "policy": str(self.catch_up.policy),
@@ -108,6 +108,11 @@ def definition_from_document(document: Mapping[str, Any]) -> ScheduleDefinition:
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InvalidScheduleError(f"unreadable schedule definition: {type(exc).__name__}: {exc}") from None
+
+
+def _text(instant: datetime) -> str:
+    """``YYYY-MM-DDThh:mm:ssZ``, with microseconds when it has any."""
+    return utc_text(instant) if not instant.microsecond else instant.isoformat().replace("+00:00", "Z")
 
 
 def _instant(text: object) -> datetime:
