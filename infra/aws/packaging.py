@@ -6,8 +6,8 @@ the ``delayed_delivery`` modules they import, found by the package's one packagi
 import. boto3 comes with the Lambda runtime and Powertools with its public layer, so no third-party code is
 copied, with one exception: an asset holding the schedules' zone loader also holds the ``tzdata`` package installed
 here (the version uv.lock pins), so a Lambda evaluates schedules with the same IANA release as the function app,
-whatever the runtime image carries. The folders are rebuilt on every synth from the repository, so an asset's hash changes exactly when the
-code it holds does.
+whatever the runtime image carries. The folders are rebuilt on every synth from the repository, so an asset's hash
+changes exactly when the code it holds does.
 """
 
 from __future__ import annotations
