@@ -41,4 +41,3 @@ def test_a_lambda_asset_with_schedules_carries_tzdata_and_reads_zones_from_it(tm
     source, version, first = json.loads(done.stdout)
     assert (source, version) == ("tzdata wheel", tz_database().version)
     assert first == "2027-03-28T01:30:00+00:00"  # 02:30 does not exist: shifted to 03:30 CEST
-
