@@ -140,13 +140,15 @@ class Recurrence:
             for day in self._days.dates(first, last_year) if self._days else ():
                 placed: list[Placed] = []
                 offset = _steady_offset(day, zone)
-                for hour in hours:
-                    for minute in minutes:
-                        slot = datetime.combine(day, time(hour, minute))
-                        if offset is not None:
-                            placed.append(Placed((slot - offset).replace(tzinfo=UTC)))
-                        else:
-                            placed.extend(place(slot, zone, policy))
+                if offset is not None:  # no transition: each slot is one instant, and days before start are skipped
+                    if datetime.combine(day, time(23, 59), tzinfo=UTC) - offset < start:
+                        continue
+                    for hour in hours:
+                        placed.extend(Placed(datetime.combine(day, time(hour, m), tzinfo=UTC) - offset) for m in minutes)
+                else:
+                    for hour in hours:
+                        for minute in minutes:
+                            placed.extend(place(datetime.combine(day, time(hour, minute)), zone, policy))
                 yield _earliest(day), placed
 
         yield from _merged_dates(by_date(), start, zone)
