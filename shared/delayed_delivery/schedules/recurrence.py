@@ -144,7 +144,8 @@ class Recurrence:
                     if datetime.combine(day, time(23, 59), tzinfo=UTC) - offset < start:
                         continue
                     for hour in hours:
-                        placed.extend(Placed(datetime.combine(day, time(hour, m), tzinfo=UTC) - offset) for m in minutes)
+                        at = [datetime.combine(day, time(hour, m), tzinfo=UTC) - offset for m in minutes]
+                        placed.extend(Placed(t) for t in at)
                 else:
                     for hour in hours:
                         for minute in minutes:
