@@ -150,3 +150,12 @@ def test_zones_come_from_the_tzdata_wheel_and_abbreviations_are_refused() -> Non
     for bad in ("EST", "CET", "Europe/Nowhere", "../etc/passwd", "Europe/../../x", "", "x" * 80):
         with pytest.raises(InvalidScheduleError, match="time zone"):
             load_zone(bad)
+
+
+def test_a_catch_up_preview_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import delayed_delivery.schedules.catchup as catchup
+
+    monkeypatch.setattr(catchup, "MAX_PREVIEW", 10)
+    with pytest.raises(InvalidScheduleError, match="more than 10 occurrences were missed"):
+        plan_catch_up(_hourly(), T0, T0 + timedelta(hours=30), CatchUp(CatchUpPolicy.LATEST))
+    assert len(plan_catch_up(_hourly(), T0, T0 + timedelta(hours=11), CatchUp(CatchUpPolicy.LATEST)).missed) == 10

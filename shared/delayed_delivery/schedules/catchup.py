@@ -35,6 +35,8 @@ DEFAULT_WINDOW_SECONDS = 86_400
 DEFAULT_LIMIT = 1_000
 #: The most occurrences one recovery fires late.
 MAX_LIMIT = 100_000
+#: The most missed occurrences a preview lists (``plan_catch_up``); the materializer streams instead.
+MAX_PREVIEW = 1_000_000
 #: The longest window: 100 years.
 MAX_WINDOW_SECONDS = 100 * 365 * 86_400
 
@@ -112,6 +114,15 @@ def plan_catch_up(recurrence: Recurrence, cursor: datetime, recovered: datetime,
             f"recovered {recovered.isoformat()} is before the last fired occurrence {cursor.isoformat()}"
         )
     missed: list[Fire] = []
-    fire_late = split_late(recurrence.between(cursor, recovered), recovered, rule, missed.append)
+
+    def record(fire: Fire) -> None:
+        if len(missed) >= MAX_PREVIEW:
+            raise InvalidScheduleError(
+                f"more than {MAX_PREVIEW:,} occurrences were missed between {cursor.isoformat()} and "
+                f"{recovered.isoformat()}: preview a shorter span"
+            )
+        missed.append(fire)
+
+    fire_late = split_late(recurrence.between(cursor, recovered), recovered, rule, record)
     missed.sort(key=lambda f: f.nominal)
     return CatchUpPlan(tuple(fire_late), tuple(missed), recurrence.after(recovered))

@@ -8,7 +8,7 @@ them when due with its retries, error queue and release caps. Nothing in the dis
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..dispatcher import Dispatcher, DispatchReport
 from .materializer import Materializer, MaterializeReport
@@ -18,27 +18,26 @@ __all__ = ["LoopReport", "run_with_schedules", "tick"]
 
 @dataclass(slots=True)
 class LoopReport:
-    """What the loop did: the materializer passes and the dispatching, summed."""
+    """What the loop did, as counts (a loop runs for months: no per-message lists are kept)."""
 
     passes: int = 0
-    materialized: MaterializeReport = field(default_factory=MaterializeReport)
-    dispatched: DispatchReport = field(default_factory=DispatchReport)
+    written: int = 0
+    fired_late: int = 0
+    missed: int = 0
+    already_pending: int = 0
+    lost_races: int = 0
+    failures: int = 0
+    dst_adjusted: int = 0
+    dispatched: int = 0
+    moved_to_error_queue: int = 0
 
     def add(self, materialized: MaterializeReport, dispatched: DispatchReport) -> None:
         """Count one pass and the dispatching after it."""
         self.passes += 1
-        m = self.materialized
-        m.schedules += materialized.schedules
-        m.written += materialized.written
-        m.fired_late += materialized.fired_late
-        m.missed += materialized.missed
-        m.already_pending += materialized.already_pending
-        m.lost_races += materialized.lost_races
-        m.failures += materialized.failures
-        m.dst_adjusted += materialized.dst_adjusted
-        m.ids.extend(materialized.ids)
-        m.missed_ids.extend(materialized.missed_ids)
-        self.dispatched.merge(dispatched)
+        for name in ("written", "fired_late", "missed", "already_pending", "lost_races", "failures", "dst_adjusted"):
+            setattr(self, name, getattr(self, name) + getattr(materialized, name))
+        self.dispatched += dispatched.dispatched
+        self.moved_to_error_queue += dispatched.moved_to_error_queue
 
 
 def tick(dispatcher: Dispatcher, materializer: Materializer, report: LoopReport | None = None) -> LoopReport:

@@ -132,13 +132,6 @@ class Materializer:
                 )
         return report
 
-    def next_due(self) -> datetime | None:
-        """When a pass next has something to write: the earliest ``next_at`` less the lead (None: nothing active)."""
-        first = self.schedules.due(datetime.max.replace(tzinfo=self.clock.now().tzinfo), 1)
-        if not first or first[0].next_at is None:
-            return None
-        return first[0].next_at - self.lead
-
     def materialize(self, schedule: Schedule, now: datetime, report: MaterializeReport) -> bool:
         """Write one schedule's due occurrences and advance its cursor; False when another writer won."""
         definition = schedule.definition

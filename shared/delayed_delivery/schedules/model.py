@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 
 from ..clock import utc
@@ -68,8 +69,8 @@ class ScheduleDefinition:
         self.recurrence()  # refuses what cannot be evaluated, in one line
 
     def recurrence(self) -> Recurrence:
-        """The evaluator (a rate's anchor is ``start``)."""
-        return Recurrence(self.expression, self.zone, dst=self.dst, day_match=self.day_match, anchor=self.start)
+        """The evaluator (a rate's anchor is ``start``); one per distinct definition, built once and shared."""
+        return _recurrence(self.expression, self.zone, self.dst, self.day_match, self.start)
 
     def document(self) -> dict[str, Any]:
         """The definition as its JSON document (version ``DEFINITION_VERSION``)."""
@@ -88,6 +89,12 @@ class ScheduleDefinition:
                 "limit": self.catch_up.limit,
             },
         }
+
+
+@lru_cache(maxsize=4096)
+def _recurrence(expression: str, zone: str, dst: str, day_match: DayMatch, start: datetime) -> Recurrence:
+    """A compiled evaluator (immutable once built: its day sets are remembered under a lock-free cache)."""
+    return Recurrence(expression, zone, dst=dst, day_match=day_match, anchor=start)
 
 
 def definition_from_document(document: Mapping[str, Any]) -> ScheduleDefinition:

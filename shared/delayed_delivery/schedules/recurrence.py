@@ -99,7 +99,8 @@ class Recurrence:
         if isinstance(self.expression, RateExpression):
             return f"{self.expression} from {self.anchor:%Y-%m-%dT%H:%M:%SZ}"
         chosen = f" ({self.dst})" if str(self.dst) != str(self.policy) else ""
-        return f"{self.expression} in {self.zone_name}, DST {self.policy}{chosen}, day match {self.day_match}"
+        days = f", day match {self.day_match}" if isinstance(self.expression, CronExpression) else ""
+        return f"{self.expression} in {self.zone_name}, DST {self.policy}{chosen}{days}"
 
     # -- per kind -----------------------------------------------------------
 
