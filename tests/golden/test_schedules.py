@@ -113,3 +113,8 @@ def test_an_occurrence_message_reads_back_its_schedule_and_nominal_instant(golde
     assert document["headers"]["kind"] == "report"
     due = datetime.fromisoformat(document["due_at"])
     assert datetime.fromisoformat(nominal) <= due <= datetime.fromisoformat(nominal) + timedelta(seconds=90)
+
+
+def test_the_schedule_goldens_exist() -> None:
+    for kind in ("sqlite_schedule_row", "occurrence_message"):
+        assert wire.versions(kind), f"no golden file for {kind}: its reader test would not run"

@@ -26,9 +26,9 @@ from ..clock import Clock, SystemClock
 from ..errors import InvalidScheduleError, MessageIdConflictError
 from ..model import DelayedMessage
 from .catchup import split_late
-from .model import Schedule
+from .model import Schedule, ScheduleState
 from .occurrences import Occurrence, occurrence_of, utc_text
-from .ports import MessageWriter, ScheduleStore
+from .ports import MessageCanceller, MessageWriter, ScheduleStore
 from .recurrence import Fire, Recurrence
 
 __all__ = ["MAX_LEAD_SECONDS", "MaterializeReport", "Materializer", "occurrence_message"]
@@ -100,7 +100,10 @@ class Materializer:
         lead_seconds: float = 300.0,
         max_per_schedule: int = 1000,
         schedules_per_pass: int = 1000,
+        canceller: MessageCanceller | None = None,
     ) -> None:
+        # canceller: where what a pass wrote is cancelled when it lost its cursor write to a pause or a delete
+        # (default: ``messages`` itself when it is a store, or a dispatcher's store)
         if not 0 <= lead_seconds <= MAX_LEAD_SECONDS:
             raise InvalidScheduleError(f"the lead must be from 0 to {MAX_LEAD_SECONDS} s, got {lead_seconds!r}")
         if max_per_schedule < 1 or schedules_per_pass < 1:
@@ -111,6 +114,8 @@ class Materializer:
         self.lead = timedelta(seconds=lead_seconds)
         self.max_per_schedule = max_per_schedule
         self.schedules_per_pass = schedules_per_pass
+        found = messages if isinstance(messages, MessageCanceller) else getattr(messages, "store_port", None)
+        self.canceller: MessageCanceller | None = canceller or (found if isinstance(found, MessageCanceller) else None)
 
     def run_once(self, now: datetime | None = None) -> MaterializeReport:
         """One pass over the schedules due by ``now + lead``."""
@@ -150,18 +155,21 @@ class Materializer:
         updated = schedule.next_version(
             cursor=cursor,
             next_at=schedule.following(recurrence, cursor),
-            fired=schedule.fired + written,
+            fired=schedule.fired + len(written),
             missed=schedule.missed + missed.count,
             last_fired=chosen[-1].nominal if chosen else schedule.last_fired,
         )
         if not self.schedules.replace(updated, schedule.version):
             report.lost_races += 1
             _log.info(
-                "another timer advanced this schedule first; its writes were the same messages",
+                "another writer changed this schedule first (a second timer: the same messages; a pause or a "
+                "delete: what this pass wrote is cancelled)",
                 extra={lf.EVENT: lf.EVENT_SCHEDULE_RACE_LOST, lf.SCHEDULE_ID: schedule.schedule_id},
             )
+            self._withdraw(schedule.schedule_id, written)
             return False
-        report.written += written
+        report.ids.extend(written)
+        report.written += len(written)
         report.fired_late += len(late)
         report.dst_adjusted += sum(1 for f in chosen if f.note is not None)
         self._log_missed(missed, report)
@@ -190,11 +198,25 @@ class Materializer:
             stop = min(stop, schedule.definition.end)
         return recurrence.fires(begin, stop)
 
+    def _withdraw(self, schedule_id: str, written: Sequence[str]) -> None:
+        """After a lost cursor write: if the schedule is now paused or gone, cancel what this pass wrote."""
+        current = self.schedules.get(schedule_id)
+        if (current is not None and current.state is not ScheduleState.PAUSED) or self.canceller is None:
+            return
+        for message_id in written:
+            try:
+                self.canceller.remove(message_id)
+            except Exception as exc:  # being sent right now: it fires; nothing else to do
+                _log.warning(
+                    "could not cancel an occurrence written while the schedule was paused or deleted",
+                    extra={lf.EVENT: lf.EVENT_SCHEDULE_FAILED, lf.MESSAGE_ID: message_id, lf.REASON: repr(exc)},
+                )
+
     def _write(
         self, schedule: Schedule, recurrence: Recurrence, fires: Sequence[Fire], report: MaterializeReport
-    ) -> int:
-        """Write each chosen occurrence; an id pending with other content (an edited schedule) is left as it is."""
-        written = 0
+    ) -> list[str]:
+        """Write each chosen occurrence (their ids); an id pending with other content (an edited schedule) is left."""
+        written: list[str] = []
         for i, fire in enumerate(fires):  # consecutive occurrences: the kept late ones, then those ahead
             following = fires[i + 1] if i + 1 < len(fires) else recurrence.after(fire.nominal)
             occurrence = occurrence_of(fire, following, schedule.schedule_id, schedule.definition.jitter_seconds)
@@ -204,8 +226,7 @@ class Materializer:
                 report.already_pending += 1
                 continue
             assert occurrence.id is not None
-            report.ids.append(occurrence.id)
-            written += 1
+            written.append(occurrence.id)
         return written
 
     @staticmethod

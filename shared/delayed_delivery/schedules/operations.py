@@ -15,14 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
 
 from ..clock import utc
 from ..errors import InvalidMessageError, InvalidScheduleError, MessageIdConflictError, MessageInFlightError
 from .materializer import occurrence_message
 from .model import Schedule, ScheduleState
 from .occurrences import expand
-from .ports import MessageWriter, ScheduleStore
+from .ports import MessageCanceller, MessageWriter, ScheduleStore
 from .recurrence import Recurrence
 
 __all__ = [
@@ -44,14 +43,6 @@ _TRIES = 5
 
 class ScheduleNotFoundError(InvalidMessageError):
     """No schedule has this id."""
-
-
-class MessageCanceller(Protocol):
-    """Cancels a waiting message by id (every store's operator cancel)."""
-
-    def remove(self, message_id: str) -> bool:
-        """Delete it; False when gone; ``MessageInFlightError`` while a dispatcher sends it."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from ..errors import InvalidMessageError
 from ..model import DelayedMessage
 from .model import Schedule
 
-__all__ = ["MessageWriter", "ScheduleExistsError", "ScheduleStore"]
+__all__ = ["MessageCanceller", "MessageWriter", "ScheduleExistsError", "ScheduleStore"]
 
 
 class ScheduleExistsError(InvalidMessageError):
@@ -53,4 +53,13 @@ class MessageWriter(Protocol):
 
     def store(self, message: DelayedMessage) -> None:
         """Keep ``message``; the same message again is a no-op (the id policy)."""
+        ...
+
+
+@runtime_checkable
+class MessageCanceller(Protocol):
+    """Cancels a waiting message by id (every store's operator cancel)."""
+
+    def remove(self, message_id: str) -> bool:
+        """Delete it; False when gone; ``MessageInFlightError`` while a dispatcher sends it."""
         ...

@@ -198,6 +198,21 @@ class ScheduleStoreContract:
         stored = schedules.get("sched-1")
         assert stored is not None and stored.fired == 1
 
+    def test_a_pass_that_loses_to_a_pause_cancels_what_it_wrote(self, schedules: ScheduleStore) -> None:
+        schedules.create(hourly(expression="*/10 * * * *"))
+        messages = InMemoryDelayedMessageStore()
+        m = Materializer(schedules, messages, lead_seconds=900)
+        [read] = schedules.due(_h(1), 10)  # the timer reads the schedule ...
+        pause(schedules, messages, "sched-1", T0 - timedelta(minutes=5))  # ... an operator pauses it ...
+        from ..schedules.materializer import MaterializeReport
+
+        report = MaterializeReport()
+        assert m.materialize(read, T0 - timedelta(minutes=1), report) is False  # ... the timer's writes lose
+        assert report.lost_races == 1 and report.ids == []
+        assert len(messages) == 0, "what the losing pass wrote is cancelled: nothing fires while paused"
+        stored = schedules.get("sched-1")
+        assert stored is not None and stored.state is ScheduleState.PAUSED and stored.fired == 0
+
     @pytest.mark.parametrize(
         ("policy", "fired_late", "missed"),
         [(CatchUpPolicy.ALL, 24, 48), (CatchUpPolicy.LATEST, 1, 71), (CatchUpPolicy.SKIP, 0, 72)],
