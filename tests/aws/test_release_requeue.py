@@ -39,10 +39,10 @@ T0_MS = 1_893_456_000_000  # 2030-01-01T00:00:00Z, a whole second
 
 
 @pytest.fixture
-def release_table(moto_endpoint: str) -> tuple[DynamoDBClient, str]:
+def release_table(dynamodb_endpoint: str) -> tuple[DynamoDBClient, str]:
     client = boto3.client(
         "dynamodb",
-        endpoint_url=moto_endpoint,
+        endpoint_url=dynamodb_endpoint,
         region_name=REGION,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",

@@ -36,7 +36,11 @@ def _settings(route: str = "buckets") -> SqsSettings:
 
 
 def _queues(sqs: SQSClient, *names: str) -> dict[str, str]:
-    return {name: sqs.create_queue(QueueName=name)["QueueUrl"] for name in names}
+    fifo = {"FifoQueue": "true"}  # AWS refuses a name ending in .fifo without it
+    return {
+        name: sqs.create_queue(QueueName=name, Attributes=fifo if name.endswith(".fifo") else {})["QueueUrl"]
+        for name in names
+    }
 
 
 def _sender(sqs: SQSClient, route: str = "buckets") -> SqsDelayedSender:
