@@ -24,6 +24,7 @@ Starts its own Azurite unless ``AZURITE_CONNECTION_STRING`` is set. Figures: ben
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import multiprocessing
 import os
@@ -121,23 +122,29 @@ def _drain(lease: Any, dispatcher: Dispatcher, n: int) -> int:
     return dispatched
 
 
-def dispatch_throughput(conn: str, queue: str, n: int, concurrency: int) -> float:
-    """Messages/s for one lease-holding dispatcher draining ``n`` due rows."""
+def _drained(conn: str, queue: str, n: int, concurrency: int, around: Any = contextlib.nullcontext) -> float:
+    """Seconds one lease-holding dispatcher takes to drain ``n`` due rows, inside the context ``around()``."""
     host = _host(conn, concurrency)
     due = datetime.now(UTC) - timedelta(seconds=1)
     host.store.store_many([DelayedMessage(f"m-{i}", queue, BODY, due) for i in range(n)])
     lease, dispatcher, _ = _lease_holder(host, 0)
     try:
-        start = time.perf_counter()
-        dispatched = _drain(lease, dispatcher, n)
-        elapsed = time.perf_counter() - start
+        with around():
+            start = time.perf_counter()
+            dispatched = _drain(lease, dispatcher, n)
+            elapsed = time.perf_counter() - start
     finally:
         lease.release()
         dispatcher.close()
     if dispatched != n:
         raise RuntimeError(f"dispatched {dispatched} of {n}")
     host.store.drop()
-    return n / elapsed
+    return elapsed
+
+
+def dispatch_throughput(conn: str, queue: str, n: int, concurrency: int) -> float:
+    """Messages/s for one lease-holding dispatcher draining ``n`` due rows."""
+    return n / _drained(conn, queue, n, concurrency)
 
 
 def _shard_worker(conn: str, table: str, shards: int, shard: int, concurrency: int, n: int, ready: Any, go: Any) -> Any:
@@ -227,19 +234,15 @@ def counting_requests() -> Iterator[dict[str, int]]:
 
 def requests_per_message(conn: str, queue: str, n: int, concurrency: int) -> dict[str, float]:
     """Requests of each kind per message while one lease-holding dispatcher drains ``n`` due rows."""
-    host = _host(conn, concurrency)
-    due = datetime.now(UTC) - timedelta(seconds=1)
-    host.store.store_many([DelayedMessage(f"r-{i}", queue, BODY, due) for i in range(n)])
-    lease, dispatcher, _ = _lease_holder(host, 0)
-    try:
-        with counting_requests() as counts:
-            dispatched = _drain(lease, dispatcher, n)
-    finally:
-        lease.release()
-        dispatcher.close()
-    if dispatched != n:
-        raise RuntimeError(f"dispatched {dispatched} of {n}")
-    host.store.drop()
+    counts: dict[str, int] = {}
+
+    @contextmanager
+    def counted() -> Iterator[None]:
+        with counting_requests() as seen:
+            yield
+        counts.update(seen)
+
+    _drained(conn, queue, n, concurrency, counted)
     per = {kind: counts[kind] / n for kind in _KINDS}
     per["all"] = sum(counts.values()) / n
     return per
