@@ -35,6 +35,7 @@ from .ports import (
     SharedReleaseState,
     Transport,
     claim_of,
+    claimed_until,
 )
 from .release import ReleasePlanner
 from .settings import DelayedDeliverySettings
@@ -45,6 +46,9 @@ _log = logging.getLogger("delayed_delivery.dispatcher")
 
 #: With release control, held messages are sent in ticks this long (seconds): sends grouped, at most this late.
 PACE_TICK = 0.02
+#: A fetched message is not sent once its claim has less than this left (seconds): another dispatcher may fetch it
+#: the moment the claim runs out, so sending it then could deliver it twice.
+CLAIM_MARGIN = 2.0
 #: Pauses when the store says a message is due but its fetch returned none (the store's clock is behind
 #: this host's, or rows are claimed elsewhere): retry at once, then 50 ms doubling to 1 s, never spin.
 _DISAGREEMENT_FIRST = 0.05
@@ -69,6 +73,8 @@ class DispatchReport:
     release_slots: dict[str, list[float]] = field(default_factory=dict)
     #: Messages given back to the store until their release slot.
     deferred: int = 0
+    #: Fetched messages not sent because their claims had run out (their rows are fetched again).
+    claims_ran_out: int = 0
 
     def merge(self, other: DispatchReport) -> None:
         """Add ``other``'s counts to this report."""
@@ -84,6 +90,7 @@ class DispatchReport:
         for destination, slots in other.release_slots.items():
             self.release_slots.setdefault(destination, []).extend(slots)
         self.deferred += other.deferred
+        self.claims_ran_out += other.claims_ran_out
 
 
 def _log_critical(error: CircuitBreakerTrippedError) -> None:
@@ -270,6 +277,8 @@ class Dispatcher:
         def one(message: DelayedMessage) -> DispatchReport:
             if keep_going is not None and not keep_going():
                 return DispatchReport()
+            if self._claim_ran_out(message):
+                return DispatchReport(claims_ran_out=1)
             release = releases.get(message.message_id) if releases is not None else None
             part = self._dispatch_one(message, now, remove=not batched, release=release)
             if batched and part.dispatched:
@@ -625,6 +634,17 @@ class Dispatcher:
         if remove:
             report.already_removed += self._log_removal(message, lateness, self._remove(message), lag)
         return report
+
+    def _claim_ran_out(self, message: DelayedMessage) -> bool:
+        """Whether ``message``'s claim has less than ``CLAIM_MARGIN`` left (logged): then it is not sent."""
+        until = claimed_until(message)
+        if until is None or self.clock.now() < until - timedelta(seconds=CLAIM_MARGIN):
+            return False
+        _log.warning(
+            "not sent: its claim ran out before its turn (a slow batch); its row is fetched again",
+            extra={**self._about(message), lf.EVENT: lf.EVENT_CLAIM_RAN_OUT},
+        )
+        return True
 
     def _capped(self, destination: str) -> bool:
         """Whether ``release_rates`` caps ``destination``."""

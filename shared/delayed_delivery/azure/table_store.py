@@ -280,7 +280,8 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 self._tokens[row.message.message_id] = token
                 if self.exclusive:
                     self._handed[row.message.message_id] = at
-        return [ClaimedMessage.of(row.message, token, row.slot) for row in claimed]
+        until = at + self.claim_timeout
+        return [ClaimedMessage.of(row.message, token, row.slot, until) for row in claimed]
 
     def _in_hand(self, at: datetime) -> tuple[set[str], dict[str, str]]:
         """Exclusive view: the ids handed out and not settled (older than ``claim_timeout``: forgotten), and per
