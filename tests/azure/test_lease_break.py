@@ -87,4 +87,3 @@ def test_a_lease_broken_mid_burst_sends_nothing_twice(azurite: Azurite, queues: 
     assert set(arrivals) == set(ids), "nothing lost"
     assert sum(arrivals.values()) - BURST == 0, f"duplicates: {sorted(m for m, n in arrivals.items() if n > 1)}"
     assert summaries["old"].dispatched + summaries["new"].dispatched == BURST
-    assert summaries["old"].shards[0].lease_lost == 1
