@@ -75,7 +75,7 @@ def test_no_command_shows_a_bool_metavar(capsys: pytest.CaptureFixture[str], mon
     assert checked >= 20
 
 
-WORDS = [("40 days", 40 * 86_400), ("5 m", 300), ("2 hours 30 minutes", 9000), ("1 year", 365 * 86_400),
+WORDS = [("40 days", 40 * 86_400), ("5 m", 300), ("2 hours 30 minutes", 9000), ("1 year", 31_557_600),
          ("90 seconds", 90), ("3 wks", 21 * 86_400)]  # fmt: skip
 
 
