@@ -42,8 +42,8 @@ _HINT = (
 
 
 def parse_duration(text: str) -> timedelta:
-    """Parse ``90``, ``90s``, ``15m``, ``2h30m``, ``1d 2h 30m``, ``40d``, ``2y`` (a year is 365.25 days), ``1.5h``, or the same
-    with words (``40 days``, ``2 hours 30 minutes``, ``5 min``)."""
+    """Parse ``90``, ``90s``, ``15m``, ``2h30m``, ``1d 2h 30m``, ``40d``, ``2y`` (a year is 365.25 days), ``1.5h``, or
+    the same with words (``40 days``, ``2 hours 30 minutes``, ``5 min``)."""
     if not isinstance(text, str):
         raise InvalidMessageError(f"a duration must be a str, not {type(text).__name__}")
     raw = text.strip().lower()
