@@ -34,6 +34,7 @@ __all__ = [
     "EndpointCheck",
     "EndpointQueues",
     "check_endpoint",
+    "create_queue_with",
     "ensure_endpoint",
     "longest_first_park",
 ]
@@ -80,8 +81,8 @@ def ensure_endpoint(
     if max_message_size is not None:
         common["MaximumMessageSize"] = str(max_message_size)
     try:
-        input_url = _create(client, queue, common)
-        delay_url = _create(
+        input_url = create_queue_with(client, queue, common)
+        delay_url = create_queue_with(
             client,
             delay_name,
             {
@@ -92,7 +93,7 @@ def ensure_endpoint(
                 "MessageRetentionPeriod": str(PARK_RETENTION_SECONDS),
             },
         )
-        error_url = _create(
+        error_url = create_queue_with(
             client, error_queue or settings.error_queue, {"MessageRetentionPeriod": str(14 * 24 * 3600)}
         )
         arn = client.get_queue_attributes(QueueUrl=delay_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -105,7 +106,7 @@ def ensure_endpoint(
 _SETTING_OF = {"DelaySeconds": "DELAYED_DELIVERY_FIFO_QUEUE_DELAY"}
 
 
-def _create(client: SQSClient, name: str, attributes: dict[QueueAttributeNameType, str]) -> str:
+def create_queue_with(client: SQSClient, name: str, attributes: dict[QueueAttributeNameType, str]) -> str:
     """``create_queue``; when the queue exists with other attributes, one error naming the queue and each difference."""
     try:
         return client.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
@@ -114,16 +115,28 @@ def _create(client: SQSClient, name: str, attributes: dict[QueueAttributeNameTyp
             raise
     url = client.get_queue_url(QueueName=name)["QueueUrl"]
     existing = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    wrong = {key: wanted for key, wanted in attributes.items() if not _same(existing.get(key), wanted)}
     differing = [
         f"{key} is {existing.get(key, 'unset')}, wanted {wanted}"
         + (f" ({_SETTING_OF[key]})" if key in _SETTING_OF else "")
-        for key, wanted in attributes.items()
-        if existing.get(key) != wanted
+        for key, wanted in wrong.items()
     ]
+    fix = f"aws sqs set-queue-attributes --queue-url {url} --attributes '{json.dumps(wrong)}'"
     raise ConfigurationError(
         f"queue {name!r} already exists with other attributes: {'; '.join(differing) or 'SQS did not say which'}. "
-        "Delete it to have it made again, or run with the settings it was made with"
+        f"Set them back ({fix if wrong else 'aws sqs set-queue-attributes'}), or run with the settings it was made "
+        "with"
     )
+
+
+def _same(existing: str | None, wanted: str) -> bool:
+    """An attribute as SQS returns it against the value asked for (a JSON policy compared as data, not as text)."""
+    if existing == wanted:
+        return True
+    try:
+        return existing is not None and json.loads(existing) == json.loads(wanted)
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ...errors import DestinationNotFoundError
+from ..queues import create_queue_with
 from ..sqs import translate_error
 from .config import INGEST_TIMEOUT_SECONDS, INGEST_WINDOW_SECONDS, BucketTierConfig
 from .store import S3Client, translate_s3_error
@@ -139,19 +140,16 @@ def ensure_bucket_tier(s3: S3Client, sqs: SQSClient, config: BucketTierConfig) -
     ingest = config.sqs_settings.bucket_ingest_queue
     retention: dict[QueueAttributeNameType, str] = {"MessageRetentionPeriod": str(RETENTION_SECONDS)}
     try:
-        dlq_url = sqs.create_queue(QueueName=dlq_name(ingest), Attributes=retention)["QueueUrl"]
+        dlq_url = create_queue_with(sqs, dlq_name(ingest), retention)  # an existing one must match: one clear error
         dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": INGEST_MAX_RECEIVES})
-        ingest_url = sqs.create_queue(
-            QueueName=ingest,
-            Attributes={
-                **retention,
-                "VisibilityTimeout": str(INGEST_VISIBILITY_SECONDS),
-                "RedrivePolicy": redrive,
-            },
-        )["QueueUrl"]
+        ingest_url = create_queue_with(
+            sqs,
+            ingest,
+            {**retention, "VisibilityTimeout": str(INGEST_VISIBILITY_SECONDS), "RedrivePolicy": redrive},
+        )
         # The same attributes as ``ensure_endpoint`` gives it, so the two can run in either order.
-        error_url = sqs.create_queue(QueueName=settings.error_queue, Attributes=retention)["QueueUrl"]
+        error_url = create_queue_with(sqs, settings.error_queue, retention)
     except (ClientError, BotoCoreError) as exc:
         raise translate_error(exc, f"creating the time-bucket tier's queues ({ingest!r})") from exc
     return TierResources(config.bucket_name, config.prefix, ingest_url, dlq_url, error_url)
