@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DELAY_QUEUE_VISIBILITY_SECONDS",
+    "ENDPOINT_TAG",
     "MIN_RETENTION_SECONDS",
     "PARK_RETENTION_SECONDS",
     "EndpointCheck",
@@ -37,6 +38,8 @@ __all__ = [
     "create_queue_with",
     "ensure_endpoint",
     "longest_first_park",
+    "record_endpoint",
+    "recorded_endpoints",
 ]
 
 #: The NServiceBus minimum message retention for a ``-delay.fifo`` queue: 4 days.
@@ -45,6 +48,9 @@ MIN_RETENTION_SECONDS = 4 * 24 * 3600
 PARK_RETENTION_SECONDS = 14 * 24 * 3600
 #: ``-delay.fifo``'s visibility as the CDK stack sets it: 6x the requeue function's 30 s timeout (Lambda's advice).
 DELAY_QUEUE_VISIBILITY_SECONDS = 180
+#: The tag ``aws create`` puts on an endpoint's input queue and ``-delay.fifo``: the endpoint's name. On an emulator
+#: (no stack to read) ``aws verify`` finds the endpoints by it, so one whose ``-delay.fifo`` was deleted is reported.
+ENDPOINT_TAG = "delayed-delivery-endpoint"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +106,43 @@ def ensure_endpoint(
     except (ClientError, BotoCoreError) as exc:
         raise translate_error(exc, f"creating the queues of endpoint {queue!r}") from exc
     return EndpointQueues(input_url, delay_url, error_url, arn)
+
+
+def record_endpoint(client: SQSClient, queue: str, queues: EndpointQueues) -> None:
+    """Tag the endpoint's input queue and ``-delay.fifo`` with its name (``ENDPOINT_TAG``), as ``aws create`` does."""
+    try:
+        for url in (queues.input_url, queues.delay_url):
+            client.tag_queue(QueueUrl=url, Tags={ENDPOINT_TAG: queue})
+    except (ClientError, BotoCoreError) as exc:
+        raise translate_error(exc, f"tagging the queues of endpoint {queue!r}") from exc
+
+
+def recorded_endpoints(client: SQSClient) -> list[str]:
+    """The endpoints ``aws create`` made here: by their queues' ``ENDPOINT_TAG`` (so an endpoint whose ``-delay.fifo``
+    was deleted is still found by its input queue), and every untagged ``<q>-delay.fifo`` made before the tag."""
+    found: set[str] = set()
+    try:
+        for page in client.get_paginator("list_queues").paginate(PaginationConfig={"PageSize": 1000}):
+            for url in page.get("QueueUrls", []):
+                name = url.rsplit("/", 1)[-1]
+                tag = _endpoint_tag(client, url)
+                if tag:
+                    found.add(tag)
+                elif name.endswith("-delay.fifo"):
+                    found.add(name.removesuffix("-delay.fifo"))
+    except (ClientError, BotoCoreError) as exc:
+        raise translate_error(exc, "listing the queues") from exc
+    return sorted(found)
+
+
+def _endpoint_tag(client: SQSClient, url: str) -> str | None:
+    """The queue's ``ENDPOINT_TAG`` (None when untagged, or when the queue went away since the listing)."""
+    try:
+        return client.list_queue_tags(QueueUrl=url).get("Tags", {}).get(ENDPOINT_TAG)
+    except ClientError as exc:
+        if isinstance(translate_error(exc, url), DestinationNotFoundError):
+            return None
+        raise
 
 
 #: The setting behind an attribute ``ensure_endpoint`` sets, for the error when an existing queue differs.

@@ -88,6 +88,54 @@ def test_visibility_too_short_is_reported_with_its_fix(deployed: str) -> None:
     )
 
 
+def test_retention_that_loses_messages_fails_verify_as_it_fails_check(deployed: str) -> None:
+    """60 s on the ingest queue (its batching window is 300 s: every record would expire unread), its DLQ and the error
+    queue: before (issue 32) verify passed all three while `aws check` failed the ingest queue."""
+    sqs = client("sqs", deployed)
+    urls = {
+        n: sqs.get_queue_url(QueueName=n)["QueueUrl"]
+        for n in ("delayed-delivery-ingest", "delayed-delivery-ingest-dlq", "error")
+    }
+    for url in urls.values():
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"MessageRetentionPeriod": "60"})
+    code, document, _ = verify(deployed)
+    found = _failures(document)
+    assert code == 1 and {"tier-ingest-retention", "tier-error-queue", "error-queue"} <= set(found), found
+    ingest = found["tier-ingest-retention"]
+    assert "records expire before the ingest function takes them" in ingest["evidence"], ingest
+    assert "ingest dead-letter queue 'delayed-delivery-ingest-dlq'" in ingest["evidence"], ingest
+    for name in ("delayed-delivery-ingest", "delayed-delivery-ingest-dlq"):
+        assert f"--queue-url {urls[name]} --attributes MessageRetentionPeriod=1209600" in ingest["fix"], ingest
+    for check in ("tier-error-queue", "error-queue"):
+        assert "error queue 'error': MessageRetentionPeriod below 1209600 s (14 days): 60 s" in found[check]["evidence"]
+        assert (
+            found[check]["fix"]
+            == f"aws sqs set-queue-attributes --queue-url {urls['error']} --attributes MessageRetentionPeriod=1209600"
+        )
+    assert_documented(document)
+    # `aws check` says the same about the same queues
+    code, out, _ = cli("aws", "check", "--queue", "orders", "--buckets", "--endpoint-url", deployed)
+    said = " ".join(out.split())
+    assert code == 1, out
+    for check in ("tier-ingest-retention", "tier-error-queue"):
+        for sentence in found[check]["evidence"].split("; ")[::2]:
+            assert sentence.split(": ", 1)[0] in said, (sentence, out)
+    assert "records expire before the ingest function takes them" in said, out
+
+
+def test_a_deleted_delay_queue_is_reported_with_the_command_that_recreates_it(deployed: str) -> None:
+    """Discovery on an emulator reads what `aws create` recorded (a tag on the endpoint's queues), not a listing of
+    `*-delay.fifo`: before (issue 32) an endpoint whose `-delay.fifo` was deleted was not checked at all (exit 0)."""
+    sqs = client("sqs", deployed)
+    sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName="orders-delay.fifo")["QueueUrl"])
+    _fails_with(
+        deployed,
+        "delay-queue",
+        "delay queue 'orders-delay.fifo' does not exist",
+        "delayed-delivery aws create --queue orders",
+    )
+
+
 def test_a_missing_bucket_policy_is_reported_with_its_fix(deployed_tls: str) -> None:
     client("s3", deployed_tls).delete_bucket_policy(Bucket="verify-tier")
     _fails_with(deployed_tls, "tier-bucket-policy", "no bucket policy", "aws:SecureTransport")
