@@ -184,8 +184,40 @@ def test_the_human_report_is_a_table_with_one_line_per_finding_and_its_fix(deplo
 def test_usage_errors_exit_2_with_one_line() -> None:
     code, out, err = cli("aws", "verify", "--queue", "orders", "--region", "us-east-1")
     assert code == 2 and "--local" in err and len(err.strip().splitlines()) == 1, (out, err)
+
+
+def _cannot_start(document: dict, err: str, reason: str) -> None:
+    """Exit 3: one JSON document saying nothing was checked and why, one error line on stderr."""
+    assert document["exit_code"] == 3 and document["ok"] is False and document["checks"] == [], document
+    assert reason in document["error"] and len(err.strip().splitlines()) == 1 and reason in err, (document, err)
+
+
+def test_an_unreachable_endpoint_is_one_json_document_and_exit_3() -> None:
+    """Before (issue 32): exit 2, documented for usage errors, and nothing on stdout."""
     code, out, err = cli("aws", "verify", "--endpoint-url", "https://127.0.0.1:9", "--json")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (out, err)
+    assert code == 3, (out, err)
+    _cannot_start(json.loads(out), err, "the emulator at https://127.0.0.1:9 could not be reached")
+    code, out, err = cli("aws", "verify", "--endpoint-url", "https://127.0.0.1:9")
+    assert code == 3 and out == "" and err.startswith("error: "), (out, err)
+
+
+def test_a_refused_credential_is_one_json_document_and_exit_3(deployed: str) -> None:
+    """moto checks signatures once told to (moto-api/reset-auth): the key 'testing' is then unknown."""
+    import urllib.request
+
+    def auth(count: str) -> None:
+        request = urllib.request.Request(f"{deployed}/moto-api/reset-auth", data=count.encode(), method="POST")
+        request.add_header("Content-Type", "text/plain")
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            assert reply.status == 200
+
+    auth("0")
+    try:
+        code, document, err = verify(deployed)
+    finally:
+        auth("inf")
+    assert code == 3
+    _cannot_start(document, err, f"the emulator at {deployed} refused the credential (InvalidClientTokenId)")
 
 
 def test_sigterm_mid_run_cleans_up_and_reports_the_interruption(deployed: str) -> None:
