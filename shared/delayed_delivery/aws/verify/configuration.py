@@ -423,24 +423,30 @@ def ingest_dlq(ctx: AwsVerifyContext) -> CheckResult:
     return passed("tier-ingest-dlq", C, ingest, f"redrives to {dlq} after {receives} receives")
 
 
-def ingest_visibility(ctx: AwsVerifyContext) -> CheckResult:
-    """The ingest queue's visibility is six times the ingest timeout plus its batching window."""
+def _ingest(ctx: AwsVerifyContext, check: str) -> QueueFacts | CheckResult:
+    """The ingest queue's facts, or ``check`` skipped when there is no ingest queue."""
     tier = ctx.target.tier
     assert tier is not None
-    facts = ctx.queue(tier.config.sqs_settings.bucket_ingest_queue)
-    if facts is None:
-        return skipped("tier-ingest-visibility", C, tier.config.sqs_settings.bucket_ingest_queue, "no ingest queue")
-    return _visibility("tier-ingest-visibility", facts.name, facts, tier.ingest, INGEST_BATCHING_WINDOW)
+    name = tier.config.sqs_settings.bucket_ingest_queue
+    return ctx.queue(name) or skipped(check, C, name, "no ingest queue")
+
+
+def ingest_visibility(ctx: AwsVerifyContext) -> CheckResult:
+    """The ingest queue's visibility is six times the ingest timeout plus its batching window."""
+    facts = _ingest(ctx, "tier-ingest-visibility")
+    if isinstance(facts, CheckResult):
+        return facts
+    assert ctx.target.tier is not None
+    return _visibility("tier-ingest-visibility", facts.name, facts, ctx.target.tier.ingest, INGEST_BATCHING_WINDOW)
 
 
 def ingest_retention(ctx: AwsVerifyContext) -> CheckResult:
     """The ingest queue and its DLQ keep records 14 days: shorter loses them (below the ingest's wait: all of them)."""
-    tier = ctx.target.tier
-    assert tier is not None
-    ingest = ctx.queue(tier.config.sqs_settings.bucket_ingest_queue)
-    if ingest is None:
-        return skipped("tier-ingest-retention", C, tier.config.sqs_settings.bucket_ingest_queue, "no ingest queue")
-    dlq = ctx.queue(tier.ingest_dlq)
+    ingest = _ingest(ctx, "tier-ingest-retention")
+    if isinstance(ingest, CheckResult):
+        return ingest
+    assert ctx.target.tier is not None
+    dlq = ctx.queue(ctx.target.tier.ingest_dlq)
     held = [(ingest, Holding.INGEST), *([(dlq, Holding.INGEST_DLQ)] if dlq is not None else [])]
     found = [(q, retention_problem(kind, q.name, q.number("MessageRetentionPeriod"))) for q, kind in held]
     problems = [(q, said) for q, said in found if said]
