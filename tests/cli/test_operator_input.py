@@ -1,6 +1,6 @@
-"""What an operator types, read as meant: ``reschedule --delay`` counts from the write (not from before the command
-connected), "100 years" is one limit in every spelling, and an id that looks like an option gets the hint to put
-``--`` before it."""
+"""What an operator types, read as meant: ``reschedule --delay`` and ``send --delay`` count from the write (not from
+before the command connected), "100 years" is one limit in every spelling, and an id that looks like an option gets
+the hint to put ``--`` before it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from azure.storage.queue import QueueServiceClient
 
 from delayed_delivery.app.routes import azure as azure_route
+from delayed_delivery.app.routes import sqs as sqs_route
 from delayed_delivery.app.routes import store as store_route
 from delayed_delivery.clock import SystemClock
 from tests.cli.conftest import ok_json, one_line_error, run
@@ -73,6 +74,27 @@ def test_reschedule_delay_counts_from_the_write_on_azure(
     ok_json("send", *azure, "--to", unique_name, "--delay", "40d", "--body", "x", "--id", "m2")
     _wrap(monkeypatch, azure_route.AzureTableRoute, "_check_table", slow_connection)
     _moved_after_the_write(ok_json("reschedule", "m2", *azure, "--delay", "1s"))
+
+
+def test_send_delay_counts_from_the_write_on_a_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slow_connection: Callable[[], None]
+) -> None:
+    _wrap(monkeypatch, store_route, "open_store", slow_connection)
+    store = ["--store", f"sqlite:///{tmp_path / 'd.db'}"]
+    _moved_after_the_write(ok_json("send", *store, "--to", "orders", "--delay", "1s", "--body", "x"))
+
+
+@pytest.mark.moto
+def test_send_delay_counts_from_the_write_on_sqs(
+    moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, slow_connection: Callable[[], None]
+) -> None:
+    """Before: the SQS route sent DelaySeconds = what was left of the delay after connecting (5 s: 0, and a
+    ``--delay 5s`` meant for the -delay.fifo route went native under load)."""
+    aws = ["--cloud", "aws", "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    assert run("aws", "create", "--queue", "orders", *aws[2:]).exit_code == 0
+    _wrap(monkeypatch, sqs_route, "cli_client", slow_connection)
+    sent = ok_json("send", *aws, "--to", "orders", "--delay", "5s", "--body", "x")
+    assert sent["route"] == "sqs-native" and sent["delay_seconds"] == 5, sent
 
 
 def test_reschedule_refuses_a_zero_delay_before_connecting(tmp_path: Path) -> None:

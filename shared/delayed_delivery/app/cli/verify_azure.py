@@ -129,7 +129,7 @@ def _reach(clients: AzureClients, where: str, local: bool, probe_queue: str) -> 
         raise _CannotStart(where, local, f"could not be reached: {unreachable_text(str(exc.message))}") from exc
     except (ClientAuthenticationError, HttpResponseError) as exc:
         if isinstance(exc, ClientAuthenticationError) or exc.status_code in (401, 403):
-            code = getattr(exc, "error_code", None) or exc.status_code
+            code = getattr(exc, "error_code", None) or exc.status_code or type(exc).__name__
             code = getattr(code, "value", code)  # the SDK's StorageErrorCode enum: its text
             raise _CannotStart(where, local, f"refused the credential ({code})") from exc
         raise

@@ -111,10 +111,13 @@ class AzureTableRoute:
         from delayed_delivery.azure.storage_queue import MAX_NATIVE_DELAY_SECONDS, StorageQueueTransport
 
         self._check_queue(to)
-        if cancellable or seconds_until(due) > MAX_NATIVE_DELAY_SECONDS:
+        if cancellable or seconds_until(due, delay) > MAX_NATIVE_DELAY_SECONDS:
             self._check_table()  # the table route: say which table is missing before anything is written
         sender = AzureDelayedSender(StorageQueueTransport(self.clients.queues), self.store, self.config.settings)
-        result = sender.send(to, body, at=due, headers=dict(headers), message_id=message_id, cancellable=cancellable)
+        at = due if delay is None else None  # a delay counts from the write, not from before the command connected
+        result = sender.send(
+            to, body, delay=delay, at=at, headers=dict(headers), message_id=message_id, cancellable=cancellable
+        )
         return SendResult(
             result.message_id,
             f"azure-{result.route}",

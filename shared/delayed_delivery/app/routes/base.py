@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from delayed_delivery.app.emulators import azurite_connection_string
 from delayed_delivery.clock import SystemClock, utc
+from delayed_delivery.durations import to_seconds
 from delayed_delivery.errors import DelayedDeliveryError
 
 if TYPE_CHECKING:
@@ -81,8 +82,11 @@ def resolve_due(due: NewDue, now: datetime) -> datetime:
     return utc(now) + due if isinstance(due, timedelta) else due
 
 
-def seconds_until(due: datetime) -> float:
-    """Seconds from now until ``due`` (0 when it is past)."""
+def seconds_until(due: datetime, delay: str | None = None) -> float:
+    """Seconds from now until ``due`` (0 when it is past); with ``delay`` (``send --delay``) the delay itself, counted
+    from now, at the write: the time the command took to connect is not taken off it."""
+    if delay is not None:
+        return to_seconds(delay)
     return max(0.0, (utc(due) - SystemClock().now()).total_seconds())
 
 

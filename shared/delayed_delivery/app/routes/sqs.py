@@ -84,7 +84,7 @@ class SqsOperatorRoute:
             raise InvalidMessageError(
                 "an SQS body is text: the body is not UTF-8 (base64-encode binary data)"
             ) from None
-        seconds = math.ceil(seconds_until(due))
+        seconds = math.ceil(seconds_until(due, delay))
         receipt = SqsDelayedSender(self.client, self.settings, sqs_settings=self.sqs_settings).send_delayed(
             to, text, seconds, attributes=dict(headers), message_id=message_id
         )

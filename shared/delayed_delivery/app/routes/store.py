@@ -93,9 +93,13 @@ class StoreOperatorRoute:
                 # The store's own clock decides (PostgreSQL: now() + delay), so a skewed sender cannot deliver early.
                 message = store_after(delay, to, body, headers=dict(headers), message_id=message_id)
                 due = message.due_at
-            else:
-                message = DelayedMessage.create(to, body, at=due, headers=dict(headers), message_id=message_id)
+            else:  # a delay counts from the write, not from before the store was opened
+                at = due if delay is None else None
+                message = DelayedMessage.create(
+                    to, body, delay=delay, at=at, headers=dict(headers), message_id=message_id
+                )
                 target.store(message)
+                due = message.due_at
         return SendResult(message.message_id, "store", to, due)
 
     def pending(self, bucket_seconds: int, *, queue: str | None = None) -> PendingReport:

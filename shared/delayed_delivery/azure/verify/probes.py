@@ -47,8 +47,8 @@ def _table_blocked(ctx: AzureVerifyContext) -> str | None:
         return "the delays table does not exist (the table check)"
     if ctx.dispatcher.local and ctx.missing:
         return (
-            f"the dispatcher is not run here while its {', '.join(sorted(ctx.missing))} is missing: it would create "
-            "what the checks above report"
+            f"the dispatcher is not run here while these are missing ({', '.join(sorted(ctx.missing))}): it would "
+            "create what the checks above report"
         )
     return None
 
