@@ -1,0 +1,246 @@
+"""The materializer: occurrences due within the lead become ordinary delayed messages, exactly once each.
+
+One pass over the due schedules (``ScheduleStore.due(now + lead)``); for each:
+1. occurrences after the cursor and at or before now were missed (the timer was down): catch-up decides which fire
+   late (due at once, nominal ids) and which are recorded as missed;
+2. occurrences in ``(now, now + lead]`` are written with their fire time (nominal + jitter);
+3. then the cursor advances by a conditional write on ``version``, with the counters.
+
+A crash between 2 and 3 writes the same ids and content again: a no-op while they are pending (the id policy). A
+second timer loses the conditional write and changes nothing. The cursor, not the store, forbids re-firing an
+occurrence that was delivered meanwhile. Work is bounded: at most ``max_per_schedule`` upcoming messages a schedule
+a pass (the cursor then stops at the last written, so the next pass goes on), plus what catch-up fires late (at most
+its limit, decided once).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from .. import headers as hdr
+from .. import logfields as lf
+from ..clock import Clock, SystemClock
+from ..errors import InvalidScheduleError, MessageIdConflictError
+from ..model import DelayedMessage
+from .catchup import split_late
+from .model import Schedule, ScheduleState
+from .occurrences import Occurrence, occurrence_of, utc_text
+from .ports import MessageCanceller, MessageWriter, ScheduleStore
+from .recurrence import Fire, Recurrence
+
+__all__ = ["MAX_LEAD_SECONDS", "MaterializeReport", "Materializer", "occurrence_message"]
+
+_log = logging.getLogger("delayed_delivery.schedules")
+
+#: The longest lead: occurrences are written at most 15 minutes ahead (SQS's DelaySeconds reaches 900 s).
+MAX_LEAD_SECONDS = 900
+#: Ids listed on one log line.
+IDS_PER_LINE = 100
+
+
+@dataclass(slots=True)
+class MaterializeReport:
+    """What one pass did."""
+
+    schedules: int = 0
+    written: int = 0
+    fired_late: int = 0
+    missed: int = 0
+    already_pending: int = 0
+    lost_races: int = 0
+    failures: int = 0
+    #: Occurrences written whose instant daylight saving decided (shifted, clamped, a fold's pass, after a skip).
+    dst_adjusted: int = 0
+    #: Per occurrence written: its id (ordered by schedule, then nominal instant).
+    ids: list[str] = field(default_factory=list)
+    missed_ids: list[str] = field(default_factory=list)
+
+
+def occurrence_message(schedule: Schedule, occurrence: Occurrence) -> DelayedMessage:
+    """The delayed message of an occurrence: same id and content every time it is computed."""
+    assert occurrence.id is not None
+    t = schedule.template
+    return DelayedMessage(
+        message_id=occurrence.id,
+        destination=t.destination,
+        body=t.body,
+        due_at=occurrence.fire_at,
+        headers={**t.headers, hdr.SCHEDULE_ID: schedule.schedule_id, hdr.OCCURRENCE: utc_text(occurrence.nominal)},
+    )
+
+
+class _Missed:
+    """Missed occurrences of one schedule: counted, the first ``IDS_PER_LINE`` ids kept for the log line."""
+
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+        self.count = 0
+        self.ids: list[str] = []
+        self.last: datetime | None = None
+
+    def __call__(self, fire: Fire) -> None:
+        self.count += 1
+        if len(self.ids) < IDS_PER_LINE:
+            self.ids.append(f"{self.schedule_id}@{utc_text(fire.nominal)}")
+        self.last = fire.nominal if self.last is None else max(self.last, fire.nominal)
+
+
+class Materializer:
+    """Writes due occurrences of the schedules in ``schedules`` to ``messages`` (a store or a dispatcher)."""
+
+    def __init__(
+        self,
+        schedules: ScheduleStore,
+        messages: MessageWriter,
+        *,
+        clock: Clock | None = None,
+        lead_seconds: float = 300.0,
+        max_per_schedule: int = 1000,
+        schedules_per_pass: int = 1000,
+        canceller: MessageCanceller | None = None,
+    ) -> None:
+        # canceller: where what a pass wrote is cancelled when it lost its cursor write to a pause or a delete
+        # (default: ``messages`` itself when it is a store, or a dispatcher's store)
+        if not 0 <= lead_seconds <= MAX_LEAD_SECONDS:
+            raise InvalidScheduleError(f"the lead must be from 0 to {MAX_LEAD_SECONDS} s, got {lead_seconds!r}")
+        if max_per_schedule < 1 or schedules_per_pass < 1:
+            raise InvalidScheduleError("max_per_schedule and schedules_per_pass must be at least 1")
+        self.schedules = schedules
+        self.messages = messages
+        self.clock = clock or SystemClock()
+        self.lead = timedelta(seconds=lead_seconds)
+        self.max_per_schedule = max_per_schedule
+        self.schedules_per_pass = schedules_per_pass
+        found = messages if isinstance(messages, MessageCanceller) else getattr(messages, "store_port", None)
+        self.canceller: MessageCanceller | None = canceller or (found if isinstance(found, MessageCanceller) else None)
+
+    def run_once(self, now: datetime | None = None) -> MaterializeReport:
+        """One pass over the schedules due by ``now + lead``."""
+        at = now if now is not None else self.clock.now()
+        report = MaterializeReport()
+        for schedule in self.schedules.due(at + self.lead, self.schedules_per_pass):
+            report.schedules += 1
+            try:
+                self.materialize(schedule, at, report)
+            except Exception as exc:  # one schedule's failure never stops the others; its cursor stays
+                report.failures += 1
+                _log.warning(
+                    "materializing a schedule failed; it is tried again next pass",
+                    extra={
+                        lf.EVENT: lf.EVENT_SCHEDULE_FAILED,
+                        lf.SCHEDULE_ID: schedule.schedule_id,
+                        lf.REASON: repr(exc),
+                    },
+                )
+        return report
+
+    def materialize(self, schedule: Schedule, now: datetime, report: MaterializeReport) -> bool:
+        """Write one schedule's due occurrences and advance its cursor; False when another writer won."""
+        definition = schedule.definition
+        recurrence = definition.recurrence()
+        missed = _Missed(schedule.schedule_id)
+        late = split_late(self._after_cursor(schedule, recurrence, now), now, definition.catch_up, missed)
+        ahead = self._after_cursor(schedule, recurrence, now + self.lead, after=now)
+        chosen: list[Fire] = list(late)  # at most the catch-up limit
+        for fire in ahead:
+            if len(chosen) >= self.max_per_schedule:
+                break  # the cursor stops here: the next pass goes on
+            chosen.append(fire)
+        written = self._write(schedule, recurrence, chosen, report)
+        decided = [f.nominal for f in chosen[-1:]] + ([missed.last] if missed.last else [])
+        cursor = max(decided) if decided else schedule.cursor
+        updated = schedule.next_version(
+            cursor=cursor,
+            next_at=schedule.following(recurrence, cursor),
+            fired=schedule.fired + len(written),
+            missed=schedule.missed + missed.count,
+            last_fired=chosen[-1].nominal if chosen else schedule.last_fired,
+        )
+        if not self.schedules.replace(updated, schedule.version):
+            report.lost_races += 1
+            _log.info(
+                "another writer changed this schedule first (a second timer: the same messages; a pause or a "
+                "delete: what this pass wrote is cancelled)",
+                extra={lf.EVENT: lf.EVENT_SCHEDULE_RACE_LOST, lf.SCHEDULE_ID: schedule.schedule_id},
+            )
+            self._withdraw(schedule.schedule_id, written)
+            return False
+        report.ids.extend(written)
+        report.written += len(written)
+        report.fired_late += len(late)
+        report.dst_adjusted += sum(1 for f in chosen if f.note is not None)
+        self._log_missed(missed, report)
+        if chosen:
+            _log.info(
+                "occurrences written as delayed messages",
+                extra={
+                    lf.EVENT: lf.EVENT_SCHEDULE_MATERIALIZED,
+                    lf.SCHEDULE_ID: schedule.schedule_id,
+                    lf.COUNT: len(chosen),
+                    lf.CURSOR: utc_text(cursor) if cursor else None,
+                },
+            )
+        return True
+
+    def _after_cursor(
+        self, schedule: Schedule, recurrence: Recurrence, until: datetime, after: datetime | None = None
+    ) -> Iterator[Fire]:
+        """Occurrences after the cursor (and after ``after``), at or before ``until``, before the end."""
+        begin = schedule.definition.start
+        for bound in (schedule.cursor, after):
+            if bound is not None and bound + timedelta(microseconds=1) > begin:
+                begin = bound + timedelta(microseconds=1)
+        stop = until + timedelta(microseconds=1)
+        if schedule.definition.end is not None:
+            stop = min(stop, schedule.definition.end)
+        return recurrence.fires(begin, stop)
+
+    def _withdraw(self, schedule_id: str, written: Sequence[str]) -> None:
+        """After a lost cursor write: if the schedule is now paused or gone, cancel what this pass wrote."""
+        current = self.schedules.get(schedule_id)
+        if (current is not None and current.state is not ScheduleState.PAUSED) or self.canceller is None:
+            return
+        for message_id in written:
+            try:
+                self.canceller.remove(message_id)
+            except Exception as exc:  # being sent right now: it fires; nothing else to do
+                _log.warning(
+                    "could not cancel an occurrence written while the schedule was paused or deleted",
+                    extra={lf.EVENT: lf.EVENT_SCHEDULE_FAILED, lf.MESSAGE_ID: message_id, lf.REASON: repr(exc)},
+                )
+
+    def _write(
+        self, schedule: Schedule, recurrence: Recurrence, fires: Sequence[Fire], report: MaterializeReport
+    ) -> list[str]:
+        """Write each chosen occurrence (their ids); an id pending with other content (an edited schedule) is left."""
+        written: list[str] = []
+        for i, fire in enumerate(fires):  # consecutive occurrences: the kept late ones, then those ahead
+            following = fires[i + 1] if i + 1 < len(fires) else recurrence.after(fire.nominal)
+            occurrence = occurrence_of(fire, following, schedule.schedule_id, schedule.definition.jitter_seconds)
+            try:
+                self.messages.store(occurrence_message(schedule, occurrence))
+            except MessageIdConflictError:
+                report.already_pending += 1
+                continue
+            assert occurrence.id is not None
+            written.append(occurrence.id)
+        return written
+
+    @staticmethod
+    def _log_missed(missed: _Missed, report: MaterializeReport) -> None:
+        if not missed.count:
+            return
+        report.missed += missed.count
+        report.missed_ids.extend(missed.ids)
+        _log.warning(
+            "occurrences missed while the timer was down, recorded as missed (catch-up policy)",
+            extra={
+                lf.EVENT: lf.EVENT_SCHEDULE_MISSED,
+                lf.SCHEDULE_ID: missed.schedule_id,
+                lf.COUNT: missed.count,
+                lf.OCCURRENCE_IDS: missed.ids,
+            },
+        )
