@@ -140,3 +140,17 @@ def test_100_calendar_years_ahead_is_within_the_limit() -> None:
         assert new_due_time(later, start) == later
         with pytest.raises(InvalidMessageError, match="more than 100 years"):
             new_due_time(start + MAX_DELAY + timedelta(seconds=1), start)
+
+
+def test_schedules_use_the_same_100_years() -> None:
+    """A rate period and a catch-up window are at most 100 years too, the same 36,525 days (they were 36,500)."""
+    from delayed_delivery.errors import InvalidScheduleError
+    from delayed_delivery.schedules.catchup import CatchUp
+    from delayed_delivery.schedules.expressions import parse_expression
+
+    assert str(parse_expression("rate(36525 days)")) == "rate(36525 days)"
+    assert CatchUp(window_seconds=int(MAX_DELAY.total_seconds())).window_seconds == 3_155_760_000
+    with pytest.raises(InvalidScheduleError, match="100 years"):
+        parse_expression("rate(36526 days)")
+    with pytest.raises(InvalidScheduleError, match="100 years"):
+        CatchUp(window_seconds=int(MAX_DELAY.total_seconds()) + 1)
