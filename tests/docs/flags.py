@@ -70,7 +70,8 @@ def problems(argv: list[str], *, strict: bool = False) -> list[str]:
 
 
 def _flags(args: list[str]) -> list[str]:
-    return [a.split("=", 1)[0] for a in args if a.startswith("-") and a not in ("-", "--")]
+    options = args[: args.index("--")] if "--" in args else args  # after `--` an argument may start with `-`
+    return [a.split("=", 1)[0] for a in options if a.startswith("-") and a != "-"]
 
 
 @functools.cache
