@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from ..clock import utc
+from ..durations import MAX_DELAY
 from ..errors import InvalidScheduleError
 from ..validation import is_whole
 from .recurrence import Fire, Recurrence
@@ -37,8 +38,8 @@ DEFAULT_LIMIT = 1_000
 MAX_LIMIT = 100_000
 #: The most missed occurrences a preview lists (``plan_catch_up``); the materializer streams instead.
 MAX_PREVIEW = 1_000_000
-#: The longest window: 100 years.
-MAX_WINDOW_SECONDS = 100 * 365 * 86_400
+#: The longest window: 100 years (36,525 days: one definition, ``durations.MAX_DELAY``).
+MAX_WINDOW_SECONDS = int(MAX_DELAY.total_seconds())
 
 
 class CatchUpPolicy(StrEnum):

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ..durations import MAX_DELAY
 from ..errors import InvalidScheduleError
 from .cron import MAX_CRON_LENGTH, CronFields, parse_cron
 
@@ -20,8 +21,8 @@ _RATE = re.compile(r"^rate\(\s*(?P<n>[0-9]+)\s+(?P<unit>[a-z]+)\s*\)$", re.IGNOR
 _AT = re.compile(r"^at\(\s*(?P<when>[^()]*?)\s*\)$", re.IGNORECASE)
 _CRON = re.compile(r"^cron\((?P<fields>[^()]*)\)$", re.IGNORECASE)
 _UNITS = {"second": 1, "minute": 60, "hour": 3_600, "day": 86_400}
-#: The longest rate period: 100 years, the longest delay.
-MAX_RATE_SECONDS = 100 * 365 * 86_400
+#: The longest rate period: 100 years, the longest delay (36,525 days: one definition, ``durations.MAX_DELAY``).
+MAX_RATE_SECONDS = int(MAX_DELAY.total_seconds())
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,12 @@ from delayed_delivery.app.routes.aws_clients import cli_client, cli_region
 from delayed_delivery.app.routes.base import LOCAL_MOTO_URL
 from delayed_delivery.aws.cancellations import DEFAULT_TABLE, TABLE_ENV, ensure_cancellation_table
 from delayed_delivery.aws.config import AwsConfig
-from delayed_delivery.aws.queues import DELAY_QUEUE_VISIBILITY_SECONDS, check_endpoint, ensure_endpoint
+from delayed_delivery.aws.queues import (
+    DELAY_QUEUE_VISIBILITY_SECONDS,
+    check_endpoint,
+    ensure_endpoint,
+    record_endpoint,
+)
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.naming import sqs_delay_queue_name
@@ -164,13 +169,15 @@ def create(
         if error_queue:
             config = replace(config, settings=replace(config.settings, error_queue=error_queue))
         tier = tier_config(buckets, bucket_name, bucket_prefix, config)
+        sqs = _client(endpoint_url, region, local)
         queues = ensure_endpoint(
-            _client(endpoint_url, region, local),
+            sqs,
             queue,
             config.settings,
             sqs_settings=config.sqs_settings,
             delay_visibility_timeout=DELAY_QUEUE_VISIBILITY_SECONDS,
         )
+        record_endpoint(sqs, queue, queues)  # what `aws verify --local` finds the endpoint by
         if cancellation_table:
             table_endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint_url
             ensure_cancellation_table(cli_client("dynamodb", table_endpoint, region, local=local), cancellation_table)

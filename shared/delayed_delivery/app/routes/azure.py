@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from delayed_delivery.app.routes.base import (
     CancelResult,
     CloudOptions,
+    NewDue,
     PendingReport,
     RescheduleResult,
     SendResult,
@@ -20,6 +21,7 @@ from delayed_delivery.app.routes.base import (
     refuse_sqs_options,
     refuse_tier_options,
     require_endpoint,
+    resolve_due,
     seconds_until,
 )
 from delayed_delivery.clock import SystemClock
@@ -117,10 +119,13 @@ class AzureTableRoute:
         from delayed_delivery.azure.storage_queue import MAX_NATIVE_DELAY_SECONDS, StorageQueueTransport
 
         self._check_queue(to)
-        if cancellable or seconds_until(due) > MAX_NATIVE_DELAY_SECONDS:
+        if cancellable or seconds_until(due, delay) > MAX_NATIVE_DELAY_SECONDS:
             self._check_table()  # the table route: say which table is missing before anything is written
         sender = AzureDelayedSender(StorageQueueTransport(self.clients.queues), self.store, self.config.settings)
-        result = sender.send(to, body, at=due, headers=dict(headers), message_id=message_id, cancellable=cancellable)
+        at = due if delay is None else None  # a delay counts from the write, not from before the command connected
+        result = sender.send(
+            to, body, delay=delay, at=at, headers=dict(headers), message_id=message_id, cancellable=cancellable
+        )
         return SendResult(
             result.message_id,
             f"azure-{result.route}",
@@ -195,7 +200,7 @@ class AzureTableRoute:
     def reschedule(
         self,
         message_id: str,
-        due: datetime,
+        due: NewDue,
         *,
         to: str | None = None,
         current_due: datetime | None = None,
@@ -206,6 +211,7 @@ class AzureTableRoute:
         """Move the message's due row (exact, one transaction)."""
         refuse_tier_options(current_due, scan_limit, keep_record)
         refuse_sqs_options(to)
-        due = new_due_time(due, SystemClock().now())
         self._check_table()
-        return RescheduleResult(message_id, "azure", due, moved=self.store.reschedule(message_id, due))
+        now = SystemClock().now()  # after connecting: a delay counts from the write
+        moment = new_due_time(resolve_due(due, now), now)
+        return RescheduleResult(message_id, "azure", moment, moved=self.store.reschedule(message_id, moment))

@@ -3,9 +3,9 @@ a sample of rows, the timer's last run and this process's own setting (docs/azur
 
 from __future__ import annotations
 
-from azure.core.exceptions import AzureError
+from azure.core.exceptions import AzureError, ResourceNotFoundError
 
-from ...verification import CheckResult, Group, failed, passed
+from ...verification import CheckResult, Group, failed, passed, skipped
 from ..heartbeat import HEARTBEAT_BLOB, read_heartbeat
 from ..layout import SAMPLE, partitions_in_use, read_layout, written_with
 from ..sdk_errors import translate
@@ -24,6 +24,12 @@ def shard_count(ctx: AzureVerifyContext) -> CheckResult:
     table = ctx.clients.tables.get_table_client(config.table_name)
     name = config.table_name
     command = f"delayed-delivery azure {{}} --endpoint <endpoint>{' --local' if ctx.target.local else ''}"
+    try:
+        next(iter(table.query_entities("PartitionKey eq 'layout'", results_per_page=1)), None)
+    except ResourceNotFoundError:
+        return skipped(CHECK, C, name, "no delays table (see the table check)")
+    except AzureError as exc:
+        raise translate(exc, f"reading table {name}") from exc
     layout = read_layout(table)
     if layout is None:
         return failed(
