@@ -30,6 +30,8 @@ CURSOR = "cursor"
 EVENT_DISPATCHED = "dispatched"
 EVENT_DUPLICATE = "already_removed"
 EVENT_SUPERSEDED = "superseded"
+#: A fetched message not sent because its claim had (nearly) run out: another dispatcher may have it now.
+EVENT_CLAIM_RAN_OUT = "claim_ran_out"
 EVENT_RETRY = "dispatch_failed"
 EVENT_ERROR_QUEUE = "moved_to_error_queue"
 EVENT_STORED = "stored"

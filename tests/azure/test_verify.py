@@ -266,3 +266,22 @@ def test_a_refused_key_is_one_json_document_and_exit_3(
     )
     result = runner.invoke(app, ["azure", "verify", "--local"])  # without --json: one line, the same exit
     assert result.exit_code == 3 and result.stdout == "" and "refused the credential" in result.stderr
+
+
+def test_the_shard_count_is_compared_with_the_partitions_in_use(running: str, azurite: Azurite) -> None:
+    from delayed_delivery.azure.table_store import TableDelayedMessageStore
+    from delayed_delivery.model import DelayedMessage
+
+    code, document, _ = _verify("--local")
+    check = {c["check"]: c for c in document["checks"]}["shard-count"]
+    assert check["status"] == "pass" and "1 shard(s) recorded" in check["evidence"], check
+    # a sender set to 4 shards by a version that did not check: rows land in partitions no dispatcher reads
+    stray = TableDelayedMessageStore.from_connection_string(
+        azurite.connection_string, azure_delays_table_name(running), shards=4
+    )
+    due = datetime.now(UTC) + timedelta(days=30)
+    stray.store_many([DelayedMessage(f"m-{i}", "orders", b"x", due) for i in range(12)])
+    code, document, _ = _verify("--local")
+    failure = _checks(document, "fail")["shard-count"]
+    assert code == 1 and "past the 1 shard(s) the table records: no dispatcher reads them" in failure["evidence"]
+    assert "azure reshard --endpoint <endpoint> --local --to 1" in failure["fix"], failure

@@ -30,6 +30,7 @@ from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError
 
 if TYPE_CHECKING:
     from delayed_delivery.aws.tier.relocate import ScanProgress
+    from delayed_delivery.azure.table_store import TableDelayedMessageStore
 
 __all__ = ["AzureTableRoute"]
 
@@ -41,7 +42,6 @@ class AzureTableRoute:
 
     def __init__(self, options: CloudOptions) -> None:
         from delayed_delivery.azure.config import ENV_CONNECTION, ENV_ENDPOINT, AzureClients, AzureDelayedDeliveryConfig
-        from delayed_delivery.azure.table_store import TableDelayedMessageStore
 
         env = dict(os.environ)
         connection = azure_connection(options.connection_string, options.local)
@@ -55,11 +55,19 @@ class AzureTableRoute:
         self.endpoint = env[ENV_ENDPOINT] = require_endpoint(options.endpoint)
         self.config = AzureDelayedDeliveryConfig.from_env(env)
         self.clients = AzureClients.create(self.config, fail_fast=True)
-        self.store = TableDelayedMessageStore(
-            self.clients.tables.get_table_client(self.config.table_name),
-            shards=self.config.shards,
-            claim_timeout=self.config.claim_timeout,
-        )
+        self._store: TableDelayedMessageStore | None = None
+
+    @property
+    def store(self) -> TableDelayedMessageStore:
+        """The endpoint's delays table, with the shard count it records (read on first use)."""
+        from delayed_delivery.azure.layout import resolve_shards
+        from delayed_delivery.azure.table_store import TableDelayedMessageStore
+
+        if self._store is None:
+            table = self.clients.tables.get_table_client(self.config.table_name)
+            shards = resolve_shards(table, self.config.shards, configured=self.config.shards_configured)
+            self._store = TableDelayedMessageStore(table, shards=shards, claim_timeout=self.config.claim_timeout)
+        return self._store
 
     def _check_queue(self, name: str) -> None:
         from azure.core.exceptions import AzureError, ResourceNotFoundError
@@ -135,6 +143,7 @@ class AzureTableRoute:
         from delayed_delivery.azure.sdk_errors import translate
 
         refuse_sqs_options(queue=queue)
+        _ = self.store  # a process set to another shard count than the table's is refused, as for every command
         buckets: Counter[datetime] = Counter()
         earliest: datetime | None = None
         total = claimed = 0
