@@ -69,8 +69,13 @@ class ScheduleDefinition:
         self.recurrence()  # refuses what cannot be evaluated, in one line
 
     def recurrence(self) -> Recurrence:
-        """The evaluator (a rate's anchor is ``start``); one per distinct definition, built once and shared."""
-        return _recurrence(self.expression, self.zone, self.dst, self.day_match, self.start)
+        """The evaluator (a rate's anchor is ``start``); one per distinct definition, built once and shared.
+
+        Only a rate depends on its anchor: cron and ``at`` schedules created at different times share one evaluator
+        (100,000 schedules of ``0 9 * * *`` in five zones build five).
+        """
+        rate = self.expression.lstrip()[:4].lower() == "rate"
+        return _recurrence(self.expression, self.zone, self.dst, self.day_match, self.start if rate else None)
 
     def document(self) -> dict[str, Any]:
         """The definition as its JSON document (version ``DEFINITION_VERSION``)."""
@@ -92,7 +97,7 @@ class ScheduleDefinition:
 
 
 @lru_cache(maxsize=4096)
-def _recurrence(expression: str, zone: str, dst: str, day_match: DayMatch, start: datetime) -> Recurrence:
+def _recurrence(expression: str, zone: str, dst: str, day_match: DayMatch, start: datetime | None) -> Recurrence:
     """A compiled evaluator (immutable once built: its day sets are remembered under a lock-free cache)."""
     return Recurrence(expression, zone, dst=dst, day_match=day_match, anchor=start)
 
