@@ -4,7 +4,7 @@ The lease item (``layout``: ``pk = "lease#NN"``, ``sk = "lease"``) holds ``owner
 it is one conditional ``UpdateItem`` (free, expired, or already ours) returning the old item, which tells whether the
 last timer pass on the shard finished (``pass_done``) and, if not, the ``pass_now`` it planned with: the next timer
 replays that pass as planned (the same occurrences, the same new pages), so a crash anywhere in a pass converges. A
-timer records its pass (``begin``) before its first send, and ``finish`` marks it done and frees the lease.
+timer records its pass with its first batch (before its first send), and ``finish`` marks it done and frees the lease.
 
 Within a pass, the timer consumes due pages in *batches* and journals each batch in the lease item before its first
 send (``pass_pages``: the pages' keys, ``pass_written``: whether the advanced entries are written). A replay finds
@@ -33,7 +33,7 @@ from .table import translate
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["ACQUIRE", "BEGIN", "FINISH", "JOURNAL", "RELEASE", "WRITTEN", "Held", "ShardLeases"]
+__all__ = ["ACQUIRE", "BEGIN", "BEGIN_JOURNAL", "FINISH", "JOURNAL", "RELEASE", "WRITTEN", "Held", "ShardLeases"]
 
 #: The update expressions (a fake DynamoDB in the benchmarks answers exactly these).
 ACQUIRE = "SET #o = :o, #u = :u"
@@ -41,6 +41,8 @@ ACQUIRE_IF = "attribute_not_exists(#u) OR #u < :now OR #o = :o"
 BEGIN = "SET pass_now = :p, pass_done = :f"
 FINISH = "SET pass_done = :t, #u = :zero REMOVE pass_pages, pass_written"
 JOURNAL = "SET pass_pages = :b, pass_written = :f"
+#: The first batch of a pass records the pass too (an idle pass writes nothing but its lease).
+BEGIN_JOURNAL = "SET pass_now = :p, pass_done = :f, pass_pages = :b, pass_written = :f"
 WRITTEN = "SET pass_written = :t"
 RELEASE = "SET #u = :zero"
 OWNED = "#o = :o"
@@ -126,10 +128,15 @@ class ShardLeases:
         """Record the pass about to start (planned at ``now``), before its first send."""
         self._owned(held, BEGIN, {":p": {"N": str(micros(now))}, ":f": {"BOOL": False}}, "recording a pass")
 
-    def journal(self, held: Held, pages: list[str]) -> None:
-        """Record the batch of due pages about to be consumed (before its first send)."""
-        values = {":b": {"L": [{"S": k} for k in pages]}, ":f": {"BOOL": False}}
-        self._owned(held, JOURNAL, values, "recording a batch")
+    def journal(self, held: Held, pages: list[str], begin: datetime | None = None) -> None:
+        """Record the batch of due pages about to be consumed (before its first send); ``begin``: the ``now`` of
+        the pass it is the first batch of (recorded with it)."""
+        values: dict[str, Any] = {":b": {"L": [{"S": k} for k in pages]}, ":f": {"BOOL": False}}
+        if begin is None:
+            self._owned(held, JOURNAL, values, "recording a batch")
+            return
+        values[":p"] = {"N": str(micros(begin))}
+        self._owned(held, BEGIN_JOURNAL, values, "recording a pass and its batch")
 
     def written(self, held: Held) -> None:
         """The batch's advanced entries are written: a replay only deletes its pages."""

@@ -3,7 +3,8 @@
 A run takes each shard's lease (``lease.py``; shards side by side, ``shard_threads`` at a time) and makes one *pass*:
 
 1. The pass plans with ``now`` (or, when the last pass on the shard did not finish, with that pass's ``now``: it is
-   replayed as planned) and records it before its first send. Its horizon is the end of the minute holding
+   replayed as planned) and records it with its first batch, before its first send (an idle pass writes only its
+   lease). Its horizon is the end of the minute holding
    ``now + lead``: it reads the due pages of earlier minutes only (``sk < horizon``), in key order, and consumes
    them in *batches* of at most ``BATCH_ENTRIES`` entries, each journaled in the lease item before its first send.
 2. Per batch: the rows of its entries (eventually consistent, the ``rev`` checked; strongly consistent in a
@@ -174,17 +175,17 @@ class ScheduleTimer:
             return result
         now = held.unfinished or self.clock.now()
         horizon = minute_of_key(minute_key(now + self.lead)) + timedelta(minutes=1)
+        begun = held.unfinished is not None  # a replayed pass is recorded already; a new one with its first batch
         try:
             if held.unfinished is not None:
                 result.passes_replayed = 1
                 self._replay(held, now, horizon, result)
-            else:
-                self.store.leases.begin(held, now)
             for batch in _batches(self.store.pages(shard, minute_key(horizon))):
                 if self._out_of_time(held, deadline):
                     result.passes_unfinished = 1
                     break
-                self._batch(held, batch, now, horizon, result, consistent=False)
+                self._batch(held, batch, now, horizon, result, consistent=False, begin=None if begun else now)
+                begun = True
         except Exception as exc:  # the pass is left unfinished: the next timer replays it as planned
             result.failures += 1
             _log.warning(
@@ -233,10 +234,11 @@ class ScheduleTimer:
         *,
         consistent: bool,
         journaled: bool = False,
+        begin: datetime | None = None,
     ) -> None:
         """Journal, plan, send, settle, write the advanced entries into their pages, delete the batch's pages."""
         if not journaled:
-            self.store.leases.journal(held, [p.sk for p in pages])
+            self.store.leases.journal(held, [p.sk for p in pages], begin)
         result.pages += len(pages)
         entries: dict[str, Entry] = {}
         for page in pages:
