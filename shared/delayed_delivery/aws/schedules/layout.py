@@ -10,11 +10,12 @@ kinds of item:
   microseconds).
 * **due page**, ``pk = "due#NN"``, ``sk = "<minute>#<tag>"`` (``<minute>``: 12-digit epoch seconds of a UTC minute):
   the due index. ``e`` holds, per schedule, an *entry*: its cursor and counters since the row's write, as the JSON
-  array ``[rev, ver, cur, nxt, fired, missed, last]`` (optionally an 8th field: ``skipped_paused`` occurrences to
-  report as a metric). A schedule's entry sits in the page of the minute its next occurrence fires in, and moves
-  when the timer fires it: the timer writes the entries of a page it consumed into new pages (one per target
-  minute, packed) and deletes it, so the timer queries only what is due (``sk < <horizon minute>``) and one write
-  carries many schedules. ``g`` is the page's generation (a page rewritten with the entries it kept has ``g + 1``).
+  array ``[rev, ver, cur, nxt, fired, missed]`` (``Entry``: instants in epoch seconds; ``last`` and a
+  ``skipped_paused`` count to report may follow). A schedule's entry sits in the page of the minute its next
+  occurrence fires in, and moves when the timer fires it: the timer writes the entries of the pages it consumed into
+  new pages (one per target minute, packed) and deletes them, so the timer queries only what is due
+  (``sk < <horizon minute>``) and one write carries many schedules. ``g`` is the page's generation (an operator's
+  write rewrites a page without the schedule's old entry, ``g + 1``).
 * **lease**, ``pk = "lease#NN"``, ``sk = "lease"``: who works on the shard (``owner``, ``until`` epoch ms) and the
   timer's pass in progress (``pass_now`` epoch µs, ``pass_done``, the batch ``pass_pages`` / ``pass_written``),
   replayed as planned after a crash.
@@ -129,9 +130,36 @@ def minute_of_key(sk: str) -> datetime:
     return _EPOCH + timedelta(seconds=int(head))
 
 
+def _compact(at: datetime | None) -> int | list[int] | None:
+    """An instant in an entry: epoch seconds, or ``[seconds, microseconds]`` when it has a fraction."""
+    if at is None:
+        return None
+    us = micros(at)
+    assert us is not None
+    seconds, fraction = divmod(us, 1_000_000)
+    return seconds if not fraction else [seconds, fraction]
+
+
+def _expanded(value: object) -> datetime | None:
+    """The instant ``_compact`` wrote; ``ValueError`` for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                            for v in value) and 0 <= value[1] < 1_000_000:  # fmt: skip
+        return instant(value[0] * 1_000_000 + value[1])
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"an entry's instant is epoch seconds or [seconds, microseconds], not {value!r}")
+    return instant(value * 1_000_000)
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """A schedule's state in the due index since its row's write ``rev``."""
+    """A schedule's state in the due index since its row's write ``rev``.
+
+    As JSON: ``[rev, version, cursor, next_at, fired, missed]``, then optionally ``last_fired`` (left out, or
+    ``true``, when it is the cursor, as after every occurrence fired; ``false`` for none) and ``skipped_report``;
+    instants as epoch seconds, or ``[seconds, microseconds]`` when they have a fraction (a cursor a pause set).
+    """
 
     rev: int
     version: int
@@ -143,23 +171,31 @@ class Entry:
     #: Occurrences a resume counted ``skipped_paused``, for the timer to report once as a metric.
     skipped_report: int = 0
 
-    def encoded(self) -> list[int | None]:
+    def encoded(self) -> list[object]:
         """The JSON array form."""
-        out = [self.rev, self.version, micros(self.cursor), micros(self.next_at), self.fired, self.missed,
-               micros(self.last_fired)]  # fmt: skip
-        return [*out, self.skipped_report] if self.skipped_report else out
+        out: list[object] = [self.rev, self.version, _compact(self.cursor), _compact(self.next_at), self.fired,
+                             self.missed]  # fmt: skip
+        if self.skipped_report or self.last_fired != self.cursor:
+            same = self.last_fired == self.cursor
+            out.append(True if same else (False if self.last_fired is None else _compact(self.last_fired)))
+        if self.skipped_report:
+            out.append(self.skipped_report)
+        return out
 
     @classmethod
     def decoded(cls, value: object) -> Entry:
         """From the JSON array; ``ValueError`` when it is not one this reads."""
-        if not isinstance(value, list) or len(value) not in (7, 8):
-            raise ValueError("an entry is an array of 7 or 8 values")
-        rev, ver, cur, nxt, fired, missed, last = value[:7]
+        if not isinstance(value, list) or not 6 <= len(value) <= 8:
+            raise ValueError("an entry is an array of 6 to 8 values")
+        rev, ver, cur, nxt, fired, missed = value[:6]
         report = value[7] if len(value) == 8 else 0
         for n in (rev, ver, fired, missed, report):
             if isinstance(n, bool) or not isinstance(n, int) or n < 0:
                 raise ValueError(f"an entry's counts are whole numbers, not {n!r}")
-        return cls(rev, ver, instant(cur), instant(nxt), fired, missed, instant(last), report)
+        cursor = _expanded(cur)
+        tail = value[6] if len(value) > 6 else True
+        last = cursor if tail is True else None if tail is False else _expanded(tail)
+        return cls(rev, ver, cursor, _expanded(nxt), fired, missed, last, report)
 
 
 def entry_of(schedule: Schedule, rev: int, *, skipped_report: int = 0) -> Entry:

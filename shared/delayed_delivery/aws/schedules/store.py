@@ -6,8 +6,8 @@ transaction: the row with a new ``rev``, a fresh entry in a page of its own when
 page that held an older entry of it rewritten without that entry. So outside an unfinished timer pass the due pages
 hold live entries only, one per active schedule, and the timer can read rows with eventually consistent reads
 (checking the ``rev``). ``replace`` and ``delete`` hold the shard's lease, so they never interleave with a timer
-pass (which advances entries without touching rows). A created schedule's first ``rev`` is the epoch microsecond of
-its creation, so a schedule created again under a deleted one's id shares no ``rev`` with it.
+pass (which advances entries without touching rows). ``delete`` removes the entries with the row, so a schedule
+created again under a deleted one's id (``rev`` 1 again) finds none of the old one's.
 
 ``get`` reads the row and the shard's due pages (the entry may be in any of them): about ``schedules / 16 × 90``
 bytes a call. ``due`` finds schedules by the minute their next occurrence *fires* in (jitter included), so a
@@ -39,7 +39,6 @@ from .layout import (
     due_pk,
     entry_of,
     merged,
-    micros,
     minute_key,
     page_item,
     page_of_item,
@@ -273,8 +272,8 @@ class DynamoDbScheduleStore(ScheduleStore):
         """One transaction: the row (``schedule``, or deleted when None) if still at ``expected_rev`` (None: new),
         a fresh entry when active, and (``copies``) every page holding an older entry rewritten without it."""
         shard = shard_of(schedule_id)
-        if expected_rev is None:
-            rev = max(1, micros(self.clock.now()) or 1)
+        if expected_rev is None:  # a deleted schedule's entries went with it: a new one starts at 1
+            rev = 1
             condition, values = "attribute_not_exists(pk)", None
         else:
             rev, condition = expected_rev + 1, "rev = :r"
