@@ -180,3 +180,17 @@ def test_on_aws_the_timer_sends_and_pause_says_sqs_cannot_withdraw(
     assert paused.exit_code == 0 and "SQS cannot withdraw" in paused.stderr
     listed = ok_json("schedule", "list", *aws)
     assert [(s["id"], s["state"]) for s in listed["schedules"]] == [("m", "paused")]
+    began = start - timedelta(minutes=10)
+    assert run("schedule", "create", "c", "* * * * *", "--to", "reports", "--body", "history", "--start",
+               began.isoformat(), *aws).exit_code == 0  # fmt: skip
+    back = ok_json("schedule", "backfill", "c", "--from", (began - timedelta(minutes=5)).isoformat(), "--to",
+                   began.isoformat(), *aws)  # fmt: skip
+    assert len(back["written"]) == 5 and back["not_sent"] == []  # before its start: sent now, on SQS
+    url = sqs.get_queue_url(QueueName="reports")["QueueUrl"]
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=5, MessageAttributeNames=["All"])
+    ids = {
+        m["MessageAttributes"]["DelayedDelivery.Occurrence"]["StringValue"]
+        for m in got.get("Messages", [])
+        if m["MessageAttributes"]["DelayedDelivery.ScheduleId"]["StringValue"] == "c"
+    }
+    assert ids and all(i < began.strftime("%Y-%m-%dT%H:%M:%SZ") for i in ids)

@@ -286,11 +286,14 @@ class _SqsBackfill:
         sender = self.route.sender()
         store = self.route.store
         left = list(self.held)
+        schedules: dict[str, Schedule | None] = {}  # read once (a backfill is one schedule's)
         for attempt in range(5):
             outgoing = []
             for m in left:
                 sid, nominal = parse_occurrence_id(m.message_id)
-                schedule = store.get(sid)
+                if sid not in schedules:
+                    schedules[sid] = store.get(sid)
+                schedule = schedules[sid]
                 if schedule is None:
                     continue
                 occurrence = Occurrence(m.message_id, nominal, m.due_at, nominal)
