@@ -15,6 +15,7 @@ its limit, decided once).
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -176,9 +177,20 @@ class Materializer:
         definition = schedule.definition
         recurrence = definition.recurrence()
         missed = _Missed(schedule.schedule_id)
-        late = split_late(self._after_cursor(schedule, recurrence, now), now, definition.catch_up, missed)
         bound = until if until is not None else now + self.lead
-        ahead = self._after_cursor(schedule, recurrence, None if by_fire else bound, after=now)
+        # one walk from the cursor: the occurrences up to now go through catch-up, the walk goes on with the rest
+        stream = self._after_cursor(schedule, recurrence, None if by_fire else max(bound, now))
+        first_ahead: list[Fire] = []
+
+        def up_to_now() -> Iterator[Fire]:
+            for fire in stream:
+                if fire.nominal > now:
+                    first_ahead.append(fire)
+                    return
+                yield fire
+
+        late = split_late(up_to_now(), now, definition.catch_up, missed)
+        ahead = itertools.chain(first_ahead, stream)
         fires: list[Fire] = list(late)  # at most the catch-up limit
         nxt = next(ahead, None)
         occurrences: list[Occurrence] = []
@@ -197,9 +209,15 @@ class Materializer:
             nxt = following
         decided = [f.nominal for f in fires[-1:]] + ([missed.last] if missed.last else [])
         cursor = max(decided) if decided else schedule.cursor
+        if nxt is not None:  # the first occurrence after the cursor (not chosen)
+            next_at: datetime | None = nxt.nominal
+        elif by_fire:  # the walk was bounded by the end only: none is left
+            next_at = None
+        else:
+            next_at = schedule.following(recurrence, cursor)
         updated = schedule.next_version(
             cursor=cursor,
-            next_at=schedule.following(recurrence, cursor),
+            next_at=next_at,
             fired=schedule.fired + len(occurrences),
             missed=schedule.missed + missed.count,
             last_fired=fires[-1].nominal if fires else schedule.last_fired,

@@ -109,6 +109,15 @@ class ShardLeases:
         written = bool(old.get("pass_written", {}).get("BOOL", False))
         return Held(shard, owner, until, instant(int(planned)), batch, written)
 
+    def unfinished(self, shard: int) -> bool:
+        """Whether the shard's last pass did not finish (one eventually consistent read, no write)."""
+        try:
+            reply = self.client.get_item(TableName=self.table, Key=self._key(shard))
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, f"reading the lease of schedule shard {shard}", self.table) from exc
+        item = reply.get("Item", {})
+        return item.get("pass_done", {}).get("BOOL", True) is False and "pass_now" in item
+
     def wait(self, shard: int, owner: str, seconds: float) -> Held:
         """Take the lease, waiting up to ``seconds`` for its holder (an operator's write); ``TransientError`` else."""
         deadline = self.clock.now().timestamp() + seconds

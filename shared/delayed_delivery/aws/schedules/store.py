@@ -219,6 +219,21 @@ class DynamoDbScheduleStore(ScheduleStore):
                 return
             kwargs = {"ExclusiveStartKey": last}
 
+    def any_page(self, shard: int, before: str) -> bool:
+        """Whether the shard has a due page with a key before ``before`` (one strongly consistent query, 1 item)."""
+        try:
+            reply = self.client.query(
+                TableName=self.table,
+                KeyConditionExpression="pk = :p AND sk < :b",
+                ExpressionAttributeValues={":p": {"S": due_pk(shard)}, ":b": {"S": before}},
+                ProjectionExpression="pk",
+                ConsistentRead=True,
+                Limit=1,
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, f"reading the due pages of schedule shard {shard}", self.table) from exc
+        return bool(reply.get("Items"))
+
     def entries(self, shard: int, ids: Collection[str]) -> dict[str, Entry]:
         """The newest entry of each of ``ids`` (by row write, then version) in the shard's due pages."""
         wanted = set(ids)

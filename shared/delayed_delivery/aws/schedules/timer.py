@@ -79,6 +79,7 @@ class TimerResult:
     """What one run did (summed over its shards)."""
 
     shards: int = 0
+    shards_idle: int = 0
     shards_skipped_leased: int = 0
     passes_replayed: int = 0
     passes_unfinished: int = 0
@@ -167,8 +168,13 @@ class ScheduleTimer:
         return result
 
     def run_shard(self, shard: int, deadline: float | None = None) -> TimerResult:
-        """One pass over one shard, under its lease (skipped when another timer holds it)."""
+        """One pass over one shard, under its lease (skipped when another timer holds it; nothing due and the last
+        pass finished: two reads and no write, not even the lease)."""
         result = TimerResult(shards=1)
+        soon = minute_of_key(minute_key(self.clock.now() + self.lead)) + timedelta(minutes=1)
+        if not self.store.leases.unfinished(shard) and not self.store.any_page(shard, minute_key(soon)):
+            result.shards_idle = 1
+            return result
         held = self.store.leases.acquire(shard, self.owner)
         if held is None:
             result.shards_skipped_leased = 1
