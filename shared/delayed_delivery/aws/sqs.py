@@ -412,3 +412,21 @@ def send_batches(
         for failed in reply.get("Failed", []):
             results[failed["Id"]] = EntryResult(failed["Id"], error=_entry_error(failed, what))
     return results
+
+
+def send_batches_side_by_side(
+    client: SQSClient, url: str, entries: list[SendMessageBatchRequestEntryTypeDef], *, what: str, threads: int
+) -> dict[str, EntryResult]:
+    """``send_batches``, cut into up to ``threads`` runs of whole batches sent side by side."""
+    runs = min(max(1, threads), -(-len(entries) // MAX_BATCH_ENTRIES))
+    if runs <= 1:
+        return send_batches(client, url, entries, what=what)
+    per = -(-len(entries) // runs // MAX_BATCH_ENTRIES) * MAX_BATCH_ENTRIES
+    cuts = [entries[start : start + per] for start in range(0, len(entries), per)]
+    results: dict[str, EntryResult] = {}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(cuts), thread_name_prefix="dd-send") as pool:
+        for part in pool.map(lambda cut: send_batches(client, url, cut, what=what), cuts):
+            results.update(part)
+    return results

@@ -20,7 +20,7 @@ from psycopg import sql
 
 from ..clock import utc
 from ..model import Headers
-from ..schedules.model import MessageTemplate, Schedule, ScheduleState, definition_from_document
+from ..schedules.model import MessageTemplate, Schedule, ScheduleState, columns, definition_from_document
 from ..schedules.ports import ScheduleExistsError, ScheduleStore
 from .connection import ConnectionSet, validate_identifier
 
@@ -100,23 +100,7 @@ class PostgresScheduleStore(ScheduleStore):
 
     @staticmethod
     def _row(s: Schedule) -> tuple[object, ...]:
-        t = s.template
-        return (
-            s.schedule_id,
-            json.dumps(s.definition.document(), sort_keys=True),
-            t.destination,
-            t.body,
-            t.headers_json(),
-            str(s.state),
-            s.cursor,
-            s.next_at,
-            s.version,
-            s.fired,
-            s.missed,
-            s.skipped_paused,
-            s.paused_at,
-            s.last_fired,
-        )
+        return columns(s, lambda instant: instant)
 
     @staticmethod
     def _schedule(row: Sequence[Any]) -> Schedule:

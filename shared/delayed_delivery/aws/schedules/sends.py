@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -29,10 +28,9 @@ from ...headers import BODY_ENCODING, FAILED_AT, FAILURE_REASON, OCCURRENCE, ORI
 from ...schedules.model import Schedule
 from ...schedules.occurrences import Occurrence, utc_text
 from ..errorqueue import REDUCED_MAX_BYTES, reduced_body, sqs_safe
-from ..release_calendar import ReleaseCalendar
+from ..release_calendar import ReleaseCalendar, apply_placements
 from ..sqs import (
     MAX_ATTRIBUTES,
-    MAX_BATCH_ENTRIES,
     EntryResult,
     QueueDirectory,
     SendVerdict,
@@ -40,6 +38,7 @@ from ..sqs import (
     message_size,
     normalize_attributes,
     send_batches,
+    send_batches_side_by_side,
     sqs_text_problem,
 )
 
@@ -239,9 +238,8 @@ class OccurrenceSender:
     ) -> dict[str, float]:
         """Release control: each capped entry's ``DelaySeconds`` set to its slot, in place; no slot within 900 s
         (or the calendar unreachable): not sent this pass (``RETRY``). Returns each placed entry's release lag."""
-        lags: dict[str, float] = {}
         if self.release is None or not self.release.capped(destination) or not entries:
-            return lags
+            return {}
         try:
             placed = self.release.place(destination, [epoch_ms(o.occurrence.fire_at) for o in sendable],
                                         epoch_ms(now))  # fmt: skip
@@ -249,20 +247,11 @@ class OccurrenceSender:
             outcome.fates.update((o.id, Fate.RETRY) for o in sendable)
             entries.clear()
             sendable.clear()
-            return lags
-        kept: list[SendMessageBatchRequestEntryTypeDef] = []
-        kept_outgoing: list[Outgoing] = []
-        for entry, o, where in zip(entries, sendable, placed, strict=True):
-            if where is None:
-                outcome.fates[o.id] = Fate.RETRY
-                outcome.release_held += 1
-                continue
-            entry["DelaySeconds"] = where.delay_seconds
-            lags[entry["Id"]] = where.lag
-            kept.append(entry)
-            kept_outgoing.append(o)
-        entries[:] = kept
-        sendable[:] = kept_outgoing
+            return {}
+        lags, held = apply_placements(entries, sendable, placed)
+        for o in held:
+            outcome.fates[o.id] = Fate.RETRY
+        outcome.release_held += len(held)
         return lags
 
     def _refused(
@@ -283,17 +272,7 @@ class OccurrenceSender:
                 outcome.fates[o.id] = Fate.RETRY
 
     def _send(self, url: str, entries: list[SendMessageBatchRequestEntryTypeDef], what: str) -> dict[str, EntryResult]:
-        """``send_batches``, in up to ``send_threads`` runs of whole batches side by side."""
-        runs = min(self.send_threads, -(-len(entries) // MAX_BATCH_ENTRIES))
-        if runs <= 1:
-            return send_batches(self.client, url, entries, what=what)
-        per = -(-len(entries) // runs // MAX_BATCH_ENTRIES) * MAX_BATCH_ENTRIES
-        cuts = [entries[start : start + per] for start in range(0, len(entries), per)]
-        results: dict[str, EntryResult] = {}
-        with ThreadPoolExecutor(max_workers=len(cuts), thread_name_prefix="dd-occ") as pool:
-            for part in pool.map(lambda cut: send_batches(self.client, url, cut, what=what), cuts):
-                results.update(part)
-        return results
+        return send_batches_side_by_side(self.client, url, entries, what=what, threads=self.send_threads)
 
     def _error_queue(self, rejected: list[tuple[Outgoing, str]], outcome: SendOutcome) -> None:
         """Send what cannot be delivered to the error queue with the reason; those it does not take: ``RETRY``."""
