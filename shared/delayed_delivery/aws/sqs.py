@@ -433,3 +433,21 @@ def send_batches(
         for entry_id in asked - results.keys():  # neither sent nor failed: unknown, so sent again (never lost)
             results[entry_id] = EntryResult(entry_id, error=TransientError(f"{what}: SQS gave no result for the entry"))
     return results
+
+
+def send_batches_side_by_side(
+    client: SQSClient, url: str, entries: list[SendMessageBatchRequestEntryTypeDef], *, what: str, threads: int
+) -> dict[str, EntryResult]:
+    """``send_batches``, cut into up to ``threads`` runs of whole batches sent side by side."""
+    runs = min(max(1, threads), -(-len(entries) // MAX_BATCH_ENTRIES))
+    if runs <= 1:
+        return send_batches(client, url, entries, what=what)
+    per = -(-len(entries) // runs // MAX_BATCH_ENTRIES) * MAX_BATCH_ENTRIES
+    cuts = [entries[start : start + per] for start in range(0, len(entries), per)]
+    results: dict[str, EntryResult] = {}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(cuts), thread_name_prefix="dd-send") as pool:
+        for part in pool.map(lambda cut: send_batches(client, url, cut, what=what), cuts):
+            results.update(part)
+    return results

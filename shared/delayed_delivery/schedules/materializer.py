@@ -15,6 +15,7 @@ its limit, decided once).
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,15 @@ from .occurrences import Occurrence, occurrence_of, utc_text
 from .ports import MessageCanceller, MessageWriter, ScheduleStore
 from .recurrence import Fire, Recurrence
 
-__all__ = ["MAX_LEAD_SECONDS", "MaterializeReport", "Materializer", "occurrence_message"]
+__all__ = [
+    "MAX_LEAD_SECONDS",
+    "MaterializeReport",
+    "Materializer",
+    "Plan",
+    "fire_time",
+    "log_decided",
+    "occurrence_message",
+]
 
 _log = logging.getLogger("delayed_delivery.schedules")
 
@@ -57,6 +66,27 @@ class MaterializeReport:
     #: Per occurrence written: its id (ordered by schedule, then nominal instant).
     ids: list[str] = field(default_factory=list)
     missed_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One schedule's decisions in one pass: what to write, what was missed, and the version to store after."""
+
+    schedule: Schedule
+    #: The occurrences to write, in order: the late ones catch-up keeps, then those ahead.
+    occurrences: tuple[Occurrence, ...]
+    #: How many of ``occurrences`` fire late (they come first).
+    late: int
+    missed: int
+    #: The first ``IDS_PER_LINE`` missed occurrence ids (for the log line).
+    missed_ids: tuple[str, ...]
+    #: ``schedule.next_version`` with the cursor, ``next_at`` and counters after this pass.
+    updated: Schedule
+    #: Occurrences decided whose instant daylight saving decided.
+    dst_adjusted: int
+    #: When the first occurrence after the new cursor fires (jitter included), if the pass computed it (None: it
+    #: did not, or none is left; ``fire_time`` computes it).
+    next_fire_at: datetime | None = None
 
 
 def occurrence_message(schedule: Schedule, occurrence: Occurrence) -> DelayedMessage:
@@ -137,29 +167,78 @@ class Materializer:
                 )
         return report
 
-    def materialize(self, schedule: Schedule, now: datetime, report: MaterializeReport) -> bool:
-        """Write one schedule's due occurrences and advance its cursor; False when another writer won."""
+    def plan(self, schedule: Schedule, now: datetime, *, until: datetime | None = None, by_fire: bool = False) -> Plan:
+        """What one pass decides for ``schedule`` at ``now``: the occurrences to write and the next version.
+
+        Occurrences at or before ``now`` go through catch-up; those after it up to ``until`` (default ``now + lead``;
+        by nominal instant, or with ``by_fire`` by fire time, jitter included) are written, at most
+        ``max_per_schedule`` of them. Nothing is written or stored here (the AWS timer commits plans its own way).
+        """
         definition = schedule.definition
         recurrence = definition.recurrence()
         missed = _Missed(schedule.schedule_id)
-        late = split_late(self._after_cursor(schedule, recurrence, now), now, definition.catch_up, missed)
-        ahead = self._after_cursor(schedule, recurrence, now + self.lead, after=now)
-        chosen: list[Fire] = list(late)  # at most the catch-up limit
-        for fire in ahead:
-            if len(chosen) >= self.max_per_schedule:
-                break  # the cursor stops here: the next pass goes on
-            chosen.append(fire)
-        written = self._write(schedule, recurrence, chosen, report)
-        decided = [f.nominal for f in chosen[-1:]] + ([missed.last] if missed.last else [])
+        bound = until if until is not None else now + self.lead
+        # one walk from the cursor: the occurrences up to now go through catch-up, the walk goes on with the rest
+        stream = self._after_cursor(schedule, recurrence, None if by_fire else max(bound, now))
+        first_ahead: list[Fire] = []
+
+        def up_to_now() -> Iterator[Fire]:
+            for fire in stream:
+                if fire.nominal > now:
+                    first_ahead.append(fire)
+                    return
+                yield fire
+
+        late = split_late(up_to_now(), now, definition.catch_up, missed)
+        ahead = itertools.chain(first_ahead, stream)
+        fires: list[Fire] = list(late)  # at most the catch-up limit
+        nxt = next(ahead, None)
+        occurrences: list[Occurrence] = []
+        for i, fire in enumerate(fires):
+            following = fires[i + 1] if i + 1 < len(fires) else nxt
+            occurrences.append(self._occurrence(schedule, fire, following, recurrence))
+        next_fire: Occurrence | None = None
+        while nxt is not None:
+            following = next(ahead, None)
+            occurrence = self._occurrence(schedule, nxt, following, recurrence)
+            if len(occurrences) >= self.max_per_schedule or (by_fire and occurrence.fire_at > bound):
+                next_fire = occurrence  # the cursor stops before it
+                break
+            occurrences.append(occurrence)
+            fires.append(nxt)
+            nxt = following
+        decided = [f.nominal for f in fires[-1:]] + ([missed.last] if missed.last else [])
         cursor = max(decided) if decided else schedule.cursor
+        if nxt is not None:  # the first occurrence after the cursor (not chosen)
+            next_at: datetime | None = nxt.nominal
+        elif by_fire:  # the walk was bounded by the end only: none is left
+            next_at = None
+        else:
+            next_at = schedule.following(recurrence, cursor)
         updated = schedule.next_version(
             cursor=cursor,
-            next_at=schedule.following(recurrence, cursor),
-            fired=schedule.fired + len(written),
+            next_at=next_at,
+            fired=schedule.fired + len(occurrences),
             missed=schedule.missed + missed.count,
-            last_fired=chosen[-1].nominal if chosen else schedule.last_fired,
+            last_fired=fires[-1].nominal if fires else schedule.last_fired,
         )
-        if not self.schedules.replace(updated, schedule.version):
+        adjusted = sum(1 for f in fires if f.note is not None)
+        return Plan(
+            schedule,
+            tuple(occurrences),
+            len(late),
+            missed.count,
+            tuple(missed.ids),
+            updated,
+            adjusted,
+            next_fire.fire_at if next_fire is not None else None,
+        )
+
+    def materialize(self, schedule: Schedule, now: datetime, report: MaterializeReport) -> bool:
+        """Write one schedule's due occurrences and advance its cursor; False when another writer won."""
+        plan = self.plan(schedule, now)
+        written = self._write(schedule, plan.occurrences, report)
+        if not self.schedules.replace(plan.updated, schedule.version):
             report.lost_races += 1
             _log.info(
                 "another writer changed this schedule first (a second timer: the same messages; a pause or a "
@@ -170,32 +249,24 @@ class Materializer:
             return False
         report.ids.extend(written)
         report.written += len(written)
-        report.fired_late += len(late)
-        report.dst_adjusted += sum(1 for f in chosen if f.note is not None)
-        self._log_missed(missed, report)
-        if chosen:
-            _log.info(
-                "occurrences written as delayed messages",
-                extra={
-                    lf.EVENT: lf.EVENT_SCHEDULE_MATERIALIZED,
-                    lf.SCHEDULE_ID: schedule.schedule_id,
-                    lf.COUNT: len(chosen),
-                    lf.CURSOR: utc_text(cursor) if cursor else None,
-                },
-            )
+        report.fired_late += plan.late
+        report.dst_adjusted += plan.dst_adjusted
+        log_decided(plan, report)
         return True
 
     def _after_cursor(
-        self, schedule: Schedule, recurrence: Recurrence, until: datetime, after: datetime | None = None
+        self, schedule: Schedule, recurrence: Recurrence, until: datetime | None, after: datetime | None = None
     ) -> Iterator[Fire]:
-        """Occurrences after the cursor (and after ``after``), at or before ``until``, before the end."""
+        """Occurrences after the cursor (and after ``after``), at or before ``until`` (None: any), before the end."""
         begin = schedule.definition.start
         for bound in (schedule.cursor, after):
             if bound is not None and bound + timedelta(microseconds=1) > begin:
                 begin = bound + timedelta(microseconds=1)
-        stop = until + timedelta(microseconds=1)
+        stop = None if until is None else until + timedelta(microseconds=1)
         if schedule.definition.end is not None:
-            stop = min(stop, schedule.definition.end)
+            stop = schedule.definition.end if stop is None else min(stop, schedule.definition.end)
+        if stop is not None and stop <= begin:
+            return iter(())
         return recurrence.fires(begin, stop)
 
     def _withdraw(self, schedule_id: str, written: Sequence[str]) -> None:
@@ -212,14 +283,17 @@ class Materializer:
                     extra={lf.EVENT: lf.EVENT_SCHEDULE_FAILED, lf.MESSAGE_ID: message_id, lf.REASON: repr(exc)},
                 )
 
-    def _write(
-        self, schedule: Schedule, recurrence: Recurrence, fires: Sequence[Fire], report: MaterializeReport
-    ) -> list[str]:
-        """Write each chosen occurrence (their ids); an id pending with other content (an edited schedule) is left."""
+    @staticmethod
+    def _occurrence(schedule: Schedule, fire: Fire, following: Fire | None, recurrence: Recurrence) -> Occurrence:
+        """``fire`` as an occurrence of ``schedule`` (``following``: the next one, for the jitter's cap)."""
+        if following is None:
+            following = recurrence.after(fire.nominal)
+        return occurrence_of(fire, following, schedule.schedule_id, schedule.definition.jitter_seconds)
+
+    def _write(self, schedule: Schedule, occurrences: Sequence[Occurrence], report: MaterializeReport) -> list[str]:
+        """Write each occurrence (their ids); an id pending with other content (an edited schedule) is left."""
         written: list[str] = []
-        for i, fire in enumerate(fires):  # consecutive occurrences: the kept late ones, then those ahead
-            following = fires[i + 1] if i + 1 < len(fires) else recurrence.after(fire.nominal)
-            occurrence = occurrence_of(fire, following, schedule.schedule_id, schedule.definition.jitter_seconds)
+        for occurrence in occurrences:
             try:
                 self.messages.store(occurrence_message(schedule, occurrence))
             except MessageIdConflictError:
@@ -229,18 +303,40 @@ class Materializer:
             written.append(occurrence.id)
         return written
 
-    @staticmethod
-    def _log_missed(missed: _Missed, report: MaterializeReport) -> None:
-        if not missed.count:
-            return
-        report.missed += missed.count
-        report.missed_ids.extend(missed.ids)
+
+def fire_time(schedule: Schedule, nominal: datetime) -> datetime:
+    """When the occurrence of ``schedule`` at ``nominal`` fires: nominal plus its jitter (capped by the next one)."""
+    recurrence = schedule.definition.recurrence()
+    jitter = schedule.definition.jitter_seconds
+    if not jitter:
+        return nominal
+    following = recurrence.after(nominal)
+    return occurrence_of(Fire(nominal, nominal), following, schedule.schedule_id, jitter).fire_at
+
+
+def log_decided(plan: Plan, report: MaterializeReport) -> None:
+    """Count a committed plan's missed occurrences in ``report`` and log them (ids) and what was written."""
+    schedule_id = plan.schedule.schedule_id
+    if plan.missed:
+        report.missed += plan.missed
+        report.missed_ids.extend(plan.missed_ids)
         _log.warning(
             "occurrences missed while the timer was down, recorded as missed (catch-up policy)",
             extra={
                 lf.EVENT: lf.EVENT_SCHEDULE_MISSED,
-                lf.SCHEDULE_ID: missed.schedule_id,
-                lf.COUNT: missed.count,
-                lf.OCCURRENCE_IDS: missed.ids,
+                lf.SCHEDULE_ID: schedule_id,
+                lf.COUNT: plan.missed,
+                lf.OCCURRENCE_IDS: list(plan.missed_ids),
+            },
+        )
+    if plan.occurrences:
+        cursor = plan.updated.cursor
+        _log.info(
+            "occurrences written as delayed messages",
+            extra={
+                lf.EVENT: lf.EVENT_SCHEDULE_MATERIALIZED,
+                lf.SCHEDULE_ID: schedule_id,
+                lf.COUNT: len(plan.occurrences),
+                lf.CURSOR: utc_text(cursor) if cursor else None,
             },
         )

@@ -10,7 +10,7 @@ The definition travels as a versioned JSON document (``definition_document``), t
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -28,7 +28,14 @@ from .dst import AUTO, parse_dst
 from .occurrences import MAX_JITTER_SECONDS, check_schedule_id, utc_text
 from .recurrence import Recurrence
 
-__all__ = ["MessageTemplate", "Schedule", "ScheduleDefinition", "ScheduleState", "definition_from_document"]
+__all__ = [
+    "MessageTemplate",
+    "Schedule",
+    "ScheduleDefinition",
+    "ScheduleState",
+    "columns",
+    "definition_from_document",
+]
 
 #: The version of the definition document written today (readers keep reading every older one).
 DEFINITION_VERSION = 1
@@ -69,8 +76,13 @@ class ScheduleDefinition:
         self.recurrence()  # refuses what cannot be evaluated, in one line
 
     def recurrence(self) -> Recurrence:
-        """The evaluator (a rate's anchor is ``start``); one per distinct definition, built once and shared."""
-        return _recurrence(self.expression, self.zone, self.dst, self.day_match, self.start)
+        """The evaluator (a rate's anchor is ``start``); one per distinct definition, built once and shared.
+
+        Only a rate depends on its anchor: cron and ``at`` schedules created at different times share one evaluator
+        (100,000 schedules of ``0 9 * * *`` in five zones build five).
+        """
+        rate = self.expression.lstrip()[:4].lower() == "rate"
+        return _recurrence(self.expression, self.zone, self.dst, self.day_match, self.start if rate else None)
 
     def document(self) -> dict[str, Any]:
         """The definition as its JSON document (version ``DEFINITION_VERSION``)."""
@@ -92,7 +104,7 @@ class ScheduleDefinition:
 
 
 @lru_cache(maxsize=4096)
-def _recurrence(expression: str, zone: str, dst: str, day_match: DayMatch, start: datetime) -> Recurrence:
+def _recurrence(expression: str, zone: str, dst: str, day_match: DayMatch, start: datetime | None) -> Recurrence:
     """A compiled evaluator (immutable once built: its day sets are remembered under a lock-free cache)."""
     return Recurrence(expression, zone, dst=dst, day_match=day_match, anchor=start)
 
@@ -194,3 +206,26 @@ class Schedule:
         begin = self.definition.start if cursor is None else cursor + timedelta(microseconds=1)
         first = next(iter(recurrence.fires(begin, self.definition.end)), None)
         return None if first is None else first.nominal
+
+
+def columns(s: Schedule, instant: Callable[[datetime | None], object]) -> tuple[object, ...]:
+    """What the SQL stores keep of a schedule, in their column order (``instant``: how the store keeps instants):
+    id, definition document, destination, body, headers, state, cursor, next_at, version, fired, missed,
+    skipped_paused, paused_at, last_fired."""
+    t = s.template
+    return (
+        s.schedule_id,
+        json.dumps(s.definition.document(), sort_keys=True),
+        t.destination,
+        t.body,
+        t.headers_json(),
+        str(s.state),
+        instant(s.cursor),
+        instant(s.next_at),
+        s.version,
+        s.fired,
+        s.missed,
+        s.skipped_paused,
+        instant(s.paused_at),
+        instant(s.last_fired),
+    )

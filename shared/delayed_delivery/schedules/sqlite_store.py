@@ -20,7 +20,7 @@ from typing import Any
 from ..clock import utc
 from ..errors import ConfigurationError, TransientError
 from ..model import Headers
-from .model import MessageTemplate, Schedule, ScheduleState, definition_from_document
+from .model import MessageTemplate, Schedule, ScheduleState, columns, definition_from_document
 from .ports import ScheduleExistsError, ScheduleStore
 
 __all__ = ["SqliteScheduleStore"]
@@ -90,23 +90,7 @@ class SqliteScheduleStore(ScheduleStore):
 
     @staticmethod
     def _row(s: Schedule) -> tuple[object, ...]:
-        t = s.template
-        return (
-            s.schedule_id,
-            json.dumps(s.definition.document(), sort_keys=True),
-            t.destination,
-            t.body,
-            t.headers_json(),
-            str(s.state),
-            _us(s.cursor),
-            _us(s.next_at),
-            s.version,
-            s.fired,
-            s.missed,
-            s.skipped_paused,
-            _us(s.paused_at),
-            _us(s.last_fired),
-        )
+        return columns(s, _us)
 
     @staticmethod
     def _schedule(row: Sequence[Any]) -> Schedule:

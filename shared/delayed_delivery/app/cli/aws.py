@@ -156,8 +156,15 @@ def create(
     buckets: BucketsFlag = None,
     bucket_name: BucketName = None,
     bucket_prefix: BucketPrefix = None,
+    schedule_table: Annotated[
+        str,
+        typer.Option(
+            envvar="DELAYED_DELIVERY_SCHEDULE_TABLE", help="DynamoDB table of recurring schedules ('' = do not create)."
+        ),
+    ] = "delayed-delivery-schedules",
 ) -> None:
-    """Create QUEUE, its -delay.fifo, the error queue and the cancellation table (emulators; CDK in the cloud).
+    """Create QUEUE, its -delay.fifo, the error queue, the cancellation and schedules tables (emulators; CDK in the
+    cloud).
 
     With --buckets (or DELAYED_DELIVERY_LONG_DELAY_ROUTE buckets/auto) also the time-bucket tier: the S3 bucket,
     the ingest queue (DELAYED_DELIVERY_BUCKET_INGEST_QUEUE) and its -dlq.
@@ -181,12 +188,18 @@ def create(
         if cancellation_table:
             table_endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint_url
             ensure_cancellation_table(cli_client("dynamodb", table_endpoint, region, local=local), cancellation_table)
+        if schedule_table:
+            from delayed_delivery.aws.schedules.table import ensure_schedule_table
+
+            table_endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint_url
+            ensure_schedule_table(cli_client("dynamodb", table_endpoint, region, local=local), schedule_table)
         if tier:
             tier_urls = create_tier(tier, endpoint_url, region, local)
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
     urls = {"input": queues.input_url, "delay": queues.delay_url, "error": queues.error_url}
-    emit_json({**urls, "cancellation_table": cancellation_table or None, **tier_urls})
+    tables = {"cancellation_table": cancellation_table or None, "schedule_table": schedule_table or None}
+    emit_json({**urls, **tables, **tier_urls})
 
 
 @aws_app.command()

@@ -276,14 +276,31 @@ def send(
     cancellable: Annotated[
         bool, typer.Option("--cancellable", help="azure: keep it in the delays table even if ≤ 7 days.")
     ] = False,
+    every: Annotated[
+        str | None,
+        typer.Option(
+            "--every",
+            help="Send it on a recurring schedule instead (cron, rate(...) or at(...)); --id "
+            "names the schedule. Shortcut of `schedule create`.",
+        ),
+    ] = None,
+    tz: Annotated[str, typer.Option("--tz", help="With --every: the schedule's IANA time zone.")] = "UTC",
 ) -> None:
-    """Send a delayed message; prints its id and the route it took.
+    """Send a delayed message; prints its id and the route it took (--every: a recurring schedule instead).
 
     Examples:
       delayed-delivery send --cloud aws --local --to orders --delay 40d --body '{"id": 1}'
       delayed-delivery send --cloud azure --local --endpoint shop --to orders --at 2027-01-31T09:00:00Z --body @o.json
       delayed-delivery send --store sqlite:///delays.db --to orders --delay 2h --body hello -H type=Reminder
+      delayed-delivery send --store sqlite:///delays.db --to reports --every '0 9 * * *' --tz Europe/Berlin --body hi
     """
+    if every is not None:
+        if delay is not None or at is not None or cancellable:
+            raise UsageError("--every makes a recurring schedule: give no --delay, --at or --cancellable with it")
+        from delayed_delivery.app.cli.schedule_ops import create_schedule
+
+        create_schedule(route, message_id, every, to, _body(body), _headers(header or []), zone=tz)
+        return
     due = _due(delay, at, sending=True)
     payload, headers = _body(body), _headers(header or [])
     result = route.open().send(

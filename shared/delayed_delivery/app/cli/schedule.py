@@ -1,5 +1,8 @@
 """``delayed-delivery schedule next|catch-up``: preview a recurring schedule without any cloud or store.
 
+The commands that act on a route (``create|list|describe|pause|resume|backfill|delete``) are in ``schedule_ops.py``
+and join this group at the end of this module.
+
 ``next`` lists the first N nominal instants at or after ``--from`` (before ``--until``) with their fire times,
 local times, occurrence ids and a note for each daylight-saving decision; ``catch-up`` shows what the timer does
 on recovery after downtime. Scripts depend on the ``--json`` shapes; a bad expression, zone or option exits 2 with
@@ -35,7 +38,8 @@ SHOWN = 20
 
 schedule_app = typer.Typer(
     name="schedule",
-    help="Recurring schedules: preview the next fires and what catch-up does (no cloud or store needed).",
+    help="Recurring schedules: create and operate them on a route (--store, --cloud aws); preview the next fires "
+    "and what catch-up does (next, catch-up: no cloud or store needed).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -206,3 +210,12 @@ def _ends(fires: tuple[Fire, ...]) -> list[Fire | None]:
 
 def _row(f: Fire, decision: str) -> tuple[str, str, str]:
     return utc_text(f.nominal), _local(f.local), decision if f.note is None else f"{decision} ({f.note})"
+
+
+def _register() -> None:
+    from delayed_delivery.app.cli.schedule_ops import register_schedule_commands
+
+    register_schedule_commands(schedule_app)
+
+
+_register()
