@@ -12,8 +12,8 @@ import pytest
 from delayed_delivery.azure import config as azure_config
 from delayed_delivery.azure import function_host
 from delayed_delivery.azure.blob_lease import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
-from delayed_delivery.azure.schedules import config as schedule_config
 from delayed_delivery.azure.destinations import DestinationPolicy, parse_patterns
+from delayed_delivery.azure.schedules import config as schedule_config
 from delayed_delivery.naming import azure_delays_table_name
 from delayed_delivery.settings import DelayedDeliverySettings
 
