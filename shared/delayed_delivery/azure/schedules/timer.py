@@ -1,10 +1,10 @@
 """The Azure schedule timer: each shard of the schedules table, under its blob lease, through the core materializer.
 
-Every minute (``function_host``), for each of the 16 shards: take the lease on the blob ``schedules-NN`` in the
-delays container (one timer at a time works on a shard; a shard leased elsewhere is skipped this run), then run the
-core ``Materializer`` over the shard's due schedules, writing each occurrence due within the lead as a row of the
-endpoint's **delays table** under its occurrence id. The dispatcher sends it when due, as any delayed message: release
-caps, retries and the error queue apply, and ``pending`` and ``cancel`` see it.
+Every minute (``function_host``), for each of the 16 shards (4 side by side): take the lease on the blob
+``schedules-NN`` in the delays container (one timer at a time works on a shard; a shard leased elsewhere is skipped
+this run), then run the core ``Materializer`` over the shard's due schedules, writing each occurrence due within the
+lead as a row of the endpoint's **delays table** under its occurrence id. The dispatcher sends it when due, as any
+delayed message: release caps, retries and the error queue apply, and ``pending`` and ``cancel`` see it.
 
 Exactly once per occurrence id: the rows are written first, then the schedule's cursor moves by a conditional write
 (its row's ETag). A timer killed between the two leaves the cursor where it was: the next pass writes the same ids and
@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,11 @@ class ScheduleRun:
         self.dst_adjusted += report.dst_adjusted
         self.ids.extend(report.ids)
 
+    def merge(self, other: ScheduleRun) -> None:
+        """Add another shard's run."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
     def summary(self) -> dict[str, int]:
         """The counts (for the log line and the metrics)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "ids"}
@@ -114,6 +120,7 @@ class AzureScheduleTimer:
         lease_seconds: int = 30,
         schedules_per_pass: int = 1000,
         budget_seconds: float = 50.0,
+        shard_threads: int = 4,
         renew_every: float | None = None,
         metrics_sink: ScheduleMetrics | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -126,6 +133,7 @@ class AzureScheduleTimer:
         self.lease_seconds = lease_seconds
         self.schedules_per_pass = schedules_per_pass
         self.budget_seconds = budget_seconds
+        self.shard_threads = max(1, min(rows.SHARDS, shard_threads))
         self.renew_every = renew_every
         self.metrics = metrics_sink
         self._monotonic = monotonic
@@ -146,22 +154,25 @@ class AzureScheduleTimer:
         )
 
     def run(self) -> ScheduleRun:
-        """One run: every shard whose lease is free, until what is due is written or the budget ends."""
+        """One run: every shard whose lease is free (``shard_threads`` side by side), until what is due is written or
+        the budget ends."""
         deadline = self._monotonic() + self.budget_seconds
         result = ScheduleRun()
-        for shard in range(rows.SHARDS):
-            self.run_shard(shard, result, deadline)
+        with ThreadPoolExecutor(max_workers=self.shard_threads, thread_name_prefix="schedule-shard") as pool:
+            for part in pool.map(lambda shard: self.run_shard(shard, deadline), range(rows.SHARDS)):
+                result.merge(part)
         if self.metrics is not None:
             self.metrics.record(result)
         _log.info("schedule timer run", extra={lf.CLOUD: "azure", lf.EVENT: _EVENT, **result.summary()})
         return result
 
-    def run_shard(self, shard: int, result: ScheduleRun, deadline: float) -> None:
+    def run_shard(self, shard: int, deadline: float) -> ScheduleRun:
         """Hold ``shard``'s lease and materialize its due schedules (a full pass again while one filled its limit)."""
+        result = ScheduleRun()
         lease = self.lease(shard)
         if not lease.try_acquire():
             result.shards_skipped_leased += 1
-            return
+            return result
         try:
             materializer = self.materializer(shard)
             while True:
@@ -169,10 +180,11 @@ class AzureScheduleTimer:
                 result.add(report)
                 if report.stopped:
                     result.shards_stopped += 1
-                    return
+                    return result
                 if report.schedules < self.schedules_per_pass or self._monotonic() >= deadline:
                     break
             result.shards_done += 1
+            return result
         finally:
             lease.release()
 
