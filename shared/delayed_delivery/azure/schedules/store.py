@@ -34,6 +34,8 @@ __all__ = ["TableScheduleStore"]
 
 _log = logging.getLogger("delayed_delivery.azure.schedules")
 _TRIES = 5
+#: Schedules whose last read a store remembers (then it forgets them all and reads again).
+_REMEMBERED = 100_000
 _Op = tuple[str, dict[str, Any], dict[str, Any]]
 
 
@@ -47,6 +49,9 @@ class TableScheduleStore(ScheduleStore):
         if not owned or any(not 0 <= s < rows.SHARDS for s in owned):
             raise ConfigurationError(f"schedule shards must be a non-empty subset of 0..{rows.SHARDS - 1}")
         self.shards = owned
+        #: What this store last read of each schedule, by id: ``(version, ETag, due row key)``. A conditional write
+        #: after a read of that version uses it instead of reading the row again (a pass's second read).
+        self._etags: dict[str, tuple[int, str, str | None]] = {}
 
     def for_shards(self, shards: Iterable[int]) -> TableScheduleStore:
         """A view whose ``due`` reads only ``shards`` (what a timer holding their leases materializes)."""
@@ -91,7 +96,15 @@ class TableScheduleStore(ScheduleStore):
     def get(self, schedule_id: str) -> Schedule | None:
         """The schedule, or None; ``InvalidScheduleError`` for a row this cannot read."""
         found = self._read(schedule_id)
-        return None if found is None else rows.schedule_of(found)
+        if found is None:
+            return None
+        schedule = rows.schedule_of(found)
+        etag = found.metadata.get("etag")
+        if len(self._etags) >= _REMEMBERED:
+            self._etags.clear()
+        if isinstance(etag, str) and etag:
+            self._etags[schedule_id] = (schedule.version, etag, rows.due_row_key(schedule))
+        return schedule
 
     def replace(self, schedule: Schedule, expected_version: int) -> bool:
         """Store ``schedule`` if the stored one has ``expected_version``: its row (If-Match the ETag read) and due
@@ -99,14 +112,20 @@ class TableScheduleStore(ScheduleStore):
         if schedule.version != expected_version + 1:
             raise ValueError(f"a write after version {expected_version} stores version {expected_version + 1}")
         what = f"writing schedule {schedule.schedule_id!r}"
-        entity = self._read(schedule.schedule_id)
-        if entity is None or rows.number(entity.get("Version")) != expected_version:
-            return False
-        ops: list[_Op] = [("update", rows.schedule_entity(schedule), _if_match(entity, UpdateMode.REPLACE))]
-        old = _stored_due_key(entity)
+        sid = schedule.schedule_id
+        known = self._etags.pop(sid, None)
+        if known is not None and known[0] == expected_version:
+            # read at this version by this store: its row's ETag and due row key follow from what was read
+            etag, old = known[1], known[2]
+        else:
+            entity = self._read(sid)
+            if entity is None or rows.number(entity.get("Version")) != expected_version:
+                return False
+            etag, old = str(entity.metadata["etag"]), _stored_due_key(entity)
+        ops: list[_Op] = [("update", rows.schedule_entity(schedule), _if_match(etag, UpdateMode.REPLACE))]
         new = rows.due_entity(schedule)
         if old is not None and (new is None or new["RowKey"] != old):
-            ops.append(("delete", {"PartitionKey": entity["PartitionKey"], "RowKey": old}, {}))
+            ops.append(("delete", {"PartitionKey": rows.partition_of(sid), "RowKey": old}, {}))
         if new is not None:
             ops.append(("upsert", new, {"mode": UpdateMode.REPLACE}))
         try:
@@ -148,7 +167,7 @@ class TableScheduleStore(ScheduleStore):
             if entity is None:
                 return False
             ops: list[_Op] = [("delete", {"PartitionKey": entity["PartitionKey"], "RowKey": entity["RowKey"]},
-                               _if_match(entity, None))]  # fmt: skip
+                               _if_match(entity.metadata["etag"], None))]  # fmt: skip
             old = _stored_due_key(entity)
             if old is not None:
                 ops.append(("delete", {"PartitionKey": entity["PartitionKey"], "RowKey": old}, {}))
@@ -225,8 +244,8 @@ def _stored_due_key(entity: Any) -> str | None:
     return f"{rows.DUE_PREFIX}{entity['NextAt']}_{str(entity['RowKey'])[len(rows.ROW_PREFIX) :]}"
 
 
-def _if_match(entity: Any, mode: UpdateMode | None) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"etag": entity.metadata["etag"], "match_condition": MatchConditions.IfNotModified}
+def _if_match(etag: str, mode: UpdateMode | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified}
     if mode is not None:
         kwargs["mode"] = mode
     return kwargs
