@@ -6,8 +6,8 @@ Every HTTP request of the steady pass is counted as it leaves the process (``azu
 kind (``azure_dispatch``'s names): the occurrence rows are "other transaction" and each schedule's cursor write
 (its row replaced, its due row moved: no merge in it) "delete transaction", one entity-group transaction each; the
 due-row range queries "table query" (16 a pass); "other" the schedule rows' point reads (one a schedule: the
-conditional write reuses the ETag read) and the 16 shard leases (acquire, release). An occurrence then costs what the dispatcher
-spends on any table-routed message (about 1.045 requests: benchmarks/azure.md).
+conditional write reuses the ETag read) and the 16 shard leases (acquire, release). An occurrence then costs what
+the dispatcher spends on any table-routed message (about 1.045 requests: benchmarks/azure.md).
 
 Run: ``python -m benchmarks.schedules_azure [--smoke] [--schedules 300] [--runs 3]``; writes
 ``benchmarks/results/schedules_azure[-smoke].json``. Figures: docs/schedules.md ("On Azure").
