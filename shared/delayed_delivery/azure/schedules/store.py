@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.data.tables import TableClient, TableTransactionError, UpdateMode
 
 from ... import logfields as lf
@@ -28,6 +28,7 @@ from ...naming import validate_azure_table_name
 from ...schedules.model import Schedule, ScheduleState
 from ...schedules.ports import ScheduleExistsError, ScheduleStore
 from ..sdk_errors import is_status, translate
+from ..table_gateway import TableGateway
 from . import rows
 
 __all__ = ["TableScheduleStore"]
@@ -59,22 +60,11 @@ class TableScheduleStore(ScheduleStore):
 
     def setup_infrastructure(self) -> None:
         """Create the table if missing (a 403: provisioned by infrastructure code, fine)."""
-        try:
-            self.table.create_table()
-        except ResourceExistsError:
-            pass
-        except HttpResponseError as exc:
-            if exc.status_code != 403:
-                raise translate(exc, f"creating table {self.table.table_name}") from exc
-        except AzureError as exc:
-            raise translate(exc, f"creating table {self.table.table_name}") from exc
+        TableGateway(self.table, 1).create_table()
 
     def drop(self) -> None:
         """Delete the table."""
-        try:
-            self.table.delete_table()
-        except AzureError as exc:
-            raise translate(exc, f"deleting table {self.table.table_name}") from exc
+        TableGateway(self.table, 1).delete_table()
 
     # -- the port -----------------------------------------------------------------
 
