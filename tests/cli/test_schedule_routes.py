@@ -186,6 +186,13 @@ def test_on_azure_the_timer_writes_rows_the_dispatcher_delivers_once_and_pause_c
     later = [e.message_id for e in drain(queues, unique_name)]
     assert not set(later) & set(delivered), "an occurrence is delivered once"
     assert len(later) == len(set(later)) == done["dispatched"] and all(i.startswith("tick@") for i in later)
+    span = ["--from", start.isoformat(), "--to", (start + timedelta(minutes=2)).isoformat()]
+    one_line_error(run("schedule", "backfill", "tick", *span, *azure), "again")  # the cursor passed them
+    back = ok_json("schedule", "backfill", "tick", *span, "--again", *azure)
+    assert back["written"] == [f"tick@{(start + timedelta(minutes=m)):%Y-%m-%dT%H:%M:%SZ}" for m in (0, 1)]
+    host.run(budget=3.0)
+    history = [e.message_id for e in drain(queues, unique_name)]
+    assert sorted(history) == sorted(back["written"])
     assert ok_json("schedule", "delete", "tick", *azure)["deleted"] is True
 
 
