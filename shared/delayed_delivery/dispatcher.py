@@ -23,7 +23,7 @@ from .breaker import FailureRateCircuitBreaker, RepeatedFailuresCircuitBreaker
 from .clock import Clock, SystemClock
 from .errors import CircuitBreakerTrippedError, DelayedDeliveryDisabledError, InvalidMessageError, PermanentError
 from .model import DelayedMessage
-from .pacing import Deferral, Pacer, Planned, Release
+from .pacing import Deferral, Pacer, Release
 from .ports import (
     BatchRemovingStore,
     CriticalErrorCallback,
@@ -32,7 +32,6 @@ from .ports import (
     PlacingTransport,
     ReleaseStateStore,
     ReschedulableStore,
-    SharedReleaseState,
     Transport,
     claim_of,
     claimed_until,
@@ -154,10 +153,8 @@ class Dispatcher:
         #: Release control (None without ``release_rates``): the slots and what waits for them.
         self.pacer: Pacer | None = None
         if s.release_rates:
-            self.pacer = Pacer(ReleasePlanner(s.release_rates, share=release_share), transport, store)
-        self.release_state = release_state
-        self._state_loaded = False
-        self._saved: dict[str, float] = {}
+            planner = ReleasePlanner(s.release_rates, share=release_share)
+            self.pacer = Pacer(planner, transport, store, state=release_state)
 
     # -- ingress ---------------------------------------------------------
 
@@ -327,7 +324,7 @@ class Dispatcher:
         deadline = self.clock.now() + timedelta(seconds=budget) if budget is not None else None
         ahead = timedelta(seconds=pacer.lookahead if wait_for_due else 0.0)
         may_send = True
-        self._load_release_state(pacer)
+        pacer.load_state()
         poll_at: datetime | None = None  # None: fetch at once
         try:
             while stop is None or not stop.is_set():
@@ -355,7 +352,7 @@ class Dispatcher:
                     if batch:
                         self._disagreements = 0
                         report.batches += 1
-                        deferrals = self._take(pacer, batch, now)
+                        deferrals = pacer.take(batch, now)
                         report.deferred += self._defer(deferrals, report)
                         poll_at = None
                         continue
@@ -381,71 +378,8 @@ class Dispatcher:
                 self._send_released(sends, self.clock.now(), keep_going, report, deadline)
             report.deferred += self._defer(deferrals, report)
             if may_send:
-                self._save_release_state(pacer, self.clock.now(), force=True)
+                pacer.save_state(self.clock.now(), force=True)
         return report
-
-    def _take(self, pacer: Pacer, batch: Sequence[DelayedMessage], now: datetime) -> list[Deferral]:
-        """Book slots for a fetched batch and hold it; what the batch booked is saved before any of it is sent.
-
-        With a shared schedule (``SharedReleaseState``: every shard of a table books from one) a batch with a capped
-        message books there, after whatever the others booked, so each cap is shared by what each dispatcher has
-        due. If no booking sticks (storage down) the batch keeps the slots of its last attempt (logged): other
-        dispatchers may overlap them for a while; nothing is lost or sent before it is due.
-        """
-        shared = self.release_state if isinstance(self.release_state, SharedReleaseState) else None
-        if shared is None or not any(pacer.planner.rate_for(m.destination) is not None for m in batch):
-            deferrals = pacer.take(batch, now)
-            self._save_release_state(pacer, now)
-            return deferrals
-        before = pacer.planner.snapshot()
-        planned: list[Planned] = []
-
-        def plan(latest: Mapping[str, float]) -> Mapping[str, float]:
-            pacer.planner.restore(before)
-            pacer.planner.load(latest)
-            planned[:] = pacer.plan(batch, now)
-            pacer.planner.forget_before(now.timestamp())
-            return pacer.planner.state()
-
-        try:
-            shared.book(plan)
-            self._saved = pacer.planner.state()
-        except Exception as exc:
-            _log.warning("booking release slots in the shared schedule failed: %r", exc, extra={lf.REASON: repr(exc)})
-            if not planned:
-                pacer.planner.restore(before)
-                planned = pacer.plan(batch, now)
-        return pacer.hold(planned, now)
-
-    def _load_release_state(self, pacer: Pacer) -> None:
-        """Continue the schedule the last run (or the last holder of these rows) saved, once per dispatcher."""
-        if self.release_state is None or self._state_loaded:
-            return
-        try:
-            saved = self.release_state.load()
-        except Exception as exc:  # start from now: slots may overlap what the last run placed, nothing is lost
-            _log.warning("reading the saved release schedule failed: %r", exc, extra={lf.REASON: repr(exc)})
-            return
-        pacer.planner.load(saved)
-        self._saved = dict(saved)
-        self._state_loaded = True
-
-    def _save_release_state(self, pacer: Pacer, now: datetime, *, force: bool = False) -> None:
-        """Save the schedule when it booked more than a second ahead beyond what was saved (or at a run's end)."""
-        if self.release_state is None:
-            return
-        pacer.planner.forget_before(now.timestamp())  # a schedule free by now matters no more
-        state = pacer.planner.state()
-        horizon = now.timestamp() + 1.0
-        ahead = any(v > horizon and v > self._saved.get(d, 0.0) for d, v in state.items())
-        if not (ahead or (force and state != self._saved)):
-            return
-        try:
-            self.release_state.save(state)
-        except Exception as exc:  # the next holder may overlap these slots for a while; nothing is lost
-            _log.warning("saving the release schedule failed: %r", exc, extra={lf.REASON: repr(exc)})
-            return
-        self._saved = state
 
     def _next_poll(self, now: datetime) -> datetime:
         """After an empty fetch at ``now``: when the store may have something to fetch (backing off while the store
