@@ -92,6 +92,19 @@ class DispatchReport:
         self.claims_ran_out += other.claims_ran_out
 
 
+@dataclass(slots=True)
+class _Run:
+    """One ``dispatch_due`` (or ``run``) call as it goes: its report, bounds and when to fetch next."""
+
+    report: DispatchReport
+    deadline: datetime | None
+    keep_going: Callable[[], bool] | None
+    wait_for_due: bool
+    ahead: timedelta
+    may_send: bool = True  # False once ``keep_going`` said no: nothing more is sent
+    poll_at: datetime | None = None  # None: fetch at once
+
+
 def _log_critical(error: CircuitBreakerTrippedError) -> None:
     _log.critical("critical error: %s", error, extra={lf.BREAKER: error.breaker})
 
@@ -150,11 +163,9 @@ class Dispatcher:
         self._settler = ThreadPoolExecutor(1, thread_name_prefix="settle") if overlap else None
         self._settling: Future[DispatchReport] | None = None
         self._settled = DispatchReport()
-        #: Release control (None without ``release_rates``): the slots and what waits for them.
-        self.pacer: Pacer | None = None
-        if s.release_rates:
-            planner = ReleasePlanner(s.release_rates, share=release_share)
-            self.pacer = Pacer(planner, transport, store, state=release_state)
+        # the one loop runs through a pacer: without release_rates it releases every fetched message at once
+        planner = ReleasePlanner(s.release_rates, share=release_share)
+        self._pacer = Pacer(planner, transport, store, state=release_state)
 
     # -- ingress ---------------------------------------------------------
 
@@ -178,26 +189,12 @@ class Dispatcher:
 
     # -- one-shot --------------------------------------------------------
 
+    @property
+    def pacer(self) -> Pacer | None:
+        """Release control (None without ``release_rates``): the slots and what waits for them."""
+        return self._pacer if self._pacer.paced else None
+
     def dispatch_due(
-        self,
-        budget: float | None = None,
-        *,
-        wait_for_due: bool = False,
-        keep_going: Callable[[], bool] | None = None,
-    ) -> DispatchReport:
-        """Dispatch until nothing is due or ``budget`` seconds have passed (see ``_dispatch_due``).
-
-        Returns only once every sent message's removal has finished.
-        """
-        try:
-            report = self._dispatch_due(budget, wait_for_due=wait_for_due, keep_going=keep_going)
-        finally:
-            self._finish_settling()
-        report.merge(self._settled)
-        self._settled = DispatchReport()
-        return report
-
-    def _dispatch_due(
         self,
         budget: float | None = None,
         *,
@@ -211,49 +208,17 @@ class Dispatcher:
         poll for its whole run. ``keep_going`` is asked before every fetch and every
         send; when it returns False (e.g. a lease was lost) the call stops at once and
         unsent claimed messages are left for their claims to expire.
+        Returns only once every sent message's removal has finished.
         """
-        report = DispatchReport()
-        if not self.settings.enabled:
-            return report
-        if self.pacer is not None:
-            return self._dispatch_paced(self.pacer, budget, wait_for_due=wait_for_due, keep_going=keep_going)
-        start = self.clock.now()
-        deadline = start + timedelta(seconds=budget) if budget is not None else None
-        while True:
-            now = self.clock.now()
-            if deadline is not None and now >= deadline:
-                return report
-            if keep_going is not None and not keep_going():
-                return report
-            try:
-                batch = self.store_port.fetch_due(now, self.settings.batch_size)
-            except Exception as exc:
-                report.fetch_failures += 1
-                self.fetch_breaker.failure(exc)
-                _log.warning("fetching due messages failed: %r", exc, extra={lf.REASON: repr(exc)})
-                self.clock.sleep(self._bounded(self.fetch_breaker.failure_delay, deadline))
-                continue
-            self.fetch_breaker.success()
-            if batch:
-                self._disagreements = 0
-                report.batches += 1
-                try:
-                    part = self.dispatch_batch(batch, now, keep_going)
-                except Exception as exc:
-                    # settling failed (store down after the sends): unsettled claims expire and are sent again
-                    self.store_breaker.failure(exc)
-                    _log.warning("settling a dispatched batch failed: %r", exc, extra={lf.REASON: repr(exc)})
-                    self.clock.sleep(self._bounded(self.store_breaker.failure_delay, deadline))
-                    continue
-                self.store_breaker.success()
-                report.merge(part)
-                if part.failed_attempts and not part.dispatched:
-                    # every send in the batch failed: pause as NServiceBus does (1 s armed, 10 s tripped)
-                    self.clock.sleep(self._bounded(self.dispatch_breaker.failure_delay, deadline))
-                continue
-            if not wait_for_due:
-                return report
-            self._sleep_until_next_due(deadline)
+        try:
+            report = DispatchReport()
+            if self.settings.enabled:
+                report = self._loop(budget, wait_for_due=wait_for_due, keep_going=keep_going)
+        finally:
+            self._finish_settling()
+        report.merge(self._settled)
+        self._settled = DispatchReport()
+        return report
 
     def dispatch_batch(
         self,
@@ -304,82 +269,99 @@ class Dispatcher:
             total.merge(self._settle(sent))
         return total
 
-    def _dispatch_paced(
+    def _loop(
         self,
-        pacer: Pacer,
         budget: float | None,
         *,
         wait_for_due: bool,
         keep_going: Callable[[], bool] | None,
         stop: threading.Event | None = None,
     ) -> DispatchReport:
-        """``_dispatch_due`` with release control: every message leaves at its slot (``pacing.py``).
+        """The one dispatch loop: every fetched message goes through the pacer, which releases it at its slot.
 
-        Fetches reach ``pacer.lookahead`` ahead when waiting for due messages, so slots a second apart are fetched
-        together, and the store is asked again only when something there can be fetched (or after the idle cap);
-        held messages are sent in ticks of ``PACE_TICK``. Whatever is still held when the call ends is placed,
-        deferred to the store, or let go (lost ``keep_going``: nothing is sent then).
+        Without caps the slot is the fetch. With caps (``pacing.py``) fetches reach ``pacer.lookahead`` ahead when
+        waiting for due messages, so slots a second apart are fetched together, and the store is asked again only
+        when something there can be fetched (or after the idle cap); held messages are sent in ticks of
+        ``PACE_TICK``. Whatever is still held when the call ends is placed, deferred to the store, or let go (lost
+        ``keep_going``: nothing is sent then).
         """
-        report = DispatchReport()
         deadline = self.clock.now() + timedelta(seconds=budget) if budget is not None else None
-        ahead = timedelta(seconds=pacer.lookahead if wait_for_due else 0.0)
-        may_send = True
-        pacer.load_state()
-        poll_at: datetime | None = None  # None: fetch at once
+        ahead = timedelta(seconds=self._pacer.lookahead if wait_for_due else 0.0)
+        run = _Run(DispatchReport(), deadline, keep_going, wait_for_due, ahead)
+        self._pacer.load_state()
         try:
-            while stop is None or not stop.is_set():
-                now = self.clock.now()
-                if deadline is not None and now >= deadline:
-                    break
-                if keep_going is not None and not keep_going():
-                    may_send = False
-                    break
-                ready = pacer.due(now)
-                if ready:
-                    self._send_released(ready, now, keep_going, report, deadline)
-                    continue
-                if pacer.has_room() and (poll_at is None or now >= poll_at or self._wakeup.is_set()):
-                    self._wakeup.clear()
-                    try:
-                        batch = self.store_port.fetch_due(now + ahead, self.settings.batch_size)
-                    except Exception as exc:
-                        report.fetch_failures += 1
-                        self.fetch_breaker.failure(exc)
-                        _log.warning("fetching due messages failed: %r", exc, extra={lf.REASON: repr(exc)})
-                        self.clock.sleep(self._bounded(self.fetch_breaker.failure_delay, deadline))
-                        continue
-                    self.fetch_breaker.success()
-                    if batch:
-                        self._disagreements = 0
-                        report.batches += 1
-                        deferrals = pacer.take(batch, now)
-                        report.deferred += self._defer(deferrals, report)
-                        poll_at = None
-                        continue
-                    if not wait_for_due:
-                        break  # nothing more is due: what waits for a later slot is placed or deferred below
-                    # rows come into the look-ahead one slot at a time: fetch them half a look-ahead at a time
-                    poll_at = max(self._next_poll(now + ahead) - ahead, now + ahead / 2)
-                if not wait_for_due and not pacer.has_room():
-                    pass  # full in a one-shot run: wait for sends to free room
-                elif not wait_for_due:
-                    break
-                wake = poll_at if pacer.has_room() and poll_at is not None else None
-                held = pacer.next_at()
-                if held is not None:
-                    held = max(held, now + timedelta(seconds=PACE_TICK))
-                    wake = held if wake is None else min(wake, held)
-                seconds = self.settings.max_idle_sleep if wake is None else (wake - now).total_seconds()
-                self._finish_settling()
-                self.clock.wait(self._wakeup, self._bounded(max(0.0, seconds), deadline))
+            while (stop is None or not stop.is_set()) and self._turn(run):
+                pass
         finally:
-            sends, deferrals = pacer.drain(self.clock.now(), may_send=may_send)
-            if sends:
-                self._send_released(sends, self.clock.now(), keep_going, report, deadline)
-            report.deferred += self._defer(deferrals, report)
-            if may_send:
-                pacer.save_state(self.clock.now(), force=True)
-        return report
+            self._end_run(run)
+        return run.report
+
+    def _turn(self, run: _Run) -> bool:
+        """One turn of the loop: send what is released, else fetch, else wait; False when the run is over."""
+        now = self.clock.now()
+        if run.deadline is not None and now >= run.deadline:
+            return False
+        if run.keep_going is not None and not run.keep_going():
+            run.may_send = False
+            return False
+        ready = self._pacer.due(now)
+        if ready:
+            self._send_released(ready, now, run)
+            return True
+        if self._pacer.has_room() and (run.poll_at is None or now >= run.poll_at or self._wakeup.is_set()):
+            fetched = self._fetch(now, run)
+            if fetched:  # what the batch released at once (all of it without caps) is sent at the fetch
+                self._send_released(self._pacer.due(now), now, run)
+            if fetched is not False:
+                return True  # a batch taken, or a failed fetch (paused): turn again
+            if not run.wait_for_due:
+                return False  # nothing more is due: what waits for a later slot is placed or deferred at the end
+            # rows come into the look-ahead one slot at a time: fetch them half a look-ahead at a time
+            run.poll_at = max(self._next_poll(now + run.ahead) - run.ahead, now + run.ahead / 2)
+        if not run.wait_for_due and self._pacer.has_room():
+            return False  # (full in a one-shot run: wait for sends to free room)
+        self._wait(now, run)
+        return True
+
+    def _fetch(self, now: datetime, run: _Run) -> bool | None:
+        """Fetch a batch into the pacer: True when one came, False when nothing did, None when the fetch failed."""
+        self._wakeup.clear()
+        try:
+            batch = self.store_port.fetch_due(now + run.ahead, self.settings.batch_size)
+        except Exception as exc:
+            run.report.fetch_failures += 1
+            self.fetch_breaker.failure(exc)
+            _log.warning("fetching due messages failed: %r", exc, extra={lf.REASON: repr(exc)})
+            self.clock.sleep(self._bounded(self.fetch_breaker.failure_delay, run.deadline))
+            return None
+        self.fetch_breaker.success()
+        if not batch:
+            return False
+        self._disagreements = 0
+        run.report.batches += 1
+        run.report.deferred += self._defer(self._pacer.take(batch, now), run.report)
+        run.poll_at = None
+        return True
+
+    def _wait(self, now: datetime, run: _Run) -> None:
+        """Sleep until the next poll or the next held message's tick, whichever is first (or a wake-up)."""
+        wake = run.poll_at if self._pacer.has_room() and run.poll_at is not None else None
+        held = self._pacer.next_at()
+        if held is not None:
+            held = max(held, now + timedelta(seconds=PACE_TICK))
+            wake = held if wake is None else min(wake, held)
+        seconds = self.settings.max_idle_sleep if wake is None else (wake - now).total_seconds()
+        self._finish_settling()
+        self.clock.wait(self._wakeup, self._bounded(max(0.0, seconds), run.deadline))
+
+    def _end_run(self, run: _Run) -> None:
+        """Empty the pacer: send what may go now (placed), defer the rest, and save the schedule."""
+        sends, deferrals = self._pacer.drain(self.clock.now(), may_send=run.may_send)
+        if sends:
+            self._send_released(sends, self.clock.now(), run)
+        run.report.deferred += self._defer(deferrals, run.report)
+        if run.may_send:
+            self._pacer.save_state(self.clock.now(), force=True)
 
     def _next_poll(self, now: datetime) -> datetime:
         """After an empty fetch at ``now``: when the store may have something to fetch (backing off while the store
@@ -409,29 +391,25 @@ class Dispatcher:
         self._disagreements += 1
         return now + timedelta(seconds=backoff)
 
-    def _send_released(
-        self,
-        released: Sequence[Release],
-        now: datetime,
-        keep_going: Callable[[], bool] | None,
-        report: DispatchReport,
-        deadline: datetime | None,
-    ) -> None:
+    def _send_released(self, released: Sequence[Release], now: datetime, run: _Run) -> None:
         """Send what the pacer released (each with its delay), in batches of ``batch_size``, and settle them."""
         size = self.settings.batch_size
         for start in range(0, len(released), size):
             chunk = released[start : start + size]
             messages = [r.message for r in chunk]
             try:
-                part = self.dispatch_batch(messages, now, keep_going, {r.message.message_id: r for r in chunk})
+                part = self.dispatch_batch(messages, now, run.keep_going, {r.message.message_id: r for r in chunk})
             except Exception as exc:
                 # settling failed (store down after the sends): unsettled claims expire and are sent again
                 self.store_breaker.failure(exc)
                 _log.warning("settling a dispatched batch failed: %r", exc, extra={lf.REASON: repr(exc)})
-                self.clock.sleep(self._bounded(self.store_breaker.failure_delay, deadline))
+                self.clock.sleep(self._bounded(self.store_breaker.failure_delay, run.deadline))
                 continue
             self.store_breaker.success()
-            report.merge(part)
+            run.report.merge(part)
+            if part.failed_attempts and not part.dispatched:
+                # every send in the batch failed: pause as NServiceBus does (1 s armed, 10 s tripped)
+                self.clock.sleep(self._bounded(self.dispatch_breaker.failure_delay, run.deadline))
 
     def _defer(self, deferrals: Sequence[Deferral], report: DispatchReport) -> int:
         """Give messages back to the store until their slots; how many it took (the rest keep their claims)."""
@@ -455,18 +433,15 @@ class Dispatcher:
 
     def run(self, stop: threading.Event) -> DispatchReport:
         """Dispatch until ``stop`` is set, sleeping until the next due message in between."""
-        if self.pacer is not None and self.settings.enabled:
-            try:
-                return self._dispatch_paced(self.pacer, None, wait_for_due=True, keep_going=None, stop=stop)
-            finally:
-                self._finish_settling()
-        report = DispatchReport()
-        while not stop.is_set():
-            report.merge(self.dispatch_due())
-            if stop.is_set():
-                break
-            self._sleep_until_next_due(None, stop)
-        return report
+        if not self.settings.enabled:
+            while not stop.is_set():
+                self.clock.wait(self._wakeup, self.settings.max_idle_sleep)
+                self._wakeup.clear()
+            return DispatchReport()
+        try:
+            return self._loop(None, wait_for_due=True, keep_going=None, stop=stop)
+        finally:
+            self._finish_settling()
 
     def close(self) -> None:
         """Release the worker threads."""
@@ -505,32 +480,6 @@ class Dispatcher:
             _log.warning("settling a dispatched batch failed: %r", exc, extra={lf.REASON: repr(exc)})
 
     # -- internals -------------------------------------------------------
-
-    def _sleep_until_next_due(self, deadline: datetime | None, stop: threading.Event | None = None) -> None:
-        self._finish_settling()  # before asking for the next due row: it must not be one being removed
-        now = self.clock.now()
-        try:
-            next_due = self.store_port.next_due()
-            self.fetch_breaker.success()
-        except Exception as exc:
-            self.fetch_breaker.failure(exc)
-            next_due = now + timedelta(seconds=self.fetch_breaker.failure_delay)
-        self._wakeup.clear()
-        self._next_due = next_due
-        wait = self.settings.max_idle_sleep
-        if next_due is not None:
-            wait = min(wait, max(0.0, (next_due - now).total_seconds()))
-        if next_due is not None and next_due <= now:  # due, yet the fetch that led here returned nothing
-            if self._disagreements:
-                backoff = _DISAGREEMENT_FIRST * 2 ** min(self._disagreements - 1, 10)
-                wait = min(self.settings.max_idle_sleep, _DISAGREEMENT_MAX, backoff)
-            self._disagreements += 1
-        else:
-            self._disagreements = 0
-        wait = self._bounded(wait, deadline)
-        if stop is not None and stop.is_set():
-            return
-        self.clock.wait(self._wakeup, wait)
 
     def _bounded(self, seconds: float, deadline: datetime | None) -> float:
         if deadline is None:

@@ -1,7 +1,8 @@
 """Release pacing for the core dispatcher: each fetched message leaves at its release slot (``release.py``).
 
-For every fetched message the pacer books a slot (a capped destination's next one at its rate; an uncapped
-destination's message: its due time) and decides how the message waits for it:
+Without any cap the pacer releases every fetched message at once, in fetch order (the dispatcher's one loop runs
+through it either way). With caps, for every fetched message the pacer books a slot (a capped destination's next one
+at its rate; an uncapped destination's message: its due time) and decides how the message waits for it:
 
 * the slot has come: it is sent now;
 * the transport can hide what it sends (``PlacingTransport``: SQS ``DelaySeconds``, Azure's visibility timeout):
@@ -125,21 +126,27 @@ class Pacer:
         self._heap: list[_Held] = []
         self._bytes = 0
         self._seq = itertools.count()
+        self._ready: list[DelayedMessage] = []  # no caps at all: released as fetched, in fetch order
         self.state = state
         self._state_loaded = False
         self._saved: dict[str, float] = {}
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + len(self._ready)
+
+    @property
+    def paced(self) -> bool:
+        """Whether any destination is capped; without caps every fetched message is released at once."""
+        return bool(self.planner)
 
     @property
     def lookahead(self) -> float:
         """How far ahead of now a fetch may reach: a message due that soon is held until due, not sent early."""
-        return self.hold_seconds
+        return self.hold_seconds if self.paced else 0.0
 
     def has_room(self) -> bool:
         """Whether another batch may be fetched (the held messages are under both bounds)."""
-        return len(self._heap) < self.max_held and self._bytes < self.max_held_bytes
+        return len(self) < self.max_held and self._bytes < self.max_held_bytes
 
     def next_at(self) -> datetime | None:
         """When the earliest held message is to be sent, or None."""
@@ -153,6 +160,9 @@ class Pacer:
         due. If no booking sticks (storage down) the batch keeps the slots of its last attempt (logged): other
         dispatchers may overlap them for a while; nothing is lost or sent before it is due.
         """
+        if not self.paced:  # released at fetch: nothing to book, nothing to wait for
+            self._ready.extend(batch)
+            return []
         shared = self.state if isinstance(self.state, SharedReleaseState) else None
         if shared is None or not any(self.planner.rate_for(m.destination) is not None for m in batch):
             deferrals = self.hold(self.plan(batch, now), now)
@@ -261,7 +271,8 @@ class Pacer:
     def due(self, now: datetime) -> list[Release]:
         """Every held message whose sending time has come, in slot order."""
         n = _epoch(now)
-        out: list[Release] = []
+        out = [Release(m) for m in self._ready]
+        self._ready.clear()
         while self._heap and self._heap[0].send_at <= n:
             held = heapq.heappop(self._heap)
             self._bytes -= len(held.message.body)
@@ -275,8 +286,9 @@ class Pacer:
         can defer are simply let go (their claims expire, or the caller forgets them).
         """
         n = _epoch(now)
-        sends: list[Release] = []
+        sends = [Release(m) for m in self._ready] if may_send else []
         deferrals: list[Deferral] = []
+        self._ready.clear()
         for held in sorted(self._heap):
             ahead = held.slot - n
             if ahead <= 0 and may_send:
