@@ -1,10 +1,10 @@
 """The dispatcher: fetch due messages, send each to its destination, then remove it.
 
-Failures are counted per message; past ``number_of_retries`` the message goes to the
-error queue with the reason in a header. With ``release_rates`` set, each message leaves at its release slot
-(``pacing.py``): capped destinations get at most their rate, and the lag that adds is reported apart from
-transport lateness. Store, fetch and dispatch each sit behind a
-breaker that raises a critical error after failing continuously for its configured time,
+One loop: every fetched batch goes through the pacer (``pacing.py``), which releases it at once without
+``release_rates`` and otherwise at each message's release slot (capped destinations get at most their rate, and the
+lag that adds is reported apart from transport lateness). What becomes of each message (removed, retried, or past
+``number_of_retries`` moved to the error queue with the reason in a header) is ``outcomes.py``. Store, fetch and
+dispatch each sit behind a breaker that raises a critical error after failing continuously for its configured time,
 and a rate breaker watches failed deliveries (as NServiceBus's recovery circuit breaker does).
 """
 
@@ -14,27 +14,24 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from . import headers as hdr
 from . import logfields as lf
 from .breaker import FailureRateCircuitBreaker, RepeatedFailuresCircuitBreaker
 from .clock import Clock, SystemClock
-from .errors import CircuitBreakerTrippedError, DelayedDeliveryDisabledError, InvalidMessageError, PermanentError
+from .errors import CircuitBreakerTrippedError, DelayedDeliveryDisabledError, InvalidMessageError
 from .model import DelayedMessage
+from .outcomes import DispatchReport, Outcomes
 from .pacing import Deferral, Pacer, Release
 from .ports import (
     BatchRemovingStore,
     CriticalErrorCallback,
     DeferringStore,
     DelayedMessageStore,
-    PlacingTransport,
     ReleaseStateStore,
-    ReschedulableStore,
     Transport,
     claim_of,
-    claimed_until,
 )
 from .release import ReleasePlanner
 from .settings import DelayedDeliverySettings
@@ -45,51 +42,10 @@ _log = logging.getLogger("delayed_delivery.dispatcher")
 
 #: With release control, held messages are sent in ticks this long (seconds): sends grouped, at most this late.
 PACE_TICK = 0.02
-#: A fetched message is not sent once its claim has less than this left (seconds): another dispatcher may fetch it
-#: the moment the claim runs out, so sending it then could deliver it twice.
-CLAIM_MARGIN = 2.0
 #: Pauses when the store says a message is due but its fetch returned none (the store's clock is behind
 #: this host's, or rows are claimed elsewhere): retry at once, then 50 ms doubling to 1 s, never spin.
 _DISAGREEMENT_FIRST = 0.05
 _DISAGREEMENT_MAX = 1.0
-
-
-@dataclass(slots=True)
-class DispatchReport:
-    """What one ``dispatch_due`` call did."""
-
-    dispatched: int = 0
-    failed_attempts: int = 0
-    moved_to_error_queue: int = 0
-    already_removed: int = 0
-    fetch_failures: int = 0
-    batches: int = 0
-    #: Per message sent: seconds late on arrival, less what release control added (transport lateness).
-    lateness_seconds: list[float] = field(default_factory=list)
-    #: Per capped destination: the seconds release control added to each message sent there.
-    release_lag_seconds: dict[str, list[float]] = field(default_factory=dict)
-    #: Per capped destination: the release slot (epoch seconds: when it becomes visible) of each message sent there.
-    release_slots: dict[str, list[float]] = field(default_factory=dict)
-    #: Messages given back to the store until their release slot.
-    deferred: int = 0
-    #: Fetched messages not sent because their claims had run out (their rows are fetched again).
-    claims_ran_out: int = 0
-
-    def merge(self, other: DispatchReport) -> None:
-        """Add ``other``'s counts to this report."""
-        self.dispatched += other.dispatched
-        self.failed_attempts += other.failed_attempts
-        self.moved_to_error_queue += other.moved_to_error_queue
-        self.already_removed += other.already_removed
-        self.fetch_failures += other.fetch_failures
-        self.batches += other.batches
-        self.lateness_seconds.extend(other.lateness_seconds)
-        for destination, lags in other.release_lag_seconds.items():
-            self.release_lag_seconds.setdefault(destination, []).extend(lags)
-        for destination, slots in other.release_slots.items():
-            self.release_slots.setdefault(destination, []).extend(slots)
-        self.deferred += other.deferred
-        self.claims_ran_out += other.claims_ran_out
 
 
 @dataclass(slots=True)
@@ -134,26 +90,21 @@ class Dispatcher:
         self.transport = transport
         self.settings = settings or DelayedDeliverySettings()
         self.clock = clock or SystemClock()
-        # log_fields (e.g. {"cloud": "azure"}) go on every message's log line, so the logs say where they came from
-        self._log_fields = dict(log_fields or {})
         self._critical = on_critical_error or _log_critical
         s = self.settings
-        delays = {"armed_delay": s.failure_delay, "tripped_delay": s.tripped_failure_delay}
-        self.store_breaker = RepeatedFailuresCircuitBreaker(
-            "store", s.time_to_trigger_store_circuit_breaker, self.clock, self._critical, **delays
-        )
-        self.fetch_breaker = RepeatedFailuresCircuitBreaker(
-            "fetch", s.time_to_trigger_fetch_circuit_breaker, self.clock, self._critical, **delays
-        )
-        self.dispatch_breaker = RepeatedFailuresCircuitBreaker(
-            "dispatch", s.time_to_trigger_dispatch_circuit_breaker, self.clock, self._critical, **delays
-        )
+        breaker = self._breaker
+        self.store_breaker = breaker("store", s.time_to_trigger_store_circuit_breaker)
+        self.fetch_breaker = breaker("fetch", s.time_to_trigger_fetch_circuit_breaker)
+        self.dispatch_breaker = breaker("dispatch", s.time_to_trigger_dispatch_circuit_breaker)
         self.recovery_breaker = FailureRateCircuitBreaker(
             "recovery",
             s.maximum_recovery_failures_per_second,
             s.time_to_trigger_dispatch_circuit_breaker,
             self.clock,
             self._critical,
+        )
+        self.outcomes = Outcomes(
+            store, transport, s, self.clock, (self.dispatch_breaker, self.recovery_breaker), log_fields or {}
         )
         self._wakeup = threading.Event()
         self._next_due: datetime | None = None
@@ -166,6 +117,18 @@ class Dispatcher:
         # the one loop runs through a pacer: without release_rates it releases every fetched message at once
         planner = ReleasePlanner(s.release_rates, share=release_share)
         self._pacer = Pacer(planner, transport, store, state=release_state)
+
+    def _breaker(self, name: str, time_to_trigger: float) -> RepeatedFailuresCircuitBreaker:
+        """A breaker that raises a critical error after failing for ``time_to_trigger`` seconds in a row."""
+        s = self.settings
+        return RepeatedFailuresCircuitBreaker(
+            name,
+            time_to_trigger,
+            self.clock,
+            self._critical,
+            armed_delay=s.failure_delay,
+            tripped_delay=s.tripped_failure_delay,
+        )
 
     # -- ingress ---------------------------------------------------------
 
@@ -239,10 +202,10 @@ class Dispatcher:
         def one(message: DelayedMessage) -> DispatchReport:
             if keep_going is not None and not keep_going():
                 return DispatchReport()
-            if self._claim_ran_out(message):
+            if self.outcomes.claim_ran_out(message):
                 return DispatchReport(claims_ran_out=1)
             release = releases.get(message.message_id) if releases is not None else None
-            part = self._dispatch_one(message, now, remove=not batched, release=release)
+            part = self.outcomes.send(message, now, remove=not batched, release=release)
             if batched and part.dispatched:
                 with sent_lock:
                     sent.append((message, part.lateness_seconds[-1], release.lag if release is not None else None))
@@ -260,13 +223,13 @@ class Dispatcher:
             except Exception as exc:
                 error = exc
             if sent:
-                self._settling = self._settler.submit(self._settle, sent)
+                self._settling = self._settler.submit(self.outcomes.settle, sent)
             if error is not None:
                 raise error
             return total
         if batched and sent:
             assert isinstance(self.store_port, BatchRemovingStore)
-            total.merge(self._settle(sent))
+            total.merge(self.outcomes.settle(sent))
         return total
 
     def _loop(
@@ -451,20 +414,6 @@ class Dispatcher:
         if self._settler is not None:
             self._settler.shutdown(wait=True)
 
-    def _settle(self, sent: list[tuple[DelayedMessage, float, float | None]]) -> DispatchReport:
-        """Remove sent messages in one ``remove_many`` call and log each outcome."""
-        assert isinstance(self.store_port, BatchRemovingStore)
-        report = DispatchReport()
-        ids = [m.message_id for m, _, _ in sent]
-        claims = [claim_of(m) for m, _, _ in sent]
-        if any(c is not None for c in claims):
-            flags = self.store_port.remove_many(ids, claims)
-        else:  # a store without claim tokens (its remove_many may not take them)
-            flags = self.store_port.remove_many(ids)
-        for (message, lateness, lag), removed in zip(sent, flags, strict=True):
-            report.already_removed += self._log_removal(message, lateness, removed, lag)
-        return report
-
     def _wait_settling(self) -> DispatchReport:
         """Wait for the background removal, if any; its report (or its exception)."""
         pending, self._settling = self._settling, None
@@ -485,154 +434,6 @@ class Dispatcher:
         if deadline is None:
             return seconds
         return max(0.0, min(seconds, (deadline - self.clock.now()).total_seconds()))
-
-    def _dispatch_one(
-        self, message: DelayedMessage, now: datetime, *, remove: bool = True, release: Release | None = None
-    ) -> DispatchReport:
-        report = DispatchReport()
-        delay = release.delay if release is not None else 0
-        lag = release.lag if release is not None else None
-        try:
-            if hdr.UNREADABLE in message.headers:  # a store row that could not be read: never to its destination
-                raise PermanentError(f"unreadable store row: {message.headers[hdr.UNREADABLE]}")
-            if delay > 0:
-                assert isinstance(self.transport, PlacingTransport)  # the pacer places only on such transports
-                self.transport.send_delayed(message, delay)
-            else:
-                self.transport.send(message)
-        except Exception as exc:
-            report.failed_attempts += 1
-            self._on_send_failure(message, exc, report)
-            return report
-        self.dispatch_breaker.success()
-        arrival = now.timestamp() + delay
-        due = message.due_at.timestamp()
-        lateness = release.lateness(arrival) if release is not None else max(0.0, arrival - due)
-        report.lateness_seconds.append(lateness)
-        if lag is not None:
-            report.release_lag_seconds.setdefault(message.destination, []).append(lag)
-        if release is not None and release.slot is not None and self._capped(message.destination):
-            report.release_slots.setdefault(message.destination, []).append(release.slot)
-        report.dispatched += 1
-        if remove:
-            report.already_removed += self._log_removal(message, lateness, self._remove(message), lag)
-        return report
-
-    def _claim_ran_out(self, message: DelayedMessage) -> bool:
-        """Whether ``message``'s claim has less than ``CLAIM_MARGIN`` left (logged): then it is not sent."""
-        until = claimed_until(message)
-        if until is None or self.clock.now() < until - timedelta(seconds=CLAIM_MARGIN):
-            return False
-        _log.warning(
-            "not sent: its claim ran out before its turn (a slow batch); its row is fetched again",
-            extra={**self._about(message), lf.EVENT: lf.EVENT_CLAIM_RAN_OUT},
-        )
-        return True
-
-    def _capped(self, destination: str) -> bool:
-        """Whether ``release_rates`` caps ``destination``."""
-        return self.settings.release_rates.rate_for(destination) is not None
-
-    def _about(self, message: DelayedMessage) -> dict[str, object]:
-        """The keys of every log line about ``message``: its id, destination and due time, and ``log_fields``."""
-        return {
-            **self._log_fields,
-            lf.MESSAGE_ID: message.message_id,
-            lf.DESTINATION: message.destination,
-            lf.DUE_AT: message.due_at.isoformat(),
-        }
-
-    def _remove(self, message: DelayedMessage) -> bool:
-        """Remove a fetched message under its claim (stores without claim tokens: by id, as they always did)."""
-        claim = claim_of(message)
-        if claim is None:
-            return self.store_port.remove(message.message_id)
-        return self.store_port.remove(message.message_id, claim)
-
-    def _log_removal(self, message: DelayedMessage, lateness: float, removed: bool, lag: float | None = None) -> int:
-        """Log the outcome of removing a dispatched message; 1 when it was already gone or superseded."""
-        base = self._about(message)
-        if removed:
-            extra = {**base, lf.EVENT: lf.EVENT_DISPATCHED, lf.LATENESS_S: round(lateness, 3)}
-            if lag is not None:
-                extra[lf.RELEASE_LAG_S] = round(lag, 3)
-            _log.info("dispatched", extra=extra)
-            return 0
-        if claim_of(message) is not None:
-            _log.warning(
-                "dispatched a message whose claim was superseded (its claim expired and the row was claimed again,"
-                " removed or rescheduled): possible duplicate; the row is left as it is",
-                extra={**base, lf.EVENT: lf.EVENT_SUPERSEDED},
-            )
-            return 1
-        _log.warning(
-            "dispatched a message that another dispatcher had already removed (possible duplicate)",
-            extra={**base, lf.EVENT: lf.EVENT_DUPLICATE},
-        )
-        return 1
-
-    def _on_send_failure(self, message: DelayedMessage, exc: Exception, report: DispatchReport) -> None:
-        base = {**self._about(message), lf.REASON: repr(exc)}
-        permanent = isinstance(exc, PermanentError)
-        if not permanent:
-            self.dispatch_breaker.failure(exc)
-        self.recovery_breaker.record(exc)
-        claim = claim_of(message)
-        counted = (
-            self.store_port.increment_failure_count(message.message_id)
-            if claim is None
-            else self.store_port.increment_failure_count(message.message_id, claim)
-        )
-        if not counted:  # gone, or superseded: whoever holds the row now settles it
-            return
-        failures = message.failure_count + 1
-        if permanent or failures > self.settings.number_of_retries:
-            if self._move_to_error_queue(message, exc, failures):
-                report.moved_to_error_queue += 1
-            return
-        _log.warning(
-            "delivery failed; will retry",
-            extra={**base, lf.EVENT: lf.EVENT_RETRY, lf.FAILURE_COUNT: failures},
-        )
-        self._back_off(message, failures)
-
-    def _back_off(self, message: DelayedMessage, failures: int) -> None:
-        """Push a failed message's due time forward (under its claim) so it cannot block the head of the store."""
-        if isinstance(self.store_port, ReschedulableStore):
-            backoff = min(self.settings.max_retry_backoff, self.settings.retry_backoff * 2 ** (failures - 1))
-            due = self.clock.now() + timedelta(seconds=backoff)
-            claim = claim_of(message)
-            if claim is None:
-                self.store_port.reschedule(message.message_id, due)
-            else:
-                self.store_port.reschedule(message.message_id, due, claim)
-
-    def _move_to_error_queue(self, message: DelayedMessage, exc: Exception, failures: int) -> bool:
-        error_queue = self.settings.error_queue
-        failed = message.redirected(error_queue).with_headers(
-            {
-                hdr.FAILURE_REASON: f"{type(exc).__name__}: {exc}"[:1024],
-                hdr.ORIGINAL_DESTINATION: message.destination,
-                hdr.FAILED_AT: self.clock.now().isoformat(),
-                hdr.FAILURE_COUNT: str(failures),
-            }
-        )
-        base = {**self._about(message), lf.REASON: repr(exc)}
-        try:
-            self.transport.send(failed)
-        except Exception as forward_exc:
-            _log.error(
-                "could not move message to the error queue; it stays in the store",
-                extra={**base, lf.EVENT: lf.EVENT_RETRY, "error_queue_reason": repr(forward_exc)},
-            )
-            self._back_off(message, failures)
-            return False
-        self._remove(message)
-        _log.error(
-            "moved to the error queue",
-            extra={**base, lf.EVENT: lf.EVENT_ERROR_QUEUE, lf.FAILURE_COUNT: failures},
-        )
-        return True
 
 
 def ensure_enabled(settings: DelayedDeliverySettings) -> None:
