@@ -138,6 +138,12 @@ class ReleaseCalendar:
             raise _translate(exc, what, self.table) from exc
         return out
 
+    def reserve(self, destination: str, dues: Sequence[float], now: float) -> list[float | None]:
+        """``ports.ReleaseSchedule``: ``place`` in epoch seconds (a slot: when the message becomes visible)."""
+        now_ms = math.floor(now * 1000)
+        placed = self.place(destination, [math.ceil(due * 1000) for due in dues], now_ms)
+        return [None if p is None else now_ms / 1000 + p.delay_seconds for p in placed]
+
     def _take(self, destination: str, second: int, n: int, rate: float) -> int:
         """Ask ``n`` places of ``second``; how many were granted (the rest are given back)."""
         capacity = second_capacity(rate, second)
