@@ -38,7 +38,3 @@ class TestReleaseCalendar(ReleaseScheduleContract):
         table = f"release-{time.monotonic_ns()}"
         ensure_release_table(_client(dynamodb_endpoint), table)
         return lambda rates: ReleaseCalendar(_client(dynamodb_endpoint), table, rates)
-
-    @pytest.mark.xfail(strict=True, reason="place() orders messages by first reachable second, then by position")
-    def test_due_order_is_kept_within_a_booking(self, open_schedule: OpenSchedule) -> None:
-        super().test_due_order_is_kept_within_a_booking(open_schedule)

@@ -107,7 +107,7 @@ class ReleaseCalendar:
         base, phase = math.floor(now), now - math.floor(now)
         last = base + self.horizon
         firsts = [max(base, math.ceil(d / 1000 - phase - 1e-9)) for d in dues_ms]
-        order = sorted(range(len(dues_ms)), key=lambda i: (firsts[i], i))
+        order = sorted(range(len(dues_ms)), key=lambda i: (dues_ms[i], i))  # due order (so first-second order too)
         out: list[Placement | None] = [None] * len(dues_ms)
         what = f"reserving release slots for {destination!r}"
         try:
