@@ -24,6 +24,7 @@ from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.release import ReleaseRates, second_capacity
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller
+from delayed_delivery.testing.release_contract import OpenSchedule, ReleaseScheduleContract
 from tests.aws.conftest import collect, handler_env
 from tests.aws.interleave import run_interleaved
 from tests.fixtures.moto import REGION
@@ -52,6 +53,17 @@ def release_table(dynamodb_endpoint: str) -> tuple[DynamoDBClient, str]:
     name = f"release-{time.monotonic_ns()}"
     ensure_release_table(client, name)
     return client, name
+
+
+class TestReleaseCalendarContract(ReleaseScheduleContract):
+    """The release schedule contract over the calendar (one table per test, every handle on it)."""
+
+    granularity = 1.0  # whole seconds: a second holds its share of the rate, wherever in it they land
+
+    @pytest.fixture
+    def open_schedule(self, release_table: tuple[DynamoDBClient, str]) -> OpenSchedule:
+        client, table = release_table
+        return lambda rates: ReleaseCalendar(client, table, rates)
 
 
 def _taken(client: DynamoDBClient, table: str, destination: str) -> dict[int, int]:
