@@ -84,18 +84,16 @@ class Dispatcher:
         # overlap_removal: with a batch-removing store, remove each sent batch in the background while the next
         # batch is fetched and sent (the store must not hand out a row again before its removal has finished)
         # release_share: this dispatcher's share of each release rate (1/N for one of N dispatchers or shards)
-        # release_state: where the release schedule is kept between runs (loaded on the first paced run, saved
-        # before what a batch booked more than a second ahead is sent, and at each run's end)
+        # release_state: where the release schedule is kept between runs (the pacer loads and saves it)
         self.store_port = store
         self.transport = transport
         self.settings = settings or DelayedDeliverySettings()
         self.clock = clock or SystemClock()
         self._critical = on_critical_error or _log_critical
         s = self.settings
-        breaker = self._breaker
-        self.store_breaker = breaker("store", s.time_to_trigger_store_circuit_breaker)
-        self.fetch_breaker = breaker("fetch", s.time_to_trigger_fetch_circuit_breaker)
-        self.dispatch_breaker = breaker("dispatch", s.time_to_trigger_dispatch_circuit_breaker)
+        self.store_breaker = self._breaker("store", s.time_to_trigger_store_circuit_breaker)
+        self.fetch_breaker = self._breaker("fetch", s.time_to_trigger_fetch_circuit_breaker)
+        self.dispatch_breaker = self._breaker("dispatch", s.time_to_trigger_dispatch_circuit_breaker)
         self.recovery_breaker = FailureRateCircuitBreaker(
             "recovery",
             s.maximum_recovery_failures_per_second,
@@ -115,8 +113,7 @@ class Dispatcher:
         self._settling: Future[DispatchReport] | None = None
         self._settled = DispatchReport()
         # the one loop runs through a pacer: without release_rates it releases every fetched message at once
-        planner = ReleasePlanner(s.release_rates, share=release_share)
-        self._pacer = Pacer(planner, transport, store, state=release_state)
+        self._pacer = Pacer(ReleasePlanner(s.release_rates, share=release_share), transport, store, state=release_state)
 
     def _breaker(self, name: str, time_to_trigger: float) -> RepeatedFailuresCircuitBreaker:
         """A breaker that raises a critical error after failing for ``time_to_trigger`` seconds in a row."""
@@ -173,10 +170,21 @@ class Dispatcher:
         unsent claimed messages are left for their claims to expire.
         Returns only once every sent message's removal has finished.
         """
+        return self._settled_loop(budget, wait_for_due=wait_for_due, keep_going=keep_going)
+
+    def _settled_loop(
+        self,
+        budget: float | None,
+        *,
+        wait_for_due: bool,
+        keep_going: Callable[[], bool] | None,
+        stop: threading.Event | None = None,
+    ) -> DispatchReport:
+        """``_loop`` (when enabled), then every removal finished and its report merged in."""
         try:
             report = DispatchReport()
             if self.settings.enabled:
-                report = self._loop(budget, wait_for_due=wait_for_due, keep_going=keep_going)
+                report = self._loop(budget, wait_for_due=wait_for_due, keep_going=keep_going, stop=stop)
         finally:
             self._finish_settling()
         report.merge(self._settled)
@@ -401,10 +409,7 @@ class Dispatcher:
                 self.clock.wait(self._wakeup, self.settings.max_idle_sleep)
                 self._wakeup.clear()
             return DispatchReport()
-        try:
-            return self._loop(None, wait_for_due=True, keep_going=None, stop=stop)
-        finally:
-            self._finish_settling()
+        return self._settled_loop(None, wait_for_due=True, keep_going=None, stop=stop)
 
     def close(self) -> None:
         """Release the worker threads."""
