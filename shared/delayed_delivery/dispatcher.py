@@ -170,21 +170,12 @@ class Dispatcher:
         unsent claimed messages are left for their claims to expire.
         Returns only once every sent message's removal has finished.
         """
-        return self._settled_loop(budget, wait_for_due=wait_for_due, keep_going=keep_going)
+        return self._then_settle(lambda: self._loop(budget, wait_for_due=wait_for_due, keep_going=keep_going))
 
-    def _settled_loop(
-        self,
-        budget: float | None,
-        *,
-        wait_for_due: bool,
-        keep_going: Callable[[], bool] | None,
-        stop: threading.Event | None = None,
-    ) -> DispatchReport:
-        """``_loop`` (when enabled), then every removal finished and its report merged in."""
+    def _then_settle(self, loop: Callable[[], DispatchReport]) -> DispatchReport:
+        """``loop()`` (when enabled), then every removal finished and its report merged in."""
         try:
-            report = DispatchReport()
-            if self.settings.enabled:
-                report = self._loop(budget, wait_for_due=wait_for_due, keep_going=keep_going, stop=stop)
+            report = loop() if self.settings.enabled else DispatchReport()
         finally:
             self._finish_settling()
         report.merge(self._settled)
@@ -409,7 +400,7 @@ class Dispatcher:
                 self.clock.wait(self._wakeup, self.settings.max_idle_sleep)
                 self._wakeup.clear()
             return DispatchReport()
-        return self._settled_loop(None, wait_for_due=True, keep_going=None, stop=stop)
+        return self._then_settle(lambda: self._loop(None, wait_for_due=True, keep_going=None, stop=stop))
 
     def close(self) -> None:
         """Release the worker threads."""
