@@ -148,6 +148,11 @@ class DispatchPlan:
         for name in self.objects:
             self.key("p", name)
 
+    @property
+    def name(self) -> str:
+        """The plan's name: its bucket and when it was made (what its tasks and progress carry)."""
+        return f"{self.bucket.iso}@{self.created_ms}"
+
     def key(self, prefix: str, name: str) -> str:
         """The full key of the object ``name`` under ``prefix`` (``InvalidMessageError`` for a name that is none)."""
         if not isinstance(name, str) or "/" in name:

@@ -120,11 +120,17 @@ class BucketWork:
         return [item for item in outcome.retry if isinstance(item, Rejected)]
 
     def write_back(
-        self, bucket: BucketKey | None, messages: Sequence[BucketMessage], rejected: Sequence[Rejected]
+        self,
+        bucket: BucketKey | None,
+        messages: Sequence[BucketMessage],
+        rejected: Sequence[Rejected],
+        *,
+        salt: str = "",
     ) -> set[str]:
         """Write ``messages`` (and each rejected message on its own: two may share an id) back; the keys written.
 
-        ``bucket`` None: each into ``bucket_of(due, now)``.
+        ``bucket`` None: each into ``bucket_of(due, now)``. ``salt``: a dispatch plan's name, so that nothing written
+        back lands on a key of that plan, which deletes its keys once done (``S3BucketStore.write``).
         """
         now = self.clock.now()
         written: set[str] = set()
@@ -133,10 +139,10 @@ class BucketWork:
             if not group:
                 continue
             if bucket is None:
-                for keys in self.store.write_due(group, now).values():
+                for keys in self.store.write_due(group, now, salt=salt).values():
                     written.update(keys)
             else:
-                written.update(self.store.write(bucket, group))
+                written.update(self.store.write(bucket, group, salt=salt))
         return written
 
     @staticmethod

@@ -317,8 +317,11 @@ class _Run:
         if sent is None:
             return False
         rewrite = work.report_errors([*piece.conflicts, *plan.unusable, *sent.rejected, *piece.notices], tally)
-        work.write_back(self.plan.bucket, sent.retry, rewrite)  # late objects: sent once this plan is done
-        work.write_back(None, [*plan.moved, *misplaced], ())
+        # Beside the plan's objects (salted keys: never one of them, which the finished plan deletes), sent once the
+        # plan is done, as late objects are.
+        salt = self.plan.name
+        work.write_back(self.plan.bucket, sent.retry, rewrite, salt=salt)
+        work.write_back(None, [*plan.moved, *misplaced], (), salt=salt)
         counts = PieceCounts(
             sent=len(sent.sent),
             duplicates=piece.duplicates + plan.duplicates,
