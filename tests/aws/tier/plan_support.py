@@ -114,6 +114,8 @@ class Tier:
     worker_results: list[WorkerResult] = field(default_factory=list)
     #: Called before each worker run (a test's operator acting while the workers send).
     before_worker: Callable[[Tier, DispatchTask], None] | None = None
+    #: Tasks it says True for are lost (a worker that dies at once, every time).
+    lose: Callable[[DispatchTask], bool] | None = None
 
     def __post_init__(self) -> None:
         for name in (*self.destinations, "errors"):
@@ -153,6 +155,8 @@ class Tier:
         """A timer run, then every dispatch task (as the dispatch function takes them), then ``step`` seconds on."""
         self.timer_results.append(self.timer().run())
         for task in self.queue.take():
+            if self.lose is not None and self.lose(task):
+                continue
             if self.before_worker is not None:
                 self.before_worker(self, task)
             self.worker_results.append(self.worker().run(task))

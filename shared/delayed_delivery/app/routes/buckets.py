@@ -270,7 +270,7 @@ class BucketTierRoute(SqsOperatorRoute):
             message_id,
             "aws",
             utc(due),
-            moved=moved.found,
+            moved=moved.found and not moved.already_sent,
             record=receipt,
             found=moved.found,
             sent_now=moved.sent_now,

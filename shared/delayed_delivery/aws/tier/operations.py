@@ -227,7 +227,7 @@ class TierOperations:
         record = reschedule_request(destination, message_id, due, now=now, ttl=tier_record_ttl(now, last))
         self.records.put(record)  # first: a timer meeting the message meanwhile moves it too
         moved = relocator.relocate(record, due=current_due, scan_limit=limit)
-        if not keep_record and (moved.found or not self.fifo_too):
+        if not keep_record and not moved.by_workers and (moved.found or not self.fifo_too):
             record = replace(record, expires_at=self.clock.now() + timedelta(seconds=INGEST_VISIBILITY_SECONDS))
             self.records.put(record)  # kept a little: a copy may still be on its way through the ingest queue
         note = _moved_note(moved, self.fifo_too, keep_record) + binding_note(record.requested_at)
@@ -290,6 +290,20 @@ def _moved_note(moved: Relocation, fifo_too: bool, keep_record: bool) -> str:
         if fifo_too:
             return f"{where}; the record waits for its next hop on the FIFO route, where a message sooner is met late"
         return f"{where}; " + (kept or "the record is kept for the ingest queue's visibility, in case it is on its way")
+    if moved.already_sent:
+        old = moved.old_due.isoformat() if moved.old_due else "its old time"
+        return (
+            f"not moved: the dispatch workers already handed it to {moved.destination!r}, due {old}, where it cannot "
+            "be recalled; have the consumer drop it by id"
+        )
+    if moved.by_workers and not moved.written:
+        done = (
+            "its bucket is being sent by the dispatch workers and its worker has not reached it yet: the worker reads "
+            "the record before each piece and moves it there, so it is not sent at its old time"
+        )
+        if moved.deleted or moved.rewritten:
+            done += f" (other copies taken out: {len(moved.deleted)} object(s))"
+        return f"{done}; the record is kept until then"
     if moved.moved_by_timer:
         done = "a timer took its object first: moved by the record, or sent at its old time if it read no record yet"
     elif moved.sent_now:

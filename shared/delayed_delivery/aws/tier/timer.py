@@ -294,8 +294,17 @@ class BucketTimer:
             tally.add(buckets_left_for_deadline=1)  # the rest: a later run
 
     def _dispatch_bucket(self, bucket: BucketKey, objects: Sequence[StoredObject], tally: Tally[TimerResult]) -> None:
-        """Send a small ready bucket at once; plan a big one (or look after its plan) for the workers."""
+        """Send a small ready bucket at once; plan a big one (or look after its plan) for the workers.
+
+        A bucket with a plan is the workers' until the plan is done, whatever is listed beside its objects (a late
+        ingest, a write-back, an operator's rewrite): sent inline, those would go out beside the plan's objects and
+        the plan would never be looked after again (#31).
+        """
         tier = self.tier
+        plan = self.plans.read_plan(bucket)
+        if plan is not None:
+            self._look_after(plan, tally)
+            return
         if sum(o.size for o in objects) <= tier.bucket_inline_max_bytes:  # the listed bytes; the counts only size plans
             read = self._read(objects, tier.bucket_inline_max_bytes, tier.bucket_inline_max_messages)
             if read is not None:
@@ -341,18 +350,21 @@ class BucketTimer:
         self, bucket: BucketKey, objects: Sequence[StoredObject], listed: int, tally: Tally[TimerResult]
     ) -> None:
         """Plan a big bucket once and hand its partitions out; later runs look after the plan until it is done."""
-        plan = self.plans.read_plan(bucket)
         now_ms = epoch_ms(self.clock.now())
-        if plan is None:
-            names = tuple(o.key.rsplit("/", 1)[1] for o in objects[:MAX_PLAN_OBJECTS])
-            made = DispatchPlan(bucket, now_ms, self.tier.partitions(listed), names)
-            if self.plans.create_plan(made):
-                tally.add(buckets_planned=1)
-                self._hand_out(made, range(made.partitions), tally)
-                return
-            plan = self.plans.read_plan(bucket)  # another timer planned it first
-            if plan is None:
-                return
+        names = tuple(o.key.rsplit("/", 1)[1] for o in objects[:MAX_PLAN_OBJECTS])
+        made = DispatchPlan(bucket, now_ms, self.tier.partitions(listed), names)
+        if self.plans.create_plan(made):
+            tally.add(buckets_planned=1)
+            self._hand_out(made, range(made.partitions), tally)
+            return
+        plan = self.plans.read_plan(bucket)  # another timer planned it first
+        if plan is not None:
+            self._look_after(plan, tally)
+
+    def _look_after(self, plan: DispatchPlan, tally: Tally[TimerResult]) -> None:
+        """Finish a plan every partition of which is done (its objects deleted, then the plan); hand out again the
+        partitions nobody went on with for ``STALL_SECONDS``."""
+        now_ms = epoch_ms(self.clock.now())
         stored = [self.plans.read_progress(plan, k) for k in range(plan.partitions)]
         if all(s.progress is not None and s.progress.done for s in stored):
             self.store.delete(plan.keys(self.store.prefix))
