@@ -156,7 +156,8 @@ class S3BucketStore:
         groups: dict[BucketKey, list[BucketMessage]] = {}
         for message in messages:
             groups.setdefault(bucket_of(message.due_at, now, self.levels), []).append(message)
-        return {bucket: self.write(bucket, group, salt=salt) for bucket, group in sorted(groups.items())}
+        salted = {"salt": salt} if salt else {}
+        return {bucket: self.write(bucket, group, **salted) for bucket, group in sorted(groups.items())}
 
     def objects(
         self, level: LevelName, *, until: datetime | None = None, on_stray: Callable[[str], None] | None = None

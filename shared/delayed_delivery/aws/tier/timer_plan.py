@@ -16,6 +16,7 @@ from ...delivery import epoch_ms, from_epoch_ms
 from ...errors import InvalidMessageError
 from ...timebuckets.format import BucketMessage
 from ...timebuckets.identity import conflict_reason, content_digest, digest_conflict_reason, same_message
+from ...timebuckets.seen import SeenEntry
 
 __all__ = ["SEEN_LIMIT", "Admission", "BucketPlan", "Found", "Lookup", "Rejected", "Seen", "plan_bucket"]
 
@@ -72,33 +73,65 @@ class Admission(Enum):
 
 
 class Seen:
-    """The ids a partition met so far, in plan order, with their ``content_digest``: bounded.
+    """The messages a partition met so far, in plan order, with their ``content_digest``: bounded.
 
-    A bucket sent in pieces cannot wait for every copy of an id before sending one: the first copy met in plan order
-    is sent, a later copy of the same message is a duplicate, a different message under the id goes to the error
-    queue (``reason``). Within one piece the usual rule (``identity.first_sent``) picks the copy.
+    A message is its id and due time (docs/identity.md): two copies under one id and due time are the same message
+    (a duplicate) or a conflict; under one id with other due times they are two messages. A bucket sent in pieces
+    cannot wait for every copy before sending one: the first copy met in plan order is sent, a later copy of the same
+    message is a duplicate, a different message under the id and due time goes to the error queue (``reason``).
+    Messages written back into the bucket are marked (``written``), so a snapshot tells them from those handed on.
     """
 
     def __init__(self, limit: int = SEEN_LIMIT) -> None:
         self.limit = limit
-        self._ids: dict[str, int] = {}
-        #: Ids not remembered because the limit was reached (a copy of one of them would be sent again).
+        self._ids: dict[tuple[str, int], int] = {}
+        #: The messages written back into the bucket (not handed on: they wait in another object).
+        self._written: set[tuple[str, int]] = set()
+        #: Messages not remembered because the limit was reached (a copy of one of them would be sent again).
         self.overflow = 0
 
     def __len__(self) -> int:
         return len(self._ids)
 
     def admit(self, message: BucketMessage) -> tuple[Admission, int]:
-        """Meet ``message``: its admission and the digest of the first message of its id (as an int)."""
+        """Meet ``message``: its admission and the digest of the first message of its id and due time (an int)."""
         digest = int(content_digest(message), 16)
-        first = self._ids.get(message.message_id)
+        key = (message.message_id, message.due_at_ms)
+        first = self._ids.get(key)
         if first is None:
             if len(self._ids) < self.limit:
-                self._ids[message.message_id] = digest
+                self._ids[key] = digest
             else:
                 self.overflow += 1
             return Admission.NEW, digest
         return (Admission.SAME if first == digest else Admission.CONFLICT), first
+
+    def written_back(self, messages: Iterable[BucketMessage]) -> None:
+        """Mark ``messages`` written back into the bucket."""
+        self._written.update((m.message_id, m.due_at_ms) for m in messages)
+
+    def entries(self) -> tuple[SeenEntry, ...]:
+        """What was met, for a snapshot (``timebuckets/seen.py``)."""
+        written = self._written
+        return tuple((i, due, digest, (i, due) in written) for (i, due), digest in self._ids.items())
+
+    def load(self, entries: Iterable[SeenEntry], *, handed_on_only: bool = False) -> int:
+        """Meet again what a snapshot holds (``handed_on_only``: not the messages written back); how many."""
+        loaded = 0
+        for message_id, due_ms, digest, written in entries:
+            if handed_on_only and written:
+                continue
+            key = (message_id, due_ms)
+            if key in self._ids:
+                continue
+            if len(self._ids) >= self.limit:
+                self.overflow += 1
+                continue
+            self._ids[key] = digest
+            if written:
+                self._written.add(key)
+            loaded += 1
+        return loaded
 
     @staticmethod
     def reason(message: BucketMessage, first: int, key: str) -> str:

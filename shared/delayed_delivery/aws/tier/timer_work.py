@@ -138,11 +138,12 @@ class BucketWork:
         for group in groups:
             if not group:
                 continue
+            salted = {"salt": salt} if salt else {}
             if bucket is None:
-                for keys in self.store.write_due(group, now, salt=salt).values():
+                for keys in self.store.write_due(group, now, **salted).values():
                     written.update(keys)
             else:
-                written.update(self.store.write(bucket, group, salt=salt))
+                written.update(self.store.write(bucket, group, **salted))
         return written
 
     @staticmethod
