@@ -69,11 +69,13 @@ def _translate(exc: BaseException, what: str, table: str) -> DelayedDeliveryErro
 class DynamoDbCancellationStore:
     """``CancellationStore`` on one DynamoDB table (client injected; nothing is called at construction)."""
 
-    def __init__(self, client: DynamoDBClient, table: str) -> None:
+    def __init__(self, client: DynamoDBClient, table: str, *, consistent: bool = False) -> None:
         if not table:
             raise ConfigurationError("the cancellation table needs a name")
         self.client = client
         self.table = table
+        #: Strongly consistent reads (``live``): a record written a moment ago is seen (the tier's certain cancels).
+        self.consistent = consistent
 
     def put(self, record: Cancellation) -> None:
         """Write ``record`` (replaces an earlier request for the same message)."""
@@ -94,7 +96,8 @@ class DynamoDbCancellationStore:
             ) from exc
 
     def live(self, endpoint: str) -> list[StoredRecord]:
-        """Every item of ``endpoint`` (one Query, paged; eventually consistent), unreadable ones as such."""
+        """Every item of ``endpoint`` (one Query, paged; eventually consistent unless ``consistent``), unreadable ones
+        as such."""
         found: list[StoredRecord] = []
         kwargs: dict[str, Any] = {
             "TableName": self.table,
@@ -102,6 +105,8 @@ class DynamoDbCancellationStore:
             "ExpressionAttributeNames": {"#e": "endpoint"},
             "ExpressionAttributeValues": {":e": {"S": endpoint}},
         }
+        if self.consistent:
+            kwargs["ConsistentRead"] = True
         try:
             while True:
                 page = self.client.query(**kwargs)

@@ -171,6 +171,7 @@ class BucketTierRoute(SqsOperatorRoute):
             sqs_settings=self.sqs_settings,
             where=self.where,
             record_cache_seconds=cache,
+            table_named=self.config.cancellation_table is not None,
         )
 
     def pending(self, bucket_seconds: int, *, queue: str | None = None) -> PendingReport:

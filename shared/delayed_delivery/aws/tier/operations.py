@@ -33,7 +33,7 @@ from ...errors import DestinationNotFoundError
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.census import BucketCensus, CensusPeriod, take_census
 from ...timebuckets.wheel import BucketKey
-from ..cancellations import DEFAULT_CACHE_SECONDS, DEFAULT_TABLE, DynamoDbCancellationStore
+from ..cancellations import DEFAULT_CACHE_SECONDS, DEFAULT_TABLE, TABLE_ENV, DynamoDbCancellationStore
 from ..settings import SqsSettings
 from ..sqs import translate_error
 from .plan_store import PlanStore
@@ -123,6 +123,7 @@ class TierOperations:
         clock: Clock | None = None,
         where: str = "AWS",
         record_cache_seconds: float = DEFAULT_CACHE_SECONDS,
+        table_named: bool = True,
     ) -> None:
         self.store = store
         self.sqs = sqs_client
@@ -135,6 +136,9 @@ class TierOperations:
         self.where = where
         #: The requeue function's record cache (``DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS``), for the FIFO route.
         self.record_cache_seconds = record_cache_seconds
+        #: The table was named (``DELAYED_DELIVERY_CANCELLATION_TABLE``), as the tier's functions are told it; False:
+        #: the default table, which the deployed timer may not read, so no cancel is certain.
+        self.table_named = table_named
 
     @classmethod
     def from_config(
@@ -149,7 +153,9 @@ class TierOperations:
         """The tier of ``config``: its bucket objects, and its cancellation table (the default one when unset)."""
         records = DynamoDbCancellationStore(dynamodb_client, config.cancellation_table or DEFAULT_TABLE)
         store = S3BucketStore.from_config(s3_client, config)
-        return cls(store, sqs_client, records, config.settings, sqs_settings=config.sqs_settings, clock=clock)
+        named = config.cancellation_table is not None
+        routes = config.sqs_settings
+        return cls(store, sqs_client, records, config.settings, sqs_settings=routes, clock=clock, table_named=named)
 
     @property
     def fifo_too(self) -> bool:
@@ -171,12 +177,15 @@ class TierOperations:
         self.records.check()
 
     def reach_seconds(self) -> float:
-        """Seconds before its due time a message may have left for its destination (the tier's, or both routes')."""
+        """Seconds before its due time a message may have left for its destination: the tier's dispatch (lead and a
+        fine bucket), a delay the sender sent natively (up to ``max_native_delay``: it never waits in the tier, on any
+        route; #31), and with the FIFO route its last hop (plus the requeue function's record cache)."""
         levels = self.store.levels
         tier = levels.dispatch_lead_seconds + levels.fine_seconds
+        native = self.sqs_settings.max_native_delay
         if not self.fifo_too:
-            return float(tier)
-        return float(max(tier, self.sqs_settings.max_native_delay + self.record_cache_seconds))
+            return float(max(tier, native))
+        return float(max(tier, native + self.record_cache_seconds))
 
     def cancel(self, destination: str, message_id: str, *, due: datetime | None = None) -> TierCancel:
         """Write a cancel record living until the message's dispatch (``due``: its due time, if known)."""
@@ -192,6 +201,13 @@ class TierOperations:
             warning = (
                 f"{message_id!r} is due {utc(due).isoformat()}, within {format_duration(reach)} of now: it may already "
                 f"be on its way to {destination!r} and then is delivered; have the consumer drop it by id"
+            )
+        if not self.table_named:
+            warning = (
+                f"{TABLE_ENV} is not set, so the record went to the default table {self.records.table!r}: the tier's "
+                "timer drops the message only if it reads that table (`aws tier --local` does; a deployed tier reads "
+                f"the table its stack names), so this cancel cannot be certain; set {TABLE_ENV} to the tier's table"
+                + (f". Also: {warning}" if warning else "")
             )
         note = (
             "it is dropped when its time bucket is cascaded or dispatched (or at its next hop on the FIFO route); "

@@ -164,7 +164,7 @@ class BucketTimer:
     def run(self, deadline: float | None = None) -> TimerResult:
         """Cascade, then dispatch, starting no bucket once ``deadline`` (a ``time.monotonic`` value) is near."""
         tally = Tally(TimerResult)
-        self._work = BucketWork(self.store, self.sqs, self.clock, self.cancellations)  # records fresh each run
+        self._work = BucketWork(self.store, self.sqs, self.clock, self.cancellations)
         self._local = []
         self._cascade(deadline, tally)
         self._dispatch(deadline, tally)
@@ -206,6 +206,7 @@ class BucketTimer:
             tally.add(buckets_skipped_leased=1)
             return
         self._lease_ends = lease.expires_at - timedelta(seconds=self.leases.seconds / 4)  # stop with room to spare
+        self._work.fresh()  # the records as they are now, for this bucket (#31)
         try:
             work()
         except ConfigurationError:

@@ -103,6 +103,7 @@ class Cascade:
         """Write a group into fine buckets, then delete the objects it holds whole and apply its records."""
         if group.empty:
             return
+        self.work.fresh()  # the records as they are now, for this group (#31)
         plan = self.work.plan(group.found)
         rewrite = self.work.report_errors([*plan.conflicts, *plan.unusable, *group.notices], self.tally)
         self.work.write_back(None, [*plan.keep, *plan.moved], rewrite)

@@ -1,9 +1,12 @@
-"""What the timer, its cascade and the dispatch workers share: records read once per run, the error queue, write-backs.
+"""What the timer, its cascade and the dispatch workers share: records read fresh, the error queue, write-backs.
 
 A ``BucketWork`` lives for one run (a timer run or a worker invocation): it reads each destination's cancel and
-reschedule records at most once, sends what cannot be delivered to the error queue (what the queue does not take
-now is written back, or its object kept under ``problems/``), writes messages back into buckets, and deletes the
-records applied once the objects they were read from are gone.
+reschedule records afresh for every bucket, cascade group and piece (``fresh``; #31: read once per run, a cancel
+made during a long cascade was missed by the same run's dispatch), refuses to go on when they cannot be read (a
+certain cancel is never sent for want of a record: the bucket waits for a later run), sends what cannot be
+delivered to the error queue (what the queue does not take now is written back, or its object kept under
+``problems/``), writes messages back into buckets, and deletes the records applied once the objects they were read
+from are gone.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from dataclasses import Field, fields
 from typing import Any, Generic, TypeVar
 
 from ... import logfields as lf
-from ...cancellations import CancellationCache, StoredRecord
+from ...cancellations import CancellationCache, StoredRecord, is_live
 from ...clock import Clock
+from ...errors import DelayedDeliveryError, TransientError
 from ...timebuckets.format import BucketMessage
 from ...timebuckets.wheel import BucketKey
 from .notices import BadLines, object_notice
@@ -67,17 +71,32 @@ class BucketWork:
         self.sqs = sqs
         self.clock = clock
         self.cancellations = cancellations
-        #: Each destination's records as read in this run (read at most once, fresh for every run).
+        #: Each destination's records as read for the bucket, group or piece at hand (``fresh`` forgets them).
         self.records: dict[str, dict[str, StoredRecord]] = {}
 
+    def fresh(self) -> None:
+        """Read the records again from now on (a new bucket, cascade group or piece)."""
+        self.records = {}
+
     def lookup(self, destination: str) -> Mapping[str, StoredRecord]:
-        """The destination's records, read once per run (a failed read: none, reported by the cache, once)."""
+        """The destination's records, read once per ``fresh``; ``TransientError`` when they cannot be read (reported
+        through the cache's ``on_error``): what is sent without its records may be a message cancelled for certain."""
         if self.cancellations is None:
             return {}
         records = self.records.get(destination)
         if records is None:
-            records = self.records[destination] = dict(self.cancellations.lookup(destination))
+            records = self.records[destination] = self._read(self.cancellations, destination)
         return records
+
+    def _read(self, cache: CancellationCache, destination: str) -> dict[str, StoredRecord]:
+        try:
+            found = cache.store.live(destination)
+        except DelayedDeliveryError as exc:
+            if cache.on_error is not None:
+                cache.on_error("lookup", exc)
+            raise TransientError(f"the cancel and reschedule records of {destination!r} cannot be read: {exc}") from exc
+        now = self.clock.now()
+        return {r.message_id: r for r in found if is_live(r, now)}
 
     def plan(self, found: Sequence[Found]) -> BucketPlan:
         """``plan_bucket`` with this run's records; each message held for a record that cannot be used is logged."""

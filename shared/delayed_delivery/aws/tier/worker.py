@@ -408,6 +408,7 @@ class _Run:
         tally.add(lines_read=self.lines_read)
         self.lines_read = 0
         errors_before = tally.counts["to_error_queue"]
+        work.fresh()  # the records as they are now, for this piece (#31)
         plan = work.plan(piece.found)  # ids are already unique: applies the records
         window = dispatch_window(self.worker.clock.now(), levels=self.worker.store.levels)
         horizon = window.now + timedelta(seconds=MAX_DELAY_SECONDS)

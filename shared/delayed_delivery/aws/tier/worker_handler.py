@@ -84,7 +84,7 @@ def build_dispatch_handler(
     tools = HandlerTools.for_service(config.service, config.metrics_namespace)
     logger, metrics = tools.logger, tools.metrics
     store = S3BucketStore.from_config(s3, config)
-    cancellations = tools.cancellation_cache(config.cancellation_table, dynamodb, 0)
+    cancellations = tools.cancellation_cache(config.cancellation_table, dynamodb, 0, consistent=True)
     clock = clock or SystemClock()
     queue = SqsTaskQueue(sqs, config.tier_settings.bucket_dispatch_queue)
     errors = TimerSqs(sqs, config.settings, clock)
