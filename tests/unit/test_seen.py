@@ -47,7 +47,7 @@ def test_a_snapshot_reads_back_as_written() -> None:
         (
             lambda lines: [json.dumps({k: v for k, v in json.loads(lines[0]).items() if k != "line"}), *lines[1:]],
             "missing line",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_a_damaged_snapshot_is_refused_with_its_reason(change: object, reason: str) -> None:

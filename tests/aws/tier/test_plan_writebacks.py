@@ -29,9 +29,9 @@ DUE = START + timedelta(hours=1, seconds=5)
 def test_a_planned_bucket_its_destination_refuses_is_delivered_once_the_fault_passes(
     s3: Any, sqs: Any, tier_bucket: str, fault: str, heal_after: int
 ) -> None:
-    # #31: 4,001 messages (here 41) in one object, planned with one partition; the destination refuses them all; the worker
-    # wrote them back under the object's own key (same content), and the finished plan deleted that key: 0 of 4,001
-    # delivered, 0 on the error queue, nothing left in S3
+    # #31: 4,001 messages (here 41) in one object, planned with one partition; the destination refuses them all;
+    # the worker wrote them back under the object's own key (same content), and the finished plan deleted that key:
+    # 0 of 4,001 delivered, 0 on the error queue, nothing left in S3
     tier = Tier(s3, sqs, tier_bucket)
     batch = burst(INLINE + 1, DUE)
     tier.store.write(fine(DUE, tier.settings), batch)
