@@ -143,9 +143,11 @@ def send_waves(
     """
     waves: dict[int, list[BucketMessage]] = {}
     for message in messages:
-        remaining_ms = (message.due_at - start) // timedelta(milliseconds=1)
-        fraction = remaining_ms % 1000
-        step = 0 if phase_ms <= 0 or remaining_ms <= 0 or fraction == 0 else fraction // phase_ms + 1
+        # In microseconds, as the clock reads: floored to milliseconds, a run starting at hh:mm:ss.9996 saw a message
+        # due on a whole second 5.0004 s away as 5 s away, sent it at once, and it was ~1 s late (#31).
+        remaining_us = (message.due_at - start) // timedelta(microseconds=1)
+        fraction = remaining_us % 1_000_000
+        step = 0 if phase_ms <= 0 or remaining_us <= 0 or fraction == 0 else fraction // (phase_ms * 1000) + 1
         waves.setdefault(step, []).append(message)
     return [(timedelta(milliseconds=step * phase_ms), waves[step]) for step in sorted(waves)]
 
