@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..cancellations import Cancellation, CancellationKind, StoredRecord, UnreadableRecord
+from ..clock import utc
 from ..errors import ConfigurationError, DelayedDeliveryError, InvalidMessageError, TransientError
 from .config import CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS, MAX_CACHE_SECONDS, TABLE_ENV, cache_seconds_from_env
 from .sqs import translate_error
@@ -151,6 +152,29 @@ class DynamoDbCancellationStore:
                 raise _translate(exc, f"deleting the record of {record.message_id!r}", self.table) from exc
             except BotoCoreError as exc:
                 raise _translate(exc, f"deleting the record of {record.message_id!r}", self.table) from exc
+
+    def settle(self, records: Sequence[Cancellation], until: Mapping[tuple[str, str], datetime]) -> None:
+        """Shorten each record's life (its TTL attribute) to ``until``, unless a newer request replaced it or it
+        ends sooner already."""
+        for record in records:
+            when = until.get((record.endpoint, record.message_id))
+            if when is None:
+                continue
+            expires = str(int(utc(when).timestamp()))
+            try:
+                self.client.update_item(
+                    TableName=self.table,
+                    Key={"endpoint": {"S": record.endpoint}, "message_id": {"S": record.message_id}},
+                    UpdateExpression=f"SET {TTL_ATTRIBUTE} = :t",
+                    ConditionExpression=f"requested_at = :r AND {TTL_ATTRIBUTE} > :t",
+                    ExpressionAttributeValues={":r": {"S": record.requested_at.isoformat()}, ":t": {"N": expires}},
+                )
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                    continue
+                raise _translate(exc, f"settling the record of {record.message_id!r}", self.table) from exc
+            except BotoCoreError as exc:
+                raise _translate(exc, f"settling the record of {record.message_id!r}", self.table) from exc
 
     def check(self) -> None:
         """Raise ``ConfigurationError`` when the table does not exist (one DescribeTable)."""

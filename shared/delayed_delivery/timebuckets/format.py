@@ -228,19 +228,23 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def one_per_id(messages: Sequence[BucketMessage]) -> dict[str, BucketMessage]:
-    """One copy per id, the first sent (``identity.py``); raises ``InvalidMessageError`` for two different messages
-    under one id (a writer refuses what would replace a message)."""
-    unique: dict[str, BucketMessage] = {}
+def one_per_id(messages: Sequence[BucketMessage]) -> dict[tuple[str, int], BucketMessage]:
+    """One copy per message, the first sent (``identity.py``: a message is its id and due time; under one id, other
+    due times are other messages); raises ``InvalidMessageError`` for two different messages under one id and due
+    time (a writer refuses what would replace a message)."""
+    unique: dict[tuple[str, int], BucketMessage] = {}
     for message in messages:
         if not isinstance(message, BucketMessage):
             raise InvalidMessageError(f"expected BucketMessage, got {type(message).__name__}")
-        known = unique.setdefault(message.message_id, message)
+        key = (message.message_id, message.due_at_ms)
+        known = unique.setdefault(key, message)
         if known is message:
             continue
         if not same_message(known, message):
-            raise InvalidMessageError(f"two different messages with id {message.message_id!r} in one bucket object")
-        unique[message.message_id] = first_sent(known, message)
+            raise InvalidMessageError(
+                f"two different messages with id {message.message_id!r} and one due time in one bucket object"
+            )
+        unique[key] = first_sent(known, message)
     return unique
 
 

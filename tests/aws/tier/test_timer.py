@@ -29,6 +29,7 @@ from tests.aws.tier.timer_support import (
     message,
     queue_url,
     run_for,
+    settled,
     total,
 )
 
@@ -92,7 +93,10 @@ def test_cancel_drops_one_and_reschedule_moves_one(
         (START + timedelta(seconds=42)).timestamp() * 1000
     )
     assert total(results, "cancelled") == 2 and total(results, "rescheduled") == 1
-    assert [r.message_id for r in records.live("orders")] == ["m-9"]  # applied records are deleted, others stay
+    # applied records are settled (kept an hour past the due time they met, #31), others stay as they were
+    assert sorted(r.message_id for r in records.live("orders")) == ["m-0", "m-1", "m-3", "m-9"]
+    applied = [r for r in records.live("orders") if r.message_id != "m-9"]
+    assert all(r.expires_at <= START + timedelta(seconds=42 + 3_601) for r in applied)
 
 
 def test_duplicates_are_counted_and_a_conflict_goes_to_the_error_queue(
@@ -213,7 +217,7 @@ def test_each_destination_records_are_read_fresh_for_every_bucket(
     first = timer.run()
     assert first.dispatched == 7 and first.cancelled == 1
     assert records.lookups == 3  # 8 messages in 3 buckets to one destination: one read a bucket (#31: one a run)
-    assert records.live("orders") == []  # the applied record is deleted
+    assert settled(records, "orders", START + timedelta(seconds=3))  # the applied record is settled (#31)
     later = message(20, START + timedelta(seconds=3), sent=sent_at)
     store.write_due([later], START)
     records.put(cancel_request("orders", later.message_id, now=START, max_native_delay=2, max_age=0))

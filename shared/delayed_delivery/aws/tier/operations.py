@@ -40,6 +40,7 @@ from .plan_store import PlanStore
 from .provision import INGEST_VISIBILITY_SECONDS
 from .relocate import DEFAULT_SCAN_LIMIT, Relocation, Relocator, ScanProgress
 from .store import S3BucketStore, S3Client
+from .timer_work import SETTLE_SECONDS
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -244,8 +245,15 @@ class TierOperations:
         self.records.put(record)  # first: a timer meeting the message meanwhile moves it too
         moved = relocator.relocate(record, due=current_due, scan_limit=limit)
         if not keep_record and not moved.by_workers and (moved.found or not self.fifo_too):
-            record = replace(record, expires_at=self.clock.now() + timedelta(seconds=INGEST_VISIBILITY_SECONDS))
-            self.records.put(record)  # kept a little: a copy may still be on its way through the ingest queue
+            # Kept a little: a copy may still be on its way through the ingest queue. Once the message was found,
+            # as long as a timer keeps a record it applied (SETTLE_SECONDS past the later due time), so a copy of the
+            # original sent before it is moved too, whoever moved the message (#31).
+            ends = self.clock.now() + timedelta(seconds=INGEST_VISIBILITY_SECONDS)
+            if moved.found:
+                latest = max(utc(due), moved.old_due or utc(due))
+                ends = max(ends, latest + timedelta(seconds=SETTLE_SECONDS))
+            record = replace(record, expires_at=min(record.expires_at, ends))
+            self.records.put(record)
         note = _moved_note(moved, self.fifo_too, keep_record) + binding_note(record.requested_at)
         return TierReschedule(record, self.records.table, moved, not self.fifo_too, note)
 
@@ -328,4 +336,8 @@ def _moved_note(moved: Relocation, fifo_too: bool, keep_record: bool) -> str:
         done = f"moved now into the {moved.bucket.level if moved.bucket else ''} bucket of its new due time"
     if moved.left_alone:
         done += f"; {len(moved.left_alone)} object(s) with unreadable lines left for the timer, which moves it there"
-    return f"{done}; " + (kept or "the record is kept for the ingest queue's visibility, in case a copy is on its way")
+    kept = kept or (
+        "the record is kept until an hour after the later due time, so that a copy of the original still on its way "
+        "is moved too"
+    )
+    return f"{done}; {kept}"

@@ -334,7 +334,7 @@ class BucketTimer:
         written = work.write_back(bucket, sent.retry, rewrite)
         written |= work.write_back(None, [*plan.moved, *misplaced], ())
         self.store.delete([key for key in keys if key not in written])  # a rewrite may reuse a key: keep it
-        work.applied(work.releasable(plan.applied, rewrite))
+        work.applied(work.releasable(plan.applied, rewrite), plan.applied_until)
         tally.add(
             dispatched=len(sent.sent),
             duplicates_skipped=plan.duplicates,

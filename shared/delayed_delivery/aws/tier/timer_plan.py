@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from ...cancellations import CancellationKind, StoredRecord, UnreadableRecord
+from ...cancellations import Cancellation, CancellationKind, StoredRecord, UnreadableRecord
 from ...delivery import epoch_ms, from_epoch_ms
 from ...errors import InvalidMessageError
 from ...timebuckets.format import BucketMessage
@@ -56,8 +56,10 @@ class BucketPlan:
     moved: list[BucketMessage] = field(default_factory=list)
     #: Messages whose record cannot be used (unreadable, or a due time no bucket holds): to the error queue.
     unusable: list[Rejected] = field(default_factory=list)
-    #: The records applied (deleted once the bucket's objects are gone).
+    #: The records applied (settled once the bucket's objects are gone: ``BucketWork.applied``).
     applied: list[StoredRecord] = field(default_factory=list)
+    #: (endpoint, message id) -> the latest due time (epoch ms) of a message a record applied to, and of the record.
+    applied_until: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 #: The most ids one partition remembers (about 120 bytes each); past it, a copy of an id met may be sent again.
@@ -145,10 +147,11 @@ def _first_sent(found: Found) -> tuple[bool, int, int, str]:
 
 
 def _dedupe(found: Iterable[Found], plan: BucketPlan) -> list[BucketMessage]:
-    """One message per id: the first by (send time, object key); copies counted, conflicts rejected."""
-    by_id: dict[str, list[Found]] = {}
+    """One message per id and due time (docs/identity.md): the first by (send time, object key); copies counted,
+    conflicts rejected. Messages under one id with other due times are other messages: each is kept."""
+    by_id: dict[tuple[str, int], list[Found]] = {}
     for item in found:
-        by_id.setdefault(item.message.message_id, []).append(item)
+        by_id.setdefault((item.message.message_id, item.message.due_at_ms), []).append(item)
     unique: list[BucketMessage] = []
     for items in by_id.values():
         items.sort(key=_first_sent)
@@ -169,6 +172,9 @@ def _apply(message: BucketMessage, lookup: Lookup | None, plan: BucketPlan) -> N
         plan.keep.append(message)
         return
     plan.applied.append(record)
+    key = (record.endpoint, record.message_id)
+    record_due = epoch_ms(record.due_at) if isinstance(record, Cancellation) and record.due_at is not None else 0
+    plan.applied_until[key] = max(plan.applied_until.get(key, 0), message.due_at_ms, record_due)
     if isinstance(record, UnreadableRecord):
         plan.unusable.append(Rejected(message, record.problem()))
         return

@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import Field, fields
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from ... import logfields as lf
-from ...cancellations import CancellationCache, StoredRecord, is_live
+from ...cancellations import Cancellation, CancellationCache, StoredRecord, is_live
 from ...clock import Clock
+from ...delivery import from_epoch_ms
 from ...errors import DelayedDeliveryError, TransientError
 from ...timebuckets.format import BucketMessage
 from ...timebuckets.wheel import BucketKey
@@ -27,7 +29,10 @@ from .store import S3BucketStore
 from .timer_plan import BucketPlan, Found, Rejected, plan_bucket
 from .timer_sqs import ErrorQueueOutcome, Notice, TimerSqs
 
-__all__ = ["BucketWork", "Tally"]
+__all__ = ["SETTLE_SECONDS", "BucketWork", "Tally"]
+
+#: How long past the latest due time it met a record applied lives on (the ingest's longest wait is 420 s).
+SETTLE_SECONDS = 3_600
 
 _log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -172,12 +177,17 @@ class BucketWork:
         kept = {(r.message.destination, r.message.message_id) for r in written_back}
         return [r for r in records if (r.endpoint, r.message_id) not in kept]
 
-    def applied(self, records: Sequence[StoredRecord]) -> None:
-        """Delete the records applied, from the store and from this run's records."""
+    def applied(self, records: Sequence[StoredRecord], until: Mapping[tuple[str, str], int]) -> None:
+        """Settle the records applied: each lives on until ``SETTLE_SECONDS`` after the latest due time it met
+        (``until``, epoch ms), so a copy of its message sent before it that arrives later (a retried write, an ingest
+        redelivery) is dropped or moved too, whoever applied it first (#31); an unreadable one is deleted."""
         if self.cancellations is None or not records:
             return
-        for record in records:
-            held = self.records.get(record.endpoint, {})
-            if held.get(record.message_id) == record:
-                del held[record.message_id]
-        self.cancellations.applied(records)
+        readable = [r for r in records if isinstance(r, Cancellation)]
+        ends: dict[tuple[str, str], datetime] = {}
+        for key, ms in until.items():
+            when = from_epoch_ms(ms)
+            if when is not None:
+                ends[key] = when + timedelta(seconds=SETTLE_SECONDS)
+        self.cancellations.settle(readable, ends)
+        self.cancellations.applied([r for r in records if not isinstance(r, Cancellation)])

@@ -448,7 +448,7 @@ class _Run:
             self._snapshot((piece.object, piece.line), done=done)
         if not self._record(piece.object, piece.line, counts, done=done, keep=keep):
             return False
-        work.applied(work.releasable(plan.applied, rewrite))
+        work.applied(work.releasable(plan.applied, rewrite), plan.applied_until)
         if not keep and not done:
             tally.add(continued=1)
             if self.worker.queue is not None:
