@@ -293,6 +293,7 @@ def encode_bucket_object(
     levels: BucketLevel | None = None,
     *,
     salt: str = "",
+    ordered: bool = False,
 ) -> tuple[str, bytes]:
     """The key (v3: the sha256 of the object's decompressed bytes, and the count) and the object for ``messages``.
 
@@ -300,10 +301,15 @@ def encode_bucket_object(
     no write can replace a different message (key v2 hashed only ids and due times: another body under the same id
     and due time overwrote the first, #23). ``salt`` (a dispatch plan's name) hashes it in too: the same content
     then gets another key, so a worker's write-back never lands on an object of the plan that wrote it (#31).
-    Readers never recompute the hash, so every reader reads such a key.
+    ``ordered``: the hash's first 16 hex characters are the first due time's epoch ms instead, so a bucket's objects
+    list in due order (the held areas, ``aws/tier/held.py``). Readers never recompute the hash, so every reader reads
+    such a key.
     """
     text, count = _text(bucket, messages, levels)
     digest = hashlib.sha256(f"{WRITE_BACK_SALT}{salt}\n".encode() + text if salt else text).hexdigest()
+    if ordered:
+        first = min(m.due_at_ms for m in messages)
+        digest = f"{first:016x}{digest[16:]}"
     key = content_key(prefix, bucket, digest, count)
     return key, gzip.compress(text, compresslevel=6, mtime=0)
 

@@ -36,6 +36,7 @@ from ...timebuckets.wheel import BucketKey
 from ..cancellations import DEFAULT_CACHE_SECONDS, DEFAULT_TABLE, TABLE_ENV, DynamoDbCancellationStore
 from ..settings import SqsSettings
 from ..sqs import translate_error
+from .held import HeldArea
 from .plan_store import PlanStore
 from .provision import INGEST_VISIBILITY_SECONDS
 from .relocate import DEFAULT_SCAN_LIMIT, Relocation, Relocator, ScanProgress
@@ -295,7 +296,8 @@ class TierOperations:
 
     def census(self, period: CensusPeriod = "day") -> BucketCensus:
         """The tier's exact counts by due hour or day, from the object listing alone (no body read)."""
-        objects = chain(self.store.objects("fine"), self.store.objects("coarse"))
+        held = HeldArea(self.store).objects()  # what a release cap holds waits apart, per destination (#31)
+        objects = chain(self.store.objects("fine"), self.store.objects("coarse"), held)
         return take_census(objects, self.clock.now(), period=period, levels=self.store.levels)
 
 

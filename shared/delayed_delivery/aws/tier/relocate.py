@@ -34,6 +34,7 @@ from ...timebuckets.wheel import (
     dispatch_window,
     parse_object_key_count,
 )
+from .held import HeldArea
 from .lease import BucketLeases, Lease
 from .plan_store import PlanStore
 from .store import ObjectMissingError, S3BucketStore, StoredObject, translate_s3_error
@@ -185,13 +186,20 @@ class Relocator:
                 return search
             due = first.message.due_at
         buckets = {*candidate_buckets(due, self.store.levels), *candidate_buckets(record.due_at, self.store.levels)}
-        keys = {key for bucket in buckets for key in self._bucket_keys(bucket)}
+        held = HeldArea(self.store).store_for(record.endpoint).prefix  # held by a release cap (#31)
+        keys = {
+            key
+            for bucket in buckets
+            for prefix in (self.store.prefix, held)
+            for key in self._bucket_keys(bucket, prefix)
+        }
         self._read_into(record, sorted(keys - search.keys), search)
         return search
 
-    def _bucket_keys(self, bucket: BucketKey) -> Iterator[str]:
-        """The object keys of one bucket (one listing of its key prefix)."""
-        prefix = f"{self.store.prefix}/{bucket.level}/{bucket.iso}/"
+    def _bucket_keys(self, bucket: BucketKey, under: str | None = None) -> Iterator[str]:
+        """The object keys of one bucket (one listing of its key prefix) under the store's prefix or ``under``."""
+        root = under or self.store.prefix
+        prefix = f"{root}/{bucket.level}/{bucket.iso}/"
         paginator = self.store.client.get_paginator("list_objects_v2")
         try:
             for page in paginator.paginate(Bucket=self.store.bucket_name, Prefix=prefix):
@@ -201,7 +209,7 @@ class Relocator:
                         parsed = parse_object_key_count(key)
                     except InvalidMessageError:
                         continue  # not a bucket object
-                    if parsed.prefix == self.store.prefix and parsed.bucket == bucket:
+                    if parsed.prefix == root and parsed.bucket == bucket:
                         yield key
         except (ClientError, BotoCoreError) as exc:
             raise translate_s3_error(exc, f"list {prefix}", self.store.bucket_name) from exc
@@ -371,6 +379,10 @@ class Relocator:
             left_alone=left,
         )
 
+    def _under(self, prefix: str) -> S3BucketStore:
+        """The store of objects under ``prefix`` (a held area) in this store's bucket."""
+        return S3BucketStore(self.store.client, self.store.bucket_name, prefix, self.store.levels)
+
     def _read_all(self, keys: Sequence[str]) -> dict[str, BucketContents]:
         """The objects still there, read again under the lease."""
         found: dict[str, BucketContents] = {}
@@ -408,7 +420,9 @@ class Relocator:
                 continue
             rest = [m for m in contents.messages if not (_bound(record, m) and m.due_at_ms != due_ms)]
             if rest:
-                new_keys = self.store.write(parse_object_key_count(key).bucket, rest)
+                parsed = parse_object_key_count(key)
+                store = self.store if parsed.prefix == self.store.prefix else self._under(parsed.prefix)
+                new_keys = store.write(parsed.bucket, rest)
                 rewritten.extend(k for k in new_keys if k != key)
                 keep.update(new_keys)
             if key not in keep:

@@ -117,6 +117,7 @@ class S3BucketStore:
         *,
         max_object_messages: int = MAX_OBJECT_MESSAGES,
         max_object_bytes: int = MAX_DECODED_BYTES,
+        ordered_keys: bool = False,
     ) -> None:
         if not 1 <= max_object_messages <= MAX_OBJECT_MESSAGES or not 1 <= max_object_bytes <= MAX_DECODED_BYTES:
             raise ConfigurationError("object bounds must be positive and within the format's bounds")
@@ -126,6 +127,8 @@ class S3BucketStore:
         self.levels = levels or BucketLevel()
         self.max_object_messages = max_object_messages
         self.max_object_bytes = max_object_bytes
+        #: Keys that list a bucket's objects in due order (``encode_bucket_object(..., ordered=True)``).
+        self.ordered_keys = ordered_keys
 
     @classmethod
     def from_config(cls, client: S3Client, config: BucketTierConfig) -> S3BucketStore:
@@ -141,7 +144,9 @@ class S3BucketStore:
         ``salt`` (a dispatch plan's name): keys apart from every object of that plan (``encode_bucket_object``)."""
         keys: list[str] = []
         for chunk in _chunks(messages, self.max_object_messages, self.max_object_bytes):
-            key, data = encode_bucket_object(self.prefix, bucket, chunk, self.levels, salt=salt)
+            key, data = encode_bucket_object(
+                self.prefix, bucket, chunk, self.levels, salt=salt, ordered=self.ordered_keys
+            )
             try:
                 self.client.put_object(Bucket=self.bucket_name, Key=key, Body=data, ContentType=_CONTENT_TYPE)
             except (ClientError, BotoCoreError) as exc:

@@ -87,8 +87,10 @@ class DispatchOutcome:
     refused_given_up: int = 0
     #: Release control: per message sent to a capped destination, the seconds its release slot added.
     release_lags: list[float] = field(default_factory=list)
-    #: Release control: messages held back in the buckets, their destination's slots full up to 900 s ahead.
+    #: Release control: messages held back, their destination's slots full up to 900 s ahead (their count, and the
+    #: messages: the caller writes them into the destination's held area, ``held.py``).
     release_held: int = 0
+    held: list[BucketMessage] = field(default_factory=list)
 
     def add(self, other: DispatchOutcome) -> None:
         """Count ``other`` in too (a dispatch sent in parts)."""
@@ -99,6 +101,7 @@ class DispatchOutcome:
         self.refused_given_up += other.refused_given_up
         self.release_lags += other.release_lags
         self.release_held += other.release_held
+        self.held += other.held
 
 
 @dataclass(slots=True)
@@ -191,7 +194,15 @@ class TimerSqs:
         """
         outcome = DispatchOutcome()
         start = self.clock.now()
-        for offset, wave in send_waves(messages, start, self.send_phase_ms):
+        # A capped destination's messages take release slots (whole seconds) in due order, all at once: split into
+        # waves, a later-due message of an earlier wave took the slot of an earlier-due one of a later wave (#31).
+        capped = [m for m in messages if self.release is not None and self.release.capped(m.destination)]
+        free = [m for m in messages if self.release is None or not self.release.capped(m.destination)]
+        waves = send_waves(free, start, self.send_phase_ms)
+        if capped:
+            first = waves.pop(0)[1] if waves and not waves[0][0] else []
+            waves = [(timedelta(0), [*capped, *first]), *waves]
+        for offset, wave in waves:
             wait = (start + offset - self.clock.now()).total_seconds()
             if wait > 0:
                 self.clock.sleep(wait)
@@ -261,8 +272,9 @@ class TimerSqs:
         outcome: DispatchOutcome,
     ) -> dict[str, float]:
         """Each entry's ``DelaySeconds`` set to its release slot (the calendar the FIFO route shares), in place; a
-        message with no slot within 900 s stays in its bucket for a later run (``retry``), as does every one when the
-        calendar cannot be reached: nothing is dropped, due order kept. Returns each placed entry's release lag."""
+        message with no slot within 900 s is held (``held``: its destination's held area), and every one stays in
+        its bucket for a later run (``retry``) when the calendar cannot be reached: nothing is dropped, due order
+        kept. Returns each placed entry's release lag."""
         lags: dict[str, float] = {}
         if self.release is None or not self.release.capped(destination) or not entries:
             return lags
@@ -278,7 +290,7 @@ class TimerSqs:
         kept_messages: list[BucketMessage] = []
         for entry, message, where in zip(entries, sendable, placed, strict=True):
             if where is None:
-                outcome.retry.append(message)
+                outcome.held.append(message)
                 outcome.release_held += 1
                 continue
             entry["DelaySeconds"] = where.delay_seconds

@@ -40,6 +40,7 @@ from ...timebuckets.wheel import MAX_DELAY_SECONDS, DispatchWindow, dispatch_win
 from ..release_calendar import ReleaseCalendar
 from ..sqs import MAX_BATCH_ENTRIES
 from .config import TierSettings
+from .held import HeldArea
 from .notices import BadLines
 from .plan_store import PlanStore, TaskQueue
 from .store import ObjectMissingError, S3BucketStore
@@ -96,10 +97,11 @@ class WorkerResult:
     #: error queue (``refused_given_up``).
     refused: int = 0
     refused_given_up: int = 0
-    #: Release control: messages written back for want of a release slot within 900 s (in ``kept_for_retry`` too),
-    #: and the most seconds a slot added to a message sent.
+    #: Release control: messages held for want of a release slot within 900 s, written into their destination's
+    #: held area (``held_written``; #31: written back into the bucket), and the most seconds a slot added to one sent.
     release_held: int = 0
     release_lag_max_seconds: float = 0.0
+    held_written: int = 0
 
 
 @dataclass(slots=True)
@@ -140,6 +142,8 @@ class PartitionWorker:
     ) -> None:
         self.store = store
         self.plans = PlanStore(store)
+        #: Where messages a release cap holds wait (#31).
+        self.held = HeldArea(store, release.rates if release is not None else None)
         self.clock = clock
         self.tier = tier
         self.owner = owner
@@ -423,6 +427,7 @@ class _Run:
         work.write_back(self.plan.bucket, sent.retry, rewrite, salt=salt)
         work.write_back(None, [*plan.moved, *misplaced], (), salt=salt)
         self.seen.written_back([*sent.retry, *(r.message for r in rewrite)])
+        tally.add(held_written=self.worker.held.hold(sent.held, self.worker.clock.now()))
         counts = PieceCounts(
             sent=len(sent.sent),
             duplicates=piece.duplicates + plan.duplicates,
