@@ -1,5 +1,5 @@
 # The two commands a new user needs: `make demo` and `make test`.
-.PHONY: demo test lint bootstrap clean
+.PHONY: demo test test-localstack lint bootstrap clean
 
 export AWS_ACCESS_KEY_ID ?= testing
 export AWS_SECRET_ACCESS_KEY ?= testing
@@ -24,6 +24,15 @@ WORKERS ?= 2
 test: bootstrap  ## every test; emulators are started by the test fixtures
 	.venv/bin/python -m pytest -n $(WORKERS) --dist loadfile $(ARGS)
 
+# The second AWS emulator (docs/testing.md): LocalStack (SQS, S3) from its own locked environment, DynamoDB on moto
+# server; one pytest process, LocalStack on a free port for the session. The requeue tests, the semantics probes,
+# the README's AWS commands and the compressed `aws verify --full`.
+LOCALSTACK_TESTS = tests/aws/test_requeue.py tests/aws/test_requeue_containment.py tests/aws/test_cancel_requeue.py \
+	tests/aws/test_release_requeue.py tests/aws/test_cli_requeue.py tests/aws/test_emulator_semantics.py tests/localstack
+test-localstack: bootstrap  ## the AWS subset on LocalStack; fails (never skips) in CI when LocalStack cannot start
+	@scripts/localstack/bootstrap.sh >/dev/null
+	.venv/bin/python -m pytest -n 0 --aws-emulator=localstack $(LOCALSTACK_TESTS) $(ARGS)
+
 lint: bootstrap  ## ruff (lint + format), mypy --strict, import contracts
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
@@ -31,4 +40,4 @@ lint: bootstrap  ## ruff (lint + format), mypy --strict, import contracts
 	.venv/bin/lint-imports
 
 clean:
-	rm -rf .venv node_modules cdk.out build
+	rm -rf .venv .localstack node_modules cdk.out build

@@ -11,6 +11,9 @@
 * lateness: rows falling due uniformly within a window while one timer run (``AzureDispatcherHost.run``)
   dispatches; lateness runs from the due time until the put returned (so it includes the put). Per run
   p50/p95/p99/max; rows never sent count as infinitely late; early sends are counted (must be 0).
+* requests per message: every HTTP request one lease-holding dispatcher makes while it drains N due rows, counted
+  as they leave the process and sorted by kind (Put Message; claim transactions, the in-flight marks; delete
+  transactions; table queries; blob lease calls), each divided by N.
 
 The function app's cold import is measured by ``benchmarks.cold_import``.
 
@@ -21,6 +24,7 @@ Starts its own Azurite unless ``AZURITE_CONNECTION_STRING`` is set. Figures: ben
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import multiprocessing
 import os
@@ -118,23 +122,29 @@ def _drain(lease: Any, dispatcher: Dispatcher, n: int) -> int:
     return dispatched
 
 
-def dispatch_throughput(conn: str, queue: str, n: int, concurrency: int) -> float:
-    """Messages/s for one lease-holding dispatcher draining ``n`` due rows."""
+def _drained(conn: str, queue: str, n: int, concurrency: int, around: Any = contextlib.nullcontext) -> float:
+    """Seconds one lease-holding dispatcher takes to drain ``n`` due rows, inside the context ``around()``."""
     host = _host(conn, concurrency)
     due = datetime.now(UTC) - timedelta(seconds=1)
     host.store.store_many([DelayedMessage(f"m-{i}", queue, BODY, due) for i in range(n)])
     lease, dispatcher, _ = _lease_holder(host, 0)
     try:
-        start = time.perf_counter()
-        dispatched = _drain(lease, dispatcher, n)
-        elapsed = time.perf_counter() - start
+        with around():
+            start = time.perf_counter()
+            dispatched = _drain(lease, dispatcher, n)
+            elapsed = time.perf_counter() - start
     finally:
         lease.release()
         dispatcher.close()
     if dispatched != n:
         raise RuntimeError(f"dispatched {dispatched} of {n}")
     host.store.drop()
-    return n / elapsed
+    return elapsed
+
+
+def dispatch_throughput(conn: str, queue: str, n: int, concurrency: int) -> float:
+    """Messages/s for one lease-holding dispatcher draining ``n`` due rows."""
+    return n / _drained(conn, queue, n, concurrency)
 
 
 def _shard_worker(conn: str, table: str, shards: int, shard: int, concurrency: int, n: int, ready: Any, go: Any) -> Any:
@@ -179,6 +189,63 @@ def shard_throughput(conn: str, queue: str, n: int, shards: int, concurrency: in
         raise RuntimeError(f"{shards} shards dispatched {dispatched} of {n}")
     host.store.drop()
     return n / (float(max(end for end, _ in outcomes)) - start)
+
+
+#: What each kind of request is, from its method, path and body.
+_KINDS = ("put message", "claim transaction", "delete transaction", "other transaction", "table query", "other")
+
+
+def _kind(request: Any) -> str:
+    url, body = str(request.url), request.body or b""
+    if request.method == "POST" and "/messages" in url:
+        return "put message"
+    if "$batch" in url:
+        data = body if isinstance(body, bytes) else str(body).encode()
+        if b"\nPATCH " in data and b"ClaimToken" in data:
+            return "claim transaction"
+        if b"\nDELETE " in data and b"\nPATCH " not in data:
+            return "delete transaction"
+        return "other transaction"
+    if request.method == "GET" and "()" in url:
+        return "table query"
+    return "other"
+
+
+@contextmanager
+def counting_requests() -> Iterator[dict[str, int]]:
+    """Counts the HTTP requests leaving this process by kind (``_KINDS``) while the block runs."""
+    import requests
+
+    counts = dict.fromkeys(_KINDS, 0)
+    lock = threading.Lock()
+    original = requests.Session.send
+
+    def send(self: Any, request: Any, **kwargs: Any) -> Any:
+        with lock:
+            counts[_kind(request)] += 1
+        return original(self, request, **kwargs)
+
+    requests.Session.send = send  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        requests.Session.send = original  # type: ignore[method-assign]
+
+
+def requests_per_message(conn: str, queue: str, n: int, concurrency: int) -> dict[str, float]:
+    """Requests of each kind per message while one lease-holding dispatcher drains ``n`` due rows."""
+    counts: dict[str, int] = {}
+
+    @contextmanager
+    def counted() -> Iterator[None]:
+        with counting_requests() as seen:
+            yield
+        counts.update(seen)
+
+    _drained(conn, queue, n, concurrency, counted)
+    per = {kind: counts[kind] / n for kind in _KINDS}
+    per["all"] = sum(counts.values()) / n
+    return per
 
 
 class _Stamping:
@@ -232,6 +299,7 @@ def run(
     ours: list[float] = []
     scaled: dict[int, list[float]] = {n: [] for n in shard_counts}
     late_runs: list[list[float]] = []
+    counted: list[dict[str, float]] = []
     with azurite() as conn:
         queues = QueueServiceClient.from_connection_string(conn)
         queues.create_queue("bencherrors")
@@ -241,6 +309,7 @@ def run(
             late_runs.append(lateness(conn, queue, late, window, concurrency, seed=i))
             raw.append(raw_puts(conn, queue, messages, concurrency))
             ours.append(dispatch_throughput(conn, queue, messages, concurrency))
+            counted.append(requests_per_message(conn, queue, messages, concurrency))
             for n in shard_counts:
                 scaled[n].append(shard_throughput(conn, queue, messages, n, concurrency))
 
@@ -269,6 +338,11 @@ def run(
                 ratio_to_baseline=statistics.median(scaled[n]) / one,
                 notes=f"{messages} msgs spread over {n} shards, processes started together",
             )
+        )
+    count_note = f"{messages} msgs drained by one lease holder, batch 100; counted as they leave the process"
+    for kind in (*_KINDS, "all"):
+        rows.append(
+            Row(NAME, f"requests per message: {kind}", "req/msg", tuple(c[kind] for c in counted), notes=count_note)
         )
     late_note = f"{late} msgs due uniformly within {window:.0f} s while one timer run dispatches; median of runs"
     for label, q in (("p50", 0.50), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)):

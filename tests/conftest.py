@@ -23,7 +23,13 @@ settings.register_profile("suite", deadline=None)
 settings.load_profile("suite")
 
 # Service fixtures live one file per service; each starts its emulator on a free loopback port.
-pytest_plugins = ["tests.fixtures.moto", "tests.fixtures.azurite", "tests.fixtures.postgres", "tests.fixtures.spark"]
+pytest_plugins = [
+    "tests.fixtures.localstack",
+    "tests.fixtures.moto",
+    "tests.fixtures.azurite",
+    "tests.fixtures.postgres",
+    "tests.fixtures.spark",
+]
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,9 @@ the default, and ``buckets`` deploy the S3 time-bucket tier, ``fifo`` does not) 
 (role ARNs that run verify: they may send to the probe's ``-delay.fifo`` and the tier's ingest queue);
 ``releaseRates`` (release control: a JSON object of queue name to the most messages per second released to it,
 ``"*"`` the default, e.g. ``{"orders": 200, "*": 1000}``; it adds the ``ReleaseSlots`` table), ``releaseTable`` and
-``releaseLagAlarmSeconds`` (the ``ReleaseLagHigh`` alarm's threshold, default 300).
+``releaseLagAlarmSeconds`` (the ``ReleaseLagHigh`` alarm's threshold, default 300); ``recurringSchedules`` (true
+adds the schedules table and the every-minute schedule timer, docs/schedules.md) with ``scheduleTable`` and
+``scheduleLeadSeconds``.
 cdk-nag's AwsSolutions checks run on every synth; an unsuppressed finding fails it.
 """
 
@@ -91,6 +93,18 @@ def _bucket_tier(app: cdk.App) -> dict[str, Any]:
     return {_TIER_CONTEXT[k][0]: _TIER_CONTEXT[k][1](v) for k, v in found.items() if v is not None}
 
 
+def _schedules(app: cdk.App) -> dict[str, Any] | None:
+    """Context ``recurringSchedules`` (true deploys them), ``scheduleTable``, ``scheduleLeadSeconds``."""
+    if not _flag(_context(app, "recurringSchedules", False), "recurringSchedules"):
+        return None
+    options: dict[str, Any] = {}
+    if _context(app, "scheduleTable", None) is not None:
+        options["table_name"] = str(_context(app, "scheduleTable", None))
+    if _context(app, "scheduleLeadSeconds", None) is not None:
+        options["lead_seconds"] = int(_context(app, "scheduleLeadSeconds", None))
+    return options
+
+
 def build(app: cdk.App) -> DelayedDeliveryStack:
     """Instantiate the stack from the app's context."""
     raw = _context(app, "endpoints", ["orders"])
@@ -117,6 +131,7 @@ def build(app: cdk.App) -> DelayedDeliveryStack:
         release_rates=_release_rates(_context(app, "releaseRates", None)),
         release_table_name=str(_context(app, "releaseTable", DEFAULT_RELEASE_TABLE)),
         release_lag_alarm_seconds=int(_context(app, "releaseLagAlarmSeconds", RELEASE_LAG_ALARM_SECONDS)),
+        recurring_schedules=_schedules(app),
         description="Unrestricted SQS delayed delivery (delayed-delivery)",
     )
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))

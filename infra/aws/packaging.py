@@ -4,23 +4,28 @@ One asset per construct, each holding its entry points (``functions/aws/…``, t
 the ``delayed_delivery`` modules they import, found by the package's one packaging rule
 (``delayed_delivery.assets``): no applications, test tooling or other adapters, and no module the functions never
 import. boto3 comes with the Lambda runtime and Powertools with its public layer, so no third-party code is
-copied. The folders are rebuilt on every synth from the repository, so an asset's hash changes exactly when the
-code it holds does.
+copied, with one exception: an asset holding the schedules' zone loader also holds the ``tzdata`` package installed
+here (the version uv.lock pins), so a Lambda evaluates schedules with the same IANA release as the function app,
+whatever the runtime image carries. The folders are rebuilt on every synth from the repository, so an asset's hash
+changes exactly when the code it holds does.
 """
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
+from importlib.util import find_spec
 from pathlib import Path
 
 from delayed_delivery.assets import AssetModules, copy_asset, required_modules
 
-__all__ = ["PACKAGES", "REPO_ROOT", "entry_module", "function_modules", "prepare_function_asset"]
+__all__ = ["DATA_PACKAGES", "PACKAGES", "REPO_ROOT", "entry_module", "function_modules", "prepare_function_asset"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: The packages an asset's modules come from: the library and the thin entry points.
 PACKAGES = {"delayed_delivery": REPO_ROOT / "shared" / "delayed_delivery", "functions": REPO_ROOT / "functions"}
+#: Third-party data packages a module reads through ``importlib.resources`` (no import statement shows them).
+DATA_PACKAGES = {"delayed_delivery.schedules.zones": ("tzdata",)}
 
 
 def entry_module(handler: str) -> str:
@@ -45,4 +50,17 @@ def prepare_function_asset(handlers: Sequence[str], destination: Path) -> Path:
         shutil.rmtree(destination)
     destination.mkdir(parents=True)
     copy_asset(modules, destination)
+    for module, packages in DATA_PACKAGES.items():
+        if module in modules.modules:
+            for package in packages:
+                _copy_installed(package, destination)
     return destination
+
+
+def _copy_installed(package: str, destination: Path) -> None:
+    """Copy the installed ``package`` (a folder of data and ``__init__`` files) into the asset, caches left out."""
+    spec = find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"the {package} package is not installed here: run scripts/bootstrap.sh")
+    source = Path(next(iter(spec.submodule_search_locations)))
+    shutil.copytree(source, destination / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

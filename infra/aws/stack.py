@@ -32,6 +32,7 @@ from infra.aws.consumer import CONSUMER_HANDLER, ExampleConsumer
 from infra.aws.endpoint import HANDLER, RELEASE_LAG_ALARM_SECONDS, DelayedDeliveryEndpoint
 from infra.aws.packaging import REPO_ROOT, prepare_function_asset
 from infra.aws.probe import VerifyProbe
+from infra.aws.schedules import SCHEDULE_TIMER_HANDLER, RecurringSchedules
 
 __all__ = [
     "ASSETS",
@@ -57,6 +58,7 @@ ASSETS: Mapping[str, tuple[str, ...]] = {
     "requeue": (HANDLER,),
     "tier": (INGEST_HANDLER, TIMER_HANDLER, DISPATCH_HANDLER),
     "consumer": (CONSUMER_HANDLER,),
+    "schedules": (SCHEDULE_TIMER_HANDLER,),
 }
 
 
@@ -130,6 +132,7 @@ class DelayedDeliveryStack(Stack):
         release_rates: ReleaseRates | Mapping[str, float | None] | None = None,
         release_table_name: str = DEFAULT_RELEASE_TABLE,
         release_lag_alarm_seconds: int = RELEASE_LAG_ALARM_SECONDS,
+        recurring_schedules: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -191,6 +194,22 @@ class DelayedDeliveryStack(Stack):
                 dict(bucket_tier or {}),
             )
         )
+        #: Recurring schedules (``recurring_schedules``: None leaves them out; ``{}`` deploys them with defaults).
+        self.schedules = (
+            None
+            if recurring_schedules is None
+            else RecurringSchedules(
+                self,
+                "Schedules",
+                code=code["schedules"],
+                layers=[layer],
+                destinations={e.queue_name: e.input_queue for e in self.endpoints},
+                alarm_actions=actions,
+                release_rates=rates,
+                release_table=self.release_table,
+                **recurring_schedules,
+            )
+        )
         self.dashboard = self._dashboard(construct_id)
 
     def _consumer(
@@ -225,6 +244,8 @@ class DelayedDeliveryStack(Stack):
             dashboard.add_widgets(*graphs[:3])
             dashboard.add_widgets(*graphs[3:])
         for row in self.buckets.widgets() if self.buckets else []:
+            dashboard.add_widgets(*row)
+        for row in self.schedules.widgets() if self.schedules else []:
             dashboard.add_widgets(*row)
         return dashboard
 

@@ -23,7 +23,7 @@ from .breaker import FailureRateCircuitBreaker, RepeatedFailuresCircuitBreaker
 from .clock import Clock, SystemClock
 from .errors import CircuitBreakerTrippedError, DelayedDeliveryDisabledError, InvalidMessageError, PermanentError
 from .model import DelayedMessage
-from .pacing import Deferral, Pacer, Release
+from .pacing import Deferral, Pacer, Planned, Release
 from .ports import (
     BatchRemovingStore,
     CriticalErrorCallback,
@@ -32,8 +32,10 @@ from .ports import (
     PlacingTransport,
     ReleaseStateStore,
     ReschedulableStore,
+    SharedReleaseState,
     Transport,
     claim_of,
+    claimed_until,
 )
 from .release import ReleasePlanner
 from .settings import DelayedDeliverySettings
@@ -44,6 +46,9 @@ _log = logging.getLogger("delayed_delivery.dispatcher")
 
 #: With release control, held messages are sent in ticks this long (seconds): sends grouped, at most this late.
 PACE_TICK = 0.02
+#: A fetched message is not sent once its claim has less than this left (seconds): another dispatcher may fetch it
+#: the moment the claim runs out, so sending it then could deliver it twice.
+CLAIM_MARGIN = 2.0
 #: Pauses when the store says a message is due but its fetch returned none (the store's clock is behind
 #: this host's, or rows are claimed elsewhere): retry at once, then 50 ms doubling to 1 s, never spin.
 _DISAGREEMENT_FIRST = 0.05
@@ -68,6 +73,8 @@ class DispatchReport:
     release_slots: dict[str, list[float]] = field(default_factory=dict)
     #: Messages given back to the store until their release slot.
     deferred: int = 0
+    #: Fetched messages not sent because their claims had run out (their rows are fetched again).
+    claims_ran_out: int = 0
 
     def merge(self, other: DispatchReport) -> None:
         """Add ``other``'s counts to this report."""
@@ -83,6 +90,7 @@ class DispatchReport:
         for destination, slots in other.release_slots.items():
             self.release_slots.setdefault(destination, []).extend(slots)
         self.deferred += other.deferred
+        self.claims_ran_out += other.claims_ran_out
 
 
 def _log_critical(error: CircuitBreakerTrippedError) -> None:
@@ -269,6 +277,8 @@ class Dispatcher:
         def one(message: DelayedMessage) -> DispatchReport:
             if keep_going is not None and not keep_going():
                 return DispatchReport()
+            if self._claim_ran_out(message):
+                return DispatchReport(claims_ran_out=1)
             release = releases.get(message.message_id) if releases is not None else None
             part = self._dispatch_one(message, now, remove=not batched, release=release)
             if batched and part.dispatched:
@@ -345,8 +355,7 @@ class Dispatcher:
                     if batch:
                         self._disagreements = 0
                         report.batches += 1
-                        deferrals = pacer.take(batch, now)
-                        self._save_release_state(pacer, now)  # before anything booked ahead is sent
+                        deferrals = self._take(pacer, batch, now)
                         report.deferred += self._defer(deferrals, report)
                         poll_at = None
                         continue
@@ -374,6 +383,39 @@ class Dispatcher:
             if may_send:
                 self._save_release_state(pacer, self.clock.now(), force=True)
         return report
+
+    def _take(self, pacer: Pacer, batch: Sequence[DelayedMessage], now: datetime) -> list[Deferral]:
+        """Book slots for a fetched batch and hold it; what the batch booked is saved before any of it is sent.
+
+        With a shared schedule (``SharedReleaseState``: every shard of a table books from one) a batch with a capped
+        message books there, after whatever the others booked, so each cap is shared by what each dispatcher has
+        due. If no booking sticks (storage down) the batch keeps the slots of its last attempt (logged): other
+        dispatchers may overlap them for a while; nothing is lost or sent before it is due.
+        """
+        shared = self.release_state if isinstance(self.release_state, SharedReleaseState) else None
+        if shared is None or not any(pacer.planner.rate_for(m.destination) is not None for m in batch):
+            deferrals = pacer.take(batch, now)
+            self._save_release_state(pacer, now)
+            return deferrals
+        before = pacer.planner.snapshot()
+        planned: list[Planned] = []
+
+        def plan(latest: Mapping[str, float]) -> Mapping[str, float]:
+            pacer.planner.restore(before)
+            pacer.planner.load(latest)
+            planned[:] = pacer.plan(batch, now)
+            pacer.planner.forget_before(now.timestamp())
+            return pacer.planner.state()
+
+        try:
+            shared.book(plan)
+            self._saved = pacer.planner.state()
+        except Exception as exc:
+            _log.warning("booking release slots in the shared schedule failed: %r", exc, extra={lf.REASON: repr(exc)})
+            if not planned:
+                pacer.planner.restore(before)
+                planned = pacer.plan(batch, now)
+        return pacer.hold(planned, now)
 
     def _load_release_state(self, pacer: Pacer) -> None:
         """Continue the schedule the last run (or the last holder of these rows) saved, once per dispatcher."""
@@ -592,6 +634,17 @@ class Dispatcher:
         if remove:
             report.already_removed += self._log_removal(message, lateness, self._remove(message), lag)
         return report
+
+    def _claim_ran_out(self, message: DelayedMessage) -> bool:
+        """Whether ``message``'s claim has less than ``CLAIM_MARGIN`` left (logged): then it is not sent."""
+        until = claimed_until(message)
+        if until is None or self.clock.now() < until - timedelta(seconds=CLAIM_MARGIN):
+            return False
+        _log.warning(
+            "not sent: its claim ran out before its turn (a slow batch); its row is fetched again",
+            extra={**self._about(message), lf.EVENT: lf.EVENT_CLAIM_RAN_OUT},
+        )
+        return True
 
     def _capped(self, destination: str) -> bool:
         """Whether ``release_rates`` caps ``destination``."""

@@ -9,15 +9,17 @@ from datetime import datetime, timedelta
 from .clock import utc
 from .errors import InvalidMessageError
 
-__all__ = ["MAX_DELAY", "Delay", "format_duration", "new_due_time", "parse_duration", "to_seconds"]
+__all__ = ["MAX_DELAY", "YEAR_SECONDS", "Delay", "format_duration", "new_due_time", "parse_duration", "to_seconds"]
 
-#: The longest delay accepted anywhere: 100 years. Anything longer is almost surely a unit mistake.
-MAX_DELAY = timedelta(days=36_525)
+#: A year: 365.25 days, the calendar's average (so ``100y``, ``36525d`` and 100 calendar years from now agree).
+YEAR_SECONDS = 365.25 * 86_400
+#: The longest delay accepted anywhere: 100 years (36,525 days). Anything longer is almost surely a unit mistake.
+MAX_DELAY = timedelta(seconds=100 * YEAR_SECONDS)
 
 Delay = float | int | timedelta | str
 
 #: Units from the largest to the smallest: a duration names each at most once, in this order.
-_UNITS = {"y": 31_536_000.0, "w": 604_800.0, "d": 86_400.0, "h": 3_600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+_UNITS = {"y": YEAR_SECONDS, "w": 604_800.0, "d": 86_400.0, "h": 3_600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 _ORDER = list(_UNITS)
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?|\.[0-9]+")
 #: Unit words people write, and the unit each stands for ("40 days" as "40d", "5 min" as "5m").
@@ -40,8 +42,8 @@ _HINT = (
 
 
 def parse_duration(text: str) -> timedelta:
-    """Parse ``90``, ``90s``, ``15m``, ``2h30m``, ``1d 2h 30m``, ``40d``, ``2y`` (365 days), ``1.5h``, or the same
-    with words (``40 days``, ``2 hours 30 minutes``, ``5 min``)."""
+    """Parse ``90``, ``90s``, ``15m``, ``2h30m``, ``1d 2h 30m``, ``40d``, ``2y`` (a year is 365.25 days), ``1.5h``, or
+    the same with words (``40 days``, ``2 hours 30 minutes``, ``5 min``)."""
     if not isinstance(text, str):
         raise InvalidMessageError(f"a duration must be a str, not {type(text).__name__}")
     raw = text.strip().lower()

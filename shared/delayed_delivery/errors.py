@@ -12,6 +12,7 @@ __all__ = [
     "DestinationNotFoundError",
     "DestinationRefusedError",
     "InvalidMessageError",
+    "InvalidScheduleError",
     "MessageIdConflictError",
     "MessageInFlightError",
     "PermanentError",
@@ -46,6 +47,10 @@ def extra_missing(what: str, *extras: str) -> ConfigurationError:
 
 class InvalidMessageError(DelayedDeliveryError, ValueError):
     """The caller passed a message, delay or time that cannot be delivered."""
+
+
+class InvalidScheduleError(InvalidMessageError):
+    """A recurring schedule's expression, time zone or option cannot be evaluated (the message names which)."""
 
 
 class DelayedDeliveryDisabledError(ConfigurationError):

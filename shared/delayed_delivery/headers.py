@@ -13,7 +13,9 @@ __all__ = [
     "FAILURE_COUNT",
     "FAILURE_REASON",
     "HEADER_PREFIX",
+    "OCCURRENCE",
     "ORIGINAL_DESTINATION",
+    "SCHEDULE_ID",
     "UNREADABLE",
     "is_reserved",
     "refuse_reserved",
@@ -35,6 +37,9 @@ DELAY_SECONDS_ATTRIBUTE = "DelayedDelivery.DelaySeconds"
 BODY_ENCODING = "DelayedDelivery.BodyEncoding"
 #: On a message rebuilt from a store row that could not be read: why. It goes straight to the error queue.
 UNREADABLE = "DelayedDelivery.Unreadable"
+#: On an occurrence of a recurring schedule: the schedule's id, and the occurrence's nominal instant (UTC, ``Z``).
+SCHEDULE_ID = "DelayedDelivery.ScheduleId"
+OCCURRENCE = "DelayedDelivery.Occurrence"
 
 
 def is_reserved(name: str) -> bool:

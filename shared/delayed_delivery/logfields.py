@@ -20,11 +20,18 @@ REMAINING_DELAY_S = "remaining_delay_s"
 BATCH_SIZE = "batch_size"
 PARK_S = "park_s"
 SHARD = "shard"
+#: Recurring schedules: the schedule, occurrence ids (a list, at most 100 a line), how many, the cursor.
+SCHEDULE_ID = "schedule_id"
+OCCURRENCE_IDS = "occurrence_ids"
+COUNT = "count"
+CURSOR = "cursor"
 
 #: Values of the ``event`` key.
 EVENT_DISPATCHED = "dispatched"
 EVENT_DUPLICATE = "already_removed"
 EVENT_SUPERSEDED = "superseded"
+#: A fetched message not sent because its claim had (nearly) run out: another dispatcher may have it now.
+EVENT_CLAIM_RAN_OUT = "claim_ran_out"
 EVENT_RETRY = "dispatch_failed"
 EVENT_ERROR_QUEUE = "moved_to_error_queue"
 EVENT_STORED = "stored"
@@ -40,6 +47,11 @@ EVENT_CONSUMED = "consumed"
 EVENT_RESULT_NOT_STORED = "result_not_stored"
 EVENT_RECORD_RETRY = "record_retry"
 EVENT_HOLD_ENDED = "hold_ended"
+#: Recurring schedules: occurrences written as messages, recorded as missed, a timer that lost the cursor race.
+EVENT_SCHEDULE_MATERIALIZED = "schedule_materialized"
+EVENT_SCHEDULE_MISSED = "schedule_missed"
+EVENT_SCHEDULE_RACE_LOST = "schedule_race_lost"
+EVENT_SCHEDULE_FAILED = "schedule_failed"
 #: ``long_delay_route = auto`` chose the time-bucket tier, which is not deployed: the message took the FIFO route.
 EVENT_ROUTE_FALLBACK = "route_fallback"
 

@@ -30,7 +30,7 @@ from .model import DelayedMessage
 from .ports import DeferringStore, PlacingTransport, Transport, slot_of
 from .release import ReleasePlanner
 
-__all__ = ["HOLD_SECONDS", "MAX_HELD", "MAX_HELD_BYTES", "Deferral", "Pacer", "Release"]
+__all__ = ["HOLD_SECONDS", "MAX_HELD", "MAX_HELD_BYTES", "Deferral", "Pacer", "Planned", "Release"]
 
 #: Longest a slot may be ahead for its message to be held in memory rather than deferred to the store.
 HOLD_SECONDS = 1.0
@@ -67,6 +67,16 @@ class Deferral:
     message: DelayedMessage
     slot: datetime
     lag: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A message with the slot booked for it (epoch seconds), the lag to report and how late it already was."""
+
+    message: DelayedMessage
+    slot: float
+    lag: float | None
+    late: float
 
 
 @dataclass(order=True, slots=True)
@@ -126,8 +136,12 @@ class Pacer:
 
     def take(self, batch: Sequence[DelayedMessage], now: datetime) -> list[Deferral]:
         """Book a slot for each message of ``batch`` (in due order) and hold it; the ones to defer are returned."""
+        return self.hold(self.plan(batch, now), now)
+
+    def plan(self, batch: Sequence[DelayedMessage], now: datetime) -> list[Planned]:
+        """Book a slot for each message of ``batch`` in the planner (in due order), holding nothing yet."""
         n = _epoch(now)
-        deferrals: list[Deferral] = []
+        planned: list[Planned] = []
         for message in sorted(batch, key=lambda m: m.due_at):
             due = _epoch(message.due_at)
             kept = slot_of(message)
@@ -141,7 +155,15 @@ class Pacer:
                 slot = self.planner.slot_epoch(message.destination, due, n)
                 if capped:
                     lag, late = max(0.0, slot - max(due, n)), max(0.0, n - due)
-            deferral = self._hold(message, slot, lag, late, n)
+            planned.append(Planned(message, slot, lag, late))
+        return planned
+
+    def hold(self, planned: Sequence[Planned], now: datetime) -> list[Deferral]:
+        """Hold each planned message until it is sent (or placed); the ones to defer to the store are returned."""
+        n = _epoch(now)
+        deferrals: list[Deferral] = []
+        for p in planned:
+            deferral = self._hold(p.message, p.slot, p.lag, p.late, n)
             if deferral is not None:
                 deferrals.append(deferral)
         return deferrals

@@ -21,8 +21,10 @@ __all__ = [
     "ReleaseBacklog",
     "ReleaseStateStore",
     "ReschedulableStore",
+    "SharedReleaseState",
     "Transport",
     "claim_of",
+    "claimed_until",
     "id_conflict",
     "in_flight",
     "same_message",
@@ -36,19 +38,23 @@ CriticalErrorCallback = Callable[[CircuitBreakerTrippedError], None]
 class ClaimedMessage(DelayedMessage):
     """A fetched message with the token of the claim that fetched it (kept in memory, never written)."""
 
-    __slots__ = ("_claim", "_slot")
+    __slots__ = ("_claim", "_slot", "_until")
 
     @classmethod
-    def of(cls, message: DelayedMessage, claim: str, slot: datetime | None = None) -> ClaimedMessage:
+    def of(
+        cls, message: DelayedMessage, claim: str, slot: datetime | None = None, until: datetime | None = None
+    ) -> ClaimedMessage:
         """``message`` as fetched under ``claim`` (no copy of the body, no validation again).
 
-        ``slot``: the release slot the row was deferred to (``DeferringStore.defer``), when it was.
+        ``slot``: the release slot the row was deferred to (``DeferringStore.defer``), when it was. ``until``: when
+        the claim runs out (another dispatcher may then fetch the row), when the store says.
         """
         claimed = object.__new__(cls)
         for name in DelayedMessage.__slots__:
             object.__setattr__(claimed, name, getattr(message, name))
         object.__setattr__(claimed, "_claim", claim)
         object.__setattr__(claimed, "_slot", slot)
+        object.__setattr__(claimed, "_until", until)
         return claimed
 
     @property
@@ -61,6 +67,11 @@ class ClaimedMessage(DelayedMessage):
         """The release slot its store kept for it (a deferred row coming back), else None."""
         return getattr(self, "_slot", None)
 
+    @property
+    def until(self) -> datetime | None:
+        """When its claim runs out (the store's word), else None."""
+        return getattr(self, "_until", None)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DelayedMessage):
             return NotImplemented
@@ -72,6 +83,11 @@ class ClaimedMessage(DelayedMessage):
 def claim_of(message: DelayedMessage) -> str | None:
     """The claim token a store's fetch attached to ``message``, or None (a store without claim tokens)."""
     return message.claim if isinstance(message, ClaimedMessage) else None
+
+
+def claimed_until(message: DelayedMessage) -> datetime | None:
+    """When the claim a store's fetch attached to ``message`` runs out, or None (not said)."""
+    return message.until if isinstance(message, ClaimedMessage) else None
 
 
 def slot_of(message: DelayedMessage) -> datetime | None:
@@ -204,6 +220,20 @@ class ReleaseStateStore(Protocol):
 
     def save(self, state: Mapping[str, float]) -> None:
         """Keep ``state`` (next free slot per destination) for the next run or the next holder of this shard."""
+        ...
+
+
+@runtime_checkable
+class SharedReleaseState(ReleaseStateStore, Protocol):
+    """One release schedule several dispatchers book from (e.g. every shard of an Azure table): a cap is then shared
+    by what each of them has due, not split evenly."""
+
+    def book(self, plan: Callable[[Mapping[str, float]], Mapping[str, float]]) -> None:
+        """Save ``plan(latest schedule)`` unless another dispatcher saved meanwhile; then ``plan`` runs again on theirs.
+
+        ``plan`` books slots after everything the schedule it is given has booked and returns the schedule with
+        them; the last call of ``plan`` is the booking that holds. Raises when no booking sticks (storage down).
+        """
         ...
 
 

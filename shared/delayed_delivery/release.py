@@ -286,6 +286,14 @@ class ReleasePlanner:
         """``lag`` of every destination with a schedule."""
         return {d: self.lag(d, now) for d in self._next}
 
+    def snapshot(self) -> dict[str, tuple[float, int]]:
+        """The whole schedule as it is now, for ``restore`` (a booking that has to be made again)."""
+        return dict(self._next)
+
+    def restore(self, snapshot: Mapping[str, tuple[float, int]]) -> None:
+        """Go back to a ``snapshot``: every slot booked since is forgotten."""
+        self._next = dict(snapshot)
+
     def state(self) -> dict[str, float]:
         """``next_free`` per destination (epoch seconds): pass it back as ``state`` to continue the schedule."""
         return {d: anchor + taken / (self.rate_for(d) or 1.0) for d, (anchor, taken) in self._next.items()}

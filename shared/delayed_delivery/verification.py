@@ -22,6 +22,7 @@ from .errors import ConfigurationError
 from .validation import is_number
 
 __all__ = [
+    "EXIT_UNREACHABLE",
     "PROBE_QUEUE",
     "VERIFY_ENV_PREFIX",
     "Arrival",
@@ -50,6 +51,10 @@ __all__ = [
 #: The probe endpoint's queue both clouds' deployments create for verify (CDK and Bicep), allowed as a destination.
 PROBE_QUEUE = "delayed-delivery-probe"
 VERIFY_ENV_PREFIX = "DELAYED_DELIVERY_VERIFY_"
+
+#: Exit code of a run that could not reach the account (or the emulator) or whose credential was refused: nothing was
+#: checked. 0 all hold, 1 a check failed, 2 a usage error.
+EXIT_UNREACHABLE = 3
 
 #: ``progress(line)``: one line of progress for the operator (stderr in the CLI).
 Progress = Callable[[str], None]
@@ -133,7 +138,8 @@ def skipped(check: str, group: Group, subject: str, why: str) -> CheckResult:
 
 @dataclass(frozen=True, slots=True)
 class VerifyReport:
-    """Every check of one run, in order; ``exit_code`` 1 when any failed or the run was interrupted."""
+    """Every check of one run, in order; ``exit_code`` 1 when any failed or the run was interrupted, 3 (``error``) when
+    the account could not be reached or refused the credential, so nothing was checked."""
 
     cloud: str
     target: str
@@ -144,6 +150,13 @@ class VerifyReport:
     results: tuple[CheckResult, ...]
     cleanup_problems: tuple[str, ...] = ()
     interrupted: bool = False
+    #: Why the run could not start: the account (or emulator) unreachable, or the credential refused.
+    error: str | None = None
+
+    @classmethod
+    def unreachable(cls, *, cloud: str, target: str, mode: Mode, local: bool, at: datetime, error: str) -> VerifyReport:
+        """The report of a run that could not reach ``target``: no checks, ``ok`` false, exit ``EXIT_UNREACHABLE``."""
+        return cls(cloud, target, mode, local, at, at, (), error=error)
 
     @property
     def failures(self) -> tuple[CheckResult, ...]:
@@ -153,11 +166,13 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         """True when nothing failed, nothing was left behind and the run finished."""
-        return not self.failures and not self.cleanup_problems and not self.interrupted
+        return not self.error and not self.failures and not self.cleanup_problems and not self.interrupted
 
     @property
     def exit_code(self) -> int:
-        """0 when every check holds, 1 otherwise (2 is the CLI's, for usage errors)."""
+        """0 when every check holds, 1 otherwise, ``EXIT_UNREACHABLE`` when nothing could be checked (2: usage)."""
+        if self.error is not None:
+            return EXIT_UNREACHABLE
         return 0 if self.ok else 1
 
     def counts(self) -> dict[str, int]:
@@ -176,6 +191,7 @@ class VerifyReport:
             "ok": self.ok,
             "exit_code": self.exit_code,
             "interrupted": self.interrupted,
+            "error": self.error,
             "counts": self.counts(),
             "checks": [r.as_dict() for r in self.results],
             "cleanup_problems": list(self.cleanup_problems),

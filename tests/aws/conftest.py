@@ -108,20 +108,20 @@ StartPoller = Callable[..., LocalEventSourcePoller]
 
 
 @pytest.fixture
-def records(moto_endpoint: str) -> DynamoDbCancellationStore:
+def records(dynamodb_endpoint: str) -> DynamoDbCancellationStore:
     """The cancellation table on moto."""
-    client = dynamodb_client(moto_endpoint)
+    client = dynamodb_client(dynamodb_endpoint)
     ensure_cancellation_table(client, CANCELLATION_TABLE)
     return DynamoDbCancellationStore(client, CANCELLATION_TABLE)
 
 
 @pytest.fixture
-def start_poller(make_poller: Callable[..., LocalEventSourcePoller], moto_endpoint: str) -> StartPoller:
+def start_poller(make_poller: Callable[..., LocalEventSourcePoller], dynamodb_endpoint: str) -> StartPoller:
     """Start the local event source with the real handler reading the cancellation table (no cache)."""
 
     def start(dynamodb: DynamoDBClient | None = None) -> LocalEventSourcePoller:
         env = {TABLE_ENV: CANCELLATION_TABLE, CACHE_SECONDS_ENV: "0"}
-        return make_poller(env=env, dynamodb=dynamodb or dynamodb_client(moto_endpoint))
+        return make_poller(env=env, dynamodb=dynamodb or dynamodb_client(dynamodb_endpoint))
 
     return start
 

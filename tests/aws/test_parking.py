@@ -424,15 +424,29 @@ def test_no_park_reaches_into_the_retention_headroom(
     sqs.set_queue_attributes(QueueUrl=endpoint.delay_url, Attributes={"MessageRetentionPeriod": "60"})
     sender.send_delayed("orders", "old", 40, message_id="t1")
     [record] = _receive(sqs, endpoint)
-    # 60 s retention with 52 s kept free: age (1 s) + park + hop (1 s) + margin (0.5 s) must stay within 8 s → 5 s
-    [result] = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings, retention_headroom=52).process([record])
+    # 60 s retention: age + park + hop (1 s) + margin (0.5 s) must stay within what the headroom leaves. The age is
+    # the broker's (first receive - sent: about 1 s on moto, 2 s on LocalStack, at least the 1 s queue delay on
+    # AWS), so the headroom is chosen from it to leave exactly a 5 s park
+    headroom = 60 - _whole_seconds(_age_ms(record) + 6_500)
+    [result] = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings, retention_headroom=headroom).process([record])
     assert result.outcome is HopOutcome.PARKED and result.park_s == 5
     sender.send_delayed("orders", "older", 40, message_id="t2")
     [record] = _receive(sqs, endpoint)
-    # with 55 s kept free a park would be 2 s at most: too short, so the message hops (a fresh send restarts
+    # with 3 s more kept free a park would be 2 s at most: too short, so the message hops (a fresh send restarts
     # the retention clock)
-    [result] = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings, retention_headroom=55).process([record])
+    headroom = 60 - _whole_seconds(_age_ms(record) + 6_500) + 3
+    [result] = FifoRequeuer(sqs, settings, sqs_settings=sqs_settings, retention_headroom=headroom).process([record])
     assert result.outcome is HopOutcome.REQUEUED
+
+
+def _age_ms(record: dict[str, Any]) -> int:
+    """The record's broker age: first receive - sent."""
+    attributes = record["attributes"]
+    return max(0, int(attributes["ApproximateFirstReceiveTimestamp"]) - int(attributes["SentTimestamp"]))
+
+
+def _whole_seconds(ms: int) -> int:
+    return -(-ms // 1000)
 
 
 # -- the Lambda handler ------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalLambdaContext
 from tests.aws.conftest import ERRORS, handler_env
+from tests.fixtures.partial_batch import PartialBatch
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -58,11 +59,20 @@ def entry(mid: str, body: str, remaining: str = "0") -> str:
     return f'{{"i":"{mid}","h":1,"d":{remaining},"b":{json.dumps(body)}}}'
 
 
-def drain(sqs: SQSClient, url: str, *, linger: float = 1.0) -> list[dict[str, Any]]:
-    """Everything on ``url`` now (waits ``linger`` for stragglers)."""
+def drain(
+    sqs: SQSClient, url: str, *, expect: int = 0, timeout: float = 20.0, linger: float = 0.5
+) -> list[dict[str, Any]]:
+    """Receive (and delete) from ``url`` until ``expect`` messages came or ``timeout`` passed, then ``linger`` more.
+
+    A polling deadline, never the exact delay: a 1 s delayed message may show up later than 1 s (LocalStack moves
+    delayed messages once a second; SQS promises no sub-second timing either).
+    """
     got: list[dict[str, Any]] = []
+    give_up = time.monotonic() + timeout
     deadline = time.monotonic() + linger
     while True:
+        if len(got) < expect and time.monotonic() < give_up:
+            deadline = time.monotonic() + linger
         reply = sqs.receive_message(
             QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0, MessageAttributeNames=["All"]
         )
@@ -120,60 +130,36 @@ def test_a_poison_entry_goes_to_the_error_queue_and_its_neighbours_are_forwarded
     body = envelope([entry("good-1", "one"), poison, entry("good-2", "two")])
     response = handle({"Records": [record(endpoint, "env-1", body, envelope=True)]}, LocalLambdaContext())
     assert response == {"batchItemFailures": []}, label
-    delivered = sorted(m["Body"] for m in drain(sqs, endpoint.input_url))
+    delivered = sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2))
     assert delivered == ["one", "two"]
-    errors = drain(sqs, _error_url(sqs))
+    errors = drain(sqs, _error_url(sqs), expect=1)
     assert len(errors) == 1
     assert "malformed envelope entry 1" in reason_of(errors[0])
 
 
-class RefusingErrorQueue:
-    """Wraps an SQS client: the error queue refuses (``Failed``, not retryable) bodies matching ``refuse``."""
-
-    def __init__(self, client: SQSClient, refuse: Any) -> None:
-        self._client = client
-        self._refuse = refuse
-        self.refused: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-    def send_message_batch(self, **kwargs: Any) -> Any:
-        if not str(kwargs["QueueUrl"]).endswith(f"/{ERRORS}"):
-            return self._client.send_message_batch(**kwargs)
-        keep = [e for e in kwargs["Entries"] if not self._refuse(e)]
-        failed = [
-            {"Id": e["Id"], "SenderFault": True, "Code": "InvalidParameterValue", "Message": "refused (test)"}
-            for e in kwargs["Entries"]
-            if self._refuse(e)
-        ]
-        self.refused += [e["MessageBody"] for e in kwargs["Entries"] if self._refuse(e)]
-        reply: dict[str, Any] = {"Successful": [], "Failed": failed}
-        if keep:
-            sent = self._client.send_message_batch(QueueUrl=kwargs["QueueUrl"], Entries=keep)
-            reply["Successful"] = sent.get("Successful", [])
-            reply["Failed"] += sent.get("Failed", [])
-        return reply
+def refusing_error_queue(client: SQSClient, refuse: Any) -> PartialBatch:
+    """The error queue refuses (``Failed``, not retryable) the entries matching ``refuse``."""
+    return PartialBatch(client, refuse, queue=f"/{ERRORS}", code="InvalidParameterValue", sender_fault=True)
 
 
 def test_a_refused_error_queue_send_leaves_a_reduced_form_and_no_failed_record(
     sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
 ) -> None:
     # The error queue refuses the poison entry's own text (as SQS would refuse a body too large or with NUL).
-    wrapped = RefusingErrorQueue(sqs, lambda e: '"b":"a\\u0000b"' in e["MessageBody"])
+    wrapped = refusing_error_queue(sqs, lambda e: '"b":"a\\u0000b"' in e["MessageBody"])
     results: list[RecordResult] = []
     handle = build_handler(env_of(settings, sqs_settings), sqs_client=wrapped, on_results=results.extend)  # type: ignore[arg-type]
     body = envelope([entry("good-1", "one"), '{"i":"bad","h":1,"d":0,"b":"a\\u0000b"}', entry("good-2", "two")])
     response = handle({"Records": [record(endpoint, "env-1", body, envelope=True)]}, LocalLambdaContext())
     assert response == {"batchItemFailures": []}
-    assert wrapped.refused, "the wrapper must have refused the full form"
-    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url)) == ["one", "two"]
-    errors = drain(sqs, _error_url(sqs))
+    assert wrapped.failed, "the wrapper must have refused the full form"
+    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2)) == ["one", "two"]
+    errors = drain(sqs, _error_url(sqs), expect=1)
     assert len(errors) == 1
     reduced = json.loads(errors[0]["Body"])
     assert reduced["id"] == "bad"
     assert "malformed envelope entry 1" in reduced["reason"]
-    assert base64.b64decode(reduced["body"]).decode("utf-8") == wrapped.refused[0]
+    assert base64.b64decode(reduced["body"]).decode("utf-8") == wrapped.failed[0]
     assert results[0].outcome is not HopOutcome.FAILED
 
 
@@ -184,13 +170,13 @@ def test_when_even_the_reduced_form_is_refused_the_entry_is_dropped_not_looped(
     sqs_settings: SqsSettings,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    wrapped = RefusingErrorQueue(sqs, lambda e: True)
+    wrapped = refusing_error_queue(sqs, lambda e: True)
     handle = build_handler(env_of(settings, sqs_settings), sqs_client=wrapped)  # type: ignore[arg-type]
     body = envelope([entry("good-1", "one"), '{"i":"bad","h":1,"d":0,"b":"a\\u0000b"}', entry("good-2", "two")])
     response = handle({"Records": [record(endpoint, "env-1", body, envelope=True)]}, LocalLambdaContext())
     assert response == {"batchItemFailures": []}
-    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url)) == ["one", "two"]
-    assert len(wrapped.refused) == 2  # the full form, then the reduced form
+    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2)) == ["one", "two"]
+    assert len(wrapped.failed) == 2  # the full form, then the reduced form
     assert "dropped" in caplog.text
 
 
@@ -203,7 +189,7 @@ def test_a_plain_record_bigger_than_the_error_queue_takes_goes_there_reduced(
     poison["messageAttributes"] = {}  # no control attribute: poison
     response = handle({"Records": [poison]}, LocalLambdaContext())
     assert response == {"batchItemFailures": []}
-    errors = drain(sqs, _error_url(sqs))
+    errors = drain(sqs, _error_url(sqs), expect=1)
     assert len(errors) == 1
     reduced = json.loads(errors[0]["Body"])
     assert reduced["id"] == "big"
@@ -223,10 +209,10 @@ def test_a_record_received_too_often_goes_to_the_error_queue_with_the_count(
     fine = record(endpoint, "fine", "ok", envelope=False, count=limit)
     response = handle({"Records": [again, fine]}, LocalLambdaContext())
     assert response == {"batchItemFailures": []}
-    errors = drain(sqs, _error_url(sqs))
+    errors = drain(sqs, _error_url(sqs), expect=1)
     assert [m["Body"] for m in errors] == ["payload"]
     assert f"received {limit + 1} times without success" in reason_of(errors[0])
-    assert [m["Body"] for m in drain(sqs, endpoint.input_url)] == ["ok"]
+    assert [m["Body"] for m in drain(sqs, endpoint.input_url, expect=1)] == ["ok"]
 
 
 def test_an_exception_in_one_records_processing_fails_only_that_record(
@@ -249,7 +235,7 @@ def test_an_exception_in_one_records_processing_fails_only_that_record(
     records = [record(endpoint, rid, rid, envelope=False) for rid in ("a", "boom", "b")]
     response = handle({"Records": records}, LocalLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": "boom"}]}
-    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url)) == ["a", "b"]
+    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2)) == ["a", "b"]
 
 
 def test_the_handler_survives_process_raising_and_fails_the_whole_batch(
@@ -285,10 +271,10 @@ def test_an_envelope_received_too_often_sends_every_entry_to_the_error_queue(
     count = receive_limit(5, sqs_settings.max_park_seconds) + 1
     response = handle({"Records": [record(endpoint, "env", body, envelope=True, count=count)]}, LocalLambdaContext())
     assert response == {"batchItemFailures": []}
-    errors = drain(sqs, _error_url(sqs))
+    errors = drain(sqs, _error_url(sqs), expect=2)
     assert sorted(m["Body"] for m in errors) == ["1", "2"]
     assert all("without success" in reason_of(m) for m in errors)
-    assert drain(sqs, endpoint.input_url, linger=0.2) == []
+    assert drain(sqs, endpoint.input_url, linger=3) == []  # a forward is due 1 s after the send
 
 
 def test_the_record_by_record_pass_stops_when_the_invocations_time_is_almost_up(
@@ -320,4 +306,25 @@ def test_the_record_by_record_pass_stops_when_the_invocations_time_is_almost_up(
     records = [record(endpoint, rid, rid, envelope=False) for rid in ("boom", "a", "b")]
     response = handle({"Records": records}, Hurried())
     assert response == {"batchItemFailures": [{"itemIdentifier": r} for r in ("boom", "a", "b")]}
-    assert drain(sqs, endpoint.input_url, linger=0.2) == []
+    assert drain(sqs, endpoint.input_url, linger=3) == []  # a forward is due 1 s after the send
+
+
+def test_entries_failed_inside_a_successful_batch_are_refused_or_retried_alone(
+    sqs: SQSClient, endpoint: EndpointQueues, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
+) -> None:
+    # AWS fails one entry of a SendMessageBatch (a body it refuses) and sends the rest; moto would refuse them all,
+    # so the stand-in answers as LocalStack does: InvalidMessageContents with SenderFault false. Before #36 that
+    # entry was retried forever (SenderFault false read as retryable); an entry in neither list raised KeyError.
+    wrapped = PartialBatch(
+        sqs, lambda e: e["MessageBody"] == "bad", queue="/orders", missing=lambda e: e["MessageBody"] == "lost"
+    )
+    results: list[RecordResult] = []
+    handle = build_handler(env_of(settings, sqs_settings), sqs_client=wrapped, on_results=results.extend)  # type: ignore[arg-type]
+    records = [record(endpoint, rid, rid, envelope=False) for rid in ("a", "bad", "lost", "b")]
+    response = handle({"Records": records}, LocalLambdaContext())
+    assert response == {"batchItemFailures": [{"itemIdentifier": "lost"}]}  # unknown: the record comes back
+    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2)) == ["a", "b"]
+    errors = drain(sqs, _error_url(sqs), expect=1)
+    assert [m["Body"] for m in errors] == ["bad"]
+    assert "InvalidMessageContents" in reason_of(errors[0]) and "'orders' refused" in reason_of(errors[0])
+    assert {r.message_id: r.outcome for r in results}["lost"] is HopOutcome.FAILED

@@ -259,23 +259,44 @@ def test_one_invalid_message_in_a_batch_sends_nothing(
     assert _sends(counter) == 0
 
 
+class _WholeBatchRefusal:
+    """SQS refusing a whole SendMessageBatch (400) that holds an oversized entry, as moto does (AWS and LocalStack
+    fail that entry alone: tests/aws/test_sender_routes.py); single-entry batches go through."""
+
+    def __init__(self, client: SQSClient) -> None:
+        self.client = client
+        self.batches: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def send_message_batch(self, **kwargs: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        self.batches.append(len(kwargs["Entries"]))
+        if len(kwargs["Entries"]) > 1 and any(len(e["MessageBody"]) > 1024 for e in kwargs["Entries"]):
+            error = {"Code": "InvalidParameterValue", "Message": "One or more parameters are invalid."}
+            raise ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}, "SendMessageBatch")
+        return self.client.send_message_batch(**kwargs)
+
+
 def test_a_batch_rejected_as_a_whole_is_retried_entry_by_entry(
-    sqs: SQSClient, settings: DelayedDeliverySettings, sqs_settings: SqsSettings, counter: RequestCounter
+    sqs: SQSClient, settings: DelayedDeliverySettings, sqs_settings: SqsSettings
 ) -> None:
     from delayed_delivery.aws.sqs import send_batches
     from delayed_delivery.errors import PermanentError
 
     queues = ensure_endpoint(sqs, "orders", settings, sqs_settings=sqs_settings, max_message_size=1024)
-    counter.reset()
+    refusing = _WholeBatchRefusal(sqs)
     results = send_batches(
-        sqs,
+        refusing,  # type: ignore[arg-type]
         queues.input_url,
         [{"Id": "a", "MessageBody": "ok"}, {"Id": "b", "MessageBody": "x" * 2000}, {"Id": "c", "MessageBody": "ok"}],
         what="test",
     )
     assert results["a"].ok and results["c"].ok
     assert isinstance(results["b"].error, PermanentError) and not results["b"].error.retryable
-    assert counter.snapshot()["SendMessageBatch"] == 4  # the batch, then one per entry
+    assert refusing.batches == [3, 1, 1, 1]  # the batch, then one per entry
     assert len(collect(sqs, queues.input_url, expect=2, timeout=5)) == 2
 
 

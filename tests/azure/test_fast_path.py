@@ -1,4 +1,5 @@
-"""The lease holder's fast path on Azurite: no claim writes, lean transactions, overlapped removal, ~1 request/msg."""
+"""The lease holder's fast path on Azurite: one claim transaction per batch (the in-flight marks), lean transactions,
+overlapped removal, about 1.04 requests a message."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from azure.storage.queue import QueueServiceClient
 
 from delayed_delivery.azure import rows, transactions
 from delayed_delivery.azure.storage_queue import StorageQueueTransport
+from delayed_delivery.azure.table_gateway import CLAIM
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
+from delayed_delivery.clock import ManualClock
 from delayed_delivery.dispatcher import Dispatcher
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.ports import claim_of
@@ -49,34 +52,38 @@ def requests_sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     yield counts
 
 
-def test_exclusive_view_writes_no_claims_and_hands_each_row_out_once_until_settled(azurite: Azurite) -> None:
+def test_exclusive_view_marks_what_it_hands_out_in_the_table_and_hands_each_row_out_once_until_settled(
+    azurite: Azurite,
+) -> None:
     table = new_name()
     store = TableDelayedMessageStore.from_connection_string(azurite.connection_string, table, claim_timeout=30)
     store.setup_infrastructure()
     now = datetime.now(UTC)
     store.store_many([msg(i, "orders", now - timedelta(seconds=1)) for i in range(30)])
-    before = {mid: (e["AvailableAt"], e.metadata["etag"]) for mid, e in due_rows(store).items()}
     view = store.for_shards([0], exclusive=True)
     first = view.fetch_due(now, 20)
     second = view.fetch_due(now, 20)
     assert len(first) == 20
     assert not {m.message_id for m in first} & {m.message_id for m in second}, "no row handed out twice"
     assert len(first) + len(second) == 30
-    after = {mid: (e["AvailableAt"], e.metadata["etag"]) for mid, e in due_rows(store).items()}
-    assert after == before, "fetching wrote nothing: no claims, same ETags"
+    marked = due_rows(store)
+    for m in [*first, *second]:  # the in-flight mark an operator on another host sees
+        assert marked[m.message_id][CLAIM] == claim_of(m)
+        assert marked[m.message_id]["AvailableAt"] == rows.due_key(now + timedelta(seconds=30))
     assert view.fetch_due(now, 20) == [] and view.next_due() is None, "all 30 are in flight"
-    assert all(view.remove_many([m.message_id for m in first]))
-    view.forget_claims()  # the dispatcher stopped before sending `second`: they come back at once
+    assert all(view.remove_many([m.message_id for m in first], [claim_of(m) for m in first]))
+    assert view.release_claims() == 10  # the dispatcher stopped before sending `second`: they come back at once
+    assert not any(e.get(CLAIM) for e in due_rows(store).values())
     assert sorted(m.message_id for m in view.fetch_due(now, 20)) == sorted(m.message_id for m in second)
     assert store.count() == 10
     store.drop()
 
 
-def test_killed_between_put_and_delete_the_next_holder_sends_it_again(
+def test_killed_between_put_and_delete_the_next_holder_sends_it_again_once_its_claim_expires(
     azurite: Azurite, queues: QueueServiceClient, queue: str
 ) -> None:
     table = new_name()
-    store = TableDelayedMessageStore.from_connection_string(azurite.connection_string, table)
+    store = TableDelayedMessageStore.from_connection_string(azurite.connection_string, table, claim_timeout=30)
     store.setup_infrastructure()
     now = datetime.now(UTC)
     store.store_many([msg(i, queue, now) for i in range(5)])
@@ -84,7 +91,10 @@ def test_killed_between_put_and_delete_the_next_holder_sends_it_again(
     victim = store.for_shards([0], exclusive=True)
     for m in victim.fetch_due(now, 10):
         transport.send(m)  # ... and the process dies here, before any removal
-    heir = Dispatcher(store.for_shards([0], exclusive=True), transport, DelayedDeliverySettings(), overlap_removal=True)
+    heir_view = store.for_shards([0], exclusive=True)
+    assert heir_view.fetch_due(now + timedelta(seconds=29), 10) == [], "still marked in flight by the dead holder"
+    clock = ManualClock(now + timedelta(seconds=31))
+    heir = Dispatcher(heir_view, transport, DelayedDeliverySettings(), clock=clock, overlap_removal=True)
     report = heir.dispatch_due()
     heir.close()
     assert report.dispatched == 5 and store.count() == 0
@@ -122,7 +132,8 @@ def test_one_timer_run_makes_about_one_request_per_message(
     summary = host.run()
     assert summary.dispatched == 150 and host.store.count() == 0
     assert requests_sent["POST"] == 150, f"one Put Message each: {requests_sent}"
-    assert requests_sent["POST $batch"] == 3, f"two delete transactions for 100 messages, one for 50: {requests_sent}"
+    # the in-flight marks: one claim transaction per batch (100 + 50); removal: two for 100 messages, one for 50
+    assert requests_sent["POST $batch"] == 2 + 3, requests_sent
     # the rest: one range query per batch, then the idle polls (<= 2 a second), lease acquire/renew/release
-    assert sum(requests_sent.values()) - 150 - 3 <= 40, requests_sent
+    assert sum(requests_sent.values()) - 150 - 5 <= 40, requests_sent
     assert len(drain(queues, queue)) == 150

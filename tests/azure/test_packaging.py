@@ -124,6 +124,7 @@ RUNTIME_REQUIREMENTS = {
     "azure-storage-queue",
     "azure-identity",
     "azure-monitor-opentelemetry",
+    "tzdata",
 }
 
 

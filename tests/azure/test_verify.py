@@ -1,6 +1,8 @@
 """``azure verify`` end to end on Azurite, the dispatcher run locally: a healthy deployment passes; the wrong role
-scope, a timer not running (no heartbeat, or a stale one) and a probe never arriving are each reported with their
-fix; the heartbeat's format is pinned."""
+scope, a timer not running (no heartbeat, or a stale one), a probe never arriving, a missing table, container or
+error queue and a corrupt heartbeat are each reported with their fix (the missing ones: recreated, with the command,
+and the run creates none of them); unreachable storage and a refused key end the run with exit 3 and one JSON
+document; the heartbeat's format is pinned."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from azure.data.tables import TableServiceClient
 from azure.storage.blob import BlobServiceClient
+from azure.storage.queue import QueueServiceClient
 from typer.testing import CliRunner
 
 from delayed_delivery.app.cli import app
@@ -173,3 +177,111 @@ def test_the_heartbeat_format_is_pinned(azurite: Azurite) -> None:
     assert read_heartbeat(container) is None
     container.upload_blob(HEARTBEAT_BLOB, GOLDEN.read_bytes())
     assert read_heartbeat(container) == beat
+
+
+def _storage(connection: str) -> dict[str, list[str]]:
+    """Every table, container (with its blobs) and queue of the account: what a run could have created."""
+    blobs = BlobServiceClient.from_connection_string(connection)
+    return {
+        "tables": sorted(t.name for t in TableServiceClient.from_connection_string(connection).list_tables()),
+        "containers": sorted(
+            f"{c.name}/{b.name}"
+            for c in blobs.list_containers()
+            for b in blobs.get_container_client(c.name).list_blobs()
+        )
+        + sorted(c.name for c in blobs.list_containers()),
+        "queues": sorted(q.name for q in QueueServiceClient.from_connection_string(connection).list_queues()),
+    }
+
+
+def test_missing_storage_is_recreated_with_the_command_and_a_local_run_creates_none_of_it(
+    endpoint: str, azurite: Azurite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before (issue 32): the table and container were answered with a deployment hint, the probes that need them
+    with "give the identity the data roles", and the run created the table, the container and the error queue (the
+    dispatcher's setup), so the next run passed."""
+    errors = new_name("err")
+    monkeypatch.setenv("DELAYED_DELIVERY_ERROR_QUEUE", errors)
+    assert runner.invoke(app, ["azure", "setup"]).exit_code == 0
+    connection, delays = azurite.connection_string, azure_delays_table_name(endpoint)
+    TableServiceClient.from_connection_string(connection).delete_table(delays)
+    BlobServiceClient.from_connection_string(connection).delete_container(delays)
+    QueueServiceClient.from_connection_string(connection).delete_queue(errors)
+    before = _storage(connection)
+    code, document, _ = _verify("--local")
+    assert _storage(connection) == before  # nothing it checks was created, nothing was left behind
+    failures = _checks(document, "fail")
+    assert code == 1 and {"table", "lease-container", "error-queue"} <= set(failures), failures
+    for check in ("table", "lease-container", "error-queue"):
+        assert failures[check]["fix"] == f"recreate it: delayed-delivery azure setup --endpoint {endpoint}", failures
+    assert not [c for c in document["checks"] if "data roles" in (c["fix"] or "")], document["checks"]
+    skipped = _checks(document, "skipped")
+    assert {"probe-table", "lease-semantics"} <= set(skipped) and "table check" in skipped["probe-table"]["evidence"]
+    assert _checks(document, "pass")["probe-native"]  # the native route needs none of it
+    assert_documented(document)
+    # the fix as printed
+    assert runner.invoke(app, ["azure", "setup", "--endpoint", endpoint]).exit_code == 0
+    _, document, _ = _verify("--local")
+    assert {"table", "lease-container", "error-queue", "probe-table"} <= set(_checks(document, "pass")), document
+
+
+def test_a_corrupt_heartbeat_is_recreated_with_the_command(running: str, azurite: Azurite) -> None:
+    container = BlobServiceClient.from_connection_string(azurite.connection_string).get_container_client(
+        azure_delays_table_name(running)
+    )
+    container.upload_blob(HEARTBEAT_BLOB, b"{not json", overwrite=True)
+    code, document, _ = _verify("--local")
+    failure = _checks(document, "fail")["timer"]
+    assert code == 1 and "is not a heartbeat this version reads" in failure["evidence"], failure
+    command = f"delayed-delivery azure dispatch --endpoint {running} --seconds 1"
+    assert failure["fix"] == f"recreate it: {command} writes a new one", failure
+    assert runner.invoke(app, command.split()[1:]).exit_code == 0
+    assert "timer" in _checks(_verify("--local")[1], "pass")
+
+
+def test_unreachable_storage_is_one_json_document_and_exit_3(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before (issue 32): exit 2 (documented for usage errors) with nothing on stdout."""
+    monkeypatch.setenv(
+        "DELAYED_DELIVERY_STORAGE_CONNECTION_STRING",
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"
+        "QueueEndpoint=http://127.0.0.1:9/devstoreaccount1;BlobEndpoint=http://127.0.0.1:9/devstoreaccount1;"
+        "TableEndpoint=http://127.0.0.1:9/devstoreaccount1;",
+    )
+    code, document, err = _verify("--local")
+    assert code == 3 and document["exit_code"] == 3 and document["ok"] is False and document["checks"] == []
+    assert "could not be reached: cannot connect to 127.0.0.1:9" in document["error"], document
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_refused_key_is_one_json_document_and_exit_3(
+    endpoint: str, azurite: Azurite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrong = azurite.connection_string.replace("AccountKey=Eby8", "AccountKey=AAAA")
+    monkeypatch.setenv("DELAYED_DELIVERY_STORAGE_CONNECTION_STRING", wrong)
+    code, document, _ = _verify("--local")
+    assert (
+        code == 3
+        and not document["ok"]
+        and document["error"] == "Azurite refused the credential (AuthenticationFailed)"
+    )
+    result = runner.invoke(app, ["azure", "verify", "--local"])  # without --json: one line, the same exit
+    assert result.exit_code == 3 and result.stdout == "" and "refused the credential" in result.stderr
+
+
+def test_the_shard_count_is_compared_with_the_partitions_in_use(running: str, azurite: Azurite) -> None:
+    from delayed_delivery.azure.table_store import TableDelayedMessageStore
+    from delayed_delivery.model import DelayedMessage
+
+    code, document, _ = _verify("--local")
+    check = {c["check"]: c for c in document["checks"]}["shard-count"]
+    assert check["status"] == "pass" and "1 shard(s) recorded" in check["evidence"], check
+    # a sender set to 4 shards by a version that did not check: rows land in partitions no dispatcher reads
+    stray = TableDelayedMessageStore.from_connection_string(
+        azurite.connection_string, azure_delays_table_name(running), shards=4
+    )
+    due = datetime.now(UTC) + timedelta(days=30)
+    stray.store_many([DelayedMessage(f"m-{i}", "orders", b"x", due) for i in range(12)])
+    code, document, _ = _verify("--local")
+    failure = _checks(document, "fail")["shard-count"]
+    assert code == 1 and "past the 1 shard(s) the table records: no dispatcher reads them" in failure["evidence"]
+    assert "azure reshard --endpoint <endpoint> --local --to 1" in failure["fix"], failure

@@ -75,7 +75,7 @@ def test_no_command_shows_a_bool_metavar(capsys: pytest.CaptureFixture[str], mon
     assert checked >= 20
 
 
-WORDS = [("40 days", 40 * 86_400), ("5 m", 300), ("2 hours 30 minutes", 9000), ("1 year", 365 * 86_400),
+WORDS = [("40 days", 40 * 86_400), ("5 m", 300), ("2 hours 30 minutes", 9000), ("1 year", 31_557_600),
          ("90 seconds", 90), ("3 wks", 21 * 86_400)]  # fmt: skip
 
 
@@ -109,6 +109,28 @@ def test_an_existing_queue_with_other_attributes_is_named_with_the_difference(
         "queue 'orders-delay.fifo' already exists with other attributes: DelaySeconds is 900, wanted 2 "
         "(DELAYED_DELIVERY_FIFO_QUEUE_DELAY)",
     )
+
+
+@pytest.mark.moto
+def test_a_drifted_ingest_queue_is_named_with_the_difference_and_the_command_that_sets_it_back(
+    moto_endpoint: str,
+) -> None:
+    """Before (issue 32), ``aws create --buckets`` on a drifted ingest queue printed SQS's raw QueueAlreadyExists."""
+    import boto3
+
+    where = ["--endpoint-url", moto_endpoint, "--region", "us-east-1", "--buckets"]
+    assert run("aws", "create", "--queue", "orders", *where).exit_code == 0
+    assert run("aws", "create", "--queue", "orders", *where).exit_code == 0  # the same again: nothing to say
+    sqs = boto3.client("sqs", endpoint_url=moto_endpoint, region_name="us-east-1")
+    url = sqs.get_queue_url(QueueName="delayed-delivery-ingest")["QueueUrl"]
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"MessageRetentionPeriod": "60"})
+    line = one_line_error(
+        run("aws", "create", "--queue", "orders", *where),
+        "queue 'delayed-delivery-ingest' already exists with other attributes: MessageRetentionPeriod is 60, "
+        "wanted 1209600",
+        f'aws sqs set-queue-attributes --queue-url {url} --attributes \'{{"MessageRetentionPeriod": "1209600"}}\'',
+    )
+    assert "QueueAlreadyExists" not in line
 
 
 @pytest.mark.moto

@@ -70,7 +70,8 @@ def problems(argv: list[str], *, strict: bool = False) -> list[str]:
 
 
 def _flags(args: list[str]) -> list[str]:
-    return [a.split("=", 1)[0] for a in args if a.startswith("-") and a not in ("-", "--")]
+    options = args[: args.index("--")] if "--" in args else args  # after `--` an argument may start with `-`
+    return [a.split("=", 1)[0] for a in options if a.startswith("-") and a != "-"]
 
 
 @functools.cache
@@ -88,11 +89,12 @@ def _our_cli(args: list[str], strict: bool) -> list[str]:
         if name not in command.commands:
             return [f"{' '.join(path)} has no command {name!r}"]
         command, path = command.commands[name], [*path, name]
-    if getattr(command, "commands", None) and "--help" not in rest:
-        return [f"{' '.join(path)} needs a command"]
     known = {"--help"} | {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+    eager = {"--help"} | ({"--version"} & known)  # options that answer without a command
+    if getattr(command, "commands", None) and not eager & set(rest):
+        return [f"{' '.join(path)} needs a command"]
     unknown = [f"{' '.join(path)} has no option {flag}" for flag in _flags(rest) if flag not in known]
-    if unknown or "--help" in rest:
+    if unknown or eager & set(rest):
         return unknown
     try:
         context = command.make_context(path[-1], list(rest))  # types, choices, counts: as the command will

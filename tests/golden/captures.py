@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from delayed_delivery.aws.requeue import FifoRequeuer
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.aws.settings import SqsSettings
-from delayed_delivery.azure.rows import shard_of, to_entities
+from delayed_delivery.azure.layout import layout_entity
+from delayed_delivery.azure.rows import deferred_entities, shard_of, to_entities
 from delayed_delivery.azure.storage_queue import encode_envelope
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
@@ -126,6 +127,22 @@ def azure_table() -> dict[str, Any]:
         due, index = to_entities(message, shard_of(message.message_id, wire.TABLE_SHARDS))
         rows.append({"due": due, "index": index})
     return {"shards": wire.TABLE_SHARDS, "rows": rows}
+
+
+def azure_table_deferred() -> dict[str, Any]:
+    """The rows of the store message that release control keeps back until ``wire.DEFERRED_SLOT``."""
+    message = store_message()
+    due, index = deferred_entities(message, shard_of(message.message_id, wire.TABLE_SHARDS), wire.DEFERRED_SLOT)
+    return {"shards": wire.TABLE_SHARDS, "slot": wire.DEFERRED_SLOT.isoformat(), "rows": [{"due": due, "index": index}]}
+
+
+def azure_table_layout() -> dict[str, Any]:
+    """The layout entity of a delays table: its shard count as recorded, and while a reshard runs."""
+    at = wire.STORE_DUE
+    return {
+        "recorded": layout_entity(wire.TABLE_SHARDS, at),
+        "resharding": layout_entity(wire.TABLE_SHARDS, at, wire.TABLE_SHARDS * 2),
+    }
 
 
 def sqlite_row(folder: Path) -> dict[str, Any]:

@@ -29,8 +29,10 @@ from delayed_delivery.aws.tier.ingest_format import INGEST_ATTRIBUTE, decode_ing
 from delayed_delivery.azure import rows
 from delayed_delivery.azure.storage_queue import decode_envelope as decode_queue_text
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery
+from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION
 from delayed_delivery.model import DelayedMessage
+from delayed_delivery.ports import claim_of, slot_of
 from delayed_delivery.sqlite_store import SqliteDelayedMessageStore
 from delayed_delivery.timebuckets.format import BucketMessage
 from tests.golden import wire
@@ -275,6 +277,71 @@ def test_azure_table_store_fetches_the_golden_entities(azurite: Any, golden: str
         store.drop()
 
 
+@pytest.mark.parametrize("golden", wire.versions("azure_table_deferred"))
+def test_azure_row_reader_reads_the_golden_deferred_rows(golden: str) -> None:
+    document = wire.load(golden)
+    [row] = document["rows"]
+    due, index = row["due"], row["index"]
+    slot = datetime.fromisoformat(document["slot"])
+    _same_message(rows.message_from_entity(due), STORED)  # its own due time, not the slot it waits for
+    assert rows.deferred_slot(due) == slot
+    assert (
+        due["PartitionKey"]
+        == index["PartitionKey"]
+        == rows.partition_key(rows.shard_of(STORED.message_id, document["shards"]))
+    )
+    assert index["DueRowKey"] == due["RowKey"] == rows.due_row_key(slot, STORED.message_id)
+
+
+@pytest.mark.azurite
+@pytest.mark.parametrize("golden", wire.versions("azure_table_deferred"))
+def test_azure_table_store_fetches_a_golden_deferred_row_at_its_slot(azurite: Any, golden: str) -> None:
+    from tests.azure.conftest import make_store, new_name
+
+    document = wire.load(golden)
+    slot = datetime.fromisoformat(document["slot"])
+    store = make_store(azurite.connection_string, new_name(), shards=document["shards"])
+    try:
+        [row] = document["rows"]
+        store.table.create_entity(row["due"])
+        store.table.create_entity(row["index"])
+        assert store.fetch_due(slot - timedelta(microseconds=1), 10) == [], "kept back until its slot"
+        assert store.next_due() == slot
+        [message] = store.fetch_due(slot, 10)
+        _same_message(message, STORED)
+        assert slot_of(message) == slot
+        assert store.remove(STORED.message_id, claim_of(message)) is True
+    finally:
+        store.drop()
+
+
+@pytest.mark.parametrize("golden", wire.versions("azure_table_layout"))
+def test_azure_layout_reader_reads_the_golden_layout(golden: str) -> None:
+    from delayed_delivery.azure.layout import Layout, layout_of
+
+    document = wire.load(golden)
+    assert layout_of(document["recorded"], "t") == Layout(wire.TABLE_SHARDS)
+    assert layout_of(document["resharding"], "t") == Layout(wire.TABLE_SHARDS, wire.TABLE_SHARDS * 2)
+
+
+@pytest.mark.azurite
+@pytest.mark.parametrize("golden", wire.versions("azure_table_layout"))
+def test_every_process_reads_the_golden_layout_from_the_table(azurite: Any, golden: str) -> None:
+    from delayed_delivery.azure.layout import resolve_shards
+    from tests.azure.conftest import make_store, new_name
+
+    document = wire.load(golden)
+    store = make_store(azurite.connection_string, new_name())
+    try:
+        store.table.create_entity(document["recorded"])
+        assert resolve_shards(store.table, 1, configured=False) == wire.TABLE_SHARDS
+        store.table.upsert_entity(document["resharding"])
+        with pytest.raises(ConfigurationError, match="being resharded"):
+            resolve_shards(store.table, wire.TABLE_SHARDS, configured=True)
+    finally:
+        store.drop()
+
+
 @pytest.mark.parametrize("golden", wire.versions("sqlite_row"))
 def test_sqlite_store_reads_a_golden_row_in_a_golden_table(tmp_path: Path, golden: str) -> None:
     document = wire.load(golden)
@@ -340,5 +407,6 @@ def test_postgres_store_reads_a_golden_row(postgres_conninfo: str, postgres_tabl
 
 def test_every_kind_of_golden_exists() -> None:
     kinds = ("sqs_send", "sqs_requeue", "sqs_envelope", "sqs_error_queue", "sqs_ingest", "azure_queue", "azure_table")
+    kinds = (*kinds, "azure_table_deferred", "azure_table_layout")
     for kind in (*kinds, "sqlite_row", "postgres_row"):
         assert wire.versions(kind), f"no golden file for {kind}: its reader tests would not run"

@@ -69,6 +69,14 @@ def test_azure_table_rows_are_the_golden_ones() -> None:
     _check("azure_table", captures.azure_table())
 
 
+def test_azure_deferred_rows_are_the_golden_ones() -> None:
+    _check("azure_table_deferred", captures.azure_table_deferred())
+
+
+def test_azure_table_layout_is_the_golden_one() -> None:
+    _check("azure_table_layout", captures.azure_table_layout())
+
+
 def test_sqlite_row_is_the_golden_one(tmp_path: Path) -> None:
     _check("sqlite_row", captures.sqlite_row(tmp_path))
 

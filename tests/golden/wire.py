@@ -57,6 +57,8 @@ STORE_FAILURES = 2
 BIG_BODY = bytes(range(256)) * 300
 BIG_ID = "golden-stored-big"
 TABLE_SHARDS = 16
+#: The release slot the deferred-row golden keeps the store message back until (Azure table).
+DEFERRED_SLOT = datetime(2031, 3, 5, 6, 7, 8, 123456, tzinfo=UTC)
 
 
 def encode(value: Any) -> Any:

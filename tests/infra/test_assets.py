@@ -19,7 +19,14 @@ import grimp
 import pytest
 
 from delayed_delivery.assets import AssetModules, copy_asset, required_modules
-from infra.aws.packaging import PACKAGES, REPO_ROOT, entry_module, function_modules, prepare_function_asset
+from infra.aws.packaging import (
+    DATA_PACKAGES,
+    PACKAGES,
+    REPO_ROOT,
+    entry_module,
+    function_modules,
+    prepare_function_asset,
+)
 from infra.aws.stack import ASSETS
 
 PACKAGE = REPO_ROOT / "shared" / "delayed_delivery"
@@ -51,10 +58,12 @@ def assert_runtime_only(root: Path) -> None:
 
 
 def asset_module_names(root: Path) -> set[str]:
-    """The Python modules a folder holds, by import name (``pkg/__init__.py`` -> ``pkg``)."""
+    """The Python modules a folder holds, by import name (``pkg/__init__.py`` -> ``pkg``), the data packages copied
+    whole (``DATA_PACKAGES``: tzdata) left out."""
+    data = {package for packages in DATA_PACKAGES.values() for package in packages}
     names = set()
     for rel in files_under(root):
-        if rel.endswith(".py"):
+        if rel.endswith(".py") and Path(rel).parts[0] not in data:
             parts = Path(rel).with_suffix("").parts
             names.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return names

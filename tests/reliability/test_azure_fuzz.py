@@ -2,11 +2,13 @@
 
 Each example writes one good row and one corrupted row straight into the table (missing or garbage
 properties, bad JSON headers, body chunks that do not add up, a RowKey with no readable due time, a missing
-index row, a destination that is not one of the account's queues). The dispatcher, with the store, the
-Storage Queue transport and the destination guard the timer function wires up, must deliver the good row,
-put the corrupted one on the error queue with a reason (or deliver it with exactly the body its row holds, when
-the row is still well-formed: a chunk replaced by other bytes is a valid row, since nothing records the original),
-leave no row behind, and never stop.
+index row, a destination that is not a queue name, or another queue of the account). The dispatcher, with the
+store, the Storage Queue transport and the destination guard the timer function wires up, must deliver the good
+row, put the corrupted one on the error queue with a reason (or deliver it with exactly the body its row holds, when
+the row is still well-formed: a chunk replaced by other bytes is a valid row, since nothing records the original;
+to the queue the row names, when that is another queue of the account, which the guard allows), leave no row
+behind, and never stop. Other tests share the session's Azurite and create queues with fixed names (``error``), so
+whether a named queue exists is read before each dispatch, never assumed.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.queue import QueueServiceClient
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from delayed_delivery import DelayedMessage, Dispatcher, ManualClock
@@ -45,6 +48,8 @@ EXAMPLES = int(os.environ.get("RELIABILITY_FUZZ_EXAMPLES", "60")) // 2
 
 _hosts: dict[str, tuple[AzureDispatcherHost, str, str]] = {}
 
+#: Another queue of the account, which every run has (``_host`` creates it): a row naming it is delivered there.
+OTHER_QUEUE = "fuzz-other-queue"
 #: Due parts of a RowKey that cannot be read but sort before today's (keys after "d_9" are never read: README).
 BAD_DUE_KEYS = ["-1", "0", "1999", "20201301000000000000", "2020-01", "!"]
 PROPS = ["MessageId", "Destination", "Headers", "BodyChunks", "Body00", "Body01", "FailureCount"]
@@ -54,7 +59,7 @@ values = st.one_of(
     st.binary(max_size=10),
     st.booleans(),
     st.sampled_from(["", " ", "[]", "5", "null", "{", '{"a":1}', '{"":"x"}', '{"a":"b"}', "x" * 200]),
-    st.sampled_from(["https://other.queue.core.windows.net/q", "other/q", "UPPER", "ab", "a--b", "error"]),
+    st.sampled_from(["https://other.queue.core.windows.net/q", "other/q", "UPPER", "ab", "a--b", "error", OTHER_QUEUE]),
 )
 corruptions = st.lists(
     st.one_of(
@@ -75,6 +80,7 @@ def _host(conn: str) -> tuple[AzureDispatcherHost, str, str]:
         host = make_host(conn, new_name(), settings=DelayedDeliverySettings(error_queue=error_queue, batch_size=10))
         destination = new_name("q")
         host.transport.create_queue(destination)
+        host.transport.create_queue(OTHER_QUEUE)
         _hosts[conn] = (host, destination, error_queue)
     return _hosts[conn]
 
@@ -99,6 +105,26 @@ def _write(host: AzureDispatcherHost, message: DelayedMessage, changes: list[tup
     return due
 
 
+def _other_queue(queues: QueueServiceClient, host: AzureDispatcherHost, row: dict[str, Any], ours: str) -> str | None:
+    """The queue ``row`` names when it is another existing queue of the account that the host's guard lets the
+    dispatcher send to, emptied of what earlier tests left in it; ``None`` otherwise."""
+    named = row.get("Destination")
+    policy = host.config.destination_policy
+    if not isinstance(named, str) or named in (ours, policy.error_queue) or policy.refusal(named) is not None:
+        return None
+    try:
+        queues.get_queue_client(named).get_queue_properties()
+    except ResourceNotFoundError:
+        return None
+    drain(queues, named)  # hidden for 5 minutes: what is read after the dispatch is this example's
+    return named
+
+
+def _message_rows(host: AzureDispatcherHost) -> list[Any]:
+    """Every row but the table's layout row (the shard count `azure setup` records)."""
+    return [e for e in host.store.table.list_entities() if e["PartitionKey"] != "layout"]
+
+
 def _dispatch(host: AzureDispatcherHost, now: datetime) -> None:
     clock = ManualClock(now)
     guarded = GuardedTransport(host.transport, host.config.destination_policy)
@@ -109,6 +135,8 @@ def _dispatch(host: AzureDispatcherHost, now: datetime) -> None:
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(changes=corruptions)
+@example(changes=[("set", "Destination", "error")])  # the failure seen when another test had made queue "error"
+@example(changes=[("set", "Destination", OTHER_QUEUE)])
 def test_garbage_rows_end_on_the_error_queue_and_never_block_the_good_one(
     azurite: Azurite, queues: QueueServiceClient, changes: list[tuple[str, Any, Any]]
 ) -> None:
@@ -119,19 +147,21 @@ def test_garbage_rows_end_on_the_error_queue_and_never_block_the_good_one(
     bad = DelayedMessage(f"bad-{tag}", destination, b"bad" * 1000, now - timedelta(seconds=1), {"k": "v"})
     host.store.store(good)
     written = _write(host, bad, changes)
+    other = _other_queue(queues, host, written, destination)
     _dispatch(host, now)
     delivered = drain(queues, destination)
     errors = drain(queues, error_queue)
+    elsewhere = drain(queues, other) if other is not None else []
     assert [e.message_id for e in delivered].count(good.message_id) == 1, "the good row was not delivered once"
-    assert len(delivered) + len(errors) == 2, (changes, delivered, errors)
+    assert len(delivered) + len(elsewhere) + len(errors) == 2, (changes, other, delivered, elsewhere, errors)
     for e in errors:
         assert e.headers[FAILURE_REASON] and e.headers[ORIGINAL_DESTINATION]
-    for e in delivered:
+    for e in delivered + elsewhere:
         if e.message_id != good.message_id:
             # delivered only when the row is still well-formed, and then with exactly the body it holds: a row
             # whose chunk was replaced by other bytes is a valid row (nothing in it says what the body "was")
             assert e.body == rows.message_from_entity(written).body, (changes, e.body[:20])
-    left = list(host.store.table.list_entities())
+    left = _message_rows(host)
     for entity in left:  # keep the next example independent of this one
         host.store.table.delete_entity(entity["PartitionKey"], entity["RowKey"])
     assert left == [], f"rows left behind: {left}"
@@ -162,4 +192,4 @@ def test_row_too_large_for_any_queue_message_reaches_the_error_queue_without_its
     [error] = drain(queues, error_queue)
     assert error.message_id == big.message_id and error.body == b""
     assert "90000 bytes not kept" in error.headers[FAILURE_REASON]
-    assert drain(queues, destination) == [] and list(host.store.table.list_entities()) == []
+    assert drain(queues, destination) == [] and _message_rows(host) == []

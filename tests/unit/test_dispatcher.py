@@ -24,7 +24,7 @@ from delayed_delivery import (
 )
 from delayed_delivery import headers as hdr
 from delayed_delivery import logfields as lf
-from delayed_delivery.ports import claim_of
+from delayed_delivery.ports import ClaimedMessage, claim_of
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -459,3 +459,40 @@ def test_a_store_whose_clock_lags_is_polled_with_backoff_not_spun_on() -> None:
     # 5 minutes of "due but not handed out" at 1 s once backed off, not thousands of fetches
     assert store.fetches < 400, store.fetches
     assert max(clock.slept) <= 1.0
+
+
+class SlowTransport(InMemoryTransport):
+    """Each send takes ``seconds`` of the manual clock (a slow destination)."""
+
+    def __init__(self, clock: ManualClock, seconds: float) -> None:
+        super().__init__(clock)
+        self.seconds = seconds
+
+    def send(self, message: DelayedMessage) -> None:
+        self.clock.advance(self.seconds)  # type: ignore[attr-defined]
+        super().send(message)
+
+
+class SayingStore(InMemoryDelayedMessageStore):
+    """Says when each claim runs out, as the Azure table does (the fetch's time plus the claim timeout)."""
+
+    def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
+        until = at + self.claim_timeout
+        return [ClaimedMessage.of(m, claim_of(m) or "", None, until) for m in super().fetch_due(at, limit)]
+
+
+def test_a_message_whose_claim_runs_out_before_its_turn_is_not_sent_but_fetched_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = ManualClock(T0)
+    store = SayingStore(claim_timeout=6)
+    for i in range(10):
+        store.store(msg(i, 0))
+    transport = SlowTransport(clock, 1.0)
+    settings = DelayedDeliverySettings(max_concurrency=1, batch_size=10)
+    with caplog.at_level(logging.WARNING, logger="delayed_delivery.dispatcher"):
+        report = Dispatcher(store, transport, settings, clock=clock).dispatch_due(60, wait_for_due=True)
+    # claims of 6 s, sends of 1 s: 4 go out, the rest would have been sent within 2 s of their claims running out
+    assert report.claims_ran_out == 6 + 2 and report.dispatched == 10 and len(store) == 0
+    assert sorted(m.message_id for m in transport.to("orders")) == sorted(f"m-{i}" for i in range(10)), "once each"
+    assert {r.event for r in caplog.records if hasattr(r, "event")} == {lf.EVENT_CLAIM_RAN_OUT}  # type: ignore[attr-defined]

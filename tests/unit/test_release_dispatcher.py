@@ -4,7 +4,7 @@ deferring to the store and a crash in the middle of a paced release."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -232,3 +232,44 @@ def test_release_rates_come_from_the_environment_and_a_bad_value_is_one_clear_er
         DelayedDeliverySettings.from_env({"DELAYED_DELIVERY_RELEASE_RATES": "200"})
     with pytest.raises(ConfigurationError, match="release_rates"):
         DelayedDeliverySettings(release_rates={"orders": "fast"})  # type: ignore[dict-item]
+
+
+class SharedSchedule:
+    """An in-memory ``SharedReleaseState``; the first ``conflicts`` writes find that another dispatcher wrote first."""
+
+    def __init__(self, conflicts: int = 0) -> None:
+        self.state: dict[str, float] = {}
+        self.conflicts = conflicts
+        self.plans = 0
+
+    def load(self) -> dict[str, float]:
+        return dict(self.state)
+
+    def save(self, state: Mapping[str, float]) -> None:
+        self.book(lambda latest: {**latest, **{d: max(t, latest.get(d, t)) for d, t in state.items()}})
+
+    def book(self, plan: Callable[[Mapping[str, float]], Mapping[str, float]]) -> None:
+        while True:
+            new = plan(dict(self.state))
+            self.plans += 1
+            if self.conflicts:
+                self.conflicts -= 1
+                self.state["orders"] = max(self.state.get("orders", 0.0), T0.timestamp()) + 1.0  # another booked 1 s
+                continue
+            self.state = dict(new)
+            return
+
+
+def test_dispatchers_sharing_a_schedule_share_the_cap_by_what_each_has_due() -> None:
+    shared = SharedSchedule(conflicts=1)
+    clock = ManualClock(T0)
+    busy, idle = InMemoryDelayedMessageStore(), InMemoryDelayedMessageStore()
+    burst(busy, 50)
+    transport = PlacingArrivals(clock)
+    settings = DelayedDeliverySettings(release_rates={"orders": 10}, batch_size=100)  # type: ignore[arg-type]
+    for store in (busy, idle):
+        Dispatcher(store, transport, settings, clock=clock, release_state=shared).dispatch_due(6, wait_for_due=True)
+    times = sorted(transport.at("orders"))
+    assert shared.conflicts == 0, "the booking that lost the race was made again on the schedule that won"
+    # another dispatcher booked 1 s while the first attempt was made: the whole cap from there, not half of it
+    assert times == pytest.approx([T0.timestamp() + 1.0 + k / 10 for k in range(50)])

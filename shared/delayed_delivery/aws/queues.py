@@ -29,13 +29,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DELAY_QUEUE_VISIBILITY_SECONDS",
+    "ENDPOINT_TAG",
     "MIN_RETENTION_SECONDS",
     "PARK_RETENTION_SECONDS",
     "EndpointCheck",
     "EndpointQueues",
     "check_endpoint",
+    "create_queue_with",
     "ensure_endpoint",
     "longest_first_park",
+    "record_endpoint",
+    "recorded_endpoints",
 ]
 
 #: The NServiceBus minimum message retention for a ``-delay.fifo`` queue: 4 days.
@@ -44,6 +48,9 @@ MIN_RETENTION_SECONDS = 4 * 24 * 3600
 PARK_RETENTION_SECONDS = 14 * 24 * 3600
 #: ``-delay.fifo``'s visibility as the CDK stack sets it: 6x the requeue function's 30 s timeout (Lambda's advice).
 DELAY_QUEUE_VISIBILITY_SECONDS = 180
+#: The tag ``aws create`` puts on an endpoint's input queue and ``-delay.fifo``: the endpoint's name. On an emulator
+#: (no stack to read) ``aws verify`` finds the endpoints by it, so one whose ``-delay.fifo`` was deleted is reported.
+ENDPOINT_TAG = "delayed-delivery-endpoint"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +87,8 @@ def ensure_endpoint(
     if max_message_size is not None:
         common["MaximumMessageSize"] = str(max_message_size)
     try:
-        input_url = _create(client, queue, common)
-        delay_url = _create(
+        input_url = create_queue_with(client, queue, common)
+        delay_url = create_queue_with(
             client,
             delay_name,
             {
@@ -92,7 +99,7 @@ def ensure_endpoint(
                 "MessageRetentionPeriod": str(PARK_RETENTION_SECONDS),
             },
         )
-        error_url = _create(
+        error_url = create_queue_with(
             client, error_queue or settings.error_queue, {"MessageRetentionPeriod": str(14 * 24 * 3600)}
         )
         arn = client.get_queue_attributes(QueueUrl=delay_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -101,11 +108,48 @@ def ensure_endpoint(
     return EndpointQueues(input_url, delay_url, error_url, arn)
 
 
+def record_endpoint(client: SQSClient, queue: str, queues: EndpointQueues) -> None:
+    """Tag the endpoint's input queue and ``-delay.fifo`` with its name (``ENDPOINT_TAG``), as ``aws create`` does."""
+    try:
+        for url in (queues.input_url, queues.delay_url):
+            client.tag_queue(QueueUrl=url, Tags={ENDPOINT_TAG: queue})
+    except (ClientError, BotoCoreError) as exc:
+        raise translate_error(exc, f"tagging the queues of endpoint {queue!r}") from exc
+
+
+def recorded_endpoints(client: SQSClient) -> list[str]:
+    """The endpoints ``aws create`` made here: by their queues' ``ENDPOINT_TAG`` (so an endpoint whose ``-delay.fifo``
+    was deleted is still found by its input queue), and every untagged ``<q>-delay.fifo`` made before the tag."""
+    found: set[str] = set()
+    try:
+        for page in client.get_paginator("list_queues").paginate(PaginationConfig={"PageSize": 1000}):
+            for url in page.get("QueueUrls", []):
+                name = url.rsplit("/", 1)[-1]
+                tag = _endpoint_tag(client, url)
+                if tag:
+                    found.add(tag)
+                elif name.endswith("-delay.fifo"):
+                    found.add(name.removesuffix("-delay.fifo"))
+    except (ClientError, BotoCoreError) as exc:
+        raise translate_error(exc, "listing the queues") from exc
+    return sorted(found)
+
+
+def _endpoint_tag(client: SQSClient, url: str) -> str | None:
+    """The queue's ``ENDPOINT_TAG`` (None when untagged, or when the queue went away since the listing)."""
+    try:
+        return client.list_queue_tags(QueueUrl=url).get("Tags", {}).get(ENDPOINT_TAG)
+    except ClientError as exc:
+        if isinstance(translate_error(exc, url), DestinationNotFoundError):
+            return None
+        raise
+
+
 #: The setting behind an attribute ``ensure_endpoint`` sets, for the error when an existing queue differs.
 _SETTING_OF = {"DelaySeconds": "DELAYED_DELIVERY_FIFO_QUEUE_DELAY"}
 
 
-def _create(client: SQSClient, name: str, attributes: dict[QueueAttributeNameType, str]) -> str:
+def create_queue_with(client: SQSClient, name: str, attributes: dict[QueueAttributeNameType, str]) -> str:
     """``create_queue``; when the queue exists with other attributes, one error naming the queue and each difference."""
     try:
         return client.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
@@ -114,16 +158,28 @@ def _create(client: SQSClient, name: str, attributes: dict[QueueAttributeNameTyp
             raise
     url = client.get_queue_url(QueueName=name)["QueueUrl"]
     existing = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    wrong = {key: wanted for key, wanted in attributes.items() if not _same(existing.get(key), wanted)}
     differing = [
         f"{key} is {existing.get(key, 'unset')}, wanted {wanted}"
         + (f" ({_SETTING_OF[key]})" if key in _SETTING_OF else "")
-        for key, wanted in attributes.items()
-        if existing.get(key) != wanted
+        for key, wanted in wrong.items()
     ]
+    fix = f"aws sqs set-queue-attributes --queue-url {url} --attributes '{json.dumps(wrong)}'"
     raise ConfigurationError(
         f"queue {name!r} already exists with other attributes: {'; '.join(differing) or 'SQS did not say which'}. "
-        "Delete it to have it made again, or run with the settings it was made with"
+        f"Set them back ({fix if wrong else 'aws sqs set-queue-attributes'}), or run with the settings it was made "
+        "with"
     )
+
+
+def _same(existing: str | None, wanted: str) -> bool:
+    """An attribute as SQS returns it against the value asked for (a JSON policy compared as data, not as text)."""
+    if existing == wanted:
+        return True
+    try:
+        return existing is not None and json.loads(existing) == json.loads(wanted)
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -38,8 +38,18 @@ from .ttl_tables import create_ttl_table
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
-__all__ = ["DEFAULT_RELEASE_TABLE", "RELEASE_TABLE_ENV", "Placement", "ReleaseCalendar", "ensure_release_table"]
+T = TypeVar("T")
+
+__all__ = [
+    "DEFAULT_RELEASE_TABLE",
+    "RELEASE_TABLE_ENV",
+    "Placement",
+    "ReleaseCalendar",
+    "apply_placements",
+    "ensure_release_table",
+]
 
 #: The table the CDK stack and ``delayed-delivery aws create`` use unless told otherwise.
 DEFAULT_RELEASE_TABLE = "delayed-delivery-release"
@@ -221,6 +231,28 @@ class ReleaseCalendar:
             if "LastEvaluatedKey" not in reply:
                 return out
             kwargs = {"ExclusiveStartKey": reply["LastEvaluatedKey"]}
+
+
+def apply_placements(
+    entries: list[SendMessageBatchRequestEntryTypeDef], owners: list[T], placed: Sequence[Placement | None]
+) -> tuple[dict[str, float], list[T]]:
+    """Set each placed entry's ``DelaySeconds`` to its slot, in place, keeping in ``entries`` and ``owners`` only the
+    placed ones; returns each placed entry's release lag (by entry id) and the owners with no slot."""
+    lags: dict[str, float] = {}
+    kept: list[SendMessageBatchRequestEntryTypeDef] = []
+    kept_owners: list[T] = []
+    held: list[T] = []
+    for entry, owner, where in zip(entries, owners, placed, strict=True):
+        if where is None:
+            held.append(owner)
+            continue
+        entry["DelaySeconds"] = where.delay_seconds
+        lags[entry["Id"]] = where.lag
+        kept.append(entry)
+        kept_owners.append(owner)
+    entries[:] = kept
+    owners[:] = kept_owners
+    return lags, held
 
 
 def ensure_release_table(client: DynamoDBClient, table: str = DEFAULT_RELEASE_TABLE) -> None:

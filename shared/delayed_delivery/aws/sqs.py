@@ -7,7 +7,10 @@
 * Message attributes: user values (``str``, ``bytes``, ``int``/``float`` or the boto3 dict shape)
   normalised to the boto3 shape, converted back from Lambda event records, and sized the way SQS counts them.
 * ``send_batches``: ``SendMessageBatch`` in chunks of ≤10 entries and ≤ the batch payload limit, with a
-  per-entry result; a batch rejected as a whole is retried entry by entry so one bad entry cannot sink nine.
+  per-entry result; a batch rejected as a whole is retried entry by entry so one bad entry cannot sink nine. An
+  entry ``Failed`` inside a successful batch (SQS: one bad body, size or FIFO delay) is refused for good when it is
+  the entry's fault (``_ENTRY_REFUSED`` or ``SenderFault``), retryable otherwise, and retryable when the answer
+  names it in neither list.
 * ``classify_send``: what one entry's result means for its message (sent, queue gone, refused for good, retry),
   the same for the requeue step and the time-bucket tier.
 """
@@ -107,6 +110,18 @@ _REFUSED = {
     "KMS.NotFoundException",
     "KMS.OptInRequired",
 }
+#: Codes for an entry that is itself bad (its text, size, delay or parameters): refused for good whatever
+#: ``SenderFault`` says (LocalStack answers InvalidMessageContents with SenderFault false), never retried.
+_ENTRY_REFUSED = {
+    "InvalidMessageContents",
+    "InvalidParameterValue",
+    "InvalidParameterValueException",
+    "InvalidAttributeName",
+    "InvalidAttributeValue",
+    "MessageTooLong",
+    "MissingParameter",
+    "UnsupportedOperation",
+}
 _VALID_ATTRIBUTE_NAME = re.compile(r"^(?!\.)(?!.*\.\.)(?!.*\.$)(?!(?i:aws\.|amazon\.))[A-Za-z0-9_.-]{1,256}$")
 #: Characters SQS refuses in a body or attribute (it takes #x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD | #x10000-).
 NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -163,13 +178,14 @@ def translate_error(exc: BaseException, what: str) -> DelayedDeliveryError:
 
 
 def _entry_error(failed: Mapping[str, Any], what: str) -> DelayedDeliveryError:
+    """The error of one ``Failed`` entry of a SendMessageBatch that SQS otherwise accepted."""
     code = str(failed.get("Code", ""))
-    message = str(failed.get("Message", ""))
+    message = _plain(str(failed.get("Message", "")))
     if code in _NOT_FOUND:
         return DestinationNotFoundError(f"{what}: the queue does not exist ({code})")
     if code in _REFUSED:
         return DestinationRefusedError(f"{what}: {code}: {message}")
-    if failed.get("SenderFault") and code not in _TRANSIENT:
+    if code in _ENTRY_REFUSED or (failed.get("SenderFault") and code not in _TRANSIENT):
         return PermanentError(f"{what}: {code}: {message}")
     return TransientError(f"{what}: {code}: {message}")
 
@@ -407,8 +423,31 @@ def send_batches(
             for entry in chunk:
                 results[entry["Id"]] = EntryResult(entry["Id"], error=error)
             continue
+        asked = {entry["Id"] for entry in chunk}
         for ok in reply.get("Successful", []):
-            results[ok["Id"]] = EntryResult(ok["Id"], sqs_message_id=ok["MessageId"])
+            if ok.get("Id") in asked:
+                results[ok["Id"]] = EntryResult(ok["Id"], sqs_message_id=ok.get("MessageId"))
         for failed in reply.get("Failed", []):
-            results[failed["Id"]] = EntryResult(failed["Id"], error=_entry_error(failed, what))
+            if failed.get("Id") in asked:
+                results[failed["Id"]] = EntryResult(failed["Id"], error=_entry_error(failed, what))
+        for entry_id in asked - results.keys():  # neither sent nor failed: unknown, so sent again (never lost)
+            results[entry_id] = EntryResult(entry_id, error=TransientError(f"{what}: SQS gave no result for the entry"))
+    return results
+
+
+def send_batches_side_by_side(
+    client: SQSClient, url: str, entries: list[SendMessageBatchRequestEntryTypeDef], *, what: str, threads: int
+) -> dict[str, EntryResult]:
+    """``send_batches``, cut into up to ``threads`` runs of whole batches sent side by side."""
+    runs = min(max(1, threads), -(-len(entries) // MAX_BATCH_ENTRIES))
+    if runs <= 1:
+        return send_batches(client, url, entries, what=what)
+    per = -(-len(entries) // runs // MAX_BATCH_ENTRIES) * MAX_BATCH_ENTRIES
+    cuts = [entries[start : start + per] for start in range(0, len(entries), per)]
+    results: dict[str, EntryResult] = {}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(cuts), thread_name_prefix="dd-send") as pool:
+        for part in pool.map(lambda cut: send_batches(client, url, cut, what=what), cuts):
+            results.update(part)
     return results

@@ -9,7 +9,7 @@ App settings (all optional unless noted):
 | ``DELAYED_DELIVERY_STORAGE_CONNECTION_STRING`` | none | connection string (local / Azurite) |
 | ``DELAYED_DELIVERY_STORAGE_ACCOUNT`` | none | account name for identity-based access (managed identity) |
 | ``AZURE_CLIENT_ID`` | none | client id of a user-assigned managed identity |
-| ``DELAYED_DELIVERY_SHARDS`` | ``1`` | partitions / leases; fixed for a table's lifetime |
+| ``DELAYED_DELIVERY_SHARDS`` | the table's | partitions / leases: recorded in the table at setup; set, it must match |
 | ``DELAYED_DELIVERY_LEASE_SECONDS`` | ``30`` | blob lease duration, 15–60 |
 | ``DELAYED_DELIVERY_RUN_SECONDS`` | ``50`` | how long one timer run dispatches |
 | ``DELAYED_DELIVERY_CLAIM_TIMEOUT`` | ``60`` | seconds a claimed row stays invisible to other dispatchers |
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..envsettings import env_name, env_value
@@ -76,7 +76,11 @@ class AzureDelayedDeliveryConfig:
     connection_string: str | None = field(default=None, repr=False)
     account_name: str | None = None
     managed_identity_client_id: str | None = None
+    #: The shard count to use on a table that records none (``layout.resolve_shards``: a table's own count wins).
     shards: int = 1
+    #: Whether ``shards`` was set on purpose (``DELAYED_DELIVERY_SHARDS``): a table recording another count is then
+    #: refused at start-up instead of followed.
+    shards_configured: bool = False
     lease_seconds: int = 30
     run_seconds: float = 50.0
     claim_timeout: float = 60.0
@@ -104,6 +108,10 @@ class AzureDelayedDeliveryConfig:
         object.__setattr__(
             self, "allowed_destinations", parse_patterns(",".join(self.allowed_destinations), ENV_ALLOWED)
         )
+
+    def with_shards(self, shards: int) -> AzureDelayedDeliveryConfig:
+        """This configuration with the table's shard count."""
+        return replace(self, shards=shards)
 
     @property
     def destination_policy(self) -> DestinationPolicy:
@@ -146,6 +154,7 @@ class AzureDelayedDeliveryConfig:
             account_name=account,
             managed_identity_client_id=env_value(env, ENV_CLIENT_ID, str, "") or None,
             shards=env_value(env, ENV_SHARDS, int, 1),
+            shards_configured=bool(env_value(env, ENV_SHARDS, str, "").strip()),
             lease_seconds=env_value(env, ENV_LEASE, int, 30),
             run_seconds=env_value(env, ENV_RUN, float, 50.0),
             claim_timeout=env_value(env, ENV_CLAIM, float, 60.0),

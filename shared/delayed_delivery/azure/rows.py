@@ -13,7 +13,11 @@ Every shard is one partition, ``PartitionKey = "s" + 3-digit shard``. It holds t
 
 Due-row properties: ``MessageId``, ``Destination``, ``Headers`` (JSON), ``FailureCount`` (Int32),
 ``AvailableAt`` (same 20-digit format: the claim; a row is fetchable when ``AvailableAt <= now``),
+``ClaimToken`` (the claim's token while a dispatcher holds the row, else empty or missing),
 ``BodyChunks`` (Int32) and ``Body00``, ``Body01``, … binary properties of at most 64 KiB each.
+A row release control keeps back until its release slot (``deferred_entities``) is keyed by the slot instead of
+the due time, so it is read only once its slot has come, and carries ``DueAt`` (the message's own due time, same
+20-digit format); a reader that does not know ``DueAt`` sees the slot as the due time.
 The entity, counted as the service counts it, must stay within 1 MiB; beyond that the message is
 refused with ``InvalidMessageError`` before anything is written.
 """
@@ -39,6 +43,8 @@ __all__ = [
     "MAX_ENTITY_BYTES",
     "DueRow",
     "body_capacity",
+    "deferred_entities",
+    "deferred_slot",
     "due_key",
     "due_range",
     "due_row_key",
@@ -61,6 +67,8 @@ MAX_ENTITY_BYTES = 1024 * 1024
 #: Most shards a table supports (3-digit partition keys).
 MAX_SHARDS = 1000
 DUE_PREFIX = "d_"
+#: A deferred row's own due time (its RowKey holds its release slot).
+DUE_AT = "DueAt"
 INDEX_PREFIX = "i_"
 #: One character after ``_``: ``"d_" <= RowKey < "d`"`` selects every due row.
 DUE_END = "d`"
@@ -181,6 +189,8 @@ class DueRow:
     etag: str
     available_at: str
     message: DelayedMessage
+    #: The release slot the row was deferred to (``deferred_entities``), or None.
+    slot: datetime | None = None
 
 
 def to_entities(message: DelayedMessage, shard: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -227,6 +237,28 @@ def _due_entity(message: DelayedMessage, shard: int) -> dict[str, Any]:
     return due
 
 
+def deferred_entities(message: DelayedMessage, shard: int, slot: datetime) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(due_row, index_row)`` of ``message`` kept back until ``slot``: keyed by the slot, due time in ``DueAt``."""
+    at_slot = DelayedMessage(
+        message.message_id, message.destination, message.body, slot, message.headers, message.failure_count
+    )
+    due, index = to_entities(at_slot, shard)
+    due[DUE_AT] = due_key(message.due_at)
+    size = stored_size(due)
+    if size > MAX_ENTITY_BYTES:
+        raise InvalidMessageError(f"message {message.message_id!r} cannot be kept back: a {size}-byte entity")
+    return due, index
+
+
+def deferred_slot(entity: Mapping[str, Any]) -> datetime | None:
+    """The release slot a row was deferred to (its RowKey's time when it carries ``DueAt``), or None."""
+    own = entity.get(DUE_AT)
+    if not isinstance(own, str) or len(own) != _KEY_LEN or not own.isdigit():
+        return None
+    slot = due_of_row_key(str(entity["RowKey"]))
+    return slot if slot > from_due_key(own) else None
+
+
 def body_capacity(message: DelayedMessage) -> int:
     """Largest body that fits one entity together with ``message``'s id, destination and headers."""
     lo, hi = 0, MAX_ENTITY_BYTES
@@ -249,11 +281,13 @@ def message_from_entity(entity: Mapping[str, Any]) -> DelayedMessage:
     if any(not isinstance(part, bytes) for part in parts) or f"Body{chunks:02d}" in entity:
         raise ValueError(f"the body chunks do not match BodyChunks={chunks}")
     body = b"".join(parts)
+    own = entity.get(DUE_AT)
+    due_at = due_of_row_key(str(entity["RowKey"])) if own is None else from_due_key(str(own))
     return DelayedMessage(
         message_id=str(entity["MessageId"]),
         destination=str(entity["Destination"]),
         body=body,
-        due_at=due_of_row_key(str(entity["RowKey"])),
+        due_at=due_at,
         headers=Headers(parse_headers_json(str(entity["Headers"]), max_chars=CHUNK_BYTES)),
         failure_count=int(entity.get("FailureCount", 0)),
     )

@@ -6,10 +6,10 @@ lease duration plus one second; a lost lease stops that shard's dispatching at o
 trying to acquire. Idle sleeps are capped at one second, so a row stored by another process is sent
 within about a second of falling due, although the timer fires only once a minute.
 
-Release control (``release_rates``): each shard's dispatcher takes ``1 / shards`` of every cap (the rows are
-spread evenly over the shards) and places each message at its slot with the queue's visibility timeout (up to
-7 days), so nothing waits in the dispatcher; its schedule is kept between runs in a blob per shard
-(``release_state.py``).
+Release control (``release_rates``): every shard's dispatcher books its slots in the one schedule of the table
+(``release_state.SharedBlobReleaseState``), so a cap is shared by what each shard has due, and places each message
+at its slot with the queue's visibility timeout (up to 7 days); a slot further away waits in the table, re-keyed
+by the slot, until it comes (``TableDelayedMessageStore.defer``).
 """
 
 from __future__ import annotations
@@ -23,12 +23,14 @@ from dataclasses import dataclass, field
 from .. import logfields as lf
 from ..clock import Clock, SystemClock
 from ..dispatcher import Dispatcher, DispatchReport
+from ..ports import ReleaseStateStore
 from ..settings import DelayedDeliverySettings
 from .blob_lease import BlobLease
 from .config import AzureClients, AzureDelayedDeliveryConfig
 from .destinations import GuardedTransport
 from .heartbeat import Heartbeat, write_heartbeat
-from .release_state import BlobReleaseState
+from .layout import resolve_shards
+from .release_state import SharedBlobReleaseState
 from .storage_queue import StorageQueueTransport
 from .table_store import TableDelayedMessageStore
 from .telemetry import DispatchMetrics
@@ -103,13 +105,30 @@ class AzureDispatcherHost:
         )
         self._ready = False
 
+    def adopt_table_shards(self) -> int:
+        """Use the shard count the table records (``ConfigurationError`` when this process was set to another)."""
+        shards = resolve_shards(self.store.table, self.config.shards, configured=self.config.shards_configured)
+        if shards != self.store.shards:
+            self.config = self.config.with_shards(shards)
+            self.store = TableDelayedMessageStore(
+                self.store.table, shards=shards, claim_timeout=self.config.claim_timeout
+            )
+        return shards
+
     def lease(self, shard: int) -> BlobLease:
         """A fresh lease object for ``shard``."""
         return BlobLease(self.container, shard, duration=self.config.lease_seconds, renew_every=self.renew_every)
 
+    def release_schedule(self, shard: int) -> tuple[ReleaseStateStore, float]:
+        """Where ``shard``'s dispatcher books its release slots, and its share of each cap: the table's one schedule,
+        the whole cap (every shard books there, so each gets what its due messages ask for)."""
+        return SharedBlobReleaseState(self.container, self.config.shards, clock=self.clock), 1.0
+
     def setup_infrastructure(self) -> None:
-        """Create the table, the container, one lease blob per shard and the error queue (idempotent)."""
+        """Create the table, the container, one lease blob per shard and the error queue (idempotent); record the
+        table's shard count in it, or check this process's against the one it records (``layout.resolve_shards``)."""
         self.store.setup_infrastructure()
+        self.adopt_table_shards()
         for shard in range(self.config.shards):
             self.lease(shard).setup_infrastructure()
         self.transport.create_queue(self.settings.error_queue)
@@ -122,6 +141,8 @@ class AzureDispatcherHost:
             return self._beat(RunSummary(enabled=False))
         if not self._ready:
             self.setup_infrastructure()
+        else:
+            self.adopt_table_shards()  # every run: a reshard since the last one is followed, or refused
         seconds = self.config.run_seconds if budget is None else budget
         deadline = self._monotonic() + seconds
         shards = range(self.config.shards)
@@ -144,16 +165,18 @@ class AzureDispatcherHost:
         result = ShardRun(shard)
         lease = self.lease(shard)
         guarded = GuardedTransport(self.transport, self.config.destination_policy)  # allow-list: destinations.py
-        # the lease makes this the shard's only dispatcher: no claim writes, removal overlapped with the next batch
+        # the lease makes this the shard's only dispatcher: its fetches skip what it holds, removal overlaps the next
+        # batch; its claims are written to the table all the same (the in-flight marks operators see)
         view = self.store.for_shards([shard], exclusive=True)
+        schedule, share = self.release_schedule(shard)
         dispatcher = Dispatcher(
             view,
             guarded,
             self.settings,
             clock=self.clock,
             overlap_removal=True,
-            release_share=1.0 / self.config.shards,
-            release_state=BlobReleaseState(self.container, shard, self.config.shards, clock=self.clock),
+            release_share=share,
+            release_state=schedule,
             log_fields={lf.CLOUD: "azure"},
         )
         try:
@@ -163,7 +186,7 @@ class AzureDispatcherHost:
                     continue
                 result.acquisitions += 1
                 report = dispatcher.dispatch_due(remaining, wait_for_due=True, keep_going=lease.keep_going)
-                view.forget_claims()  # rows fetched but not sent (lease lost, budget over) are fetched again
+                view.release_claims()  # rows fetched but not sent (lease lost, budget over): fetchable again at once
                 result.report.merge(report)
                 if not lease.keep_going() and deadline - self._monotonic() > 0:
                     result.lease_lost += 1

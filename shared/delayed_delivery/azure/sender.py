@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,6 +33,7 @@ from ..naming import validate_azure_queue_name
 from ..settings import DelayedDeliverySettings
 from . import rows
 from .config import AzureClients, AzureDelayedDeliveryConfig
+from .layout import Layout, table_layout
 from .storage_queue import MAX_NATIVE_DELAY_SECONDS, StorageQueueTransport, encode_envelope
 from .table_store import TableDelayedMessageStore
 
@@ -88,17 +89,24 @@ class AzureDelayedSender:
         self.clock = clock or SystemClock()
         self.max_native_delay = max_native_delay
         self.concurrency = max(1, concurrency)
+        #: Set while the table's shard count is not known yet (``from_config`` before the table existed).
+        self._layout: Callable[[], Layout] | None = None
 
     @classmethod
     def from_config(cls, config: AzureDelayedDeliveryConfig, clients: AzureClients | None = None) -> AzureDelayedSender:
-        """A sender for the endpoint described by ``config``."""
+        """A sender for the endpoint described by ``config``, with the shard count its delays table records.
+
+        One read of the table at start-up (``layout.resolve_shards``): ``ConfigurationError`` when
+        ``DELAYED_DELIVERY_SHARDS`` is set to another count.
+        """
         clients = clients or AzureClients.create(config)
-        store = TableDelayedMessageStore(
-            clients.tables.get_table_client(config.table_name),
-            shards=config.shards,
-            claim_timeout=config.claim_timeout,
-        )
-        return cls(StorageQueueTransport(clients.queues), store, config.settings)
+        table = clients.tables.get_table_client(config.table_name)
+        layout = table_layout(table, config.shards, configured=config.shards_configured)
+        store = TableDelayedMessageStore(table, shards=layout.shards, claim_timeout=config.claim_timeout)
+        sender = cls(StorageQueueTransport(clients.queues), store, config.settings)
+        if not layout.recorded:  # no table yet: ask again before the first row is written (setup may record another)
+            sender._layout = lambda: table_layout(table, config.shards, configured=config.shards_configured)
+        return sender
 
     def send(
         self,
@@ -128,6 +136,7 @@ class AzureDelayedSender:
         table = [m for m, route, _ in planned if route == "table"]
         if table:
             ensure_enabled(self.settings)
+            self._learn_shards()
         native = [(m, seconds) for m, route, seconds in planned if route == "native"]
         if table:
             self.store.store_many(table)
@@ -187,6 +196,18 @@ class AzureDelayedSender:
         ensure_enabled(self.settings)
         rows.to_entities(message, 0)  # entity-size check before anything is written
         return message, "table", seconds
+
+    def _learn_shards(self) -> None:
+        """Before the first row: the shard count of a table that did not exist when this sender was made."""
+        if self._layout is None:
+            return
+        layout = self._layout()
+        if layout.recorded:
+            self._layout = None
+        if layout.shards != self.store.shards:
+            self.store = TableDelayedMessageStore(
+                self.store.table, shards=layout.shards, claim_timeout=self.store.claim_timeout.total_seconds()
+            )
 
 
 def send_delayed(

@@ -8,6 +8,7 @@ settle, and the in-memory claims, belong to ``TableDelayedMessageStore`` (``tabl
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -152,7 +153,9 @@ class TableGateway:
         """Claim the unchanged rows among ``wanted`` for ``token`` until ``claim_until``; the ones won, earliest first.
 
         Transactions of at most 100 rows per partition; one that loses a race falls back to one conditional
-        merge per row, so a row changed meanwhile (claimed by another dispatcher) is skipped, not fatal.
+        merge per row, so a row changed meanwhile (claimed by another dispatcher) is skipped, not fatal. Each row
+        won carries the ETag its claim wrote (None when the service named none), so settling it can be
+        conditional on nothing having changed since.
         """
         claimed: list[rows.DueRow] = []
         by_partition: dict[str, list[rows.DueRow]] = {}
@@ -171,8 +174,8 @@ class TableGateway:
                 ]
                 try:
                     if len(ops) > 1:
-                        transactions.submit(self.table, ops)
-                        claimed.extend(chunk)
+                        etags = transactions.submit(self.table, ops)
+                        claimed.extend(_claimed(r, claim_until, e) for r, e in zip(chunk, etags, strict=True))
                         continue
                 except TableTransactionError:
                     pass  # another dispatcher claimed one of them: claim the rest one by one
@@ -180,16 +183,64 @@ class TableGateway:
                     raise translate(exc, "claiming due messages") from exc
                 for r, (_, patch, kwargs) in zip(chunk, ops, strict=True):
                     try:
-                        self.table.update_entity(patch, **kwargs)
+                        written = self.table.update_entity(patch, **kwargs)
                     except (ResourceModifiedError, ResourceNotFoundError):
                         continue
                     except AzureError as exc:
                         if is_status(exc, 409, 412):
                             continue
                         raise translate(exc, "claiming a due message") from exc
-                    claimed.append(r)
+                    claimed.append(_claimed(r, claim_until, written.get("etag") if written else None))
         claimed.sort(key=lambda r: (r.row_key[: len(rows.DUE_PREFIX) + 20], r.message.message_id))
         return claimed
+
+    def release_ops(self, row: rows.DueRow) -> list[Operation]:
+        """Give a claimed row back, fetchable at once (its RowKey's time), if unchanged since ``row.etag``."""
+        patch = {"PartitionKey": row.partition_key, "RowKey": row.row_key, "AvailableAt": _time_of(row.row_key)}
+        return [("update", {**patch, CLAIM: ""}, _if_match(row.etag, UpdateMode.MERGE))]
+
+    def defer_ops(self, row: rows.DueRow, slot: datetime) -> list[Operation]:
+        """Keep a claimed row back until ``slot``, unclaimed: re-keyed by the slot (``rows.deferred_entities``).
+
+        One transaction with the row's index row, applying only while the row is unchanged since ``row.etag``; a
+        slot no later than the row's key only releases the claim. ``InvalidMessageError`` when it cannot fit.
+        """
+        if rows.due_key(slot) <= _time_of(row.row_key):
+            return self.release_ops(row)
+        due, index = rows.deferred_entities(row.message, rows.shard_of(row.message.message_id, self.shards), slot)
+        return [
+            ("create", due, {}),
+            ("upsert", index, {"mode": UpdateMode.REPLACE}),
+            ("delete", {"PartitionKey": row.partition_key, "RowKey": row.row_key}, _if_match(row.etag, None)),
+        ]
+
+    def commit_each(self, pk: str, changes: Sequence[list[Operation]]) -> list[bool]:
+        """Commit each change (a list of operations on partition ``pk``), several to a transaction; one flag each.
+
+        A transaction that fails is retried change by change, so one change that no longer applies (a row changed
+        meanwhile: 404, 409, 412) fails alone; other failures raise as core errors.
+        """
+        done: list[bool] = []
+        for group in _transaction_groups(list(changes), 3, lambda ops: sum(rows.entity_size(o[1]) for o in ops)):
+            try:
+                transactions.submit(self.table, [op for ops in group for op in ops])
+                done.extend([True] * len(group))
+                continue
+            except TableTransactionError:
+                pass
+            except AzureError as exc:
+                raise translate(exc, f"updating rows of partition {pk}") from exc
+            for ops in group:
+                try:
+                    transactions.submit(self.table, ops)
+                    done.append(True)
+                except TableTransactionError as exc:
+                    if not is_status(exc, 404, 409, 412):
+                        raise translate(exc, f"updating rows of partition {pk}") from exc
+                    done.append(False)
+                except AzureError as exc:
+                    raise translate(exc, f"updating rows of partition {pk}") from exc
+        return done
 
     def move_ops(self, pk: str, index: Any, old: Any, due_at: datetime) -> list[Operation]:
         """The transaction moving the due row ``old`` (whose index row is ``index``) to ``due_at``, unclaimed."""
@@ -200,6 +251,8 @@ class TableGateway:
         new_due, new_index = rows.to_entities(moved, rows.shard_of(message.message_id, self.shards))
         if new_due["RowKey"] == old["RowKey"]:
             patch = {"PartitionKey": pk, "RowKey": old["RowKey"], "AvailableAt": rows.due_key(due_at), CLAIM: ""}
+            if rows.DUE_AT in old:  # a row kept back until this very time: it is now simply due then
+                patch[rows.DUE_AT] = rows.due_key(due_at)
             return [("update", patch, _if_match(old.metadata["etag"], UpdateMode.MERGE))]
         return [
             ("create", new_due, {}),
@@ -385,6 +438,16 @@ class TableGateway:
             return False
         except AzureError as exc:
             raise translate(exc, f"removing {message_id!r}") from exc
+
+
+def _claimed(row: rows.DueRow, claim_until: str, etag: str | None) -> rows.DueRow:
+    """``row`` as its claim left it."""
+    return replace(row, etag=etag or "", available_at=claim_until)
+
+
+def _time_of(row_key: str) -> str:
+    """The 20-digit time inside a due row's RowKey."""
+    return row_key[len(rows.DUE_PREFIX) : len(rows.DUE_PREFIX) + 20]
 
 
 def _if_match(etag: str | None, mode: UpdateMode | None) -> dict[str, Any]:

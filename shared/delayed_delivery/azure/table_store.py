@@ -12,11 +12,14 @@ Guarantees:
 * A message's due row and index row change together in one entity-group transaction; ``reschedule``
   inserts the new due row and deletes the old one in the same transaction.
 * Finding due rows reads only rows due by then (a RowKey range inside each shard's partition).
-* Settling (remove, count a failure, reschedule) under the fetch's claim token applies only while the due row
-  still holds that claim (its ``ClaimToken`` property, or, for an exclusive view, the token kept in memory);
-  otherwise it does nothing and reports False (superseded). Without one (an operator) a row a dispatcher's
-  claim still holds is refused with ``MessageInFlightError``. Deletes and merges are ETag-conditional on the
-  row that was checked.
+* Every fetch writes its claim (``ClaimToken`` and ``AvailableAt``) on the rows it returns, the lease holder's
+  exclusive view too: that is the in-flight mark operators see. Settling (remove, count a failure, reschedule,
+  defer) under the fetch's claim token applies only while the due row still holds that claim (its
+  ``ClaimToken``); otherwise it does nothing and reports False (superseded), so it never touches a row that
+  replaced the one it fetched. Without one (an operator) a row a dispatcher's claim still holds is refused with
+  ``MessageInFlightError``. Deletes and merges are ETag-conditional on the row that was checked, or on the
+  ETag the claim itself wrote.
+* ``defer`` (release control) re-keys a claimed row by its release slot, so it is read again only then.
 * Every azure.core exception is re-raised as a core error (``TransientError`` for throttling and
   timeouts, ``ConfigurationError`` for a missing table, ``PermanentError`` otherwise).
 """
@@ -29,6 +32,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -40,10 +44,10 @@ from ..clock import utc
 from ..errors import ConfigurationError, DelayedDeliveryError, InvalidMessageError, TransientError
 from ..model import DelayedMessage
 from ..naming import validate_azure_table_name
-from ..ports import ClaimedMessage, DelayedMessageStore, in_flight
+from ..ports import ClaimedMessage, DelayedMessageStore, ReleaseBacklog, in_flight
 from . import rows
 from .sdk_errors import is_status, translate
-from .table_gateway import CLAIM, MAX_TRANSACTION_OPERATIONS, Pair, TableGateway
+from .table_gateway import CLAIM, MAX_TRANSACTION_OPERATIONS, Operation, Pair, TableGateway
 
 __all__ = ["MAX_TRANSACTION_OPERATIONS", "TableDelayedMessageStore"]
 
@@ -79,13 +83,14 @@ class TableDelayedMessageStore(DelayedMessageStore):
         self.fetch_shards = owned
         self.claim_timeout = timedelta(seconds=claim_timeout)
         self.page_size = max(1, min(1000, page_size))
-        #: Only this object fetches from ``fetch_shards`` (its caller holds their blob leases): no claim writes.
+        #: Only this object fetches from ``fetch_shards`` (its caller holds their blob leases): its fetches skip
+        #: the rows it has handed out and not settled, without reading them again.
         self.exclusive = exclusive
-        #: Where each fetched, unsettled message's due row is (partition, row key).
-        self._claimed: dict[str, tuple[str, str]] = {}
-        #: The claim token of each fetched, unsettled message (exclusive mode: the only record of the claim).
+        #: Each fetched, unsettled message's due row as its claim left it (where it is, the claim's ETag).
+        self._held: dict[str, rows.DueRow] = {}
+        #: The claim token of each fetched, unsettled message.
         self._tokens: dict[str, str] = {}
-        #: Exclusive mode: when each handed-out, unsettled row was fetched (an in-memory claim).
+        #: Exclusive mode: when each handed-out, unsettled row was fetched.
         self._handed: dict[str, datetime] = {}
         self._lock = threading.Lock()
 
@@ -109,8 +114,9 @@ class TableDelayedMessageStore(DelayedMessageStore):
     def for_shards(self, shards: Iterable[int], *, exclusive: bool = False) -> TableDelayedMessageStore:
         """A view of the same table that fetches only from ``shards`` (one dispatcher per leased shard).
 
-        ``exclusive=True`` is for a caller holding the shards' blob leases: ``fetch_due`` then writes no claims
-        (one query per batch instead of a query and a claim transaction) and keeps its claims in memory.
+        ``exclusive=True`` is for a caller holding the shards' blob leases: ``fetch_due`` then starts each shard's
+        query after the rows it has handed out and not yet settled (they are not read again). It still claims what
+        it returns in the table (one transaction per batch), so operators see those rows in flight.
         """
         return TableDelayedMessageStore(
             self.table,
@@ -122,11 +128,33 @@ class TableDelayedMessageStore(DelayedMessageStore):
         )
 
     def forget_claims(self) -> None:
-        """Drop the in-memory claims of rows fetched but never settled (the dispatcher stopped): fetch them again."""
+        """Forget the rows fetched and never settled (their claims in the table expire on their own)."""
         with self._lock:
-            self._claimed.clear()
+            self._held.clear()
             self._handed.clear()
             self._tokens.clear()
+
+    def release_claims(self) -> int:
+        """Give back the rows fetched and never settled (the dispatcher stopped): fetchable again at once.
+
+        Each release applies only while the row is as this view's claim left it, so a row another dispatcher
+        claimed since, or an operator changed, is left alone. A failure is logged: the claims then expire.
+        How many rows were released.
+        """
+        with self._lock:
+            unsettled = list(self._held.values())
+        self.forget_claims()
+        by_partition: dict[str, list[list[Operation]]] = {}
+        for row in unsettled:
+            if row.etag:
+                by_partition.setdefault(row.partition_key, []).append(self._rows.release_ops(row))
+        released = 0
+        try:
+            for pk, changes in by_partition.items():
+                released += sum(self._rows.commit_each(pk, changes))
+        except DelayedDeliveryError as exc:
+            _log.warning("could not give back claimed rows; their claims expire", extra={lf.REASON: repr(exc)})
+        return released
 
     # -- infrastructure ------------------------------------------------------
 
@@ -192,7 +220,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
         """Earliest ``AvailableAt`` over the owned shards (reads from the head until the answer is certain)."""
         best: str | None = None
         with self._lock:
-            handed = {self._claimed[mid] for mid in self._handed if mid in self._claimed}
+            handed = {(self._held[m].partition_key, self._held[m].row_key) for m in self._handed if m in self._held}
         for shard in self.fetch_shards:
             pk = rows.partition_key(shard)
             for entity in self._rows.query(
@@ -214,20 +242,27 @@ class TableDelayedMessageStore(DelayedMessageStore):
         return None if best is None else rows.from_due_key(best)
 
     def fetch_due(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
-        """Claim up to ``limit`` unclaimed rows due at ``at``, earliest first, across the owned shards."""
+        """Claim up to ``limit`` unclaimed rows due at ``at``, earliest first, across the owned shards.
+
+        An exclusive view (the lease holder) starts each shard's query after the rows it has handed out and not
+        settled, and skips them, so they are not read again while their removal runs beside the next fetch.
+        """
         if limit < 1:
             return []
         at = utc(at)
-        if self.exclusive:
-            return self._fetch_exclusive(at, limit)
+        handed, after = self._in_hand(at)
         claim_until = rows.due_key(at + self.claim_timeout)
         token = uuid.uuid4().hex
         claimed: list[rows.DueRow] = []
         for _ in range(_CONFLICT_RETRIES * 4):
             need = limit - len(claimed)
-            candidates = heapq.merge(*(self._due_rows(shard, at, need) for shard in self.fetch_shards))
+            candidates = heapq.merge(
+                *(self._due_rows(s, at, need, after.get(rows.partition_key(s))) for s in self.fetch_shards)
+            )
             wanted: list[rows.DueRow] = []
             for _, row in candidates:
+                if row.message.message_id in handed:
+                    continue
                 wanted.append(row)
                 if len(wanted) >= need:
                     break
@@ -241,43 +276,28 @@ class TableDelayedMessageStore(DelayedMessageStore):
         claimed.sort(key=lambda r: (r.row_key[: len(rows.DUE_PREFIX) + 20], r.message.message_id))
         with self._lock:
             for row in claimed:
-                self._claimed[row.message.message_id] = (row.partition_key, row.row_key)
+                self._held[row.message.message_id] = row
                 self._tokens[row.message.message_id] = token
-        return [ClaimedMessage.of(row.message, token) for row in claimed]
+                if self.exclusive:
+                    self._handed[row.message.message_id] = at
+        until = at + self.claim_timeout
+        return [ClaimedMessage.of(row.message, token, row.slot, until) for row in claimed]
 
-    def _fetch_exclusive(self, at: datetime, limit: int) -> Sequence[DelayedMessage]:
-        """``fetch_due`` for the lease holder: unclaimed due rows it has not handed out already, no writes.
-
-        Rows handed out and not yet settled (e.g. while their removal runs beside the next fetch) are claimed
-        in memory for ``claim_timeout``; each shard's query starts after the last of them, so they are not
-        read again. A crash loses nothing: the rows stay in the table, unclaimed, for the next lease holder.
-        """
+    def _in_hand(self, at: datetime) -> tuple[set[str], dict[str, str]]:
+        """Exclusive view: the ids handed out and not settled (older than ``claim_timeout``: forgotten), and per
+        partition the last of their row keys (the next query starts after it). Otherwise nothing."""
+        if not self.exclusive:
+            return set(), {}
         with self._lock:
             expired = [mid for mid, when in self._handed.items() if when + self.claim_timeout <= at]
             for mid in expired:
                 self._handed.pop(mid, None)
-                self._claimed.pop(mid, None)
-            handed = {mid: self._claimed[mid] for mid in self._handed if mid in self._claimed}
+                self._held.pop(mid, None)
+            handed = {mid: self._held[mid] for mid in self._handed if mid in self._held}
         after: dict[str, str] = {}
-        for pk, rk in handed.values():
-            after[pk] = max(after.get(pk, rk), rk)
-        candidates = heapq.merge(
-            *(self._due_rows(s, at, limit, after.get(rows.partition_key(s))) for s in self.fetch_shards)
-        )
-        taken: list[rows.DueRow] = []
-        for _, row in candidates:
-            if row.message.message_id in handed:
-                continue
-            taken.append(row)
-            if len(taken) >= limit:
-                break
-        token = uuid.uuid4().hex
-        with self._lock:
-            for row in taken:
-                self._claimed[row.message.message_id] = (row.partition_key, row.row_key)
-                self._handed[row.message.message_id] = at
-                self._tokens[row.message.message_id] = token
-        return [ClaimedMessage.of(row.message, token) for row in taken]
+        for row in handed.values():
+            after[row.partition_key] = max(after.get(row.partition_key, row.row_key), row.row_key)
+        return set(handed), after
 
     def _due_rows(
         self, shard: int, at: datetime, limit: int, after: str | None = None
@@ -304,6 +324,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 etag=str(entity.metadata["etag"]),
                 available_at=str(entity["AvailableAt"]),
                 message=message,
+                slot=rows.deferred_slot(entity),
             )
             yield row.row_key, row
 
@@ -317,7 +338,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 if found is None:
                     return False
                 pk, rk, row = found
-                if claim is not None and not self._holds(message_id, claim, row):
+                if claim is not None and not self._holds(row, claim):
                     return False
                 if claim is None:
                     self._refuse_in_flight(message_id, row)
@@ -349,21 +370,18 @@ class TableDelayedMessageStore(DelayedMessageStore):
         return [result[mid] for mid in message_ids]
 
     def _removal_jobs(self, wanted: dict[str, str | None]) -> tuple[list[_Removal], list[str]]:
-        """Transactions for claimed rows still held; the rest (ids) one by one."""
-        known: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        """Transactions for claimed rows, each conditional on the ETag its claim wrote; the rest (ids) one by one."""
+        known: dict[str, list[tuple[str, str, str | None]]] = {}
         unknown: list[str] = []
         with self._lock:
             for mid, claim in wanted.items():
-                cached = self._claimed.get(mid)
-                if cached is None or claim is None or self._tokens.get(mid) != claim:
+                row = self._held.get(mid)
+                if row is None or claim is None or self._tokens.get(mid) != claim or not row.etag:
                     unknown.append(mid)
                 else:
-                    known.setdefault((cached[0], claim), []).append((mid, cached[1]))
+                    known.setdefault(row.partition_key, []).append((mid, row.row_key, row.etag))
         jobs: list[_Removal] = []
-        for (pk, claim), pairs in known.items():
-            etags = {} if self.exclusive else self._rows.held_etags(pk, claim, [rk for _, rk in pairs])
-            still = [(mid, rk, etags.get(rk)) for mid, rk in pairs if self.exclusive or rk in etags]
-            unknown.extend(mid for mid, rk in pairs if not (self.exclusive or rk in etags))
+        for pk, still in known.items():
             jobs.extend((pk, still[i : i + _PAIRS]) for i in range(0, len(still), _PAIRS))
         return jobs, unknown
 
@@ -382,7 +400,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
             pk, rk = located
             try:
                 row = self._rows.get(pk, rk, select=["FailureCount", CLAIM])
-                if claim is not None and not self._holds(message_id, claim, row):
+                if claim is not None and not self._holds(row, claim):
                     return False
                 patch = {
                     "PartitionKey": pk,
@@ -393,6 +411,8 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 self._rows.merge(patch, row.metadata["etag"])
                 with self._lock:
                     self._handed.pop(message_id, None)  # the claim is released; its token stays for the settling
+                    if message_id in self._held:  # ... and its row has changed since the claim: no ETag to rely on
+                        self._held[message_id] = replace(self._held[message_id], etag="")
                 return True
             except (ResourceNotFoundError, ResourceModifiedError):
                 continue
@@ -415,7 +435,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 continue
             except AzureError as exc:
                 raise translate(exc, what) from exc
-            if claim is not None and not self._holds(message_id, claim, old):
+            if claim is not None and not self._holds(old, claim):
                 return False
             if claim is None:
                 self._refuse_in_flight(message_id, old)
@@ -431,10 +451,80 @@ class TableDelayedMessageStore(DelayedMessageStore):
             return True
         raise TransientError(f"{what}: kept conflicting with concurrent writers")
 
+    def defer(self, deferrals: Sequence[tuple[str, datetime, str]]) -> Sequence[bool]:
+        """For each ``(id, slot, claim)``: keep the claimed row back until its release slot, unclaimed (one flag each).
+
+        The row is re-keyed by its slot (``rows.deferred_entities``: nothing reads it before then, and ``pending``
+        counts it at the slot), its due time kept; the fetch that takes it again names the slot. Rows of one
+        partition move in shared transactions, each conditional on the ETag its claim wrote; a row that changed
+        since is looked at again and moved only while it still holds the claim. False when it is gone, holds
+        another claim, or cannot carry the extra property.
+        """
+        flags = [False] * len(deferrals)
+        changes: dict[str, list[tuple[int, list[Operation]]]] = {}
+        again: list[int] = []
+        with self._lock:
+            held = [(self._held.get(mid), self._tokens.get(mid)) for mid, _, _ in deferrals]
+        for n, ((_, slot, claim), (row, token)) in enumerate(zip(deferrals, held, strict=True)):
+            if row is None or token != claim or not row.etag:
+                again.append(n)
+                continue
+            try:
+                changes.setdefault(row.partition_key, []).append((n, self._rows.defer_ops(row, utc(slot))))
+            except InvalidMessageError:
+                continue  # cannot carry its slot: its claim expires and it is planned again
+        for pk, items in changes.items():
+            done = self._rows.commit_each(pk, [ops for _, ops in items])
+            for (n, _), ok in zip(items, done, strict=True):
+                flags[n] = ok
+                if not ok:
+                    again.append(n)
+        for n in again:
+            mid, slot, claim = deferrals[n]
+            flags[n] = self._defer_one(mid, utc(slot), claim)
+        self._settled([mid for (mid, _, _), ok in zip(deferrals, flags, strict=True) if ok])
+        return flags
+
+    def _defer_one(self, message_id: str, slot: datetime, claim: str) -> bool:
+        """``defer`` of one row read afresh: only while it holds ``claim``."""
+        for _ in range(_CONFLICT_RETRIES):
+            found = self._due_row(message_id, claim)
+            if found is None or not self._holds(found[2], claim):
+                return False
+            pk, rk, entity = found
+            try:
+                message = rows.message_from_entity(entity)
+            except (KeyError, ValueError, TypeError):
+                return False
+            row = rows.DueRow(pk, rk, str(entity.metadata["etag"]), str(entity.get("AvailableAt")), message)
+            try:
+                if self._rows.commit_each(pk, [self._rows.defer_ops(row, slot)])[0]:
+                    return True
+            except InvalidMessageError:
+                return False
+        raise TransientError(f"deferring {message_id!r}: kept conflicting with concurrent writers")
+
+    def release_backlog(self) -> ReleaseBacklog:
+        """Deferred, unclaimed rows per destination: how many, and the latest slot (reads every deferred row)."""
+        backlog: dict[str, tuple[int, datetime]] = {}
+        for entity in self._rows.query(
+            f"RowKey ge @lo and RowKey lt @hi and {rows.DUE_AT} ne ''",
+            {"lo": rows.DUE_PREFIX, "hi": rows.DUE_END},
+            select=["RowKey", "Destination", rows.DUE_AT, CLAIM],
+        ):
+            slot = rows.deferred_slot(entity)
+            if slot is None or entity.get(CLAIM):
+                continue
+            destination = str(entity.get("Destination"))
+            count, latest = backlog.get(destination, (0, slot))
+            backlog[destination] = (count + 1, max(latest, slot))
+        return backlog
+
     def _due_row(self, message_id: str, claim: str | None) -> tuple[str, str, Any] | None:
         """``(partition, row key, row)`` of the message's due row, or None when it is gone."""
         with self._lock:
-            cached = self._claimed.get(message_id) if claim is not None else None
+            held = self._held.get(message_id) if claim is not None else None
+        cached = None if held is None else (held.partition_key, held.row_key)
         for located in (cached, self._rows.locate(message_id)):
             if located is None:
                 continue
@@ -446,16 +536,14 @@ class TableDelayedMessageStore(DelayedMessageStore):
     def _restore_index(self, message_id: str) -> tuple[str, str] | None:
         """Write the missing index row of a claimed due row (a garbage row), so it can be settled by id."""
         with self._lock:
-            cached = self._claimed.get(message_id)
-        if cached is None or cached[0] != self._rows.partition_of(message_id):
+            held = self._held.get(message_id)
+        if held is None or held.partition_key != self._rows.partition_of(message_id):
             return None
-        return self._rows.restore_index(message_id, *cached)
+        return self._rows.restore_index(message_id, held.partition_key, held.row_key)
 
-    def _holds(self, message_id: str, claim: str, row: Any) -> bool:
-        """Whether ``row`` (the message's due row) still holds ``claim``."""
-        if self.exclusive:
-            with self._lock:
-                return self._tokens.get(message_id) == claim
+    @staticmethod
+    def _holds(row: Any, claim: str) -> bool:
+        """Whether ``row`` (the message's due row, as the table has it now) still holds ``claim``."""
         return str(row.get(CLAIM) or "") == claim
 
     def _refuse_in_flight(self, message_id: str, row: Any) -> None:
@@ -472,7 +560,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
             for mid in message_ids:
                 if claim is not None and self._tokens.get(mid) != claim:
                     continue
-                self._claimed.pop(mid, None)
+                self._held.pop(mid, None)
                 self._handed.pop(mid, None)
                 self._tokens.pop(mid, None)
 

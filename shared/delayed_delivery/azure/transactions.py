@@ -10,6 +10,8 @@ Guarantee: the outcome is the SDK's. Only a transaction whose every operation su
 anything else (a conflict, a missing entity, a throttled call, an unexpected response, a key or client the
 lean form does not cover) is submitted again through ``TableClient.submit_transaction``, which raises
 exactly what it always raised. A failed transaction changes nothing, so submitting it again is safe.
+Either way ``submit`` returns each operation's new ETag (None for a delete, or where the response names none),
+so a later write can be conditional on exactly what this one wrote.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import base64
 import json
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from azure.core.rest import HttpRequest
@@ -30,14 +32,23 @@ Operation = tuple[str, dict[str, Any], dict[str, Any]]
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,255}$")
 _PART_STATUS = re.compile(rb"^HTTP/1\.1 (\d{3})", re.MULTILINE)
+_PART_ETAG = re.compile(rb"^ETag: *(\S[^\r\n]*)", re.MULTILINE | re.IGNORECASE)
 
 
-def submit(table: TableClient, operations: Sequence[Operation]) -> None:
-    """Commit ``operations`` as one transaction (lean body when possible, else through the SDK)."""
+def submit(table: TableClient, operations: Sequence[Operation]) -> list[str | None]:
+    """Commit ``operations`` as one transaction (lean body when possible, else through the SDK); their new ETags."""
     body = _lean_body(table, operations)
-    if body is not None and _send(table, *body, len(operations)):
-        return
-    table.submit_transaction(list(operations))
+    if body is not None:
+        etags = _send(table, *body, len(operations))
+        if etags is not None:
+            return etags
+    results = table.submit_transaction(list(operations))
+    return [_etag_of(r) for r in results] if len(results) == len(operations) else [None] * len(operations)
+
+
+def _etag_of(result: object) -> str | None:
+    etag = result.get("etag") if isinstance(result, Mapping) else None
+    return etag if isinstance(etag, str) and etag else None
 
 
 def _lean_body(table: TableClient, operations: Sequence[Operation]) -> tuple[str, bytes] | None:
@@ -113,8 +124,9 @@ def _entity_json(entity: dict[str, Any]) -> bytes | None:
     return json.dumps(out, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
-def _send(table: TableClient, boundary: str, body: bytes, expected: int) -> bool:
-    """True when the service committed the transaction; False to let the SDK submit (and judge) it."""
+def _send(table: TableClient, boundary: str, body: bytes, expected: int) -> list[str | None] | None:
+    """Each operation's new ETag when the service committed the transaction; None to let the SDK submit (and judge)
+    it."""
     request = HttpRequest(
         "POST",
         f"{table.scheme}://{table._primary_hostname}/$batch",
@@ -130,8 +142,16 @@ def _send(table: TableClient, boundary: str, body: bytes, expected: int) -> bool
     response = table._client.send_request(request, stream=True)
     try:
         if response.status_code != 202:
-            return False
-        statuses = _PART_STATUS.findall(response.read())
+            return None
+        content = response.read()
     finally:
         response.close()
-    return len(statuses) == expected and all(s.startswith(b"2") for s in statuses)
+    starts = [m.start() for m in _PART_STATUS.finditer(content)]
+    statuses = _PART_STATUS.findall(content)
+    if len(statuses) != expected or not all(s.startswith(b"2") for s in statuses):
+        return None
+    etags: list[str | None] = []
+    for start, end in zip(starts, [*starts[1:], len(content)], strict=True):  # parts answer in request order
+        found = _PART_ETAG.search(content, start, end)
+        etags.append(found.group(1).decode("ascii", "replace").strip() if found else None)
+    return etags

@@ -276,8 +276,17 @@ class AzureTableTarget:
         self.conflicts = 0
 
     def prepare(self) -> None:
-        """Create the table if missing."""
+        """Create the table if missing; its recorded shard count must be the target's (recorded now if it has none)."""
+        from ..azure.layout import table_layout
+
         self.store.setup_infrastructure()
+        recorded = table_layout(self.table, self.shards, configured=False).shards
+        if recorded != self.shards:
+            name = self.table.table_name
+            raise ConfigurationError(
+                f"the delays table {name!r} records {recorded} shard(s): give the target as "
+                f"azure-table:{name}?shards={recorded}"
+            )
 
     def write(self, messages: Sequence[DelayedMessage]) -> Sequence[tuple[str, str]]:
         """Buffer the messages per partition, sending every full transaction; refuse what cannot fit an entity."""

@@ -17,6 +17,10 @@ Use it from your own test module::
 Fetched messages carry the fetch's claim token (``ports.claim_of``); ``remove``, ``increment_failure_count``
 and ``reschedule`` given that token act only while the row still holds it.
 
+When your dispatcher fetches through something other than the store an operator uses (the Azure lease holder's
+exclusive view of its shard, say), override ``dispatcher_view``: the cases about a dispatcher sending while an
+operator cancels or reschedules then fetch and settle through it, and operate through the store.
+
 Add ``MultiProcessStoreContract`` (and a picklable ``store_factory`` fixture) when several
 processes share the store, ``ReschedulableStoreContract`` when it implements ``reschedule`` and
 ``DeferringStoreContract`` when it implements ``defer`` (release control).
@@ -65,6 +69,15 @@ def _claim(message: DelayedMessage | None) -> str:
     return claim
 
 
+def _operator_sees_in_flight(store: DelayedMessageStore, message_id: str) -> None:
+    """An operator's cancel and reschedule of ``message_id`` are both refused as in flight."""
+    with pytest.raises(MessageInFlightError, match=message_id):
+        store.remove(message_id)
+    if isinstance(store, ReschedulableStore):
+        with pytest.raises(MessageInFlightError, match=message_id):
+            store.reschedule(message_id, _now() + _s(3600))
+
+
 def _now() -> datetime:
     """Wall-clock now, whole milliseconds (operators' in-flight checks compare claims with the real clock)."""
     now = datetime.now(UTC)
@@ -82,6 +95,10 @@ class StoreContract:
     @pytest.fixture
     def store(self) -> DelayedMessageStore:
         raise NotImplementedError("define a `store` fixture that yields a fresh, empty store")
+
+    def dispatcher_view(self, store: Any) -> Any:
+        """What the dispatcher fetches and settles through (default: the store itself)."""
+        return store
 
     def test_empty_store_has_nothing_due(self, store: DelayedMessageStore) -> None:
         assert store.next_due() is None
@@ -251,6 +268,40 @@ class StoreContract:
             store.remove("m-1")
         assert store.remove("m-1", claim) is True, "the message was still there, claimed"
 
+    def test_an_operator_cannot_cancel_or_move_what_the_dispatcher_is_sending(self, store: DelayedMessageStore) -> None:
+        now = _now()
+        store.store(_msg(1, now - _s(1)))
+        view = self.dispatcher_view(store)
+        claim = _claim(view.fetch_next_due(now))
+        _operator_sees_in_flight(store, "m-1")
+        assert view.remove("m-1", claim) is True, "the dispatcher settles what it sent"
+        assert store.remove("m-1") is False, "and then there is nothing left to cancel"
+
+    def test_a_message_fetched_ahead_of_its_due_time_is_in_flight_too(self, store: DelayedMessageStore) -> None:
+        now = _now()  # release control fetches up to a second ahead and holds what it fetched until it is due
+        store.store(_msg(1, now + _s(0.5)))
+        view = self.dispatcher_view(store)
+        claim = _claim(view.fetch_next_due(now + _s(1)))
+        _operator_sees_in_flight(store, "m-1")
+        assert view.remove("m-1", claim) is True
+
+    def test_settling_never_removes_a_message_stored_again_after_its_claim_expired(
+        self, store: DelayedMessageStore
+    ) -> None:
+        now = _now()
+        late = now - _s(self.claim_timeout + 10)  # fetched long ago: its claim has run out on the operator's clock
+        store.store(_msg(1, late))
+        view = self.dispatcher_view(store)
+        stale = _claim(view.fetch_next_due(late + _s(1)))
+        assert store.remove("m-1") is True, "an expired claim is no longer in flight"
+        store.store(_msg(1, late))  # the same message again: the same due time, the same row key where keys exist
+        if isinstance(view, BatchRemovingStore):
+            assert list(view.remove_many(["m-1"], [stale])) == [False]
+        assert view.remove("m-1", stale) is False
+        assert view.increment_failure_count("m-1", stale) is False
+        fetched = store.fetch_due(now, 10)
+        assert [(m.message_id, m.failure_count) for m in fetched] == [("m-1", 0)], "the new message is untouched"
+
     def test_cancel_after_the_claim_expired_removes(self, store: DelayedMessageStore) -> None:
         now = _now()
         store.store(_msg(1, now - _s(self.claim_timeout + 10)))
@@ -334,6 +385,25 @@ class ReschedulableStoreContract:
         with pytest.raises(MessageInFlightError, match="m-1"):
             store.reschedule("m-1", now + _s(3600))
         assert store.remove("m-1", claim) is True, "the dispatcher's removal still works: nothing moved"
+
+    def test_settling_never_removes_a_message_rescheduled_after_its_claim_expired(self, store: Any) -> None:
+        now = _now()
+        late = now - _s(self.claim_timeout + 10)
+        store.store(_msg(1, late))
+        view = self.dispatcher_view(store)
+        stale = _claim(view.fetch_next_due(late + _s(1)))
+        assert store.reschedule("m-1", now + _s(3600)) is True, "an expired claim is no longer in flight"
+        if isinstance(view, BatchRemovingStore):
+            assert list(view.remove_many(["m-1"], [stale])) == [False]
+        assert view.remove("m-1", stale) is False
+        assert view.reschedule("m-1", now + _s(5), stale) is False
+        assert store.fetch_due(now + _s(3599), 10) == []
+        moved = store.fetch_due(now + _s(3600), 10)
+        assert [(m.message_id, m.due_at) for m in moved] == [("m-1", now + _s(3600))], "moved once, never removed"
+
+    def dispatcher_view(self, store: Any) -> Any:
+        """What the dispatcher fetches and settles through (default: the store itself)."""
+        return store
 
     def test_reschedule_with_a_superseded_claim_does_nothing(self, store: Any) -> None:
         store.store(_msg(1, T0))

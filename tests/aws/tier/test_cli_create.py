@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from delayed_delivery.app.cli import app
 from delayed_delivery.aws.tier.config import BucketTierConfig
 from delayed_delivery.aws.tier.provision import check_bucket_tier
+from tests.aws.tier.test_provision import bare_bucket
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -74,7 +75,7 @@ def test_check_fails_with_each_tier_problem(s3: Any, sqs: SQSClient, moto_endpoi
     assert code == 0 and "bucket" not in json.loads(out)
     code, out = _run(moto_endpoint, "check", "--queue", "orders", env=fifo)
     assert code == 0, out  # the fifo route asks nothing of the tier
-    s3.create_bucket(Bucket="bare")
+    bare_bucket(s3, "bare")
     code, out = _run(moto_endpoint, "check", "--queue", "orders", "--buckets", "--bucket-name", "bare")
     assert code == 1, out
     assert "FAIL" in out and "public access is not fully blocked" in out

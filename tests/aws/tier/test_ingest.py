@@ -79,6 +79,9 @@ def _ingest(s3: Any, sqs: SQSClient, bucket: str, now: datetime = NOW) -> Bucket
     return BucketIngest(S3BucketStore(s3, bucket, levels=None), sqs, SETTINGS, ManualClock(now))
 
 
+TWO_YEARS_S = 2 * 36_525 * 864  # "2y": a year is 365.25 days
+
+
 def test_all_entries_of_an_invocation_go_to_one_object_per_bucket(s3: Any, sqs: SQSClient, tier_bucket: str) -> None:
     urls = _queues(sqs)
     batch = _send_mixed(sqs)
@@ -86,19 +89,19 @@ def test_all_entries_of_an_invocation_go_to_one_object_per_bucket(s3: Any, sqs: 
     assert len(records) == 4
     result = _ingest(s3, sqs, tier_bucket).process(records)
     assert (result.records, result.ingested, result.duplicates, result.failures, result.poison) == (4, 40, 0, {}, ())
-    expected = {bucket_of(NOW + timedelta(seconds=s), NOW) for s in (40 * 86_400, 730 * 86_400, 3 * 3_600)}
+    expected = {bucket_of(NOW + timedelta(seconds=s), NOW) for s in (40 * 86_400, TWO_YEARS_S, 3 * 3_600)}
     assert set(result.written) == expected and result.objects_written == 3
     assert {b.level for b in result.written} == {COARSE, FINE}
     store = S3BucketStore(s3, tier_bucket)
     counts = {o.bucket: o.count for level in (FINE, COARSE) for o in store.objects(level)}
     assert counts == {
-        bucket_of(NOW + timedelta(seconds=s), NOW): c for s, c in ((3_456_000, 14), (63_072_000, 13), (10_800, 13))
+        bucket_of(NOW + timedelta(seconds=s), NOW): c for s, c in ((3_456_000, 14), (TWO_YEARS_S, 13), (10_800, 13))
     }
     read = [m for keys in result.written.values() for k in keys for m in store.read(k).messages]
     assert sorted(m.message_id for m in read) == [m.message_id for m in batch]
     one = next(m for m in read if m.message_id == "m01")
     assert (one.destination, one.body, one.sent_at_ms) == ("payments", b"body 1", epoch_ms(NOW))
-    assert one.due_at_ms == epoch_ms(NOW) + 730 * 86_400_000
+    assert one.due_at_ms == epoch_ms(NOW) + TWO_YEARS_S * 1_000
     assert dict(one.attributes) == {"n": {"DataType": "Number", "StringValue": "1"}}
 
 

@@ -47,9 +47,7 @@ def test_ensure_creates_a_locked_down_bucket_and_the_queues(s3: Any, sqs: SQSCli
     made = ensure_bucket_tier(s3, sqs, config)
     assert (made.bucket_name, made.prefix) == (BUCKET, "dd/tier")
     block = s3.get_public_access_block(Bucket=BUCKET)["PublicAccessBlockConfiguration"]
-    assert block == dict.fromkeys(
-        ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets"), True
-    )
+    assert block == dict.fromkeys(_BLOCKS, True)
     [rule] = s3.get_bucket_encryption(Bucket=BUCKET)["ServerSideEncryptionConfiguration"]["Rules"]
     assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
     with pytest.raises(s3.exceptions.ClientError, match="NoSuchBucketPolicy"):
@@ -87,21 +85,40 @@ def test_ensure_is_idempotent_and_agrees_with_ensure_endpoint(
 def test_check_names_every_gap_of_a_bare_bucket_and_missing_queues(
     s3: Any, sqs: SQSClient, config: BucketTierConfig
 ) -> None:
-    s3.create_bucket(Bucket=BUCKET)
+    bare_bucket(s3, BUCKET)
     problems = check_bucket_tier(s3, sqs, config)
     text = "\n".join(problems)
-    for expected in (
+    expected = [
         "public access is not fully blocked",
-        "no default encryption",
         "aborting incomplete multipart uploads",
         "expiring the lease objects under 'dd/tier/leases/'",
         "error queue 'errors' does not exist",
         "ingest dead-letter queue 'ingest-dlq' does not exist",
         "ingest queue 'ingest' does not exist",
-    ):
-        assert expected in text, (expected, problems)
-    assert len(problems) == 7
+    ]
+    if _unencrypted(s3, BUCKET):  # moto; AWS (and LocalStack) encrypt every bucket, which no call can undo
+        expected.append("no default encryption")
+    for problem in expected:
+        assert problem in text, (problem, problems)
+    assert len(problems) == len(expected)
     assert not any("TLS" in p for p in problems)  # not asked of a plain-HTTP endpoint
+
+
+def bare_bucket(s3: Any, name: str) -> None:
+    """A bucket with public access not blocked: AWS blocks it on a new bucket (since 2023), so unblock it."""
+    s3.create_bucket(Bucket=name)
+    s3.put_public_access_block(Bucket=name, PublicAccessBlockConfiguration=dict.fromkeys(_BLOCKS, False))
+
+
+def _unencrypted(s3: Any, name: str) -> bool:
+    try:
+        s3.get_bucket_encryption(Bucket=name)
+    except s3.exceptions.ClientError:
+        return True
+    return False
+
+
+_BLOCKS = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
 
 
 class _OverHttps:

@@ -36,7 +36,11 @@ def _settings(route: str = "buckets") -> SqsSettings:
 
 
 def _queues(sqs: SQSClient, *names: str) -> dict[str, str]:
-    return {name: sqs.create_queue(QueueName=name)["QueueUrl"] for name in names}
+    fifo = {"FifoQueue": "true"}  # AWS refuses a name ending in .fifo without it
+    return {
+        name: sqs.create_queue(QueueName=name, Attributes=fifo if name.endswith(".fifo") else {})["QueueUrl"]
+        for name in names
+    }
 
 
 def _sender(sqs: SQSClient, route: str = "buckets") -> SqsDelayedSender:
@@ -105,7 +109,7 @@ def test_a_batch_packs_mixed_destinations_into_envelopes_of_64_kib(sqs: SQSClien
     assert all(message_size(m["Body"], m["MessageAttributes"]) <= 65_536 for m in raw)
     assert sorted(m.message_id for m in messages) == [m.message_id for m in batch]
     due = {m.message_id: m.due_at_ms - epoch_ms(NOW) for m in messages}
-    assert due["id-000"] == 40 * DAY * 1000 and due["id-001"] == 2 * 365 * DAY * 1000
+    assert due["id-000"] == 40 * DAY * 1000 and due["id-001"] == 2 * 36_525 * DAY * 10  # 2y: a year is 365.25 days
     assert due["id-002"] == 3 * 3600 * 1000 and due["id-003"] == 5_000
     assert {m.destination for m in messages} == {"orders", "payments"}
 

@@ -141,8 +141,7 @@ def test_a_crash_between_the_send_and_the_delete_duplicates_never_loses(
     assert timer.run().dispatched == 5  # sent again: a duplicate for the consumer, nothing lost
     assert sorted(s.message_id or "" for s in recorder.sent) == sorted([m.message_id for m in batch] * 2)
     assert list(store.objects(FINE)) == []
-    time.sleep(3.5)
-    assert len(drain(sqs, queues["orders"])) == 10
+    assert len(drain(sqs, queues["orders"], expect=10)) == 10
 
 
 def test_a_bucket_leased_by_another_timer_is_skipped_until_its_lease_expires(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -123,16 +124,23 @@ def queue_url(sqs: Any, name: str) -> str:
     return str(sqs.create_queue(QueueName=name)["QueueUrl"])
 
 
-def drain(sqs: Any, url: str) -> list[dict[str, Any]]:
-    """Every message now in the queue at ``url`` (delays ignored: call after they passed)."""
+def drain(sqs: Any, url: str, *, expect: int = 0, timeout: float = 20.0) -> list[dict[str, Any]]:
+    """Every message in the queue at ``url``: polls until ``expect`` came (or ``timeout``), then takes what is there.
+
+    A deadline, not a sleep for the delay: a delayed message may show up later than its delay (LocalStack moves
+    delayed messages once a second; SQS promises no sub-second timing either).
+    """
     got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
     while True:
         reply = sqs.receive_message(
             QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0, MessageAttributeNames=["All"]
         )
         messages = reply.get("Messages", [])
-        if not messages:
+        if not messages and (len(got) >= expect or time.monotonic() > deadline):
             return got
+        if not messages:
+            time.sleep(0.1)
         for m in messages:
             got.append(m)
             sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])

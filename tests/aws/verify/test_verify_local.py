@@ -88,6 +88,54 @@ def test_visibility_too_short_is_reported_with_its_fix(deployed: str) -> None:
     )
 
 
+def test_retention_that_loses_messages_fails_verify_as_it_fails_check(deployed: str) -> None:
+    """60 s on the ingest queue (its batching window is 300 s: every record would expire unread), its DLQ and the error
+    queue: before (issue 32) verify passed all three while `aws check` failed the ingest queue."""
+    sqs = client("sqs", deployed)
+    urls = {
+        n: sqs.get_queue_url(QueueName=n)["QueueUrl"]
+        for n in ("delayed-delivery-ingest", "delayed-delivery-ingest-dlq", "error")
+    }
+    for url in urls.values():
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"MessageRetentionPeriod": "60"})
+    code, document, _ = verify(deployed)
+    found = _failures(document)
+    assert code == 1 and {"tier-ingest-retention", "tier-error-queue", "error-queue"} <= set(found), found
+    ingest = found["tier-ingest-retention"]
+    assert "records expire before the ingest function takes them" in ingest["evidence"], ingest
+    assert "ingest dead-letter queue 'delayed-delivery-ingest-dlq'" in ingest["evidence"], ingest
+    for name in ("delayed-delivery-ingest", "delayed-delivery-ingest-dlq"):
+        assert f"--queue-url {urls[name]} --attributes MessageRetentionPeriod=1209600" in ingest["fix"], ingest
+    for check in ("tier-error-queue", "error-queue"):
+        assert "error queue 'error': MessageRetentionPeriod below 1209600 s (14 days): 60 s" in found[check]["evidence"]
+        assert (
+            found[check]["fix"]
+            == f"aws sqs set-queue-attributes --queue-url {urls['error']} --attributes MessageRetentionPeriod=1209600"
+        )
+    assert_documented(document)
+    # `aws check` says the same about the same queues
+    code, out, _ = cli("aws", "check", "--queue", "orders", "--buckets", "--endpoint-url", deployed)
+    said = " ".join(out.split())
+    assert code == 1, out
+    for check in ("tier-ingest-retention", "tier-error-queue"):
+        for sentence in found[check]["evidence"].split("; ")[::2]:
+            assert sentence.split(": ", 1)[0] in said, (sentence, out)
+    assert "records expire before the ingest function takes them" in said, out
+
+
+def test_a_deleted_delay_queue_is_reported_with_the_command_that_recreates_it(deployed: str) -> None:
+    """Discovery on an emulator reads what `aws create` recorded (a tag on the endpoint's queues), not a listing of
+    `*-delay.fifo`: before (issue 32) an endpoint whose `-delay.fifo` was deleted was not checked at all (exit 0)."""
+    sqs = client("sqs", deployed)
+    sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName="orders-delay.fifo")["QueueUrl"])
+    _fails_with(
+        deployed,
+        "delay-queue",
+        "delay queue 'orders-delay.fifo' does not exist",
+        "delayed-delivery aws create --queue orders",
+    )
+
+
 def test_a_missing_bucket_policy_is_reported_with_its_fix(deployed_tls: str) -> None:
     client("s3", deployed_tls).delete_bucket_policy(Bucket="verify-tier")
     _fails_with(deployed_tls, "tier-bucket-policy", "no bucket policy", "aws:SecureTransport")
@@ -136,8 +184,40 @@ def test_the_human_report_is_a_table_with_one_line_per_finding_and_its_fix(deplo
 def test_usage_errors_exit_2_with_one_line() -> None:
     code, out, err = cli("aws", "verify", "--queue", "orders", "--region", "us-east-1")
     assert code == 2 and "--local" in err and len(err.strip().splitlines()) == 1, (out, err)
+
+
+def _cannot_start(document: dict, err: str, reason: str) -> None:
+    """Exit 3: one JSON document saying nothing was checked and why, one error line on stderr."""
+    assert document["exit_code"] == 3 and document["ok"] is False and document["checks"] == [], document
+    assert reason in document["error"] and len(err.strip().splitlines()) == 1 and reason in err, (document, err)
+
+
+def test_an_unreachable_endpoint_is_one_json_document_and_exit_3() -> None:
+    """Before (issue 32): exit 2, documented for usage errors, and nothing on stdout."""
     code, out, err = cli("aws", "verify", "--endpoint-url", "https://127.0.0.1:9", "--json")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (out, err)
+    assert code == 3, (out, err)
+    _cannot_start(json.loads(out), err, "the emulator at https://127.0.0.1:9 could not be reached")
+    code, out, err = cli("aws", "verify", "--endpoint-url", "https://127.0.0.1:9")
+    assert code == 3 and out == "" and err.startswith("error: "), (out, err)
+
+
+def test_a_refused_credential_is_one_json_document_and_exit_3(deployed: str) -> None:
+    """moto checks signatures once told to (moto-api/reset-auth): the key 'testing' is then unknown."""
+    import urllib.request
+
+    def auth(count: str) -> None:
+        request = urllib.request.Request(f"{deployed}/moto-api/reset-auth", data=count.encode(), method="POST")
+        request.add_header("Content-Type", "text/plain")
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            assert reply.status == 200
+
+    auth("0")
+    try:
+        code, document, err = verify(deployed)
+    finally:
+        auth("inf")
+    assert code == 3
+    _cannot_start(document, err, f"the emulator at {deployed} refused the credential (InvalidClientTokenId)")
 
 
 def test_sigterm_mid_run_cleans_up_and_reports_the_interruption(deployed: str) -> None:

@@ -21,12 +21,14 @@ from delayed_delivery import __version__
 from delayed_delivery.app.cli.local import local_app
 from delayed_delivery.app.cli.ops import register_operator_commands
 from delayed_delivery.app.cli.output import emit_json, err, fail, out, plain_console, print_table, say, styled
+from delayed_delivery.app.cli.schedule import schedule_app
 from delayed_delivery.app.demo.core import DemoProgress, run_core_demo
 from delayed_delivery.cost import MEASURED_TRAFFIC, SqsCostComparison, choose_long_delay_route, compare_sqs_costs
 from delayed_delivery.durations import format_duration, to_seconds
 from delayed_delivery.errors import DelayedDeliveryError, extra_missing
 from delayed_delivery.logjson import JsonFormatter
 from delayed_delivery.redact import redact
+from delayed_delivery.schedules.zones import tz_database
 from delayed_delivery.timebuckets.cost import (
     DEFAULT_TRAFFIC_PER_MINUTE,
     PACKED_MEASURED_SIZE,
@@ -51,6 +53,7 @@ app = typer.Typer(
 def _version(value: bool) -> None:
     if value:
         say(f"delayed-delivery {__version__}")
+        say(f"time zones: {tz_database().describe()}")  # what recurring schedules are evaluated with
         raise typer.Exit()
 
 
@@ -469,6 +472,7 @@ def _core_demo(quick: bool, messages: int | None, span: float | None, as_json: b
 
 register_operator_commands(app)
 app.add_typer(local_app, name="local")
+app.add_typer(schedule_app, name="schedule")
 
 
 class _RedactingFormatter(JsonFormatter):

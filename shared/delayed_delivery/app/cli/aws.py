@@ -33,7 +33,12 @@ from delayed_delivery.app.routes.aws_clients import cli_client, cli_region
 from delayed_delivery.app.routes.base import LOCAL_MOTO_URL
 from delayed_delivery.aws.cancellations import DEFAULT_TABLE, TABLE_ENV, ensure_cancellation_table
 from delayed_delivery.aws.config import AwsConfig
-from delayed_delivery.aws.queues import DELAY_QUEUE_VISIBILITY_SECONDS, check_endpoint, ensure_endpoint
+from delayed_delivery.aws.queues import (
+    DELAY_QUEUE_VISIBILITY_SECONDS,
+    check_endpoint,
+    ensure_endpoint,
+    record_endpoint,
+)
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.naming import sqs_delay_queue_name
@@ -151,8 +156,15 @@ def create(
     buckets: BucketsFlag = None,
     bucket_name: BucketName = None,
     bucket_prefix: BucketPrefix = None,
+    schedule_table: Annotated[
+        str,
+        typer.Option(
+            envvar="DELAYED_DELIVERY_SCHEDULE_TABLE", help="DynamoDB table of recurring schedules ('' = do not create)."
+        ),
+    ] = "delayed-delivery-schedules",
 ) -> None:
-    """Create QUEUE, its -delay.fifo, the error queue and the cancellation table (emulators; CDK in the cloud).
+    """Create QUEUE, its -delay.fifo, the error queue, the cancellation and schedules tables (emulators; CDK in the
+    cloud).
 
     With --buckets (or DELAYED_DELIVERY_LONG_DELAY_ROUTE buckets/auto) also the time-bucket tier: the S3 bucket,
     the ingest queue (DELAYED_DELIVERY_BUCKET_INGEST_QUEUE) and its -dlq.
@@ -164,22 +176,30 @@ def create(
         if error_queue:
             config = replace(config, settings=replace(config.settings, error_queue=error_queue))
         tier = tier_config(buckets, bucket_name, bucket_prefix, config)
+        sqs = _client(endpoint_url, region, local)
         queues = ensure_endpoint(
-            _client(endpoint_url, region, local),
+            sqs,
             queue,
             config.settings,
             sqs_settings=config.sqs_settings,
             delay_visibility_timeout=DELAY_QUEUE_VISIBILITY_SECONDS,
         )
+        record_endpoint(sqs, queue, queues)  # what `aws verify --local` finds the endpoint by
         if cancellation_table:
             table_endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint_url
             ensure_cancellation_table(cli_client("dynamodb", table_endpoint, region, local=local), cancellation_table)
+        if schedule_table:
+            from delayed_delivery.aws.schedules.table import ensure_schedule_table
+
+            table_endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint_url
+            ensure_schedule_table(cli_client("dynamodb", table_endpoint, region, local=local), schedule_table)
         if tier:
             tier_urls = create_tier(tier, endpoint_url, region, local)
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
     urls = {"input": queues.input_url, "delay": queues.delay_url, "error": queues.error_url}
-    emit_json({**urls, "cancellation_table": cancellation_table or None, **tier_urls})
+    tables = {"cancellation_table": cancellation_table or None, "schedule_table": schedule_table or None}
+    emit_json({**urls, **tables, **tier_urls})
 
 
 @aws_app.command()

@@ -101,7 +101,8 @@ def setup(
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
     created = f", queue(s) {', '.join(queues)}" if queues else ""
-    say(f"ready: table {config.table_name}, container {config.container_name}, {config.shards} shard(s){created}")
+    shards = host.config.shards  # what the table records (written now if it recorded none)
+    say(f"ready: table {config.table_name}, container {config.container_name}, {shards} shard(s){created}")
 
 
 @azure_app.command()
@@ -142,6 +143,49 @@ def dispatch(
         raise _fail(exc) from None
     emit_json(
         {"enabled": summary.enabled, "dispatched": summary.dispatched, "error_queue": summary.moved_to_error_queue}
+    )
+
+
+@azure_app.command()
+def reshard(
+    endpoint: Endpoint,
+    to: Annotated[int, typer.Option("--to", help="The new shard count (1-1000).")],
+    wait: Annotated[
+        float, typer.Option(help="Seconds to wait for running timer runs to give their leases back.")
+    ] = 120,
+    local: Local = False,
+    connection: Connection = None,
+) -> None:
+    """Change the delays table's shard count: move every message to its new partition (offline; docs/azure.md).
+
+    Stop the senders first; the function app may keep running (its runs refuse to start until this ends), or stop it
+    so this does not wait for a run to end. Safe to run again: it finishes an interrupted reshard.
+    """
+    from delayed_delivery.azure.reshard import reshard as move
+
+    try:
+        config = _config(connection, endpoint, local)
+        clients = AzureClients.create(config, fail_fast=True)
+        result = move(
+            clients.tables.get_table_client(config.table_name),
+            clients.blobs.get_container_client(config.container_name),
+            to,
+            configured=config.shards,
+            lease_seconds=config.lease_seconds,
+            wait_seconds=wait,
+            progress=lambda line: say(line, stderr=True),
+        )
+    except DelayedDeliveryError as exc:
+        raise _fail(exc) from None
+    emit_json(
+        {
+            "table": result.table,
+            "shards_before": result.before,
+            "shards": result.after,
+            "moved": result.moved,
+            "kept": result.kept,
+            "left_in_place": result.left,
+        }
     )
 
 

@@ -24,6 +24,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from delayed_delivery.app.cli.id_argument import TakesAnId
 from delayed_delivery.app.cli.output import emit_json, fail, instant, out, print_table, say, warn
 from delayed_delivery.app.routes import (  # no cloud SDK at import: the routes import theirs when used
     CloudOptions,
@@ -207,9 +208,15 @@ def _due(delay: str | None, at: str | None, *, sending: bool = False) -> datetim
     return due
 
 
-def _new_due(due: datetime) -> datetime:
-    """``reschedule``'s new due time: later than now on every route (a time before 1970 is one no reader can use)."""
-    now = SystemClock().now()
+def _new_due(delay: str | None, at: str | None) -> datetime | timedelta:
+    """``reschedule``'s new due time, later than now on every route: ``--delay`` stays a delay, which the route counts
+    from its write (so ``--delay 1s`` is not used up while the command connects); ``--at`` a moment, checked now."""
+    if delay is not None and at is None:
+        seconds = to_seconds(delay)
+        if seconds <= 0:
+            raise InvalidMessageError(f"--delay {delay}: the new due time must be later than now (or cancel it)")
+        return timedelta(seconds=seconds)
+    due, now = _due(delay, at), SystemClock().now()
     if due <= now:
         raise InvalidMessageError(
             f"new due time {due.isoformat()} is in the past (now {now.isoformat()}): give a later --at or a --delay, "
@@ -269,14 +276,31 @@ def send(
     cancellable: Annotated[
         bool, typer.Option("--cancellable", help="azure: keep it in the delays table even if ≤ 7 days.")
     ] = False,
+    every: Annotated[
+        str | None,
+        typer.Option(
+            "--every",
+            help="Send it on a recurring schedule instead (cron, rate(...) or at(...)); --id "
+            "names the schedule. Shortcut of `schedule create`.",
+        ),
+    ] = None,
+    tz: Annotated[str, typer.Option("--tz", help="With --every: the schedule's IANA time zone.")] = "UTC",
 ) -> None:
-    """Send a delayed message; prints its id and the route it took.
+    """Send a delayed message; prints its id and the route it took (--every: a recurring schedule instead).
 
     Examples:
       delayed-delivery send --cloud aws --local --to orders --delay 40d --body '{"id": 1}'
       delayed-delivery send --cloud azure --local --endpoint shop --to orders --at 2027-01-31T09:00:00Z --body @o.json
       delayed-delivery send --store sqlite:///delays.db --to orders --delay 2h --body hello -H type=Reminder
+      delayed-delivery send --store sqlite:///delays.db --to reports --every '0 9 * * *' --tz Europe/Berlin --body hi
     """
+    if every is not None:
+        if delay is not None or at is not None or cancellable:
+            raise UsageError("--every makes a recurring schedule: give no --delay, --at or --cancellable with it")
+        from delayed_delivery.app.cli.schedule_ops import create_schedule
+
+        create_schedule(route, message_id, every, to, _body(body), _headers(header or []), zone=tz)
+        return
     due = _due(delay, at, sending=True)
     payload, headers = _body(body), _headers(header or [])
     result = route.open().send(
@@ -500,7 +524,7 @@ def reschedule(
       delayed-delivery reschedule 3f2c… --at 2027-06-01T08:00:00Z --cloud azure --local --endpoint shop
       delayed-delivery reschedule 3f2c… --delay 2h --cloud aws --local --to orders --bucket-name delays [--due …]
     """
-    new_due = _new_due(_due(delay, at))
+    new_due = _new_due(delay, at)
     opened = route.open()
     result = opened.reschedule(
         message_id,
@@ -537,8 +561,10 @@ _GONE = {
 
 def register_operator_commands(app: typer.Typer) -> None:
     """Add send, pending, cancel and reschedule to ``app``."""
-    for command in (send, pending, cancel, reschedule):
-        app.command()(_with_route_options(command))
+    app.command()(_with_route_options(send))
+    app.command()(_with_route_options(pending))
+    for takes_an_id in (cancel, reschedule):
+        app.command(cls=TakesAnId)(_with_route_options(takes_an_id))
 
 
 def _with_route_options(command: Callable[..., None]) -> Callable[..., None]:

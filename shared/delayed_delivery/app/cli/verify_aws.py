@@ -2,18 +2,28 @@
 
 The checks live in ``delayed_delivery.aws.verify``; this module reads the options, builds the clients, the target
 and (on an emulator) the local functions, and prints. Exit 0 when every check holds, 1 when any fails, 2 for a
-usage error.
+usage error, 3 when the account (or emulator) could not be reached or refused the credential.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
+)
 
 from delayed_delivery.app.cli.aws_buckets import BucketName, BucketPrefix, BucketsFlag, has_tier, tier_config
 from delayed_delivery.app.cli.interrupts import sigterm_as_ctrl_c
@@ -36,7 +46,7 @@ from delayed_delivery.aws.verify import (
 from delayed_delivery.aws.verify.usage import CloudWatchUsage, RequestTally
 from delayed_delivery.clock import SystemClock
 from delayed_delivery.errors import DelayedDeliveryError
-from delayed_delivery.verification import Cleanup, Mode, VerifySettings
+from delayed_delivery.verification import Cleanup, Mode, VerifyReport, VerifySettings
 
 __all__ = ["run_verify_command"]
 
@@ -48,6 +58,51 @@ _PROBE_VISIBILITY = 180
 
 def _fail(exc: BaseException) -> typer.Exit:
     return fail(str(exc))
+
+
+#: Error codes of an account that does not take the credential (or lets it read nothing of the deployment).
+_REFUSED = frozenset(
+    {
+        "AccessDenied",
+        "AccessDeniedException",
+        "AuthFailure",
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "IncompleteSignature",
+        "InvalidAccessKeyId",
+        "InvalidClientTokenId",
+        "InvalidSignatureException",
+        "MissingAuthenticationToken",
+        "SignatureDoesNotMatch",
+        "UnrecognizedClientException",
+    }
+)
+
+
+def _refused(exc: ClientError) -> str | None:
+    """The refusal's code when ``exc`` refuses the credential (401, 403 or an auth code), else None."""
+    error = exc.response.get("Error", {})
+    code, message = str(error.get("Code", "")), str(error.get("Message", ""))
+    found = re.search(r"<Code>([^<]{1,100})</Code>", message)  # an emulator's XML answer the client did not parse
+    code = found.group(1) if found and code.isdigit() else code
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    return code or str(status) if code in _REFUSED or status in (401, 403) else None
+
+
+def _cannot_start(exc: BaseException, where: str) -> str | None:
+    """Why the run cannot start when ``exc`` (or what it came from) says the account is unreachable or refused the
+    credential; None for anything else (a usage error)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, NoCredentialsError | PartialCredentialsError):
+            return f"{where}: no AWS credentials were found: {seen}"
+        if isinstance(seen, BotoConnectionError | HTTPClientError):
+            return f"{where} could not be reached: {translate_error(seen, 'connecting')}"
+        if isinstance(seen, ClientError):
+            code = _refused(seen)
+            return f"{where} refused the credential ({code})" if code else None
+        seen = seen.__cause__
+    return None
 
 
 def cli_client(service: str, endpoint: str | None, region: str | None, *, local: bool) -> Any:
@@ -233,7 +288,8 @@ def run_verify_command(
 ) -> None:
     """Prove a deployment: configuration, permissions, probes through each route, cost; clean-up after.
 
-    Exit 0 when every check holds, 1 when any fails, 2 for a usage error. docs/verify.md explains each check.
+    Exit 0 when every check holds, 1 when any fails, 2 for a usage error, 3 when the account could not be reached or
+    refused the credential. docs/verify.md explains each check.
 
     Examples: delayed-delivery aws verify --stack DelayedDelivery --region eu-west-1
               delayed-delivery aws verify --local --full --json
@@ -255,13 +311,25 @@ def _run(
     tier_options: tuple[Any, Any, Any],
     as_json: bool,
 ) -> None:
+    where = f"the emulator at {endpoint}" if endpoint else f"the account (stack {stack}, {region or 'default region'})"
     try:
-        if endpoint:
-            ctx = _local_context(endpoint, region, mode, queue, tier_options)
-        else:
-            if queue or tier_options[0] is not None:
-                raise DelayedDeliveryError("--queue and --buckets are for --local: a stack names its own endpoints")
-            ctx = _cloud_context(stack, region, mode)
+        try:
+            if endpoint:
+                ctx = _local_context(endpoint, region, mode, queue, tier_options)
+            else:
+                if queue or tier_options[0] is not None:
+                    raise DelayedDeliveryError("--queue and --buckets are for --local: a stack names its own endpoints")
+                ctx = _cloud_context(stack, region, mode)
+        except (ClientError, BotoCoreError, DelayedDeliveryError) as exc:
+            error = _cannot_start(exc, where)
+            if error is None:
+                raise
+            now = SystemClock().now()
+            report = VerifyReport.unreachable(
+                cloud="aws", target=where, mode=mode, local=bool(endpoint), at=now, error=error
+            )
+            print_report(report, as_json=as_json)
+            raise typer.Exit(code=report.exit_code) from None
         with sigterm_as_ctrl_c():
             report = verify_aws(ctx)
     except DelayedDeliveryError as exc:

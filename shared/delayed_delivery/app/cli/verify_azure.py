@@ -1,7 +1,9 @@
 """``delayed-delivery azure verify``: prove a Bicep deployment (or Azurite with ``--local``) and print the report.
 
 The checks live in ``delayed_delivery.azure.verify``; this module reads the options (and the role and alert listings
-the ``az`` CLI prints), builds the clients and the target, on an emulator the local dispatcher, and prints.
+the ``az`` CLI prints), builds the clients and the target, on an emulator the local dispatcher, and prints. Before
+anything is checked it reads the probe queue once: storage that cannot be reached, or that refuses the credential,
+ends the run with exit 3 (and, with ``--json``, one document saying so).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from delayed_delivery.azure.config import ENV_CONNECTION, ENV_ENDPOINT, AzureCli
 from delayed_delivery.clock import SystemClock
 from delayed_delivery.errors import ConfigurationError, DelayedDeliveryError
 from delayed_delivery.naming import validate_azure_queue_name
-from delayed_delivery.verification import PROBE_QUEUE, Cleanup, Mode, VerifySettings
+from delayed_delivery.verification import PROBE_QUEUE, Cleanup, Mode, VerifyReport, VerifySettings
 
 if TYPE_CHECKING:  # the Azure SDK loads when azure verify runs, not for every command
     from delayed_delivery.azure.verify import AzureVerifyContext
@@ -85,16 +87,62 @@ def _config(connection: str | None, endpoint: str, local: bool) -> AzureDelayedD
     return AzureDelayedDeliveryConfig.from_env(env)
 
 
-def _local_probe_queue(clients: AzureClients, name: str, cleanup: Cleanup) -> None:
-    """On an emulator: create the probe queue when missing; it is deleted again when the run ends."""
+def _local_probe_queue(clients: AzureClients, name: str, cleanup: Cleanup) -> bool:
+    """On an emulator: create the probe queue when missing (True); it is deleted again when the run ends."""
     from azure.core.exceptions import ResourceExistsError
 
     queue = clients.queues.get_queue_client(name)
     try:
         queue.create_queue()
     except ResourceExistsError:
-        return
+        return False
     cleanup.add(f"the probe queue {name}", queue.delete_queue)
+    return True
+
+
+class _CannotStart(Exception):
+    """The storage account could not be reached or refused the credential: nothing can be checked."""
+
+    def __init__(self, where: str, local: bool, why: str) -> None:
+        super().__init__(f"{where} {why}")
+        self.where, self.local = where, local
+
+
+def _reach(clients: AzureClients, where: str, local: bool, probe_queue: str) -> None:
+    """Read the probe queue's properties once (absent is fine); ``_CannotStart`` when the account does not answer or
+    refuses the credential."""
+    from azure.core.exceptions import (
+        ClientAuthenticationError,
+        HttpResponseError,
+        ResourceNotFoundError,
+        ServiceRequestError,
+        ServiceResponseError,
+    )
+
+    from delayed_delivery.azure.sdk_errors import unreachable_text
+
+    try:
+        clients.queues.get_queue_client(probe_queue).get_queue_properties()
+    except ResourceNotFoundError:
+        return
+    except (ServiceRequestError, ServiceResponseError) as exc:
+        raise _CannotStart(where, local, f"could not be reached: {unreachable_text(str(exc.message))}") from exc
+    except (ClientAuthenticationError, HttpResponseError) as exc:
+        if isinstance(exc, ClientAuthenticationError) or exc.status_code in (401, 403):
+            code = getattr(exc, "error_code", None) or exc.status_code or type(exc).__name__
+            code = getattr(code, "value", code)  # the SDK's StorageErrorCode enum: its text
+            raise _CannotStart(where, local, f"refused the credential ({code})") from exc
+        raise
+
+
+def _cli_options(endpoint: str, local_flag: bool, connection: str | None) -> str:
+    """How the other ``azure`` commands are told this deployment (for the fixes; a connection string is not printed)."""
+    options = f"--endpoint {endpoint.strip() or '<endpoint>'}"
+    if local_flag and not connection:
+        return f"--local {options}"
+    if connection and os.environ.get(ENV_CONNECTION) != connection:
+        return f"{options} --connection-string <the same connection string>"
+    return options
 
 
 def _context(
@@ -103,6 +151,7 @@ def _context(
     mode: Mode,
     probe_queue: str,
     listings: tuple[Path | None, Path | None],
+    cli_options: str,
 ) -> AzureVerifyContext:
     from azure.core.exceptions import AzureError
 
@@ -120,13 +169,16 @@ def _context(
         probe_queue=probe_queue,
         role_assignments=_listing(listings[0], "--role-assignments"),
         alert_rules=_listing(listings[1], "--alert-rules"),
+        cli_options=cli_options,
     )
+    _reach(clients, where, local, probe_queue)
+    made = False
     if local:
         try:
-            _local_probe_queue(clients, probe_queue, cleanup)
+            made = _local_probe_queue(clients, probe_queue, cleanup)
         except AzureError as exc:
             raise translate(exc, f"creating the probe queue {probe_queue}") from exc
-    return AzureVerifyContext(
+    context = AzureVerifyContext(
         target=target,
         clients=clients,
         settings=VerifySettings.from_env(os.environ),
@@ -137,6 +189,8 @@ def _context(
         mode=mode,
         run_id=uuid.uuid4().hex[:10],
     )
+    context.notes["probe_queue_made"] = made
+    return context
 
 
 def run_verify_command(
@@ -186,18 +240,26 @@ def run_verify_command(
     """Prove a deployment: storage, the timer's heartbeat, roles and scopes, alerts, lease and visibility rules,
     probes through the native and table routes; clean-up after.
 
-    Exit 0 when every check holds, 1 when any fails, 2 for a usage error. docs/verify.md explains each check.
+    Exit 0 when every check holds, 1 when any fails, 2 for a usage error, 3 when the storage account could not be
+    reached or refused the credential. docs/verify.md explains each check.
 
     Example: delayed-delivery azure verify --endpoint orders --role-assignments roles.json --alert-rules alerts.json
     """
     from delayed_delivery.azure.verify import verify_azure
 
+    mode = Mode.FULL if full else Mode.QUICK
     try:
         validate_azure_queue_name(probe_queue)
         config = _config(connection, endpoint, local)
-        ctx = _context(config, local, Mode.FULL if full else Mode.QUICK, probe_queue, (role_assignments, alert_rules))
+        options = _cli_options(endpoint, local, connection)
+        ctx = _context(config, local, mode, probe_queue, (role_assignments, alert_rules), options)
         with sigterm_as_ctrl_c():
             report = verify_azure(ctx)
+    except _CannotStart as exc:
+        now = SystemClock().now()
+        report = VerifyReport.unreachable(
+            cloud="azure", target=exc.where, mode=mode, local=exc.local, at=now, error=str(exc)
+        )
     except DelayedDeliveryError as exc:
         raise fail(str(exc)) from None
     print_report(report, as_json=as_json)

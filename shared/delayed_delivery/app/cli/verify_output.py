@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from delayed_delivery.app.cli.output import emit_json, out, print_table, say, visible
+from delayed_delivery.app.cli.output import emit_json, err, one_line, out, print_table, say, styled, visible
 from delayed_delivery.verification import Group, Status, VerifyReport
 
 __all__ = ["print_report", "progress_printer"]
@@ -94,8 +94,12 @@ def _summary(report: VerifyReport) -> Text:
 
 def print_report(report: VerifyReport, *, as_json: bool) -> None:
     """The report on stdout: one JSON document, or the table, the findings and the summary."""
+    if report.error is not None:  # nothing was checked: one line on stderr, as for any other error
+        err.print(styled("error:", "red", one_line(report.error)), soft_wrap=True)
     if as_json:
         emit_json(report.as_dict())
+        return
+    if report.error is not None:
         return
     print_table(_table(report), out)
     for line in _lines(report):

@@ -1,6 +1,6 @@
 """The cloud demo's capped destination: a burst due at one instant to a queue the Azure function releases at a cap.
 
-``release_rates`` caps ``invoices`` at ``CAPPED_RATE`` messages per second (each of the two shards takes half). The
+``release_rates`` caps ``invoices`` at ``CAPPED_RATE`` messages per second (the two shards book from one schedule). The
 burst goes through the delays table (cancellable messages always do; a native send is not paced), and the timer
 function places each message at its release slot with the queue's visibility timeout. The summary's figures: the
 release lag (what the cap added, from the shards' dispatch reports), the busiest second (the most slots the cap booked

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from delayed_delivery.app.routes.base import (
     CancelResult,
     CloudOptions,
+    NewDue,
     PendingReport,
     RescheduleResult,
     SendResult,
@@ -20,6 +21,7 @@ from delayed_delivery.app.routes.base import (
     refuse_sqs_options,
     refuse_tier_options,
     require_endpoint,
+    resolve_due,
     seconds_until,
 )
 from delayed_delivery.clock import SystemClock
@@ -28,6 +30,7 @@ from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError
 
 if TYPE_CHECKING:
     from delayed_delivery.aws.tier.relocate import ScanProgress
+    from delayed_delivery.azure.table_store import TableDelayedMessageStore
 
 __all__ = ["AzureTableRoute"]
 
@@ -39,7 +42,6 @@ class AzureTableRoute:
 
     def __init__(self, options: CloudOptions) -> None:
         from delayed_delivery.azure.config import ENV_CONNECTION, ENV_ENDPOINT, AzureClients, AzureDelayedDeliveryConfig
-        from delayed_delivery.azure.table_store import TableDelayedMessageStore
 
         env = dict(os.environ)
         connection = azure_connection(options.connection_string, options.local)
@@ -53,11 +55,19 @@ class AzureTableRoute:
         self.endpoint = env[ENV_ENDPOINT] = require_endpoint(options.endpoint)
         self.config = AzureDelayedDeliveryConfig.from_env(env)
         self.clients = AzureClients.create(self.config, fail_fast=True)
-        self.store = TableDelayedMessageStore(
-            self.clients.tables.get_table_client(self.config.table_name),
-            shards=self.config.shards,
-            claim_timeout=self.config.claim_timeout,
-        )
+        self._store: TableDelayedMessageStore | None = None
+
+    @property
+    def store(self) -> TableDelayedMessageStore:
+        """The endpoint's delays table, with the shard count it records (read on first use)."""
+        from delayed_delivery.azure.layout import resolve_shards
+        from delayed_delivery.azure.table_store import TableDelayedMessageStore
+
+        if self._store is None:
+            table = self.clients.tables.get_table_client(self.config.table_name)
+            shards = resolve_shards(table, self.config.shards, configured=self.config.shards_configured)
+            self._store = TableDelayedMessageStore(table, shards=shards, claim_timeout=self.config.claim_timeout)
+        return self._store
 
     def _check_queue(self, name: str) -> None:
         from azure.core.exceptions import AzureError, ResourceNotFoundError
@@ -109,10 +119,13 @@ class AzureTableRoute:
         from delayed_delivery.azure.storage_queue import MAX_NATIVE_DELAY_SECONDS, StorageQueueTransport
 
         self._check_queue(to)
-        if cancellable or seconds_until(due) > MAX_NATIVE_DELAY_SECONDS:
+        if cancellable or seconds_until(due, delay) > MAX_NATIVE_DELAY_SECONDS:
             self._check_table()  # the table route: say which table is missing before anything is written
         sender = AzureDelayedSender(StorageQueueTransport(self.clients.queues), self.store, self.config.settings)
-        result = sender.send(to, body, at=due, headers=dict(headers), message_id=message_id, cancellable=cancellable)
+        at = due if delay is None else None  # a delay counts from the write, not from before the command connected
+        result = sender.send(
+            to, body, delay=delay, at=at, headers=dict(headers), message_id=message_id, cancellable=cancellable
+        )
         return SendResult(
             result.message_id,
             f"azure-{result.route}",
@@ -130,6 +143,7 @@ class AzureTableRoute:
         from delayed_delivery.azure.sdk_errors import translate
 
         refuse_sqs_options(queue=queue)
+        _ = self.store  # a process set to another shard count than the table's is refused, as for every command
         buckets: Counter[datetime] = Counter()
         earliest: datetime | None = None
         total = claimed = 0
@@ -186,7 +200,7 @@ class AzureTableRoute:
     def reschedule(
         self,
         message_id: str,
-        due: datetime,
+        due: NewDue,
         *,
         to: str | None = None,
         current_due: datetime | None = None,
@@ -197,6 +211,7 @@ class AzureTableRoute:
         """Move the message's due row (exact, one transaction)."""
         refuse_tier_options(current_due, scan_limit, keep_record)
         refuse_sqs_options(to)
-        due = new_due_time(due, SystemClock().now())
         self._check_table()
-        return RescheduleResult(message_id, "azure", due, moved=self.store.reschedule(message_id, due))
+        now = SystemClock().now()  # after connecting: a delay counts from the write
+        moment = new_due_time(resolve_due(due, now), now)
+        return RescheduleResult(message_id, "azure", moment, moved=self.store.reschedule(message_id, moment))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from delayed_delivery.app.emulators import azurite_connection_string
 from delayed_delivery.clock import SystemClock, utc
+from delayed_delivery.durations import to_seconds
 from delayed_delivery.errors import DelayedDeliveryError
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ __all__ = [
     "BacklogPeriod",
     "CancelResult",
     "CloudOptions",
+    "NewDue",
     "OperatorRoute",
     "PendingReport",
     "QueueDepth",
@@ -33,6 +35,7 @@ __all__ = [
     "azure_connection",
     "local_azure_connection_string",
     "require_endpoint",
+    "resolve_due",
 ]
 
 LOCAL_MOTO_PORT = 5000
@@ -70,8 +73,20 @@ def require_endpoint(endpoint: str) -> str:
     return endpoint.strip()
 
 
-def seconds_until(due: datetime) -> float:
-    """Seconds from now until ``due`` (0 when it is past)."""
+#: A reschedule's new due time: a moment (``--at``), or a delay (``--delay``) counted from the write itself.
+NewDue = datetime | timedelta
+
+
+def resolve_due(due: NewDue, now: datetime) -> datetime:
+    """``due`` as a moment: a delay counts from ``now``, taken at the write (not before the command connected)."""
+    return utc(now) + due if isinstance(due, timedelta) else due
+
+
+def seconds_until(due: datetime, delay: str | None = None) -> float:
+    """Seconds from now until ``due`` (0 when it is past); with ``delay`` (``send --delay``) the delay itself, counted
+    from now, at the write: the time the command took to connect is not taken off it."""
+    if delay is not None:
+        return to_seconds(delay)
     return max(0.0, (utc(due) - SystemClock().now()).total_seconds())
 
 
@@ -346,7 +361,7 @@ class OperatorRoute(Protocol):
     def reschedule(
         self,
         message_id: str,
-        due: datetime,
+        due: NewDue,
         *,
         to: str | None = None,
         current_due: datetime | None = None,
@@ -354,8 +369,9 @@ class OperatorRoute(Protocol):
         keep_record: bool = False,
         progress: Callable[[ScanProgress], None] | None = None,
     ) -> RescheduleResult:
-        """Move ``message_id`` to ``due`` (``to``: SQS only, its queue; the rest: the time-bucket tier only, which
-        finds the message by ``current_due`` or a scan of at most ``scan_limit`` objects, reporting ``progress``)."""
+        """Move ``message_id`` to ``due`` (a delay counts from the write; ``to``: SQS only, its queue; the rest: the
+        time-bucket tier only, which finds the message by ``current_due`` or a scan of at most ``scan_limit`` objects,
+        reporting ``progress``)."""
         ...
 
 

@@ -16,11 +16,13 @@ from delayed_delivery.app.routes.base import (
     BacklogPeriod,
     CancelResult,
     CloudOptions,
+    NewDue,
     PendingReport,
     RecordReceipt,
     RescheduleResult,
     SqsCounts,
     require_queue,
+    resolve_due,
 )
 from delayed_delivery.app.routes.sqs import SqsOperatorRoute
 from delayed_delivery.clock import utc
@@ -245,7 +247,7 @@ class BucketTierRoute(SqsOperatorRoute):
     def reschedule(
         self,
         message_id: str,
-        due: datetime,
+        due: NewDue,
         *,
         to: str | None = None,
         current_due: datetime | None = None,
@@ -255,11 +257,13 @@ class BucketTierRoute(SqsOperatorRoute):
     ) -> RescheduleResult:
         """Write a reschedule record, then move the message in the tier now (exact); a time in the past is refused."""
         to = require_queue(to)
+        operations = self._operations()
+        moment = resolve_due(due, operations.clock.now())  # after connecting: a delay counts from the write
         with _unknown_queue_is_to():
-            done = self._operations().reschedule(
+            done = operations.reschedule(
                 to,
                 message_id,
-                due,
+                moment,
                 current_due=current_due,
                 scan_limit=scan_limit,
                 keep_record=keep_record,
@@ -270,7 +274,7 @@ class BucketTierRoute(SqsOperatorRoute):
         return BucketRescheduleResult(
             message_id,
             "aws",
-            utc(due),
+            utc(moment),
             moved=moved.found and not moved.already_sent,
             record=receipt,
             found=moved.found,

@@ -14,6 +14,7 @@ from delayed_delivery.app.routes.base import (
     LOCAL_MOTO_URL,
     CancelResult,
     CloudOptions,
+    NewDue,
     PendingReport,
     QueueDepth,
     RecordReceipt,
@@ -23,6 +24,7 @@ from delayed_delivery.app.routes.base import (
     UsageError,
     refuse_tier_options,
     require_queue,
+    resolve_due,
     seconds_until,
 )
 from delayed_delivery.cancellations import binding_note
@@ -82,7 +84,7 @@ class SqsOperatorRoute:
             raise InvalidMessageError(
                 "an SQS body is text: the body is not UTF-8 (base64-encode binary data)"
             ) from None
-        seconds = math.ceil(seconds_until(due))
+        seconds = math.ceil(seconds_until(due, delay))
         receipt = SqsDelayedSender(self.client, self.settings, sqs_settings=self.sqs_settings).send_delayed(
             to, text, seconds, attributes=dict(headers), message_id=message_id
         )
@@ -263,7 +265,7 @@ class SqsOperatorRoute:
     def reschedule(
         self,
         message_id: str,
-        due: datetime,
+        due: NewDue,
         *,
         to: str | None = None,
         current_due: datetime | None = None,
@@ -279,11 +281,13 @@ class SqsOperatorRoute:
         to = require_queue(to)
         store = self._records(to)
         _, reach = self._reach()
-        record = reschedule_request(to, message_id, due, now=SystemClock().now())
+        now = SystemClock().now()  # after connecting: a delay counts from the write
+        record = reschedule_request(to, message_id, resolve_due(due, now), now=now)
         store.put(record)
         note = (
             f"it moves at its next hop (every {format_duration(self.sqs_settings.fifo_queue_delay)}), unless it is "
             f"already due within {reach}; a new due time sooner than that hop is met at the hop"
         )
         receipt = RecordReceipt(to, store.table, record.expires_at, note + binding_note(record.requested_at))
-        return RescheduleResult(message_id, "aws", utc(due), moved=False, record=receipt)
+        assert record.due_at is not None
+        return RescheduleResult(message_id, "aws", record.due_at, moved=False, record=receipt)

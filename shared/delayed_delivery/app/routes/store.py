@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from delayed_delivery.app.routes.base import (
     CancelResult,
+    NewDue,
     PendingReport,
     RescheduleResult,
     SendResult,
@@ -17,6 +18,7 @@ from delayed_delivery.app.routes.base import (
     backlog_report,
     refuse_sqs_options,
     refuse_tier_options,
+    resolve_due,
 )
 from delayed_delivery.app.stores import open_store
 from delayed_delivery.clock import SystemClock
@@ -91,9 +93,13 @@ class StoreOperatorRoute:
                 # The store's own clock decides (PostgreSQL: now() + delay), so a skewed sender cannot deliver early.
                 message = store_after(delay, to, body, headers=dict(headers), message_id=message_id)
                 due = message.due_at
-            else:
-                message = DelayedMessage.create(to, body, at=due, headers=dict(headers), message_id=message_id)
+            else:  # a delay counts from the write, not from before the store was opened
+                at = due if delay is None else None
+                message = DelayedMessage.create(
+                    to, body, delay=delay, at=at, headers=dict(headers), message_id=message_id
+                )
                 target.store(message)
+                due = message.due_at
         return SendResult(message.message_id, "store", to, due)
 
     def pending(self, bucket_seconds: int, *, queue: str | None = None) -> PendingReport:
@@ -119,7 +125,7 @@ class StoreOperatorRoute:
     def reschedule(
         self,
         message_id: str,
-        due: datetime,
+        due: NewDue,
         *,
         to: str | None = None,
         current_due: datetime | None = None,
@@ -130,13 +136,14 @@ class StoreOperatorRoute:
         """Move the message's due time (exact)."""
         refuse_tier_options(current_due, scan_limit, keep_record)
         refuse_sqs_options(to)
-        due = new_due_time(due, SystemClock().now())
-        s = self.store
+        s = self.store  # opened first: a delay counts from the write, not from before the connection
         if not isinstance(s, ReschedulableStore):
             raise UsageError(f"{type(s).__name__} cannot reschedule")
+        now = SystemClock().now()
+        moment = new_due_time(resolve_due(due, now), now)
         with self.errors():
-            moved = s.reschedule(message_id, due)
-        return RescheduleResult(message_id, "store", due, moved=moved)
+            moved = s.reschedule(message_id, moment)
+        return RescheduleResult(message_id, "store", moment, moved=moved)
 
 
 def _sqlite_problem(url: str, table: str, exc: sqlite3.Error) -> str:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ...errors import DestinationNotFoundError
+from ..queues import create_queue_with
+from ..retention import HOLD_RETENTION_SECONDS, Holding, retention_problem
 from ..sqs import translate_error
 from .config import INGEST_TIMEOUT_SECONDS, INGEST_WINDOW_SECONDS, BucketTierConfig
 from .store import S3Client, translate_s3_error
@@ -34,8 +36,8 @@ __all__ = [
     "ensure_bucket_tier",
 ]
 
-#: Retention of the ingest queue, its DLQ and the error queue: the SQS maximum, 14 days.
-RETENTION_SECONDS = 14 * 24 * 3600
+#: Retention of the ingest queue, its DLQ and the error queue: the SQS maximum, 14 days (``aws.retention``'s rule).
+RETENTION_SECONDS = HOLD_RETENTION_SECONDS
 #: Receives before an ingest record moves to the DLQ.
 INGEST_MAX_RECEIVES = 5
 #: The ingest queue's visibility: 6x the ingest function's timeout plus its batching window (Lambda's advice).
@@ -139,19 +141,16 @@ def ensure_bucket_tier(s3: S3Client, sqs: SQSClient, config: BucketTierConfig) -
     ingest = config.sqs_settings.bucket_ingest_queue
     retention: dict[QueueAttributeNameType, str] = {"MessageRetentionPeriod": str(RETENTION_SECONDS)}
     try:
-        dlq_url = sqs.create_queue(QueueName=dlq_name(ingest), Attributes=retention)["QueueUrl"]
+        dlq_url = create_queue_with(sqs, dlq_name(ingest), retention)  # an existing one must match: one clear error
         dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": INGEST_MAX_RECEIVES})
-        ingest_url = sqs.create_queue(
-            QueueName=ingest,
-            Attributes={
-                **retention,
-                "VisibilityTimeout": str(INGEST_VISIBILITY_SECONDS),
-                "RedrivePolicy": redrive,
-            },
-        )["QueueUrl"]
+        ingest_url = create_queue_with(
+            sqs,
+            ingest,
+            {**retention, "VisibilityTimeout": str(INGEST_VISIBILITY_SECONDS), "RedrivePolicy": redrive},
+        )
         # The same attributes as ``ensure_endpoint`` gives it, so the two can run in either order.
-        error_url = sqs.create_queue(QueueName=settings.error_queue, Attributes=retention)["QueueUrl"]
+        error_url = create_queue_with(sqs, settings.error_queue, retention)
     except (ClientError, BotoCoreError) as exc:
         raise translate_error(exc, f"creating the time-bucket tier's queues ({ingest!r})") from exc
     return TierResources(config.bucket_name, config.prefix, ingest_url, dlq_url, error_url)
@@ -227,11 +226,18 @@ def _check_queues(sqs: SQSClient, config: BucketTierConfig) -> list[str]:
     ingest = config.sqs_settings.bucket_ingest_queue
     dlq = dlq_name(ingest)
     problems = []
-    if _attributes(sqs, settings.error_queue) is None:
+    error_attributes = _attributes(sqs, settings.error_queue)
+    if error_attributes is None:
         problems.append(f"error queue {settings.error_queue!r} does not exist")
     dlq_attributes = _attributes(sqs, dlq)
     if dlq_attributes is None:
         problems.append(f"ingest dead-letter queue {dlq!r} does not exist")
+    for kind, name, found in (
+        (Holding.ERROR, settings.error_queue, error_attributes),
+        (Holding.INGEST_DLQ, dlq, dlq_attributes),
+    ):
+        said = retention_problem(kind, name, int(found.get("MessageRetentionPeriod", "0"))) if found else None
+        problems += [said] if said else []
     attributes = _attributes(sqs, ingest)
     if attributes is None:
         return [*problems, f"ingest queue {ingest!r} does not exist: run `delayed-delivery aws create --buckets`"]
@@ -245,6 +251,5 @@ def _check_queues(sqs: SQSClient, config: BucketTierConfig) -> list[str]:
         )
     elif dlq_attributes is not None and target != dlq_attributes.get("QueueArn"):
         problems.append(f"ingest queue {ingest!r} redrives to {target!r}, not to {dlq!r}")
-    if int(attributes.get("MessageRetentionPeriod", "0")) < RETENTION_SECONDS:
-        problems.append(f"ingest queue {ingest!r}: MessageRetentionPeriod below {RETENTION_SECONDS} s (14 days)")
-    return problems
+    said = retention_problem(Holding.INGEST, ingest, int(attributes.get("MessageRetentionPeriod", "0")))
+    return [*problems, *([said] if said else [])]

@@ -15,6 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ...verification import CheckResult, Group, failed, needs_account, passed, skipped, warned
 from ..queues import MIN_RETENTION_SECONDS, PARK_RETENTION_SECONDS
+from ..retention import Holding, retention_fix, retention_problem
 from ..sqs import translate_error
 from ..tier.provision import INGEST_MAX_RECEIVES
 from ..tier.store import translate_s3_error
@@ -36,6 +37,7 @@ __all__ = [
     "event_source",
     "ingest_dlq",
     "ingest_event_source",
+    "ingest_retention",
     "ingest_visibility",
     "input_queue",
     "schedule",
@@ -66,11 +68,12 @@ def delay_queue(ctx: AwsVerifyContext, ep: EndpointTarget) -> CheckResult:
     """``-delay.fifo`` exists, is FIFO and holds each hop for exactly ``fifo_queue_delay``."""
     facts, hop = ctx.queue(ep.delay_queue), ctx.target.sqs_settings.fifo_queue_delay
     if facts is None:
+        again = f"`delayed-delivery aws create --queue {ep.name}`" if ctx.target.local else "cdk deploy"
         return _missing_queue(
             "delay-queue",
             ep.delay_queue,
             f"delay queue {ep.delay_queue!r}",
-            f"create it as a FIFO queue with DelaySeconds={hop} (cdk deploy, or `delayed-delivery aws create`)",
+            f"recreate it as a FIFO queue with DelaySeconds={hop}: {again}",
         )
     if facts.attributes.get("FifoQueue", "false").lower() != "true":
         return failed("delay-queue", C, ep.delay_queue, "it is not a FIFO queue", "recreate it as a FIFO queue")
@@ -185,8 +188,16 @@ def encryption(ctx: AwsVerifyContext, ep: EndpointTarget) -> CheckResult:
     return passed("queue-encryption", C, ep.name, f"encrypted: {', '.join(n for n, f in found.items() if f)}")
 
 
+def _held(check: str, facts: QueueFacts, kind: Holding, evidence: str) -> CheckResult:
+    """``evidence`` passes unless the queue's retention loses messages (then: the problem and the command)."""
+    said = retention_problem(kind, facts.name, facts.number("MessageRetentionPeriod"))
+    if said:
+        return failed(check, C, facts.name, said, retention_fix(facts.url))
+    return passed(check, C, facts.name, f"{evidence}, keeps messages 14 days")
+
+
 def error_queue(ctx: AwsVerifyContext, ep: EndpointTarget) -> CheckResult:
-    """The endpoint's error queue exists."""
+    """The endpoint's error queue exists and keeps its messages 14 days."""
     if not ep.error_queue:
         return failed(
             "error-queue",
@@ -195,11 +206,12 @@ def error_queue(ctx: AwsVerifyContext, ep: EndpointTarget) -> CheckResult:
             "the requeue function names no error queue (DELAYED_DELIVERY_ERROR_QUEUE is not set)",
             "deploy infra/aws again: the construct sets it",
         )
-    if ctx.queue(ep.error_queue) is None:
+    facts = ctx.queue(ep.error_queue)
+    if facts is None:
         return _missing_queue(
             "error-queue", ep.error_queue, f"error queue {ep.error_queue!r}", "create it (cdk deploy creates it)"
         )
-    return passed("error-queue", C, ep.error_queue, f"error queue {ep.error_queue!r} exists")
+    return _held("error-queue", facts, Holding.ERROR, f"error queue {ep.error_queue!r} exists")
 
 
 def _mapping(ctx: AwsVerifyContext, function: str, queue_name: str) -> dict[str, Any] | None:
@@ -411,24 +423,51 @@ def ingest_dlq(ctx: AwsVerifyContext) -> CheckResult:
     return passed("tier-ingest-dlq", C, ingest, f"redrives to {dlq} after {receives} receives")
 
 
-def ingest_visibility(ctx: AwsVerifyContext) -> CheckResult:
-    """The ingest queue's visibility is six times the ingest timeout plus its batching window."""
+def _ingest(ctx: AwsVerifyContext, check: str) -> QueueFacts | CheckResult:
+    """The ingest queue's facts, or ``check`` skipped when there is no ingest queue."""
     tier = ctx.target.tier
     assert tier is not None
-    facts = ctx.queue(tier.config.sqs_settings.bucket_ingest_queue)
-    if facts is None:
-        return skipped("tier-ingest-visibility", C, tier.config.sqs_settings.bucket_ingest_queue, "no ingest queue")
-    return _visibility("tier-ingest-visibility", facts.name, facts, tier.ingest, INGEST_BATCHING_WINDOW)
+    name = tier.config.sqs_settings.bucket_ingest_queue
+    return ctx.queue(name) or skipped(check, C, name, "no ingest queue")
+
+
+def ingest_visibility(ctx: AwsVerifyContext) -> CheckResult:
+    """The ingest queue's visibility is six times the ingest timeout plus its batching window."""
+    facts = _ingest(ctx, "tier-ingest-visibility")
+    if isinstance(facts, CheckResult):
+        return facts
+    assert ctx.target.tier is not None
+    return _visibility("tier-ingest-visibility", facts.name, facts, ctx.target.tier.ingest, INGEST_BATCHING_WINDOW)
+
+
+def ingest_retention(ctx: AwsVerifyContext) -> CheckResult:
+    """The ingest queue and its DLQ keep records 14 days: shorter loses them (below the ingest's wait: all of them)."""
+    ingest = _ingest(ctx, "tier-ingest-retention")
+    if isinstance(ingest, CheckResult):
+        return ingest
+    assert ctx.target.tier is not None
+    dlq = ctx.queue(ctx.target.tier.ingest_dlq)
+    held = [(ingest, Holding.INGEST), *([(dlq, Holding.INGEST_DLQ)] if dlq is not None else [])]
+    found = [(q, retention_problem(kind, q.name, q.number("MessageRetentionPeriod"))) for q, kind in held]
+    problems = [(q, said) for q, said in found if said]
+    if problems:
+        evidence = "; ".join(said for _, said in problems)
+        return failed(
+            "tier-ingest-retention", C, ingest.name, evidence, "; ".join(retention_fix(q.url) for q, _ in problems)
+        )
+    kept = ", ".join(f"{q.name} {q.number('MessageRetentionPeriod'):,} s" for q, _ in found)
+    return passed("tier-ingest-retention", C, ingest.name, f"MessageRetentionPeriod {kept}")
 
 
 def tier_error_queue(ctx: AwsVerifyContext) -> CheckResult:
-    """The tier's error queue exists."""
+    """The tier's error queue exists and keeps its messages 14 days."""
     tier = ctx.target.tier
     assert tier is not None
     name = tier.config.settings.error_queue
-    if ctx.queue(name) is None:
+    facts = ctx.queue(name)
+    if facts is None:
         return _missing_queue("tier-error-queue", name, f"the tier's error queue {name!r}", "create it (cdk deploy)")
-    return passed("tier-error-queue", C, name, f"error queue {name!r} exists")
+    return _held("tier-error-queue", facts, Holding.ERROR, f"error queue {name!r} exists")
 
 
 def schedule(ctx: AwsVerifyContext) -> CheckResult:

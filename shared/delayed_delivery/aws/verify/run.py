@@ -57,6 +57,7 @@ _TIER_CHECKS: tuple[Callable[..., CheckResult], ...] = (
     config.bucket_policy,
     config.ingest_dlq,
     config.ingest_visibility,
+    config.ingest_retention,
     config.tier_error_queue,
     config.ingest_event_source,
     config.schedule,

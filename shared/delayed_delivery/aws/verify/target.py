@@ -17,6 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ...errors import ConfigurationError
 from ...settings import DelayedDeliverySettings
 from ...verification import PROBE_QUEUE
+from ..queues import recorded_endpoints
 from ..settings import SqsSettings
 from ..sqs import translate_error
 from ..tier.config import DEFAULT_PREFIX, INGEST_TIMEOUT_SECONDS, INGEST_WINDOW_SECONDS, BucketTierConfig, TierSettings
@@ -121,7 +122,7 @@ def local_target(
     cancellation_table: str | None = None,
     probe: bool = True,
 ) -> AwsTarget:
-    """The endpoints on an emulator: ``queues`` (or every ``<q>-delay.fifo`` found), the tier and the probe."""
+    """The endpoints on an emulator: ``queues`` (or every one ``aws create`` made), the tier and the probe."""
     names = [q.removesuffix("-delay.fifo") for q in queues] or _listed_endpoints(sqs)
     names = [n for n in dict.fromkeys(names) if n != PROBE_QUEUE]
     requeue = FunctionTarget(None, REQUEUE_TIMEOUT)
@@ -144,12 +145,8 @@ def local_target(
 
 
 def _listed_endpoints(sqs: Any) -> list[str]:
-    """Every queue that has a ``-delay.fifo`` beside it (the endpoints ``aws create`` made)."""
-    try:
-        urls = sqs.list_queues(MaxResults=1000).get("QueueUrls", [])
-    except (ClientError, BotoCoreError) as exc:
-        raise translate_error(exc, "listing the queues") from exc
-    return sorted(u.rsplit("/", 1)[-1].removesuffix("-delay.fifo") for u in urls if u.endswith("-delay.fifo"))
+    """The endpoints ``aws create`` made (by the tag it puts on their queues), whichever of their queues is left."""
+    return recorded_endpoints(sqs)
 
 
 def discover_stack(cloudformation: Any, lambda_client: Any, stack: str, region: str | None) -> AwsTarget:

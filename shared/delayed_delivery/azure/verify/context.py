@@ -39,6 +39,12 @@ class AzureTarget:
     role_assignments: Sequence[Mapping[str, Any]] | None = None
     #: Scheduled query rules of the resource group (``az monitor scheduled-query list -g <rg>``), if given.
     alert_rules: Sequence[Mapping[str, Any]] | None = None
+    #: The options that name this deployment to the other ``delayed-delivery azure`` commands (for the fixes).
+    cli_options: str = "--endpoint <endpoint>"
+
+    def command(self, verb: str) -> str:
+        """``delayed-delivery azure <verb>`` on this deployment, e.g. ``azure setup --local --endpoint orders``."""
+        return f"delayed-delivery azure {verb} {self.cli_options}"
 
 
 @dataclass(slots=True)
@@ -60,3 +66,9 @@ class AzureVerifyContext:
     def account(self) -> str:
         """The delays storage account's name."""
         return str(self.clients.queues.account_name)
+
+    @property
+    def missing(self) -> set[str]:
+        """What the configuration checks found missing (``table``, ``container``, ``lease blobs``, ``error queue``)."""
+        found: set[str] = self.notes.setdefault("missing", set())
+        return found

@@ -3,6 +3,10 @@
 ``--quick`` sends one through native initial visibility (30 s) and one through the delays table (due in 90 s,
 dispatched by the timer); ``--full`` adds one kept in the table and cancelled before it falls due. One loop reads
 the probe queue until each probe has arrived and its duplicate watch is over, or its deadline passed.
+
+The table probes are skipped when the configuration checks found the table missing, and on an emulator when they
+found anything of the dispatcher's storage missing: the dispatcher run here would create it, and verify changes
+nothing it checks.
 """
 
 from __future__ import annotations
@@ -35,6 +39,18 @@ def _plan(ctx: AzureVerifyContext) -> list[tuple[str, float]]:
     if ctx.mode is Mode.FULL:
         plan.append(("cancel", s.table_delay))
     return plan
+
+
+def _table_blocked(ctx: AzureVerifyContext) -> str | None:
+    """Why the table probes cannot run (what the configuration checks found missing), or None when they can."""
+    if "table" in ctx.missing:
+        return "the delays table does not exist (the table check)"
+    if ctx.dispatcher.local and ctx.missing:
+        return (
+            f"the dispatcher is not run here while these are missing ({', '.join(sorted(ctx.missing))}): it would "
+            "create what the checks above report"
+        )
+    return None
 
 
 def _send(ctx: AzureVerifyContext, sender: AzureDelayedSender, kind: str, delay: float) -> Probe:
@@ -86,7 +102,7 @@ def _receive(ctx: AzureVerifyContext, probes: dict[str, Probe]) -> int:
     return earlier
 
 
-def _await(ctx: AzureVerifyContext, probes: list[Probe]) -> int:
+def _await(ctx: AzureVerifyContext, probes: list[Probe], *, dispatch: bool) -> int:
     by_id = {p.message_id: p for p in probes}
     start = ctx.clock.now()
     next_progress = start + timedelta(seconds=ctx.settings.progress_every)
@@ -101,7 +117,7 @@ def _await(ctx: AzureVerifyContext, probes: list[Probe]) -> int:
             next_progress = now + timedelta(seconds=ctx.settings.progress_every)
         left = min((p.deadline(ctx.settings) - now).total_seconds() for p in waiting)
         step = max(0.0, min(left, 1.0))  # one read a second: the arrival time is this machine's, to a second
-        if ctx.dispatcher.local:
+        if dispatch:
             ctx.dispatcher.run_for(step)
         else:
             ctx.clock.sleep(step)
@@ -134,8 +150,9 @@ def _where(ctx: AzureVerifyContext, probe: Probe) -> tuple[str, str]:
 
 
 def run_probes(ctx: AzureVerifyContext) -> list[CheckResult]:
-    """Send the probes of the mode, wait for them, judge each."""
-    plan = _plan(ctx)
+    """Send the probes of the mode, wait for them, judge each (the table probes skipped when they cannot run)."""
+    blocked = _table_blocked(ctx)
+    plan = [(kind, delay) for kind, delay in _plan(ctx) if blocked is None or kind == "native"]
     ctx.progress(
         f"sending {len(plan)} probe(s) to {ctx.target.probe_queue}: "
         + ", ".join(f"{k} (due in {span(d)})" for k, d in plan)
@@ -145,7 +162,7 @@ def run_probes(ctx: AzureVerifyContext) -> list[CheckResult]:
     for probe in probes:
         if probe.route == "table" and probe.expect and probe.error is None:
             ctx.cleanup.add(f"the probe row {probe.message_id}", _remover(sender, probe.message_id))
-    earlier = _await(ctx, probes)
+    earlier = _await(ctx, probes, dispatch=ctx.dispatcher.local and blocked is None)
     if earlier:
         ctx.progress(f"removed {earlier} probe(s) of an earlier run from {ctx.target.probe_queue}")
     results = [
@@ -160,7 +177,9 @@ def run_probes(ctx: AzureVerifyContext) -> list[CheckResult]:
         )
         for p in probes
     ]
-    if ctx.mode is Mode.QUICK:
+    if blocked is not None:
+        results += [skipped(f"probe-{kind}", B, ctx.target.probe_queue, blocked) for kind in ("table", "cancel")]
+    elif ctx.mode is Mode.QUICK:
         results.append(skipped("probe-cancel", B, ctx.target.probe_queue, "run with --full"))
     return results
 

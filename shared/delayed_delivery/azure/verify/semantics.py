@@ -18,7 +18,7 @@ from collections.abc import Callable
 from azure.core.exceptions import AzureError, HttpResponseError
 from azure.storage.blob import BlobLeaseClient
 
-from ...verification import CheckResult, Group, Mode, failed, needs_account, passed
+from ...verification import CheckResult, Group, Mode, failed, needs_account, passed, skipped
 from ..blob_lease import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
 from ..sdk_errors import translate
 from ..storage_queue import MAX_NATIVE_DELAY_SECONDS
@@ -81,6 +81,10 @@ _LEASE_EXPECTED = {
 
 def lease_semantics(ctx: AzureVerifyContext) -> CheckResult:
     """Leases of 15-60 s, exclusive while held, renewable (and expiring, with ``--full``)."""
+    if "container" in ctx.missing:
+        return skipped(
+            "lease-semantics", B, "blob lease", "the lease container does not exist (the lease-container check)"
+        )
     try:
         answers = _lease_answers(ctx)
     except AzureError as exc:
