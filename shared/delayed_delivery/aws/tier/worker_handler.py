@@ -56,6 +56,9 @@ METRICS: Mapping[str, tuple[str, str]] = {
     "refused_given_up": ("BucketRefusedToErrorQueue", MetricUnit.Count.value),
     "release_held": ("ReleaseWaits", MetricUnit.Count.value),
     "release_lag_max_seconds": ("ReleaseLag", MetricUnit.Seconds.value),
+    "held_written": ("BucketMessagesHeld", MetricUnit.Count.value),
+    "lines_reread": ("BucketDispatchLinesReread", MetricUnit.Count.value),
+    "inherited": ("BucketDispatchInherited", MetricUnit.Count.value),
 }
 _EVENT_DISPATCH = "bucket_dispatch_run"
 #: How much of a task that cannot be read goes to the error queue with its reason.
