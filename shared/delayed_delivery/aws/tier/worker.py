@@ -82,23 +82,19 @@ class WorkerResult:
     snapshots_written: int = 0
     #: Messages an earlier plan of the bucket (lost, or expired) handed on: met, so not sent again.
     inherited: int = 0
-    #: 1: the partition is done.
+    #: 1: the partition is done; 1: stopped near the deadline (the task enqueued again).
     finished: int = 0
-    #: 1: stopped near the deadline; the task is enqueued again.
     continued: int = 0
     #: 1: nothing to do (the plan is gone or another, the partition done or held by another worker).
     skipped: int = 0
     #: 1: another worker took the partition over (this one stopped; at most its last piece is sent twice).
     lost_partition: int = 0
-    #: Ids not remembered because the partition met more than ``Seen``'s limit.
-    seen_overflow: int = 0
-    #: Messages a destination refused (access denied, its key): written back, retried by later runs until
-    #: ``bucket_refused_retry_seconds`` past their due time (counted in ``kept_for_retry`` too), then given up to the
-    #: error queue (``refused_given_up``).
+    seen_overflow: int = 0  # ids not remembered: the partition met more than ``Seen``'s limit
+    #: Refused by their destination (access denied, its key): written back (``kept_for_retry``) until
+    #: ``bucket_refused_retry_seconds`` past due, then to the error queue (``refused_given_up``).
     refused: int = 0
     refused_given_up: int = 0
-    #: Release control: messages held for want of a release slot within 900 s, written into their destination's
-    #: held area (``held_written``; #31: written back into the bucket), and the most seconds a slot added to one sent.
+    #: Release control: held for want of a slot within 900 s (into the held area: ``held_written``), the most lag.
     release_held: int = 0
     release_lag_max_seconds: float = 0.0
     held_written: int = 0
@@ -168,11 +164,9 @@ class PartitionWorker:
         """Go on with ``task``'s partition until it is done or ``deadline`` (``time.monotonic``) is near."""
         tally = Tally(WorkerResult)
         plan = self.plans.read_plan(task.bucket)
-        if plan is None or (plan.created_ms, plan.partitions) != (task.plan_ms, task.partitions):
-            tally.add(skipped=1)
-            return tally.result()
-        claimed = self._claim(plan, task.partition)
-        if claimed is None:
+        same = plan is not None and (plan.created_ms, plan.partitions) == (task.plan_ms, task.partitions)
+        claimed = self._claim(plan, task.partition) if plan is not None and same else None
+        if plan is None or claimed is None:
             tally.add(skipped=1)
             return tally.result()
         work = BucketWork(self.store, self.sqs, self.clock, self.cancellations)
