@@ -6,25 +6,29 @@ its KMS key on demand."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import boto3
 from botocore.exceptions import ClientError
 
-from delayed_delivery.aws.release_calendar import ReleaseCalendar
+from delayed_delivery.aws.release_calendar import ReleaseCalendar, ensure_release_table
 from delayed_delivery.aws.tier.config import TierSettings
 from delayed_delivery.aws.tier.store import S3BucketStore
 from delayed_delivery.aws.tier.timer import BucketTimer, TimerResult
 from delayed_delivery.aws.tier.worker import PartitionWorker, WorkerResult
 from delayed_delivery.cancellations import CancellationCache
 from delayed_delivery.clock import ManualClock
+from delayed_delivery.release import ReleaseRates
 from delayed_delivery.timebuckets.format import BucketMessage
 from delayed_delivery.timebuckets.plans import DispatchTask
 from delayed_delivery.timebuckets.wheel import FINE, BucketKey
 from tests.aws.tier.timer_support import PREFIX, SETTINGS, START, Recorder, message, queue_url
+from tests.fixtures.moto import REGION
 
 #: The inline bound of ``SMALL``: the most messages the timer sends itself.
 INLINE = 40
@@ -195,3 +199,17 @@ def fine(due: Any, settings: TierSettings) -> BucketKey:
     seconds = settings.bucket_fine_seconds
     start = START + timedelta(seconds=(due - START).total_seconds() // seconds * seconds)
     return BucketKey(FINE, start)
+
+
+def release_calendar(endpoint: str, rates: dict[str, float]) -> ReleaseCalendar:
+    """A release calendar with ``rates`` on a table of its own on moto (default client timeouts: load is slow)."""
+    client = boto3.client(
+        "dynamodb",
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    name = f"release-{time.monotonic_ns()}"
+    ensure_release_table(client, name)
+    return ReleaseCalendar(client, name, ReleaseRates.of(rates))

@@ -4,27 +4,23 @@ reach them there; ``pending`` counts them."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-import boto3
 import pytest
 
 from delayed_delivery.aws.cancellations import DynamoDbCancellationStore, ensure_cancellation_table
-from delayed_delivery.aws.release_calendar import ReleaseCalendar, ensure_release_table
+from delayed_delivery.aws.release_calendar import ReleaseCalendar
 from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.tier.held import HeldArea
 from delayed_delivery.aws.tier.operations import TierOperations
 from delayed_delivery.cancellations import CancellationCache
-from delayed_delivery.release import ReleaseRates
 from delayed_delivery.timebuckets.wheel import FINE, parse_object_key_count
 from tests.aws.test_cancel_dynamodb import dynamodb_client
-from tests.aws.tier.plan_support import Tier, burst, fine
+from tests.aws.tier.plan_support import Tier, burst, fine, release_calendar
 from tests.aws.tier.timer_support import SETTINGS, START
-from tests.fixtures.moto import REGION
 
 pytestmark = pytest.mark.moto
 
@@ -35,16 +31,7 @@ RATE = 1.0
 
 @pytest.fixture
 def calendar(moto_endpoint: str) -> ReleaseCalendar:
-    client = boto3.client(
-        "dynamodb",
-        endpoint_url=moto_endpoint,
-        region_name=REGION,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    name = f"release-{time.monotonic_ns()}"
-    ensure_release_table(client, name)
-    return ReleaseCalendar(client, name, ReleaseRates.of({"orders": RATE}))
+    return release_calendar(moto_endpoint, {"orders": RATE})
 
 
 class Rewrites:

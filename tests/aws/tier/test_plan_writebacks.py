@@ -5,20 +5,16 @@ manual clock, at the deployed timing with an inline bound of 40 (``plan_support`
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from typing import Any
 
-import boto3
 import pytest
 
-from delayed_delivery.aws.release_calendar import ReleaseCalendar, ensure_release_table
+from delayed_delivery.aws.release_calendar import ReleaseCalendar
 from delayed_delivery.aws.tier.config import TierSettings
-from delayed_delivery.release import ReleaseRates
 from delayed_delivery.timebuckets.wheel import FINE
-from tests.aws.tier.plan_support import INLINE, Tier, burst, fine
+from tests.aws.tier.plan_support import INLINE, Tier, burst, fine, release_calendar
 from tests.aws.tier.timer_support import START, message
-from tests.fixtures.moto import REGION
 
 pytestmark = pytest.mark.moto
 
@@ -68,16 +64,7 @@ def test_a_lone_late_message_throttled_once_in_a_planned_bucket_is_delivered(
 
 @pytest.fixture
 def calendar(moto_endpoint: str) -> ReleaseCalendar:
-    client = boto3.client(
-        "dynamodb",
-        endpoint_url=moto_endpoint,
-        region_name=REGION,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    name = f"release-{time.monotonic_ns()}"
-    ensure_release_table(client, name)
-    return ReleaseCalendar(client, name, ReleaseRates.of({"orders": 0.04}))
+    return release_calendar(moto_endpoint, {"orders": 0.04})
 
 
 def test_a_capped_destination_under_planned_bursts_loses_nothing(
