@@ -118,6 +118,8 @@ EPISODE_CALLS = 3
 CAPPED_RATE = 5.0
 UNCAPPED_RATE = 100_000.0
 CAPPED_HORIZON = 4
+#: Ticks a release cap lasts at most once its burst went out under it.
+CAP_TICKS = 30
 #: Simulated seconds a timer's lease holds; after a crash the clock moves past it so the bucket is taken over.
 LEASE_SECONDS = 2.0
 #: Points after which the timer sends a message again: sent, then died before its object was deleted.
@@ -547,10 +549,13 @@ class BucketLab:
             self.next_episode()
 
     def release_cap_over(self) -> None:
-        """The ``release_cap`` episode ends once the burst it capped is sent and nothing is held any more."""
+        """The ``release_cap`` episode ends once the burst it capped is sent and nothing is held any more, or
+        ``CAP_TICKS`` ticks after it fired (the cap lifted with messages still held: later runs release them)."""
         if self.episode() != "release_cap" or not self.episode_fired:
             return
-        if not self.bursts_pending() and not list(HeldArea(self.timer.store).objects()):
+        if self.quiet_ticks > CAP_TICKS or (
+            not self.bursts_pending() and not list(HeldArea(self.timer.store).objects())
+        ):
             self.next_episode()
 
     def step_of(self, role: str, op: str, kwargs: dict[str, Any], faults: Faults) -> str | None:
@@ -625,7 +630,9 @@ class BucketLab:
         """Whether the armed fault point is on the burst path (only a planned bucket reaches it), or the armed
         episode needs a burst."""
         target = self.faults.target
-        if target in ("release_cap", "operator_cancel", "operator_reschedule", "plan_expiry"):
+        if target == "release_cap":
+            return not self.episode_fired  # one burst under the cap, then it drains and the episode ends
+        if target in ("operator_cancel", "operator_reschedule", "plan_expiry"):
             return True
         return target is not None and target.split("_", 1)[1] in BURST_STEPS
 
