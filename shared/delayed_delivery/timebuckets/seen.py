@@ -29,6 +29,7 @@ from ..jsonbounds import loads_bounded
 from ..model import is_usable_message_id
 from ..validation import is_whole
 from .identity import DIGEST_CHARS
+from .plans import require_whole
 from .wheel import FINE, BucketKey
 
 __all__ = [
@@ -80,11 +81,7 @@ class SeenSnapshot:
             ("line", self.line, 0, 10_000_000),
             ("overflow", self.overflow, 0, 10**12),
         )
-        for name, value, low, high in checks:
-            if not is_whole(value, low, high):
-                raise InvalidMessageError(
-                    f"{what}: {name} {str(value)[:40]} is not a whole number from {low} to {high:,}"
-                )
+        require_whole(checks, what)
         if not isinstance(self.done, bool):
             raise InvalidMessageError(f"{what}: done must be true or false")
         if len(self.entries) > MAX_SEEN_ENTRIES:
