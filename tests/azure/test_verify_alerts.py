@@ -1,6 +1,6 @@
-"""The alert rules ``azure verify`` checks are the rules ``operations.bicep`` deploys (all seven, ``release-lag`` too),
-from listings as `az monitor scheduled-query list` prints them: present and enabled pass; a missing or disabled one
-fails with its fix."""
+"""The alert rules ``azure verify`` checks are the rules ``operations.bicep`` deploys (all eight, ``release-lag`` and
+``schedule-missed`` too), from listings as `az monitor scheduled-query list` prints them: present and enabled pass; a
+missing or disabled one fails with its fix."""
 
 from __future__ import annotations
 
@@ -38,13 +38,13 @@ def _listing(names: list[str], disabled: str | None = None) -> list[dict[str, An
 
 
 def test_verify_checks_every_rule_the_bicep_deploys() -> None:
-    """Before (issue 32): 6 checked, 7 deployed (release-lag never checked)."""
-    assert len(_bicep_rules()) == 7 and sorted(ALERT_RULES) == sorted(_bicep_rules())
+    """Before (issue 32): 6 checked, 7 deployed (release-lag never checked); schedule-missed came with #35."""
+    assert len(_bicep_rules()) == 8 and sorted(ALERT_RULES) == sorted(_bicep_rules())
 
 
 def test_every_rule_present_and_enabled_passes() -> None:
     result = _check(_listing(list(ALERT_RULES)))
-    assert result.status is Status.PASS and "7 alert rules" in result.evidence
+    assert result.status is Status.PASS and "8 alert rules" in result.evidence
 
 
 def test_a_missing_release_lag_rule_fails() -> None:

@@ -30,6 +30,7 @@ ALERT_RULES = (
     "error-queue",
     "lease-loss",
     "no-timer-run",
+    "schedule-missed",
     "send-failures",
 )
 _DEPLOY = "deploy infra/azure (az deployment group create …)"
