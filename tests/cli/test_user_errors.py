@@ -179,11 +179,17 @@ def dead_port(request: pytest.FixtureRequest) -> Iterator[int]:
         yield int(silent.getsockname()[1])
 
 
+#: The CLI's own timeouts and retries end an unreachable endpoint in under 10 s; the rest is headroom for a loaded
+#: machine (the command's imports and work are CPU). The SDKs' defaults (60 s and 300 s read timeouts against a silent
+#: port, retried) take minutes, which this still catches.
+QUICK_SECONDS = 30
+
+
 def _quick(*args: str) -> str:
     started = time.monotonic()
     result = run(*args)
     line = one_line_error(result)
-    assert time.monotonic() - started < 10, f"took {time.monotonic() - started:.1f} s: {line}"
+    assert time.monotonic() - started < QUICK_SECONDS, f"took {time.monotonic() - started:.1f} s: {line}"
     return result.output
 
 
