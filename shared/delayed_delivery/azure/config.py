@@ -14,6 +14,7 @@ App settings (all optional unless noted):
 | ``DELAYED_DELIVERY_RUN_SECONDS`` | ``50`` | how long one timer run dispatches |
 | ``DELAYED_DELIVERY_CLAIM_TIMEOUT`` | ``60`` | seconds a claimed row stays invisible to other dispatchers |
 | ``DELAYED_DELIVERY_ALLOWED_DESTINATIONS`` | any queue of the account | comma-separated queue names / patterns |
+| ``DELAYED_DELIVERY_PLACE_AHEAD`` | ``0`` (off) | seconds ahead of due that rows go on their queues, hidden |
 
 plus every core setting (``DelayedDeliverySettings.from_env``). When neither storage variable is set,
 ``AzureWebJobsStorage`` (a connection string) or ``AzureWebJobsStorage__accountName`` is used.
@@ -54,6 +55,9 @@ ENV_LEASE = "DELAYED_DELIVERY_LEASE_SECONDS"
 ENV_RUN = "DELAYED_DELIVERY_RUN_SECONDS"
 ENV_CLAIM = "DELAYED_DELIVERY_CLAIM_TIMEOUT"
 ENV_ALLOWED = "DELAYED_DELIVERY_ALLOWED_DESTINATIONS"
+ENV_PLACE_AHEAD = "DELAYED_DELIVERY_PLACE_AHEAD"
+#: The longest lead: a queue hides a message for at most 7 days (a minute kept for clock differences).
+MAX_PLACE_AHEAD = 7 * 24 * 3600 - 60
 ENV_HOST_STORAGE = "AzureWebJobsStorage"
 #: A lease renewal that stalls must fail (and be retried) well within the lease duration.
 _LEASE_TIMEOUTS = {"connection_timeout": 5.0, "read_timeout": 10.0}
@@ -87,6 +91,8 @@ class AzureDelayedDeliveryConfig:
     settings: DelayedDeliverySettings = field(default_factory=DelayedDeliverySettings)
     #: Queue names or ``*``/``?`` patterns the dispatcher may send to; empty = any queue of its account.
     allowed_destinations: tuple[str, ...] = ()
+    #: Seconds before their due time rows are put on their queues, hidden until due (0: at the due time only).
+    place_ahead: float = 0.0
 
     def __post_init__(self) -> None:
         validate_azure_table_name(self.table_name)
@@ -105,6 +111,11 @@ class AzureDelayedDeliveryConfig:
             raise ConfigurationError(f"{ENV_RUN} must be a positive number of seconds, got {self.run_seconds!r}")
         if not (is_number(self.claim_timeout) and 0 < self.claim_timeout < math.inf):
             raise ConfigurationError(f"{ENV_CLAIM} must be a positive number of seconds, got {self.claim_timeout!r}")
+        if not (is_number(self.place_ahead) and 0 <= self.place_ahead <= MAX_PLACE_AHEAD):
+            raise ConfigurationError(
+                f"{ENV_PLACE_AHEAD} must be from 0 to {MAX_PLACE_AHEAD} seconds (a queue hides a message for at most "
+                f"7 days), got {self.place_ahead!r}"
+            )
         object.__setattr__(
             self, "allowed_destinations", parse_patterns(",".join(self.allowed_destinations), ENV_ALLOWED)
         )
@@ -160,6 +171,7 @@ class AzureDelayedDeliveryConfig:
             claim_timeout=env_value(env, ENV_CLAIM, float, 60.0),
             settings=settings,
             allowed_destinations=parse_patterns(env.get(ENV_ALLOWED, ""), ENV_ALLOWED),
+            place_ahead=env_value(env, ENV_PLACE_AHEAD, float, 0.0),
         )
 
 

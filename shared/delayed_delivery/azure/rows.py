@@ -70,6 +70,11 @@ DUE_PREFIX = "d_"
 #: A deferred row's own due time (its RowKey holds its release slot).
 DUE_AT = "DueAt"
 INDEX_PREFIX = "i_"
+#: ``AvailableAt`` of a row placed on its queue ahead of its due time (``placement.py``): never fetched again.
+PLACED_KEY = "99991231235959999999"
+#: A placed row's queue message id and pop receipt (what deletes or updates the hidden message).
+QUEUE_MESSAGE_ID = "QueueMessageId"
+POP_RECEIPT = "PopReceipt"
 #: One character after ``_``: ``"d_" <= RowKey < "d`"`` selects every due row.
 DUE_END = "d`"
 _KEY_LEN = 20

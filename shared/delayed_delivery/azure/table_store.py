@@ -41,7 +41,13 @@ from azure.data.tables import TableClient, TableServiceClient, TableTransactionE
 
 from .. import logfields as lf
 from ..clock import utc
-from ..errors import ConfigurationError, DelayedDeliveryError, InvalidMessageError, TransientError
+from ..errors import (
+    ConfigurationError,
+    DelayedDeliveryError,
+    InvalidMessageError,
+    MessagePlacedError,
+    TransientError,
+)
 from ..model import DelayedMessage
 from ..naming import validate_azure_table_name
 from ..ports import ClaimedMessage, DelayedMessageStore, ReleaseBacklog, in_flight
@@ -235,6 +241,8 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 if (pk, str(entity["RowKey"])) in handed:
                     continue  # fetched by this exclusive view and not settled yet
                 available = entity.get("AvailableAt")
+                if available == rows.PLACED_KEY:
+                    continue  # on its queue already (placement.py)
                 if not isinstance(available, str) or len(available) != 20 or not available.isdigit():
                     continue  # garbage: fetch_due replaces the row once it is due
                 if best is None or available < best:
@@ -549,6 +557,12 @@ class TableDelayedMessageStore(DelayedMessageStore):
     def _refuse_in_flight(self, message_id: str, row: Any) -> None:
         """Raise ``MessageInFlightError`` while a dispatcher's claim on ``row`` lasts (this host's clock)."""
         available = row.get("AvailableAt")
+        if available == rows.PLACED_KEY and row.get(rows.QUEUE_MESSAGE_ID):
+            raise MessagePlacedError(
+                f"message {message_id!r} already waits on queue {str(row.get('Destination'))[:80]!r}, hidden until "
+                f"{rows.due_of_row_key(str(row['RowKey'])).isoformat()}: it can no longer be cancelled or rescheduled "
+                "with certainty (it is placed ahead of its due time: DELAYED_DELIVERY_PLACE_AHEAD)"
+            )
         if not row.get(CLAIM) or not isinstance(available, str) or not available.isdigit():
             return
         if available > _available_of(str(row["RowKey"])) and available > rows.due_key(datetime.now(UTC)):

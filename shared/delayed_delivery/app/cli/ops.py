@@ -42,6 +42,7 @@ from delayed_delivery.errors import (
     InvalidMessageError,
     MessageIdConflictError,
     MessageInFlightError,
+    MessagePlacedError,
     TransientError,
 )
 from delayed_delivery.release import DEFAULT_KEY, RELEASE_RATES_ENV, ReleaseRates
@@ -164,6 +165,8 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 def _error_exit(exc: DelayedDeliveryError, options: RouteOptions, message_id: str | None) -> typer.Exit:
     """A library error as one line: exit 1 for a message being delivered (try again), else exit 2."""
+    if isinstance(exc, MessagePlacedError):
+        return _fail(str(exc), code=1)
     if isinstance(exc, MessageInFlightError):
         which = f"message {message_id!r}" if message_id else "the message"
         return _fail(f"{which} is being delivered right now; try again in a few seconds", code=1)
