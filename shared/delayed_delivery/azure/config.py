@@ -22,6 +22,7 @@ plus every core setting (``DelayedDeliverySettings.from_env``). When neither sto
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -241,6 +242,38 @@ class AzureClients:
         )
 
 
+@functools.cache
+def _env_once_session() -> Any:
+    """The class ``EnvOnceSession``, built when first needed (requests loads with the SDK, not at import)."""
+    import requests
+
+    class EnvOnceSession(requests.Session):
+        """A session that reads the environment's proxy and CA settings once per host, not on every request.
+
+        requests looks them up (and ~/.netrc, and the proxy variables through ``urllib``) for each request: about a
+        tenth of a put's CPU. Here the first request to a host does it; later changes to the environment are not
+        seen. ``.netrc`` is never read (storage requests carry their own ``Authorization``).
+        """
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.trust_env = False
+            self._probe = requests.Session()
+            self._merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+        def merge_environment_settings(
+            self, url: str, proxies: Any, stream: Any, verify: Any, cert: Any
+        ) -> dict[str, Any]:
+            host = url.split("/", 3)[2] if "//" in url else url
+            key = (host, stream, verify, cert, tuple(sorted((proxies or {}).items())))
+            merged = self._merged.get(key)
+            if merged is None:
+                merged = self._merged[key] = self._probe.merge_environment_settings(url, proxies, stream, verify, cert)
+            return dict(merged, proxies=dict(merged["proxies"]))
+
+    return EnvOnceSession
+
+
 def http_transport(pool: int, **timeouts: float) -> RequestsTransport:
     """An HTTP transport keeping ``pool`` connections per host alive.
 
@@ -250,7 +283,7 @@ def http_transport(pool: int, **timeouts: float) -> RequestsTransport:
     import requests
     from azure.core.pipeline.transport import RequestsTransport
 
-    session = requests.Session()
+    session = _env_once_session()()
     adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=pool)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
