@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +59,9 @@ from .table_gateway import CLAIM, MAX_TRANSACTION_OPERATIONS, Operation, Pair, T
 __all__ = ["MAX_TRANSACTION_OPERATIONS", "TableDelayedMessageStore"]
 
 _CONFLICT_RETRIES = 5
+#: Backoff of a removal transaction that failed transiently (doubling up to the maximum, for half the claim).
+_REMOVAL_FIRST_PAUSE = 0.2
+_REMOVAL_MAX_PAUSE = 5.0
 #: Settled removals per transaction: a due row and an index row each.
 _PAIRS = MAX_TRANSACTION_OPERATIONS // 2
 
@@ -394,9 +398,29 @@ class TableDelayedMessageStore(DelayedMessageStore):
         return jobs, unknown
 
     def _delete_chunk(self, job: _Removal) -> tuple[list[str], bool]:
-        """One removal transaction; False when a row changed or went meanwhile (then settle one by one)."""
+        """One removal transaction; False when a row changed or went meanwhile (then settle one by one).
+
+        A transient failure (a reset connection: ``$batch`` is a POST the SDK does not retry, a 503) is retried with
+        backoff for up to half the claim, the rows' claims kept meanwhile: a sent row is not sent again for want of
+        its removal. Retrying is safe: each delete is conditional on the claim's ETag, and a transaction that did
+        succeed the first time fails the second (404), which ``remove`` then settles as already removed.
+        """
         pk, chunk = job
-        return [mid for mid, _, _ in chunk], self._rows.delete_pairs(pk, chunk)
+        mids = [mid for mid, _, _ in chunk]
+        give_up = time.monotonic() + self.claim_timeout.total_seconds() / 2
+        pause = _REMOVAL_FIRST_PAUSE
+        while True:
+            try:
+                return mids, self._rows.delete_pairs(pk, chunk)
+            except TransientError as exc:
+                if time.monotonic() + pause > give_up:
+                    raise
+                _log.warning(
+                    "removing sent messages failed; retrying",
+                    extra={lf.EVENT: "removal_retry", lf.SHARD: pk, lf.REASON: repr(exc), "messages": len(mids)},
+                )
+                time.sleep(pause)
+                pause = min(2 * pause, _REMOVAL_MAX_PAUSE)
 
     def increment_failure_count(self, message_id: str, claim: str | None = None) -> bool:
         """Count one failed delivery and make the row fetchable again at its due time (the claim token stays)."""
