@@ -68,6 +68,8 @@ _UNUSABLE_CONNECTION = (
     "the storage connection string is not usable (it needs AccountName with AccountKey or SharedAccessSignature, "
     "and DefaultEndpointsProtocol or the service endpoints; Azurite: UseDevelopmentStorage=true)"
 )
+#: Most pooled connections per service (a bound on sockets, whatever the shard count).
+_MAX_POOL = 512
 #: Parallel queue puts when ``DELAYED_DELIVERY_MAX_CONCURRENCY`` is not set (Put Message has no batch form).
 DEFAULT_AZURE_CONCURRENCY = 16
 
@@ -195,7 +197,7 @@ class AzureClients:
         from azure.storage.blob import BlobServiceClient
         from azure.storage.queue import QueueServiceClient
 
-        pool = max(10, config.settings.max_concurrency + 4)  # parallel puts must not queue for connections
+        pool = _pool_size(config)  # parallel puts must not queue for connections
         lease_timeouts, timeouts = (_FAIL_FAST_TIMEOUTS, _FAIL_FAST_TIMEOUTS) if fail_fast else (_LEASE_TIMEOUTS, {})
         options: dict[str, Any] = {"retry_total": 0} if fail_fast else {}
         # Storage queues and blobs wait 15 s before their first retry by default (tables 0.8 s).
@@ -240,6 +242,12 @@ class AzureClients:
                 **storage,
             ),
         )
+
+
+def _pool_size(config: AzureDelayedDeliveryConfig) -> int:
+    """Connections to keep per service: every shard's puts run in parallel (and its placer's, with a lead)."""
+    per_shard = config.settings.max_concurrency * (2 if config.place_ahead > 0 else 1)
+    return max(10, min(_MAX_POOL, per_shard * config.shards + 4))
 
 
 @functools.cache
