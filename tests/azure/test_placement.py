@@ -179,3 +179,51 @@ def test_a_placement_whose_row_changed_is_withdrawn_and_a_failed_put_gives_the_r
         _placer(store, _Transport(queues, refuse=True)).place_batch(pool, lambda: True, refused)
     assert (refused.placed, refused.given_back) == (0, 1), refused
     assert [m.message_id for m in store.fetch_due(due, 10)] == ["m-1", "m-9"], "given back: the dispatcher sends it"
+
+
+class _Crash(BaseException):
+    """The placer's process dies (nothing after it runs)."""
+
+
+def test_a_placer_killed_between_its_puts_and_their_record_repeats_only_those_and_loses_nothing(
+    azurite: Azurite, queues: QueueServiceClient, queue: str
+) -> None:
+    store = TableDelayedMessageStore.from_connection_string(azurite.connection_string, new_name())
+    store.setup_infrastructure()
+    due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=25)
+    store.store_many([DelayedMessage(f"m-{i}", queue, b"x", due) for i in range(20)])
+    put_before_crash: list[str] = []
+
+    def crash_after_five(message: DelayedMessage) -> None:
+        put_before_crash.append(message.message_id)
+        if len(put_before_crash) == 5:
+            raise _Crash
+
+    killed = Placer(
+        store.table,
+        1,
+        0,
+        _Transport(queues, before_record=crash_after_five),
+        DestinationPolicy("error"),
+        lead=600.0,
+        clock=SystemClock(),
+        claim_timeout=2.0,
+        concurrency=1,
+    )
+    with pytest.raises(_Crash), ThreadPoolExecutor(1) as pool:
+        killed.place_batch(pool, lambda: True, PlacementReport())
+    assert len(put_before_crash) >= 5, "puts already under way when it died finish"
+
+    report = PlacementReport()
+    deadline = time.monotonic() + REACH
+    while report.placed < 20:  # the killed placer's claims expire (2 s), then its rows are placed again
+        assert time.monotonic() < deadline and datetime.now(UTC) < due, f"placed {report.placed} of 20 before due"
+        with ThreadPoolExecutor(4) as pool:
+            _placer(store, StorageQueueTransport(queues, route="table")).place_batch(pool, lambda: True, report)
+        time.sleep(0.5)
+
+    seen = _visible(queues, [queue], 25)
+    assert sorted(seen) == sorted(f"m-{i}" for i in range(20)), "nothing lost"
+    assert sorted(mid for mid, v in seen.items() if len(v) > 1) == sorted(put_before_crash), (
+        "only the messages put between the crash's last record and the crash arrive twice"
+    )
