@@ -257,14 +257,7 @@ class Placer:
 def _record_ops(put: _Put) -> list[Operation]:
     """The merge marking ``put.row`` placed, applying only while the row is as its claim left it."""
     assert put.placed is not None
-    queue_id, receipt = put.placed
-    patch = {
-        "PartitionKey": put.row.partition_key,
-        "RowKey": put.row.row_key,
-        "AvailableAt": rows.PLACED_KEY,
-        rows.QUEUE_MESSAGE_ID: queue_id,
-        rows.POP_RECEIPT: receipt,
-    }
+    patch = rows.placed_patch(put.row.partition_key, put.row.row_key, *put.placed)
     # the claim token stays on the row: operators see it held (``MessagePlacedError``)
     condition = {"etag": put.row.etag, "match_condition": MatchConditions.IfNotModified, "mode": UpdateMode.MERGE}
     return [("update", patch, condition)]
