@@ -17,7 +17,7 @@ import pytest
 
 from delayed_delivery.pipelines import charts
 from delayed_delivery.pipelines.report import TABLE_COLUMNS, _charts
-from delayed_delivery.pipelines.report_summary import markdown, page
+from delayed_delivery.pipelines.report.summary import markdown, page
 from tests.fixtures.services import unavailable
 
 HOSTILE = "<script>alert(1)</script>[bold]|x"

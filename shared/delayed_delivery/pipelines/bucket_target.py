@@ -5,6 +5,7 @@ Design and reruns: docs/pipelines.md ("Into the S3 time-bucket tier").
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -80,10 +81,8 @@ def bucket_levels(spec: TargetSpec) -> BucketLevel:
 
 def with_run_time(spec: TargetSpec, now: datetime) -> TargetSpec:
     """``spec`` with the run's start time, which every executor buckets against (not part of the run's URL)."""
-    from .targets import TargetSpec
-
     options = tuple(sorted({**dict(spec.options), RUN_TIME_OPTION: str((now - _EPOCH) // _MS)}.items()))
-    return TargetSpec(spec.scheme, spec.location, options, spec.secret)
+    return dataclasses.replace(spec, options=options)
 
 
 def bucket_batches(valid: Any, batches: int, spec: TargetSpec) -> Any:

@@ -15,6 +15,7 @@ import pytest
 from delayed_delivery.aws.tier.config import BucketTierConfig
 from delayed_delivery.aws.verify import configuration as config
 from delayed_delivery.aws.verify import permissions
+from delayed_delivery.aws.verify import tier_checks as tier
 from delayed_delivery.aws.verify.context import AwsClients, AwsVerifyContext, QueueFacts
 from delayed_delivery.aws.verify.run import _switch_on_probe
 from delayed_delivery.aws.verify.target import AwsTarget, EndpointTarget, FunctionTarget, TierTarget
@@ -170,12 +171,12 @@ def test_the_schedule_enabled_every_minute_targeting_the_timer_one_at_a_time() -
     target = [{"Arn": f"arn:aws:lambda:eu-west-1:111122223333:function:{TIMER.name}"}]
     events = FakeEvents(rule, target)
     ctx = _context(AwsClients(sqs=None, events=events), tier=_tier())
-    assert config.schedule(ctx).status is Status.PASS
+    assert tier.schedule(ctx).status is Status.PASS
     events.rule = {**rule, "State": "DISABLED"}
-    found = config.schedule(ctx)
+    found = tier.schedule(ctx)
     assert found.status is Status.FAIL and found.fix == "aws events enable-rule --name DelayedDelivery-EveryMinute-1"
     events.rule, events.targets = rule, [{"Arn": "arn:aws:lambda:eu-west-1:111122223333:function:other"}]
-    assert "does not target" in config.schedule(ctx).evidence
+    assert "does not target" in tier.schedule(ctx).evidence
 
 
 def test_alarms_missing_silenced_and_firing() -> None:

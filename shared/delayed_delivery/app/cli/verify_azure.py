@@ -193,49 +193,62 @@ def _context(
     return context
 
 
+EndpointOption = Annotated[
+    str, typer.Option("--endpoint", envvar=ENV_ENDPOINT, help="The endpoint that owns the delays table.")
+]
+
+ConnectionOption = Annotated[
+    str | None,
+    typer.Option(
+        "--connection-string",
+        envvar=ENV_CONNECTION,
+        help="Storage connection string (else the "
+        "account in DELAYED_DELIVERY_STORAGE_ACCOUNT with your Azure sign-in).",
+    ),
+]
+
+LocalOption = Annotated[
+    bool, typer.Option("--local", help="Check Azurite on 127.0.0.1:10000-10002, running the dispatcher here.")
+]
+
+FullOption = Annotated[
+    bool,
+    typer.Option(
+        "--full/--quick",
+        help="--quick (default): storage, timer, roles, a native "
+        "and a table probe, about 2 minutes. --full: also a cancelled probe and a "
+        "lease left to expire.",
+    ),
+]
+
+AsJsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document (progress stays on stderr).")]
+
+ProbeQueueOption = Annotated[str, typer.Option("--probe-queue", help="The probe queue (Bicep: deployVerifyProbe).")]
+
+RoleAssignmentsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--role-assignments",
+        help="`az role assignment list --assignee <identityClientId> --all -o "
+        "json` output: checks the identity's roles and scopes.",
+    ),
+]
+
+AlertRulesOption = Annotated[
+    Path | None,
+    typer.Option("--alert-rules", help="`az monitor scheduled-query list -g <resource group> -o json` output."),
+]
+
+
 def run_verify_command(
-    endpoint: Annotated[
-        str, typer.Option("--endpoint", envvar=ENV_ENDPOINT, help="The endpoint that owns the delays table.")
-    ] = "",
-    connection: Annotated[
-        str | None,
-        typer.Option(
-            "--connection-string",
-            envvar=ENV_CONNECTION,
-            help="Storage connection string (else the "
-            "account in DELAYED_DELIVERY_STORAGE_ACCOUNT with your Azure sign-in).",
-        ),
-    ] = None,
-    local: Annotated[
-        bool, typer.Option("--local", help="Check Azurite on 127.0.0.1:10000-10002, running the dispatcher here.")
-    ] = False,
-    full: Annotated[
-        bool,
-        typer.Option(
-            "--full/--quick",
-            help="--quick (default): storage, timer, roles, a native "
-            "and a table probe, about 2 minutes. --full: also a cancelled probe and a "
-            "lease left to expire.",
-        ),
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document (progress stays on stderr).")] = (
-        False
-    ),
-    probe_queue: Annotated[str, typer.Option("--probe-queue", help="The probe queue (Bicep: deployVerifyProbe).")] = (
-        PROBE_QUEUE
-    ),
-    role_assignments: Annotated[
-        Path | None,
-        typer.Option(
-            "--role-assignments",
-            help="`az role assignment list --assignee <identityClientId> --all -o "
-            "json` output: checks the identity's roles and scopes.",
-        ),
-    ] = None,
-    alert_rules: Annotated[
-        Path | None,
-        typer.Option("--alert-rules", help="`az monitor scheduled-query list -g <resource group> -o json` output."),
-    ] = None,
+    endpoint: EndpointOption = "",
+    connection: ConnectionOption = None,
+    local: LocalOption = False,
+    full: FullOption = False,
+    as_json: AsJsonOption = False,
+    probe_queue: ProbeQueueOption = PROBE_QUEUE,
+    role_assignments: RoleAssignmentsOption = None,
+    alert_rules: AlertRulesOption = None,
 ) -> None:
     """Prove a deployment: storage, the timer's heartbeat, roles and scopes, alerts, lease and visibility rules,
     probes through the native and table routes; clean-up after.

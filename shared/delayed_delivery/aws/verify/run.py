@@ -17,6 +17,7 @@ from ...verification import CheckResult, Group, Mode, VerifyReport, failed, run_
 from ..sqs import translate_error
 from . import configuration as config
 from . import permissions
+from . import tier_checks as tier
 from .context import AwsVerifyContext
 from .probes import run_probes
 from .usage import cost_check
@@ -53,14 +54,14 @@ _ENDPOINT_CHECKS: tuple[Callable[..., CheckResult], ...] = (
     config.error_queue,
 )
 _TIER_CHECKS: tuple[Callable[..., CheckResult], ...] = (
-    config.bucket,
-    config.bucket_policy,
-    config.ingest_dlq,
-    config.ingest_visibility,
-    config.ingest_retention,
-    config.tier_error_queue,
-    config.ingest_event_source,
-    config.schedule,
+    tier.bucket,
+    tier.bucket_policy,
+    tier.ingest_dlq,
+    tier.ingest_visibility,
+    tier.ingest_retention,
+    tier.tier_error_queue,
+    tier.ingest_event_source,
+    tier.schedule,
     permissions.ingest_role,
     permissions.timer_role,
 )

@@ -116,28 +116,7 @@ def role_checks(ctx: AzureVerifyContext) -> list[CheckResult]:
     """One check per expected role (and one for broad roles), or why they cannot run."""
     listing = ctx.target.role_assignments
     if listing is None:
-        if ctx.target.local:
-            return [
-                needs_account(
-                    "roles",
-                    P,
-                    "identity",
-                    "will check the dispatcher identity's role assignments "
-                    "and their scopes: Table Data Contributor on the delays table only, Blob Data "
-                    "Contributor on the lease container only, Queue Data Message Sender on each "
-                    "destination and the error queue, Blob Data Owner on the host account, Monitoring "
-                    "Metrics Publisher on Application Insights, and no broad role",
-                )
-            ]
-        return [
-            skipped(
-                "roles",
-                P,
-                "identity",
-                "give --role-assignments FILE, the output of `az role assignment "
-                "list --assignee <identityClientId> --all -o json` (docs/verify.md)",
-            )
-        ]
+        return [_unlisted(ctx)]
     found = parse_assignments(listing)
     principal = next((a.principal for a in found if a.principal), "")
     config, account = ctx.target.config, _account_scope(ctx.account)
@@ -160,47 +139,69 @@ def role_checks(ctx: AzureVerifyContext) -> list[CheckResult]:
         ),
     ]
     results += _queue_checks(ctx, found, principal, account)
+    return [*results, _host_check(found, account), _broad_check(found)]
+
+
+def _unlisted(ctx: AzureVerifyContext) -> CheckResult:
+    """What the role checks would do, when no assignments were given."""
+    if ctx.target.local:
+        return needs_account(
+            "roles",
+            P,
+            "identity",
+            "will check the dispatcher identity's role assignments "
+            "and their scopes: Table Data Contributor on the delays table only, Blob Data "
+            "Contributor on the lease container only, Queue Data Message Sender on each "
+            "destination and the error queue, Blob Data Owner on the host account, Monitoring "
+            "Metrics Publisher on Application Insights, and no broad role",
+        )
+    return skipped(
+        "roles",
+        P,
+        "identity",
+        "give --role-assignments FILE, the output of `az role assignment "
+        "list --assignee <identityClientId> --all -o json` (docs/verify.md)",
+    )
+
+
+def _host_check(found: list[Assignment], account: str) -> CheckResult:
+    """Storage Blob Data Owner on the Functions host account, never on the delays account."""
     host = [a for a in found if a.role == "Storage Blob Data Owner"]
     on_delays = [a for a in host if _within(a.scope, account)]
     if on_delays:
-        results.append(
-            failed(
-                "role-host",
-                P,
-                "host account",
-                f"Storage Blob Data Owner is on the delays account "
-                f"({on_delays[0].scope}): it may read and delete every blob there",
-                f"az role assignment delete --ids {on_delays[0].id} (it belongs on the host account)",
-            )
+        return failed(
+            "role-host",
+            P,
+            "host account",
+            f"Storage Blob Data Owner is on the delays account "
+            f"({on_delays[0].scope}): it may read and delete every blob there",
+            f"az role assignment delete --ids {on_delays[0].id} (it belongs on the host account)",
         )
-    elif host:
-        results.append(passed("role-host", P, "host account", f"Storage Blob Data Owner on {host[0].scope}"))
-    else:
-        results.append(
-            failed(
-                "role-host",
-                P,
-                "host account",
-                "Storage Blob Data Owner is not assigned on the "
-                "Functions host account: the host cannot keep its timer schedule",
-                "deploy infra/azure again (roles.bicep assigns it)",
-            )
-        )
+    if host:
+        return passed("role-host", P, "host account", f"Storage Blob Data Owner on {host[0].scope}")
+    return failed(
+        "role-host",
+        P,
+        "host account",
+        "Storage Blob Data Owner is not assigned on the "
+        "Functions host account: the host cannot keep its timer schedule",
+        "deploy infra/azure again (roles.bicep assigns it)",
+    )
+
+
+def _broad_check(found: list[Assignment]) -> CheckResult:
+    """No role broader than the ones the dispatcher needs."""
     broad = [a for a in found if a.role in BROAD]
     if broad:
         said = "; ".join(f"{a.role} on {a.scope}" for a in broad[:4])
-        results.append(
-            failed(
-                "role-broad",
-                P,
-                "identity",
-                f"broad roles: {said}",
-                "az role assignment delete --ids " + " ".join(a.id for a in broad),
-            )
+        return failed(
+            "role-broad",
+            P,
+            "identity",
+            f"broad roles: {said}",
+            "az role assignment delete --ids " + " ".join(a.id for a in broad),
         )
-    else:
-        results.append(passed("role-broad", P, "identity", f"{len(found)} assignment(s), none broader than needed"))
-    return results
+    return passed("role-broad", P, "identity", f"{len(found)} assignment(s), none broader than needed")
 
 
 def _queue_checks(ctx: AzureVerifyContext, found: list[Assignment], principal: str, account: str) -> list[CheckResult]:

@@ -6,8 +6,6 @@ Run with ``python -m delayed_delivery.pipelines migrate run --source … --targe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from delayed_delivery.pipelines.migrate.abort import AbortResult, abort_migration
 from delayed_delivery.pipelines.migrate.load import LoadedSource, load_source
 from delayed_delivery.pipelines.migrate.options import MigrationOptions
@@ -29,16 +27,6 @@ __all__ = [
     "PreviewResult",
     "abort_migration",
     "load_source",
-    "main",
     "preview_migration",
     "run_migration",
 ]
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """The ``migrate`` commands (``python -m delayed_delivery.pipelines.migrate``): the pipelines' command line."""
-    import sys
-
-    from delayed_delivery.pipelines.cli import main as pipelines_main
-
-    pipelines_main(["migrate", *(sys.argv[1:] if argv is None else argv)])

@@ -1,6 +1,8 @@
 """``python -m delayed_delivery.pipelines.migrate preview|run|abort …``: the ``migrate`` commands."""
 
-from delayed_delivery.pipelines.migrate import main
+import sys
+
+from delayed_delivery.pipelines.cli import main
 
 if __name__ == "__main__":
-    main()
+    main(["migrate", *sys.argv[1:]])

@@ -23,7 +23,7 @@ events (SQS FIFO cycles); its SQS requests are the logged ``requests`` sum, else
 delete; receives are batched) plus 1 final send. Throughput counts hand-overs to the destination per minute:
 ``dispatched`` (store dispatchers) and ``forwarded`` (the SQS requeue function). Percentiles are nearest-rank:
 the smallest value with at least p of the values at or below it. ``consumed`` lines give a message's delay and
-cloud, and the end-to-end lateness tables (``report_bands.consumer_frames``); dispatch-side lateness stays the
+cloud, and the end-to-end lateness tables (``bands.consumer_frames``); dispatch-side lateness stays the
 dispatchers' own.
 
 Besides the tables (Parquet and CSV) and the charts (PNG), ``summary.md`` and ``summary.html`` (one page, the
@@ -41,7 +41,7 @@ from typing import Any
 
 from delayed_delivery.cost import FIFO_PRICE_PER_REQUEST
 from delayed_delivery.errors import ConfigurationError
-from delayed_delivery.pipelines.report_bands import (
+from delayed_delivery.pipelines.report.bands import (
     BANDS,
     CONSUMER_TABLE_COLUMNS,
     LATENESS_COLUMNS,
@@ -52,7 +52,7 @@ from delayed_delivery.pipelines.report_bands import (
     consumer_note,
     pct,
 )
-from delayed_delivery.pipelines.report_summary import markdown, page
+from delayed_delivery.pipelines.report.summary import markdown, page
 from delayed_delivery.timebuckets.cost import STANDARD_PRICE_PER_REQUEST
 
 __all__ = ["BANDS", "TABLE_COLUMNS", "ReportResult", "build_report", "check_paths", "main"]
@@ -433,16 +433,3 @@ def _notes(
     if consumer:
         notes.append(consumer)
     return tuple(notes)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """The ``report`` command (``python -m delayed_delivery.pipelines.report``): the pipelines' command line."""
-    import sys
-
-    from delayed_delivery.pipelines.cli import main as pipelines_main
-
-    pipelines_main(["report", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    main()
