@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields
+from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigurationError
@@ -111,7 +112,9 @@ def reference(
     """Rows of (field, environment variable, default, meaning) for documentation; ``docs`` has each field's meaning."""
     defaults = cls()
     for f in fields(cls):
-        yield f.name, env_name(f.name, prefix), repr(getattr(defaults, f.name)), docs[f.name]
+        default = getattr(defaults, f.name)
+        shown = repr(default.value) if isinstance(default, Enum) else repr(default)
+        yield f.name, env_name(f.name, prefix), shown, docs[f.name]
 
 
 def markdown_reference(rows: Iterator[tuple[str, str, str, str]]) -> str:

@@ -8,7 +8,8 @@ reads; the time-bucket tier's timing is ``aws.tier.config.TierSettings``. Enviro
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 from .. import envsettings
@@ -19,10 +20,29 @@ from ..planning import MAX_PARK_SECONDS
 from ..timebuckets.cost import DEFAULT_TRAFFIC_PER_MINUTE
 from .packing import DEFAULT_PACK_BYTES
 
-__all__ = ["LONG_DELAY_ROUTES", "SqsSettings"]
+__all__ = ["LONG_DELAY_ROUTES", "LongDelayRoute", "SqsSettings"]
+
+
+class LongDelayRoute(StrEnum):
+    """How SQS delays beyond the native cap travel (``long_delay_route``); each equals its string."""
+
+    AUTO = "auto"
+    FIFO = "fifo"
+    BUCKETS = "buckets"
+
+    @classmethod
+    def parse(cls, text: str) -> LongDelayRoute:
+        """The route named ``text``, or a ConfigurationError naming the choices."""
+        try:
+            return cls(text)
+        except ValueError:
+            raise ConfigurationError(
+                f"{setting_label('long_delay_route')} must be one of {', '.join(LONG_DELAY_ROUTES)}, got {text!r}"
+            ) from None
+
 
 #: The values of ``long_delay_route`` (the first is the default).
-LONG_DELAY_ROUTES = ("auto", "fifo", "buckets")
+LONG_DELAY_ROUTES = tuple(route.value for route in LongDelayRoute)
 
 _DOCS = {
     "max_native_delay": "Longest delay the queue holds natively (SQS: 900 s).",
@@ -53,7 +73,7 @@ class SqsSettings:
     max_park_seconds: int = MAX_PARK_SECONDS
     park_max_in_flight: int = 100_000
     pack_bytes: int = DEFAULT_PACK_BYTES
-    long_delay_route: str = "auto"
+    long_delay_route: LongDelayRoute = field(default=LongDelayRoute.AUTO, metadata={"parse": LongDelayRoute.parse})
     auto_traffic_per_minute: int = DEFAULT_TRAFFIC_PER_MINUTE
     bucket_ingest_queue: str = "delayed-delivery-ingest"
 
@@ -75,11 +95,8 @@ class SqsSettings:
                 f"{setting_label('auto_traffic_per_minute')} must be at least 1 message a minute, "
                 f"got {self.auto_traffic_per_minute!r}"
             )
-        if self.long_delay_route not in LONG_DELAY_ROUTES:
-            raise ConfigurationError(
-                f"{setting_label('long_delay_route')} must be one of {', '.join(LONG_DELAY_ROUTES)}, "
-                f"got {self.long_delay_route!r}"
-            )
+        if not isinstance(self.long_delay_route, LongDelayRoute):  # a plain string, as callers and the env give it
+            object.__setattr__(self, "long_delay_route", LongDelayRoute.parse(str(self.long_delay_route)))
         try:
             validate_sqs_queue_name(self.bucket_ingest_queue)
         except ConfigurationError as exc:

@@ -23,7 +23,7 @@ from delayed_delivery.app.demo.cloud_model import (
     CloudDemoConfig,
 )
 from delayed_delivery.app.demo.cloud_tracking import Planned, Tracker, message_body, message_id_of
-from delayed_delivery.aws.settings import SqsSettings
+from delayed_delivery.aws.settings import LongDelayRoute, SqsSettings
 from delayed_delivery.errors import DelayedDeliveryError
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
 from delayed_delivery.settings import DelayedDeliverySettings
@@ -54,7 +54,9 @@ class AwsSide:
         cap = max(1, round(900 / config.compression))
         self.settings = DelayedDeliverySettings(error_queue=ERROR_QUEUE)
         # the -delay.fifo route's side (the tier's side is demo_tier's): not whatever long_delay_route defaults to
-        self.sqs_settings = SqsSettings(max_native_delay=cap, fifo_queue_delay=cap, long_delay_route="fifo")
+        self.sqs_settings = SqsSettings(
+            max_native_delay=cap, fifo_queue_delay=cap, long_delay_route=LongDelayRoute.FIFO
+        )
         self.admin, self.sender_client, self.lambda_client, self.poll_client = (self._sqs() for _ in range(4))
         self.dynamodb: DynamoDBClient = self._client("dynamodb")
         self.record_requests: Counter[str] = Counter()

@@ -49,12 +49,15 @@ def demo_tier(settings: DelayedDeliverySettings, sqs_settings: SqsSettings) -> B
     A "1 year" message (8 s or more) is then written to a coarse bucket, split into fine ones 3 to 5 s before it
     is due, and dispatched 2 to 3 s before, with ``DelaySeconds`` for the rest.
     """
+    from delayed_delivery.aws.settings import LongDelayRoute
     from delayed_delivery.aws.tier.config import BucketTierConfig, TierSettings
 
     return BucketTierConfig(
         TIER_BUCKET,
         settings=settings,
-        sqs_settings=replace(sqs_settings, long_delay_route="buckets", bucket_ingest_queue=TIER_INGEST_QUEUE),
+        sqs_settings=replace(
+            sqs_settings, long_delay_route=LongDelayRoute.BUCKETS, bucket_ingest_queue=TIER_INGEST_QUEUE
+        ),
         tier_settings=TierSettings(bucket_fine_seconds=1, bucket_coarse_seconds=2, bucket_dispatch_lead_seconds=2),
         cancellation_table=CANCELLATION_TABLE,
     )
