@@ -53,9 +53,7 @@ def _functions(tree: ast.AST, prefix: str = "") -> list[tuple[str, int]]:
 
 
 def test_modules_over_the_line_limit_are_named() -> None:
-    long = {
-        str(p.relative_to(ROOT)): n for p in _sources() if (n := len(p.read_text().splitlines())) > MODULE_LINES
-    }
+    long = {str(p.relative_to(ROOT)): n for p in _sources() if (n := len(p.read_text().splitlines())) > MODULE_LINES}
     unnamed = {p: n for p, n in long.items() if p not in LONG_MODULES}
     assert not unnamed, f"modules over {MODULE_LINES} lines: split them or name them in LONG_MODULES: {unnamed}"
     stale = sorted(set(LONG_MODULES) - set(long))
