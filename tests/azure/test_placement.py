@@ -2,9 +2,10 @@
 
 A burst due at one instant is put on its queues during the lead, hidden until due by the visibility timeout: the
 real ``AzureDispatcherHost`` places it in one run, dispatches nothing at the due second, an operator's cancel or
-reschedule is refused as placed (the API and the CLI), every message becomes visible no earlier than its due time,
-exactly once, and the next run deletes the placed rows. A placement whose row changed meanwhile (its claim lost)
-is withdrawn from the queue with its pop receipt; a put that fails gives the row back to the dispatcher.
+reschedule without a queue client is refused as placed (the CLI cancels it by its pop receipt), every message
+becomes visible no earlier than its due time, exactly once, and the next run deletes the placed rows. A placement
+whose row changed meanwhile (its claim lost) is withdrawn from the queue with its pop receipt; a put that fails
+gives the row back to the dispatcher.
 """
 
 from __future__ import annotations
@@ -95,20 +96,21 @@ def test_a_burst_is_placed_ahead_hidden_until_due_refused_to_operators_and_visib
     assert depth == 60, "all 60 are on their queues"
 
     operator = TableDelayedMessageStore.from_connection_string(azurite.connection_string, table)
-    if datetime.now(UTC) < due:  # the refusal names the placement; after the due time it is simply delivered
+    cancelled: set[str] = set()
+    if datetime.now(UTC) < due - timedelta(seconds=5):  # hidden: a store without a queue client refuses
         with pytest.raises(MessagePlacedError, match="m-1"):
             operator.remove("m-1")
         with pytest.raises(MessageInFlightError, match="m-2"):
             operator.reschedule("m-2", due + timedelta(hours=2))
         where = ["--cloud", "azure", "--connection-string", azurite.connection_string, "--endpoint", endpoint]
-        result = run("cancel", "m-3", *where, "--json")
-        assert result.exit_code == 1, result.output
-        assert "already waits on queue" in result.stderr and "with certainty" in result.stderr, result.stderr
+        result = run("cancel", "m-3", *where, "--json")  # the CLI deletes it from its queue by its pop receipt
+        assert result.exit_code == 0, result.output
+        cancelled.add("m-3")
         assert not any(drain(queues, n) for n in names), "nothing is visible before its due time"
 
-    seen = _visible(queues, names, 60)
+    seen = _visible(queues, names, 60 - len(cancelled))
 
-    assert sorted(seen) == sorted(m.message_id for m in burst), "each message arrived"
+    assert sorted(seen) == sorted(m.message_id for m in burst if m.message_id not in cancelled), "each arrived"
     assert all(len(v) == 1 for v in seen.values()), "exactly once"
     assert min(when for v in seen.values() for _, when in v) >= due, "never before its due time"
     assert all(name == names[int(mid[2:]) % 2] for mid, v in seen.items() for name, _ in v), "on its own queue"
@@ -117,7 +119,7 @@ def test_a_burst_is_placed_ahead_hidden_until_due_refused_to_operators_and_visib
     while datetime.now(UTC) < due + timedelta(seconds=SWEEP_AFTER + 0.5):
         time.sleep(0.2)
     again = host.run(budget=2.0)
-    assert again.dispatched == 0 and again.shards[0].placement.swept == 60, again
+    assert again.dispatched == 0 and again.shards[0].placement.swept == 60 - len(cancelled), again
     assert [m.message_id for m in host.store.fetch_due(due + timedelta(hours=2), 10)] == ["later"]
     assert operator.remove("m-1") is False, "delivered: nothing left to cancel"
 

@@ -192,6 +192,30 @@ class StorageQueueTransport:
             raise translate(exc, f"sending to queue {message.destination!r}") from exc
         return str(sent.id), str(sent.pop_receipt)
 
+    def rehide(
+        self,
+        message: DelayedMessage,
+        queue_message_id: str,
+        pop_receipt: str,
+        visibility_timeout: int,
+        *,
+        sent_at: datetime,
+    ) -> str | None:
+        """Update a placed, unreceived message to ``message`` (its new due time), hidden for ``visibility_timeout``
+        seconds: its new pop receipt, or None when it is gone or was received (the receipt no longer matches)."""
+        text = _with_delivery(message, self.route, sent_at)
+        try:
+            updated = self.queue(message.destination).update_message(
+                queue_message_id, pop_receipt, content=text, visibility_timeout=visibility_timeout
+            )
+        except (ResourceNotFoundError, HttpResponseError) as exc:
+            if isinstance(exc, ResourceNotFoundError) or exc.status_code in (400, 404):
+                return None
+            raise translate(exc, f"updating a placed message on queue {message.destination!r}") from exc
+        except AzureError as exc:
+            raise translate(exc, f"updating a placed message on queue {message.destination!r}") from exc
+        return str(updated.pop_receipt)
+
     def revoke(self, destination: str, queue_message_id: str, pop_receipt: str) -> bool:
         """Delete a message this process placed and nobody has received (its pop receipt still valid); False when
         it is gone or was received (a receive changes the pop receipt)."""

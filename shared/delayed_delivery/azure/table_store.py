@@ -46,14 +46,15 @@ from ..errors import (
     ConfigurationError,
     DelayedDeliveryError,
     InvalidMessageError,
-    MessagePlacedError,
     TransientError,
 )
 from ..model import DelayedMessage
 from ..naming import validate_azure_table_name
 from ..ports import ClaimedMessage, DelayedMessageStore, ReleaseBacklog, in_flight
 from . import rows
+from .placed_ops import PlacedMessages, is_placed
 from .sdk_errors import is_status, translate
+from .storage_queue import StorageQueueTransport
 from .table_gateway import CLAIM, MAX_TRANSACTION_OPERATIONS, Operation, Pair, TableGateway
 
 __all__ = ["MAX_TRANSACTION_OPERATIONS", "TableDelayedMessageStore"]
@@ -83,8 +84,11 @@ class TableDelayedMessageStore(DelayedMessageStore):
         claim_timeout: float = 60.0,
         page_size: int = 1000,
         exclusive: bool = False,
+        queues: StorageQueueTransport | None = None,
     ) -> None:
         self._rows = TableGateway(table, shards)
+        #: Cancel and reschedule of messages placed ahead, by pop receipt (without ``queues`` they are refused).
+        self._placed = PlacedMessages(self._rows, queues)
         if claim_timeout <= 0:
             raise ConfigurationError("claim_timeout must be positive")
         owned = tuple(range(shards)) if fetch_shards is None else tuple(sorted(set(fetch_shards)))
@@ -135,6 +139,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
             claim_timeout=self.claim_timeout.total_seconds(),
             page_size=self.page_size,
             exclusive=exclusive,
+            queues=self._placed.queues,
         )
 
     def forget_claims(self) -> None:
@@ -352,6 +357,11 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 pk, rk, row = found
                 if claim is not None and not self._holds(row, claim):
                     return False
+                if claim is None and is_placed(row):
+                    cancelled = self._placed.cancel(message_id, pk, row, datetime.now(UTC))
+                    if cancelled is None:
+                        continue  # its row changed meanwhile (another operator): look again
+                    return cancelled
                 if claim is None:
                     self._refuse_in_flight(message_id, row)
                 if self._rows.delete_pair(message_id, pk, rk, row.metadata["etag"]):
@@ -469,6 +479,10 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 raise translate(exc, what) from exc
             if claim is not None and not self._holds(old, claim):
                 return False
+            if claim is None and is_placed(old):
+                if self._placed.reschedule(message_id, pk, old, due_at, datetime.now(UTC)) is None:
+                    continue  # its row changed meanwhile (another operator): look again
+                return True
             if claim is None:
                 self._refuse_in_flight(message_id, old)
             try:
@@ -581,12 +595,6 @@ class TableDelayedMessageStore(DelayedMessageStore):
     def _refuse_in_flight(self, message_id: str, row: Any) -> None:
         """Raise ``MessageInFlightError`` while a dispatcher's claim on ``row`` lasts (this host's clock)."""
         available = row.get("AvailableAt")
-        if available == rows.PLACED_KEY and row.get(rows.QUEUE_MESSAGE_ID):
-            raise MessagePlacedError(
-                f"message {message_id!r} already waits on queue {str(row.get('Destination'))[:80]!r}, hidden until "
-                f"{rows.due_of_row_key(str(row['RowKey'])).isoformat()}: it can no longer be cancelled or rescheduled "
-                "with certainty (it is placed ahead of its due time: DELAYED_DELIVERY_PLACE_AHEAD)"
-            )
         if not row.get(CLAIM) or not isinstance(available, str) or not available.isdigit():
             return
         if available > _available_of(str(row["RowKey"])) and available > rows.due_key(datetime.now(UTC)):

@@ -61,12 +61,18 @@ class AzureTableRoute:
     def store(self) -> TableDelayedMessageStore:
         """The endpoint's delays table, with the shard count it records (read on first use)."""
         from delayed_delivery.azure.layout import resolve_shards
+        from delayed_delivery.azure.storage_queue import StorageQueueTransport
         from delayed_delivery.azure.table_store import TableDelayedMessageStore
 
         if self._store is None:
             table = self.clients.tables.get_table_client(self.config.table_name)
             shards = resolve_shards(table, self.config.shards, configured=self.config.shards_configured)
-            self._store = TableDelayedMessageStore(table, shards=shards, claim_timeout=self.config.claim_timeout)
+            self._store = TableDelayedMessageStore(
+                table,
+                shards=shards,
+                claim_timeout=self.config.claim_timeout,
+                queues=StorageQueueTransport(self.clients.queues),  # cancel/reschedule of placed messages
+            )
         return self._store
 
     def _check_queue(self, name: str) -> None:
