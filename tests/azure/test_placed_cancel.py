@@ -10,6 +10,7 @@ that is then delivered.
 
 from __future__ import annotations
 
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -24,9 +25,11 @@ from delayed_delivery.azure.storage_queue import StorageQueueTransport
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
 from delayed_delivery.errors import MessageInFlightError, MessagePlacedError
 from delayed_delivery.model import DelayedMessage
+from delayed_delivery.naming import azure_delays_table_name
 from tests.azure.conftest import new_name
 from tests.azure.harness import drain
 from tests.azure.test_placement import _placer, _Transport, _visible
+from tests.cli.conftest import run
 from tests.fixtures.azurite import Azurite
 
 pytestmark = pytest.mark.azurite
@@ -178,3 +181,24 @@ def test_reschedule_of_a_placed_message_moves_it_on_its_queue_or_back_to_the_tab
     assert operator.reschedule("m-2", soon) is True
     seen = _visible(queues, [queue], 1)
     assert sorted(seen) == ["m-2"] and seen["m-2"][0][1] >= soon, "visible at the new due time, not before"
+
+
+def test_pending_counts_placed_messages_and_says_which_are_placed(
+    azurite: Azurite, queues: QueueServiceClient, queue: str
+) -> None:
+    endpoint = new_name("e")
+    table = azure_delays_table_name(endpoint)
+    store = TableDelayedMessageStore.from_connection_string(azurite.connection_string, table)
+    store.setup_infrastructure()
+    due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=300)
+    store.store_many([DelayedMessage(f"m-{i}", queue, b"x", due) for i in range(3)])
+    store.store(DelayedMessage("later", queue, b"y", due + timedelta(hours=2)))  # beyond the lead: a plain row
+    _place(store, StorageQueueTransport(queues, route="table"), 3)
+
+    where = ["--cloud", "azure", "--connection-string", azurite.connection_string, "--endpoint", endpoint]
+    result = run("pending", *where, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["pending"], report["placed"], report["claimed_or_retrying"]) == (4, 3, 0), report
+    text = run("pending", *where)
+    assert "placed on their queues, hidden until due: 3" in text.stdout, text.stdout

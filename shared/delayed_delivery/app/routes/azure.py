@@ -152,7 +152,7 @@ class AzureTableRoute:
         _ = self.store  # a process set to another shard count than the table's is refused, as for every command
         buckets: Counter[datetime] = Counter()
         earliest: datetime | None = None
-        total = claimed = 0
+        total = claimed = placed = 0
         table = self.clients.tables.get_table_client(self.config.table_name)
         try:
             for entity in table.query_entities(
@@ -164,7 +164,10 @@ class AzureTableRoute:
                 key = str(entity["RowKey"])[len(rows.DUE_PREFIX) : len(rows.DUE_PREFIX) + 20]
                 due = rows.from_due_key(key)
                 total += 1
-                if str(entity.get("AvailableAt", key)) > key:
+                available = str(entity.get("AvailableAt", key))
+                if available == rows.PLACED_KEY:
+                    placed += 1  # on its queue, hidden until due: counted, and cancellable by its pop receipt
+                elif available > key:
                     claimed += 1
                 earliest = due if earliest is None or due < earliest else earliest
                 start = datetime.fromtimestamp(due.timestamp() // bucket_seconds * bucket_seconds, tz=due.tzinfo)
@@ -181,6 +184,7 @@ class AzureTableRoute:
             cloud="azure",
             table=self.config.table_name,
             claimed_or_retrying=claimed,
+            placed=placed,
             error_queue=self.config.settings.error_queue,
             error_queue_messages=self._error_queue_depth(),
             limits="table-routed messages only; native ones (≤ 7 days, not cancellable) wait in their queue, "
