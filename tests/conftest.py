@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -48,3 +49,12 @@ def _fresh_powertools_metrics() -> None:
         from aws_lambda_powertools.metrics import Metrics
 
         Metrics().clear_metrics()
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with every Spark file on one worker, the longest scopes first (tests/fixtures/scheduling)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.fixtures.scheduling import SparkTogether
+
+    return SparkTogether(config, log)

@@ -114,6 +114,14 @@ param deployVerifyProbe bool = true
 @maxLength(63)
 param verifyProbeQueue string = 'delayed-delivery-probe'
 
+@description('Recurring schedules (`delayed-delivery schedule create --cloud azure`): a schedules table beside the delays table and a second timer in the function app that writes each occurrence due within scheduleLeadSeconds as a row of the delays table (docs/schedules.md, "On Azure").')
+param recurringSchedules bool = false
+
+@description('How far ahead (seconds) the schedule timer writes occurrences as rows of the delays table.')
+@minValue(0)
+@maxValue(900)
+param scheduleLeadSeconds int = 300
+
 param tags object = {}
 
 var suffix = uniqueString(subscription().id, resourceGroup().id, namePrefix)
@@ -123,6 +131,8 @@ var deploymentContainer = 'app-package-${take(suffix, 8)}'
 // The verify probe's queue, when deployed: one more destination, created and allowed like the others.
 var probeQueues = deployVerifyProbe ? [verifyProbeQueue] : []
 var createdQueues = union(destinationQueues, probeQueues)
+// The schedules table (recurringSchedules): the delays table's name plus 'sched', as the code derives it.
+var schedulesName = recurringSchedules ? '${take(delaysName, 58)}sched' : ''
 // Never empty: an empty DELAYED_DELIVERY_ALLOWED_DESTINATIONS would mean any queue of the account.
 var destinationAllowList = union(empty(allowedDestinations) ? [errorQueueName] : allowedDestinations, probeQueues)
 // The example consumer's queue trigger: the queue, and an identity-based connection to the delays account.
@@ -151,6 +161,7 @@ module storage 'modules/storage.bicep' = {
     location: location
     tags: tags
     delaysName: delaysName
+    schedulesName: schedulesName
     errorQueueName: errorQueueName
     destinationQueues: createdQueues
     publicNetworkAccess: publicNetworkAccess
@@ -210,6 +221,7 @@ module roles 'modules/roles.bicep' = {
     hostStorageName: hostStorage.outputs.name
     storageName: storage.outputs.name
     delaysName: delaysName
+    schedulesName: schedulesName
     senderQueues: union(createdQueues, [errorQueueName])
     queueSenderScope: queueSenderScope
     appInsightsName: monitoring.outputs.appInsightsName
@@ -245,6 +257,9 @@ module functionApp 'modules/functionapp.bicep' = {
       DELAYED_DELIVERY_ENABLED: string(enabled)
       DELAYED_DELIVERY_PENDING_CENSUS: string(pendingCensus)
       DELAYED_DELIVERY_RELEASE_RATES: string(releaseRates)
+      DELAYED_DELIVERY_SCHEDULES: string(recurringSchedules)
+      DELAYED_DELIVERY_SCHEDULE_TABLE_NAME: schedulesName
+      DELAYED_DELIVERY_SCHEDULE_LEAD_SECONDS: string(scheduleLeadSeconds)
     })
   }
 }
@@ -253,6 +268,7 @@ output functionAppName string = functionApp.outputs.name
 output storageAccountName string = storage.outputs.name
 output hostStorageAccountName string = hostStorage.outputs.name
 output delaysTableName string = delaysName
+output schedulesTableName string = schedulesName
 output appInsightsName string = monitoring.outputs.appInsightsName
 output identityClientId string = identity.outputs.clientId
 output alertNames array = operations.outputs.alertNames

@@ -1,9 +1,10 @@
-"""``schedule create|list|describe|pause|resume|backfill|delete`` and ``send --every`` on SQLite, PostgreSQL and AWS
-(moto server): what each prints, the DST warning, pause cancelling by id (or saying SQS cannot), backfill refusing
-what the cursor passed, one-line errors."""
+"""``schedule create|list|describe|pause|resume|backfill|delete`` and ``send --every`` on SQLite, PostgreSQL, AWS
+(moto server) and Azure (Azurite): what each prints, the DST warning, pause cancelling by id (or saying SQS cannot),
+backfill refusing what the cursor passed, one-line errors."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -131,8 +132,68 @@ def test_an_id_taken_is_one_line(store: list[str]) -> None:
     one_line_error(run("schedule", "create", "t", "0 9 * * *", "--to", "r", "--body", "b", *store), "exists already")
 
 
-def test_azure_is_not_yet_and_says_so() -> None:
-    one_line_error(run("schedule", "list", "--cloud", "azure", "--local"), "not available yet")
+@pytest.mark.azurite
+def test_on_azure_the_timer_writes_rows_the_dispatcher_delivers_once_and_pause_cancels(
+    azurite_conn: str, unique_name: str
+) -> None:
+    from azure.storage.queue import QueueServiceClient
+
+    from delayed_delivery.azure.config import AzureDelayedDeliveryConfig
+    from delayed_delivery.azure.runner import AzureDispatcherHost
+    from delayed_delivery.azure.schedules.timer import timer_for_host
+    from tests.azure.harness import drain
+
+    queues = QueueServiceClient.from_connection_string(azurite_conn)
+    queues.create_queue(unique_name)
+    assert run("azure", "setup", "--connection-string", azurite_conn, "--endpoint", unique_name).exit_code == 0
+    azure = ["--cloud", "azure", "--connection-string", azurite_conn, "--endpoint", unique_name]
+    one_line_error(run("schedule", "create", "q", "0 9 * * *", "--to", "No_Queue", "--body", "b", *azure), "queue")
+    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=2)
+    made = ok_json("schedule", "create", "tick", "rate(1 minutes)", "--to", unique_name, "--body", "tick", "--start",
+                   start.isoformat(), *azure)  # fmt: skip
+    assert made["route"] == "azure"
+    assert [(s["id"], s["state"]) for s in ok_json("schedule", "list", *azure)["schedules"]] == [("tick", "active")]
+    one_line_error(run("schedule", "create", "tick", "0 9 * * *", "--to", unique_name, "--body", "b", *azure),
+                   "exists already")  # fmt: skip
+
+    config = AzureDelayedDeliveryConfig.for_endpoint(unique_name, connection_string=azurite_conn, run_seconds=3.0,
+                                                     lease_seconds=15)  # fmt: skip
+    host = AzureDispatcherHost(config)
+    host.setup_infrastructure()
+    first = timer_for_host(host, {"DELAYED_DELIVERY_SCHEDULE_LEAD_SECONDS": "600"}).run()  # the function's pass
+    assert first.fired_late >= 2 and first.fired >= first.fired_late + 9
+    assert ok_json("pending", *azure)["pending"] == first.fired  # occurrences are rows of the delays table
+    doc = ok_json("schedule", "describe", "tick", *azure)
+    assert doc["fired"] == first.fired and all("delays table" in m["where"] for m in doc["materialized"])
+    host.run(budget=3.0)
+    delivered = [e.message_id for e in drain(queues, unique_name)]
+    assert len(delivered) == len(set(delivered)) >= first.fired_late and all(i.startswith("tick@") for i in delivered)
+    assert set(delivered) <= set(first.ids)
+
+    paused = ok_json("schedule", "pause", "tick", *azure)
+    assert paused["state"] == "paused" and len(paused["cancelled"]) >= 8
+    assert not set(paused["cancelled"]) & set(delivered)
+    assert ok_json("pending", *azure)["pending"] <= first.fired - len(delivered) - len(paused["cancelled"])
+    assert timer_for_host(host, {}).run().fired == 0  # paused: nothing written
+    resumed = ok_json("schedule", "resume", "tick", *azure)
+    assert resumed["state"] == "active"
+    # the schedule timer's pass and a dispatcher run, here (what the function app's two timers do)
+    ran = run("azure", "dispatch", "--connection-string", azurite_conn, "--endpoint", unique_name, "--seconds", "3",
+              "--schedules")  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    done = json.loads(ran.stdout)
+    assert done["schedules"]["fired"] >= 1 and done["schedules"]["failures"] == 0
+    later = [e.message_id for e in drain(queues, unique_name)]
+    assert not set(later) & set(delivered), "an occurrence is delivered once"
+    assert len(later) == len(set(later)) == done["dispatched"] and all(i.startswith("tick@") for i in later)
+    span = ["--from", start.isoformat(), "--to", (start + timedelta(minutes=2)).isoformat()]
+    one_line_error(run("schedule", "backfill", "tick", *span, *azure), "again")  # the cursor passed them
+    back = ok_json("schedule", "backfill", "tick", *span, "--again", *azure)
+    assert back["written"] == [f"tick@{(start + timedelta(minutes=m)):%Y-%m-%dT%H:%M:%SZ}" for m in (0, 1)]
+    host.run(budget=3.0)
+    history = [e.message_id for e in drain(queues, unique_name)]
+    assert sorted(history) == sorted(back["written"])
+    assert ok_json("schedule", "delete", "tick", *azure)["deleted"] is True
 
 
 @pytest.mark.postgres

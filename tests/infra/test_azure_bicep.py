@@ -13,6 +13,7 @@ from delayed_delivery.azure import config as azure_config
 from delayed_delivery.azure import function_host
 from delayed_delivery.azure.blob_lease import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
 from delayed_delivery.azure.destinations import DestinationPolicy, parse_patterns
+from delayed_delivery.azure.schedules import config as schedule_config
 from delayed_delivery.naming import azure_delays_table_name
 from delayed_delivery.settings import DelayedDeliverySettings
 
@@ -159,7 +160,8 @@ def test_app_settings_are_the_ones_the_code_reads() -> None:
     used = set(re.findall(r"\b(DELAYED_DELIVERY_\w+):", text))
     known = {v for k, v in vars(azure_config).items() if k.startswith("ENV_") and isinstance(v, str)}
     known |= {env for _, env, _, _ in DelayedDeliverySettings.reference()}
-    known |= {function_host.ENV_EXAMPLE_CONSUMER_QUEUE, function_host.ENV_PENDING_CENSUS}
+    known |= {function_host.ENV_EXAMPLE_CONSUMER_QUEUE, function_host.ENV_PENDING_CENSUS, function_host.ENV_SCHEDULES}
+    known |= {v for k, v in vars(schedule_config).items() if k.startswith("ENV_") and isinstance(v, str)}
     assert used and used <= known, f"settings the code never reads: {used - known}"
     assert {"DELAYED_DELIVERY_STORAGE_ACCOUNT", "DELAYED_DELIVERY_TABLE_NAME", "DELAYED_DELIVERY_ENABLED"} <= used
 
@@ -218,6 +220,7 @@ def test_identity_gets_exactly_the_least_data_plane_roles() -> None:
     assert granted == {
         "hostBlobOwner": ("hostAccount", "Storage Blob Data Owner", ""),
         "tableContributor": ("delaysTable", "Storage Table Data Contributor", ""),
+        "schedulesTableContributor": ("schedulesTable", "Storage Table Data Contributor", "if (!empty(schedulesName))"),
         "leaseContributor": ("leaseContainer", "Storage Blob Data Contributor", ""),
         "queueSenders": (
             "queues[i]",

@@ -37,6 +37,7 @@ EVENTS = {
     "consumed",  # the receive helpers' line per delivered message (docs/receiving.md)
     census.EVENT_PENDING_HOUR,
     census.EVENT_CENSUS,
+    lf.EVENT_SCHEDULE_MISSED,  # schedules/materializer.py, occurrences recorded as missed
 }
 RULES = {
     "dispatch-lateness",
@@ -46,6 +47,7 @@ RULES = {
     "no-timer-run",
     "send-failures",
     "release-lag",
+    "schedule-missed",
 }
 
 
@@ -74,7 +76,7 @@ def test_every_loaded_file_exists() -> None:
         base = (INFRA / module).parent
         for path in loaded_files(source(module)):
             assert (base / path).is_file(), f"{module} loads {path}, which does not exist"
-    assert len(loaded_files(source("modules/operations.bicep"))) == 16  # 8 workbook + 7 alert queries + workbook
+    assert len(loaded_files(source("modules/operations.bicep"))) == 17  # 8 workbook + 8 alert queries + workbook
 
 
 def test_main_passes_the_operations_parameters() -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from delayed_delivery.pipelines.report import TABLE_COLUMNS, build_report
+from delayed_delivery.pipelines.report import TABLE_COLUMNS, ReportResult, build_report
 from delayed_delivery.pipelines.synthetic import write_logs
 
 pytestmark = pytest.mark.spark
@@ -28,8 +29,9 @@ def line(mid: str, event: str, t: float, endpoint: str = "A", **kw: object) -> s
                        "message_id": mid, "destination": "q-" + endpoint, "endpoint": endpoint, **kw})  # fmt: skip
 
 
-@pytest.fixture
-def logs(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The hand-computable log folder; read-only (a test that adds lines copies it)."""
     rows = [
         # m1: 600 s delay (band ≤15 min), 1 s late.
         line("m1", "stored", 0, due_at=at(600)),
@@ -73,15 +75,22 @@ def logs(tmp_path: Path) -> Path:
         ),
         "this line is not JSON",
     ]
-    path = tmp_path / "logs" / "a.jsonl"
+    path = tmp_path_factory.mktemp("hand") / "logs" / "a.jsonl"
     path.parent.mkdir()
     path.write_text("\n".join(rows) + "\n")
     return path.parent
 
 
-def test_report_numbers_match_the_hand_computed_values(spark: Any, logs: Path, tmp_path: Path) -> None:
-    out = tmp_path / "report"
-    r = build_report(spark, str(logs), str(out))
+@pytest.fixture(scope="module")
+def report(spark: Any, logs: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[ReportResult, Path]:
+    """The report of ``logs`` and its folder, built once for the tests that only read it (each build is ~25 Spark
+    jobs)."""
+    out = tmp_path_factory.mktemp("hand-report") / "report"
+    return build_report(spark, str(logs), str(out)), out
+
+
+def test_report_numbers_match_the_hand_computed_values(spark: Any, report: tuple[ReportResult, Path]) -> None:
+    r, out = report
     assert (r.lines, r.events, r.messages) == (17, 16, 6)
 
     by_ep = {row["endpoint"]: row for row in r.tables["lateness_by_endpoint"]}
@@ -234,9 +243,10 @@ def consumed(
 
 
 def test_consumer_lines_give_end_to_end_lateness_and_leave_the_other_tables_alone(
-    spark: Any, logs: Path, tmp_path: Path
+    spark: Any, logs: Path, report: tuple[ReportResult, Path], tmp_path: Path
 ) -> None:
-    before = build_report(spark, str(logs), str(tmp_path / "before"))
+    before = report[0]  # the same logs without consumer lines
+    logs = shutil.copytree(logs, tmp_path / "logs")
     assert before.tables["consumer_lateness_by_endpoint"] == [] == before.tables["consumer_lateness_by_band"]
     assert any("No `consumed` line" in note for note in before.notes)
     (logs / "consumer.jsonl").write_text(

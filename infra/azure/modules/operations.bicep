@@ -108,6 +108,17 @@ var rules = [
     minutes: timerSilenceMinutes
   }
   {
+    name: 'schedule-missed'
+    description: 'Occurrences of a recurring schedule were recorded as missed (the timer was down past its catch-up policy).'
+    severity: 2
+    query: loadTextContent('../queries/alert_schedule_missed.kql')
+    timeAggregation: 'Count'
+    metricMeasureColumn: null
+    operator: 'GreaterThan'
+    threshold: 0
+    minutes: 15
+  }
+  {
     name: 'send-failures'
     description: 'More than ${sendFailureThreshold} sends to destination queues failed within 5 minutes.'
     severity: 2

@@ -1,7 +1,8 @@
 // Least data-plane roles for the Function App's identity, each on the narrowest scope that works:
 //   Storage Blob Data Owner           the host storage account (timer schedule and locks, host keys, the deployment
 //                                     package); that account holds nothing else (hoststorage.bicep)
-//   Storage Table Data Contributor    the delays table only: read, claim, move and delete rows
+//   Storage Table Data Contributor    the delays table only: read, claim, move and delete rows; and the schedules
+//                                     table when recurring schedules are on
 //   Storage Blob Data Contributor     the lease container only: the shards' lease blobs
 //   Storage Queue Data Message Sender each destination queue and the error queue (put only: no read, no delete);
 //                                     or the whole delays account with queueSenderScope 'account'
@@ -11,6 +12,8 @@ param principalId string
 param hostStorageName string
 param storageName string
 param delaysName string
+@description('The schedules table (recurring schedules); empty: none.')
+param schedulesName string = ''
 @description('Queues the identity may put messages on: the destination queues and the error queue.')
 param senderQueues array
 @allowed(['queues', 'account'])
@@ -39,6 +42,11 @@ resource tableService 'Microsoft.Storage/storageAccounts/tableServices@2023-05-0
 resource delaysTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = {
   parent: tableService
   name: delaysName
+}
+
+resource schedulesTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = if (!empty(schedulesName)) {
+  parent: tableService
+  name: schedulesName
 }
 
 resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' existing = {
@@ -80,6 +88,16 @@ resource hostBlobOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
 resource tableContributor 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   scope: delaysTable
   name: guid(delaysTable.id, principalId, tableDataContributor)
+  properties: {
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', tableDataContributor)
+  }
+}
+
+resource schedulesTableContributor 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(schedulesName)) {
+  scope: schedulesTable
+  name: guid(schedulesTable.id, principalId, tableDataContributor)
   properties: {
     principalId: principalId
     principalType: 'ServicePrincipal'

@@ -4,6 +4,8 @@ param name string
 param location string
 param tags object = {}
 param delaysName string
+@description('The schedules table (recurring schedules); empty: none.')
+param schedulesName string = ''
 param errorQueueName string
 param destinationQueues array
 @allowed(['Enabled', 'Disabled'])
@@ -45,6 +47,11 @@ resource tableService 'Microsoft.Storage/storageAccounts/tableServices@2023-05-0
 resource delaysTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' = {
   parent: tableService
   name: delaysName
+}
+
+resource schedulesTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' = if (!empty(schedulesName)) {
+  parent: tableService
+  name: schedulesName
 }
 
 resource queueService 'Microsoft.Storage/storageAccounts/queueServices@2023-05-01' = {

@@ -56,7 +56,9 @@ class BlobLease:
         renew_every: float | None = None,
         margin: float = 2.0,
         monotonic: Callable[[], float] = time.monotonic,
+        blob_name: str | None = None,
     ) -> None:
+        # blob_name: another lease than the shard's dispatcher lease (the schedule timer's ``schedules-NN``)
         if not is_whole(duration, MIN_LEASE_SECONDS, MAX_LEASE_SECONDS):
             raise ConfigurationError(
                 f"lease duration must be a whole number of seconds from {MIN_LEASE_SECONDS} to "
@@ -65,7 +67,7 @@ class BlobLease:
         validate_azure_container_name(container.container_name)
         self.container = container
         self.shard = shard
-        self.blob = container.get_blob_client(lease_blob_name(shard))
+        self.blob = container.get_blob_client(blob_name or lease_blob_name(shard))
         self.duration = duration
         # every 4 s at most: an idle HTTP keep-alive connection (Node's default: 5 s) is never reused stale
         self.renew_every = renew_every if renew_every is not None else min(duration / 5, 4.0)

@@ -21,14 +21,17 @@ __all__ = [
     "CENSUS_SCHEDULE",
     "ENV_EXAMPLE_CONSUMER_QUEUE",
     "ENV_PENDING_CENSUS",
+    "ENV_SCHEDULES",
     "EXAMPLE_CONSUMER_CONNECTION",
     "SCHEDULE",
+    "SCHEDULES_SCHEDULE",
     "census_pending_messages",
     "consume_example_message",
     "create_app",
     "dispatch_delayed_messages",
     "host",
     "host_from_settings",
+    "materialize_schedules",
     "register_optional",
     "use_host",
 ]
@@ -43,6 +46,10 @@ EXAMPLE_CONSUMER_CONNECTION = "DelayedDeliveryQueues"
 ENV_PENDING_CENSUS = "DELAYED_DELIVERY_PENDING_CENSUS"
 #: Every 15 minutes, at second 30 (away from the dispatcher's second 0).
 CENSUS_SCHEDULE = "30 */15 * * * *"
+#: App setting that, ``true``, adds the schedule timer (``azure/schedules``): recurring schedules materialized.
+ENV_SCHEDULES = "DELAYED_DELIVERY_SCHEDULES"
+#: Every minute, at second 20 (away from the dispatcher's second 0 and the census's 30).
+SCHEDULES_SCHEDULE = "20 * * * * *"
 
 _prepared: AzureDispatcherHost | None = None
 
@@ -93,6 +100,13 @@ def consume_example_message(msg: func.QueueMessage) -> None:
     observe_lateness(delivered_from_queue_message(msg))
 
 
+def materialize_schedules(timer: func.TimerRequest) -> None:
+    """Write the recurring schedules' occurrences due within the lead as rows of the delays table."""
+    from .schedules.timer import ScheduleMetrics, timer_for_host
+
+    timer_for_host(host(), os.environ, metrics_sink=ScheduleMetrics()).run()
+
+
 def census_pending_messages(timer: func.TimerRequest) -> None:
     """Log the delays table's pending rows by due hour and its oldest overdue row (delayed_delivery.azure.census)."""
     from .census import census_from_settings
@@ -101,7 +115,7 @@ def census_pending_messages(timer: func.TimerRequest) -> None:
 
 
 def register_optional(app: func.FunctionApp, env: Mapping[str, str] | None = None) -> None:
-    """Add the triggers the app settings ask for: the example consumer and the pending census."""
+    """Add the triggers the app settings ask for: the example consumer, the pending census, the schedule timer."""
     settings = os.environ if env is None else env
     if settings.get(ENV_EXAMPLE_CONSUMER_QUEUE, "").strip():
         app.queue_trigger(
@@ -109,3 +123,5 @@ def register_optional(app: func.FunctionApp, env: Mapping[str, str] | None = Non
         )(consume_example_message)
     if settings.get(ENV_PENDING_CENSUS, "").strip().lower() == "true":
         app.timer_trigger(schedule=CENSUS_SCHEDULE, arg_name="timer", run_on_startup=False)(census_pending_messages)
+    if settings.get(ENV_SCHEDULES, "").strip().lower() == "true":
+        app.timer_trigger(schedule=SCHEDULES_SCHEDULE, arg_name="timer", run_on_startup=False)(materialize_schedules)

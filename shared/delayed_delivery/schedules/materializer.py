@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -66,6 +66,8 @@ class MaterializeReport:
     #: Per occurrence written: its id (ordered by schedule, then nominal instant).
     ids: list[str] = field(default_factory=list)
     missed_ids: list[str] = field(default_factory=list)
+    #: The pass stopped before the end of what was due (``keep_going`` said no).
+    stopped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,11 +149,17 @@ class Materializer:
         found = messages if isinstance(messages, MessageCanceller) else getattr(messages, "store_port", None)
         self.canceller: MessageCanceller | None = canceller or (found if isinstance(found, MessageCanceller) else None)
 
-    def run_once(self, now: datetime | None = None) -> MaterializeReport:
-        """One pass over the schedules due by ``now + lead``."""
+    def run_once(
+        self, now: datetime | None = None, *, keep_going: Callable[[], bool] | None = None
+    ) -> MaterializeReport:
+        """One pass over the schedules due by ``now + lead``; ``keep_going`` False stops it before the next schedule
+        (a lease lost: what is left is the next holder's)."""
         at = now if now is not None else self.clock.now()
         report = MaterializeReport()
         for schedule in self.schedules.due(at + self.lead, self.schedules_per_pass):
+            if keep_going is not None and not keep_going():
+                report.stopped = True
+                break
             report.schedules += 1
             try:
                 self.materialize(schedule, at, report)

@@ -133,17 +133,29 @@ def dispatch(
     seconds: Annotated[float, typer.Option(help="How long to dispatch.")] = 50.0,
     local: Local = False,
     connection: Connection = None,
+    schedules: Annotated[
+        bool,
+        typer.Option(help="First run the schedule timer once: recurring schedules' occurrences due within the lead."),
+    ] = False,
 ) -> None:
     """Run the dispatcher here for SECONDS (what one timer run does), then print a summary (JSON)."""
+    import os
+
     from delayed_delivery.azure.runner import AzureDispatcherHost
 
     try:
-        summary = AzureDispatcherHost(_config(connection, endpoint, local)).run(budget=seconds)
+        host = AzureDispatcherHost(_config(connection, endpoint, local))
+        materialized: dict[str, int] | None = None
+        if schedules:
+            from delayed_delivery.azure.schedules.timer import timer_for_host
+
+            host.setup_infrastructure()
+            materialized = timer_for_host(host, os.environ).run().summary()
+        summary = host.run(budget=seconds)
     except DelayedDeliveryError as exc:
         raise _fail(exc) from None
-    emit_json(
-        {"enabled": summary.enabled, "dispatched": summary.dispatched, "error_queue": summary.moved_to_error_queue}
-    )
+    done = {"enabled": summary.enabled, "dispatched": summary.dispatched, "error_queue": summary.moved_to_error_queue}
+    emit_json(done if materialized is None else {**done, "schedules": materialized})
 
 
 @azure_app.command()

@@ -1,11 +1,12 @@
 """``delayed-delivery schedule create|list|describe|pause|resume|backfill|delete`` on a route, and ``send --every``.
 
-Routes (``app/routes/schedules.py``): ``--store sqlite:///…|postgresql://…`` and ``--cloud aws`` (``--local`` for
-moto). ``create`` prints the next 5 fires and warns when daylight saving decides one within the next year;
-``describe`` lists the next fires with a note per DST decision; ``pause`` cancels the materialized occurrences by id
-(on SQS they are already on their queue and are delivered: it says so); ``resume`` goes on from now (the paused span
-counted ``skipped_paused``) or with ``--catch-up``; ``backfill`` writes ``[--from, --to)`` with the usual ids, due at
-once and paced by the release caps, refusing what the cursor passed unless ``--again``.
+Routes (``app/routes/schedules.py``): ``--store sqlite:///…|postgresql://…``, ``--cloud aws`` (``--local`` for
+moto) and ``--cloud azure --endpoint NAME`` (``--local`` for Azurite). ``create`` prints the next 5 fires and warns
+when daylight saving decides one within the next year; ``describe`` lists the next fires with a note per DST
+decision; ``pause`` cancels the materialized occurrences by id (on SQS they are already on their queue and are
+delivered: it says so); ``resume`` goes on from now (the paused span counted ``skipped_paused``) or with
+``--catch-up``; ``backfill`` writes ``[--from, --to)`` with the usual ids, due at once and paced by the release
+caps, refusing what the cursor passed unless ``--again``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def _route(options: RouteOptions) -> ScheduleRoute:
         raise UsageError("--bucket-name is for the time-bucket tier; schedules on AWS use their own table")
     if options.cloud is None:
         if options.local:
-            raise UsageError("--local needs --cloud aws")
+            raise UsageError("--local needs --cloud aws or --cloud azure")
         return open_schedule_route(None, options.store)
     cloud = CloudOptions(options.cloud, options.local, options.endpoint_url, options.region,
                          options.connection_string, options.endpoint)  # fmt: skip

@@ -10,7 +10,9 @@ template, and what it can say about occurrences already materialized:
 * ``--cloud aws``: the DynamoDB schedules table (``DELAYED_DELIVERY_SCHEDULE_TABLE``, default
   ``delayed-delivery-schedules``) read by the schedule timer; occurrences go straight to their queue with
   ``DelaySeconds`` up to the timer's lead ahead, where SQS cannot withdraw them.
-* ``--cloud azure``: not yet (a later stage puts schedules in the endpoint's delays table).
+* ``--cloud azure``: the endpoint's schedules table (``DELAYED_DELIVERY_SCHEDULE_TABLE_NAME``, default the delays
+  table's name plus ``sched``) read by the function app's schedule timer; occurrences are rows of the endpoint's delays
+  table (``pending`` counts them, ``cancel <id>`` removes one), written up to the timer's lead ahead.
 """
 
 from __future__ import annotations
@@ -33,9 +35,17 @@ from delayed_delivery.schedules.ports import MessageCanceller, MessageWriter, Sc
 
 if TYPE_CHECKING:
     from delayed_delivery.aws.schedules.sends import OccurrenceSender
+    from delayed_delivery.azure.table_store import TableDelayedMessageStore
     from delayed_delivery.ports import DelayedMessageStore
 
-__all__ = ["AwsScheduleRoute", "Materialized", "ScheduleRoute", "StoreScheduleRoute", "open_schedule_route"]
+__all__ = [
+    "AwsScheduleRoute",
+    "AzureScheduleRoute",
+    "Materialized",
+    "ScheduleRoute",
+    "StoreScheduleRoute",
+    "open_schedule_route",
+]
 
 #: Seconds a PostgreSQL connection of a command may take.
 _CONNECT_TIMEOUT = 3.0
@@ -109,7 +119,9 @@ class StoreScheduleRoute:
 
     def __init__(self, url: str | None) -> None:
         if not url:
-            raise UsageError("give a route: --store URL (SQL) or --cloud aws (add --local for the emulators)")
+            raise UsageError(
+                "give a route: --store URL (SQL), --cloud aws or --cloud azure (add --local for the emulators)"
+            )
         self.url = url
         self.where = redact(url)
         self._schedules: ScheduleStore | None = None
@@ -133,13 +145,7 @@ class StoreScheduleRoute:
 
     def canceller(self) -> MessageCanceller:
         """The message store's exact cancel."""
-        messages = self.messages
-
-        class _Cancel:
-            def remove(self, message_id: str) -> bool:
-                return messages.remove(message_id)
-
-        return _Cancel()
+        return _Cancel(self.messages)
 
     def backfill_writer(self) -> BackfillWriter:
         """Occurrences stored as rows (the dispatcher releases them, paced by the release caps)."""
@@ -150,18 +156,33 @@ class StoreScheduleRoute:
 
     def materialized(self, schedule: Schedule, now: datetime) -> list[Materialized]:
         """The rows of the schedule's occurrences after now, up to its cursor."""
-        if schedule.cursor is None or schedule.cursor <= now:
-            return []
-        found = []
-        for o in expand(schedule.definition.recurrence(), now + timedelta(microseconds=1),
-                        schedule.cursor + timedelta(microseconds=1), schedule_id=schedule.schedule_id):  # fmt: skip
-            assert o.id is not None
-            row = self.messages.get(o.id) if hasattr(self.messages, "get") else None
-            if row is not None:
-                found.append(Materialized(o.id, row.due_at, "pending in the store"))
-            if len(found) >= _SHOWN:
-                break
-        return found
+        return _pending_rows(self.messages, schedule, now, "pending in the store")
+
+
+class _Cancel:
+    """A message store's exact cancel (by id, no claim: refused while a dispatcher sends it)."""
+
+    def __init__(self, messages: DelayedMessageStore) -> None:
+        self.messages = messages
+
+    def remove(self, message_id: str) -> bool:
+        return self.messages.remove(message_id)
+
+
+def _pending_rows(messages: DelayedMessageStore, schedule: Schedule, now: datetime, where: str) -> list[Materialized]:
+    """The rows of ``messages`` holding the schedule's occurrences after now, up to its cursor (at most ``_SHOWN``)."""
+    if schedule.cursor is None or schedule.cursor <= now:
+        return []
+    found = []
+    for o in expand(schedule.definition.recurrence(), now + timedelta(microseconds=1),
+                    schedule.cursor + timedelta(microseconds=1), schedule_id=schedule.schedule_id):  # fmt: skip
+        assert o.id is not None
+        row = messages.get(o.id) if hasattr(messages, "get") else None
+        if row is not None:
+            found.append(Materialized(o.id, row.due_at, where))
+        if len(found) >= _SHOWN:
+            break
+    return found
 
 
 def _open_schedules(url: str) -> ScheduleStore:
@@ -306,6 +327,61 @@ class _SqsBackfill:
         return [m.message_id for m in left]
 
 
+class AzureScheduleRoute:
+    """The endpoint's schedules table and its delays table, where the schedule timer writes the occurrences."""
+
+    name = "azure"
+
+    def __init__(self, options: CloudOptions) -> None:
+        from delayed_delivery.app.routes.azure import AzureTableRoute
+        from delayed_delivery.azure.schedules.config import AzureScheduleConfig
+        from delayed_delivery.azure.schedules.store import TableScheduleStore
+
+        self.delays = AzureTableRoute(options)
+        self.table = AzureScheduleConfig.from_env(os.environ, self.delays.config.table_name).table_name
+        self.where = f"Azure table {self.table!r} of endpoint {self.delays.endpoint!r}"
+        self._store = TableScheduleStore(self.delays.clients.tables.get_table_client(self.table))
+        self._ready = False
+
+    @property
+    def store(self) -> ScheduleStore:
+        """The schedules table (created if missing; a 403: provisioned by the Bicep)."""
+        if not self._ready:
+            self._store.setup_infrastructure()
+            self._ready = True
+        return self._store
+
+    @property
+    def messages(self) -> TableDelayedMessageStore:
+        """The endpoint's delays table (with the shard count it records)."""
+        return self.delays.store
+
+    def canceller(self) -> MessageCanceller:
+        """The delays table's exact cancel."""
+        return _Cancel(self.messages)
+
+    def backfill_writer(self) -> BackfillWriter:
+        """Occurrences stored as rows of the delays table (the dispatcher sends them, paced by the release caps)."""
+        return _StoreWriter(self.messages)
+
+    def check(self, schedule: Schedule) -> None:
+        """What a storage queue refuses: a name that is not a queue's, an envelope over 64 KiB."""
+        from delayed_delivery.azure.storage_queue import encode_envelope
+        from delayed_delivery.naming import validate_azure_queue_name
+        from delayed_delivery.schedules.materializer import occurrence_message
+        from delayed_delivery.schedules.occurrences import Occurrence, utc_text
+
+        validate_azure_queue_name(schedule.template.destination)
+        at = schedule.definition.start
+        encode_envelope(occurrence_message(schedule, Occurrence(f"{schedule.schedule_id}@{utc_text(at)}", at, at, at)))
+
+    def materialized(self, schedule: Schedule, now: datetime) -> list[Materialized]:
+        """The delays table's rows of the schedule's occurrences after now, up to its cursor."""
+        return _pending_rows(
+            self.messages, schedule, now, f"pending in the delays table {self.messages.table.table_name}"
+        )
+
+
 def open_schedule_route(cloud: CloudOptions | None, store: str | None) -> ScheduleRoute:
     """The schedule route of ``--cloud`` (it wins) or ``--store``."""
     if cloud is None:
@@ -318,8 +394,10 @@ def open_schedule_route(cloud: CloudOptions | None, store: str | None) -> Schedu
 
             raise extra_missing("the aws route", "cli", "aws") from exc
     if cloud.cloud == "azure":
-        raise UsageError(
-            "recurring schedules on --cloud azure are not available yet: use --cloud aws or --store (sqlite:///… "
-            "or postgresql://…)"
-        )
+        try:
+            return AzureScheduleRoute(cloud)
+        except ImportError as exc:
+            from delayed_delivery.errors import extra_missing
+
+            raise extra_missing("the azure route", "cli", "azure") from exc
     raise UsageError(f"--cloud {cloud.cloud!r}: use aws or azure")

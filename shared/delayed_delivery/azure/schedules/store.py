@@ -1,0 +1,241 @@
+"""``TableScheduleStore``: the ``ScheduleStore`` port on an Azure table (row design in ``rows.py``).
+
+Every write is one entity-group transaction in the schedule's partition: its row (conditional on the ETag of the row
+read, whose ``Version`` was checked) and its due row (the old one deleted, the new one written). So a conditional
+write on ``version`` either moves both or neither, and two writers that read one version cannot both win.
+``due`` reads the due rows' key ranges (only what is due), then each schedule's row; a due row whose schedule moved on
+meanwhile is passed over (the row read is what counts). A row that cannot be read is logged and passed over by
+``due`` and ``list`` (never a crash of a pass), and refused in one line by ``get``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import AzureError, ResourceNotFoundError
+from azure.data.tables import TableClient, TableTransactionError, UpdateMode
+
+from ... import logfields as lf
+from ...clock import utc
+from ...errors import ConfigurationError, InvalidScheduleError, TransientError
+from ...naming import validate_azure_table_name
+from ...schedules.model import Schedule, ScheduleState
+from ...schedules.ports import ScheduleExistsError, ScheduleStore
+from ..sdk_errors import is_status, translate
+from ..table_gateway import TableGateway
+from . import rows
+
+__all__ = ["TableScheduleStore"]
+
+_log = logging.getLogger("delayed_delivery.azure.schedules")
+_TRIES = 5
+#: Schedules whose last read a store remembers (then it forgets them all and reads again).
+_REMEMBERED = 100_000
+_Op = tuple[str, dict[str, Any], dict[str, Any]]
+
+
+class TableScheduleStore(ScheduleStore):
+    """Schedules in one Azure table; ``shards`` restricts ``due`` to some partitions (one timer's leased shard)."""
+
+    def __init__(self, table: TableClient, *, shards: Iterable[int] | None = None) -> None:
+        validate_azure_table_name(table.table_name)
+        self.table = table
+        owned = tuple(range(rows.SHARDS)) if shards is None else tuple(sorted(set(shards)))
+        if not owned or any(not 0 <= s < rows.SHARDS for s in owned):
+            raise ConfigurationError(f"schedule shards must be a non-empty subset of 0..{rows.SHARDS - 1}")
+        self.shards = owned
+        #: What this store last read of each schedule, by id: ``(version, ETag, due row key)``. A conditional write
+        #: after a read of that version uses it instead of reading the row again (a pass's second read).
+        self._etags: dict[str, tuple[int, str, str | None]] = {}
+
+    def for_shards(self, shards: Iterable[int]) -> TableScheduleStore:
+        """A view whose ``due`` reads only ``shards`` (what a timer holding their leases materializes)."""
+        return TableScheduleStore(self.table, shards=shards)
+
+    def setup_infrastructure(self) -> None:
+        """Create the table if missing (a 403: provisioned by infrastructure code, fine)."""
+        TableGateway(self.table, 1).create_table()
+
+    def drop(self) -> None:
+        """Delete the table."""
+        TableGateway(self.table, 1).delete_table()
+
+    # -- the port -----------------------------------------------------------------
+
+    def create(self, schedule: Schedule) -> None:
+        """Insert the schedule's row and its due row together; ``ScheduleExistsError`` when the id is taken."""
+        ops: list[_Op] = [("create", rows.schedule_entity(schedule), {})]
+        due = rows.due_entity(schedule)
+        if due is not None:
+            ops.append(("create", due, {}))
+        try:
+            self.table.submit_transaction(ops)
+        except TableTransactionError as exc:
+            if is_status(exc, 409):
+                raise ScheduleExistsError(f"schedule {schedule.schedule_id!r} exists already") from None
+            raise translate(exc, f"creating schedule {schedule.schedule_id!r}") from exc
+        except AzureError as exc:
+            raise translate(exc, f"creating schedule {schedule.schedule_id!r}") from exc
+
+    def get(self, schedule_id: str) -> Schedule | None:
+        """The schedule, or None; ``InvalidScheduleError`` for a row this cannot read."""
+        found = self._read(schedule_id)
+        if found is None:
+            return None
+        schedule = rows.schedule_of(found)
+        etag = found.metadata.get("etag")
+        if len(self._etags) >= _REMEMBERED:
+            self._etags.clear()
+        if isinstance(etag, str) and etag:
+            self._etags[schedule_id] = (schedule.version, etag, rows.due_row_key(schedule))
+        return schedule
+
+    def replace(self, schedule: Schedule, expected_version: int) -> bool:
+        """Store ``schedule`` if the stored one has ``expected_version``: its row (If-Match the ETag read) and due
+        row in one transaction; False when another writer got there first or the schedule is gone."""
+        if schedule.version != expected_version + 1:
+            raise ValueError(f"a write after version {expected_version} stores version {expected_version + 1}")
+        what = f"writing schedule {schedule.schedule_id!r}"
+        sid = schedule.schedule_id
+        known = self._etags.pop(sid, None)
+        if known is not None and known[0] == expected_version:
+            # read at this version by this store: its row's ETag and due row key follow from what was read
+            etag, old = known[1], known[2]
+        else:
+            entity = self._read(sid)
+            if entity is None or rows.number(entity.get("Version")) != expected_version:
+                return False
+            etag, old = str(entity.metadata["etag"]), _stored_due_key(entity)
+        ops: list[_Op] = [("update", rows.schedule_entity(schedule), _if_match(etag, UpdateMode.REPLACE))]
+        new = rows.due_entity(schedule)
+        if old is not None and (new is None or new["RowKey"] != old):
+            ops.append(("delete", {"PartitionKey": rows.partition_of(sid), "RowKey": old}, {}))
+        if new is not None:
+            ops.append(("upsert", new, {"mode": UpdateMode.REPLACE}))
+        try:
+            self.table.submit_transaction(ops)
+        except TableTransactionError as exc:
+            if is_status(exc, 404, 409, 412):
+                return False  # changed or gone since it was read
+            raise translate(exc, what) from exc
+        except AzureError as exc:
+            raise translate(exc, what) from exc
+        return True
+
+    def due(self, horizon: datetime, limit: int) -> Sequence[Schedule]:
+        """Up to ``limit`` active schedules of this view's shards with ``next_at`` at or before ``horizon``."""
+        if limit < 1:
+            return []
+        bound = rows.due_bound(utc(horizon))
+        heads = [self._due_keys(s, bound, limit) for s in self.shards]
+        found: list[Schedule] = []
+        for key, schedule_id in heapq.merge(*heads):
+            try:
+                schedule = self.get(schedule_id)
+            except InvalidScheduleError as exc:
+                _log.warning("a schedule row cannot be read; it is passed over",
+                             extra={lf.SCHEDULE_ID: schedule_id, lf.REASON: str(exc)})  # fmt: skip
+                continue
+            if schedule is None or rows.due_row_key(schedule) != key:
+                continue  # moved on since its due row was read
+            found.append(schedule)
+            if len(found) >= limit:
+                break
+        return found
+
+    def delete(self, schedule_id: str) -> bool:
+        """Forget a schedule (its row and due row together); False when it was gone."""
+        what = f"deleting schedule {schedule_id!r}"
+        for _ in range(_TRIES):
+            entity = self._read(schedule_id)
+            if entity is None:
+                return False
+            ops: list[_Op] = [("delete", {"PartitionKey": entity["PartitionKey"], "RowKey": entity["RowKey"]},
+                               _if_match(entity.metadata["etag"], None))]  # fmt: skip
+            old = _stored_due_key(entity)
+            if old is not None:
+                ops.append(("delete", {"PartitionKey": entity["PartitionKey"], "RowKey": old}, {}))
+            try:
+                self.table.submit_transaction(ops)
+                return True
+            except TableTransactionError as exc:
+                if not is_status(exc, 404, 412):
+                    raise translate(exc, what) from exc
+            except AzureError as exc:
+                raise translate(exc, what) from exc
+        raise TransientError(f"{what}: kept conflicting with concurrent writers")
+
+    def list(self, after: str | None = None, limit: int = 100) -> Sequence[Schedule]:
+        """Schedules in id order after ``after`` (every shard's rows merged), at most ``limit``."""
+        if limit < 1:
+            return []
+        lo = rows.row_key(after) + "\x00" if after else rows.ROW_PREFIX
+        heads = [self._rows_from(s, lo, limit) for s in range(rows.SHARDS)]
+        found: list[Schedule] = []
+        for _, entity in heapq.merge(*heads, key=lambda pair: pair[0]):
+            try:
+                found.append(rows.schedule_of(entity))
+            except InvalidScheduleError as exc:
+                _log.warning("a schedule row cannot be read; it is passed over",
+                             extra={lf.REASON: str(exc)})  # fmt: skip
+                continue
+            if len(found) >= limit:
+                break
+        return found
+
+    # -- reads --------------------------------------------------------------------
+
+    def _read(self, schedule_id: str) -> Any | None:
+        try:
+            return self.table.get_entity(rows.partition_of(schedule_id), rows.row_key(schedule_id))
+        except ResourceNotFoundError:
+            return None
+        except AzureError as exc:
+            raise translate(exc, f"reading schedule {schedule_id!r}") from exc
+
+    def _query(self, pk: str, lo: str, hi: str, page: int, select: Sequence[str] | None) -> Iterator[Any]:
+        try:
+            pages = self.table.query_entities(
+                "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
+                parameters={"pk": pk, "lo": lo, "hi": hi},
+                select=None if select is None else [*select],
+                results_per_page=max(1, min(page, 1000)),
+            ).by_page()
+            for entries in pages:
+                yield from entries
+        except AzureError as exc:
+            raise translate(exc, f"querying table {self.table.table_name}") from exc
+
+    def _due_keys(self, shard: int, bound: str, limit: int) -> Iterator[tuple[str, str]]:
+        """``(due row key, schedule id)`` of the shard's due rows before ``bound``, in key order."""
+        pk = rows.partition_key(shard)
+        entries = self._query(pk, rows.DUE_PREFIX, bound, limit, ["RowKey", "ScheduleId"])
+        for entity in itertools.islice(entries, limit):
+            sid = entity.get("ScheduleId")
+            if isinstance(sid, str):
+                yield str(entity["RowKey"]), sid
+
+    def _rows_from(self, shard: int, lo: str, limit: int) -> Iterator[tuple[str, Any]]:
+        entries = self._query(rows.partition_key(shard), lo, rows.ROW_END, limit, None)
+        for entity in itertools.islice(entries, limit):
+            yield str(entity["RowKey"]), entity
+
+
+def _stored_due_key(entity: Any) -> str | None:
+    """The due row key the stored row implies (what its last write created), or None."""
+    if entity.get("State") != str(ScheduleState.ACTIVE) or not entity.get("NextAt"):
+        return None
+    return f"{rows.DUE_PREFIX}{entity['NextAt']}_{str(entity['RowKey'])[len(rows.ROW_PREFIX) :]}"
+
+
+def _if_match(etag: str, mode: UpdateMode | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified}
+    if mode is not None:
+        kwargs["mode"] = mode
+    return kwargs
