@@ -20,7 +20,9 @@ import pytest
 from azure.storage.queue import QueueServiceClient
 
 from delayed_delivery.azure import rows
+from delayed_delivery.azure.config import AzureDelayedDeliveryConfig
 from delayed_delivery.azure.placement import PlacementReport
+from delayed_delivery.azure.sender import AzureDelayedSender
 from delayed_delivery.azure.storage_queue import StorageQueueTransport
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
 from delayed_delivery.errors import MessageInFlightError, MessagePlacedError
@@ -202,3 +204,20 @@ def test_pending_counts_placed_messages_and_says_which_are_placed(
     assert (report["pending"], report["placed"], report["claimed_or_retrying"]) == (4, 3, 0), report
     text = run("pending", *where)
     assert "placed on their queues, hidden until due: 3" in text.stdout, text.stdout
+
+
+def test_the_senders_cancel_withdraws_a_placed_message(
+    azurite: Azurite, queues: QueueServiceClient, queue: str
+) -> None:
+    endpoint = new_name("e")
+    config = AzureDelayedDeliveryConfig.for_endpoint(endpoint, connection_string=azurite.connection_string)
+    store = TableDelayedMessageStore.from_connection_string(azurite.connection_string, config.table_name)
+    store.setup_infrastructure()
+    sender = AzureDelayedSender.from_config(config)
+    result = sender.send(queue, b"x", delay="300s", cancellable=True, message_id="s-1")
+    assert result.route == "table"
+    _place(store, StorageQueueTransport(queues, route="table"), 1)
+    assert _depth(queues, queue) == 1
+
+    assert sender.cancel("s-1") is True
+    assert _depth(queues, queue) == 0 and store.get("s-1") is None

@@ -114,6 +114,11 @@ class TableDelayedMessageStore(DelayedMessageStore):
         return self._rows.table
 
     @property
+    def placed_queues(self) -> StorageQueueTransport | None:
+        """The queue client that cancels and reschedules placed messages (None: they are refused)."""
+        return self._placed.queues
+
+    @property
     def shards(self) -> int:
         """The number of partitions the rows are spread over."""
         return self._rows.shards
@@ -139,7 +144,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
             claim_timeout=self.claim_timeout.total_seconds(),
             page_size=self.page_size,
             exclusive=exclusive,
-            queues=self._placed.queues,
+            queues=self.placed_queues,
         )
 
     def forget_claims(self) -> None:
