@@ -242,7 +242,10 @@ class FakeAws:
         after = p.get("ContinuationToken") or p.get("StartAfter") or ""
         delimiter = p.get("Delimiter")
         keys = sorted(k for b, k in list(self.objects) if b == bucket and k.startswith(prefix) and k > after)
+        common: list[str] = []
         if delimiter:
+            common = sorted({prefix + k[len(prefix) :].split(delimiter)[0] + delimiter
+                             for k in keys if delimiter in k[len(prefix) :]})  # fmt: skip
             keys = [k for k in keys if delimiter not in k[len(prefix) :]]
         page = keys[: p.get("MaxKeys", 1000)]
         reply: dict[str, Any] = {
@@ -250,6 +253,8 @@ class FakeAws:
             "IsTruncated": len(keys) > len(page),
             "KeyCount": len(page),
         }
+        if common:
+            reply["CommonPrefixes"] = [{"Prefix": c} for c in common]
         if reply["IsTruncated"]:
             reply["NextContinuationToken"] = page[-1]
         return _response(), reply

@@ -99,3 +99,15 @@ def test_burst_moto_sends_a_planned_bucket_once_and_the_next_minute_on_time_at_s
     assert 0 <= rows["next_minute_lateness_s"] <= shape.timer_seconds
     assert rows["next_minute_arrival_lateness_s"] <= shape.timer_seconds + 1  # + the watcher's poll
     assert all(rows[f"worker-{k}_peak_rss_mib"] > 0 for k in range(shape.workers))
+
+
+def test_held_backlog_costs_about_one_rewrite_per_message_not_one_per_run_at_smoke_size() -> None:
+    from benchmarks import held_backlog
+
+    n = held_backlog.SMOKE_MESSAGES
+    rows = {r.metric: r.median for r in held_backlog.run(smoke=True)}
+    held, before = rows[f"held_{n}_lines_rewritten_per_message"], rows[f"before_{n}_lines_rewritten_per_message"]
+    # the held area: each held message written once, plus what is left of the object a run releases in part
+    assert 0 < held <= 2
+    # the old rule rewrote every held message every run (33 runs here): the square of the backlog
+    assert before > 5 * held

@@ -518,11 +518,21 @@ class TimeBucketTier(Construct):
             ),
             (
                 "DestinationRefused",
-                "A destination refused the timer's sends (access denied, or a KMS key it may not use): its messages "
-                f"are retried for {self._refused_retry} s past their due time, then go to the tier's error queue "
-                "(BucketRefusedToErrorQueue); fix the destination's access before then",
+                "A destination refused the tier's sends (the timer's or a dispatch worker's: access denied, or a KMS "
+                "key it may not use): its messages are written back, outside any plan, and tried again every run "
+                f"until {self._refused_retry} s past their due time, then go to the tier's error queue with the "
+                "reason (BucketRefusedToErrorQueue); fix the destination's access before then and they are delivered",
                 self._metric("BucketDestinationRefusals"),
                 {},
+            ),
+            (
+                "SendsWrittenBack",
+                "Messages were written back for a later run every minute for 15 minutes (BucketMessagesKeptForRetry, "
+                "the timer's and the dispatch workers'): a destination throttling (503) or failing, one refusing "
+                "(see DestinationRefused), or S3 or the release table failing; they are tried again every run, "
+                "never dropped, but arrive late",
+                self._metric("BucketMessagesKeptForRetry"),
+                {"evaluation_periods": 15},
             ),
         ]
         specs += self._dispatch_alarms(over, minute)
@@ -532,8 +542,9 @@ class TimeBucketTier(Construct):
                 (
                     "ReleaseLagHigh",
                     f"Release control (release_rates) held the tier's messages back more than "
-                    f"{seconds} s: more falls due than the caps release (the timer keeps what has no slot within "
-                    "900 s in its bucket for a later run)",
+                    f"{seconds} s: more falls due than the caps release (what has no slot within 900 s waits in "
+                    "its destination's held area, BucketMessagesHeld, and later runs release it in due order, "
+                    "BucketHeldReleased)",
                     self._metric("ReleaseLag", "Maximum").with_(period=Duration.minutes(5)),
                     {"threshold": seconds, **over},
                 )
@@ -586,7 +597,10 @@ class TimeBucketTier(Construct):
         """Dashboard rows for the tier: its flow, its timing, its queues and its functions."""
         flow = cloudwatch.GraphWidget(
             title="Time buckets: messages",
-            left=[self._metric(f"BucketMessages{n}") for n in ("Ingested", "Cascaded", "Dispatched", "KeptForRetry")],
+            left=[
+                self._metric(f"BucketMessages{n}")
+                for n in ("Ingested", "Cascaded", "Dispatched", "KeptForRetry", "Held")
+            ],
             right=[
                 self._metric(n)
                 for n in (
@@ -594,6 +608,7 @@ class TimeBucketTier(Construct):
                     "BucketErrorQueueSends",
                     "BucketMessagesCancelled",
                     "BucketMessagesRescheduled",
+                    "BucketHeldReleased",
                 )
             ],
             width=8,

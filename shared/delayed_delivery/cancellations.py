@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Protocol, TypeAlias, runtime_checkable
@@ -156,6 +156,11 @@ class CancellationStore(Protocol):
         """Delete ``records`` unless a newer request replaced them; missing ones are ignored."""
         ...
 
+    def settle(self, records: Sequence[Cancellation], until: Mapping[tuple[str, str], datetime]) -> None:
+        """Keep each of ``records`` only until ``until[(endpoint, message id)]`` (never longer than it would live),
+        unless a newer request replaced it; missing ones are ignored."""
+        ...
+
 
 class InMemoryCancellationStore:
     """A ``CancellationStore`` in a dict (tests, single-process tools)."""
@@ -183,6 +188,15 @@ class InMemoryCancellationStore:
                 key = (record.endpoint, record.message_id)
                 if self._records.get(key) == record:
                     del self._records[key]
+
+    def settle(self, records: Sequence[Cancellation], until: Mapping[tuple[str, str], datetime]) -> None:
+        """Shorten each record's life to ``until`` (a newer request for the same id stays as it is)."""
+        with self._lock:
+            for record in records:
+                key = (record.endpoint, record.message_id)
+                stored = self._records.get(key)
+                if isinstance(stored, Cancellation) and stored.requested_at == record.requested_at and key in until:
+                    self._records[key] = replace(stored, expires_at=min(stored.expires_at, utc(until[key])))
 
 
 def cancel_request(
@@ -295,6 +309,17 @@ class CancellationCache:
         with self._lock:
             self._cached[endpoint] = (self.monotonic() + self.max_age, records)
         return dict(records)
+
+    def settle(self, records: Sequence[Cancellation], until: Mapping[tuple[str, str], datetime]) -> None:
+        """Keep records applied only until ``until`` (the time-bucket tier: a copy of the message sent before the
+        record may still arrive); a failed write is reported (the record then lives out its time to live)."""
+        if not records:
+            return
+        try:
+            self.store.settle(records, until)
+        except DelayedDeliveryError as exc:
+            if self.on_error is not None:
+                self.on_error("delete", exc)
 
     def applied(self, records: Sequence[StoredRecord]) -> None:
         """Delete ``records`` once applied; a failed delete is reported (re-applying is harmless, the TTL cleans up)."""

@@ -1,7 +1,8 @@
 """Release pacing for the core dispatcher: each fetched message leaves at its release slot (``release.py``).
 
-For every fetched message the pacer books a slot (a capped destination's next one at its rate; an uncapped
-destination's message: its due time) and decides how the message waits for it:
+Without any cap the pacer releases every fetched message at once, in fetch order (the dispatcher's one loop runs
+through it either way). With caps, for every fetched message the pacer books a slot (a capped destination's next one
+at its rate; an uncapped destination's message: its due time) and decides how the message waits for it:
 
 * the slot has come: it is sent now;
 * the transport can hide what it sends (``PlacingTransport``: SQS ``DelaySeconds``, Azure's visibility timeout):
@@ -21,16 +22,21 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from . import logfields as lf
 from .model import DelayedMessage
-from .ports import DeferringStore, PlacingTransport, Transport, slot_of
+from .ports import DeferringStore, PlacingTransport, ReleaseStateStore, SharedReleaseState, Transport, slot_of
 from .release import ReleasePlanner
 
 __all__ = ["HOLD_SECONDS", "MAX_HELD", "MAX_HELD_BYTES", "Deferral", "Pacer", "Planned", "Release"]
+
+#: The dispatcher's logger: what release control says sits beside what the loop says.
+_log = logging.getLogger("delayed_delivery.dispatcher")
 
 #: Longest a slot may be ahead for its message to be held in memory rather than deferred to the store.
 HOLD_SECONDS = 1.0
@@ -106,7 +112,10 @@ class Pacer:
         hold_seconds: float = HOLD_SECONDS,
         max_held: int = MAX_HELD,
         max_held_bytes: int = MAX_HELD_BYTES,
+        state: ReleaseStateStore | None = None,
     ) -> None:
+        # state: where the release schedule is kept between runs (loaded on the first paced run, saved before what a
+        # batch booked more than a second ahead is sent, and at each run's end)
         self.planner = planner
         placing = isinstance(transport, PlacingTransport) and transport.max_delay_seconds >= 1
         self.placing = transport if placing and isinstance(transport, PlacingTransport) else None
@@ -117,26 +126,97 @@ class Pacer:
         self._heap: list[_Held] = []
         self._bytes = 0
         self._seq = itertools.count()
+        self._ready: list[DelayedMessage] = []  # no caps at all: released as fetched, in fetch order
+        self.state = state
+        self._state_loaded = False
+        self._saved: dict[str, float] = {}
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + len(self._ready)
+
+    @property
+    def paced(self) -> bool:
+        """Whether any destination is capped; without caps every fetched message is released at once."""
+        return bool(self.planner)
 
     @property
     def lookahead(self) -> float:
         """How far ahead of now a fetch may reach: a message due that soon is held until due, not sent early."""
-        return self.hold_seconds
+        return self.hold_seconds if self.paced else 0.0
 
     def has_room(self) -> bool:
         """Whether another batch may be fetched (the held messages are under both bounds)."""
-        return len(self._heap) < self.max_held and self._bytes < self.max_held_bytes
+        return len(self) < self.max_held and self._bytes < self.max_held_bytes
 
     def next_at(self) -> datetime | None:
         """When the earliest held message is to be sent, or None."""
         return datetime.fromtimestamp(self._heap[0].send_at, UTC) if self._heap else None
 
     def take(self, batch: Sequence[DelayedMessage], now: datetime) -> list[Deferral]:
-        """Book a slot for each message of ``batch`` (in due order) and hold it; the ones to defer are returned."""
-        return self.hold(self.plan(batch, now), now)
+        """Book slots for a fetched batch and hold it; what the batch booked is saved before any of it is sent.
+
+        With a shared schedule (``SharedReleaseState``: every shard of a table books from one) a batch with a capped
+        message books there, after whatever the others booked, so each cap is shared by what each dispatcher has
+        due. If no booking sticks (storage down) the batch keeps the slots of its last attempt (logged): other
+        dispatchers may overlap them for a while; nothing is lost or sent before it is due.
+        """
+        if not self.paced:  # released at fetch: nothing to book, nothing to wait for
+            self._ready.extend(batch)
+            return []
+        shared = self.state if isinstance(self.state, SharedReleaseState) else None
+        if shared is None or not any(self.planner.rate_for(m.destination) is not None for m in batch):
+            deferrals = self.hold(self.plan(batch, now), now)
+            self.save_state(now)
+            return deferrals
+        before = self.planner.snapshot()
+        planned: list[Planned] = []
+
+        def plan(latest: Mapping[str, float]) -> Mapping[str, float]:
+            self.planner.restore(before)
+            self.planner.load(latest)
+            planned[:] = self.plan(batch, now)
+            self.planner.forget_before(now.timestamp())
+            return self.planner.state()
+
+        try:
+            shared.book(plan)
+            self._saved = self.planner.state()
+        except Exception as exc:
+            _log.warning("booking release slots in the shared schedule failed: %r", exc, extra={lf.REASON: repr(exc)})
+            if not planned:
+                self.planner.restore(before)
+                planned = self.plan(batch, now)
+        return self.hold(planned, now)
+
+    def load_state(self) -> None:
+        """Continue the schedule the last run (or the last holder of these rows) saved, once per pacer."""
+        if self.state is None or self._state_loaded:
+            return
+        try:
+            saved = self.state.load()
+        except Exception as exc:  # start from now: slots may overlap what the last run placed, nothing is lost
+            _log.warning("reading the saved release schedule failed: %r", exc, extra={lf.REASON: repr(exc)})
+            return
+        self.planner.load(saved)
+        self._saved = dict(saved)
+        self._state_loaded = True
+
+    def save_state(self, now: datetime, *, force: bool = False) -> None:
+        """Save the schedule when it booked more than a second ahead beyond what was saved (or at a run's end)."""
+        if self.state is None:
+            return
+        self.planner.forget_before(now.timestamp())  # a schedule free by now matters no more
+        state = self.planner.state()
+        horizon = now.timestamp() + 1.0
+        ahead = any(v > horizon and v > self._saved.get(d, 0.0) for d, v in state.items())
+        if not (ahead or (force and state != self._saved)):
+            return
+        try:
+            self.state.save(state)
+        except Exception as exc:  # the next holder may overlap these slots for a while; nothing is lost
+            _log.warning("saving the release schedule failed: %r", exc, extra={lf.REASON: repr(exc)})
+            return
+        self._saved = state
 
     def plan(self, batch: Sequence[DelayedMessage], now: datetime) -> list[Planned]:
         """Book a slot for each message of ``batch`` in the planner (in due order), holding nothing yet."""
@@ -191,7 +271,8 @@ class Pacer:
     def due(self, now: datetime) -> list[Release]:
         """Every held message whose sending time has come, in slot order."""
         n = _epoch(now)
-        out: list[Release] = []
+        out = [Release(m) for m in self._ready]
+        self._ready.clear()
         while self._heap and self._heap[0].send_at <= n:
             held = heapq.heappop(self._heap)
             self._bytes -= len(held.message.body)
@@ -205,8 +286,9 @@ class Pacer:
         can defer are simply let go (their claims expire, or the caller forgets them).
         """
         n = _epoch(now)
-        sends: list[Release] = []
+        sends = [Release(m) for m in self._ready] if may_send else []
         deferrals: list[Deferral] = []
+        self._ready.clear()
         for held in sorted(self._heap):
             ahead = held.slot - n
             if ahead <= 0 and may_send:

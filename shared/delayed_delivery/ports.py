@@ -19,6 +19,7 @@ __all__ = [
     "InspectableStore",
     "PlacingTransport",
     "ReleaseBacklog",
+    "ReleaseSchedule",
     "ReleaseStateStore",
     "ReschedulableStore",
     "SharedReleaseState",
@@ -208,6 +209,23 @@ class DeferringStore(Protocol):
 
 #: Deferred rows per destination: (count, latest slot).
 ReleaseBacklog = Mapping[str, tuple[int, datetime]]
+
+
+@runtime_checkable
+class ReleaseSchedule(Protocol):
+    """Release control's one port: a slot per message of a destination, at most the destination's cap.
+
+    Every implementation keeps the promises ``testing/release_contract.py`` checks: the cap kept in every window, due
+    order kept within a booking, never a slot before a message is due, and a booking never used (its caller crashed)
+    costs later bookings at most the slots it took. In-process: ``release.ReleasePlanner``; shared by several
+    processes: ``release.SharedStateSchedule`` (over a ``SharedReleaseState``, e.g. Azure's blob),
+    ``postgres.release.SharedReleaseSchedule`` and ``aws.release_calendar.ReleaseCalendar`` (DynamoDB).
+    """
+
+    def reserve(self, destination: str, dues: Sequence[float], now: float) -> list[float | None]:
+        """Book a slot (epoch seconds: when it is to become visible) for each message of ``destination`` due at
+        ``dues`` (epoch seconds), in the order given; None: no slot within what the schedule can reach."""
+        ...
 
 
 @runtime_checkable

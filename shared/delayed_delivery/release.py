@@ -23,9 +23,14 @@ import bisect
 import json
 import math
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .ports import SharedReleaseState
 
 __all__ = [
     "DEFAULT_KEY",
@@ -34,6 +39,7 @@ __all__ = [
     "RELEASE_RATES_ENV",
     "ReleasePlanner",
     "ReleaseRates",
+    "SharedStateSchedule",
     "assign_slots",
     "busiest_window",
     "second_capacity",
@@ -221,6 +227,7 @@ class ReleasePlanner:
         self.rates = ReleaseRates.of(rates)
         self.share = share
         self._next: dict[str, tuple[float, int]] = {}  # next free slot = anchor + taken / rate
+        self._lock = threading.Lock()  # ``reserve`` may be called from several threads
         for destination, next_free in (state or {}).items():
             if self.rate_for(destination) is not None and math.isfinite(next_free):
                 self._next[destination] = (float(next_free), 0)
@@ -259,6 +266,11 @@ class ReleasePlanner:
         slots, next_free = assign_slots(rate, dues, self._free(destination, rate), not_before)
         self._next[destination] = (next_free, 0)
         return slots
+
+    def reserve(self, destination: str, dues: Sequence[float], now: float) -> list[float | None]:
+        """``ports.ReleaseSchedule``: ``plan`` under a lock, no slot before ``now``."""
+        with self._lock:
+            return list(self.plan(destination, dues, now))
 
     def _free(self, destination: str, rate: float) -> float:
         anchor, taken = self._next.get(destination, (-math.inf, 0))
@@ -303,3 +315,27 @@ class ReleasePlanner:
         for destination, free in self.state().items():
             if free <= now:
                 del self._next[destination]
+
+
+class SharedStateSchedule:
+    """``ports.ReleaseSchedule`` over a ``ports.SharedReleaseState`` (e.g. Azure's blob): each booking plans after
+    whatever every other dispatcher booked there and is written only if nobody wrote meanwhile (else planned again).
+    """
+
+    def __init__(self, state: SharedReleaseState, rates: ReleaseRates | Mapping[str, float | None]) -> None:
+        self.state = state
+        self.rates = ReleaseRates.of(rates)
+
+    def reserve(self, destination: str, dues: Sequence[float], now: float) -> list[float | None]:
+        """Slots for ``dues`` (epoch seconds) booked in the shared schedule; ``dues`` as they are when uncapped."""
+        if self.rates.rate_for(destination) is None:
+            return list(dues)
+        slots: list[float] = []
+
+        def plan(latest: Mapping[str, float]) -> Mapping[str, float]:
+            planner = ReleasePlanner(self.rates, state=latest)
+            slots[:] = planner.plan(destination, dues, now)
+            return {**latest, **planner.state()}
+
+        self.state.book(plan)
+        return list(slots)

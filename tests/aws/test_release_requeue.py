@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +21,11 @@ from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.sender import SqsDelayedSender
 from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.errors import ConfigurationError
+from delayed_delivery.ports import ReleaseSchedule
 from delayed_delivery.release import ReleaseRates, second_capacity
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller
+from delayed_delivery.testing.release_contract import OpenSchedule, Race, ReleaseScheduleContract
 from tests.aws.conftest import collect, handler_env
 from tests.aws.interleave import run_interleaved
 from tests.fixtures.moto import REGION
@@ -52,6 +54,31 @@ def release_table(dynamodb_endpoint: str) -> tuple[DynamoDBClient, str]:
     name = f"release-{time.monotonic_ns()}"
     ensure_release_table(client, name)
     return client, name
+
+
+class TestReleaseCalendarContract(ReleaseScheduleContract):
+    """The release schedule contract over the calendar (one table per test, every handle on it)."""
+
+    granularity = 1.0  # whole seconds: a second holds its share of the rate, wherever in it they land
+
+    @pytest.fixture
+    def open_schedule(self, release_table: tuple[DynamoDBClient, str]) -> OpenSchedule:
+        client, table = release_table
+        return lambda rates: ReleaseCalendar(client, table, rates)
+
+    @pytest.fixture
+    def race(self, release_table: tuple[DynamoDBClient, str]) -> Race:
+        """Whole requests interleaved, one at a time: moto server applies ``UpdateItem ADD`` without a lock (see
+        ``test_concurrent_invocations_never_overfill_a_second``); threads there lose updates DynamoDB would not."""
+        client, table = release_table
+
+        def run(rates: ReleaseRates, callers: Sequence[Callable[[ReleaseSchedule], None]]) -> None:
+            def on_proxy(caller: Callable[[ReleaseSchedule], None]) -> Callable[[DynamoDBClient], None]:
+                return lambda proxy: caller(ReleaseCalendar(proxy, table, rates))
+
+            run_interleaved(client, [on_proxy(c) for c in callers], seed=7)
+
+        return run
 
 
 def _taken(client: DynamoDBClient, table: str, destination: str) -> dict[int, int]:

@@ -1,4 +1,5 @@
-"""The burst formats (#24): a dispatch plan object, a partition's progress object, a dispatch task message.
+"""The burst formats (#24): a dispatch plan object, a partition's progress object, a dispatch task message; and (#31) a
+partition's seen snapshot.
 
 Each golden ``<kind>.vN.json`` holds what today's writer wrote for fixed inputs, as text; the writer test fails when
 today's bytes differ from the newest (add a version with ``GOLDEN_ADD_VERSION=1``), the reader test reads every
@@ -7,6 +8,7 @@ version. Never edit a golden file.
 
 from __future__ import annotations
 
+import gzip
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +27,7 @@ from delayed_delivery.timebuckets.plans import (
     encode_progress,
     encode_task,
 )
+from delayed_delivery.timebuckets.seen import SeenSnapshot, decode_seen, encode_seen
 from delayed_delivery.timebuckets.wheel import FINE, BucketKey
 from tests.golden import wire
 from tests.golden.test_writers import _check
@@ -46,7 +49,22 @@ PROGRESS = PartitionProgress(
     counts=PieceCounts(1_234, duplicates=2, cancelled=1, rescheduled=1, to_error_queue=3, kept_for_retry=4, pieces=5),
 )
 TASK = DispatchTask(BUCKET, PLAN_MS, 3, 8)
-KINDS = ("s3_plan", "s3_progress", "sqs_dispatch_task")
+SEEN = SeenSnapshot(
+    BUCKET,
+    PLAN_MS,
+    partition=3,
+    partitions=8,
+    object=1,
+    line=250,
+    done=False,
+    overflow=0,
+    entries=(
+        ("order-42", 1_927_857_905_000, 0x3F1C7A9E00112233, False),
+        ("order-43", 1_927_857_905_250, 0x00000000000000FF, True),
+        ('a "quoted" id é', 1_927_857_905_999, 0xFFFFFFFFFFFFFFFF, False),
+    ),
+)
+KINDS = ("s3_plan", "s3_progress", "sqs_dispatch_task", "s3_seen")
 
 
 def _today(kind: str) -> dict[str, Any]:
@@ -54,6 +72,9 @@ def _today(kind: str) -> dict[str, Any]:
         return {"key_suffix": f"fine/{BUCKET.iso}.json", "text": encode_plan(PLAN).decode("ascii")}
     if kind == "s3_progress":
         return {"key_suffix": f"fine/{BUCKET.iso}/3.json", "text": encode_progress(PROGRESS).decode("ascii")}
+    if kind == "s3_seen":
+        text = gzip.decompress(encode_seen(SEEN)).decode("ascii")
+        return {"key_suffix": f"seen/fine/{BUCKET.iso}/{PLAN_MS}-3.jsonl.gz", "text": text}
     return {"MessageBody": encode_task(TASK)}
 
 
@@ -70,6 +91,8 @@ def test_every_golden_burst_format_is_read(golden: str) -> None:
         assert decode_plan(stored["text"]).keys("p")[0] == f"p/fine/2031-02-03T04:05:00Z/{OBJECTS[0]}"
     elif golden.startswith("s3_progress"):
         assert decode_progress(stored["text"]) == PROGRESS
+    elif golden.startswith("s3_seen"):
+        assert decode_seen(gzip.compress(stored["text"].encode("ascii"))) == SEEN
     else:
         assert decode_task(stored["MessageBody"]) == TASK
 

@@ -356,6 +356,65 @@ def test_alarms_on_overdue_buckets_ingest_age_the_dlq_and_errors(tier: Synth) ->
         assert metric in body
 
 
+def _emitted_tier_metrics() -> set[str]:
+    """Every EMF metric name the tier's functions emit: their result fields' (``METRICS``) and the named ones."""
+    import re
+
+    from delayed_delivery.aws.tier import timer_handler, worker_handler
+
+    emitted = {name for name, _ in (*timer_handler.METRICS.values(), *worker_handler.METRICS.values())}
+    handlers = Path(timer_handler.__file__).parent
+    for source in handlers.glob("*_handler.py"):
+        emitted |= set(re.findall(r'add_metric\(name="(\w+)"', source.read_text(encoding="utf-8")))
+    return emitted
+
+
+def test_every_alarmed_tier_metric_is_one_the_functions_emit(tier: Synth) -> None:
+    # an alarm on a metric nobody emits never fires (#31): the synthesized alarms, and those only some stacks get
+    # (ReleaseLag with releaseRates), read from the construct's source
+    import re
+
+    import infra.aws.buckets as construct
+
+    _, raw, _ = tier
+    alarms = [a["Properties"] for a in _resources(raw, "AWS::CloudWatch::Alarm").values()]
+    alarmed = {a["MetricName"] for a in alarms if a.get("Namespace") == "DelayedDelivery"}
+    alarmed |= set(re.findall(r'_metric\(\s*"(\w+)"', Path(construct.__file__).read_text(encoding="utf-8")))
+    assert {"BucketDestinationRefusals", "BucketMessagesKeptForRetry", "ReleaseLag"} <= alarmed
+    missing = alarmed - _emitted_tier_metrics()
+    assert not missing, f"alarmed but never emitted: {sorted(missing)}"
+
+
+def test_every_path_that_writes_messages_back_or_holds_them_has_a_metric() -> None:
+    from dataclasses import fields
+
+    from delayed_delivery.aws.tier import timer_handler, worker_handler
+    from delayed_delivery.aws.tier.timer import TimerResult
+    from delayed_delivery.aws.tier.worker import WorkerResult
+
+    written_back = {"kept_for_retry", "refused", "refused_given_up", "release_held", "held_written", "rescheduled"}
+    for result, metrics in ((TimerResult, timer_handler.METRICS), (WorkerResult, worker_handler.METRICS)):
+        names = {f.name for f in fields(result)}
+        assert set(metrics) <= names, result  # each metric is a field of the result it reports
+        wanted = {n for n in names if n in written_back or n.startswith("held_")}
+        assert wanted <= set(metrics), (result.__name__, sorted(wanted - set(metrics)))
+
+
+def test_destination_refused_says_what_the_code_does(tier: Synth) -> None:
+    from delayed_delivery.aws.tier.config import TierSettings
+
+    _, raw, _ = tier
+    alarms = [a["Properties"] for a in _resources(raw, "AWS::CloudWatch::Alarm").values()]
+    [refused] = [a for a in alarms if a["MetricName"] == "BucketDestinationRefusals"]
+    text = refused["AlarmDescription"]
+    # the timer and the dispatch workers both count refusals; both write the messages back outside their plan and
+    # give them up after the same bound (tests/aws/tier/test_plan_writebacks.py, test_destinations.py)
+    assert "dispatch worker" in text and "written back" in text and "error queue" in text
+    assert f"{TierSettings().bucket_refused_retry_seconds} s past their due time" in text
+    [back] = [a for a in alarms if a["MetricName"] == "BucketMessagesKeptForRetry"]
+    assert back["EvaluationPeriods"] == 15 and "503" in back["AlarmDescription"]
+
+
 def test_outputs_name_what_a_sender_needs(tier: Synth) -> None:
     _, raw, _ = tier
     outputs = raw["Outputs"]

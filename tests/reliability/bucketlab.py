@@ -58,19 +58,26 @@ from unittest import mock
 
 from botocore.exceptions import ClientError
 
+from delayed_delivery.aws.cancellations import DynamoDbCancellationStore, ensure_cancellation_table
+from delayed_delivery.aws.release_calendar import ReleaseCalendar, ensure_release_table
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.tier import timer as timer_module
 from delayed_delivery.aws.tier.config import BucketTierConfig, TierSettings
+from delayed_delivery.aws.tier.held import HeldArea
 from delayed_delivery.aws.tier.ingest import BucketIngest
 from delayed_delivery.aws.tier.ingest_format import decode_ingest
+from delayed_delivery.aws.tier.operations import TierOperations
 from delayed_delivery.aws.tier.plan_store import SqsTaskQueue
 from delayed_delivery.aws.tier.provision import ensure_bucket_tier
 from delayed_delivery.aws.tier.store import S3BucketStore
 from delayed_delivery.aws.tier.timer import BucketTimer
-from delayed_delivery.aws.tier.worker import PartitionWorker
+from delayed_delivery.aws.tier.worker import PartitionWorker, WorkerResult
+from delayed_delivery.cancellations import CancellationCache
 from delayed_delivery.clock import ManualClock
-from delayed_delivery.delivery import epoch_ms
+from delayed_delivery.delivery import epoch_ms, from_epoch_ms
+from delayed_delivery.errors import MessageInFlightError
+from delayed_delivery.release import ReleaseRates
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.format import BucketMessage, encoded_line_bytes
 from delayed_delivery.timebuckets.plans import decode_task
@@ -94,6 +101,25 @@ STEPS = (
     "worker_enqueue",
 )
 POINTS = tuple(f"{when}_{step}" for step in STEPS for when in ("before", "after"))
+#: Faults that are not crashes (#31), armed in the same cycle as the crash points: the destination refuses the
+#: sends (AccessDenied, its KMS key) or throttles them (503) for ``EPISODE_CALLS`` calls; a release cap of
+#: ``CAPPED_RATE`` a second (slots ``CAPPED_HORIZON`` s ahead) under the next burst; an operator's cancel or
+#: reschedule of a burst message racing its worker (made just before a worker's progress record); the lifecycle of
+#: ``plans/`` removing a planned burst's plan and progress while it is half sent.
+DESTINATION_FAULTS = {
+    "refused_access": ("AccessDenied", 403),
+    "refused_kms": ("KMS.AccessDeniedException", 400),
+    "throttled_503": ("ServiceUnavailable", 503),
+}
+EPISODES = (*DESTINATION_FAULTS, "release_cap", "operator_cancel", "operator_reschedule", "plan_expiry")
+#: A destination episode fails this many sends to the destination, then the destination heals.
+EPISODE_CALLS = 3
+#: The release cap of the ``release_cap`` episode, and how far ahead its calendar gives slots (compressed SQS 900 s).
+CAPPED_RATE = 5.0
+UNCAPPED_RATE = 100_000.0
+CAPPED_HORIZON = 4
+#: Ticks a release cap lasts at most once its burst went out under it.
+CAP_TICKS = 30
 #: Simulated seconds a timer's lease holds; after a crash the clock moves past it so the bucket is taken over.
 LEASE_SECONDS = 2.0
 #: Points after which the timer sends a message again: sent, then died before its object was deleted.
@@ -131,6 +157,8 @@ REGULAR_PER_SECOND = 10
 DRAIN_EVERY = 10
 #: Ticks without the armed point firing before the soak gives up with ``LabStalled``.
 QUIET_TICKS = 600
+#: How far a reschedule episode moves its message (after its old due time: a later bucket, never a burst's second).
+RESCHEDULE_SECONDS = 4
 
 
 def lab_config(run: str) -> BucketTierConfig:
@@ -139,6 +167,8 @@ def lab_config(run: str) -> BucketTierConfig:
         bucket_name=run,
         prefix="lab",
         settings=DelayedDeliverySettings(error_queue=f"{run}-errors"),
+        cancellation_table=f"{run}-records",
+        release_table=f"{run}-release",
         sqs_settings=SqsSettings(
             max_native_delay=2, fifo_queue_delay=2, long_delay_route="buckets", bucket_ingest_queue=f"{run}-ingest"
         ),
@@ -225,6 +255,7 @@ class LabClient:
         def call(*args: Any, **kwargs: Any) -> Any:
             step = self._lab.step_of(self._role, name, kwargs, self._faults)
             self._faults.point(step, "before")
+            self._lab.episode_before(self._role, step)
             reply = attr(*args, **kwargs)
             if step in ("dispatch_send", "worker_send"):
                 self._lab.dispatched(kwargs, reply)
@@ -270,6 +301,28 @@ class LabResult:
     #: Copies the timer found and skipped itself (the same id twice in one bucket).
     timer_duplicates_skipped: int = 0
     error_queue: int = 0
+    #: Faults that are not crashes (#31): destination refusals and throttling, release caps, operators racing the
+    #: workers, plans expired; by kind.
+    faults: int = 0
+    faults_by_kind: dict[str, int] = field(default_factory=dict)
+    #: Operator episodes: cancels answered certain / not, reschedules answered moved (or left to the workers), in
+    #: flight, already handed on; and certain cancels delivered anyway (must be 0).
+    cancels_certain: int = 0
+    cancels_uncertain: int = 0
+    reschedules_moved: int = 0
+    reschedules_in_flight: int = 0
+    reschedules_already_sent: int = 0
+    reschedules_by_record: int = 0
+    certain_cancels_delivered: int = 0
+    #: Messages a release cap held (written into its held area) and released from it.
+    held_written: int = 0
+    held_released: int = 0
+    #: Restarts: lines read again before the progress, seen snapshots read, messages inherited from a lost plan.
+    lines_reread: int = 0
+    snapshots_read: int = 0
+    inherited: int = 0
+    #: The fault point or episode armed now (progress lines).
+    armed: str | None = None
     ticks: int = 0
     simulated_seconds: float = 0.0
     seconds: float = 0.0
@@ -314,6 +367,28 @@ class BucketLab:
         self.quiet_ticks = 0
         self.cycle: list[str] = []
         self.held: list[str] = []
+        # Faults that are not crashes (#31): the records table, the release calendar, an operator.
+        dynamodb = client("dynamodb", endpoint)
+        assert self.config.cancellation_table is not None and self.config.release_table is not None
+        ensure_cancellation_table(dynamodb, self.config.cancellation_table)
+        ensure_release_table(dynamodb, self.config.release_table)
+        self.records = DynamoDbCancellationStore(dynamodb, self.config.cancellation_table, consistent=True)
+        self.calendar = ReleaseCalendar(
+            dynamodb, self.config.release_table, self._rates(UNCAPPED_RATE), horizon=CAPPED_HORIZON
+        )
+        self.operations = TierOperations(
+            S3BucketStore.from_config(self.s3, self.config),
+            self.sqs,
+            self.records,
+            self.settings,
+            sqs_settings=self.config.sqs_settings,
+            clock=self.clock,
+        )
+        self.episode_calls = 0
+        self.episode_fired = False
+        #: Operator episodes: cancelled for certain, maybe cancelled.
+        self.certain_cancelled: set[str] = set()
+        self.maybe_cancelled: set[str] = set()
         self.build(None)
 
     # --- the "process": ingest, its poller and the timer, rebuilt after every crash ---------------------------------
@@ -330,6 +405,7 @@ class BucketLab:
         sqs_timer = LabClient(self.sqs, "timer", self.faults, self)
         owner = f"timer-{len(self.crash_log)}"
         tier = self.config.tier_settings
+        cache = CancellationCache(self.records, 0)
         self.timer = BucketTimer(
             store,
             sqs_timer,
@@ -340,6 +416,8 @@ class BucketLab:
             send_phase_ms=tier.bucket_send_phase_ms,
             tier=tier,
             queue=SqsTaskQueue(sqs_timer, self.dispatch_name),
+            cancellations=cache,
+            release=self.calendar,
         )
         s3_worker = LabClient(self.s3, "worker", self.faults, self)
         sqs_worker = LabClient(self.sqs, "worker", self.faults, self)
@@ -354,14 +432,131 @@ class BucketLab:
             lease_seconds=LEASE_SECONDS,
             margin_seconds=0,
             monotonic=self._steps,
+            cancellations=cache,
+            release=self.calendar,
         )
 
     def next_target(self) -> str:
-        """The next fault point of the seeded shuffled cycle."""
+        """The next fault point (or episode) of the seeded shuffled cycle."""
         if not self.cycle:
-            self.cycle = list(POINTS)
+            self.cycle = [*POINTS, *EPISODES]
             self.rng.shuffle(self.cycle)
-        return self.cycle.pop()
+        target = self.cycle.pop()
+        self.episode_calls, self.episode_fired = (EPISODE_CALLS if target in DESTINATION_FAULTS else 0), False
+        if target == "release_cap":
+            self.calendar.rates = self._rates(CAPPED_RATE)
+        return target
+
+    def _rates(self, rate: float) -> ReleaseRates:
+        return ReleaseRates.of({f"{self.run}-orders": rate})
+
+    # --- faults that are not crashes (#31) -------------------------------------------------------------------------
+    def episode(self) -> str | None:
+        """The armed episode, if one is armed."""
+        target = self.faults.target
+        return target if target in EPISODES else None
+
+    def fault(self, kind: str) -> None:
+        """Count one injected fault (an episode firing)."""
+        if not self.episode_fired:
+            self.episode_fired = True
+            self.result.faults += 1
+            self.result.faults_by_kind[kind] = self.result.faults_by_kind.get(kind, 0) + 1
+            self.quiet_ticks = 0
+
+    def next_episode(self) -> None:
+        """The armed episode is over: arm the next point in the same process (nothing died)."""
+        self.calendar.rates = self._rates(UNCAPPED_RATE)
+        self.faults.target = self.next_target()
+        self.faults.skip = self.rng.randint(0, 2)
+
+    def episode_before(self, role: str, step: str | None) -> None:
+        """Before a call: a destination episode refuses or throttles a send to the destination; an operator episode
+        acts just before a worker's progress record (its worker is between two pieces)."""
+        kind = self.episode()
+        if kind in DESTINATION_FAULTS and step in ("dispatch_send", "worker_send") and self.episode_calls > 0:
+            self.episode_calls -= 1
+            self.fault(kind)
+            if self.episode_calls == 0:
+                self.next_episode()
+            code, status = DESTINATION_FAULTS[kind]
+            error = {"Code": code, "Message": f"{kind}: the lab's destination fault"}
+            raise ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": status}}, "SendMessageBatch")
+        operator = kind in ("operator_cancel", "operator_reschedule") and role == "worker"
+        if operator and step == "worker_progress" and self.operator(str(kind)):
+            self.fault(str(kind))
+            self.next_episode()
+
+    def operator(self, kind: str) -> bool:
+        """Cancel or reschedule a burst message not yet sent, while its worker sends (whether one was there)."""
+        gone = self.gone()
+        waiting = [m for b in self.bursts_on_their_way for m in b if not self.sent_ok[m] and m not in gone]
+        if not waiting:
+            return False
+        target = self.rng.choice(waiting)
+        due = from_epoch_ms(self.due_ms[target]) or self.clock.now()
+        if kind == "operator_cancel":
+            self.cancel(target)
+            self.cancel_far_ahead()
+            return True
+        new_due = due + timedelta(seconds=RESCHEDULE_SECONDS)
+        try:
+            moved = self.operations.reschedule(f"{self.run}-orders", target, new_due, current_due=due)
+        except MessageInFlightError:
+            self.result.reschedules_in_flight += 1  # its old time or its new one: checked against the old
+            return True
+        if moved.relocation.already_sent:
+            self.result.reschedules_already_sent += 1
+        elif moved.relocation.found:
+            self.result.reschedules_moved += 1
+            self.due_ms[target] = epoch_ms(new_due)  # never before its new time, and once
+        else:
+            self.result.reschedules_by_record += 1  # not met in S3 (in a plan's hands): the record moves it
+        return True
+
+    def cancel(self, target: str) -> None:
+        """An operator's cancel of ``target`` with its due time; a certain one must never arrive."""
+        answer = self.operations.cancel(f"{self.run}-orders", target, due=from_epoch_ms(self.due_ms[target]))
+        if answer.certain:
+            self.certain_cancelled.add(target)
+            self.result.cancels_certain += 1
+        else:
+            self.maybe_cancelled.add(target)
+            self.result.cancels_uncertain += 1
+
+    def cancel_far_ahead(self) -> None:
+        """Cancel a message due beyond the cancel's reach too: the answer is certain."""
+        beyond = epoch_ms(self.clock.now()) + int((self.operations.reach_seconds() + 1) * 1000)
+        gone = self.gone()
+        far = [m for m, due in self.due_ms.items() if not self.sent_ok[m] and m not in gone and due > beyond]
+        if far:
+            self.cancel(self.rng.choice(sorted(far)))
+
+    def gone(self) -> set[str]:
+        """Messages cancelled (for certain or maybe): not expected at the destination."""
+        return self.certain_cancelled | self.maybe_cancelled
+
+    def expire_plans(self) -> None:
+        """The ``plan_expiry`` episode: once a planned burst has a partition's progress, ``plans/`` goes as the
+        7-day lifecycle would take it."""
+        if self.episode() != "plan_expiry":
+            return
+        pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.run, Prefix="lab/plans/")
+        keys = [str(o["Key"]) for page in pages for o in page.get("Contents", [])]
+        if any(k.count("/") > 3 for k in keys):  # <prefix>/plans/fine/<ISO>/<k>.json: a partition under way or done
+            self.s3.delete_objects(Bucket=self.run, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True})
+            self.fault("plan_expiry")
+            self.next_episode()
+
+    def release_cap_over(self) -> None:
+        """The ``release_cap`` episode ends once the burst it capped is sent and nothing is held any more, or
+        ``CAP_TICKS`` ticks after it fired (the cap lifted with messages still held: later runs release them)."""
+        if self.episode() != "release_cap" or not self.episode_fired:
+            return
+        if self.quiet_ticks > CAP_TICKS or (
+            not self.bursts_pending() and not list(HeldArea(self.timer.store).objects())
+        ):
+            self.next_episode()
 
     def step_of(self, role: str, op: str, kwargs: dict[str, Any], faults: Faults) -> str | None:
         """The step a call belongs to (``None``: not a fault point)."""
@@ -407,6 +602,8 @@ class BucketLab:
             if entry["Id"] not in ok:
                 continue
             message_id = entry["MessageBody"].split(" ", 1)[0]
+            if message_id in self.certain_cancelled:
+                self.result.certain_cancels_delivered += 1
             if now_ms + int(entry.get("DelaySeconds", 0)) * 1000 < self.due_ms[message_id]:
                 self.result.early += 1
             if self.sent_ok[message_id]:
@@ -430,13 +627,21 @@ class BucketLab:
         return "no_crash", -1
 
     def burst_point_armed(self) -> bool:
-        """Whether the armed fault point is on the burst path (only a planned bucket reaches it)."""
+        """Whether the armed fault point is on the burst path (only a planned bucket reaches it), or the armed
+        episode needs a burst."""
         target = self.faults.target
+        if target == "release_cap":
+            return not self.episode_fired  # one burst under the cap, then it drains and the episode ends
+        if target in ("operator_cancel", "operator_reschedule", "plan_expiry"):
+            return True
         return target is not None and target.split("_", 1)[1] in BURST_STEPS
 
     def bursts_pending(self) -> int:
         """How many bursts have messages not yet dispatched."""
-        self.bursts_on_their_way = [b for b in self.bursts_on_their_way if any(not self.sent_ok[m] for m in b)]
+        gone = self.gone()
+        self.bursts_on_their_way = [
+            b for b in self.bursts_on_their_way if any(not self.sent_ok[m] and m not in gone for m in b)
+        ]
         return len(self.bursts_on_their_way)
 
     # --- one tick --------------------------------------------------------------------------------------------------
@@ -500,6 +705,8 @@ class BucketLab:
             self.sender.send_delayed_batch(sends[first : first + 30]).raise_for_failures()
         self.result.messages += BURST
         self.result.bursts += 1
+        if self.episode() == "release_cap":
+            self.fault("release_cap")  # this burst goes out under the cap
 
     def _steps(self) -> float:
         """The workers' clock for their deadline: one step each time a worker asks (simulated, not real time)."""
@@ -517,9 +724,17 @@ class BucketLab:
         for message in messages:
             self.result.worker_runs += 1
             done = self.worker.run(decode_task(message["Body"]), deadline=self.worker_steps + WORKER_STEPS + 0.5)
-            self.result.worker_continuations += done.continued
+            self._worker_figures(done)
             self.sqs.delete_message(QueueUrl=self.dispatch_url, ReceiptHandle=message["ReceiptHandle"])
             self.held_tasks.remove(message["ReceiptHandle"])
+
+    def _worker_figures(self, done: WorkerResult) -> None:
+        result = self.result
+        result.worker_continuations += done.continued
+        result.lines_reread += done.lines_reread
+        result.snapshots_read += done.snapshots_read
+        result.inherited += done.inherited
+        result.held_written += done.held_written
 
     def ingest_once(self) -> None:
         """What the event source does: receive up to 10 ingest records, hand them over, delete those written."""
@@ -562,14 +777,21 @@ class BucketLab:
         self.result.ticks += 1
         try:
             self.ingest_once()
-            self.result.timer_duplicates_skipped += self.timer.run().duplicates_skipped
+            self.expire_plans()
+            ran = self.timer.run()
+            self.result.timer_duplicates_skipped += ran.duplicates_skipped
+            self.result.held_written += ran.held_written
+            self.result.held_released += ran.held_released
             self.run_workers()
+            self.release_cap_over()
         except InjectedCrash:
             self.crashed()
             self.quiet_ticks = 0
         else:
             self.quiet_ticks += 1
-            if self.faults.target is not None and self.quiet_ticks > QUIET_TICKS:
+            if self.episode() in DESTINATION_FAULTS and self.episode_fired and self.quiet_ticks > QUIET_TICKS // 2:
+                self.next_episode()  # fired, and the lab sent nothing more to fail: over
+            elif self.faults.target is not None and self.quiet_ticks > QUIET_TICKS:
                 raise LabStalled(
                     f"{self.faults.target} (after {self.faults.skip} more call(s)) not reached in {QUIET_TICKS} ticks"
                 )
@@ -595,15 +817,17 @@ class BucketLab:
                 )
         self.held, self.held_tasks = [], []
         self.clock.advance(LEASE_SECONDS)
+        self.calendar.rates = self._rates(UNCAPPED_RATE)
         self.build(self.next_target())
 
     def unsent(self) -> int:
-        """Messages not yet dispatched successfully."""
-        return sum(1 for message_id in self.due_ms if not self.sent_ok[message_id])
+        """Messages not yet dispatched successfully (but the cancelled ones)."""
+        gone = self.gone()
+        return sum(1 for message_id in self.due_ms if not self.sent_ok[message_id] and message_id not in gone)
 
     def unsent_regular(self) -> int:
         """Regular messages (not of a burst) not yet dispatched successfully."""
-        bursts = {m for b in self.bursts_on_their_way for m in b}
+        bursts = {m for b in self.bursts_on_their_way for m in b} | self.gone()
         return sum(1 for m in self.due_ms if not self.sent_ok[m] and m not in bursts)
 
 
@@ -648,13 +872,15 @@ def _soak(
     lab = BucketLab(endpoint, seed, window=window)
     lab.build(lab.next_target())
     last = started
-    while lab.result.injected_crashes < crashes and time.monotonic() - started < timeout:
+    while lab.result.injected_crashes + lab.result.faults < crashes and time.monotonic() - started < timeout:
         if lab.unsent_regular() < lab.window:
             lab.send_round()
         lab.tick()
         if progress is not None and time.monotonic() - last > 10:
+            lab.result.armed = lab.faults.target
             progress(lab.result)
             last = time.monotonic()
+    lab.calendar.rates = lab._rates(UNCAPPED_RATE)
     lab.build(None)
     settle_ticks = 0
     while lab.unsent() and settle_ticks < 10 * lab.max_delay:  # after the timeout too: a soak ends sound
@@ -668,7 +894,8 @@ def _final_drain(lab: BucketLab, deadline: float) -> None:
     """Wait (real time) for the last DelaySeconds to pass and drain."""
     while time.monotonic() < deadline:
         lab.drain()
-        if all(lab.arrived[m] for m in lab.due_ms) and sum(lab.arrived.values()) >= sum(lab.sent_ok.values()):
+        expected = [m for m in lab.due_ms if m not in lab.gone()]
+        if all(lab.arrived[m] for m in expected) and sum(lab.arrived.values()) >= sum(lab.sent_ok.values()):
             return
         time.sleep(0.2)
 
@@ -676,7 +903,7 @@ def _final_drain(lab: BucketLab, deadline: float) -> None:
 def _finish(lab: BucketLab, started: float) -> LabResult:
     result = lab.result
     result.delivered = sum(1 for m in lab.due_ms if lab.arrived[m])
-    missing = [m for m in lab.due_ms if not lab.arrived[m]]
+    missing = [m for m in lab.due_ms if not lab.arrived[m] and m not in lab.gone()]
     result.lost = len(missing)
     result.leftovers = missing[:20]
     result.duplicates = sum(lab.arrived.values()) - result.delivered
@@ -708,8 +935,16 @@ def merged(results: list[LabResult]) -> LabResult:
         offset = len(total.per_crash)
         for name in ("injected_crashes", "messages", "delivered", "lost", "early", "duplicates", "bursts"):
             setattr(total, name, getattr(total, name) + getattr(r, name))
-        for name in ("worker_runs", "burst_crashes", "worker_continuations", "timer_duplicates_skipped"):
+        for name in (
+            "worker_runs",
+            "burst_crashes",
+            "worker_continuations",
+            "timer_duplicates_skipped",
+            *_FAULT_FIGURES,
+        ):
             setattr(total, name, getattr(total, name) + getattr(r, name))
+        for kind, n in r.faults_by_kind.items():
+            total.faults_by_kind[kind] = total.faults_by_kind.get(kind, 0) + n
         total.error_queue += r.error_queue
         total.ticks += r.ticks
         total.simulated_seconds += r.simulated_seconds
@@ -724,6 +959,24 @@ def merged(results: list[LabResult]) -> LabResult:
             total.duplicates_by_crash[key] = total.duplicates_by_crash.get(key, 0) + n
         total.per_crash += r.per_crash
     return _summarised(total)
+
+
+#: The figures of the faults that are not crashes, added up when soaks are merged.
+_FAULT_FIGURES = (
+    "faults",
+    "cancels_certain",
+    "cancels_uncertain",
+    "reschedules_moved",
+    "reschedules_in_flight",
+    "reschedules_already_sent",
+    "reschedules_by_record",
+    "certain_cancels_delivered",
+    "held_written",
+    "held_released",
+    "lines_reread",
+    "snapshots_read",
+    "inherited",
+)
 
 
 def _percentile(values: list[int], q: float) -> float:
@@ -741,7 +994,8 @@ RESULT_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "
 def table(result: LabResult, crashes: int) -> str:
     """The soak's figures as a Markdown table (what docs/buckets.md and tests/reliability/README.md quote)."""
     rows = [
-        ("crashes (asked / injected)", f"{crashes:,} / {result.injected_crashes:,}"),
+        ("crashes and faults (asked / crashes injected + faults)",
+         f"{crashes:,} / {result.injected_crashes:,} + {result.faults:,}"),
         ("crashes on the burst path (plan, enqueue, worker steps)", f"{result.burst_crashes:,}"),
         ("fault points hit / of", f"{len(result.crashes_by_point)} / {len(POINTS)}"),
         (f"messages (bursts of {BURST})", f"{result.messages:,} ({result.bursts:,} bursts)"),
@@ -755,6 +1009,17 @@ def table(result: LabResult, crashes: int) -> str:
         ("duplicates per crash that caused any: median", f"{result.duplicates_per_crash_median_when_any:g}"),
         ("bound: one piece (or a bucket the timer sends itself), messages", f"{result.piece_messages:,}"),
         ("copies skipped inside a bucket", f"{result.timer_duplicates_skipped:,}"),
+        ("faults that are not crashes (#31)", f"{result.faults:,}: " + ", ".join(
+            f"{kind} {n:,}" for kind, n in sorted(result.faults_by_kind.items()))),
+        ("cancels answered certain / not; certain ones delivered", f"{result.cancels_certain:,} / "
+         f"{result.cancels_uncertain:,}; {result.certain_cancels_delivered:,}"),
+        ("reschedules: moved / in flight (try later) / already handed on / left to the record",
+         f"{result.reschedules_moved:,} / {result.reschedules_in_flight:,} / {result.reschedules_already_sent:,} / "
+         f"{result.reschedules_by_record:,}"),
+        ("held by a release cap / released from the held area", f"{result.held_written:,} / "
+         f"{result.held_released:,}"),
+        ("restarts: lines read again / snapshots read / inherited from a lost plan", f"{result.lines_reread:,} / "
+         f"{result.snapshots_read:,} / {result.inherited:,}"),
         ("ticks / simulated seconds / wall seconds", f"{result.ticks:,} / {result.simulated_seconds:,.0f} / "
          f"{result.seconds:,.0f}"),
     ]  # fmt: skip
@@ -768,11 +1033,11 @@ def _per_crash(result: LabResult) -> str:
 
 
 def sound(result: LabResult, crashes: int) -> bool:
-    """Whether a soak met its bounds: every crash injected, nothing lost, early or on the error queue, no repeat
-    without a crash, each crash's repeats within one piece."""
+    """Whether a soak met its bounds: every crash and fault injected, nothing lost, early or on the error queue, no
+    certain cancel delivered, no repeat without a crash, each crash's repeats within one piece."""
     return (
-        result.injected_crashes >= crashes
-        and not (result.lost or result.early or result.error_queue)
+        result.injected_crashes + result.faults >= crashes
+        and not (result.lost or result.early or result.error_queue or result.certain_cancels_delivered)
         and "no_crash" not in result.duplicates_by_point
         and result.duplicates_per_crash_max <= result.piece_messages
     )
@@ -782,7 +1047,8 @@ def _report(prefix: str) -> Callable[[LabResult], None]:
     def report(r: LabResult) -> None:
         most = max(r.duplicates_by_crash.values(), default=0)
         print(
-            f"{prefix}crashes {r.injected_crashes} messages {r.messages} ticks {r.ticks} duplicates so far "
+            f"{prefix}crashes {r.injected_crashes} faults {r.faults} {r.faults_by_kind} armed {r.armed} messages "
+            f"{r.messages} ticks {r.ticks} duplicates so far "
             f"{sum(r.duplicates_by_point.values())} (most for one crash {most})",
             file=sys.stderr,
             flush=True,

@@ -64,3 +64,18 @@ def test_the_core_has_no_import_cycles() -> None:
         if b in core and graph.find_shortest_chain(importer=b, imported=a) is not None
     )
     assert not cycles, f"import cycles in the core: {cycles}"
+
+
+def test_no_import_cycles_anywhere_in_the_package() -> None:
+    """No two modules of the package import each other at run time, directly or through others (imports under
+    ``TYPE_CHECKING`` only name types and are left out)."""
+    import grimp
+
+    graph = grimp.build_graph("delayed_delivery", exclude_type_checking_imports=True)
+    cycles = sorted(
+        (a, b)
+        for a in graph.modules
+        for b in graph.find_modules_directly_imported_by(a)
+        if graph.find_shortest_chain(importer=b, imported=a) is not None
+    )
+    assert not cycles, f"import cycles: {cycles}"

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..cancellations import Cancellation, CancellationKind, StoredRecord, UnreadableRecord
+from ..clock import utc
 from ..errors import ConfigurationError, DelayedDeliveryError, InvalidMessageError, TransientError
 from .config import CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS, MAX_CACHE_SECONDS, TABLE_ENV, cache_seconds_from_env
 from .sqs import translate_error
@@ -69,11 +70,13 @@ def _translate(exc: BaseException, what: str, table: str) -> DelayedDeliveryErro
 class DynamoDbCancellationStore:
     """``CancellationStore`` on one DynamoDB table (client injected; nothing is called at construction)."""
 
-    def __init__(self, client: DynamoDBClient, table: str) -> None:
+    def __init__(self, client: DynamoDBClient, table: str, *, consistent: bool = False) -> None:
         if not table:
             raise ConfigurationError("the cancellation table needs a name")
         self.client = client
         self.table = table
+        #: Strongly consistent reads (``live``): a record written a moment ago is seen (the tier's certain cancels).
+        self.consistent = consistent
 
     def put(self, record: Cancellation) -> None:
         """Write ``record`` (replaces an earlier request for the same message)."""
@@ -94,7 +97,8 @@ class DynamoDbCancellationStore:
             ) from exc
 
     def live(self, endpoint: str) -> list[StoredRecord]:
-        """Every item of ``endpoint`` (one Query, paged; eventually consistent), unreadable ones as such."""
+        """Every item of ``endpoint`` (one Query, paged; eventually consistent unless ``consistent``), unreadable ones
+        as such."""
         found: list[StoredRecord] = []
         kwargs: dict[str, Any] = {
             "TableName": self.table,
@@ -102,6 +106,8 @@ class DynamoDbCancellationStore:
             "ExpressionAttributeNames": {"#e": "endpoint"},
             "ExpressionAttributeValues": {":e": {"S": endpoint}},
         }
+        if self.consistent:
+            kwargs["ConsistentRead"] = True
         try:
             while True:
                 page = self.client.query(**kwargs)
@@ -146,6 +152,29 @@ class DynamoDbCancellationStore:
                 raise _translate(exc, f"deleting the record of {record.message_id!r}", self.table) from exc
             except BotoCoreError as exc:
                 raise _translate(exc, f"deleting the record of {record.message_id!r}", self.table) from exc
+
+    def settle(self, records: Sequence[Cancellation], until: Mapping[tuple[str, str], datetime]) -> None:
+        """Shorten each record's life (its TTL attribute) to ``until``, unless a newer request replaced it or it
+        ends sooner already."""
+        for record in records:
+            when = until.get((record.endpoint, record.message_id))
+            if when is None:
+                continue
+            expires = str(int(utc(when).timestamp()))
+            try:
+                self.client.update_item(
+                    TableName=self.table,
+                    Key={"endpoint": {"S": record.endpoint}, "message_id": {"S": record.message_id}},
+                    UpdateExpression=f"SET {TTL_ATTRIBUTE} = :t",
+                    ConditionExpression=f"requested_at = :r AND {TTL_ATTRIBUTE} > :t",
+                    ExpressionAttributeValues={":r": {"S": record.requested_at.isoformat()}, ":t": {"N": expires}},
+                )
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                    continue
+                raise _translate(exc, f"settling the record of {record.message_id!r}", self.table) from exc
+            except BotoCoreError as exc:
+                raise _translate(exc, f"settling the record of {record.message_id!r}", self.table) from exc
 
     def check(self) -> None:
         """Raise ``ConfigurationError`` when the table does not exist (one DescribeTable)."""

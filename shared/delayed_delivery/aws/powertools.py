@@ -55,9 +55,10 @@ class HandlerTools:
         self.metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 
     def cancellation_cache(
-        self, table: str | None, dynamodb: DynamoDBClient | None, max_age: float
+        self, table: str | None, dynamodb: DynamoDBClient | None, max_age: float, *, consistent: bool = False
     ) -> CancellationCache | None:
-        """The cached reader of ``table`` (``None`` without a table); a DynamoDB client is made when none is given."""
+        """The cached reader of ``table`` (``None`` without a table); a DynamoDB client is made when none is given.
+        ``consistent``: strongly consistent reads."""
         if table is None:
             return None
         if dynamodb is None:
@@ -67,7 +68,8 @@ class HandlerTools:
             # Short timeouts, one retry: a slow table must not hold up a run (lookups are skipped on failure).
             quick = Config(connect_timeout=2, read_timeout=3, retries={"mode": "standard", "max_attempts": 2})
             dynamodb = boto3.client("dynamodb", config=quick)
-        return CancellationCache(DynamoDbCancellationStore(dynamodb, table), max_age, on_error=self._table_problem)
+        store = DynamoDbCancellationStore(dynamodb, table, consistent=consistent)
+        return CancellationCache(store, max_age, on_error=self._table_problem)
 
     def _table_problem(self, operation: str, error: DelayedDeliveryError) -> None:
         """The table could not be read or written: carry on without it (a late cancel beats a lost message)."""

@@ -107,7 +107,7 @@ class ReleaseCalendar:
         base, phase = math.floor(now), now - math.floor(now)
         last = base + self.horizon
         firsts = [max(base, math.ceil(d / 1000 - phase - 1e-9)) for d in dues_ms]
-        order = sorted(range(len(dues_ms)), key=lambda i: (firsts[i], i))
+        order = sorted(range(len(dues_ms)), key=lambda i: (dues_ms[i], i))  # due order (so first-second order too)
         out: list[Placement | None] = [None] * len(dues_ms)
         what = f"reserving release slots for {destination!r}"
         try:
@@ -137,6 +137,12 @@ class ReleaseCalendar:
         except (ClientError, BotoCoreError) as exc:
             raise _translate(exc, what, self.table) from exc
         return out
+
+    def reserve(self, destination: str, dues: Sequence[float], now: float) -> list[float | None]:
+        """``ports.ReleaseSchedule``: ``place`` in epoch seconds (a slot: when the message becomes visible)."""
+        now_ms = math.floor(now * 1000)
+        placed = self.place(destination, [math.ceil(due * 1000) for due in dues], now_ms)
+        return [None if p is None else now_ms / 1000 + p.delay_seconds for p in placed]
 
     def _take(self, destination: str, second: int, n: int, rate: float) -> int:
         """Ask ``n`` places of ``second``; how many were granted (the rest are given back)."""

@@ -89,6 +89,13 @@ class SharedReleaseSchedule:
         )
         return slots
 
+    def reserve(self, destination: str, dues: Sequence[float], now: float) -> list[float | None]:
+        """``ports.ReleaseSchedule``: ``plan`` for one destination in a transaction of its own (epoch seconds)."""
+        fresh = [(str(i), destination, datetime.fromtimestamp(due, UTC)) for i, due in enumerate(dues)]
+        with self._store.cursor(transaction=True) as cur:
+            slots = self.plan(cur, fresh, datetime.fromtimestamp(now, UTC))
+        return [slots[str(i)].timestamp() if str(i) in slots else due for i, due in enumerate(dues)]
+
     def lags(self, now: datetime) -> dict[str, float]:
         """Seconds until each destination's next free slot (its current release lag), for operators."""
         with self._store.cursor() as cur:

@@ -36,6 +36,7 @@ __all__ = [
     "MAX_OBJECT_MESSAGES",
     "MAX_POISON_RAW_BYTES",
     "READ_VERSIONS",
+    "WRITE_BACK_SALT",
     "BucketContents",
     "BucketHeader",
     "BucketMessage",
@@ -55,6 +56,8 @@ __all__ = [
 #: The version writers write; readers read every version in ``READ_VERSIONS``.
 FORMAT_VERSION = 2
 READ_VERSIONS = (1, 2)
+#: What a salted key's hash starts with (``encode_bucket_object``): never the start of an object's own bytes.
+WRITE_BACK_SALT = "delayed-delivery-write-back/1 "
 #: The most messages one object holds (the ingest writes ~1,000).
 MAX_OBJECT_MESSAGES = 10_000
 #: The most bytes an object holds once decompressed (writers split beyond it; readers stop there).
@@ -225,19 +228,23 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def one_per_id(messages: Sequence[BucketMessage]) -> dict[str, BucketMessage]:
-    """One copy per id, the first sent (``identity.py``); raises ``InvalidMessageError`` for two different messages
-    under one id (a writer refuses what would replace a message)."""
-    unique: dict[str, BucketMessage] = {}
+def one_per_id(messages: Sequence[BucketMessage]) -> dict[tuple[str, int], BucketMessage]:
+    """One copy per message, the first sent (``identity.py``: a message is its id and due time; under one id, other
+    due times are other messages); raises ``InvalidMessageError`` for two different messages under one id and due
+    time (a writer refuses what would replace a message)."""
+    unique: dict[tuple[str, int], BucketMessage] = {}
     for message in messages:
         if not isinstance(message, BucketMessage):
             raise InvalidMessageError(f"expected BucketMessage, got {type(message).__name__}")
-        known = unique.setdefault(message.message_id, message)
+        key = (message.message_id, message.due_at_ms)
+        known = unique.setdefault(key, message)
         if known is message:
             continue
         if not same_message(known, message):
-            raise InvalidMessageError(f"two different messages with id {message.message_id!r} in one bucket object")
-        unique[message.message_id] = first_sent(known, message)
+            raise InvalidMessageError(
+                f"two different messages with id {message.message_id!r} and one due time in one bucket object"
+            )
+        unique[key] = first_sent(known, message)
     return unique
 
 
@@ -280,16 +287,30 @@ def encode_bucket(bucket: BucketKey, messages: Sequence[BucketMessage], levels: 
 
 
 def encode_bucket_object(
-    prefix: str, bucket: BucketKey, messages: Sequence[BucketMessage], levels: BucketLevel | None = None
+    prefix: str,
+    bucket: BucketKey,
+    messages: Sequence[BucketMessage],
+    levels: BucketLevel | None = None,
+    *,
+    salt: str = "",
+    ordered: bool = False,
 ) -> tuple[str, bytes]:
     """The key (v3: the sha256 of the object's decompressed bytes, and the count) and the object for ``messages``.
 
     The key names the content itself, so a retried write of the same messages writes the same key and bytes, and
     no write can replace a different message (key v2 hashed only ids and due times: another body under the same id
-    and due time overwrote the first, #23).
+    and due time overwrote the first, #23). ``salt`` (a dispatch plan's name) hashes it in too: the same content
+    then gets another key, so a worker's write-back never lands on an object of the plan that wrote it (#31).
+    ``ordered``: the hash's first 16 hex characters are the first due time's epoch ms instead, so a bucket's objects
+    list in due order (the held areas, ``aws/tier/held.py``). Readers never recompute the hash, so every reader reads
+    such a key.
     """
     text, count = _text(bucket, messages, levels)
-    key = content_key(prefix, bucket, hashlib.sha256(text).hexdigest(), count)
+    digest = hashlib.sha256(f"{WRITE_BACK_SALT}{salt}\n".encode() + text if salt else text).hexdigest()
+    if ordered:
+        first = min(m.due_at_ms for m in messages)
+        digest = f"{first:016x}{digest[16:]}"
+    key = content_key(prefix, bucket, digest, count)
     return key, gzip.compress(text, compresslevel=6, mtime=0)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -45,6 +45,7 @@ __all__ = [
     "encode_task",
     "line_partition",
     "partition_of",
+    "require_whole",
 ]
 
 PLAN_FORMAT = "delayed-delivery-plan/1"
@@ -124,6 +125,13 @@ def line_partition(raw: RawLine, partitions: int, object_index: int) -> int:
     return partition_of(line_id(raw), partitions, object_index)
 
 
+def require_whole(checks: Iterable[tuple[str, object, int, int]], what: str) -> None:
+    """``InvalidMessageError`` naming the first of ``checks`` (name, value, low, high) not a whole number in range."""
+    for name, value, low, high in checks:
+        if not is_whole(value, low, high):
+            raise InvalidMessageError(f"{what}: {name} {str(value)[:40]} is not a whole number from {low} to {high:,}")
+
+
 @dataclass(frozen=True, slots=True)
 class DispatchPlan:
     """The objects of one ready fine bucket (their names under the bucket, in order) and its partitions."""
@@ -147,6 +155,11 @@ class DispatchPlan:
             raise InvalidMessageError("a plan names an object twice")
         for name in self.objects:
             self.key("p", name)
+
+    @property
+    def name(self) -> str:
+        """The plan's name: its bucket and when it was made (what its tasks and progress carry)."""
+        return f"{self.bucket.iso}@{self.created_ms}"
 
     def key(self, prefix: str, name: str) -> str:
         """The full key of the object ``name`` under ``prefix`` (``InvalidMessageError`` for a name that is none)."""
@@ -236,11 +249,7 @@ class PartitionProgress:
             ("lease_until_ms", self.lease_until_ms, 0, _MAX_MS - 1),
             ("updated_ms", self.updated_ms, 0, _MAX_MS - 1),
         )
-        for name, value, low, high in checks:
-            if not is_whole(value, low, high):
-                raise InvalidMessageError(
-                    f"{what}: {name} {str(value)[:40]} is not a whole number from {low} to {high:,}"
-                )
+        require_whole(checks, what)
         if not isinstance(self.done, bool):
             raise InvalidMessageError(f"{what}: done must be true or false")
         _owner(self.owner, what)

@@ -208,7 +208,7 @@ def test_two_messages_under_one_id_in_one_bucket_send_the_second_to_the_error_qu
     urls = _queues(sqs)
     due = epoch_ms(NOW) + 60_000
     first = BucketMessage("same", "orders", b"first", due)
-    second = BucketMessage("same", "orders", b"second", due + 1)
+    second = BucketMessage("same", "orders", b"second", due)  # the same due time: another due time is another message
     result = _ingest(s3, sqs, tier_bucket).process(
         [_record(encode_ingest([first]), "r1"), _record(encode_ingest([second]), "r2")]
     )

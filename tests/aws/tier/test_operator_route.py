@@ -205,7 +205,8 @@ def test_the_timer_applies_the_routes_cancel_record(
     )
     result = timer.run()
     assert (result.dispatched, result.cancelled) == (1, 1)
-    assert table.live("orders") == []  # applied, so deleted
+    # applied, so settled: it ends within an hour of the message's due time (#31: it was deleted)
+    assert all(r.expires_at <= datetime.now(UTC) + timedelta(hours=1, minutes=1) for r in table.live("orders"))
     url = sqs.get_queue_url(QueueName="orders")["QueueUrl"]
     assert [m["Body"] for m in drain(sqs, url, expect=1)] == ["kept"]  # due 1 s from now: polled, not waited for
 
@@ -225,7 +226,9 @@ def test_reschedule_moves_a_bucketed_message_now(
     assert isinstance(result, BucketRescheduleResult) and result.found and result.moved and not result.sent_now
     assert result.bucket is not None and result.bucket.startswith("fine") and result.objects_read == 1
     (record,) = table.live("orders")
-    assert record.expires_at - record.requested_at <= timedelta(seconds=INGEST_VISIBILITY_SECONDS + 5)
+    # kept until an hour after the later due time, as an applied record is (#31: the ingest's visibility)
+    assert abs((record.expires_at - (old + timedelta(hours=1))).total_seconds()) <= 2
+    assert INGEST_VISIBILITY_SECONDS < 3_600
     assert "moved now into the fine bucket" in (result.record.note if result.record else "")
     counts = sorted((o.bucket.level, o.count) for level in (FINE, "coarse") for o in store.objects(level))
     assert counts == [("coarse", 1), ("fine", 1)]

@@ -28,6 +28,7 @@ from tests.aws.tier.timer_support import (
     message,
     queue_url,
     run_for,
+    settled,
     total,
 )
 
@@ -90,7 +91,10 @@ def test_cancel_drops_one_and_reschedule_moves_one(
         (START + timedelta(seconds=42)).timestamp() * 1000
     )
     assert total(results, "cancelled") == 2 and total(results, "rescheduled") == 1
-    assert [r.message_id for r in records.live("orders")] == ["m-9"]  # applied records are deleted, others stay
+    # applied records are settled (kept an hour past the due time they met, #31), others stay as they were
+    assert sorted(r.message_id for r in records.live("orders")) == ["m-0", "m-1", "m-3", "m-9"]
+    applied = [r for r in records.live("orders") if r.message_id != "m-9"]
+    assert all(r.expires_at <= START + timedelta(seconds=42 + 3_601) for r in applied)
 
 
 def test_duplicates_are_counted_and_a_conflict_goes_to_the_error_queue(
@@ -194,7 +198,7 @@ def test_a_cascade_stops_before_its_lease_runs_out_and_the_next_run_goes_on(
     assert timer.run().cascaded_objects == 1 and list(store.objects(COARSE)) == []
 
 
-def test_each_destination_records_are_read_once_per_run_and_fresh_each_run(
+def test_each_destination_records_are_read_fresh_for_every_bucket(
     s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     clock = ManualClock(START)
@@ -210,8 +214,8 @@ def test_each_destination_records_are_read_once_per_run_and_fresh_each_run(
     timer = make_timer(store, sqs, tier_settings, clock, CancellationCache(records, 0, clock=clock))
     first = timer.run()
     assert first.dispatched == 7 and first.cancelled == 1
-    assert records.lookups == 1  # 8 messages in 3 buckets to one destination: one read
-    assert records.live("orders") == []  # the applied record is deleted
+    assert records.lookups == 3  # 8 messages in 3 buckets to one destination: one read a bucket (#31: one a run)
+    assert settled(records, "orders", START + timedelta(seconds=3))  # the applied record is settled (#31)
     later = message(20, START + timedelta(seconds=3), sent=sent_at)
     store.write_due([later], START)
     records.put(cancel_request("orders", later.message_id, now=START, max_native_delay=2, max_age=0))
@@ -222,7 +226,7 @@ def test_each_destination_records_are_read_once_per_run_and_fresh_each_run(
     assert "m-20" not in {s.message_id for s in recorder.to("orders")}
 
 
-def test_a_failed_read_sends_as_planned_and_reports_once_per_run(
+def test_a_failed_read_leaves_the_bucket_for_a_later_run_and_reports_it(
     s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     clock = ManualClock(START)
@@ -240,7 +244,8 @@ def test_a_failed_read_sends_as_planned_and_reports_once_per_run(
     records.live = unavailable  # type: ignore[method-assign]
     cache = CancellationCache(records, 0, clock=clock, on_error=lambda op, exc: problems.append(op))
     result = make_timer(store, sqs, tier_settings, clock, cache).run()
-    assert result.dispatched == 8 and result.cancelled == 0 and problems == ["lookup"]
+    # #31: sent as planned before, m-2 with it although cancelled; now the bucket waits for its records
+    assert result.dispatched == 0 and result.buckets_failed == 3 and problems == ["lookup"] * 3  # 3 buckets
 
 
 def test_send_waves_put_each_message_a_whole_number_of_seconds_from_due() -> None:

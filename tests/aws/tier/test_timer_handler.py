@@ -128,7 +128,7 @@ def test_the_entry_point_builds_lazily_from_the_environment(
         bucket_timer.reset()
 
 
-def test_a_run_queries_the_records_of_a_destination_once(
+def test_a_run_queries_the_records_of_a_destination_once_a_bucket_strongly_consistent(
     moto_endpoint: str, s3: Any, sqs: Any, tier_bucket: str, tier_settings: TierSettings
 ) -> None:
     import boto3
@@ -146,12 +146,16 @@ def test_a_run_queries_the_records_of_a_destination_once(
     records = DynamoDbCancellationStore(dynamodb, "records")
     records.put(cancel_request("orders", "m-4", now=start, max_native_delay=2, max_age=0))
     queries: list[str] = []
-    dynamodb.meta.events.register("provide-client-params.dynamodb.Query", lambda params, **_: queries.append("q"))
+    dynamodb.meta.events.register(
+        "provide-client-params.dynamodb.Query", lambda params, **_: queries.append(str(params.get("ConsistentRead")))
+    )
     config = replace(_config(tier_bucket, tier_settings), cancellation_table="records", service="timer-q")
     handler = build_timer_handler(config, s3=s3, sqs=sqs, dynamodb=dynamodb, clock=clock)
     batch = [message(n, start + timedelta(milliseconds=250 * n + 100), sent=sent) for n in range(20)]  # 5 buckets
     S3BucketStore.from_config(s3, config).write_due(batch, start)
     response = handler(SCHEDULED, LocalLambdaContext())
     assert response["dispatched"] == 19 and response["cancelled"] == 1
-    assert len(queries) == 1  # 20 messages to one destination, in 5 buckets: one Query
-    assert records.live("orders") == []  # the applied record is deleted
+    # 20 messages to one destination, in 5 buckets: a Query a bucket, strongly consistent (#31: one a run, eventually)
+    assert queries == ["True"] * 5
+    # the applied record is settled: it ends within an hour of the message's due time (#31: deleted)
+    assert all(r.expires_at <= start + timedelta(hours=1, seconds=5) for r in records.live("orders"))

@@ -144,3 +144,11 @@ def drain(sqs: Any, url: str, *, expect: int = 0, timeout: float = 20.0) -> list
         for m in messages:
             got.append(m)
             sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+
+def settled(records: Any, endpoint: str, latest_due: datetime) -> bool:
+    """Whether every record of ``endpoint`` left is an applied one settled: it ends within an hour of ``latest_due``
+    (#31: applied records are kept that long, not deleted, so a copy sent before them arrives to be dropped too)."""
+    from delayed_delivery.aws.tier.timer_work import SETTLE_SECONDS
+
+    return all(r.expires_at <= latest_due + timedelta(seconds=SETTLE_SECONDS + 1) for r in records.live(endpoint))

@@ -110,6 +110,17 @@ def _config(bucket_name: str | None, prefix: str | None) -> BucketTierConfig:
     return config
 
 
+def _table_exists(dynamodb: Any, table: str) -> bool:
+    """Whether ``table`` exists (a missing one, or an emulator without DynamoDB: False)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        dynamodb.describe_table(TableName=table)
+    except (ClientError, BotoCoreError):
+        return False
+    return True
+
+
 @dataclass(slots=True)
 class _Tier:
     """The clients and the two handlers of one run."""
@@ -124,6 +135,7 @@ def _build(config: BucketTierConfig, endpoint: str, region: str | None, local: b
     """Clients on the endpoint (S3 and DynamoDB may be split off by AWS_ENDPOINT_URL_S3 / _DYNAMODB), both handlers."""
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from delayed_delivery.aws.cancellations import DEFAULT_TABLE
     from delayed_delivery.aws.sqs import translate_error
     from delayed_delivery.aws.tier.ingest_handler import build_ingest_handler
     from delayed_delivery.aws.tier.store import S3BucketStore
@@ -132,9 +144,12 @@ def _build(config: BucketTierConfig, endpoint: str, region: str | None, local: b
 
     s3 = cli_client("s3", os.environ.get("AWS_ENDPOINT_URL_S3") or endpoint, region, local=local)
     sqs = cli_client("sqs", endpoint, region, local=local)
-    dynamodb = None
-    if config.cancellation_table is not None:
-        dynamodb = cli_client("dynamodb", os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint, region, local=local)
+    dynamodb = cli_client("dynamodb", os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint, region, local=local)
+    if config.cancellation_table is None and _table_exists(dynamodb, DEFAULT_TABLE):
+        # `cancel --bucket-name` without DELAYED_DELIVERY_CANCELLATION_TABLE writes here: read the same table (#31)
+        config = replace(config, cancellation_table=DEFAULT_TABLE)
+    if config.cancellation_table is None:
+        dynamodb = None
     S3BucketStore.from_config(s3, config).check()
     name = config.sqs_settings.bucket_ingest_queue
     try:

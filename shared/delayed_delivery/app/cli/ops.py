@@ -11,39 +11,28 @@ records kept until the timer applies them).
 
 from __future__ import annotations
 
-import functools
-import inspect
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from delayed_delivery.app.cli.id_argument import TakesAnId
+from delayed_delivery.app.cli.inputs import parse_headers, parse_instant, read_body
 from delayed_delivery.app.cli.output import emit_json, fail, instant, out, print_table, say, warn
+from delayed_delivery.app.cli.route_options import RouteOptions, with_route_options
 from delayed_delivery.app.routes import (  # no cloud SDK at import: the routes import theirs when used
-    CloudOptions,
-    OperatorRoute,
     PendingReport,
     UsageError,
-    open_route,
 )
 from delayed_delivery.app.routes.buckets import BucketPendingReport
 from delayed_delivery.cancellations import UnreadableRecord
-from delayed_delivery.clock import SystemClock, utc
+from delayed_delivery.clock import SystemClock
 from delayed_delivery.durations import MAX_DELAY, format_duration, to_seconds
 from delayed_delivery.errors import (
-    DelayedDeliveryError,
     InvalidMessageError,
-    MessageIdConflictError,
-    MessageInFlightError,
-    MessagePlacedError,
-    TransientError,
 )
 from delayed_delivery.release import DEFAULT_KEY, RELEASE_RATES_ENV, ReleaseRates
 from delayed_delivery.settings import DelayedDeliverySettings
@@ -54,102 +43,6 @@ if TYPE_CHECKING:
 __all__ = ["UsageError", "register_operator_commands"]
 
 
-def _route_option(flag: str, help: str, envvar: str | None = None) -> Any:
-    return typer.Option(flag, envvar=envvar, help=help, rich_help_panel="Route")
-
-
-@dataclass(frozen=True, slots=True)
-class RouteOptions:
-    """The options every operator command takes to choose and reach its route (declared once, here)."""
-
-    store: Annotated[
-        str | None,
-        _route_option(
-            "--store",
-            "Store URL: sqlite:///file.db, sqlite:////abs/file.db or postgresql://… (env DELAYED_DELIVERY_STORE).",
-            "DELAYED_DELIVERY_STORE",
-        ),
-    ] = None
-    cloud: Annotated[
-        str | None,
-        _route_option(
-            "--cloud",
-            "aws (SQS) or azure (Storage Queues + delays table); wins over --store.",
-            "DELAYED_DELIVERY_CLOUD",
-        ),
-    ] = None
-    local: Annotated[
-        bool,
-        _route_option(
-            "--local",
-            "Use the local emulators: moto at 127.0.0.1:5000, Azurite at 10000-10002 (`delayed-delivery local up`).",
-        ),
-    ] = False
-    endpoint_url: Annotated[
-        str | None,
-        _route_option("--endpoint-url", "aws: SQS endpoint URL (env AWS_ENDPOINT_URL_SQS).", "AWS_ENDPOINT_URL_SQS"),
-    ] = None
-    region: Annotated[str | None, _route_option("--region", "aws: region.", "AWS_DEFAULT_REGION")] = None
-    connection_string: Annotated[
-        str | None,
-        _route_option(
-            "--connection-string",
-            "azure: storage connection string (UseDevelopmentStorage=true for Azurite's standard ports).",
-            "DELAYED_DELIVERY_STORAGE_CONNECTION_STRING",
-        ),
-    ] = None
-    endpoint: Annotated[
-        str,
-        _route_option(
-            "--endpoint",
-            "azure: the endpoint that owns the delays table (table delays+SHA-1(endpoint)).",
-            "DELAYED_DELIVERY_ENDPOINT",
-        ),
-    ] = ""
-    bucket_name: Annotated[
-        str | None,
-        _route_option(
-            "--bucket-name",
-            "aws: the time-bucket tier's S3 bucket: exact pending for bucketed messages, cancel / reschedule records "
-            "kept until dispatch (env DELAYED_DELIVERY_BUCKET_NAME).",
-            "DELAYED_DELIVERY_BUCKET_NAME",
-        ),
-    ] = None
-    bucket_prefix: Annotated[
-        str | None,
-        _route_option(
-            "--bucket-prefix",
-            "aws: key prefix of the tier's objects (default delayed-delivery/buckets).",
-            "DELAYED_DELIVERY_BUCKET_PREFIX",
-        ),
-    ] = None
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False
-
-    def open(self) -> OperatorRoute:
-        """The cloud route when ``--cloud`` is given (with the tier when ``--bucket-name``), else ``--store``."""
-        if self.cloud is None:
-            if self.local:
-                raise UsageError("--local needs --cloud aws or --cloud azure")
-            return open_route(None, self.store)
-        cloud = CloudOptions(
-            self.cloud, self.local, self.endpoint_url, self.region, self.connection_string, self.endpoint
-        )
-        if self.cloud == "aws" and self.bucket_name and self.bucket_name.strip():
-            from delayed_delivery.app.routes.buckets import open_bucket_route
-
-            return open_bucket_route(cloud, self.bucket_name.strip(), self.bucket_prefix)
-        return open_route(cloud, None)
-
-    def print(self, document: dict[str, Any], text: str) -> None:
-        """``document`` as JSON with ``--json``, else ``text``."""
-        if self.as_json:
-            emit_json(document)
-        else:
-            say(text)
-
-
-_ROUTE_FIELDS = tuple(inspect.signature(RouteOptions).parameters.values())
-
 DelayOption = Annotated[str | None, typer.Option("--delay", "-d", help="Delay from now, e.g. 90s, 2h, 40d, 1y.")]
 AtOption = Annotated[str | None, typer.Option("--at", help="Due time, ISO-8601 with a time zone.")]
 ToOption = Annotated[
@@ -158,49 +51,13 @@ ToOption = Annotated[
 ]
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    """Print ``message`` as one ``error:`` line (secrets masked) and return the exit to raise."""
-    return fail(message, code)
-
-
-def _error_exit(exc: DelayedDeliveryError, options: RouteOptions, message_id: str | None) -> typer.Exit:
-    """A library error as one line: exit 1 for a message being delivered (try again), else exit 2."""
-    if isinstance(exc, MessagePlacedError):
-        return _fail(str(exc), code=1)
-    if isinstance(exc, MessageInFlightError):
-        which = f"message {message_id!r}" if message_id else "the message"
-        return _fail(f"{which} is being delivered right now; try again in a few seconds", code=1)
-    if isinstance(exc, MessageIdConflictError):
-        which = f"message {message_id!r}" if message_id else "a message with this id"
-        return _fail(f"{which} is already pending with different content (destination, body, headers or due time)")
-    hint = ""
-    if options.local and isinstance(exc, TransientError) and _unreachable(str(exc)):
-        hint = " (are the emulators up? start them with `delayed-delivery local up`)"
-    return _fail(f"{exc}{hint}")  # one line, even for multi-line driver errors
-
-
-#: What an endpoint that does not answer at all looks like (botocore's and the Azure SDK's words).
-_UNREACHABLE = (
-    "Could not connect",
-    "cannot connect to",
-    "Connect timeout",
-    "EndpointConnectionError",
-    "Connection refused",
-)
-
-
-def _unreachable(text: str) -> bool:
-    """Whether an error says the endpoint could not be reached (not that it answered with an error)."""
-    return any(words in text for words in _UNREACHABLE)
-
-
 def _due(delay: str | None, at: str | None, *, sending: bool = False) -> datetime:
     if (delay is None) == (at is None):
         raise UsageError("give exactly one of --delay or --at")
     if delay is not None:
         return SystemClock().now() + timedelta(seconds=to_seconds(delay))
     assert at is not None
-    due, now = _instant(at, "--at"), SystemClock().now()
+    due, now = parse_instant(at, "--at"), SystemClock().now()
     if due - now > MAX_DELAY:  # reschedule too: the routes check only what they store
         raise InvalidMessageError(
             f"due time {due.isoformat()} is more than the 100-year maximum after now ({now.isoformat()})"
@@ -226,46 +83,6 @@ def _new_due(delay: str | None, at: str | None) -> datetime | timedelta:
             "or cancel it"
         )
     return due
-
-
-def _instant(text: str, option: str) -> datetime:
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidMessageError(f"cannot read {option} {text!r}: use ISO-8601, e.g. 2027-01-31T09:00:00Z") from None
-    if parsed.tzinfo is None:
-        raise InvalidMessageError(f"{option} {text!r} is naive (no time zone): add one, e.g. Z or +02:00")
-    return utc(parsed)
-
-
-#: The largest body ``send`` takes (inline or ``@FILE``); a file is read no further than one byte past it.
-MAX_BODY_BYTES = 1024 * 1024
-
-
-def _body(body: str) -> bytes:
-    """``--body``: the text, or the bytes of ``@FILE``, at most ``MAX_BODY_BYTES`` (an endless file stops there)."""
-    if body.startswith("@"):
-        path = Path(body[1:])
-        try:
-            with path.open("rb") as f:
-                data = f.read(MAX_BODY_BYTES + 1)
-        except OSError as exc:
-            raise UsageError(f"cannot read body file {str(path)!r}: {exc.strerror or exc}") from None
-    else:
-        data = body.encode()
-    if len(data) > MAX_BODY_BYTES:
-        raise UsageError(f"body larger than 1 MiB ({MAX_BODY_BYTES:,} bytes): send a reference to the data instead")
-    return data
-
-
-def _headers(pairs: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--header {pair!r} is not key=value")
-        out[key] = value
-    return out
 
 
 def send(
@@ -302,10 +119,10 @@ def send(
             raise UsageError("--every makes a recurring schedule: give no --delay, --at or --cancellable with it")
         from delayed_delivery.app.cli.schedule_ops import create_schedule
 
-        create_schedule(route, message_id, every, to, _body(body), _headers(header or []), zone=tz)
+        create_schedule(route, message_id, every, to, read_body(body), parse_headers(header or []), zone=tz)
         return
     due = _due(delay, at, sending=True)
-    payload, headers = _body(body), _headers(header or [])
+    payload, headers = read_body(body), parse_headers(header or [])
     result = route.open().send(
         to, payload, due, headers=headers, message_id=message_id, delay=delay, cancellable=cancellable
     )
@@ -488,7 +305,7 @@ def cancel(
       delayed-delivery cancel 3f2c… --cloud aws --local --to orders [--due 2027-01-31T09:00:00Z]
     """
     opened = route.open()
-    result = opened.cancel(message_id, to=to, due=_instant(due, "--due") if due is not None else None)
+    result = opened.cancel(message_id, to=to, due=parse_instant(due, "--due") if due is not None else None)
     if result.record is not None:
         if result.warning:
             warn(result.warning)
@@ -535,7 +352,7 @@ def reschedule(
         message_id,
         new_due,
         to=to,
-        current_due=_instant(due, "--due") if due else None,
+        current_due=parse_instant(due, "--due") if due else None,
         scan_limit=scan_limit,
         keep_record=keep_record,
         progress=_scan_progress,
@@ -544,7 +361,7 @@ def reschedule(
     if result.record is not None:
         if result.missing:
             route.print(result.as_dict(), f"not moved: {result.record.note}")
-            raise _fail(f"no message {message_id!r} is waiting in the tier", code=1)
+            raise fail(f"no message {message_id!r} is waiting in the tier", code=1)
         done = "rescheduled {} to {}" if result.moved else "reschedule of {} to {} accepted"
         route.print(result.as_dict(), f"{done.format(message_id, due_at)} (route: aws): {result.record.note}")
         return
@@ -566,32 +383,7 @@ _GONE = {
 
 def register_operator_commands(app: typer.Typer) -> None:
     """Add send, pending, cancel and reschedule to ``app``."""
-    app.command()(_with_route_options(send))
-    app.command()(_with_route_options(pending))
+    app.command()(with_route_options(send))
+    app.command()(with_route_options(pending))
     for takes_an_id in (cancel, reschedule):
-        app.command(cls=TakesAnId)(_with_route_options(takes_an_id))
-
-
-def _with_route_options(command: Callable[..., None]) -> Callable[..., None]:
-    """``command`` with the ``RouteOptions`` fields as its trailing options; library errors become one line, exit 2."""
-    signature = inspect.signature(command)
-    hints = get_type_hints(command, include_extras=True)
-    own = [p.replace(annotation=hints[p.name]) for p in signature.parameters.values() if p.name != "route"]
-    route_hints = get_type_hints(RouteOptions, include_extras=True)
-    shared = [
-        inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default, annotation=route_hints[p.name])
-        for p in _ROUTE_FIELDS
-    ]
-
-    @functools.wraps(command)
-    def wrapper(**kwargs: Any) -> None:
-        options = RouteOptions(**{p.name: kwargs.pop(p.name) for p in _ROUTE_FIELDS})
-        try:
-            command(options, **kwargs)
-        except DelayedDeliveryError as exc:
-            raise _error_exit(exc, options, kwargs.get("message_id")) from None
-
-    parameters = [*own, *shared]
-    wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
-    return wrapper
+        app.command(cls=TakesAnId)(with_route_options(takes_an_id))

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.table import Table
 
-from delayed_delivery.app.cli.ops import _instant
+from delayed_delivery.app.cli.inputs import parse_instant
 from delayed_delivery.app.cli.output import emit_json, fail, print_table, say
-from delayed_delivery.durations import to_seconds
+from delayed_delivery.app.cli.schedule_inputs import DayMatchOption, Dst, Zone, local_text, window_seconds
 from delayed_delivery.errors import DelayedDeliveryError, InvalidScheduleError
 from delayed_delivery.schedules.catchup import CatchUp, CatchUpPlan, plan_catch_up
 from delayed_delivery.schedules.days import parse_day_match
@@ -62,18 +61,6 @@ def _one_line_errors(command: F) -> F:
 
 
 Expression = Annotated[str, typer.Argument(help="cron fields (5), rate(N unit) or at(time), e.g. '30 2 * * *'.")]
-Zone = Annotated[str, typer.Option("--tz", help="IANA time zone, e.g. Europe/Berlin (default UTC).")]
-Dst = Annotated[
-    str,
-    typer.Option(
-        "--dst",
-        help="DST policy: auto (default), GAP/FOLD (gap skip|shift|clamp, fold first|both|last, e.g. shift/first) "
-        "or a preset: eventbridge, temporal, kubernetes, vixie.",
-    ),
-]
-DayMatchOption = Annotated[
-    str, typer.Option("--day-match", help="or (Vixie, default): either day field matches when both are set; and.")
-]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document for scripts.")]
 
 
@@ -99,8 +86,8 @@ def next_fires(
     """
     if not 1 <= count <= MAX_COUNT:
         raise InvalidScheduleError(f"--count must be from 1 to {MAX_COUNT:,}, got {count}")
-    begin = _instant(start, "--from")
-    end = _instant(until, "--until") if until is not None else None
+    begin = parse_instant(start, "--from")
+    end = parse_instant(until, "--until") if until is not None else None
     recurrence = Recurrence(expression, zone, dst=dst, day_match=parse_day_match(day_match), anchor=begin)
     fires: list[Occurrence] = []
     for occurrence in expand(recurrence, begin, end, schedule_id=schedule_id, max_jitter=jitter):
@@ -116,7 +103,7 @@ def next_fires(
     for column in ("nominal (UTC)", "fires at (UTC)", "local", "id", "note"):
         table.add_column(column)
     for o in fires:
-        table.add_row(utc_text(o.nominal), utc_text(o.fire_at), _local(o.local), o.id or "-", o.note or "")
+        table.add_row(utc_text(o.nominal), utc_text(o.fire_at), local_text(o.local), o.id or "-", o.note or "")
     print_table(table)
 
 
@@ -125,14 +112,9 @@ def _fire_json(o: Occurrence) -> dict[str, object]:
         "nominal": utc_text(o.nominal),
         "fire_at": utc_text(o.fire_at),
         "id": o.id,
-        "local": _local(o.local),
+        "local": local_text(o.local),
         "note": o.note,
     }
-
-
-def _local(moment: datetime) -> str:
-    """Local time with its offset, e.g. ``2027-03-14T03:30:00-04:00``."""
-    return moment.isoformat(timespec="seconds")
 
 
 @schedule_app.command("catch-up")
@@ -158,10 +140,10 @@ def catch_up(
     Example: delayed-delivery schedule catch-up '0 * * * *' --last-fired 2027-01-01T00:00:00Z
     --recovered 2027-01-03T12:00:00Z --policy latest
     """
-    cursor = _instant(last_fired, "--last-fired")
-    rule = CatchUp(policy, _window_seconds(window), limit)  # type: ignore[arg-type]  # checked by CatchUp
+    cursor = parse_instant(last_fired, "--last-fired")
+    rule = CatchUp(policy, window_seconds(window), limit)  # type: ignore[arg-type]  # checked by CatchUp
     recurrence = Recurrence(expression, zone, dst=dst, day_match=parse_day_match(day_match), anchor=cursor)
-    plan = plan_catch_up(recurrence, cursor, _instant(recovered, "--recovered"), rule)
+    plan = plan_catch_up(recurrence, cursor, parse_instant(recovered, "--recovered"), rule)
     if as_json:
         emit_json(
             {
@@ -172,14 +154,6 @@ def catch_up(
         )
         return
     _print_plan(plan, recurrence, rule)
-
-
-def _window_seconds(text: str) -> int:
-    """``--window``: whole seconds, or a duration such as ``24h`` or ``1d 12h``."""
-    seconds = int(text) if text.strip().isdigit() else to_seconds(text)
-    if seconds != int(seconds):
-        raise InvalidScheduleError(f"--window {text!r} is not a whole number of seconds")
-    return int(seconds)
 
 
 def _print_plan(plan: CatchUpPlan, recurrence: Recurrence, rule: CatchUp) -> None:
@@ -209,7 +183,7 @@ def _ends(fires: tuple[Fire, ...]) -> list[Fire | None]:
 
 
 def _row(f: Fire, decision: str) -> tuple[str, str, str]:
-    return utc_text(f.nominal), _local(f.local), decision if f.note is None else f"{decision} ({f.note})"
+    return utc_text(f.nominal), local_text(f.local), decision if f.note is None else f"{decision} ({f.note})"
 
 
 def _register() -> None:

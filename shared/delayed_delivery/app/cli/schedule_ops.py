@@ -18,9 +18,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from delayed_delivery.app.cli.ops import RouteOptions, _body, _headers, _instant, _with_route_options
+from delayed_delivery.app.cli.inputs import parse_headers, parse_instant, read_body
 from delayed_delivery.app.cli.output import emit_json, instant, print_table, say, warn
-from delayed_delivery.app.cli.schedule import DayMatchOption, Dst, Zone, _local, _window_seconds
+from delayed_delivery.app.cli.route_options import RouteOptions, with_route_options
+from delayed_delivery.app.cli.schedule_inputs import DayMatchOption, Dst, Zone, local_text, window_seconds
 from delayed_delivery.app.routes.base import CloudOptions, UsageError
 from delayed_delivery.app.routes.schedules import ScheduleRoute, open_schedule_route
 from delayed_delivery.clock import SystemClock
@@ -74,7 +75,7 @@ def _upcoming(schedule: Schedule, now: datetime, count: int) -> list[Occurrence]
 
 
 def _fire_doc(o: Occurrence) -> dict[str, Any]:
-    return {"nominal": utc_text(o.nominal), "fire_at": utc_text(o.fire_at), "id": o.id, "local": _local(o.local),
+    return {"nominal": utc_text(o.nominal), "fire_at": utc_text(o.fire_at), "id": o.id, "local": local_text(o.local),
             "note": o.note}  # fmt: skip
 
 
@@ -127,13 +128,13 @@ def create_schedule(
     now = SystemClock().now()
     definition = ScheduleDefinition(
         expression,
-        start=_instant(start, "--start") if start else now.replace(microsecond=0),
+        start=parse_instant(start, "--start") if start else now.replace(microsecond=0),
         zone=zone,
         dst=dst,
         day_match=parse_day_match(day_match),
-        end=_instant(end, "--end") if end else None,
+        end=parse_instant(end, "--end") if end else None,
         jitter_seconds=jitter,
-        catch_up=CatchUp(catch_up, _window_seconds(catch_up_window), catch_up_limit),  # type: ignore[arg-type]
+        catch_up=CatchUp(catch_up, window_seconds(catch_up_window), catch_up_limit),  # type: ignore[arg-type]
     )
     sid = schedule_id or f"s-{uuid.uuid4().hex[:12]}"
     schedule = Schedule.new(sid, definition, MessageTemplate(to, body, headers))
@@ -149,7 +150,7 @@ def create_schedule(
             "schedule": schedule_doc(schedule, now),
             "route": route.name,
             "next": [_fire_doc(o) for o in upcoming],
-            "dst_warnings": [{"nominal": utc_text(f.nominal), "local": _local(f.local), "note": f.note}
+            "dst_warnings": [{"nominal": utc_text(f.nominal), "local": local_text(f.local), "note": f.note}
                              for f in decisions],
         })  # fmt: skip
         return
@@ -166,7 +167,7 @@ def _print_fires(title: str, fires: list[Occurrence]) -> None:
     for column in ("nominal (UTC)", "fires at (UTC)", "local", "id", "note"):
         table.add_column(column)
     for o in fires:
-        table.add_row(utc_text(o.nominal), utc_text(o.fire_at), _local(o.local), o.id or "-", o.note or "")
+        table.add_row(utc_text(o.nominal), utc_text(o.fire_at), local_text(o.local), o.id or "-", o.note or "")
     print_table(table)
 
 
@@ -197,8 +198,8 @@ def create(
         --body '{"run": "daily"}' --store sqlite:///delays.db
       delayed-delivery schedule create sweep 'rate(15 minutes)' --to jobs --body sweep --cloud aws --local
     """
-    create_schedule(route, schedule_id, expression, to, _body(body), _headers(header or []), zone=zone, dst=dst,
-                    day_match=day_match, start=start, end=end, jitter=jitter, catch_up=catch_up,
+    create_schedule(route, schedule_id, expression, to, read_body(body), parse_headers(header or []), zone=zone,
+                    dst=dst, day_match=day_match, start=start, end=end, jitter=jitter, catch_up=catch_up,
                     catch_up_window=catch_up_window, catch_up_limit=catch_up_limit)  # fmt: skip
 
 
@@ -228,7 +229,7 @@ def list_schedules(
             str(s.state),
             instant(s.last_fired),
             utc_text(nxt[0].fire_at) if nxt else "-",
-            _local(nxt[0].local) if nxt else "-",
+            local_text(nxt[0].local) if nxt else "-",
             str(s.missed),
         )
     if len(found) == limit:
@@ -249,7 +250,7 @@ def describe(route: RouteOptions, schedule_id: ScheduleId) -> None:
         emit_json({
             **schedule_doc(s, now),
             "next": [_fire_doc(o) for o in upcoming],
-            "dst_decisions": [{"nominal": utc_text(f.nominal), "local": _local(f.local), "note": f.note}
+            "dst_decisions": [{"nominal": utc_text(f.nominal), "local": local_text(f.local), "note": f.note}
                               for f in decisions],
             "materialized": [{"id": m.occurrence_id, "fire_at": utc_text(m.fire_at), "where": m.where}
                              for m in materialized],
@@ -327,8 +328,8 @@ def backfill_schedule(
     opened = _route(route)
     writer = opened.backfill_writer()
     now = SystemClock().now()
-    result = backfill(opened.store, writer, schedule_id, _instant(start, "--from"), _instant(end, "--to"), now,
-                      again=again)  # fmt: skip
+    start_at, end_at = parse_instant(start, "--from"), parse_instant(end, "--to")
+    result = backfill(opened.store, writer, schedule_id, start_at, end_at, now, again=again)
     refused = writer.flush()
     written = [i for i in result.written if i not in set(refused)]
     if route.as_json:
@@ -368,4 +369,4 @@ def register_schedule_commands(app: typer.Typer) -> None:
         ("backfill", backfill_schedule),
         ("delete", delete_schedule),
     ):
-        app.command(name)(_with_route_options(command))
+        app.command(name)(with_route_options(command))

@@ -173,6 +173,7 @@ class BucketTierRoute(SqsOperatorRoute):
             sqs_settings=self.sqs_settings,
             where=self.where,
             record_cache_seconds=cache,
+            table_named=self.config.cancellation_table is not None,
         )
 
     def pending(self, bucket_seconds: int, *, queue: str | None = None) -> PendingReport:
@@ -274,7 +275,7 @@ class BucketTierRoute(SqsOperatorRoute):
             message_id,
             "aws",
             utc(moment),
-            moved=moved.found,
+            moved=moved.found and not moved.already_sent,
             record=receipt,
             found=moved.found,
             sent_now=moved.sent_now,

@@ -80,8 +80,9 @@ class IngestResult:
 class _Batch:
     """The invocation's entries grouped by bucket, who carried them, and what could not be read."""
 
-    #: One copy per id across the invocation (``identity.py``): its bucket, the message, the record carrying it.
-    kept: dict[str, tuple[BucketKey, BucketMessage, str]] = field(default_factory=dict)
+    #: One copy per message (id and due time) across the invocation (``identity.py``): its bucket, the message, the
+    #: record carrying it.
+    kept: dict[tuple[str, int], tuple[BucketKey, BucketMessage, str]] = field(default_factory=dict)
     owners: dict[BucketKey, set[str]] = field(default_factory=dict)
     poison: list[IngestPoison] = field(default_factory=list)
     duplicates: int = 0
@@ -94,16 +95,18 @@ class _Batch:
         return grouped
 
     def keep(self, bucket: BucketKey, message: BucketMessage, record_id: str) -> None:
-        """Keep one copy per id: the first sent of the same message; of different messages, the first sent, the
-        other to the error queue with both digests (never written, so never replacing or replaced in silence)."""
+        """Keep one copy per message (id and due time): the first sent of the same message; of different messages
+        under one id and due time, the first sent, the other to the error queue with both digests (never written, so
+        never replacing or replaced in silence). Other due times under one id are other messages."""
         self.owners.setdefault(bucket, set()).add(record_id)
-        known = self.kept.setdefault(message.message_id, (bucket, message, record_id))
+        key = (message.message_id, message.due_at_ms)
+        known = self.kept.setdefault(key, (bucket, message, record_id))
         if known[1] is message:
             return
         _, other, other_record = known
         first = first_sent(other, message)
         if first is message:
-            self.kept[message.message_id] = (bucket, message, record_id)
+            self.kept[key] = (bucket, message, record_id)
         if same_message(other, message):
             self.duplicates += 1
             return

@@ -33,13 +33,15 @@ from ...errors import DestinationNotFoundError
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.census import BucketCensus, CensusPeriod, take_census
 from ...timebuckets.wheel import BucketKey
-from ..cancellations import DEFAULT_CACHE_SECONDS, DEFAULT_TABLE, DynamoDbCancellationStore
+from ..cancellations import DEFAULT_CACHE_SECONDS, DEFAULT_TABLE, TABLE_ENV, DynamoDbCancellationStore
 from ..settings import SqsSettings
 from ..sqs import translate_error
+from .held import HeldArea
 from .plan_store import PlanStore
 from .provision import INGEST_VISIBILITY_SECONDS
 from .relocate import DEFAULT_SCAN_LIMIT, Relocation, Relocator, ScanProgress
 from .store import S3BucketStore, S3Client
+from .timer_work import SETTLE_SECONDS
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -123,6 +125,7 @@ class TierOperations:
         clock: Clock | None = None,
         where: str = "AWS",
         record_cache_seconds: float = DEFAULT_CACHE_SECONDS,
+        table_named: bool = True,
     ) -> None:
         self.store = store
         self.sqs = sqs_client
@@ -135,6 +138,9 @@ class TierOperations:
         self.where = where
         #: The requeue function's record cache (``DELAYED_DELIVERY_CANCELLATION_CACHE_SECONDS``), for the FIFO route.
         self.record_cache_seconds = record_cache_seconds
+        #: The table was named (``DELAYED_DELIVERY_CANCELLATION_TABLE``), as the tier's functions are told it; False:
+        #: the default table, which the deployed timer may not read, so no cancel is certain.
+        self.table_named = table_named
 
     @classmethod
     def from_config(
@@ -149,7 +155,9 @@ class TierOperations:
         """The tier of ``config``: its bucket objects, and its cancellation table (the default one when unset)."""
         records = DynamoDbCancellationStore(dynamodb_client, config.cancellation_table or DEFAULT_TABLE)
         store = S3BucketStore.from_config(s3_client, config)
-        return cls(store, sqs_client, records, config.settings, sqs_settings=config.sqs_settings, clock=clock)
+        named = config.cancellation_table is not None
+        routes = config.sqs_settings
+        return cls(store, sqs_client, records, config.settings, sqs_settings=routes, clock=clock, table_named=named)
 
     @property
     def fifo_too(self) -> bool:
@@ -171,12 +179,15 @@ class TierOperations:
         self.records.check()
 
     def reach_seconds(self) -> float:
-        """Seconds before its due time a message may have left for its destination (the tier's, or both routes')."""
+        """Seconds before its due time a message may have left for its destination: the tier's dispatch (lead and a
+        fine bucket), a delay the sender sent natively (up to ``max_native_delay``: it never waits in the tier, on any
+        route; #31), and with the FIFO route its last hop (plus the requeue function's record cache)."""
         levels = self.store.levels
         tier = levels.dispatch_lead_seconds + levels.fine_seconds
+        native = self.sqs_settings.max_native_delay
         if not self.fifo_too:
-            return float(tier)
-        return float(max(tier, self.sqs_settings.max_native_delay + self.record_cache_seconds))
+            return float(max(tier, native))
+        return float(max(tier, native + self.record_cache_seconds))
 
     def cancel(self, destination: str, message_id: str, *, due: datetime | None = None) -> TierCancel:
         """Write a cancel record living until the message's dispatch (``due``: its due time, if known)."""
@@ -192,6 +203,13 @@ class TierOperations:
             warning = (
                 f"{message_id!r} is due {utc(due).isoformat()}, within {format_duration(reach)} of now: it may already "
                 f"be on its way to {destination!r} and then is delivered; have the consumer drop it by id"
+            )
+        if not self.table_named:
+            warning = (
+                f"{TABLE_ENV} is not set, so the record went to the default table {self.records.table!r}: the tier's "
+                "timer drops the message only if it reads that table (`aws tier --local` does; a deployed tier reads "
+                f"the table its stack names), so this cancel cannot be certain; set {TABLE_ENV} to the tier's table"
+                + (f". Also: {warning}" if warning else "")
             )
         note = (
             "it is dropped when its time bucket is cascaded or dispatched (or at its next hop on the FIFO route); "
@@ -227,9 +245,16 @@ class TierOperations:
         record = reschedule_request(destination, message_id, due, now=now, ttl=tier_record_ttl(now, last))
         self.records.put(record)  # first: a timer meeting the message meanwhile moves it too
         moved = relocator.relocate(record, due=current_due, scan_limit=limit)
-        if not keep_record and (moved.found or not self.fifo_too):
-            record = replace(record, expires_at=self.clock.now() + timedelta(seconds=INGEST_VISIBILITY_SECONDS))
-            self.records.put(record)  # kept a little: a copy may still be on its way through the ingest queue
+        if not keep_record and not moved.by_workers and (moved.found or not self.fifo_too):
+            # Kept a little: a copy may still be on its way through the ingest queue. Once the message was found,
+            # as long as a timer keeps a record it applied (SETTLE_SECONDS past the later due time), so a copy of the
+            # original sent before it is moved too, whoever moved the message (#31).
+            ends = self.clock.now() + timedelta(seconds=INGEST_VISIBILITY_SECONDS)
+            if moved.found:
+                latest = max(utc(due), moved.old_due or utc(due))
+                ends = max(ends, latest + timedelta(seconds=SETTLE_SECONDS))
+            record = replace(record, expires_at=min(record.expires_at, ends))
+            self.records.put(record)
         note = _moved_note(moved, self.fifo_too, keep_record) + binding_note(record.requested_at)
         return TierReschedule(record, self.records.table, moved, not self.fifo_too, note)
 
@@ -271,7 +296,8 @@ class TierOperations:
 
     def census(self, period: CensusPeriod = "day") -> BucketCensus:
         """The tier's exact counts by due hour or day, from the object listing alone (no body read)."""
-        objects = chain(self.store.objects("fine"), self.store.objects("coarse"))
+        held = HeldArea(self.store).objects()  # what a release cap holds waits apart, per destination (#31)
+        objects = chain(self.store.objects("fine"), self.store.objects("coarse"), held)
         return take_census(objects, self.clock.now(), period=period, levels=self.store.levels)
 
 
@@ -290,6 +316,20 @@ def _moved_note(moved: Relocation, fifo_too: bool, keep_record: bool) -> str:
         if fifo_too:
             return f"{where}; the record waits for its next hop on the FIFO route, where a message sooner is met late"
         return f"{where}; " + (kept or "the record is kept for the ingest queue's visibility, in case it is on its way")
+    if moved.already_sent:
+        old = moved.old_due.isoformat() if moved.old_due else "its old time"
+        return (
+            f"not moved: the dispatch workers already handed it to {moved.destination!r}, due {old}, where it cannot "
+            "be recalled; have the consumer drop it by id"
+        )
+    if moved.by_workers and not moved.written:
+        done = (
+            "its bucket is being sent by the dispatch workers and its worker has not reached it yet: the worker reads "
+            "the record before each piece and moves it there, so it is not sent at its old time"
+        )
+        if moved.deleted or moved.rewritten:
+            done += f" (other copies taken out: {len(moved.deleted)} object(s))"
+        return f"{done}; the record is kept until then"
     if moved.moved_by_timer:
         done = "a timer took its object first: moved by the record, or sent at its old time if it read no record yet"
     elif moved.sent_now:
@@ -298,4 +338,8 @@ def _moved_note(moved: Relocation, fifo_too: bool, keep_record: bool) -> str:
         done = f"moved now into the {moved.bucket.level if moved.bucket else ''} bucket of its new due time"
     if moved.left_alone:
         done += f"; {len(moved.left_alone)} object(s) with unreadable lines left for the timer, which moves it there"
-    return f"{done}; " + (kept or "the record is kept for the ingest queue's visibility, in case a copy is on its way")
+    kept = kept or (
+        "the record is kept until an hour after the later due time, so that a copy of the original still on its way "
+        "is moved too"
+    )
+    return f"{done}; {kept}"

@@ -3,7 +3,10 @@
 Keys: the plan of a fine bucket ``<prefix>/plans/fine/<start ISO>.json``, written once (``IfNoneMatch="*"``); the
 progress of its partition ``k`` ``<prefix>/plans/fine/<start ISO>/<k>.json``, each write conditional on the one
 read before it (``IfMatch``, or ``IfNoneMatch`` for the first), so of two workers on one partition only one goes on.
-A task is one SQS message on the dispatch queue. The design is in docs/buckets.md ("Bursts").
+A task is one SQS message on the dispatch queue. What a partition met up to a recorded point (its seen snapshot,
+``timebuckets/seen.py``) is kept at ``<prefix>/seen/fine/<start ISO>/<plan ms>-<k>.jsonl.gz``, apart from the plans:
+it must outlive a plan lost or expired (the 7-day lifecycle of ``plans/``). The design is in docs/buckets.md
+("Bursts").
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ...timebuckets.plans import (
     encode_progress,
     encode_task,
 )
+from ...timebuckets.seen import SeenSnapshot, decode_seen, encode_seen
 from ...timebuckets.wheel import FINE, BucketKey
 from ..sqs import QueueDirectory, send_batches
 from .store import S3BucketStore, translate_s3_error
@@ -91,6 +95,7 @@ class PlanStore:
     def __init__(self, store: S3BucketStore) -> None:
         self.store = store
         self.root = f"{store.prefix}/plans/{FINE}"
+        self.seen_root = f"{store.prefix}/seen/{FINE}"
 
     def plan_key(self, bucket: BucketKey) -> str:
         """The plan's key for ``bucket``."""
@@ -185,9 +190,51 @@ class PlanStore:
         return self._put(self.progress_key(progress.bucket, progress.partition), encode_progress(progress), etag)
 
     def delete_plan(self, plan: DispatchPlan) -> None:
-        """Delete the plan's progress objects, then the plan (its objects are deleted before this)."""
+        """Delete the bucket's seen snapshots and the plan's progress objects, then the plan (its objects are deleted
+        before this)."""
+        self.store.delete(self.seen_keys(plan.bucket))
         keys = [self.progress_key(plan.bucket, k) for k in range(plan.partitions)]
         self.store.delete([*keys, self.plan_key(plan.bucket)])
+
+    def seen_key(self, bucket: BucketKey, plan_ms: int, partition: int) -> str:
+        """The key of a partition's seen snapshot."""
+        return f"{self.seen_root}/{bucket.iso}/{plan_ms}-{partition}.jsonl.gz"
+
+    def write_seen(self, snapshot: SeenSnapshot) -> None:
+        """Write a partition's seen snapshot (over the one before)."""
+        key = self.seen_key(snapshot.bucket, snapshot.plan_ms, snapshot.partition)
+        try:
+            self.store.client.put_object(
+                Bucket=self.store.bucket_name, Key=key, Body=encode_seen(snapshot), ContentType="application/gzip"
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(exc, f"write {key}") from exc
+
+    def read_seen(self, key: str, limit: int) -> SeenSnapshot | None:
+        """The snapshot at ``key``; None when it is gone or cannot be read (logged: the worker reads lines instead)."""
+        found = self._get(key, limit)
+        if found is None:
+            return None
+        try:
+            return decode_seen(found[0])
+        except InvalidMessageError as exc:
+            _log.warning(
+                "a seen snapshot cannot be read; the lines before the progress are read again instead",
+                extra={lf.EVENT: lf.EVENT_RETRY, "object": key, lf.REASON: str(exc)[:1024]},
+            )
+            return None
+
+    def seen_keys(self, bucket: BucketKey) -> list[str]:
+        """The keys of every seen snapshot of ``bucket`` (this plan's and any earlier plan's)."""
+        prefix = f"{self.seen_root}/{bucket.iso}/"
+        keys: list[str] = []
+        paginator = self.store.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.store.bucket_name, Prefix=prefix):
+                keys += [str(item["Key"]) for item in page.get("Contents", [])]
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(exc, f"list {prefix}") from exc
+        return keys
 
     def buckets(self) -> Iterator[BucketKey]:
         """The buckets that have a plan (listing only)."""

@@ -23,7 +23,8 @@ from ...clock import Clock, utc
 from ...delivery import epoch_ms, from_epoch_ms
 from ...errors import DelayedDeliveryError, InvalidMessageError, MessageInFlightError
 from ...settings import DelayedDeliverySettings
-from ...timebuckets.format import BucketContents, BucketMessage
+from ...timebuckets.format import BucketContents, BucketMessage, read_line
+from ...timebuckets.plans import DispatchPlan, partition_of
 from ...timebuckets.wheel import (
     COARSE,
     FINE,
@@ -33,7 +34,9 @@ from ...timebuckets.wheel import (
     dispatch_window,
     parse_object_key_count,
 )
+from .held import HeldArea
 from .lease import BucketLeases, Lease
+from .plan_store import PlanStore
 from .store import ObjectMissingError, S3BucketStore, StoredObject, translate_s3_error
 from .timer_sqs import TimerSqs
 
@@ -83,6 +86,8 @@ class Copy:
     key: str
     bucket: BucketKey
     message: BucketMessage
+    #: Its line in the object (1: the first message line).
+    line: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +113,12 @@ class Relocation:
     left_alone: tuple[str, ...] = ()
     #: A timer cascaded or dispatched the old object first: the record moved the message (at that run).
     moved_by_timer: bool = False
+    #: The copy waits in a bucket the dispatch workers are sending, ahead of its worker: the worker moves it by the
+    #: record when it gets there (nothing was written now).
+    by_workers: bool = False
+    #: The dispatch workers already handed the copy on at its old time (sent, unless written back and found as
+    #: another copy): not moved.
+    already_sent: bool = False
 
 
 def _floor(when: datetime, seconds: int) -> datetime:
@@ -175,13 +186,20 @@ class Relocator:
                 return search
             due = first.message.due_at
         buckets = {*candidate_buckets(due, self.store.levels), *candidate_buckets(record.due_at, self.store.levels)}
-        keys = {key for bucket in buckets for key in self._bucket_keys(bucket)}
+        held = HeldArea(self.store).store_for(record.endpoint).prefix  # held by a release cap (#31)
+        keys = {
+            key
+            for bucket in buckets
+            for prefix in (self.store.prefix, held)
+            for key in self._bucket_keys(bucket, prefix)
+        }
         self._read_into(record, sorted(keys - search.keys), search)
         return search
 
-    def _bucket_keys(self, bucket: BucketKey) -> Iterator[str]:
-        """The object keys of one bucket (one listing of its key prefix)."""
-        prefix = f"{self.store.prefix}/{bucket.level}/{bucket.iso}/"
+    def _bucket_keys(self, bucket: BucketKey, under: str | None = None) -> Iterator[str]:
+        """The object keys of one bucket (one listing of its key prefix) under the store's prefix or ``under``."""
+        root = under or self.store.prefix
+        prefix = f"{root}/{bucket.level}/{bucket.iso}/"
         paginator = self.store.client.get_paginator("list_objects_v2")
         try:
             for page in paginator.paginate(Bucket=self.store.bucket_name, Prefix=prefix):
@@ -191,7 +209,7 @@ class Relocator:
                         parsed = parse_object_key_count(key)
                     except InvalidMessageError:
                         continue  # not a bucket object
-                    if parsed.prefix == self.store.prefix and parsed.bucket == bucket:
+                    if parsed.prefix == root and parsed.bucket == bucket:
                         yield key
         except (ClientError, BotoCoreError) as exc:
             raise translate_s3_error(exc, f"list {prefix}", self.store.bucket_name) from exc
@@ -228,12 +246,17 @@ class Relocator:
     def _read_into(self, record: Cancellation, keys: Sequence[str], search: Search) -> None:
         for key in keys:
             try:
-                contents = self.store.read(key)
+                stream = self.store.open(key)
             except ObjectMissingError:
                 continue  # cascaded or dispatched since the listing
-            search.keys.add(key)
+            header = stream.open()
+            version = header.version if header is not None else 0
             bucket = parse_object_key_count(key).bucket
-            search.copies.extend(Copy(key, bucket, m) for m in contents.messages if _bound(record, m))
+            for raw in stream.lines():
+                item = read_line(raw, version)
+                if isinstance(item, BucketMessage) and _bound(record, item):
+                    search.copies.append(Copy(key, bucket, item, raw.number))
+            search.keys.add(key)
 
     # -- moving ------------------------------------------------------------------------------------------------
 
@@ -247,14 +270,55 @@ class Relocator:
         search = self.find(record, due=due, scan_limit=scan_limit)
         if not search.copies:
             return Relocation(record.message_id, record.endpoint, new_due, False, objects_read=search.read)
-        buckets = sorted({c.bucket for c in search.copies if c.message.due_at_ms != epoch_ms(new_due)})
+        free, ahead, passed = self._planned(search.copies)
+        if not free:
+            first = min(ahead or passed, key=lambda c: c.key).message.due_at
+            found = Relocation(record.message_id, record.endpoint, new_due, True, old_due=first)
+            return replace(found, by_workers=bool(ahead), already_sent=not ahead, objects_read=search.read)
+        buckets = sorted({c.bucket for c in free if c.message.due_at_ms != epoch_ms(new_due)})
         leases = self._acquire_all(buckets)
         try:
-            moved = self._move(record, new_due, search.copies)
+            moved = self._move(record, new_due, free, place=not ahead)
         finally:
             for lease in leases:
                 self._release(lease)
-        return replace(moved, objects_read=search.read)
+        return replace(moved, objects_read=search.read, by_workers=bool(ahead))
+
+    def _planned(self, copies: Sequence[Copy]) -> tuple[list[Copy], list[Copy], list[Copy]]:
+        """The copies split by the plans of their buckets: free to move, ahead of their dispatch worker, and handed
+        on by it already; ``MessageInFlightError`` (try again after its lease) when a worker is sending one now."""
+        plans = PlanStore(self.store)
+        found: dict[BucketKey, DispatchPlan | None] = {}
+        free: list[Copy] = []
+        ahead: list[Copy] = []
+        passed: list[Copy] = []
+        now_ms = epoch_ms(self.clock.now())
+        for copy in copies:
+            if copy.bucket.level != FINE:
+                free.append(copy)
+                continue
+            if copy.bucket not in found:
+                found[copy.bucket] = plans.read_plan(copy.bucket)
+            plan = found[copy.bucket]
+            name = copy.key.rsplit("/", 1)[-1]
+            if plan is None or name not in plan.objects:
+                free.append(copy)  # beside a plan (a late object, a write-back): the timer sends it after the plan
+                continue
+            index = plan.objects.index(name)
+            partition = partition_of(copy.message.message_id, plan.partitions, index)
+            progress = plans.read_progress(plan, partition).progress
+            if progress is not None and (progress.done or (index, copy.line) <= (progress.object, progress.line)):
+                passed.append(copy)
+            elif progress is not None and progress.held_by_other("", now_ms):
+                until = from_epoch_ms(progress.lease_until_ms) or self.clock.now()
+                raise MessageInFlightError(
+                    f"{copy.message.message_id!r} is in flight: a dispatch worker is sending its part of bucket "
+                    f"{copy.bucket.level} {copy.bucket.iso} right now (partition {partition} of {plan.partitions}); "
+                    f"try after {until.isoformat()}"
+                )
+            else:
+                ahead.append(copy)
+        return free, ahead, passed
 
     def _acquire_all(self, buckets: Sequence[BucketKey]) -> list[Lease]:
         """The leases of ``buckets`` (in order); waits up to ``lease_wait_seconds`` for ones a timer holds."""
@@ -284,8 +348,11 @@ class Relocator:
         except DelayedDeliveryError:  # it expires on its own
             return
 
-    def _move(self, record: Cancellation, new_due: datetime, copies: Sequence[Copy]) -> Relocation:
-        """Write the message at its new due time (unless a copy already is), then take it out of the old objects."""
+    def _move(
+        self, record: Cancellation, new_due: datetime, copies: Sequence[Copy], *, place: bool = True
+    ) -> Relocation:
+        """Write the message at its new due time (unless a copy already is, or ``place`` is False: a dispatch worker
+        writes it), then take it out of the old objects."""
         due_ms = epoch_ms(new_due)
         stale = self._read_all(sorted({c.key for c in copies if c.message.due_at_ms != due_ms}))
         live = [c for c in copies if c.key in stale or c.message.due_at_ms == due_ms]
@@ -297,7 +364,7 @@ class Relocator:
         already = [c for c in live if c.message.due_at_ms == due_ms]  # written by an earlier, interrupted move
         sent_now, bucket = False, already[0].bucket if already else None
         written: tuple[str, ...] = ()
-        if not already:
+        if not already and place:
             moved = replace(first.message, due_at_ms=due_ms, hops=first.message.hops + 1)
             sent_now, bucket, written = self._place(moved)
         rewritten, deleted, left = self._take_out(record, due_ms, stale, set(written))
@@ -311,6 +378,10 @@ class Relocator:
             extra_copies=len(live) - 1,
             left_alone=left,
         )
+
+    def _under(self, prefix: str) -> S3BucketStore:
+        """The store of objects under ``prefix`` (a held area) in this store's bucket."""
+        return S3BucketStore(self.store.client, self.store.bucket_name, prefix, self.store.levels)
 
     def _read_all(self, keys: Sequence[str]) -> dict[str, BucketContents]:
         """The objects still there, read again under the lease."""
@@ -349,7 +420,9 @@ class Relocator:
                 continue
             rest = [m for m in contents.messages if not (_bound(record, m) and m.due_at_ms != due_ms)]
             if rest:
-                new_keys = self.store.write(parse_object_key_count(key).bucket, rest)
+                parsed = parse_object_key_count(key)
+                store = self.store if parsed.prefix == self.store.prefix else self._under(parsed.prefix)
+                new_keys = store.write(parsed.bucket, rest)
                 rewritten.extend(k for k in new_keys if k != key)
                 keep.update(new_keys)
             if key not in keep:

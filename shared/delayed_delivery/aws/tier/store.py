@@ -117,6 +117,7 @@ class S3BucketStore:
         *,
         max_object_messages: int = MAX_OBJECT_MESSAGES,
         max_object_bytes: int = MAX_DECODED_BYTES,
+        ordered_keys: bool = False,
     ) -> None:
         if not 1 <= max_object_messages <= MAX_OBJECT_MESSAGES or not 1 <= max_object_bytes <= MAX_DECODED_BYTES:
             raise ConfigurationError("object bounds must be positive and within the format's bounds")
@@ -126,6 +127,8 @@ class S3BucketStore:
         self.levels = levels or BucketLevel()
         self.max_object_messages = max_object_messages
         self.max_object_bytes = max_object_bytes
+        #: Keys that list a bucket's objects in due order (``encode_bucket_object(..., ordered=True)``).
+        self.ordered_keys = ordered_keys
 
     @classmethod
     def from_config(cls, client: S3Client, config: BucketTierConfig) -> S3BucketStore:
@@ -135,11 +138,15 @@ class S3BucketStore:
     def _error(self, exc: BaseException, what: str) -> DelayedDeliveryError:
         return translate_s3_error(exc, what, self.bucket_name)
 
-    def write(self, bucket: BucketKey, messages: Sequence[BucketMessage]) -> list[str]:
-        """Objects for messages of one bucket (split past the bounds); the keys written. Idempotent."""
+    def write(self, bucket: BucketKey, messages: Sequence[BucketMessage], *, salt: str = "") -> list[str]:
+        """Objects for messages of one bucket (split past the bounds); the keys written. Idempotent.
+
+        ``salt`` (a dispatch plan's name): keys apart from every object of that plan (``encode_bucket_object``)."""
         keys: list[str] = []
         for chunk in _chunks(messages, self.max_object_messages, self.max_object_bytes):
-            key, data = encode_bucket_object(self.prefix, bucket, chunk, self.levels)
+            key, data = encode_bucket_object(
+                self.prefix, bucket, chunk, self.levels, salt=salt, ordered=self.ordered_keys
+            )
             try:
                 self.client.put_object(Bucket=self.bucket_name, Key=key, Body=data, ContentType=_CONTENT_TYPE)
             except (ClientError, BotoCoreError) as exc:
@@ -147,12 +154,15 @@ class S3BucketStore:
             keys.append(key)
         return keys
 
-    def write_due(self, messages: Sequence[BucketMessage], now: datetime) -> dict[BucketKey, list[str]]:
+    def write_due(
+        self, messages: Sequence[BucketMessage], now: datetime, *, salt: str = ""
+    ) -> dict[BucketKey, list[str]]:
         """Group by ``bucket_of(due, now)`` and write each group; the keys written per bucket."""
         groups: dict[BucketKey, list[BucketMessage]] = {}
         for message in messages:
             groups.setdefault(bucket_of(message.due_at, now, self.levels), []).append(message)
-        return {bucket: self.write(bucket, group) for bucket, group in sorted(groups.items())}
+        salted = {"salt": salt} if salt else {}
+        return {bucket: self.write(bucket, group, **salted) for bucket, group in sorted(groups.items())}
 
     def objects(
         self, level: LevelName, *, until: datetime | None = None, on_stray: Callable[[str], None] | None = None

@@ -23,11 +23,12 @@ from ...clock import Clock
 from ...delivery import epoch_ms
 from ...errors import ConfigurationError, DelayedDeliveryError
 from ...settings import DelayedDeliverySettings
-from ...timebuckets.format import BucketMessage, read_line
+from ...timebuckets.format import MAX_DECODED_BYTES, MAX_OBJECT_MESSAGES, BucketMessage, read_line
 from ...timebuckets.plans import MAX_PLAN_OBJECTS, DispatchPlan, DispatchTask
 from ...timebuckets.wheel import COARSE, FINE, MAX_DELAY_SECONDS, BucketKey, cascade_window, dispatch_window
 from ..release_calendar import ReleaseCalendar
 from .config import DEFAULT_SEND_PHASE_MS, TierSettings
+from .held import HeldArea
 from .lease import DEFAULT_LEASE_SECONDS, BucketLeases
 from .notices import BadLines
 from .plan_store import PlanStore, TaskQueue
@@ -79,10 +80,15 @@ class TimerResult:
     #: their due time (counted in ``kept_for_retry`` too), then given up to the error queue (``refused_given_up``).
     refused: int = 0
     refused_given_up: int = 0
-    #: Release control (``release_rates``): messages kept in their buckets for want of a release slot within 900 s
-    #: (counted in ``kept_for_retry`` too), and the most seconds a slot added to a message sent.
+    #: Release control (``release_rates``): messages held for want of a release slot within 900 s (met this run),
+    #: and the most seconds a slot added to a message sent.
     release_held: int = 0
     release_lag_max_seconds: float = 0.0
+    #: Release control: messages written into their destination's held area (``held.py``), sent from it, and
+    #: written back into it (what was left of an object the calendar placed in part: a run's rewrites, #31).
+    held_written: int = 0
+    held_released: int = 0
+    held_rewritten: int = 0
     #: Ready buckets too big to send at once: planned, their partitions handed to the dispatch workers.
     buckets_planned: int = 0
     #: Dispatch tasks enqueued (new plans, and partitions no worker went on with for ``STALL_SECONDS``).
@@ -153,6 +159,8 @@ class BucketTimer:
             release=release,
         )
         self.leases = BucketLeases(store, clock, owner, lease_seconds)
+        #: Where messages a release cap holds wait, per destination, until the calendar has room (#31).
+        self.held = HeldArea(store, release.rates if release is not None else None)
         self.margin_seconds = margin_seconds
         self.cascade_group_bytes = cascade_group_bytes or self.tier.bucket_cascade_group_bytes
         self.monotonic = monotonic
@@ -164,9 +172,10 @@ class BucketTimer:
     def run(self, deadline: float | None = None) -> TimerResult:
         """Cascade, then dispatch, starting no bucket once ``deadline`` (a ``time.monotonic`` value) is near."""
         tally = Tally(TimerResult)
-        self._work = BucketWork(self.store, self.sqs, self.clock, self.cancellations)  # records fresh each run
+        self._work = BucketWork(self.store, self.sqs, self.clock, self.cancellations)
         self._local = []
         self._cascade(deadline, tally)
+        self._release_held(deadline, tally)  # before the ready buckets: the oldest messages take the first slots
         self._dispatch(deadline, tally)
         self._work_plans_here(deadline, tally)
         return tally.result()
@@ -206,6 +215,7 @@ class BucketTimer:
             tally.add(buckets_skipped_leased=1)
             return
         self._lease_ends = lease.expires_at - timedelta(seconds=self.leases.seconds / 4)  # stop with room to spare
+        self._work.fresh()  # the records as they are now, for this bucket (#31)
         try:
             work()
         except ConfigurationError:
@@ -294,8 +304,17 @@ class BucketTimer:
             tally.add(buckets_left_for_deadline=1)  # the rest: a later run
 
     def _dispatch_bucket(self, bucket: BucketKey, objects: Sequence[StoredObject], tally: Tally[TimerResult]) -> None:
-        """Send a small ready bucket at once; plan a big one (or look after its plan) for the workers."""
+        """Send a small ready bucket at once; plan a big one (or look after its plan) for the workers.
+
+        A bucket with a plan is the workers' until the plan is done, whatever is listed beside its objects (a late
+        ingest, a write-back, an operator's rewrite): sent inline, those would go out beside the plan's objects and
+        the plan would never be looked after again (#31).
+        """
         tier = self.tier
+        plan = self.plans.read_plan(bucket)
+        if plan is not None:
+            self._look_after(plan, tally)
+            return
         if sum(o.size for o in objects) <= tier.bucket_inline_max_bytes:  # the listed bytes; the counts only size plans
             read = self._read(objects, tier.bucket_inline_max_bytes, tier.bucket_inline_max_messages)
             if read is not None:
@@ -323,8 +342,9 @@ class BucketTimer:
         rewrite = work.report_errors([*plan.conflicts, *plan.unusable, *sent.rejected, *notices], tally)
         written = work.write_back(bucket, sent.retry, rewrite)
         written |= work.write_back(None, [*plan.moved, *misplaced], ())
+        tally.add(held_written=self.held.hold(sent.held, self.clock.now()))
         self.store.delete([key for key in keys if key not in written])  # a rewrite may reuse a key: keep it
-        work.applied(work.releasable(plan.applied, rewrite))
+        work.applied(work.releasable(plan.applied, rewrite), plan.applied_until)
         tally.add(
             dispatched=len(sent.sent),
             duplicates_skipped=plan.duplicates,
@@ -337,22 +357,77 @@ class BucketTimer:
         )
         tally.most(release_lag_max_seconds=max(sent.release_lags, default=0.0))
 
+    def _release_held(self, deadline: float | None, tally: Tally[TimerResult]) -> None:
+        """Send what the held areas hold, each destination's oldest object first, stopping at the first object the
+        calendar cannot place whole: the objects after it are not read (a run's work is what it can release)."""
+        if self.sqs.release is None:
+            return
+        for destination in self.held.destinations():
+            store = self.held.store_for(destination)
+            for stored in store.objects(FINE):
+                released = [False]
+                self._leased(
+                    stored.bucket, deadline, tally, partial(self._release_object, store, stored, released, tally)
+                )
+                if not released[0]:
+                    break
+
+    def _release_object(
+        self, store: S3BucketStore, stored: StoredObject, released: list[bool], tally: Tally[TimerResult]
+    ) -> None:
+        """Send one held object's messages the calendar places; write back the rest (unless it is all of them)."""
+        read = self._read([stored], MAX_DECODED_BYTES, MAX_OBJECT_MESSAGES)
+        if read is None or not read[2]:
+            released[0] = read is not None  # gone since the listing: go on with the next
+            return
+        found, notices, _ = read
+        work = self._work
+        plan = work.plan(found)
+        sent = self.sqs.dispatch(plan.keep, dispatch_window(self.clock.now(), levels=self.store.levels))
+        rewrite = work.report_errors([*plan.conflicts, *plan.unusable, *sent.rejected, *notices], tally)
+        rest = [*sent.held, *sent.retry, *(r.message for r in rewrite)]
+        if len(rest) < len(found):  # something went (sent, cancelled, moved, to the error queue): rewrite the rest
+            written: set[str] = set()
+            for group in ([*sent.held, *sent.retry], *([r.message] for r in rewrite)):
+                if group:
+                    written.update(store.write(stored.bucket, group))
+            work.write_back(None, plan.moved, ())
+            if stored.key not in written:
+                store.delete([stored.key])
+            work.applied(work.releasable(plan.applied, rewrite), plan.applied_until)
+            tally.add(held_rewritten=len(rest))
+        released[0] = not rest
+        tally.add(
+            dispatched=len(sent.sent),
+            held_released=len(sent.sent),
+            cancelled=plan.cancelled,
+            rescheduled=len(plan.moved),
+            kept_for_retry=len(sent.retry) + len(rewrite),
+            refused=sent.refused,
+            refused_given_up=sent.refused_given_up,
+            release_held=sent.release_held,
+        )
+        tally.most(release_lag_max_seconds=max(sent.release_lags, default=0.0))
+
     def _fan_out(
         self, bucket: BucketKey, objects: Sequence[StoredObject], listed: int, tally: Tally[TimerResult]
     ) -> None:
         """Plan a big bucket once and hand its partitions out; later runs look after the plan until it is done."""
-        plan = self.plans.read_plan(bucket)
         now_ms = epoch_ms(self.clock.now())
-        if plan is None:
-            names = tuple(o.key.rsplit("/", 1)[1] for o in objects[:MAX_PLAN_OBJECTS])
-            made = DispatchPlan(bucket, now_ms, self.tier.partitions(listed), names)
-            if self.plans.create_plan(made):
-                tally.add(buckets_planned=1)
-                self._hand_out(made, range(made.partitions), tally)
-                return
-            plan = self.plans.read_plan(bucket)  # another timer planned it first
-            if plan is None:
-                return
+        names = tuple(o.key.rsplit("/", 1)[1] for o in objects[:MAX_PLAN_OBJECTS])
+        made = DispatchPlan(bucket, now_ms, self.tier.partitions(listed), names)
+        if self.plans.create_plan(made):
+            tally.add(buckets_planned=1)
+            self._hand_out(made, range(made.partitions), tally)
+            return
+        plan = self.plans.read_plan(bucket)  # another timer planned it first
+        if plan is not None:
+            self._look_after(plan, tally)
+
+    def _look_after(self, plan: DispatchPlan, tally: Tally[TimerResult]) -> None:
+        """Finish a plan every partition of which is done (its objects deleted, then the plan); hand out again the
+        partitions nobody went on with for ``STALL_SECONDS``."""
+        now_ms = epoch_ms(self.clock.now())
         stored = [self.plans.read_progress(plan, k) for k in range(plan.partitions)]
         if all(s.progress is not None and s.progress.done for s in stored):
             self.store.delete(plan.keys(self.store.prefix))
@@ -410,5 +485,6 @@ class BucketTimer:
                 refused=result.refused,
                 refused_given_up=result.refused_given_up,
                 release_held=result.release_held,
+                held_written=result.held_written,
             )
             tally.most(release_lag_max_seconds=result.release_lag_max_seconds)

@@ -49,8 +49,10 @@ class Cascade:
         self.tally = tally
         self.group_bytes = group_bytes
         self.may_go_on = may_go_on
-        #: Records applied to messages of an object not yet deleted (a large one cut over groups).
+        #: Records applied to messages of an object not yet deleted (a large one cut over groups), and the latest due
+        #: time each met.
         self._applied: list[StoredRecord] = []
+        self._until: dict[tuple[str, str], int] = {}
 
     def run(self, objects: Sequence[StoredObject]) -> bool:
         """Cascade ``objects`` (one coarse bucket's, in listing order); False when it stopped for time."""
@@ -103,14 +105,17 @@ class Cascade:
         """Write a group into fine buckets, then delete the objects it holds whole and apply its records."""
         if group.empty:
             return
+        self.work.fresh()  # the records as they are now, for this group (#31)
         plan = self.work.plan(group.found)
         rewrite = self.work.report_errors([*plan.conflicts, *plan.unusable, *group.notices], self.tally)
         self.work.write_back(None, [*plan.keep, *plan.moved], rewrite)
         self._applied += self.work.releasable(plan.applied, rewrite)
+        for key, ms in plan.applied_until.items():
+            self._until[key] = max(self._until.get(key, 0), ms)
         if group.keys:
             self.work.store.delete(group.keys)
-            self.work.applied(self._applied)
-            self._applied = []
+            self.work.applied(self._applied, self._until)
+            self._applied, self._until = [], {}
         self.tally.add(
             cascaded_objects=len(group.keys),
             cascaded_messages=len(plan.keep) + len(plan.moved),

@@ -50,6 +50,9 @@ METRICS: Mapping[str, tuple[str, str]] = {
     "refused_given_up": ("BucketRefusedToErrorQueue", MetricUnit.Count.value),
     "release_held": ("ReleaseWaits", MetricUnit.Count.value),
     "release_lag_max_seconds": ("ReleaseLag", MetricUnit.Seconds.value),
+    "held_written": ("BucketMessagesHeld", MetricUnit.Count.value),
+    "held_released": ("BucketHeldReleased", MetricUnit.Count.value),
+    "held_rewritten": ("BucketHeldRewritten", MetricUnit.Count.value),
     "buckets_planned": ("BucketsPlanned", MetricUnit.Count.value),
     "tasks_enqueued": ("BucketDispatchTasksEnqueued", MetricUnit.Count.value),
     "plans_finished": ("BucketPlansFinished", MetricUnit.Count.value),
@@ -90,8 +93,8 @@ def build_timer_handler(
     tools = HandlerTools.for_service(config.service, config.metrics_namespace)
     logger, metrics = tools.logger, tools.metrics
     store = S3BucketStore.from_config(s3, config)
-    # Records uncached across runs (max age 0): the timer reads each destination's once per run, fresh each run.
-    cancellations = tools.cancellation_cache(config.cancellation_table, dynamodb, 0)
+    # Records uncached (max age 0) and read strongly consistent: the timer reads them fresh for every bucket (#31).
+    cancellations = tools.cancellation_cache(config.cancellation_table, dynamodb, 0, consistent=True)
     clock = clock or SystemClock()
     tasks = config.tier_settings.bucket_dispatch_queue
     queue = SqsTaskQueue(sqs, tasks) if tasks else None

@@ -11,11 +11,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from ...cancellations import CancellationKind, StoredRecord, UnreadableRecord
+from ...cancellations import Cancellation, CancellationKind, StoredRecord, UnreadableRecord
 from ...delivery import epoch_ms, from_epoch_ms
 from ...errors import InvalidMessageError
 from ...timebuckets.format import BucketMessage
 from ...timebuckets.identity import conflict_reason, content_digest, digest_conflict_reason, same_message
+from ...timebuckets.seen import SeenEntry
 
 __all__ = ["SEEN_LIMIT", "Admission", "BucketPlan", "Found", "Lookup", "Rejected", "Seen", "plan_bucket"]
 
@@ -55,8 +56,10 @@ class BucketPlan:
     moved: list[BucketMessage] = field(default_factory=list)
     #: Messages whose record cannot be used (unreadable, or a due time no bucket holds): to the error queue.
     unusable: list[Rejected] = field(default_factory=list)
-    #: The records applied (deleted once the bucket's objects are gone).
+    #: The records applied (settled once the bucket's objects are gone: ``BucketWork.applied``).
     applied: list[StoredRecord] = field(default_factory=list)
+    #: (endpoint, message id) -> the latest due time (epoch ms) of a message a record applied to, and of the record.
+    applied_until: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 #: The most ids one partition remembers (about 120 bytes each); past it, a copy of an id met may be sent again.
@@ -72,33 +75,65 @@ class Admission(Enum):
 
 
 class Seen:
-    """The ids a partition met so far, in plan order, with their ``content_digest``: bounded.
+    """The messages a partition met so far, in plan order, with their ``content_digest``: bounded.
 
-    A bucket sent in pieces cannot wait for every copy of an id before sending one: the first copy met in plan order
-    is sent, a later copy of the same message is a duplicate, a different message under the id goes to the error
-    queue (``reason``). Within one piece the usual rule (``identity.first_sent``) picks the copy.
+    A message is its id and due time (docs/identity.md): two copies under one id and due time are the same message
+    (a duplicate) or a conflict; under one id with other due times they are two messages. A bucket sent in pieces
+    cannot wait for every copy before sending one: the first copy met in plan order is sent, a later copy of the same
+    message is a duplicate, a different message under the id and due time goes to the error queue (``reason``).
+    Messages written back into the bucket are marked (``written``), so a snapshot tells them from those handed on.
     """
 
     def __init__(self, limit: int = SEEN_LIMIT) -> None:
         self.limit = limit
-        self._ids: dict[str, int] = {}
-        #: Ids not remembered because the limit was reached (a copy of one of them would be sent again).
+        self._ids: dict[tuple[str, int], int] = {}
+        #: The messages written back into the bucket (not handed on: they wait in another object).
+        self._written: set[tuple[str, int]] = set()
+        #: Messages not remembered because the limit was reached (a copy of one of them would be sent again).
         self.overflow = 0
 
     def __len__(self) -> int:
         return len(self._ids)
 
     def admit(self, message: BucketMessage) -> tuple[Admission, int]:
-        """Meet ``message``: its admission and the digest of the first message of its id (as an int)."""
+        """Meet ``message``: its admission and the digest of the first message of its id and due time (an int)."""
         digest = int(content_digest(message), 16)
-        first = self._ids.get(message.message_id)
+        key = (message.message_id, message.due_at_ms)
+        first = self._ids.get(key)
         if first is None:
             if len(self._ids) < self.limit:
-                self._ids[message.message_id] = digest
+                self._ids[key] = digest
             else:
                 self.overflow += 1
             return Admission.NEW, digest
         return (Admission.SAME if first == digest else Admission.CONFLICT), first
+
+    def written_back(self, messages: Iterable[BucketMessage]) -> None:
+        """Mark ``messages`` written back into the bucket."""
+        self._written.update((m.message_id, m.due_at_ms) for m in messages)
+
+    def entries(self) -> tuple[SeenEntry, ...]:
+        """What was met, for a snapshot (``timebuckets/seen.py``)."""
+        written = self._written
+        return tuple((i, due, digest, (i, due) in written) for (i, due), digest in self._ids.items())
+
+    def load(self, entries: Iterable[SeenEntry], *, handed_on_only: bool = False) -> int:
+        """Meet again what a snapshot holds (``handed_on_only``: not the messages written back); how many."""
+        loaded = 0
+        for message_id, due_ms, digest, written in entries:
+            if handed_on_only and written:
+                continue
+            key = (message_id, due_ms)
+            if key in self._ids:
+                continue
+            if len(self._ids) >= self.limit:
+                self.overflow += 1
+                continue
+            self._ids[key] = digest
+            if written:
+                self._written.add(key)
+            loaded += 1
+        return loaded
 
     @staticmethod
     def reason(message: BucketMessage, first: int, key: str) -> str:
@@ -112,10 +147,11 @@ def _first_sent(found: Found) -> tuple[bool, int, int, str]:
 
 
 def _dedupe(found: Iterable[Found], plan: BucketPlan) -> list[BucketMessage]:
-    """One message per id: the first by (send time, object key); copies counted, conflicts rejected."""
-    by_id: dict[str, list[Found]] = {}
+    """One message per id and due time (docs/identity.md): the first by (send time, object key); copies counted,
+    conflicts rejected. Messages under one id with other due times are other messages: each is kept."""
+    by_id: dict[tuple[str, int], list[Found]] = {}
     for item in found:
-        by_id.setdefault(item.message.message_id, []).append(item)
+        by_id.setdefault((item.message.message_id, item.message.due_at_ms), []).append(item)
     unique: list[BucketMessage] = []
     for items in by_id.values():
         items.sort(key=_first_sent)
@@ -136,6 +172,9 @@ def _apply(message: BucketMessage, lookup: Lookup | None, plan: BucketPlan) -> N
         plan.keep.append(message)
         return
     plan.applied.append(record)
+    key = (record.endpoint, record.message_id)
+    record_due = epoch_ms(record.due_at) if isinstance(record, Cancellation) and record.due_at is not None else 0
+    plan.applied_until[key] = max(plan.applied_until.get(key, 0), message.due_at_ms, record_due)
     if isinstance(record, UnreadableRecord):
         plan.unusable.append(Rejected(message, record.problem()))
         return

@@ -87,8 +87,10 @@ class DispatchOutcome:
     refused_given_up: int = 0
     #: Release control: per message sent to a capped destination, the seconds its release slot added.
     release_lags: list[float] = field(default_factory=list)
-    #: Release control: messages held back in the buckets, their destination's slots full up to 900 s ahead.
+    #: Release control: messages held back, their destination's slots full up to 900 s ahead (their count, and the
+    #: messages: the caller writes them into the destination's held area, ``held.py``).
     release_held: int = 0
+    held: list[BucketMessage] = field(default_factory=list)
 
     def add(self, other: DispatchOutcome) -> None:
         """Count ``other`` in too (a dispatch sent in parts)."""
@@ -99,6 +101,7 @@ class DispatchOutcome:
         self.refused_given_up += other.refused_given_up
         self.release_lags += other.release_lags
         self.release_held += other.release_held
+        self.held += other.held
 
 
 @dataclass(slots=True)
@@ -143,9 +146,11 @@ def send_waves(
     """
     waves: dict[int, list[BucketMessage]] = {}
     for message in messages:
-        remaining_ms = (message.due_at - start) // timedelta(milliseconds=1)
-        fraction = remaining_ms % 1000
-        step = 0 if phase_ms <= 0 or remaining_ms <= 0 or fraction == 0 else fraction // phase_ms + 1
+        # In microseconds, as the clock reads: floored to milliseconds, a run starting at hh:mm:ss.9996 saw a message
+        # due on a whole second 5.0004 s away as 5 s away, sent it at once, and it was ~1 s late (#31).
+        remaining_us = (message.due_at - start) // timedelta(microseconds=1)
+        fraction = remaining_us % 1_000_000
+        step = 0 if phase_ms <= 0 or remaining_us <= 0 or fraction == 0 else fraction // (phase_ms * 1000) + 1
         waves.setdefault(step, []).append(message)
     return [(timedelta(milliseconds=step * phase_ms), waves[step]) for step in sorted(waves)]
 
@@ -189,7 +194,15 @@ class TimerSqs:
         """
         outcome = DispatchOutcome()
         start = self.clock.now()
-        for offset, wave in send_waves(messages, start, self.send_phase_ms):
+        # A capped destination's messages take release slots (whole seconds) in due order, all at once: split into
+        # waves, a later-due message of an earlier wave took the slot of an earlier-due one of a later wave (#31).
+        capped = [m for m in messages if self.release is not None and self.release.capped(m.destination)]
+        free = [m for m in messages if self.release is None or not self.release.capped(m.destination)]
+        waves = send_waves(free, start, self.send_phase_ms)
+        if capped:
+            first = waves.pop(0)[1] if waves and not waves[0][0] else []
+            waves = [(timedelta(0), [*capped, *first]), *waves]
+        for offset, wave in waves:
             wait = (start + offset - self.clock.now()).total_seconds()
             if wait > 0:
                 self.clock.sleep(wait)
@@ -259,8 +272,9 @@ class TimerSqs:
         outcome: DispatchOutcome,
     ) -> dict[str, float]:
         """Each entry's ``DelaySeconds`` set to its release slot (the calendar the FIFO route shares), in place; a
-        message with no slot within 900 s stays in its bucket for a later run (``retry``), as does every one when the
-        calendar cannot be reached: nothing is dropped, due order kept. Returns each placed entry's release lag."""
+        message with no slot within 900 s is held (``held``: its destination's held area), and every one stays in
+        its bucket for a later run (``retry``) when the calendar cannot be reached: nothing is dropped, due order
+        kept. Returns each placed entry's release lag."""
         lags: dict[str, float] = {}
         if self.release is None or not self.release.capped(destination) or not entries:
             return lags
@@ -276,7 +290,7 @@ class TimerSqs:
         kept_messages: list[BucketMessage] = []
         for entry, message, where in zip(entries, sendable, placed, strict=True):
             if where is None:
-                outcome.retry.append(message)
+                outcome.held.append(message)
                 outcome.release_held += 1
                 continue
             entry["DelaySeconds"] = where.delay_seconds

@@ -1,9 +1,12 @@
-"""What the timer, its cascade and the dispatch workers share: records read once per run, the error queue, write-backs.
+"""What the timer, its cascade and the dispatch workers share: records read fresh, the error queue, write-backs.
 
 A ``BucketWork`` lives for one run (a timer run or a worker invocation): it reads each destination's cancel and
-reschedule records at most once, sends what cannot be delivered to the error queue (what the queue does not take
-now is written back, or its object kept under ``problems/``), writes messages back into buckets, and deletes the
-records applied once the objects they were read from are gone.
+reschedule records afresh for every bucket, cascade group and piece (``fresh``; #31: read once per run, a cancel
+made during a long cascade was missed by the same run's dispatch), refuses to go on when they cannot be read (a
+certain cancel is never sent for want of a record: the bucket waits for a later run), sends what cannot be
+delivered to the error queue (what the queue does not take now is written back, or its object kept under
+``problems/``), writes messages back into buckets, and deletes the records applied once the objects they were read
+from are gone.
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import Field, fields
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from ... import logfields as lf
-from ...cancellations import CancellationCache, StoredRecord
+from ...cancellations import Cancellation, CancellationCache, StoredRecord, is_live
 from ...clock import Clock
+from ...delivery import from_epoch_ms
+from ...errors import DelayedDeliveryError, TransientError
 from ...timebuckets.format import BucketMessage
 from ...timebuckets.wheel import BucketKey
 from .notices import BadLines, object_notice
@@ -23,7 +29,10 @@ from .store import S3BucketStore
 from .timer_plan import BucketPlan, Found, Rejected, plan_bucket
 from .timer_sqs import ErrorQueueOutcome, Notice, TimerSqs
 
-__all__ = ["BucketWork", "Tally"]
+__all__ = ["SETTLE_SECONDS", "BucketWork", "Tally"]
+
+#: How long past the latest due time it met a record applied lives on (the ingest's longest wait is 420 s).
+SETTLE_SECONDS = 3_600
 
 _log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -67,17 +76,32 @@ class BucketWork:
         self.sqs = sqs
         self.clock = clock
         self.cancellations = cancellations
-        #: Each destination's records as read in this run (read at most once, fresh for every run).
+        #: Each destination's records as read for the bucket, group or piece at hand (``fresh`` forgets them).
         self.records: dict[str, dict[str, StoredRecord]] = {}
 
+    def fresh(self) -> None:
+        """Read the records again from now on (a new bucket, cascade group or piece)."""
+        self.records = {}
+
     def lookup(self, destination: str) -> Mapping[str, StoredRecord]:
-        """The destination's records, read once per run (a failed read: none, reported by the cache, once)."""
+        """The destination's records, read once per ``fresh``; ``TransientError`` when they cannot be read (reported
+        through the cache's ``on_error``): what is sent without its records may be a message cancelled for certain."""
         if self.cancellations is None:
             return {}
         records = self.records.get(destination)
         if records is None:
-            records = self.records[destination] = dict(self.cancellations.lookup(destination))
+            records = self.records[destination] = self._read(self.cancellations, destination)
         return records
+
+    def _read(self, cache: CancellationCache, destination: str) -> dict[str, StoredRecord]:
+        try:
+            found = cache.store.live(destination)
+        except DelayedDeliveryError as exc:
+            if cache.on_error is not None:
+                cache.on_error("lookup", exc)
+            raise TransientError(f"the cancel and reschedule records of {destination!r} cannot be read: {exc}") from exc
+        now = self.clock.now()
+        return {r.message_id: r for r in found if is_live(r, now)}
 
     def plan(self, found: Sequence[Found]) -> BucketPlan:
         """``plan_bucket`` with this run's records; each message held for a record that cannot be used is logged."""
@@ -120,11 +144,17 @@ class BucketWork:
         return [item for item in outcome.retry if isinstance(item, Rejected)]
 
     def write_back(
-        self, bucket: BucketKey | None, messages: Sequence[BucketMessage], rejected: Sequence[Rejected]
+        self,
+        bucket: BucketKey | None,
+        messages: Sequence[BucketMessage],
+        rejected: Sequence[Rejected],
+        *,
+        salt: str = "",
     ) -> set[str]:
         """Write ``messages`` (and each rejected message on its own: two may share an id) back; the keys written.
 
-        ``bucket`` None: each into ``bucket_of(due, now)``.
+        ``bucket`` None: each into ``bucket_of(due, now)``. ``salt``: a dispatch plan's name, so that nothing written
+        back lands on a key of that plan, which deletes its keys once done (``S3BucketStore.write``).
         """
         now = self.clock.now()
         written: set[str] = set()
@@ -132,11 +162,12 @@ class BucketWork:
         for group in groups:
             if not group:
                 continue
+            salted = {"salt": salt} if salt else {}
             if bucket is None:
-                for keys in self.store.write_due(group, now).values():
+                for keys in self.store.write_due(group, now, **salted).values():
                     written.update(keys)
             else:
-                written.update(self.store.write(bucket, group))
+                written.update(self.store.write(bucket, group, **salted))
         return written
 
     @staticmethod
@@ -146,12 +177,17 @@ class BucketWork:
         kept = {(r.message.destination, r.message.message_id) for r in written_back}
         return [r for r in records if (r.endpoint, r.message_id) not in kept]
 
-    def applied(self, records: Sequence[StoredRecord]) -> None:
-        """Delete the records applied, from the store and from this run's records."""
+    def applied(self, records: Sequence[StoredRecord], until: Mapping[tuple[str, str], int]) -> None:
+        """Settle the records applied: each lives on until ``SETTLE_SECONDS`` after the latest due time it met
+        (``until``, epoch ms), so a copy of its message sent before it that arrives later (a retried write, an ingest
+        redelivery) is dropped or moved too, whoever applied it first (#31); an unreadable one is deleted."""
         if self.cancellations is None or not records:
             return
-        for record in records:
-            held = self.records.get(record.endpoint, {})
-            if held.get(record.message_id) == record:
-                del held[record.message_id]
-        self.cancellations.applied(records)
+        readable = [r for r in records if isinstance(r, Cancellation)]
+        ends: dict[tuple[str, str], datetime] = {}
+        for key, ms in until.items():
+            when = from_epoch_ms(ms)
+            if when is not None:
+                ends[key] = when + timedelta(seconds=SETTLE_SECONDS)
+        self.cancellations.settle(readable, ends)
+        self.cancellations.applied([r for r in records if not isinstance(r, Cancellation)])

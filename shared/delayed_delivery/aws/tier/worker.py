@@ -27,11 +27,20 @@ from ...clock import Clock
 from ...delivery import epoch_ms
 from ...settings import DelayedDeliverySettings
 from ...timebuckets.format import BucketMessage, BucketStream, PoisonEntry, read_line
-from ...timebuckets.plans import DispatchPlan, DispatchTask, PartitionProgress, PieceCounts, line_partition
+from ...timebuckets.plans import (
+    DispatchPlan,
+    DispatchTask,
+    PartitionProgress,
+    PieceCounts,
+    line_partition,
+    partition_of,
+)
+from ...timebuckets.seen import MAX_SEEN_BYTES, SeenSnapshot
 from ...timebuckets.wheel import MAX_DELAY_SECONDS, DispatchWindow, dispatch_window
 from ..release_calendar import ReleaseCalendar
 from ..sqs import MAX_BATCH_ENTRIES
 from .config import TierSettings
+from .held import HeldArea
 from .notices import BadLines
 from .plan_store import PlanStore, TaskQueue
 from .store import ObjectMissingError, S3BucketStore
@@ -66,27 +75,29 @@ class WorkerResult:
     objects_read: int = 0
     #: Lines looked at, every partition's (a worker reads the whole bucket for its share).
     lines_read: int = 0
-    #: Lines read again to rebuild the ids met before the progress (after a restart).
+    #: Lines read again to rebuild the ids met before the progress (after a restart), from the snapshot on.
     lines_reread: int = 0
-    #: 1: the partition is done.
+    #: Seen snapshots read (this partition's, and earlier plans' of the bucket) and written (#31).
+    snapshots_read: int = 0
+    snapshots_written: int = 0
+    #: Messages an earlier plan of the bucket (lost, or expired) handed on: met, so not sent again.
+    inherited: int = 0
+    #: 1: the partition is done; 1: stopped near the deadline (the task enqueued again).
     finished: int = 0
-    #: 1: stopped near the deadline; the task is enqueued again.
     continued: int = 0
     #: 1: nothing to do (the plan is gone or another, the partition done or held by another worker).
     skipped: int = 0
     #: 1: another worker took the partition over (this one stopped; at most its last piece is sent twice).
     lost_partition: int = 0
-    #: Ids not remembered because the partition met more than ``Seen``'s limit.
-    seen_overflow: int = 0
-    #: Messages a destination refused (access denied, its key): written back, retried by later runs until
-    #: ``bucket_refused_retry_seconds`` past their due time (counted in ``kept_for_retry`` too), then given up to the
-    #: error queue (``refused_given_up``).
+    seen_overflow: int = 0  # ids not remembered: the partition met more than ``Seen``'s limit
+    #: Refused by their destination (access denied, its key): written back (``kept_for_retry``) until
+    #: ``bucket_refused_retry_seconds`` past due, then to the error queue (``refused_given_up``).
     refused: int = 0
     refused_given_up: int = 0
-    #: Release control: messages written back for want of a release slot within 900 s (in ``kept_for_retry`` too),
-    #: and the most seconds a slot added to a message sent.
+    #: Release control: held for want of a slot within 900 s (into the held area: ``held_written``), the most lag.
     release_held: int = 0
     release_lag_max_seconds: float = 0.0
+    held_written: int = 0
 
 
 @dataclass(slots=True)
@@ -127,6 +138,8 @@ class PartitionWorker:
     ) -> None:
         self.store = store
         self.plans = PlanStore(store)
+        #: Where messages a release cap holds wait (#31).
+        self.held = HeldArea(store, release.rates if release is not None else None)
         self.clock = clock
         self.tier = tier
         self.owner = owner
@@ -151,11 +164,9 @@ class PartitionWorker:
         """Go on with ``task``'s partition until it is done or ``deadline`` (``time.monotonic``) is near."""
         tally = Tally(WorkerResult)
         plan = self.plans.read_plan(task.bucket)
-        if plan is None or (plan.created_ms, plan.partitions) != (task.plan_ms, task.partitions):
-            tally.add(skipped=1)
-            return tally.result()
-        claimed = self._claim(plan, task.partition)
-        if claimed is None:
+        same = plan is not None and (plan.created_ms, plan.partitions) == (task.plan_ms, task.partitions)
+        claimed = self._claim(plan, task.partition) if plan is not None and same else None
+        if plan is None or claimed is None:
             tally.add(skipped=1)
             return tally.result()
         work = BucketWork(self.store, self.sqs, self.clock, self.cancellations)
@@ -207,11 +218,14 @@ class _Run:
         self.seen = Seen()
         self.partition = task.partition
         self.lines_read = 0
+        #: Where the snapshot this run started from was taken.
+        self.restored = (0, 0)
 
     def go(self) -> None:
-        """Rebuild what was met, then send piece by piece from the progress on."""
+        """Restore what was met (a snapshot, then the lines after it), then send piece by piece from the progress on."""
         start_object, start_line = self.progress.object, self.progress.line
-        self._rebuild(start_object, start_line)
+        if not self._restore(start_object, start_line):
+            return
         piece = _Piece(object=start_object, line=start_line)
         for index, stream in self._streams(start_object):
             if not self.worker.time_left(self.deadline):
@@ -266,26 +280,109 @@ class _Run:
         except ObjectMissingError:
             return None
 
-    def _rebuild(self, last_object: int, last_line: int) -> None:
-        """Meet again the partition's lines before the progress (read, not sent), so no id is sent twice."""
-        if last_object == 0 and last_line == 0:
+    def _restore(self, last_object: int, last_line: int) -> bool:
+        """Meet again what the partition met before its progress (read, not sent), so no message is sent twice: what
+        earlier plans of the bucket handed on, this partition's snapshot, then the lines after the snapshot. False
+        when the deadline came first (the place reached is kept as a snapshot, the partition let go)."""
+        plans, plan = self.worker.plans, self.plan
+        own = plans.seen_key(plan.bucket, plan.created_ms, self.partition)
+        start = (0, 0)
+        for key in plans.seen_keys(plan.bucket):
+            if key == own and (last_object, last_line) != (0, 0):
+                snapshot = plans.read_seen(key, MAX_SEEN_BYTES)
+                if snapshot is not None and self._ours(snapshot) and snapshot.position <= (last_object, last_line):
+                    self.seen.load(snapshot.entries)
+                    start = snapshot.position
+                    self.tally.add(snapshots_read=1)
+            elif not key.rsplit("/", 1)[-1].startswith(f"{plan.created_ms}-"):
+                self._inherit(key)  # a plan of this bucket before this one (lost, or expired): what it handed on
+        self.restored = start
+        return self._rebuild(start, (last_object, last_line))
+
+    def _ours(self, snapshot: SeenSnapshot) -> bool:
+        plan = self.plan
+        return (snapshot.bucket, snapshot.plan_ms, snapshot.partition, snapshot.partitions) == (
+            plan.bucket,
+            plan.created_ms,
+            self.partition,
+            plan.partitions,
+        )
+
+    def _inherit(self, key: str) -> None:
+        """Meet the messages an earlier plan of the bucket handed on that belong to this partition."""
+        snapshot = self.worker.plans.read_seen(key, MAX_SEEN_BYTES)
+        if snapshot is None or snapshot.plan_ms == self.plan.created_ms:
             return
-        for index, stream in self._streams(0):
-            if index > last_object or (index == last_object and last_line == 0):
-                return
+        partitions, k = self.plan.partitions, self.partition
+        mine = (e for e in snapshot.entries if partition_of(e[0], partitions) == k)
+        self.tally.add(inherited=self.seen.load(mine, handed_on_only=True), snapshots_read=1)
+
+    def _rebuild(self, start: tuple[int, int], last: tuple[int, int]) -> bool:
+        """Meet again the partition's lines from ``start`` up to ``last`` (read, not sent), stopping for the deadline:
+        then the place reached is kept as a snapshot and the partition let go for the next worker (False)."""
+        if start >= last:
+            return True
+        reached = start
+        for index, stream in self._streams(start[0]):
+            if index > last[0] or (index == last[0] and last[1] == 0):
+                return True
             if stream is None:
+                reached = (index + 1, 0)
                 continue
             header = stream.open()
             version = header.version if header is not None else 0
+            skip = start[1] if index == start[0] else 0
+            size = 0
             for raw in stream.lines():
-                if index == last_object and raw.number > last_line:
-                    break
+                if raw.number <= skip:
+                    continue
+                if index == last[0] and raw.number > last[1]:
+                    return True
+                size += raw.size
+                if size >= self.worker.tier.bucket_piece_bytes:  # the deadline, looked at every piece's worth read
+                    size = 0
+                    if not self.worker.time_left(self.deadline):
+                        return self._hand_over_restoring(reached)  # up to the line before this one
+                reached = (index, raw.number)
                 if line_partition(raw, self.plan.partitions, index) != self.partition:
                     continue
                 self.tally.add(lines_reread=1)
                 item = read_line(raw, version)
                 if isinstance(item, BucketMessage):
                     self.seen.admit(item)
+            reached = (index + 1, 0)
+            if not self.worker.time_left(self.deadline) and reached < last:
+                return self._hand_over_restoring(reached)
+        return True
+
+    def _hand_over_restoring(self, reached: tuple[int, int]) -> bool:
+        """The deadline came while restoring: keep what was met up to ``reached``, let the partition go, enqueue the
+        task again. Always False (nothing is sent in this invocation)."""
+        if reached > self.restored:
+            self._snapshot(reached, done=False)
+        position = (self.progress.object, self.progress.line)
+        if self._record(*position, PieceCounts(), done=False, keep=False):
+            self.tally.add(continued=1)
+            if self.worker.queue is not None:
+                self.worker.queue.send([self.task])
+        return False
+
+    def _snapshot(self, position: tuple[int, int], *, done: bool) -> None:
+        """Keep what was met up to ``position`` (written before the progress that names it)."""
+        plan = self.plan
+        snapshot = SeenSnapshot(
+            plan.bucket,
+            plan.created_ms,
+            self.partition,
+            plan.partitions,
+            position[0],
+            position[1],
+            done,
+            self.seen.overflow,
+            self.seen.entries(),
+        )
+        self.worker.plans.write_seen(snapshot)
+        self.tally.add(snapshots_written=1)
 
     def _take(self, piece: _Piece, item: BucketMessage | PoisonEntry, key: str, bad: BadLines) -> None:
         """Admit one line of the partition into the piece."""
@@ -309,6 +406,7 @@ class _Run:
         tally.add(lines_read=self.lines_read)
         self.lines_read = 0
         errors_before = tally.counts["to_error_queue"]
+        work.fresh()  # the records as they are now, for this piece (#31)
         plan = work.plan(piece.found)  # ids are already unique: applies the records
         window = dispatch_window(self.worker.clock.now(), levels=self.worker.store.levels)
         horizon = window.now + timedelta(seconds=MAX_DELAY_SECONDS)
@@ -317,8 +415,13 @@ class _Run:
         if sent is None:
             return False
         rewrite = work.report_errors([*piece.conflicts, *plan.unusable, *sent.rejected, *piece.notices], tally)
-        work.write_back(self.plan.bucket, sent.retry, rewrite)  # late objects: sent once this plan is done
-        work.write_back(None, [*plan.moved, *misplaced], ())
+        # Beside the plan's objects (salted keys: never one of them, which the finished plan deletes), sent once the
+        # plan is done, as late objects are.
+        salt = self.plan.name
+        work.write_back(self.plan.bucket, sent.retry, rewrite, salt=salt)
+        work.write_back(None, [*plan.moved, *misplaced], (), salt=salt)
+        self.seen.written_back([*sent.retry, *(r.message for r in rewrite)])
+        tally.add(held_written=self.worker.held.hold(sent.held, self.worker.clock.now()))
         counts = PieceCounts(
             sent=len(sent.sent),
             duplicates=piece.duplicates + plan.duplicates,
@@ -340,9 +443,11 @@ class _Run:
             release_held=sent.release_held,
         )
         tally.most(seen_overflow=self.seen.overflow, release_lag_max_seconds=max(sent.release_lags, default=0.0))
+        if done or not keep:  # the next worker starts from here without reading the lines again (#31)
+            self._snapshot((piece.object, piece.line), done=done)
         if not self._record(piece.object, piece.line, counts, done=done, keep=keep):
             return False
-        work.applied(work.releasable(plan.applied, rewrite))
+        work.applied(work.releasable(plan.applied, rewrite), plan.applied_until)
         if not keep and not done:
             tally.add(continued=1)
             if self.worker.queue is not None:

@@ -56,6 +56,9 @@ METRICS: Mapping[str, tuple[str, str]] = {
     "refused_given_up": ("BucketRefusedToErrorQueue", MetricUnit.Count.value),
     "release_held": ("ReleaseWaits", MetricUnit.Count.value),
     "release_lag_max_seconds": ("ReleaseLag", MetricUnit.Seconds.value),
+    "held_written": ("BucketMessagesHeld", MetricUnit.Count.value),
+    "lines_reread": ("BucketDispatchLinesReread", MetricUnit.Count.value),
+    "inherited": ("BucketDispatchInherited", MetricUnit.Count.value),
 }
 _EVENT_DISPATCH = "bucket_dispatch_run"
 #: How much of a task that cannot be read goes to the error queue with its reason.
@@ -84,7 +87,7 @@ def build_dispatch_handler(
     tools = HandlerTools.for_service(config.service, config.metrics_namespace)
     logger, metrics = tools.logger, tools.metrics
     store = S3BucketStore.from_config(s3, config)
-    cancellations = tools.cancellation_cache(config.cancellation_table, dynamodb, 0)
+    cancellations = tools.cancellation_cache(config.cancellation_table, dynamodb, 0, consistent=True)
     clock = clock or SystemClock()
     queue = SqsTaskQueue(sqs, config.tier_settings.bucket_dispatch_queue)
     errors = TimerSqs(sqs, config.settings, clock)

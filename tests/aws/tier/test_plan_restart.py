@@ -1,0 +1,142 @@
+"""A dispatch worker that starts again in the middle of a big partition (#31), on moto: it starts from what the last
+worker met (its seen snapshot) and reads again only the lines after it, within its deadline, so every invocation
+makes progress however long one read of the partition takes. Each object's read is charged 5 s of the invocation
+here (a bucket of gigabytes at S3's pace); an invocation has 180 s."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from delayed_delivery.aws.tier.plan_store import PlanStore
+from delayed_delivery.aws.tier.worker import PartitionWorker, WorkerResult
+from delayed_delivery.timebuckets.format import encoded_line_bytes
+from delayed_delivery.timebuckets.seen import decode_seen
+from tests.aws.tier.plan_support import Tier, burst, fine
+from tests.aws.tier.timer_support import SETTINGS, START
+
+pytestmark = pytest.mark.moto
+
+DUE = START + timedelta(hours=1, seconds=5)
+OBJECTS = 48
+PER_OBJECT = 25
+READ_SECONDS = 5.0
+INVOCATION_SECONDS = 180.0
+
+
+class Killed(BaseException):
+    """A kill: nothing catches it."""
+
+
+class SlowReads:
+    """An S3 client whose GetObject of a bucket object costs ``READ_SECONDS`` of the invocation's time."""
+
+    def __init__(self, client: Any, ticks: list[float]) -> None:
+        self._client, self._ticks = client, ticks
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._client, name)
+        if name != "get_object":
+            return real
+
+        def get(**kwargs: Any) -> Any:
+            if "/fine/" in str(kwargs.get("Key", "")) and "/plans/" not in str(kwargs.get("Key", "")):
+                self._ticks[0] += READ_SECONDS
+                self.reads += 1
+            return real(**kwargs)
+
+        return get
+
+
+def _planned(tier: Tier) -> None:
+    bucket = fine(DUE, tier.settings)
+    for k in range(OBJECTS):
+        tier.store.write(bucket, burst(PER_OBJECT, DUE, first=k * 1_000))
+    tier.clock.set(DUE - timedelta(seconds=420))
+    tier.timer_results.append(tier.timer().run())
+    assert tier.total("buckets_planned") == 1 and len(tier.queue.tasks) == 1
+
+
+def _worker(tier: Tier, slow: SlowReads, ticks: list[float]) -> PartitionWorker:
+    store = type(tier.store)(slow, tier.store.bucket_name, tier.store.prefix, tier.store.levels)
+    return PartitionWorker(store, tier.flaky, SETTINGS, tier.clock, tier=tier.settings, owner="w",
+                           queue=tier.queue, monotonic=lambda: ticks[0])  # fmt: skip
+
+
+def _invocations(tier: Tier, worker: PartitionWorker, ticks: list[float], most: int) -> list[WorkerResult]:
+    results: list[WorkerResult] = []
+    while tier.queue.tasks and len(results) < most:
+        [task] = tier.queue.take()
+        results.append(worker.run(task, deadline=ticks[0] + INVOCATION_SECONDS))
+        tier.clock.advance(INVOCATION_SECONDS)
+    return results
+
+
+def test_a_worker_continuing_a_big_partition_starts_from_the_last_ones_snapshot(
+    s3: Any, sqs: Any, tier_bucket: str
+) -> None:
+    # #31: a restarted worker read every object before its progress again with no deadline check; when one read pass
+    # took longer than an invocation, no invocation made progress (2,601 of 4,800 sent, then 11 invocations with 0)
+    tier = Tier(s3, sqs, tier_bucket)
+    _planned(tier)
+    ticks = [0.0]
+    slow = SlowReads(s3, ticks)
+    results = _invocations(tier, _worker(tier, slow, ticks), ticks, 12)
+    sent = tier.sent()
+    figures = f"{len(sent)} of {OBJECTS * PER_OBJECT} sent in {len(results)} invocations: " + ", ".join(
+        str(r.dispatched) for r in results
+    )
+    assert len(sent) == OBJECTS * PER_OBJECT and results[-1].finished == 1, figures
+    assert max(sent.values()) == 1 and len(results) <= 3, figures
+    assert sum(r.lines_reread for r in results) == 0, "nothing read twice: the snapshot holds it"
+    # each object once, plus per invocation the one opened ahead and the snapshot
+    assert slow.reads <= OBJECTS + 2 * len(results), f"{slow.reads} object reads for {OBJECTS} objects"
+
+
+def test_a_worker_killed_mid_partition_is_followed_by_workers_that_each_make_progress(
+    s3: Any, sqs: Any, tier_bucket: str
+) -> None:
+    # killed without a snapshot: the next worker reads the lines before the progress again, within its deadline,
+    # keeps where it got to as a snapshot, and the one after goes on from there
+    tier = Tier(s3, sqs, tier_bucket)
+    _planned(tier)
+    ticks = [0.0]
+    slow = SlowReads(s3, ticks)
+    worker = _worker(tier, slow, ticks)
+    real_send = tier.flaky.send_message_batch
+    calls = [0]
+
+    def dies(**kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 60:  # well into the partition, a piece's sends under way
+            raise Killed
+        return real_send(**kwargs)
+
+    tier.flaky.send_message_batch = dies  # type: ignore[method-assign]
+    [task] = tier.queue.take()
+    with pytest.raises(Killed):
+        worker.run(task, deadline=ticks[0] + 10_000)  # no deadline: it dies first
+    del tier.flaky.send_message_batch
+    before = Counter(tier.sent())
+    tier.clock.advance(200)  # its lease runs out; the task comes back
+    tier.queue.send([task])
+    ticks[0] += 1_000
+    results = _invocations(tier, worker, ticks, 12)
+    sent = tier.sent()
+    figures = f"{len(sent)} sent, {sum(sent.values()) - len(sent)} twice, invocations: " + ", ".join(
+        f"{r.dispatched} sent / {r.lines_reread} read again" for r in results
+    )
+    assert len(sent) == OBJECTS * PER_OBJECT and results[-1].finished == 1, figures
+    assert all(r.dispatched > 0 or r.lines_reread > 0 for r in results), figures
+    piece = tier.settings.bucket_piece_bytes // encoded_line_bytes(burst(1, DUE)[0]) + 1
+    assert sum(sent.values()) - len(sent) <= piece, f"at most the piece in hand when it died ({piece}): {figures}"
+    assert len(before) < OBJECTS * PER_OBJECT
+    plan = PlanStore(tier.store)
+    seen = [k for k in plan.seen_keys(fine(DUE, tier.settings))]
+    assert len(seen) == 1
+    done = decode_seen(s3.get_object(Bucket=tier_bucket, Key=seen[0])["Body"].read())
+    assert done.done and len(done.entries) == OBJECTS * PER_OBJECT
