@@ -192,7 +192,7 @@ def test_a_placer_killed_between_its_puts_and_their_record_repeats_only_those_an
 ) -> None:
     store = TableDelayedMessageStore.from_connection_string(azurite.connection_string, new_name())
     store.setup_infrastructure()
-    due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=25)
+    due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=50)  # room to re-place under load
     store.store_many([DelayedMessage(f"m-{i}", queue, b"x", due) for i in range(20)])
     put_before_crash: list[str] = []
 
