@@ -50,7 +50,7 @@ param leaseSeconds int = 30
 @maxValue(58)
 param runSeconds int = 50
 
-@description('Seconds before their due time that rows are put on their queues, hidden until due by the visibility timeout, so a burst due in one second needs no puts in that second (0: off; at most 7 days less a minute). A placed message can no longer be cancelled or rescheduled.')
+@description('Seconds before their due time that rows are put on their queues, hidden until due by the visibility timeout, so a burst due in one second needs no puts in that second (0: off; at most 7 days less a minute). A placed message is cancelled or rescheduled on its queue by its pop receipt until it is visible (the operator needs delete, and for reschedule update, rights on the queue).')
 @minValue(0)
 @maxValue(604740)
 param placeAheadSeconds int = 7200
