@@ -50,6 +50,11 @@ param leaseSeconds int = 30
 @maxValue(58)
 param runSeconds int = 50
 
+@description('Seconds before their due time that rows are put on their queues, hidden until due by the visibility timeout, so a burst due in one second needs no puts in that second (0: off; at most 7 days less a minute). A placed message is cancelled or rescheduled on its queue by its pop receipt until it is visible (the operator needs delete, and for reschedule update, rights on the queue).')
+@minValue(0)
+@maxValue(604740)
+param placeAheadSeconds int = 7200
+
 @description('Switch delayed delivery off: the function does nothing and senders refuse table delays.')
 param enabled bool = true
 
@@ -248,6 +253,7 @@ module functionApp 'modules/functionapp.bicep' = {
       DELAYED_DELIVERY_SHARDS: string(shards)
       DELAYED_DELIVERY_LEASE_SECONDS: string(leaseSeconds)
       DELAYED_DELIVERY_RUN_SECONDS: string(runSeconds)
+      DELAYED_DELIVERY_PLACE_AHEAD: string(placeAheadSeconds)
       DELAYED_DELIVERY_ENABLED: string(enabled)
       DELAYED_DELIVERY_PENDING_CENSUS: string(pendingCensus)
       DELAYED_DELIVERY_RELEASE_RATES: string(releaseRates)

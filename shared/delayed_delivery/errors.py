@@ -15,6 +15,7 @@ __all__ = [
     "InvalidScheduleError",
     "MessageIdConflictError",
     "MessageInFlightError",
+    "MessagePlacedError",
     "PermanentError",
     "TransientError",
     "batch_failure",
@@ -73,6 +74,10 @@ class MessageIdConflictError(InvalidMessageError):
 
 class MessageInFlightError(TransientError):
     """A dispatcher is sending this message right now; cancel or reschedule it again shortly."""
+
+
+class MessagePlacedError(MessageInFlightError):
+    """The message already waits on its queue, hidden until due: it can no longer be cancelled with certainty."""
 
 
 class DestinationNotFoundError(PermanentError):

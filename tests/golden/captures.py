@@ -11,7 +11,7 @@ from delayed_delivery.aws.requeue import FifoRequeuer
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.azure.layout import layout_entity
-from delayed_delivery.azure.rows import deferred_entities, shard_of, to_entities
+from delayed_delivery.azure.rows import deferred_entities, placed_patch, shard_of, to_entities
 from delayed_delivery.azure.storage_queue import encode_envelope
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
@@ -134,6 +134,14 @@ def azure_table_deferred() -> dict[str, Any]:
     message = store_message()
     due, index = deferred_entities(message, shard_of(message.message_id, wire.TABLE_SHARDS), wire.DEFERRED_SLOT)
     return {"shards": wire.TABLE_SHARDS, "slot": wire.DEFERRED_SLOT.isoformat(), "rows": [{"due": due, "index": index}]}
+
+
+def azure_table_placed() -> dict[str, Any]:
+    """The store message's due row as placement leaves it on the table (placed on its queue, hidden until due)."""
+    message = store_message()
+    due, index = to_entities(message, shard_of(message.message_id, wire.TABLE_SHARDS))
+    patch = placed_patch(due["PartitionKey"], due["RowKey"], wire.PLACED_QUEUE_MESSAGE_ID, wire.PLACED_POP_RECEIPT)
+    return {"shards": wire.TABLE_SHARDS, "rows": [{"due": {**due, **patch, "ClaimToken": "0" * 32}, "index": index}]}
 
 
 def azure_table_layout() -> dict[str, Any]:

@@ -315,6 +315,47 @@ def test_azure_table_store_fetches_a_golden_deferred_row_at_its_slot(azurite: An
         store.drop()
 
 
+@pytest.mark.azurite
+@pytest.mark.parametrize("golden", wire.versions("azure_table_placed"))
+def test_azure_table_store_never_fetches_a_golden_placed_row_refuses_operators_and_sweeps_it(
+    azurite: Any, golden: str
+) -> None:
+    from delayed_delivery.azure.destinations import DestinationPolicy
+    from delayed_delivery.azure.placement import SWEEP_AFTER, Placer
+    from delayed_delivery.azure.storage_queue import StorageQueueTransport
+    from delayed_delivery.clock import ManualClock
+    from delayed_delivery.errors import MessagePlacedError
+    from tests.azure.conftest import make_store, new_name
+
+    document = wire.load(golden)
+    store = make_store(azurite.connection_string, new_name(), shards=document["shards"])
+    try:
+        [row] = document["rows"]
+        store.table.create_entity(row["due"])
+        store.table.create_entity(row["index"])
+        _same_message(rows.message_from_entity(row["due"]), STORED)
+        assert store.fetch_due(wire.STORE_DUE + timedelta(days=400), 10) == [], "on its queue: never fetched"
+        assert store.next_due() is None
+        with pytest.raises(MessagePlacedError, match=STORED.message_id):
+            store.remove(STORED.message_id)
+        shard = rows.shard_of(STORED.message_id, document["shards"])
+        after = ManualClock(wire.STORE_DUE + timedelta(seconds=SWEEP_AFTER + 1))
+        transport = StorageQueueTransport.from_connection_string(azurite.connection_string)
+        placer = Placer(
+            store.table,
+            document["shards"],
+            shard,
+            transport,
+            DestinationPolicy("e"),
+            lead=60,
+            clock=after,
+            claim_timeout=30,
+        )
+        assert placer.sweep() == 1 and store.get(STORED.message_id) is None, "swept once due"
+    finally:
+        store.drop()
+
+
 @pytest.mark.parametrize("golden", wire.versions("azure_table_layout"))
 def test_azure_layout_reader_reads_the_golden_layout(golden: str) -> None:
     from delayed_delivery.azure.layout import Layout, layout_of
@@ -407,6 +448,6 @@ def test_postgres_store_reads_a_golden_row(postgres_conninfo: str, postgres_tabl
 
 def test_every_kind_of_golden_exists() -> None:
     kinds = ("sqs_send", "sqs_requeue", "sqs_envelope", "sqs_error_queue", "sqs_ingest", "azure_queue", "azure_table")
-    kinds = (*kinds, "azure_table_deferred", "azure_table_layout")
+    kinds = (*kinds, "azure_table_deferred", "azure_table_layout", "azure_table_placed")
     for kind in (*kinds, "sqlite_row", "postgres_row"):
         assert wire.versions(kind), f"no golden file for {kind}: its reader tests would not run"

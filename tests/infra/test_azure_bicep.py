@@ -118,6 +118,10 @@ def test_parameter_ranges_agree_with_the_code() -> None:
     assert lease and (int(lease.group(1)), int(lease.group(2))) == (MIN_LEASE_SECONDS, MAX_LEASE_SECONDS)
     run = re.search(r"@maxValue\((\d+)\)\s*param runSeconds", main)
     assert run and int(run.group(1)) < 60, "a run ends before the next one-minute tick"
+    ahead = re.search(r"@minValue\((\d+)\)\s*@maxValue\((\d+)\)\s*param placeAheadSeconds int = (\d+)", main)
+    assert ahead and (int(ahead.group(1)), int(ahead.group(2))) == (0, azure_config.MAX_PLACE_AHEAD)
+    assert int(ahead.group(3)) == 7200, "placed two hours ahead by default (docs/azure.md, Placing ahead)"
+    assert "DELAYED_DELIVERY_PLACE_AHEAD: string(placeAheadSeconds)" in main
 
 
 def test_no_keys_or_shared_key_access_anywhere() -> None:

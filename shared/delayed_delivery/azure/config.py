@@ -14,6 +14,7 @@ App settings (all optional unless noted):
 | ``DELAYED_DELIVERY_RUN_SECONDS`` | ``50`` | how long one timer run dispatches |
 | ``DELAYED_DELIVERY_CLAIM_TIMEOUT`` | ``60`` | seconds a claimed row stays invisible to other dispatchers |
 | ``DELAYED_DELIVERY_ALLOWED_DESTINATIONS`` | any queue of the account | comma-separated queue names / patterns |
+| ``DELAYED_DELIVERY_PLACE_AHEAD`` | ``0`` (off) | seconds ahead of due that rows go on their queues, hidden |
 
 plus every core setting (``DelayedDeliverySettings.from_env``). When neither storage variable is set,
 ``AzureWebJobsStorage`` (a connection string) or ``AzureWebJobsStorage__accountName`` is used.
@@ -21,6 +22,7 @@ plus every core setting (``DelayedDeliverySettings.from_env``). When neither sto
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -54,6 +56,9 @@ ENV_LEASE = "DELAYED_DELIVERY_LEASE_SECONDS"
 ENV_RUN = "DELAYED_DELIVERY_RUN_SECONDS"
 ENV_CLAIM = "DELAYED_DELIVERY_CLAIM_TIMEOUT"
 ENV_ALLOWED = "DELAYED_DELIVERY_ALLOWED_DESTINATIONS"
+ENV_PLACE_AHEAD = "DELAYED_DELIVERY_PLACE_AHEAD"
+#: The longest lead: a queue hides a message for at most 7 days (a minute kept for clock differences).
+MAX_PLACE_AHEAD = 7 * 24 * 3600 - 60
 ENV_HOST_STORAGE = "AzureWebJobsStorage"
 #: A lease renewal that stalls must fail (and be retried) well within the lease duration.
 _LEASE_TIMEOUTS = {"connection_timeout": 5.0, "read_timeout": 10.0}
@@ -63,6 +68,8 @@ _UNUSABLE_CONNECTION = (
     "the storage connection string is not usable (it needs AccountName with AccountKey or SharedAccessSignature, "
     "and DefaultEndpointsProtocol or the service endpoints; Azurite: UseDevelopmentStorage=true)"
 )
+#: Most pooled connections per service (a bound on sockets, whatever the shard count).
+_MAX_POOL = 512
 #: Parallel queue puts when ``DELAYED_DELIVERY_MAX_CONCURRENCY`` is not set (Put Message has no batch form).
 DEFAULT_AZURE_CONCURRENCY = 16
 
@@ -87,6 +94,8 @@ class AzureDelayedDeliveryConfig:
     settings: DelayedDeliverySettings = field(default_factory=DelayedDeliverySettings)
     #: Queue names or ``*``/``?`` patterns the dispatcher may send to; empty = any queue of its account.
     allowed_destinations: tuple[str, ...] = ()
+    #: Seconds before their due time rows are put on their queues, hidden until due (0: at the due time only).
+    place_ahead: float = 0.0
 
     def __post_init__(self) -> None:
         validate_azure_table_name(self.table_name)
@@ -105,6 +114,11 @@ class AzureDelayedDeliveryConfig:
             raise ConfigurationError(f"{ENV_RUN} must be a positive number of seconds, got {self.run_seconds!r}")
         if not (is_number(self.claim_timeout) and 0 < self.claim_timeout < math.inf):
             raise ConfigurationError(f"{ENV_CLAIM} must be a positive number of seconds, got {self.claim_timeout!r}")
+        if not (is_number(self.place_ahead) and 0 <= self.place_ahead <= MAX_PLACE_AHEAD):
+            raise ConfigurationError(
+                f"{ENV_PLACE_AHEAD} must be from 0 to {MAX_PLACE_AHEAD} seconds (a queue hides a message for at most "
+                f"7 days), got {self.place_ahead!r}"
+            )
         object.__setattr__(
             self, "allowed_destinations", parse_patterns(",".join(self.allowed_destinations), ENV_ALLOWED)
         )
@@ -160,6 +174,7 @@ class AzureDelayedDeliveryConfig:
             claim_timeout=env_value(env, ENV_CLAIM, float, 60.0),
             settings=settings,
             allowed_destinations=parse_patterns(env.get(ENV_ALLOWED, ""), ENV_ALLOWED),
+            place_ahead=env_value(env, ENV_PLACE_AHEAD, float, 0.0),
         )
 
 
@@ -182,7 +197,7 @@ class AzureClients:
         from azure.storage.blob import BlobServiceClient
         from azure.storage.queue import QueueServiceClient
 
-        pool = max(10, config.settings.max_concurrency + 4)  # parallel puts must not queue for connections
+        pool = _pool_size(config)  # parallel puts must not queue for connections
         lease_timeouts, timeouts = (_FAIL_FAST_TIMEOUTS, _FAIL_FAST_TIMEOUTS) if fail_fast else (_LEASE_TIMEOUTS, {})
         options: dict[str, Any] = {"retry_total": 0} if fail_fast else {}
         # Storage queues and blobs wait 15 s before their first retry by default (tables 0.8 s).
@@ -229,6 +244,44 @@ class AzureClients:
         )
 
 
+def _pool_size(config: AzureDelayedDeliveryConfig) -> int:
+    """Connections to keep per service: every shard's puts run in parallel (and its placer's, with a lead)."""
+    per_shard = config.settings.max_concurrency * (2 if config.place_ahead > 0 else 1)
+    return max(10, min(_MAX_POOL, per_shard * config.shards + 4))
+
+
+@functools.cache
+def _env_once_session() -> Any:
+    """The class ``EnvOnceSession``, built when first needed (requests loads with the SDK, not at import)."""
+    import requests
+
+    class EnvOnceSession(requests.Session):
+        """A session that reads the environment's proxy and CA settings once per host, not on every request.
+
+        requests looks them up (and ~/.netrc, and the proxy variables through ``urllib``) for each request: about a
+        tenth of a put's CPU. Here the first request to a host does it; later changes to the environment are not
+        seen. ``.netrc`` is never read (storage requests carry their own ``Authorization``).
+        """
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.trust_env = False
+            self._probe = requests.Session()
+            self._merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+        def merge_environment_settings(
+            self, url: str, proxies: Any, stream: Any, verify: Any, cert: Any
+        ) -> dict[str, Any]:
+            host = url.split("/", 3)[2] if "//" in url else url
+            key = (host, stream, verify, cert, tuple(sorted((proxies or {}).items())))
+            merged = self._merged.get(key)
+            if merged is None:
+                merged = self._merged[key] = self._probe.merge_environment_settings(url, proxies, stream, verify, cert)
+            return dict(merged, proxies=dict(merged["proxies"]))
+
+    return EnvOnceSession
+
+
 def http_transport(pool: int, **timeouts: float) -> RequestsTransport:
     """An HTTP transport keeping ``pool`` connections per host alive.
 
@@ -238,7 +291,7 @@ def http_transport(pool: int, **timeouts: float) -> RequestsTransport:
     import requests
     from azure.core.pipeline.transport import RequestsTransport
 
-    session = requests.Session()
+    session = _env_once_session()()
     adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=pool)
     session.mount("http://", adapter)
     session.mount("https://", adapter)

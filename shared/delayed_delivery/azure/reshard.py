@@ -192,8 +192,9 @@ def _move(table: Any, due: Any, message_id: str, target: str) -> None:
     what = f"moving {message_id!r} from {source} to {target}"
     for _ in range(_RETRIES):
         copy = {k: v for k, v in due.items() if k not in ("PartitionKey", "RowKey")}
-        copy.update(PartitionKey=target, RowKey=rk, AvailableAt=rk[len(rows.DUE_PREFIX) :][:20])
-        copy[CLAIM] = ""
+        if due.get("AvailableAt") != rows.PLACED_KEY:  # a placed row stays placed: its message is on its queue
+            copy.update(AvailableAt=rk[len(rows.DUE_PREFIX) :][:20], **{CLAIM: ""})
+        copy.update(PartitionKey=target, RowKey=rk)
         index = {"PartitionKey": target, "RowKey": index_rk, "DueRowKey": rk}
         same = {"etag": due.metadata["etag"], "match_condition": MatchConditions.IfNotModified}
         try:
@@ -234,6 +235,8 @@ def _move(table: Any, due: Any, message_id: str, target: str) -> None:
 def _unclaim(table: Any, due: Any) -> None:
     """Clear a claim left on a row that stays (its dispatcher is gone: every lease is held here)."""
     own = str(due["RowKey"])[len(rows.DUE_PREFIX) :][:20]
+    if due.get("AvailableAt") == rows.PLACED_KEY:
+        return  # placed on its queue ahead of its due time: clearing it would send it again
     if not due.get(CLAIM) and str(due.get("AvailableAt", own)) <= own:
         return
     patch = {"PartitionKey": due["PartitionKey"], "RowKey": due["RowKey"], "AvailableAt": own, CLAIM: ""}

@@ -54,6 +54,7 @@ __all__ = [
     "index_row_key",
     "message_from_entity",
     "partition_key",
+    "placed_patch",
     "shard_of",
     "stored_size",
     "to_entities",
@@ -70,6 +71,11 @@ DUE_PREFIX = "d_"
 #: A deferred row's own due time (its RowKey holds its release slot).
 DUE_AT = "DueAt"
 INDEX_PREFIX = "i_"
+#: ``AvailableAt`` of a row placed on its queue ahead of its due time (``placement.py``): never fetched again.
+PLACED_KEY = "99991231235959999999"
+#: A placed row's queue message id and pop receipt (what deletes or updates the hidden message).
+QUEUE_MESSAGE_ID = "QueueMessageId"
+POP_RECEIPT = "PopReceipt"
 #: One character after ``_``: ``"d_" <= RowKey < "d`"`` selects every due row.
 DUE_END = "d`"
 _KEY_LEN = 20
@@ -248,6 +254,17 @@ def deferred_entities(message: DelayedMessage, shard: int, slot: datetime) -> tu
     if size > MAX_ENTITY_BYTES:
         raise InvalidMessageError(f"message {message.message_id!r} cannot be kept back: a {size}-byte entity")
     return due, index
+
+
+def placed_patch(partition: str, row_key: str, queue_message_id: str, pop_receipt: str) -> dict[str, Any]:
+    """The merge that marks a due row placed on its queue (``placement.py``): never fetched again, swept after due."""
+    return {
+        "PartitionKey": partition,
+        "RowKey": row_key,
+        "AvailableAt": PLACED_KEY,
+        QUEUE_MESSAGE_ID: queue_message_id,
+        POP_RECEIPT: pop_receipt,
+    }
 
 
 def deferred_slot(entity: Mapping[str, Any]) -> datetime | None:

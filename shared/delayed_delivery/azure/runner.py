@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .. import logfields as lf
@@ -30,6 +30,7 @@ from .config import AzureClients, AzureDelayedDeliveryConfig
 from .destinations import GuardedTransport
 from .heartbeat import Heartbeat, write_heartbeat
 from .layout import resolve_shards
+from .placement import PlacementReport, Placer
 from .release_state import SharedBlobReleaseState
 from .storage_queue import StorageQueueTransport
 from .table_store import TableDelayedMessageStore
@@ -51,6 +52,7 @@ class ShardRun:
     acquisitions: int = 0
     lease_lost: int = 0
     report: DispatchReport = field(default_factory=DispatchReport)
+    placement: PlacementReport = field(default_factory=PlacementReport)
 
 
 @dataclass(slots=True)
@@ -64,6 +66,11 @@ class RunSummary:
     def dispatched(self) -> int:
         """Messages sent and removed across shards."""
         return sum(s.report.dispatched for s in self.shards)
+
+    @property
+    def placed(self) -> int:
+        """Messages placed on their queues ahead of their due time across shards."""
+        return sum(s.placement.placed for s in self.shards)
 
     @property
     def moved_to_error_queue(self) -> int:
@@ -160,6 +167,27 @@ class AzureDispatcherHost:
         write_heartbeat(self.container, heartbeat)
         return summary
 
+    def _place_ahead(self, shard: int, lease: BlobLease, deadline: float) -> Future[PlacementReport] | None:
+        """Start placing ``shard``'s rows due within ``place_ahead`` while the lease lasts (None when it is off)."""
+        if self.config.place_ahead <= 0:
+            return None
+        placer = Placer(
+            self.store.table,
+            self.store.shards,
+            shard,
+            self.transport,
+            self.config.destination_policy,
+            lead=self.config.place_ahead,
+            clock=self.clock,
+            claim_timeout=self.config.claim_timeout,
+            concurrency=self.settings.max_concurrency,
+            release_rates=self.settings.release_rates,
+        )
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"placer{shard}")
+        future = pool.submit(placer.run, lambda: lease.keep_going() and self._monotonic() < deadline)
+        pool.shutdown(wait=False)
+        return future
+
     def run_shard(self, shard: int, deadline: float) -> ShardRun:
         """Acquire ``shard``'s lease (retrying each second), dispatch while held, until ``deadline``."""
         result = ShardRun(shard)
@@ -185,7 +213,10 @@ class AzureDispatcherHost:
                     time.sleep(min(POLL_SECONDS, max(0.0, remaining)))
                     continue
                 result.acquisitions += 1
+                placing = self._place_ahead(shard, lease, deadline)
                 report = dispatcher.dispatch_due(remaining, wait_for_due=True, keep_going=lease.keep_going)
+                if placing is not None:
+                    result.placement.merge(placing.result())
                 view.release_claims()  # rows fetched but not sent (lease lost, budget over): fetchable again at once
                 result.report.merge(report)
                 if not lease.keep_going() and deadline - self._monotonic() > 0:
@@ -202,6 +233,7 @@ class AzureDispatcherHost:
                 lf.EVENT: "shard_run",
                 lf.SHARD: shard,
                 "dispatched": result.report.dispatched,
+                "placed": result.placement.placed,
                 "failed_attempts": result.report.failed_attempts,
                 "moved_to_error_queue": result.report.moved_to_error_queue,
                 "lease_lost": result.lease_lost,

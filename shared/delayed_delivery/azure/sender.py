@@ -102,8 +102,11 @@ class AzureDelayedSender:
         clients = clients or AzureClients.create(config)
         table = clients.tables.get_table_client(config.table_name)
         layout = table_layout(table, config.shards, configured=config.shards_configured)
-        store = TableDelayedMessageStore(table, shards=layout.shards, claim_timeout=config.claim_timeout)
-        sender = cls(StorageQueueTransport(clients.queues), store, config.settings)
+        transport = StorageQueueTransport(clients.queues)
+        store = TableDelayedMessageStore(
+            table, shards=layout.shards, claim_timeout=config.claim_timeout, queues=transport
+        )  # with the queues: cancel and reschedule of placed messages by their pop receipts
+        sender = cls(transport, store, config.settings)
         if not layout.recorded:  # no table yet: ask again before the first row is written (setup may record another)
             sender._layout = lambda: table_layout(table, config.shards, configured=config.shards_configured)
         return sender
@@ -206,7 +209,10 @@ class AzureDelayedSender:
             self._layout = None
         if layout.shards != self.store.shards:
             self.store = TableDelayedMessageStore(
-                self.store.table, shards=layout.shards, claim_timeout=self.store.claim_timeout.total_seconds()
+                self.store.table,
+                shards=layout.shards,
+                claim_timeout=self.store.claim_timeout.total_seconds(),
+                queues=self.store.placed_queues,
             )
 
 

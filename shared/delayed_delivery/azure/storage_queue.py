@@ -86,8 +86,9 @@ def decode_envelope(text: str | bytes) -> Envelope:
         raise InvalidMessageError(f"not a delayed-delivery envelope: {exc}") from exc
 
 
-def _with_delivery(message: DelayedMessage, text: str, route: str, sent_at: datetime | None) -> str:
-    """The queue text of ``message`` with the delivery header, or ``text`` when that would not fit."""
+def _with_delivery(message: DelayedMessage, route: str, sent_at: datetime | None) -> str:
+    """The queue text of ``message`` with the delivery header, or without it when that would not fit (encoded once
+    when it fits)."""
     value = encode_delivery(
         message_id=message.message_id,
         due_ms=epoch_ms(message.due_at),
@@ -98,7 +99,7 @@ def _with_delivery(message: DelayedMessage, text: str, route: str, sent_at: date
     try:
         return encode_envelope(message.with_headers({DELIVERY_HEADER: value}))
     except InvalidMessageError:
-        return text
+        return encode_envelope(message)
 
 
 class StorageQueueTransport:
@@ -159,16 +160,28 @@ class StorageQueueTransport:
         The queue text carries the delivery header for the consumer (``route``, default ``self.route``), left out
         of error-queue copies and when it would not fit.
         """
-        text = encode_envelope(message)
-        if FAILURE_REASON not in message.headers:
-            text = _with_delivery(message, text, route or self.route, sent_at)
+        self.place(message, visibility_timeout, route=route, sent_at=sent_at)
+
+    def place(
+        self,
+        message: DelayedMessage,
+        visibility_timeout: int,
+        *,
+        route: str | None = None,
+        sent_at: datetime | None = None,
+    ) -> tuple[str, str]:
+        """``send``, answering the queue message's id and pop receipt (what deletes or updates it while hidden)."""
+        if FAILURE_REASON in message.headers:
+            text = encode_envelope(message)
+        else:
+            text = _with_delivery(message, route or self.route, sent_at)
         if not 0 <= visibility_timeout <= MAX_NATIVE_DELAY_SECONDS:
             raise InvalidMessageError(
                 f"visibility timeout {visibility_timeout} s is outside 0..{MAX_NATIVE_DELAY_SECONDS} s"
             )
         queue = self.queue(message.destination)
         try:
-            queue.send_message(
+            sent = queue.send_message(
                 text,
                 visibility_timeout=visibility_timeout or None,
                 time_to_live=NEVER_EXPIRE,
@@ -177,3 +190,41 @@ class StorageQueueTransport:
             raise DestinationNotFoundError(f"queue {message.destination!r} does not exist") from exc
         except AzureError as exc:
             raise translate(exc, f"sending to queue {message.destination!r}") from exc
+        return str(sent.id), str(sent.pop_receipt)
+
+    def rehide(
+        self,
+        message: DelayedMessage,
+        queue_message_id: str,
+        pop_receipt: str,
+        visibility_timeout: int,
+        *,
+        sent_at: datetime,
+    ) -> str | None:
+        """Update a placed, unreceived message to ``message`` (its new due time), hidden for ``visibility_timeout``
+        seconds: its new pop receipt, or None when it is gone or was received (the receipt no longer matches)."""
+        text = _with_delivery(message, self.route, sent_at)
+        try:
+            updated = self.queue(message.destination).update_message(
+                queue_message_id, pop_receipt, content=text, visibility_timeout=visibility_timeout
+            )
+        except (ResourceNotFoundError, HttpResponseError) as exc:
+            if isinstance(exc, ResourceNotFoundError) or exc.status_code in (400, 404):
+                return None
+            raise translate(exc, f"updating a placed message on queue {message.destination!r}") from exc
+        except AzureError as exc:
+            raise translate(exc, f"updating a placed message on queue {message.destination!r}") from exc
+        return str(updated.pop_receipt)
+
+    def revoke(self, destination: str, queue_message_id: str, pop_receipt: str) -> bool:
+        """Delete a message this process placed and nobody has received (its pop receipt still valid); False when
+        it is gone or was received (a receive changes the pop receipt)."""
+        try:
+            self.queue(destination).delete_message(queue_message_id, pop_receipt)
+        except (ResourceNotFoundError, HttpResponseError) as exc:
+            if isinstance(exc, ResourceNotFoundError) or exc.status_code in (400, 404):
+                return False
+            raise translate(exc, f"deleting a placed message from queue {destination!r}") from exc
+        except AzureError as exc:
+            raise translate(exc, f"deleting a placed message from queue {destination!r}") from exc
+        return True

@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -41,17 +42,27 @@ from azure.data.tables import TableClient, TableServiceClient, TableTransactionE
 
 from .. import logfields as lf
 from ..clock import utc
-from ..errors import ConfigurationError, DelayedDeliveryError, InvalidMessageError, TransientError
+from ..errors import (
+    ConfigurationError,
+    DelayedDeliveryError,
+    InvalidMessageError,
+    TransientError,
+)
 from ..model import DelayedMessage
 from ..naming import validate_azure_table_name
 from ..ports import ClaimedMessage, DelayedMessageStore, ReleaseBacklog, in_flight
 from . import rows
+from .placed_ops import PlacedMessages, is_placed
 from .sdk_errors import is_status, translate
+from .storage_queue import StorageQueueTransport
 from .table_gateway import CLAIM, MAX_TRANSACTION_OPERATIONS, Operation, Pair, TableGateway
 
 __all__ = ["MAX_TRANSACTION_OPERATIONS", "TableDelayedMessageStore"]
 
 _CONFLICT_RETRIES = 5
+#: Backoff of a removal transaction that failed transiently (doubling up to the maximum, for half the claim).
+_REMOVAL_FIRST_PAUSE = 0.2
+_REMOVAL_MAX_PAUSE = 5.0
 #: Settled removals per transaction: a due row and an index row each.
 _PAIRS = MAX_TRANSACTION_OPERATIONS // 2
 
@@ -73,8 +84,11 @@ class TableDelayedMessageStore(DelayedMessageStore):
         claim_timeout: float = 60.0,
         page_size: int = 1000,
         exclusive: bool = False,
+        queues: StorageQueueTransport | None = None,
     ) -> None:
         self._rows = TableGateway(table, shards)
+        #: Cancel and reschedule of messages placed ahead, by pop receipt (without ``queues`` they are refused).
+        self._placed = PlacedMessages(self._rows, queues)
         if claim_timeout <= 0:
             raise ConfigurationError("claim_timeout must be positive")
         owned = tuple(range(shards)) if fetch_shards is None else tuple(sorted(set(fetch_shards)))
@@ -98,6 +112,11 @@ class TableDelayedMessageStore(DelayedMessageStore):
     def table(self) -> TableClient:
         """The table client the rows are in."""
         return self._rows.table
+
+    @property
+    def placed_queues(self) -> StorageQueueTransport | None:
+        """The queue client that cancels and reschedules placed messages (None: they are refused)."""
+        return self._placed.queues
 
     @property
     def shards(self) -> int:
@@ -125,6 +144,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
             claim_timeout=self.claim_timeout.total_seconds(),
             page_size=self.page_size,
             exclusive=exclusive,
+            queues=self.placed_queues,
         )
 
     def forget_claims(self) -> None:
@@ -235,6 +255,8 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 if (pk, str(entity["RowKey"])) in handed:
                     continue  # fetched by this exclusive view and not settled yet
                 available = entity.get("AvailableAt")
+                if available == rows.PLACED_KEY:
+                    continue  # on its queue already (placement.py)
                 if not isinstance(available, str) or len(available) != 20 or not available.isdigit():
                     continue  # garbage: fetch_due replaces the row once it is due
                 if best is None or available < best:
@@ -340,6 +362,11 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 pk, rk, row = found
                 if claim is not None and not self._holds(row, claim):
                     return False
+                if claim is None and is_placed(row):
+                    cancelled = self._placed.cancel(message_id, pk, row, datetime.now(UTC))
+                    if cancelled is None:
+                        continue  # its row changed meanwhile (another operator): look again
+                    return cancelled
                 if claim is None:
                     self._refuse_in_flight(message_id, row)
                 if self._rows.delete_pair(message_id, pk, rk, row.metadata["etag"]):
@@ -386,9 +413,29 @@ class TableDelayedMessageStore(DelayedMessageStore):
         return jobs, unknown
 
     def _delete_chunk(self, job: _Removal) -> tuple[list[str], bool]:
-        """One removal transaction; False when a row changed or went meanwhile (then settle one by one)."""
+        """One removal transaction; False when a row changed or went meanwhile (then settle one by one).
+
+        A transient failure (a reset connection: ``$batch`` is a POST the SDK does not retry, a 503) is retried with
+        backoff for up to half the claim, the rows' claims kept meanwhile: a sent row is not sent again for want of
+        its removal. Retrying is safe: each delete is conditional on the claim's ETag, and a transaction that did
+        succeed the first time fails the second (404), which ``remove`` then settles as already removed.
+        """
         pk, chunk = job
-        return [mid for mid, _, _ in chunk], self._rows.delete_pairs(pk, chunk)
+        mids = [mid for mid, _, _ in chunk]
+        give_up = time.monotonic() + self.claim_timeout.total_seconds() / 2
+        pause = _REMOVAL_FIRST_PAUSE
+        while True:
+            try:
+                return mids, self._rows.delete_pairs(pk, chunk)
+            except TransientError as exc:
+                if time.monotonic() + pause > give_up:
+                    raise
+                _log.warning(
+                    "removing sent messages failed; retrying",
+                    extra={lf.EVENT: "removal_retry", lf.SHARD: pk, lf.REASON: repr(exc), "messages": len(mids)},
+                )
+                time.sleep(pause)
+                pause = min(2 * pause, _REMOVAL_MAX_PAUSE)
 
     def increment_failure_count(self, message_id: str, claim: str | None = None) -> bool:
         """Count one failed delivery and make the row fetchable again at its due time (the claim token stays)."""
@@ -437,6 +484,10 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 raise translate(exc, what) from exc
             if claim is not None and not self._holds(old, claim):
                 return False
+            if claim is None and is_placed(old):
+                if self._placed.reschedule(message_id, pk, old, due_at, datetime.now(UTC)) is None:
+                    continue  # its row changed meanwhile (another operator): look again
+                return True
             if claim is None:
                 self._refuse_in_flight(message_id, old)
             try:

@@ -204,6 +204,8 @@ def _print_backlog(report: PendingReport, by: str) -> None:
     """The exact form: totals, then a bar per due bucket (at most 48; --json has all)."""
     overdue = report.oldest_overdue_seconds
     claimed = f"   claimed or retrying: {report.claimed_or_retrying}" if report.claimed_or_retrying is not None else ""
+    if report.placed:
+        claimed += f"   placed on their queues, hidden until due: {report.placed}"
     say(
         f"pending: {report.pending}   next due: {instant(report.next_due)}   "
         f"oldest overdue: {format_duration(overdue) if overdue else '-'}{claimed}"

@@ -22,6 +22,7 @@ from delayed_delivery.errors import (
     DelayedDeliveryError,
     MessageIdConflictError,
     MessageInFlightError,
+    MessagePlacedError,
     TransientError,
 )
 
@@ -132,6 +133,8 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 def error_exit(exc: DelayedDeliveryError, options: RouteOptions, message_id: str | None) -> typer.Exit:
     """A library error as one line: exit 1 for a message being delivered (try again), else exit 2."""
+    if isinstance(exc, MessagePlacedError):  # visible on its queue by now: trying again will not help
+        return _fail(str(exc), code=1)
     if isinstance(exc, MessageInFlightError):
         which = f"message {message_id!r}" if message_id else "the message"
         return _fail(f"{which} is being delivered right now; try again in a few seconds", code=1)

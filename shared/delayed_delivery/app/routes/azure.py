@@ -61,12 +61,18 @@ class AzureTableRoute:
     def store(self) -> TableDelayedMessageStore:
         """The endpoint's delays table, with the shard count it records (read on first use)."""
         from delayed_delivery.azure.layout import resolve_shards
+        from delayed_delivery.azure.storage_queue import StorageQueueTransport
         from delayed_delivery.azure.table_store import TableDelayedMessageStore
 
         if self._store is None:
             table = self.clients.tables.get_table_client(self.config.table_name)
             shards = resolve_shards(table, self.config.shards, configured=self.config.shards_configured)
-            self._store = TableDelayedMessageStore(table, shards=shards, claim_timeout=self.config.claim_timeout)
+            self._store = TableDelayedMessageStore(
+                table,
+                shards=shards,
+                claim_timeout=self.config.claim_timeout,
+                queues=StorageQueueTransport(self.clients.queues),  # cancel/reschedule of placed messages
+            )
         return self._store
 
     def _check_queue(self, name: str) -> None:
@@ -146,7 +152,7 @@ class AzureTableRoute:
         _ = self.store  # a process set to another shard count than the table's is refused, as for every command
         buckets: Counter[datetime] = Counter()
         earliest: datetime | None = None
-        total = claimed = 0
+        total = claimed = placed = 0
         table = self.clients.tables.get_table_client(self.config.table_name)
         try:
             for entity in table.query_entities(
@@ -158,7 +164,10 @@ class AzureTableRoute:
                 key = str(entity["RowKey"])[len(rows.DUE_PREFIX) : len(rows.DUE_PREFIX) + 20]
                 due = rows.from_due_key(key)
                 total += 1
-                if str(entity.get("AvailableAt", key)) > key:
+                available = str(entity.get("AvailableAt", key))
+                if available == rows.PLACED_KEY:
+                    placed += 1  # on its queue, hidden until due: counted, and cancellable by its pop receipt
+                elif available > key:
                     claimed += 1
                 earliest = due if earliest is None or due < earliest else earliest
                 start = datetime.fromtimestamp(due.timestamp() // bucket_seconds * bucket_seconds, tz=due.tzinfo)
@@ -175,6 +184,7 @@ class AzureTableRoute:
             cloud="azure",
             table=self.config.table_name,
             claimed_or_retrying=claimed,
+            placed=placed,
             error_queue=self.config.settings.error_queue,
             error_queue_messages=self._error_queue_depth(),
             limits="table-routed messages only; native ones (≤ 7 days, not cancellable) wait in their queue, "

@@ -217,6 +217,8 @@ class PendingReport:
     oldest_overdue_seconds: float = 0.0
     queues: tuple[QueueDepth, ...] | None = None
     claimed_or_retrying: int | None = None
+    #: Azure: of ``pending``, the messages already placed on their queues, hidden until due (cancellable).
+    placed: int | None = None
     table: str | None = None
     error_queue: str | None = None
     error_queue_messages: int | None = None
@@ -233,6 +235,8 @@ class PendingReport:
         d["pending"] = self.pending
         if self.claimed_or_retrying is not None:
             d["claimed_or_retrying"] = self.claimed_or_retrying
+        if self.placed is not None:
+            d["placed"] = self.placed
         if self.backlog is not None:
             d["next_due"] = self.next_due.isoformat() if self.next_due else None
             d["oldest_overdue_seconds"] = self.oldest_overdue_seconds
