@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -23,14 +24,28 @@ if TYPE_CHECKING:
 
 @pytest.fixture
 def dynamodb(moto_endpoint: str) -> DynamoDBClient:
-    """A DynamoDB client on the freshly reset moto server."""
-    return boto3.client(
+    """A DynamoDB client on the freshly reset moto server, one request in flight at a time.
+
+    moto server applies a conditional ``PutItem`` without a lock, so two threads racing on one id could both pass
+    ``attribute_not_exists`` there (CI: the effect ran twice), which DynamoDB never allows. Whole requests still
+    interleave in any order, so the race the contract tests is the one DynamoDB has (docs/testing.md).
+    """
+    client = boto3.client(
         "dynamodb",
         endpoint_url=moto_endpoint,
         region_name=REGION,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
+    lock = threading.Lock()
+    make_call = client._make_api_call
+
+    def one_at_a_time(operation: str, params: dict[str, Any]) -> Any:
+        with lock:
+            return make_call(operation, params)
+
+    client._make_api_call = one_at_a_time  # type: ignore[method-assign]
+    return client
 
 
 @pytest.fixture
