@@ -27,7 +27,7 @@ from .sdk_errors import is_status, translate
 from .storage_queue import MAX_NATIVE_DELAY_SECONDS, StorageQueueTransport
 from .table_gateway import CLAIM, TableGateway
 
-__all__ = ["VISIBLE_MARGIN", "PlacedMessages", "is_placed"]
+__all__ = ["VISIBLE_MARGIN", "PlacedMessages", "is_placed", "unrecorded_placement"]
 
 #: A placed message due within this many seconds counts as visible (clock skew, the time a request takes).
 VISIBLE_MARGIN = 2.0
@@ -49,6 +49,15 @@ def _refusal(message_id: str, row: Any, why: str) -> MessagePlacedError:
     return MessagePlacedError(
         f"message {message_id!r} was placed on queue {destination!r} for {due} and {why}: it can no longer be "
         "cancelled or rescheduled"
+    )
+
+
+def unrecorded_placement(message_id: str, row: Any) -> MessagePlacedError:
+    """The refusal for a row whose ``Placing`` mark is set: a copy put on its queue may not be named by the row."""
+    return _refusal(
+        message_id,
+        row,
+        "a copy put there may not be recorded (its placer stopped between its put and its record) and may still arrive",
     )
 
 

@@ -4,12 +4,16 @@ A burst due in one second then needs no puts in that second: its puts are spread
 (``DELAYED_DELIVERY_PLACE_AHEAD``), and the queue service makes every message visible at its due time.
 
 Per row (all ETag-conditional, in transactions of ≤ 100 per partition): claim it as the dispatcher does
-(``ClaimToken``, ``AvailableAt = now + claim_timeout``), put it with ``visibility_timeout = ⌈due − now⌉``, then record
-the placement (``QueueMessageId``, ``PopReceipt``, ``AvailableAt = PLACED_KEY``: never fetched again, and operators
-are refused: ``MessagePlacedError``). A row whose due time has passed is deleted by ``sweep`` (its message is
+(``ClaimToken``, ``AvailableAt = now + claim_timeout``) and mark it ``Placing`` (before any put: from then on a copy
+may wait on the queue that the row does not name, so operators are refused, never told "cancelled"), put it with
+``visibility_timeout = ⌈due − now⌉``, then record the placement (``QueueMessageId``, ``PopReceipt``, ``AvailableAt =
+PLACED_KEY``: never fetched again; operators cancel it by its pop receipt, ``placed_ops.py``). A row whose due time
+has passed is deleted by ``sweep`` (its message is
 visible on its queue). A put that fails gives the row back; a record that cannot be written (the claim was lost)
 deletes the placed message again with its pop receipt. Only a crash between a put and its record repeats a
-message: the claim expires and the row is placed (or sent) again.
+message: the claim expires and the row is placed (or sent) again. The ``Placing`` mark is cleared only by the record
+(or give-back of a put certainly not made) of the placement that wrote it; a row whose earlier placement was never
+recorded keeps it (that copy may still arrive) until the row is delivered and removed.
 
 Rows are left to the dispatcher when due within ``MIN_AHEAD`` seconds, capped by release control, bound for a
 destination the policy refuses, unreadable, or too large for a queue message.
@@ -36,6 +40,7 @@ from ..errors import DelayedDeliveryError, TransientError
 from ..release import ReleaseRates
 from . import rows
 from .destinations import DestinationPolicy
+from .sdk_errors import is_status
 from .storage_queue import MAX_NATIVE_DELAY_SECONDS, StorageQueueTransport
 from .table_gateway import Operation, TableGateway
 
@@ -76,6 +81,9 @@ class PlacementReport:
 class _Put:
     row: rows.DueRow
     placed: tuple[str, str] | None
+    #: Whether this placement's record (or give-back) clears the ``Placing`` mark: it wrote the mark, and no copy
+    #: of it can be on the queue unnamed (recorded, or the put certainly not made).
+    clears: bool = False
 
 
 class Placer:
@@ -129,17 +137,22 @@ class Placer:
         candidates = self._candidates(now)
         if not candidates:
             return False
-        claimed = self.rows.claim(candidates, rows.due_key(now + self.claim_timeout), uuid.uuid4().hex)
-        puts = list(pool.map(lambda row: self._put(row, keep_going), claimed))
-        self._give_back([p.row for p in puts if p.placed is None], report)
+        token = uuid.uuid4().hex
+        # the mark goes on with the claim, before any put; an earlier placement's mark stays (its copy may arrive)
+        earlier = {row.row_key: marked for row, marked in candidates}
+        marks = {rk: {} if marked else {rows.PLACING: token} for rk, marked in earlier.items()}
+        claimed = self.rows.claim([row for row, _ in candidates], rows.due_key(now + self.claim_timeout), token, marks)
+        puts = list(pool.map(lambda row: self._put(row, keep_going, not earlier[row.row_key]), claimed))
+        self._give_back([p for p in puts if p.placed is None], report)
         self._record([p for p in puts if p.placed is not None], report)
         return len(candidates) >= self.batch and keep_going()
 
-    def _candidates(self, now: datetime) -> list[rows.DueRow]:
-        """Unclaimed rows due between ``MIN_AHEAD`` and the lead from ``now`` that placement may take."""
+    def _candidates(self, now: datetime) -> list[tuple[rows.DueRow, bool]]:
+        """Unclaimed rows due between ``MIN_AHEAD`` and the lead from ``now`` that placement may take, each with
+        whether it carries an earlier placement's ``Placing`` mark."""
         lo = rows.DUE_PREFIX + rows.due_key(now + timedelta(seconds=MIN_AHEAD))
         hi = rows.DUE_PREFIX + rows.due_key(now + self.lead)
-        found: list[rows.DueRow] = []
+        found: list[tuple[rows.DueRow, bool]] = []
         now_key = rows.due_key(now)
         for n, entity in enumerate(
             self.rows.query(
@@ -153,7 +166,7 @@ class Placer:
             available, own = str(entity.get("AvailableAt")), str(entity["RowKey"])[len(rows.DUE_PREFIX) :][:20]
             row = self._placeable(entity) if available in (own, min(available, now_key)) else None
             if row is not None:
-                found.append(row)
+                found.append((row, bool(entity.get(rows.PLACING))))
             if len(found) >= self.batch or n >= _SCAN:
                 break
         return found
@@ -171,29 +184,31 @@ class Placer:
             return None  # kept back by release control: its slot is its row key, the dispatcher books it
         return rows.DueRow(self.pk, rk, str(entity.metadata["etag"]), str(entity["AvailableAt"]), message)
 
-    def _put(self, row: rows.DueRow, keep_going: Callable[[], bool]) -> _Put:
-        """Put ``row``'s message hidden until its due time; ``placed`` None when it was not put."""
+    def _put(self, row: rows.DueRow, keep_going: Callable[[], bool], marked: bool) -> _Put:
+        """Put ``row``'s message hidden until its due time; ``placed`` None when it was not put. ``marked``: this
+        placement wrote the row's ``Placing`` mark."""
         if not keep_going():
-            return _Put(row, None)
+            return _Put(row, None, marked)
         now = self.clock.now()
         hidden = math.ceil((row.message.due_at - now).total_seconds())
         if hidden < 1:
-            return _Put(row, None)  # due by now: the dispatcher sends it
+            return _Put(row, None, marked)  # due by now: the dispatcher sends it
         try:
-            return _Put(row, self.transport.place(row.message, hidden, sent_at=now))
+            return _Put(row, self.transport.place(row.message, hidden, sent_at=now), marked)
         except DelayedDeliveryError as exc:
             _log.info(
                 "placement failed; the dispatcher sends it when due",
                 extra={lf.EVENT: "place_failed", lf.MESSAGE_ID: row.message.message_id, lf.REASON: repr(exc)},
             )
-            return _Put(row, None)
+            # a timeout or reset may have put it all the same: then the mark stays (a copy may arrive)
+            return _Put(row, None, marked and _certainly_not_put(exc))
 
-    def _give_back(self, back: Sequence[rows.DueRow], report: PlacementReport) -> None:
+    def _give_back(self, back: Sequence[_Put], report: PlacementReport) -> None:
         """Release the claims of rows not placed (fetchable again at once); a failure leaves them to expire."""
         if not back:
             return
         try:
-            report.given_back += sum(self.rows.commit_each(self.pk, [self.rows.release_ops(r) for r in back]))
+            report.given_back += sum(self.rows.commit_each(self.pk, [_give_back_ops(self.rows, p) for p in back]))
         except DelayedDeliveryError as exc:
             _log.warning("could not give back unplaced rows; their claims expire", extra={lf.REASON: repr(exc)})
 
@@ -254,10 +269,25 @@ class Placer:
         return swept
 
 
+def _certainly_not_put(exc: DelayedDeliveryError) -> bool:
+    """Whether a failed put certainly left nothing on the queue: refused outright, or throttled (429/503)."""
+    return not isinstance(exc, TransientError) or is_status(exc.__cause__ or exc, 429, 503)
+
+
+def _give_back_ops(gateway: TableGateway, put: _Put) -> list[Operation]:
+    """Release ``put``'s claim; clear its ``Placing`` mark when it wrote it and certainly put nothing."""
+    ops = gateway.release_ops(put.row)
+    if put.clears:
+        ops[0][1][rows.PLACING] = ""
+    return ops
+
+
 def _record_ops(put: _Put) -> list[Operation]:
     """The merge marking ``put.row`` placed, applying only while the row is as its claim left it."""
     assert put.placed is not None
     patch = rows.placed_patch(put.row.partition_key, put.row.row_key, *put.placed)
+    if put.clears:  # this placement wrote the mark and its copy is the one now named: nothing unnamed is left
+        patch[rows.PLACING] = ""
     # the claim token stays on the row: operators see it held (``MessagePlacedError``)
     condition = {"etag": put.row.etag, "match_condition": MatchConditions.IfNotModified, "mode": UpdateMode.MERGE}
     return [("update", patch, condition)]

@@ -76,6 +76,10 @@ PLACED_KEY = "99991231235959999999"
 #: A placed row's queue message id and pop receipt (what deletes or updates the hidden message).
 QUEUE_MESSAGE_ID = "QueueMessageId"
 POP_RECEIPT = "PopReceipt"
+#: The claim token of a placement begun (written with the placer's claim, before its put) and not confirmed by its
+#: own record: a copy may wait on the queue that the row does not name, so operators are refused while it is set.
+#: Cleared only by the record (or give-back) of the placement that set it; a later claim never overwrites it.
+PLACING = "Placing"
 #: One character after ``_``: ``"d_" <= RowKey < "d`"`` selects every due row.
 DUE_END = "d`"
 _KEY_LEN = 20

@@ -7,7 +7,7 @@ settle, and the in-memory claims, belong to ``TableDelayedMessageStore`` (``tabl
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -149,15 +149,22 @@ class TableGateway:
         """Commit ``operations`` as one transaction through the SDK; SDK errors as raised."""
         self.table.submit_transaction(list(operations))
 
-    def claim(self, wanted: list[rows.DueRow], claim_until: str, token: str) -> list[rows.DueRow]:
+    def claim(
+        self,
+        wanted: list[rows.DueRow],
+        claim_until: str,
+        token: str,
+        marks: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[rows.DueRow]:
         """Claim the unchanged rows among ``wanted`` for ``token`` until ``claim_until``; the ones won, earliest first.
 
         Transactions of at most 100 rows per partition; one that loses a race falls back to one conditional
         merge per row, so a row changed meanwhile (claimed by another dispatcher) is skipped, not fatal. Each row
         won carries the ETag its claim wrote (None when the service named none), so settling it can be
-        conditional on nothing having changed since.
+        conditional on nothing having changed since. ``marks`` (by row key): more properties its claim writes.
         """
         claimed: list[rows.DueRow] = []
+        marks = marks or {}
         by_partition: dict[str, list[rows.DueRow]] = {}
         for row in wanted:
             by_partition.setdefault(row.partition_key, []).append(row)
@@ -167,7 +174,13 @@ class TableGateway:
                 ops: list[Operation] = [
                     (
                         "update",
-                        {"PartitionKey": pk, "RowKey": r.row_key, "AvailableAt": claim_until, CLAIM: token},
+                        {
+                            "PartitionKey": pk,
+                            "RowKey": r.row_key,
+                            "AvailableAt": claim_until,
+                            CLAIM: token,
+                            **marks.get(r.row_key, {}),
+                        },
                         _if_match(r.etag, UpdateMode.MERGE),
                     )
                     for r in chunk

@@ -52,7 +52,7 @@ from ..model import DelayedMessage
 from ..naming import validate_azure_table_name
 from ..ports import ClaimedMessage, DelayedMessageStore, ReleaseBacklog, in_flight
 from . import rows
-from .placed_ops import PlacedMessages, is_placed
+from .placed_ops import PlacedMessages, is_placed, unrecorded_placement
 from .sdk_errors import is_status, translate
 from .storage_queue import StorageQueueTransport
 from .table_gateway import CLAIM, MAX_TRANSACTION_OPERATIONS, Operation, Pair, TableGateway
@@ -362,6 +362,8 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 pk, rk, row = found
                 if claim is not None and not self._holds(row, claim):
                     return False
+                if claim is None:
+                    self._refuse_unrecorded(message_id, row)
                 if claim is None and is_placed(row):
                     cancelled = self._placed.cancel(message_id, pk, row, datetime.now(UTC))
                     if cancelled is None:
@@ -484,6 +486,8 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 raise translate(exc, what) from exc
             if claim is not None and not self._holds(old, claim):
                 return False
+            if claim is None:
+                self._refuse_unrecorded(message_id, old)
             if claim is None and is_placed(old):
                 if self._placed.reschedule(message_id, pk, old, due_at, datetime.now(UTC)) is None:
                     continue  # its row changed meanwhile (another operator): look again
@@ -596,6 +600,14 @@ class TableDelayedMessageStore(DelayedMessageStore):
     def _holds(row: Any, claim: str) -> bool:
         """Whether ``row`` (the message's due row, as the table has it now) still holds ``claim``."""
         return str(row.get(CLAIM) or "") == claim
+
+    def _refuse_unrecorded(self, message_id: str, row: Any) -> None:
+        """Refuse an operator while ``row`` carries a ``Placing`` mark: a copy may wait on its queue unnamed."""
+        if not row.get(rows.PLACING):
+            return
+        if not is_placed(row):
+            self._refuse_in_flight(message_id, row)  # its placer's claim lasts: under way, try again
+        raise unrecorded_placement(message_id, row)
 
     def _refuse_in_flight(self, message_id: str, row: Any) -> None:
         """Raise ``MessageInFlightError`` while a dispatcher's claim on ``row`` lasts (this host's clock)."""
