@@ -59,6 +59,13 @@ class _Run:
     ahead: timedelta
     may_send: bool = True  # False once ``keep_going`` said no: nothing more is sent
     poll_at: datetime | None = None  # None: fetch at once
+    within: bool = False  # the deadline bounds sends too, and no batch is fetched that the time left cannot cover
+
+    def sends_go_on(self, clock: Clock) -> bool:
+        """Whether a send may start now (``keep_going``, and the deadline when it bounds sends)."""
+        if self.keep_going is not None and not self.keep_going():
+            return False
+        return not self.within or self.deadline is None or clock.now() < self.deadline
 
 
 def _log_critical(error: CircuitBreakerTrippedError) -> None:
@@ -107,6 +114,7 @@ class Dispatcher:
         self._wakeup = threading.Event()
         self._next_due: datetime | None = None
         self._disagreements = 0  # empty fetches in a row while the store said something was due
+        self._per_message = 0.0  # measured seconds per message sent (moving average; 0 until a batch is measured)
         self._pool = ThreadPoolExecutor(s.max_concurrency) if s.max_concurrency > 1 else None
         overlap = overlap_removal and isinstance(store, BatchRemovingStore)
         self._settler = ThreadPoolExecutor(1, thread_name_prefix="settle") if overlap else None
@@ -160,8 +168,13 @@ class Dispatcher:
         *,
         wait_for_due: bool = False,
         keep_going: Callable[[], bool] | None = None,
+        within_budget: bool = False,
     ) -> DispatchReport:
         """Dispatch until nothing is due or ``budget`` seconds have passed.
+
+        With ``within_budget`` the budget bounds the last batch too: a fetch takes no more messages than the time
+        left covers (at the time per message measured so far), and no send starts after it ends (claimed messages
+        not sent are left claimed: the caller releases them).
 
         With ``wait_for_due`` the call sleeps until the next due message instead of
         returning when idle, so a timer-triggered function can keep lateness near one
@@ -170,7 +183,16 @@ class Dispatcher:
         unsent claimed messages are left for their claims to expire.
         Returns only once every sent message's removal has finished.
         """
-        return self._then_settle(lambda: self._loop(budget, wait_for_due=wait_for_due, keep_going=keep_going))
+        return self._then_settle(
+            lambda: self._loop(budget, wait_for_due=wait_for_due, keep_going=keep_going, within=within_budget)
+        )
+
+    def _fetch_limit(self, now: datetime, run: _Run) -> int:
+        """How many messages the next fetch may take: a batch, or (within the budget) what the time left covers."""
+        size = self.settings.batch_size
+        if not run.within or run.deadline is None or self._per_message <= 0:
+            return size
+        return max(0, min(size, int((run.deadline - now).total_seconds() / self._per_message)))
 
     def _then_settle(self, loop: Callable[[], DispatchReport]) -> DispatchReport:
         """``loop()`` (when enabled), then every removal finished and its report merged in."""
@@ -238,6 +260,7 @@ class Dispatcher:
         wait_for_due: bool,
         keep_going: Callable[[], bool] | None,
         stop: threading.Event | None = None,
+        within: bool = False,
     ) -> DispatchReport:
         """The one dispatch loop: every fetched message goes through the pacer, which releases it at its slot.
 
@@ -249,7 +272,7 @@ class Dispatcher:
         """
         deadline = self.clock.now() + timedelta(seconds=budget) if budget is not None else None
         ahead = timedelta(seconds=self._pacer.lookahead if wait_for_due else 0.0)
-        run = _Run(DispatchReport(), deadline, keep_going, wait_for_due, ahead)
+        run = _Run(DispatchReport(), deadline, keep_going, wait_for_due, ahead, within=within)
         self._pacer.load_state()
         try:
             while (stop is None or not stop.is_set()) and self._turn(run):
@@ -263,6 +286,8 @@ class Dispatcher:
         now = self.clock.now()
         if run.deadline is not None and now >= run.deadline:
             return False
+        if self._fetch_limit(now, run) == 0:
+            return False  # the time left cannot cover one more message
         if run.keep_going is not None and not run.keep_going():
             run.may_send = False
             return False
@@ -289,7 +314,7 @@ class Dispatcher:
         """Fetch a batch into the pacer: True when one came, False when nothing did, None when the fetch failed."""
         self._wakeup.clear()
         try:
-            batch = self.store_port.fetch_due(now + run.ahead, self.settings.batch_size)
+            batch = self.store_port.fetch_due(now + run.ahead, self._fetch_limit(now, run))
         except Exception as exc:
             run.report.fetch_failures += 1
             self.fetch_breaker.failure(exc)
@@ -359,8 +384,11 @@ class Dispatcher:
         for start in range(0, len(released), size):
             chunk = released[start : start + size]
             messages = [r.message for r in chunk]
+            started = self.clock.now()
             try:
-                part = self.dispatch_batch(messages, now, run.keep_going, {r.message.message_id: r for r in chunk})
+                part = self.dispatch_batch(
+                    messages, now, lambda: run.sends_go_on(self.clock), {r.message.message_id: r for r in chunk}
+                )
             except Exception as exc:
                 # settling failed (store down after the sends): unsettled claims expire and are sent again
                 self.store_breaker.failure(exc)
@@ -369,9 +397,16 @@ class Dispatcher:
                 continue
             self.store_breaker.success()
             run.report.merge(part)
+            if run.sends_go_on(self.clock):  # every send of the chunk was made: its time is a measure
+                self._measure(len(messages), (self.clock.now() - started).total_seconds())
             if part.failed_attempts and not part.dispatched:
                 # every send in the batch failed: pause as NServiceBus does (1 s armed, 10 s tripped)
                 self.clock.sleep(self._bounded(self.dispatch_breaker.failure_delay, run.deadline))
+
+    def _measure(self, messages: int, seconds: float) -> None:
+        """Fold a chunk's time per message into the moving average ``_fetch_limit`` divides the time left by."""
+        per = max(0.0, seconds) / max(1, messages)
+        self._per_message = per if self._per_message == 0.0 else (self._per_message + per) / 2
 
     def _defer(self, deferrals: Sequence[Deferral], report: DispatchReport) -> int:
         """Give messages back to the store until their slots; how many it took (the rest keep their claims)."""

@@ -36,6 +36,7 @@ from ..settings import DelayedDeliverySettings
 from ..validation import is_number, is_whole
 from .blob_lease import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
 from .destinations import DestinationPolicy, parse_patterns
+from .run_budget import RunBudget
 
 if TYPE_CHECKING:  # the SDKs load when clients are made, so reading settings (and the CLI's start) stays light
     from azure.core.pipeline.transport import RequestsTransport
@@ -185,6 +186,8 @@ class AzureClients:
     tables: TableServiceClient
     blobs: BlobServiceClient
     queues: QueueServiceClient
+    #: The run the queue client's retry back-offs are capped by (``AzureDispatcherHost.run`` sets it).
+    budget: RunBudget = field(default_factory=RunBudget)
 
     @classmethod
     def create(cls, config: AzureDelayedDeliveryConfig, *, fail_fast: bool = False) -> AzureClients:
@@ -197,11 +200,16 @@ class AzureClients:
         from azure.storage.blob import BlobServiceClient
         from azure.storage.queue import QueueServiceClient
 
+        from .storage_queue import BudgetedRetry
+
         pool = _pool_size(config)  # parallel puts must not queue for connections
         lease_timeouts, timeouts = (_FAIL_FAST_TIMEOUTS, _FAIL_FAST_TIMEOUTS) if fail_fast else (_LEASE_TIMEOUTS, {})
         options: dict[str, Any] = {"retry_total": 0} if fail_fast else {}
         # Storage queues and blobs wait 15 s before their first retry by default (tables 0.8 s).
         storage = {**options, "initial_backoff": 1, "increment_base": 1} if fail_fast else {}
+        budget = RunBudget()
+        # a host's puts: the SDK's back-offs, capped by the time left in the run
+        queue_options = storage if fail_fast else {"retry_policy": BudgetedRetry(budget)}
         if config.connection_string:
             conn = config.connection_string
             try:
@@ -213,8 +221,9 @@ class AzureClients:
                         conn, transport=http_transport(10, **lease_timeouts), **storage
                     ),
                     QueueServiceClient.from_connection_string(
-                        conn, transport=http_transport(pool, **timeouts), **storage
+                        conn, transport=http_transport(pool, **timeouts), **queue_options
                     ),
+                    budget,
                 )
             except ValueError as exc:  # the SDK's parser: malformed, or missing the account, key or endpoints
                 raise ConfigurationError(f"{_UNUSABLE_CONNECTION}: {redact(str(exc))}") from None
@@ -239,8 +248,9 @@ class AzureClients:
                 f"https://{account}.queue.core.windows.net",
                 credential=credential,
                 transport=http_transport(pool, **timeouts),
-                **storage,
+                **queue_options,
             ),
+            budget,
         )
 
 

@@ -153,8 +153,12 @@ class AzureDispatcherHost:
         seconds = self.config.run_seconds if budget is None else budget
         deadline = self._monotonic() + seconds
         shards = range(self.config.shards)
-        with ThreadPoolExecutor(max_workers=len(shards), thread_name_prefix="shard") as pool:
-            runs = list(pool.map(lambda s: self.run_shard(s, deadline), shards))
+        self.clients.budget.start(deadline, self._monotonic)  # the queue client's retry back-offs end with the run
+        try:
+            with ThreadPoolExecutor(max_workers=len(shards), thread_name_prefix="shard") as pool:
+                runs = list(pool.map(lambda s: self.run_shard(s, deadline), shards))
+        finally:
+            self.clients.budget.end()
         return self._beat(RunSummary(enabled=True, shards=runs))
 
     def _beat(self, summary: RunSummary) -> RunSummary:
@@ -214,12 +218,16 @@ class AzureDispatcherHost:
                     continue
                 result.acquisitions += 1
                 placing = self._place_ahead(shard, lease, deadline)
-                report = dispatcher.dispatch_due(remaining, wait_for_due=True, keep_going=lease.keep_going)
+                report = dispatcher.dispatch_due(
+                    remaining, wait_for_due=True, keep_going=lease.keep_going, within_budget=True
+                )
                 if placing is not None:
                     result.placement.merge(placing.result())
                 view.release_claims()  # rows fetched but not sent (lease lost, budget over): fetchable again at once
                 result.report.merge(report)
-                if not lease.keep_going() and deadline - self._monotonic() > 0:
+                if lease.keep_going():
+                    break  # the budget is over, or what is left of it cannot cover a batch
+                if deadline - self._monotonic() > 0:
                     result.lease_lost += 1
                     lease.abandon()
         finally:

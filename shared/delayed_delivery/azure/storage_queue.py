@@ -17,9 +17,10 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError, ResourceNotFoundError
-from azure.storage.queue import QueueClient, QueueServiceClient
+from azure.storage.queue import ExponentialRetry, QueueClient, QueueServiceClient
 
 from ..delivery import DELIVERY_HEADER, encode_delivery, epoch_ms
 from ..errors import DestinationNotFoundError, InvalidMessageError
@@ -27,11 +28,13 @@ from ..headers import FAILURE_REASON
 from ..jsonbounds import headers_from_json, loads_bounded
 from ..model import DelayedMessage, Headers
 from ..naming import validate_azure_queue_name
+from .run_budget import RunBudget
 from .sdk_errors import translate
 
 __all__ = [
     "MAX_NATIVE_DELAY_SECONDS",
     "MAX_QUEUE_MESSAGE_BYTES",
+    "BudgetedRetry",
     "Envelope",
     "StorageQueueTransport",
     "decode_envelope",
@@ -228,3 +231,24 @@ class StorageQueueTransport:
         except AzureError as exc:
             raise translate(exc, f"deleting a placed message from queue {destination!r}") from exc
         return True
+
+
+class BudgetedRetry(ExponentialRetry):
+    """The SDK's exponential retry, each back-off capped by the run's time left; no retry once the run is over."""
+
+    def __init__(self, budget: RunBudget, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.budget = budget
+
+    def get_backoff_time(self, settings: dict[str, Any]) -> float:
+        """The SDK's back-off, capped by the time left in the run."""
+        backoff = float(super().get_backoff_time(settings))
+        left = self.budget.left()
+        return backoff if left is None else max(0.0, min(backoff, left))
+
+    def increment(self, settings: dict[str, Any], request: Any, response: Any = None, error: Any = None) -> bool:
+        """Whether to retry: never once the run is over; else as the SDK decides."""
+        left = self.budget.left()
+        if left is not None and left <= 0:
+            return False
+        return bool(super().increment(settings, request, response=response, error=error))

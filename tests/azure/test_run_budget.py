@@ -1,0 +1,164 @@
+"""A timer run ends within its budget, including its last batch (Azurite, a slow transport on a virtual clock).
+
+The host's clock and monotonic time are virtual: each send moves them on by ``SEND_SECONDS`` (a slow destination),
+and idle waits move them too, so the figures do not depend on the machine's load. A run must stop sending when its
+budget ends (what it fetched and did not send is given back at once, sent by the next run: nothing lost, nothing
+twice), and must fetch no more than the time left covers (at the time per message measured).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from azure.storage.queue import QueueServiceClient
+
+from delayed_delivery.azure.config import AzureClients, AzureDelayedDeliveryConfig
+from delayed_delivery.azure.run_budget import RunBudget
+from delayed_delivery.azure.runner import AzureDispatcherHost
+from delayed_delivery.azure.storage_queue import BudgetedRetry
+from delayed_delivery.clock import SystemClock
+from delayed_delivery.model import DelayedMessage
+from delayed_delivery.settings import DelayedDeliverySettings
+from tests.azure.conftest import new_name
+from tests.azure.harness import drain
+from tests.azure.test_dispatch import make_host
+from tests.fixtures.azurite import Azurite
+
+pytestmark = pytest.mark.azurite
+
+#: Virtual seconds one send takes.
+SEND_SECONDS = 1.0
+#: How far past its budget a run may end (virtual seconds): one send under way, and the run's own bookkeeping.
+BOUND = 2.0
+
+
+class VirtualClock(SystemClock):
+    """Wall time plus a virtual offset that sends and waits move on (the host's clock and monotonic time)."""
+
+    def __init__(self) -> None:
+        self.shift = 0.0
+        self._lock = threading.Lock()
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.shift += seconds
+
+    def now(self) -> datetime:
+        return super().now() + timedelta(seconds=self.shift)
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.shift
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(max(0.0, seconds))
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        if event.is_set():
+            return True
+        self.advance(max(0.0, timeout))
+        return event.is_set()
+
+
+class SlowTransport:
+    """The host's transport; every send takes ``SEND_SECONDS`` of virtual time."""
+
+    def __init__(self, inner: Any, clock: VirtualClock) -> None:
+        self.inner, self.clock = inner, clock
+        self.sends = 0
+
+    @property
+    def max_delay_seconds(self) -> int:
+        return int(self.inner.max_delay_seconds)
+
+    def send(self, message: DelayedMessage) -> None:
+        self.clock.advance(SEND_SECONDS)
+        self.sends += 1
+        self.inner.send(message)
+
+    def send_delayed(self, message: DelayedMessage, delay_seconds: int) -> None:
+        self.clock.advance(SEND_SECONDS)
+        self.sends += 1
+        self.inner.send_delayed(message, delay_seconds)
+
+
+def _host(azurite: Azurite, queue: str, batch: int) -> tuple[AzureDispatcherHost, VirtualClock, SlowTransport]:
+    clock = VirtualClock()
+    settings = DelayedDeliverySettings(max_concurrency=1, batch_size=batch, error_queue=f"{queue}e")
+    host = make_host(
+        azurite.connection_string, new_name(), run=20.0, settings=settings, clock=clock, monotonic=clock.monotonic
+    )
+    slow = SlowTransport(host.transport, clock)
+    host.transport = slow  # type: ignore[assignment]
+    return host, clock, slow
+
+
+def _timed_run(host: AzureDispatcherHost, clock: VirtualClock) -> tuple[float, int]:
+    start = clock.monotonic()
+    summary = host.run()
+    return clock.monotonic() - start, summary.dispatched
+
+
+def test_the_last_batch_stops_at_the_budget_and_what_it_did_not_send_goes_next_run(
+    azurite: Azurite, queues: QueueServiceClient, queue: str
+) -> None:
+    host, clock, _ = _host(azurite, queue, batch=100)
+    host.store.store_many([DelayedMessage(f"m-{i}", queue, b"x", datetime.now(UTC)) for i in range(60)])
+
+    took, sent = _timed_run(host, clock)  # one batch of 60 takes 60 s: the budget is 20
+    assert took <= 20.0 + BOUND, f"a run of budget 20 s lasted {took:.1f} s"
+    assert 15 <= sent <= 21, sent
+
+    seen: list[str] = []
+    while len(seen) < 60:  # the next runs send the rest: every message once
+        before = len(seen)
+        _timed_run(host, clock)
+        seen += [e.message_id for e in drain(queues, queue)]
+        assert len(seen) > before, "a run sent nothing"
+    assert sorted(seen) == sorted(f"m-{i}" for i in range(60)), "nothing lost, nothing twice"
+    assert host.store.count() == 0
+
+
+def test_a_run_fetches_no_more_than_its_remaining_budget_covers(
+    azurite: Azurite, queues: QueueServiceClient, queue: str
+) -> None:
+    host, clock, slow = _host(azurite, queue, batch=8)
+    due = datetime.now(UTC)  # in id order, a millisecond apart
+    host.store.store_many([DelayedMessage(f"m-{i}", queue, b"x", due + timedelta(milliseconds=i)) for i in range(40)])
+
+    took, sent = _timed_run(host, clock)  # batches of 8 take 8 s each: two fit in 20 s, then only 4 more
+    assert took <= 20.0 + BOUND, f"a run of budget 20 s lasted {took:.1f} s"
+    # the third fetch takes what the time left covers (about 4; the wall clock moves a little too), not 8 cut short
+    assert 18 <= sent <= 20 and slow.sends == sent, sent
+    assert sorted(e.message_id for e in drain(queues, queue)) == sorted(f"m-{i}" for i in range(sent))
+    assert host.store.count() == 40 - sent
+
+
+def test_the_queue_clients_retry_back_off_is_capped_by_the_time_left_in_the_run() -> None:
+    now = [100.0]
+    budget = RunBudget()
+    policy = BudgetedRetry(budget)
+    assert policy.get_backoff_time({"count": 0}) >= 12.0, "outside a run: the SDK's 15 s (± 3 s jitter)"
+
+    budget.start(104.0, lambda: now[0])
+    assert policy.get_backoff_time({"count": 0}) <= 4.0, "4 s left: a back-off of at most 4 s"
+    assert policy.get_backoff_time({"count": 2}) <= 4.0
+    now[0] = 104.5
+    assert policy.get_backoff_time({"count": 0}) == 0.0
+    assert policy.increment({"total": 3}, request=None) is False, "the run is over: no retry"
+
+    budget.end()
+    assert policy.get_backoff_time({"count": 0}) >= 12.0
+
+
+def test_a_hosts_queue_client_retries_with_the_budgeted_policy(azurite: Azurite) -> None:
+    name = new_name()
+    config = AzureDelayedDeliveryConfig(
+        table_name=name, container_name=name, connection_string=azurite.connection_string
+    )
+    clients = AzureClients.create(config)
+    policies = [p for p in clients.queues._pipeline._impl_policies if isinstance(p, BudgetedRetry)]
+    assert [p.budget for p in policies] == [clients.budget]
