@@ -298,7 +298,10 @@ class Dispatcher:
         if self._pacer.has_room() and (run.poll_at is None or now >= run.poll_at or self._wakeup.is_set()):
             fetched = self._fetch(now, run)
             if fetched:  # what the batch released at once (all of it without caps) is sent at the fetch
-                self._send_released(self._pacer.due(now), now, run)
+                released = self._pacer.due(now)
+                self._send_released(released, now, run)
+                if released and run.sends_go_on(self.clock):  # all sent: fetch to last send is a measure
+                    self._measure(len(released), (self.clock.now() - now).total_seconds())
             if fetched is not False:
                 return True  # a batch taken, or a failed fetch (paused): turn again
             if not run.wait_for_due:
@@ -384,7 +387,6 @@ class Dispatcher:
         for start in range(0, len(released), size):
             chunk = released[start : start + size]
             messages = [r.message for r in chunk]
-            started = self.clock.now()
             try:
                 part = self.dispatch_batch(
                     messages, now, lambda: run.sends_go_on(self.clock), {r.message.message_id: r for r in chunk}
@@ -397,14 +399,13 @@ class Dispatcher:
                 continue
             self.store_breaker.success()
             run.report.merge(part)
-            if run.sends_go_on(self.clock):  # every send of the chunk was made: its time is a measure
-                self._measure(len(messages), (self.clock.now() - started).total_seconds())
             if part.failed_attempts and not part.dispatched:
                 # every send in the batch failed: pause as NServiceBus does (1 s armed, 10 s tripped)
                 self.clock.sleep(self._bounded(self.dispatch_breaker.failure_delay, run.deadline))
 
     def _measure(self, messages: int, seconds: float) -> None:
-        """Fold a chunk's time per message into the moving average ``_fetch_limit`` divides the time left by."""
+        """Fold a batch's time per message (its fetch to its last send) into the moving average ``_fetch_limit``
+        divides the time left by."""
         per = max(0.0, seconds) / max(1, messages)
         self._per_message = per if self._per_message == 0.0 else (self._per_message + per) / 2
 

@@ -50,6 +50,12 @@ EVENT_HOLD_ENDED = "hold_ended"
 #: Recurring schedules: occurrences written as messages, recorded as missed, a timer that lost the cursor race.
 EVENT_SCHEDULE_MATERIALIZED = "schedule_materialized"
 EVENT_SCHEDULE_MISSED = "schedule_missed"
+#: Azure burst path (#34): a timer run's end (with ``OVERRUN_S``: seconds past its budget), a removal given up (its
+#: messages are sent again), a placed copy that could not be withdrawn (it may arrive twice).
+EVENT_TIMER_RUN = "timer_run"
+EVENT_REMOVAL_FAILED = "removal_failed"
+EVENT_PLACE_NOT_WITHDRAWN = "place_not_withdrawn"
+OVERRUN_S = "overrun_s"
 EVENT_SCHEDULE_RACE_LOST = "schedule_race_lost"
 EVENT_SCHEDULE_FAILED = "schedule_failed"
 #: ``long_delay_route = auto`` chose the time-bucket tier, which is not deployed: the message took the FIFO route.

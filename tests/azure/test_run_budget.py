@@ -8,6 +8,7 @@ twice), and must fetch no more than the time left covers (at the time per messag
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from azure.storage.queue import QueueServiceClient
 
+from delayed_delivery import logfields as lf
 from delayed_delivery.azure.config import AzureClients, AzureDelayedDeliveryConfig
 from delayed_delivery.azure.run_budget import RunBudget
 from delayed_delivery.azure.runner import AzureDispatcherHost
@@ -103,14 +105,17 @@ def _timed_run(host: AzureDispatcherHost, clock: VirtualClock) -> tuple[float, i
 
 
 def test_the_last_batch_stops_at_the_budget_and_what_it_did_not_send_goes_next_run(
-    azurite: Azurite, queues: QueueServiceClient, queue: str
+    azurite: Azurite, queues: QueueServiceClient, queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     host, clock, _ = _host(azurite, queue, batch=100)
     host.store.store_many([DelayedMessage(f"m-{i}", queue, b"x", datetime.now(UTC)) for i in range(60)])
 
-    took, sent = _timed_run(host, clock)  # one batch of 60 takes 60 s: the budget is 20
+    with caplog.at_level(logging.INFO, logger="delayed_delivery.azure.runner"):
+        took, sent = _timed_run(host, clock)  # one batch of 60 takes 60 s: the budget is 20
     assert took <= 20.0 + BOUND, f"a run of budget 20 s lasted {took:.1f} s"
     assert 15 <= sent <= 21, sent
+    (run,) = [r for r in caplog.records if getattr(r, lf.EVENT, None) == lf.EVENT_TIMER_RUN]
+    assert 0 <= getattr(run, lf.OVERRUN_S) <= BOUND, "the run-overrun alert's figure"
 
     seen: list[str] = []
     while len(seen) < 60:  # the next runs send the rest: every message once

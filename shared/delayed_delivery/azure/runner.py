@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from .blob_lease import BlobLease
 from .config import AzureClients, AzureDelayedDeliveryConfig
 from .destinations import GuardedTransport
 from .heartbeat import Heartbeat, write_heartbeat
+from .host_share import HostRegistry, ShareGate
 from .layout import resolve_shards
 from .placement import PlacementReport, Placer
 from .release_state import SharedBlobReleaseState
@@ -107,10 +109,15 @@ class AzureDispatcherHost:
         )
         self.container = self.clients.blobs.get_container_client(config.container_name)
         self.transport = StorageQueueTransport(self.clients.queues, route="table")
+        #: The hosts dispatching this table (each run takes ⌈shards / hosts alive⌉ at once: ``host_share.py``).
+        self.hosts = HostRegistry(self.container, uuid.uuid4().hex, self.clock.now)
         self.settings: DelayedDeliverySettings = config.settings.with_(
             max_idle_sleep=min(config.settings.max_idle_sleep, POLL_SECONDS)
         )
         self._ready = False
+        #: Seconds a run ends before its budget so that its tail (the last removals, giving back claims, releasing
+        #: leases) fits too: grown by each run's overrun, shrunk by its slack (at most half a run).
+        self._tail = 0.0
 
     def adopt_table_shards(self) -> int:
         """Use the shard count the table records (``ConfigurationError`` when this process was set to another)."""
@@ -151,15 +158,36 @@ class AzureDispatcherHost:
         else:
             self.adopt_table_shards()  # every run: a reshard since the last one is followed, or refused
         seconds = self.config.run_seconds if budget is None else budget
-        deadline = self._monotonic() + seconds
+        started = self._monotonic()
+        deadline = started + max(0.0, seconds - self._tail)
         shards = range(self.config.shards)
+        gate = self.share_gate(seconds)
         self.clients.budget.start(deadline, self._monotonic)  # the queue client's retry back-offs end with the run
         try:
             with ThreadPoolExecutor(max_workers=len(shards), thread_name_prefix="shard") as pool:
-                runs = list(pool.map(lambda s: self.run_shard(s, deadline), shards))
+                runs = list(pool.map(lambda s: self.run_shard(s, deadline, gate), shards))
         finally:
             self.clients.budget.end()
+        took = self._monotonic() - started
+        self._tail = min(seconds / 2, max(0.0, self._tail + took - seconds))
+        _log.info(
+            "timer run finished",
+            extra={
+                lf.CLOUD: "azure",
+                lf.EVENT: lf.EVENT_TIMER_RUN,
+                "run_seconds": seconds,
+                "took_s": round(took, 3),
+                lf.OVERRUN_S: round(max(0.0, took - seconds), 3),
+            },
+        )
         return self._beat(RunSummary(enabled=True, shards=runs))
+
+    def share_gate(self, seconds: float) -> ShareGate:
+        """Announce this host for the run (and the gap to the next) and gate it to its share of the shards; shards
+        still free a lease duration (plus two polls) into the run may be taken beyond it."""
+        lease = self.config.lease_seconds
+        hosts = self.hosts.announce(seconds + 2 * lease + 10)
+        return ShareGate.of(self.config.shards, hosts, self._monotonic() + lease + 2 * POLL_SECONDS, self._monotonic)
 
     def _beat(self, summary: RunSummary) -> RunSummary:
         """Write the heartbeat ``azure verify`` reads (never fails the run)."""
@@ -192,8 +220,9 @@ class AzureDispatcherHost:
         pool.shutdown(wait=False)
         return future
 
-    def run_shard(self, shard: int, deadline: float) -> ShardRun:
-        """Acquire ``shard``'s lease (retrying each second), dispatch while held, until ``deadline``."""
+    def run_shard(self, shard: int, deadline: float, gate: ShareGate | None = None) -> ShardRun:
+        """Acquire ``shard``'s lease (retrying each second) when ``gate`` has room, dispatch while held, until
+        ``deadline``."""
         result = ShardRun(shard)
         lease = self.lease(shard)
         guarded = GuardedTransport(self.transport, self.config.destination_policy)  # allow-list: destinations.py
@@ -213,7 +242,12 @@ class AzureDispatcherHost:
         )
         try:
             while (remaining := deadline - self._monotonic()) > 0:
+                if gate is not None and not gate.reserve():
+                    time.sleep(min(POLL_SECONDS, max(0.0, remaining)))  # this host holds its share
+                    continue
                 if not lease.try_acquire():
+                    if gate is not None:
+                        gate.unreserve()
                     time.sleep(min(POLL_SECONDS, max(0.0, remaining)))
                     continue
                 result.acquisitions += 1
@@ -227,6 +261,8 @@ class AzureDispatcherHost:
                 result.report.merge(report)
                 if lease.keep_going():
                     break  # the budget is over, or what is left of it cannot cover a batch
+                if gate is not None:
+                    gate.unreserve()
                 if deadline - self._monotonic() > 0:
                     result.lease_lost += 1
                     lease.abandon()
