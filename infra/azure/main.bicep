@@ -74,6 +74,10 @@ param releaseRates object = {}
 @minValue(1)
 param releaseLagAlertSeconds int = 300
 
+@description('Alert when a timer run lasts more than this many seconds beyond its budget (runSeconds): the next run starts late.')
+@minValue(1)
+param runOverrunAlertSeconds int = 5
+
 @description('Action group (resource id) every alert notifies. Empty: the alerts are created and show in the portal, but notify no one.')
 param alertActionGroupId string = ''
 
@@ -202,6 +206,7 @@ module operations 'modules/operations.bicep' = {
     sendFailureThreshold: sendFailureAlertCount
     oldestOverdueSeconds: oldestOverdueAlertSeconds
     releaseLagSeconds: releaseLagAlertSeconds
+    runOverrunSeconds: runOverrunAlertSeconds
   }
 }
 

@@ -1,4 +1,4 @@
-"""The alert rules ``azure verify`` checks are the rules ``operations.bicep`` deploys (all eight, ``release-lag`` and
+"""The alert rules ``azure verify`` checks are the rules ``operations.bicep`` deploys (all of them, ``release-lag`` and
 ``schedule-missed`` too), from listings as `az monitor scheduled-query list` prints them: present and enabled pass; a
 missing or disabled one fails with its fix."""
 
@@ -38,13 +38,15 @@ def _listing(names: list[str], disabled: str | None = None) -> list[dict[str, An
 
 
 def test_verify_checks_every_rule_the_bicep_deploys() -> None:
-    """Before (issue 32): 6 checked, 7 deployed (release-lag never checked); schedule-missed came with #35."""
-    assert len(_bicep_rules()) == 8 and sorted(ALERT_RULES) == sorted(_bicep_rules())
+    """Before (issue 32): 6 checked, 7 deployed (release-lag never checked); schedule-missed came with #35; the burst
+    path's run-overrun, removal-failures and placement-not-withdrawn with #34."""
+    assert {"run-overrun", "removal-failures", "placement-not-withdrawn"} <= set(_bicep_rules())
+    assert len(_bicep_rules()) == len(ALERT_RULES) and sorted(ALERT_RULES) == sorted(_bicep_rules())
 
 
 def test_every_rule_present_and_enabled_passes() -> None:
     result = _check(_listing(list(ALERT_RULES)))
-    assert result.status is Status.PASS and "8 alert rules" in result.evidence
+    assert result.status is Status.PASS and f"{len(ALERT_RULES)} alert rules" in result.evidence
 
 
 def test_a_missing_release_lag_rule_fails() -> None:
@@ -52,7 +54,7 @@ def test_a_missing_release_lag_rule_fails() -> None:
     assert result.status is Status.FAIL and result.evidence == "missing alert rules: release-lag", result
 
 
-@pytest.mark.parametrize("rule", ["release-lag", "send-failures"])
+@pytest.mark.parametrize("rule", ["release-lag", "send-failures", "run-overrun"])
 def test_a_disabled_rule_fails_with_the_command_that_enables_it(rule: str) -> None:
     result = _check(_listing(list(ALERT_RULES), disabled=rule))
     assert result.status is Status.FAIL and result.evidence == f"disabled: dd-{rule}", result

@@ -38,6 +38,9 @@ EVENTS = {
     census.EVENT_PENDING_HOUR,
     census.EVENT_CENSUS,
     lf.EVENT_SCHEDULE_MISSED,  # schedules/materializer.py, occurrences recorded as missed
+    lf.EVENT_TIMER_RUN,  # azure/runner.py, at the end of each timer run (with overrun_s)
+    lf.EVENT_REMOVAL_FAILED,  # azure/table_store.py, a removal given up after its retries
+    lf.EVENT_PLACE_NOT_WITHDRAWN,  # azure/placement.py, a placed copy that could not be withdrawn
 }
 RULES = {
     "dispatch-lateness",
@@ -48,6 +51,9 @@ RULES = {
     "send-failures",
     "release-lag",
     "schedule-missed",
+    "run-overrun",
+    "removal-failures",
+    "placement-not-withdrawn",
 }
 
 
@@ -76,7 +82,7 @@ def test_every_loaded_file_exists() -> None:
         base = (INFRA / module).parent
         for path in loaded_files(source(module)):
             assert (base / path).is_file(), f"{module} loads {path}, which does not exist"
-    assert len(loaded_files(source("modules/operations.bicep"))) == 17  # 8 workbook + 8 alert queries + workbook
+    assert len(loaded_files(source("modules/operations.bicep"))) == 20  # 8 workbook + 11 alert queries + workbook
 
 
 def test_main_passes_the_operations_parameters() -> None:

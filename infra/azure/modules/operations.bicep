@@ -19,6 +19,8 @@ param sendFailureThreshold int
 param oldestOverdueSeconds int
 @description('Alert when release control adds more than this (seconds) to a message (its release lag).')
 param releaseLagSeconds int
+@description('Alert when a timer run lasted more than this (seconds) beyond its budget (the next run is late).')
+param runOverrunSeconds int
 
 resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: appInsightsName
@@ -73,6 +75,39 @@ var rules = [
     operator: 'GreaterThan'
     threshold: releaseLagSeconds
     minutes: 5
+  }
+  {
+    name: 'run-overrun'
+    description: 'A timer run lasted more than ${runOverrunSeconds} s beyond its budget: the next run starts late.'
+    severity: 2
+    query: loadTextContent('../queries/alert_run_overrun.kql')
+    timeAggregation: 'Maximum'
+    metricMeasureColumn: 'overrun_s'
+    operator: 'GreaterThan'
+    threshold: runOverrunSeconds
+    minutes: 15
+  }
+  {
+    name: 'removal-failures'
+    description: 'Removing sent messages from the table failed after its retries: up to 100 each are sent again (duplicates).'
+    severity: 2
+    query: loadTextContent('../queries/alert_removal_failed.kql')
+    timeAggregation: 'Count'
+    metricMeasureColumn: null
+    operator: 'GreaterThan'
+    threshold: 0
+    minutes: 15
+  }
+  {
+    name: 'placement-not-withdrawn'
+    description: 'A message placed ahead on its queue lost its row and could not be withdrawn: it may arrive twice.'
+    severity: 3
+    query: loadTextContent('../queries/alert_place_not_withdrawn.kql')
+    timeAggregation: 'Count'
+    metricMeasureColumn: null
+    operator: 'GreaterThan'
+    threshold: 0
+    minutes: 15
   }
   {
     name: 'error-queue'

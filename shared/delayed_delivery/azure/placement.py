@@ -242,7 +242,7 @@ class Placer:
                 pass
             _log.warning(
                 "a placed message could not be withdrawn: it may be delivered twice",
-                extra={lf.EVENT: "place_not_withdrawn", lf.MESSAGE_ID: p.row.message.message_id},
+                extra={lf.EVENT: lf.EVENT_PLACE_NOT_WITHDRAWN, lf.MESSAGE_ID: p.row.message.message_id},
             )
 
     def sweep(self) -> int:

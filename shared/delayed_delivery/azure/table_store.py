@@ -431,6 +431,15 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 return mids, self._rows.delete_pairs(pk, chunk)
             except TransientError as exc:
                 if time.monotonic() + pause > give_up:
+                    _log.error(  # its rows keep their claims: when they expire the messages are sent again
+                        "removing sent messages failed for good; they will be sent again",
+                        extra={
+                            lf.EVENT: lf.EVENT_REMOVAL_FAILED,
+                            lf.SHARD: pk,
+                            lf.REASON: repr(exc),
+                            "messages": len(mids),
+                        },
+                    )
                     raise
                 _log.warning(
                     "removing sent messages failed; retrying",
