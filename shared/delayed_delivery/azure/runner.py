@@ -116,8 +116,9 @@ class AzureDispatcherHost:
         )
         self._ready = False
         #: Seconds a run ends before its budget so that its tail (the last removals, giving back claims, releasing
-        #: leases) fits too: grown by each run's overrun, shrunk by its slack (at most half a run).
-        self._tail = 0.0
+        #: leases) fits too: a tenth of the first run, then grown by each run's overrun and shrunk by its slack (at
+        #: most half a run).
+        self._tail: float | None = None
 
     def adopt_table_shards(self) -> int:
         """Use the shard count the table records (``ConfigurationError`` when this process was set to another)."""
@@ -159,7 +160,8 @@ class AzureDispatcherHost:
             self.adopt_table_shards()  # every run: a reshard since the last one is followed, or refused
         seconds = self.config.run_seconds if budget is None else budget
         started = self._monotonic()
-        deadline = started + max(0.0, seconds - self._tail)
+        tail = seconds / 10 if self._tail is None else self._tail
+        deadline = started + max(0.0, seconds - tail)
         shards = range(self.config.shards)
         gate = self.share_gate(seconds)
         self.clients.budget.start(deadline, self._monotonic)  # the queue client's retry back-offs end with the run
@@ -169,7 +171,7 @@ class AzureDispatcherHost:
         finally:
             self.clients.budget.end()
         took = self._monotonic() - started
-        self._tail = min(seconds / 2, max(0.0, self._tail + took - seconds))
+        self._tail = min(seconds / 2, max(0.0, tail + took - seconds))
         _log.info(
             "timer run finished",
             extra={
