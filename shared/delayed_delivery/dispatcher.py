@@ -188,10 +188,13 @@ class Dispatcher:
         )
 
     def _fetch_limit(self, now: datetime, run: _Run) -> int:
-        """How many messages the next fetch may take: a batch, or (within the budget) what the time left covers."""
+        """How many messages the next fetch may take: a batch, or (within the budget) what the time left covers; the
+        first fetch of a run within its budget, with nothing measured yet, takes one round of parallel sends."""
         size = self.settings.batch_size
-        if not run.within or run.deadline is None or self._per_message <= 0:
+        if not run.within or run.deadline is None:
             return size
+        if self._per_message <= 0:
+            return min(size, max(1, self.settings.max_concurrency))
         return max(0, min(size, int((run.deadline - now).total_seconds() / self._per_message)))
 
     def _then_settle(self, loop: Callable[[], DispatchReport]) -> DispatchReport:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +11,14 @@ from delayed_delivery.aws.requeue import FifoRequeuer
 from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.azure.layout import layout_entity
-from delayed_delivery.azure.rows import deferred_entities, placed_patch, shard_of, to_entities
+from delayed_delivery.azure.rows import (
+    deferred_entities,
+    due_key,
+    placed_patch,
+    placing_mark,
+    shard_of,
+    to_entities,
+)
 from delayed_delivery.azure.storage_queue import encode_envelope
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
@@ -142,6 +149,23 @@ def azure_table_placed() -> dict[str, Any]:
     due, index = to_entities(message, shard_of(message.message_id, wire.TABLE_SHARDS))
     patch = placed_patch(due["PartitionKey"], due["RowKey"], wire.PLACED_QUEUE_MESSAGE_ID, wire.PLACED_POP_RECEIPT)
     return {"shards": wire.TABLE_SHARDS, "rows": [{"due": {**due, **patch, "ClaimToken": "0" * 32}, "index": index}]}
+
+
+def azure_table_placing() -> dict[str, Any]:
+    """The store message's due row as a placer's claim leaves it before its put (claimed, ``Placing`` marked), and
+    as a later placement records it while an earlier copy was never recorded (placed, the mark kept)."""
+    message = store_message()
+    due, index = to_entities(message, shard_of(message.message_id, wire.TABLE_SHARDS))
+    token = "1" * 32
+    claim = {"AvailableAt": due_key(wire.STORE_DUE - timedelta(hours=1)), "ClaimToken": token}
+    placed = placed_patch(due["PartitionKey"], due["RowKey"], wire.PLACED_QUEUE_MESSAGE_ID, wire.PLACED_POP_RECEIPT)
+    return {
+        "shards": wire.TABLE_SHARDS,
+        "rows": [
+            {"due": {**due, **claim, **placing_mark(token)}, "index": index},
+            {"due": {**due, **placed, "ClaimToken": "2" * 32, **placing_mark(token)}, "index": index},
+        ],
+    }
 
 
 def azure_table_layout() -> dict[str, Any]:

@@ -356,6 +356,38 @@ def test_azure_table_store_never_fetches_a_golden_placed_row_refuses_operators_a
         store.drop()
 
 
+@pytest.mark.azurite
+@pytest.mark.parametrize("golden", wire.versions("azure_table_placing"))
+def test_azure_table_store_refuses_operators_on_golden_placing_rows_and_sends_them_when_due(
+    azurite: Any, golden: str
+) -> None:
+    from delayed_delivery.azure.placed_ops import is_placed
+    from delayed_delivery.errors import MessageInFlightError
+    from tests.azure.conftest import make_store, new_name
+
+    document = wire.load(golden)
+    for pair in document["rows"]:
+        row = pair["due"]
+        store = make_store(azurite.connection_string, new_name(), shards=document["shards"])
+        try:
+            store.table.create_entity(row)
+            store.table.create_entity(pair["index"])
+            _same_message(rows.message_from_entity(row), STORED)
+            with pytest.raises(MessageInFlightError, match=STORED.message_id):  # a copy may wait on its queue
+                store.remove(STORED.message_id)
+            with pytest.raises(MessageInFlightError, match=STORED.message_id):
+                store.reschedule(STORED.message_id, wire.STORE_DUE + timedelta(days=1))
+            if is_placed(row):
+                assert store.fetch_due(wire.STORE_DUE + timedelta(days=400), 10) == [], "on its queue"
+            else:  # its placer's claim expired: the dispatcher sends it when due; the mark stays
+                [message] = store.fetch_due(wire.STORE_DUE, 10)
+                _same_message(message, STORED)
+                located = store._rows.locate(STORED.message_id)
+                assert located is not None and store.table.get_entity(*located)[rows.PLACING] == row[rows.PLACING]
+        finally:
+            store.drop()
+
+
 @pytest.mark.parametrize("golden", wire.versions("azure_table_layout"))
 def test_azure_layout_reader_reads_the_golden_layout(golden: str) -> None:
     from delayed_delivery.azure.layout import Layout, layout_of
@@ -448,6 +480,6 @@ def test_postgres_store_reads_a_golden_row(postgres_conninfo: str, postgres_tabl
 
 def test_every_kind_of_golden_exists() -> None:
     kinds = ("sqs_send", "sqs_requeue", "sqs_envelope", "sqs_error_queue", "sqs_ingest", "azure_queue", "azure_table")
-    kinds = (*kinds, "azure_table_deferred", "azure_table_layout", "azure_table_placed")
+    kinds = (*kinds, "azure_table_deferred", "azure_table_layout", "azure_table_placed", "azure_table_placing")
     for kind in (*kinds, "sqlite_row", "postgres_row"):
         assert wire.versions(kind), f"no golden file for {kind}: its reader tests would not run"

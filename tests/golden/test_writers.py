@@ -77,6 +77,10 @@ def test_azure_placed_row_is_the_golden_one() -> None:
     _check("azure_table_placed", captures.azure_table_placed())
 
 
+def test_azure_placing_rows_are_the_golden_ones() -> None:
+    _check("azure_table_placing", captures.azure_table_placing())
+
+
 def test_azure_table_layout_is_the_golden_one() -> None:
     _check("azure_table_layout", captures.azure_table_layout())
 

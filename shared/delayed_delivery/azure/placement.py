@@ -140,7 +140,7 @@ class Placer:
         token = uuid.uuid4().hex
         # the mark goes on with the claim, before any put; an earlier placement's mark stays (its copy may arrive)
         earlier = {row.row_key: marked for row, marked in candidates}
-        marks = {rk: {} if marked else {rows.PLACING: token} for rk, marked in earlier.items()}
+        marks = {rk: {} if marked else rows.placing_mark(token) for rk, marked in earlier.items()}
         claimed = self.rows.claim([row for row, _ in candidates], rows.due_key(now + self.claim_timeout), token, marks)
         puts = list(pool.map(lambda row: self._put(row, keep_going, not earlier[row.row_key]), claimed))
         self._give_back([p for p in puts if p.placed is None], report)
@@ -278,7 +278,7 @@ def _give_back_ops(gateway: TableGateway, put: _Put) -> list[Operation]:
     """Release ``put``'s claim; clear its ``Placing`` mark when it wrote it and certainly put nothing."""
     ops = gateway.release_ops(put.row)
     if put.clears:
-        ops[0][1][rows.PLACING] = ""
+        ops[0][1].update(rows.placing_mark(""))
     return ops
 
 
@@ -287,7 +287,7 @@ def _record_ops(put: _Put) -> list[Operation]:
     assert put.placed is not None
     patch = rows.placed_patch(put.row.partition_key, put.row.row_key, *put.placed)
     if put.clears:  # this placement wrote the mark and its copy is the one now named: nothing unnamed is left
-        patch[rows.PLACING] = ""
+        patch.update(rows.placing_mark(""))
     # the claim token stays on the row: operators see it held (``MessagePlacedError``)
     condition = {"etag": put.row.etag, "match_condition": MatchConditions.IfNotModified, "mode": UpdateMode.MERGE}
     return [("update", patch, condition)]

@@ -55,6 +55,7 @@ __all__ = [
     "message_from_entity",
     "partition_key",
     "placed_patch",
+    "placing_mark",
     "shard_of",
     "stored_size",
     "to_entities",
@@ -258,6 +259,11 @@ def deferred_entities(message: DelayedMessage, shard: int, slot: datetime) -> tu
     if size > MAX_ENTITY_BYTES:
         raise InvalidMessageError(f"message {message.message_id!r} cannot be kept back: a {size}-byte entity")
     return due, index
+
+
+def placing_mark(token: str) -> dict[str, Any]:
+    """What a placer's claim writes besides the claim (before its put): the ``Placing`` mark, ``""`` to clear it."""
+    return {PLACING: token}
 
 
 def placed_patch(partition: str, row_key: str, queue_message_id: str, pop_receipt: str) -> dict[str, Any]:
