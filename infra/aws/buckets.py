@@ -43,9 +43,9 @@ from delayed_delivery.aws.tier.config import (
 from delayed_delivery.naming import FIFO_SUFFIX, validate_sqs_queue_name
 from delayed_delivery.release import RELEASE_RATES_ENV, ReleaseRates
 from delayed_delivery.settings import DelayedDeliverySettings
+from infra.aws.alarms import Alert, add_alarms, product_metric
 from infra.aws.endpoint import RELEASE_LAG_ALARM_SECONDS
 from infra.aws.functions import (
-    METRICS_NAMESPACE,
     PowertoolsFunction,
     powertools_function,
     setting_env,
@@ -134,23 +134,6 @@ def _grant_send(queue: sqs.IQueue, grantee: iam.IGrantable) -> None:
     queue.grant(grantee, "sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl")
     if queue.encryption_master_key is not None:
         queue.encryption_master_key.grant(grantee, "kms:GenerateDataKey", "kms:Decrypt")
-
-
-def _alarm(scope: Construct, construct_id: str, description: str, metric: cloudwatch.IMetric, **kw: Any) -> Any:
-    """An alarm at ``>= threshold`` (default 1) that treats missing data as fine."""
-    return cloudwatch.Alarm(
-        scope,
-        construct_id,
-        alarm_description=description,
-        metric=metric,
-        threshold=kw.pop("threshold", 1),
-        evaluation_periods=kw.pop("evaluation_periods", 1),
-        comparison_operator=kw.pop(
-            "comparison_operator", cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
-        ),
-        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        **kw,
-    )
 
 
 class TimeBucketTier(Construct):
@@ -467,129 +450,121 @@ class TimeBucketTier(Construct):
         return made
 
     def _metric(self, name: str, statistic: str = "Sum") -> cloudwatch.Metric:
-        """One of the functions' own EMF metrics (namespace ``DelayedDelivery``, dimension ``service``)."""
-        return cloudwatch.Metric(
-            namespace=METRICS_NAMESPACE,
-            metric_name=name,
-            dimensions_map={"service": SERVICE},
-            statistic=statistic,
-            period=Duration.minutes(1),
-        )
+        """One of the tier functions' own EMF metrics, per minute."""
+        return product_metric(name, SERVICE, statistic)
 
     def _alarms(self, overdue_seconds: int, actions: Sequence[cloudwatch.IAlarmAction]) -> list[cloudwatch.Alarm]:
         """Overdue buckets, ingest age, the DLQ and error queue not empty, either function failing."""
-        over = {"comparison_operator": cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD}
         minute = {"period": Duration.minutes(1), "statistic": "Maximum"}
         age = self.ingest_slack_seconds
-        specs: list[tuple[str, str, cloudwatch.IMetric, dict[str, Any]]] = [
-            (
+        alerts = [
+            Alert(
                 "BucketOverdue",
                 f"A fine time bucket still held messages over {overdue_seconds} s after its end: the timer is not "
                 "dispatching (failing, throttled, or behind)",
                 self._metric("BucketOldestOverdueSeconds", "Maximum"),
-                {"threshold": overdue_seconds, **over},
+                threshold=overdue_seconds,
+                strictly=True,
             ),
-            (
+            Alert(
                 "IngestFallingBehind",
                 f"The oldest ingest message waited over {age} s for 5 minutes: long delays are not reaching S3 in "
                 "time for their bucket's first dispatch (the shortest ones go out a timer run later, or late)",
                 self.ingest_queue.metric_approximate_age_of_oldest_message(**minute),
-                {"threshold": age, "evaluation_periods": 5, **over},
+                threshold=age,
+                periods=5,
+                strictly=True,
             ),
-            (
+            Alert(
                 "IngestDlqNotEmpty",
                 f"Ingest records failed {INGEST_MAX_RECEIVES} times and reached the ingest DLQ (redrive them once "
                 "the cause is fixed)",
                 self.ingest_dlq.metric_approximate_number_of_messages_visible(**minute),
-                {"threshold": 0, **over},
+                threshold=0,
+                strictly=True,
             ),
-            (
+            Alert(
                 "ErrorQueueNotEmpty",
                 "Bucket-routed messages reached the tier's error queue",
                 self.error_queue.metric_approximate_number_of_messages_visible(**minute),
-                {},
             ),
-            (
+            Alert(
                 "TimerFailing",
                 "Timer runs failed three minutes running (BucketTimerFailures: the function catches these, so its "
                 "Errors metric does not count them); look for 'timer run failed' in its logs",
                 self._metric("BucketTimerFailures"),
-                {"evaluation_periods": 3},
+                periods=3,
             ),
-            (
+            Alert(
                 "DestinationRefused",
                 "A destination refused the tier's sends (the timer's or a dispatch worker's: access denied, or a KMS "
                 "key it may not use): its messages are written back, outside any plan, and tried again every run "
                 f"until {self._refused_retry} s past their due time, then go to the tier's error queue with the "
                 "reason (BucketRefusedToErrorQueue); fix the destination's access before then and they are delivered",
                 self._metric("BucketDestinationRefusals"),
-                {},
             ),
-            (
+            Alert(
                 "SendsWrittenBack",
                 "Messages were written back for a later run every minute for 15 minutes (BucketMessagesKeptForRetry, "
                 "the timer's and the dispatch workers'): a destination throttling (503) or failing, one refusing "
                 "(see DestinationRefused), or S3 or the release table failing; they are tried again every run, "
                 "never dropped, but arrive late",
                 self._metric("BucketMessagesKeptForRetry"),
-                {"evaluation_periods": 15},
+                periods=15,
             ),
+            *self._dispatch_alerts(minute),
         ]
-        specs += self._dispatch_alarms(over, minute)
         if self.release_rates:
             seconds = self._release_lag_seconds
-            specs.append(
-                (
+            alerts.append(
+                Alert(
                     "ReleaseLagHigh",
                     f"Release control (release_rates) held the tier's messages back more than "
                     f"{seconds} s: more falls due than the caps release (what has no slot within 900 s waits in "
                     "its destination's held area, BucketMessagesHeld, and later runs release it in due order, "
                     "BucketHeldReleased)",
-                    self._metric("ReleaseLag", "Maximum").with_(period=Duration.minutes(5)),
-                    {"threshold": seconds, **over},
+                    product_metric("ReleaseLag", SERVICE, "Maximum", Duration.minutes(5)),
+                    threshold=seconds,
+                    strictly=True,
                 )
             )
         for name, made in (("Ingest", self.ingest), ("Timer", self.timer), ("Dispatch", self.dispatch)):
             errors = made.function.metric_errors(period=Duration.minutes(5), statistic="Sum")
-            specs.append((f"{name}Errors", f"The time-bucket {name.lower()} function failed", errors, {}))
-        alarms = [_alarm(self, name, text, metric, **kw) for name, text, metric, kw in specs]
-        for alarm in alarms:
-            for action in actions:
-                alarm.add_alarm_action(action)
-        return alarms
+            alerts.append(Alert(f"{name}Errors", f"The time-bucket {name.lower()} function failed", errors))
+        return add_alarms(self, alerts, actions)
 
-    def _dispatch_alarms(
-        self, over: dict[str, Any], minute: dict[str, Any]
-    ) -> list[tuple[str, str, cloudwatch.IMetric, dict[str, Any]]]:
+    def _dispatch_alerts(self, minute: dict[str, Any]) -> list[Alert]:
         """The dispatch workers: tasks waiting too long, tasks given up on, runs failing, a partition too big."""
         age = DISPATCH_AGE_THRESHOLD_SECONDS
         return [
-            (
+            Alert(
                 "DispatchFallingBehind",
                 f"The oldest dispatch task waited over {age} s for 3 minutes: big buckets are not being sent (the "
                 "dispatch function failing or throttled, or dispatch_concurrency too low for the bursts)",
                 self.dispatch_queue.metric_approximate_age_of_oldest_message(**minute),
-                {"threshold": age, "evaluation_periods": 3, **over},
+                threshold=age,
+                periods=3,
+                strictly=True,
             ),
-            (
+            Alert(
                 "DispatchDlqNotEmpty",
                 f"Dispatch tasks failed {DISPATCH_MAX_RECEIVES} times and reached the dispatch DLQ; the timer hands "
                 "their partitions out again, but look for 'dispatch task failed' in the dispatch function's logs",
                 self.dispatch_dlq.metric_approximate_number_of_messages_visible(**minute),
-                {"threshold": 0, **over},
+                threshold=0,
+                strictly=True,
             ),
-            (
+            Alert(
                 "DispatchFailing",
                 "Dispatch runs failed three minutes running (BucketDispatchFailures, caught in the handler)",
                 self._metric("BucketDispatchFailures"),
-                {"evaluation_periods": 3},
+                periods=3,
             ),
-            (
+            Alert(
                 "DispatchPartitionTooBig",
                 "A dispatch worker met more ids in one partition than it remembers (BucketDispatchSeenOverflow): "
                 "a copy of one of them may be sent twice; lower bucket_partition_max_messages",
                 self._metric("BucketDispatchSeenOverflow"),
-                {},
             ),
         ]
 

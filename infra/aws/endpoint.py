@@ -38,6 +38,7 @@ from delayed_delivery.planning import MAX_PARK_SECONDS
 from delayed_delivery.release import RELEASE_RATES_ENV, ReleaseRates
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.wheel import MAX_DELAY_SECONDS
+from infra.aws.alarms import Alert, add_alarms, product_metric
 from infra.aws.functions import METRICS_NAMESPACE, PowertoolsFunction, powertools_function, setting_env, settings_env
 
 __all__ = [
@@ -301,85 +302,51 @@ class DelayedDeliveryEndpoint(Construct):
 
     def _release_alarm(self, seconds: int, actions: Sequence[cloudwatch.IAlarmAction]) -> cloudwatch.Alarm:
         """Release control holds messages back longer than ``seconds``: the capped queue has a backlog."""
-        alarm = cloudwatch.Alarm(
-            self,
+        alert = Alert(
             "ReleaseLagHigh",
-            alarm_description=(
-                f"{self.queue_name}: release control (release_rates, {self.release_rate:g}/s) held messages back "
-                f"more than {seconds} s: more falls due than the cap releases"
-            ),
-            metric=cloudwatch.Metric(
-                namespace=METRICS_NAMESPACE,
-                metric_name="ReleaseLag",
-                dimensions_map={"service": self.service_name},
-                statistic="Maximum",
-                period=Duration.minutes(5),
-            ),
+            f"{self.queue_name}: release control (release_rates, {self.release_rate:g}/s) held messages back "
+            f"more than {seconds} s: more falls due than the cap releases",
+            product_metric("ReleaseLag", self.service_name, "Maximum", Duration.minutes(5)),
             threshold=seconds,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            strictly=True,
         )
-        for action in actions:
-            alarm.add_alarm_action(action)
-        return alarm
+        return add_alarms(self, [alert], actions)[0]
 
     def _alarms(self, backlog_threshold: int, actions: Sequence[cloudwatch.IAlarmAction]) -> list[cloudwatch.Alarm]:
-        alarms = [
-            cloudwatch.Alarm(
-                self,
+        alerts = [
+            Alert(
                 "ErrorQueueNotEmpty",
-                alarm_description=f"{self.queue_name}: delayed messages reached the error queue",
-                metric=self.error_queue.metric_approximate_number_of_messages_visible(
+                f"{self.queue_name}: delayed messages reached the error queue",
+                self.error_queue.metric_approximate_number_of_messages_visible(
                     period=Duration.minutes(1), statistic="Maximum"
                 ),
-                threshold=1,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             ),
-            cloudwatch.Alarm(
-                self,
+            Alert(
                 "FunctionErrors",
-                alarm_description=f"{self.queue_name}: the requeue function failed",
-                metric=self.function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
-                threshold=1,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                f"{self.queue_name}: the requeue function failed",
+                self.function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
             ),
             # Not the age of the oldest message: a parked message is in flight for up to 12 h and counts towards
             # that age. Visible messages are the ones whose hop or park is over and that wait for the function: a
             # backlog that never drains below the threshold in 5 minutes means the requeue falls behind.
-            cloudwatch.Alarm(
-                self,
+            Alert(
                 "RequeueFallingBehind",
-                alarm_description=(
-                    f"{self.queue_name}: at least {backlog_threshold} delay-queue messages stayed ready and "
-                    "unreceived for 5 minutes, so hops are processed late"
-                ),
-                metric=self.delay_queue.metric_approximate_number_of_messages_visible(
+                f"{self.queue_name}: at least {backlog_threshold} delay-queue messages stayed ready and "
+                "unreceived for 5 minutes, so hops are processed late",
+                self.delay_queue.metric_approximate_number_of_messages_visible(
                     period=Duration.minutes(1), statistic="Minimum"
                 ),
                 threshold=backlog_threshold,
-                evaluation_periods=5,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                periods=5,
             ),
         ]
-        for alarm in alarms:
-            for action in actions:
-                alarm.add_alarm_action(action)
-        return alarms
+        return add_alarms(self, alerts, actions)
 
     def widgets(self) -> list[cloudwatch.IWidget]:
         """Dashboard widgets for this endpoint: queues, function, and the product's own metrics."""
-        dims = {"service": self.service_name}
 
         def custom(name: str, statistic: str = "Sum") -> cloudwatch.Metric:
-            return cloudwatch.Metric(
-                namespace=METRICS_NAMESPACE, metric_name=name, dimensions_map=dims, statistic=statistic
-            )
+            return product_metric(name, self.service_name, statistic, Duration.minutes(5))
 
         return [
             cloudwatch.TextWidget(markdown=f"## {self.queue_name}", width=24, height=1),
