@@ -187,14 +187,21 @@ class Dispatcher:
             lambda: self._loop(budget, wait_for_due=wait_for_due, keep_going=keep_going, within=within_budget)
         )
 
+    @property
+    def seconds_per_message(self) -> float:
+        """The measured time per message (0 before any batch): a host carries it from one run's dispatcher to the
+        next, so only its first run fetches a full batch unmeasured."""
+        return self._per_message
+
+    @seconds_per_message.setter
+    def seconds_per_message(self, seconds: float) -> None:
+        self._per_message = max(0.0, seconds)
+
     def _fetch_limit(self, now: datetime, run: _Run) -> int:
-        """How many messages the next fetch may take: a batch, or (within the budget) what the time left covers; the
-        first fetch of a run within its budget, with nothing measured yet, takes one round of parallel sends."""
+        """How many messages the next fetch may take: a batch, or (within the budget) what the time left covers."""
         size = self.settings.batch_size
-        if not run.within or run.deadline is None:
+        if not run.within or run.deadline is None or self._per_message <= 0:
             return size
-        if self._per_message <= 0:
-            return min(size, max(1, self.settings.max_concurrency))
         return max(0, min(size, int((run.deadline - now).total_seconds() / self._per_message)))
 
     def _then_settle(self, loop: Callable[[], DispatchReport]) -> DispatchReport:

@@ -140,7 +140,12 @@ class _Transport(StorageQueueTransport):
         return placed
 
 
-def _placer(store: TableDelayedMessageStore, transport: StorageQueueTransport) -> Placer:
+def _placer(
+    store: TableDelayedMessageStore,
+    transport: StorageQueueTransport,
+    claim_timeout: float = 30.0,
+    concurrency: int = 16,
+) -> Placer:
     return Placer(
         store.table,
         1,
@@ -149,7 +154,8 @@ def _placer(store: TableDelayedMessageStore, transport: StorageQueueTransport) -
         DestinationPolicy("error"),
         lead=600.0,
         clock=SystemClock(),
-        claim_timeout=30.0,
+        claim_timeout=claim_timeout,
+        concurrency=concurrency,
     )
 
 

@@ -19,15 +19,13 @@ import pytest
 from azure.storage.queue import QueueServiceClient
 
 from delayed_delivery.azure import rows
-from delayed_delivery.azure.destinations import DestinationPolicy
 from delayed_delivery.azure.placement import PlacementReport, Placer
 from delayed_delivery.azure.storage_queue import StorageQueueTransport
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
-from delayed_delivery.clock import SystemClock
 from delayed_delivery.errors import MessageInFlightError, PermanentError
 from delayed_delivery.model import DelayedMessage
 from tests.azure.conftest import new_name
-from tests.azure.test_placement import REACH, _visible
+from tests.azure.test_placement import REACH, _placer, _visible
 from tests.fixtures.azurite import Azurite
 
 pytestmark = pytest.mark.azurite
@@ -51,20 +49,6 @@ class _PutOnly(StorageQueueTransport):
 
 class _Crash(BaseException):
     """The placer's process dies (nothing after it runs)."""
-
-
-def _placer(store: TableDelayedMessageStore, transport: StorageQueueTransport, claim_timeout: float) -> Placer:
-    return Placer(
-        store.table,
-        1,
-        0,
-        transport,
-        DestinationPolicy("error"),
-        lead=600.0,
-        clock=SystemClock(),
-        claim_timeout=claim_timeout,
-        concurrency=1,
-    )
 
 
 def _place(placer: Placer) -> PlacementReport:
@@ -113,7 +97,7 @@ def test_a_cancel_between_an_expired_placers_put_and_its_record_is_refused_never
         _await_claim_expiry(store, message.message_id)
         cancel(message.message_id)
 
-    _place(_placer(store, _PutOnly(queues, slow_record), claim_timeout=1.0))
+    _place(_placer(store, _PutOnly(queues, slow_record), claim_timeout=1.0, concurrency=1))
 
     # 2. put done, then the placer dies; its claim expires, an operator cancels; another placer places it again
     def die(message: DelayedMessage) -> None:
@@ -121,11 +105,11 @@ def test_a_cancel_between_an_expired_placers_put_and_its_record_is_refused_never
 
     store.store(DelayedMessage("m-dead", queue, b"y", due))
     with pytest.raises(_Crash):
-        _place(_placer(store, _PutOnly(queues, die), claim_timeout=1.0))
+        _place(_placer(store, _PutOnly(queues, die), claim_timeout=1.0, concurrency=1))
     _await_claim_expiry(store, "m-dead")
     cancel("m-dead")
     if "m-dead" not in said_cancelled:
-        again = _place(_placer(store, StorageQueueTransport(queues, route="table"), claim_timeout=30.0))
+        again = _place(_placer(store, StorageQueueTransport(queues, route="table"), claim_timeout=30.0, concurrency=1))
         assert again.placed == 1, again
         cancel("m-dead")  # its row names the second copy only: the first may still arrive, so refused again
 

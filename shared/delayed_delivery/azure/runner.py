@@ -119,6 +119,8 @@ class AzureDispatcherHost:
         #: leases) fits too: a tenth of the first run, then grown by each run's overrun and shrunk by its slack (at
         #: most half a run).
         self._tail: float | None = None
+        #: Each shard's measured time per message, carried from one run's dispatcher to the next.
+        self._pace: dict[int, float] = {}
 
     def adopt_table_shards(self) -> int:
         """Use the shard count the table records (``ConfigurationError`` when this process was set to another)."""
@@ -242,6 +244,7 @@ class AzureDispatcherHost:
             release_state=schedule,
             log_fields={lf.CLOUD: "azure"},
         )
+        dispatcher.seconds_per_message = self._pace.get(shard, 0.0)
         try:
             while (remaining := deadline - self._monotonic()) > 0:
                 if gate is not None and not gate.reserve():
@@ -270,6 +273,7 @@ class AzureDispatcherHost:
                     lease.abandon()
         finally:
             lease.release()
+            self._pace[shard] = dispatcher.seconds_per_message
             dispatcher.close()
             self.metrics.record(result.report, shard, lease_lost=result.lease_lost)
         _log.info(
