@@ -18,6 +18,7 @@ from ...clock import Clock
 from ..powertools import HandlerTools
 from .config import BucketTierConfig
 from .ingest import BucketIngest, IngestResult
+from .metrics import observe_ingest
 from .store import S3BucketStore, S3Client
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def build_ingest_handler(
         result = _process_safely(ingest, records, logger, metrics)
         if on_result is not None:
             on_result(result)
-        _observe(result, logger, metrics)
+        observe_ingest(result, logger, metrics)
         return {"batchItemFailures": result.batch_item_failures()}
 
     return entrypoint
@@ -80,36 +81,3 @@ def _process_safely(ingest: BucketIngest, records: list[Any], logger: Logger, me
         ids = [r.get("messageId") if isinstance(r, Mapping) else None for r in records]
         failures = {str(i): reason for i in ids if isinstance(i, str) and i}
         return IngestResult(len(records), 0, failures=failures)
-
-
-def _observe(result: IngestResult, logger: Logger, metrics: Metrics) -> None:
-    """The tier's metrics and one log line per poison entry and per failed record (fixed keys)."""
-    metrics.add_metric(name="BucketMessagesIngested", unit=MetricUnit.Count, value=result.ingested)
-    metrics.add_metric(name="BucketObjectsWritten", unit=MetricUnit.Count, value=result.objects_written)
-    metrics.add_metric(name="BucketIngestPoison", unit=MetricUnit.Count, value=len(result.poison))
-    if result.duplicates:
-        metrics.add_metric(name="BucketIngestDuplicates", unit=MetricUnit.Count, value=result.duplicates)
-    if result.failures:
-        metrics.add_metric(name="BucketIngestRetries", unit=MetricUnit.Count, value=len(result.failures))
-    for bucket, keys in result.written.items():
-        logger.info(
-            f"{len(keys)} object(s) written to the {bucket.level} bucket",
-            extra={lf.CLOUD: "aws", lf.EVENT: lf.EVENT_STORED, lf.DUE_AT: bucket.iso},
-        )
-    for poison in result.poison:
-        fields = {
-            lf.CLOUD: "aws",
-            lf.EVENT: lf.EVENT_ERROR_QUEUE,
-            lf.MESSAGE_ID: poison.message_id,
-            lf.DESTINATION: poison.destination,
-            lf.REASON: poison.reason[:1024],
-        }
-        if poison.sent:
-            logger.error("ingest entry moved to the error queue", extra=fields)
-        else:
-            logger.warning("ingest entry kept for the retry of its record", extra=fields)
-    for record_id, reason in result.failures.items():
-        logger.warning(
-            f"ingest record {record_id[:128]} will be retried",
-            extra={lf.CLOUD: "aws", lf.EVENT: lf.EVENT_RETRY, lf.REASON: reason[:1024]},
-        )

@@ -20,6 +20,7 @@ from ...errors import ConfigurationError
 from ..lambda_entry import invocation_deadline
 from ..powertools import HandlerTools
 from .config import BucketTierConfig
+from .metrics import TIMER_METRICS as METRICS
 from .plan_store import SqsTaskQueue
 from .store import S3BucketStore, S3Client
 from .timer import BucketTimer, TimerResult
@@ -32,32 +33,6 @@ __all__ = ["METRICS", "TimerHandler", "build_timer_handler"]
 
 #: ``handler(event, context) -> summary``
 TimerHandler = Callable[[Any, Any], dict[str, Any]]
-#: The EMF metric each ``TimerResult`` field is emitted as (with its unit).
-METRICS: Mapping[str, tuple[str, str]] = {
-    "dispatched": ("BucketMessagesDispatched", MetricUnit.Count.value),
-    "duplicates_skipped": ("BucketDuplicatesSkipped", MetricUnit.Count.value),
-    "to_error_queue": ("BucketErrorQueueSends", MetricUnit.Count.value),
-    "oldest_overdue_seconds": ("BucketOldestOverdueSeconds", MetricUnit.Seconds.value),
-    "cascaded_messages": ("BucketMessagesCascaded", MetricUnit.Count.value),
-    "cancelled": ("BucketMessagesCancelled", MetricUnit.Count.value),
-    "rescheduled": ("BucketMessagesRescheduled", MetricUnit.Count.value),
-    "kept_for_retry": ("BucketMessagesKeptForRetry", MetricUnit.Count.value),
-    "buckets_skipped_leased": ("BucketsSkippedLeased", MetricUnit.Count.value),
-    "buckets_failed": ("BucketFailures", MetricUnit.Count.value),
-    "dropped": ("BucketErrorQueueDrops", MetricUnit.Count.value),
-    "strays_set_aside": ("BucketStraysSetAside", MetricUnit.Count.value),
-    "refused": ("BucketDestinationRefusals", MetricUnit.Count.value),
-    "refused_given_up": ("BucketRefusedToErrorQueue", MetricUnit.Count.value),
-    "release_held": ("ReleaseWaits", MetricUnit.Count.value),
-    "release_lag_max_seconds": ("ReleaseLag", MetricUnit.Seconds.value),
-    "held_written": ("BucketMessagesHeld", MetricUnit.Count.value),
-    "held_released": ("BucketHeldReleased", MetricUnit.Count.value),
-    "held_rewritten": ("BucketHeldRewritten", MetricUnit.Count.value),
-    "buckets_planned": ("BucketsPlanned", MetricUnit.Count.value),
-    "tasks_enqueued": ("BucketDispatchTasksEnqueued", MetricUnit.Count.value),
-    "plans_finished": ("BucketPlansFinished", MetricUnit.Count.value),
-    "inline_over_bound": ("BucketsOverInlineBound", MetricUnit.Count.value),
-}
 _EVENT_TIMER = "bucket_timer_run"
 
 

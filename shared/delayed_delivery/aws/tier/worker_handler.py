@@ -26,6 +26,7 @@ from ...timebuckets.plans import MAX_TASK_BYTES, decode_task
 from ..lambda_entry import invocation_deadline
 from ..powertools import HandlerTools
 from .config import BucketTierConfig
+from .metrics import WORKER_METRICS as METRICS
 from .plan_store import SqsTaskQueue
 from .store import S3BucketStore, S3Client
 from .timer_sqs import Notice, TimerSqs
@@ -37,29 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = ["METRICS", "build_dispatch_handler"]
 
-#: The EMF metric each ``WorkerResult`` field is emitted as (with its unit).
-METRICS: Mapping[str, tuple[str, str]] = {
-    "dispatched": ("BucketMessagesDispatched", MetricUnit.Count.value),
-    "duplicates_skipped": ("BucketDuplicatesSkipped", MetricUnit.Count.value),
-    "to_error_queue": ("BucketErrorQueueSends", MetricUnit.Count.value),
-    "cancelled": ("BucketMessagesCancelled", MetricUnit.Count.value),
-    "rescheduled": ("BucketMessagesRescheduled", MetricUnit.Count.value),
-    "kept_for_retry": ("BucketMessagesKeptForRetry", MetricUnit.Count.value),
-    "dropped": ("BucketErrorQueueDrops", MetricUnit.Count.value),
-    "pieces": ("BucketDispatchPieces", MetricUnit.Count.value),
-    "lines_read": ("BucketDispatchLinesRead", MetricUnit.Count.value),
-    "finished": ("BucketPartitionsFinished", MetricUnit.Count.value),
-    "continued": ("BucketPartitionsContinued", MetricUnit.Count.value),
-    "lost_partition": ("BucketPartitionsLost", MetricUnit.Count.value),
-    "seen_overflow": ("BucketDispatchSeenOverflow", MetricUnit.Count.value),
-    "refused": ("BucketDestinationRefusals", MetricUnit.Count.value),
-    "refused_given_up": ("BucketRefusedToErrorQueue", MetricUnit.Count.value),
-    "release_held": ("ReleaseWaits", MetricUnit.Count.value),
-    "release_lag_max_seconds": ("ReleaseLag", MetricUnit.Seconds.value),
-    "held_written": ("BucketMessagesHeld", MetricUnit.Count.value),
-    "lines_reread": ("BucketDispatchLinesReread", MetricUnit.Count.value),
-    "inherited": ("BucketDispatchInherited", MetricUnit.Count.value),
-}
 _EVENT_DISPATCH = "bucket_dispatch_run"
 #: How much of a task that cannot be read goes to the error queue with its reason.
 _POISON_CHARS = 4 * MAX_TASK_BYTES
