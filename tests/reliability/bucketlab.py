@@ -461,7 +461,6 @@ class BucketLab:
             self.clock,
             owner=owner,
             lease_seconds=LEASE_SECONDS,
-            send_phase_ms=tier.bucket_send_phase_ms,
             tier=tier,
             queue=SqsTaskQueue(sqs_timer, self.dispatch_name),
             cancellations=cache,

@@ -88,8 +88,6 @@ def build_timer_handler(
             clock,
             cancellations=cancellations,
             owner=owner,
-            send_phase_ms=config.tier_settings.bucket_send_phase_ms,
-            refused_retry_seconds=config.tier_settings.bucket_refused_retry_seconds,
             destinations=config.destinations,
             tier=config.tier_settings,
             queue=queue,
