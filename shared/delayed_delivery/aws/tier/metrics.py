@@ -6,15 +6,21 @@ One table per result (``TimerResult``, ``WorkerResult``); the handlers emit them
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ... import logfields as lf
+from ...errors import ConfigurationError
+from ..powertools import HandlerTools
 from .ingest import IngestResult
 
-__all__ = ["TIMER_METRICS", "WORKER_METRICS", "observe_ingest"]
+__all__ = ["TIMER_METRICS", "WORKER_METRICS", "Failed", "guarded", "observe_ingest", "report"]
+
+_R = TypeVar("_R")
 
 #: The EMF metric each ``TimerResult`` field is emitted as (with its unit).
 TIMER_METRICS: Mapping[str, tuple[str, str]] = {
@@ -98,3 +104,44 @@ def observe_ingest(result: IngestResult, logger: Logger, metrics: Metrics) -> No
             f"ingest record {record_id[:128]} will be retried",
             extra={lf.CLOUD: "aws", lf.EVENT: lf.EVENT_RETRY, lf.REASON: reason[:1024]},
         )
+
+
+def report(
+    result: Any, table: Mapping[str, tuple[str, str]], tools: HandlerTools, text: str, fields: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Emit ``result``'s metrics by ``table`` and one summary log line (``fields`` first); the summary."""
+    summary = asdict(result)
+    for field_name, (metric, unit) in table.items():
+        tools.metrics.add_metric(name=metric, unit=MetricUnit(unit), value=float(summary[field_name]))
+    tools.logger.info(text, extra={lf.CLOUD: "aws", **fields, **summary})
+    return summary
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A run that raised (logged with its reason and counted by the handler's failure metric)."""
+
+    reason: str
+
+
+def guarded(
+    run: Callable[[], _R],
+    tools: HandlerTools,
+    counted: Callable[[], None],
+    text: str,
+    event: str,
+    *,
+    fatal: tuple[type[Exception], ...] = (ConfigurationError,),
+) -> _R | Failed:
+    """``run()``; ``counted()`` when it raises: a ``fatal`` error (the deployment is wrong) is raised again to fail
+    the invocation loudly, any other is logged with ``text`` and returned as ``Failed`` (never out of the handler)."""
+    try:
+        return run()
+    except fatal:
+        counted()
+        raise
+    except Exception as exc:
+        counted()
+        reason = f"{type(exc).__name__}: {exc}"[:1024]
+        tools.logger.exception(text, extra={lf.CLOUD: "aws", lf.EVENT: event, lf.REASON: reason})
+        return Failed(reason)
