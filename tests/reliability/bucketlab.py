@@ -552,7 +552,8 @@ class BucketLab:
             self.cancel(target)
             self.cancel_far_ahead()
             return True
-        new_due = due + timedelta(seconds=RESCHEDULE_SECONDS)
+        # An overdue burst message still waiting moves from now: the tier refuses a new due time in the past.
+        new_due = max(due, self.clock.now()) + timedelta(seconds=RESCHEDULE_SECONDS)
         try:
             moved = self.operations.reschedule(f"{self.run}-orders", target, new_due, current_due=due)
         except MessageInFlightError:
