@@ -38,13 +38,14 @@ def _listing(names: list[str], disabled: str | None = None) -> list[dict[str, An
 
 
 def test_verify_checks_every_rule_the_bicep_deploys() -> None:
-    """Before (issue 32): 6 checked, 7 deployed (release-lag never checked); schedule-missed came with #35."""
-    assert len(_bicep_rules()) == 8 and sorted(ALERT_RULES) == sorted(_bicep_rules())
+    """Before (issue 32): 6 checked, 7 deployed (release-lag never checked); schedule-missed and schedule-failures
+    came with #35."""
+    assert len(_bicep_rules()) == 9 and sorted(ALERT_RULES) == sorted(_bicep_rules())
 
 
 def test_every_rule_present_and_enabled_passes() -> None:
     result = _check(_listing(list(ALERT_RULES)))
-    assert result.status is Status.PASS and "8 alert rules" in result.evidence
+    assert result.status is Status.PASS and "9 alert rules" in result.evidence
 
 
 def test_a_missing_release_lag_rule_fails() -> None:
@@ -52,8 +53,13 @@ def test_a_missing_release_lag_rule_fails() -> None:
     assert result.status is Status.FAIL and result.evidence == "missing alert rules: release-lag", result
 
 
-@pytest.mark.parametrize("rule", ["release-lag", "send-failures"])
+@pytest.mark.parametrize("rule", ["release-lag", "send-failures", "schedule-failures"])
 def test_a_disabled_rule_fails_with_the_command_that_enables_it(rule: str) -> None:
     result = _check(_listing(list(ALERT_RULES), disabled=rule))
     assert result.status is Status.FAIL and result.evidence == f"disabled: dd-{rule}", result
     assert result.fix == f"az monitor scheduled-query update -g rg -n dd-{rule} --disabled false"
+
+
+def test_a_missing_schedule_failures_rule_fails() -> None:
+    result = _check(_listing([r for r in ALERT_RULES if r != "schedule-failures"]))
+    assert result.status is Status.FAIL and result.evidence == "missing alert rules: schedule-failures", result

@@ -38,6 +38,7 @@ EVENTS = {
     census.EVENT_PENDING_HOUR,
     census.EVENT_CENSUS,
     lf.EVENT_SCHEDULE_MISSED,  # schedules/materializer.py, occurrences recorded as missed
+    lf.EVENT_SCHEDULE_FAILED,  # schedules/materializer.py and azure/schedules/timer.py, a schedule or shard failed
 }
 RULES = {
     "dispatch-lateness",
@@ -48,6 +49,7 @@ RULES = {
     "send-failures",
     "release-lag",
     "schedule-missed",
+    "schedule-failures",
 }
 
 
@@ -76,7 +78,7 @@ def test_every_loaded_file_exists() -> None:
         base = (INFRA / module).parent
         for path in loaded_files(source(module)):
             assert (base / path).is_file(), f"{module} loads {path}, which does not exist"
-    assert len(loaded_files(source("modules/operations.bicep"))) == 17  # 8 workbook + 8 alert queries + workbook
+    assert len(loaded_files(source("modules/operations.bicep"))) == 19  # 9 workbook + 9 alert queries + workbook
 
 
 def test_main_passes_the_operations_parameters() -> None:

@@ -176,10 +176,13 @@ class AzureScheduleTimer:
     def run_shard(self, shard: int, deadline: float) -> ScheduleRun:
         """Hold ``shard``'s lease and materialize its due schedules (a full pass again while one filled its limit)."""
         result = ScheduleRun()
-        lease = self.lease(shard)
-        if not lease.try_acquire():
-            result.shards_skipped_leased += 1
-            return result
+        try:
+            lease = self.lease(shard)
+            if not lease.try_acquire():
+                result.shards_skipped_leased += 1
+                return result
+        except Exception as exc:  # one shard's failure never stops the others; it is tried again next run
+            return _shard_failed(result, shard, exc)
         try:
             materializer = self.materializer(shard)
             while True:
@@ -192,8 +195,20 @@ class AzureScheduleTimer:
                     break
             result.shards_done += 1
             return result
+        except Exception as exc:  # reading the shard's due schedules failed (throttled, table gone)
+            return _shard_failed(result, shard, exc)
         finally:
             lease.release()
+
+
+def _shard_failed(result: ScheduleRun, shard: int, exc: Exception) -> ScheduleRun:
+    """Count and log a shard the run could not work on (the ``schedule-failures`` alert reads the line)."""
+    result.failures += 1
+    _log.warning(
+        "a schedule shard failed; it is tried again next run",
+        extra={lf.CLOUD: "azure", lf.EVENT: lf.EVENT_SCHEDULE_FAILED, lf.SHARD: shard, lf.REASON: repr(exc)},
+    )
+    return result
 
 
 #: Schedules tables this process has made sure exist.
