@@ -35,7 +35,7 @@ from delayed_delivery.aws.config import DEFAULT_CACHE_SECONDS
 from delayed_delivery.aws.release_calendar import DEFAULT_RELEASE_TABLE
 from delayed_delivery.planning import MAX_PARK_SECONDS
 from delayed_delivery.release import ReleaseRates
-from infra.aws.endpoint import RELEASE_LAG_ALARM_SECONDS
+from infra.aws.props import RELEASE_LAG_ALARM_SECONDS, TierOptions
 from infra.aws.stack import DEFAULT_CANCELLATION_TABLE, DEFAULT_SQS, DelayedDeliveryStack, EndpointConfig
 
 
@@ -73,7 +73,7 @@ def _release_rates(value: Any) -> ReleaseRates:
         raise ValueError(f"context 'releaseRates': {exc}") from None
 
 
-#: Context keys of the time-bucket tier -> ``TimeBucketTier`` arguments (and how to read them).
+#: Context keys of the time-bucket tier -> ``TierOptions`` fields (and how to read them).
 _TIER_CONTEXT: dict[str, tuple[str, type]] = {
     "bucketName": ("bucket_name", str),
     "bucketPrefix": ("prefix", str),
@@ -87,10 +87,10 @@ _TIER_CONTEXT: dict[str, tuple[str, type]] = {
 }
 
 
-def _bucket_tier(app: cdk.App) -> dict[str, Any]:
+def _bucket_tier(app: cdk.App) -> TierOptions:
     """The tier's options given in context (the construct's defaults for the rest)."""
     found = {key: _context(app, key, None) for key in _TIER_CONTEXT}
-    return {_TIER_CONTEXT[k][0]: _TIER_CONTEXT[k][1](v) for k, v in found.items() if v is not None}
+    return TierOptions.of({_TIER_CONTEXT[k][0]: _TIER_CONTEXT[k][1](v) for k, v in found.items() if v is not None})
 
 
 def _schedules(app: cdk.App) -> dict[str, Any] | None:

@@ -20,14 +20,13 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
-from delayed_delivery.aws.config import CACHE_SECONDS_ENV, DEFAULT_CACHE_SECONDS, RELEASE_TABLE_ENV, TABLE_ENV
+from delayed_delivery.aws.config import CACHE_SECONDS_ENV, RELEASE_TABLE_ENV, TABLE_ENV
 from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.tier.config import (
     BUCKET_NAME_ENV,
@@ -36,21 +35,20 @@ from delayed_delivery.aws.tier.config import (
     DEFAULT_SERVICE,
     DESTINATIONS_ENV,
     INGEST_TIMEOUT_SECONDS,
-    INGEST_WINDOW_SECONDS,
     TierSettings,
     check_ingest_wait,
 )
 from delayed_delivery.naming import FIFO_SUFFIX, validate_sqs_queue_name
-from delayed_delivery.release import RELEASE_RATES_ENV, ReleaseRates
+from delayed_delivery.release import RELEASE_RATES_ENV
 from delayed_delivery.settings import DelayedDeliverySettings
-from infra.aws.endpoint import RELEASE_LAG_ALARM_SECONDS
+from infra.aws.alarms import Alert, add_alarms, product_metric
 from infra.aws.functions import (
-    METRICS_NAMESPACE,
     PowertoolsFunction,
     powertools_function,
     setting_env,
     settings_env,
 )
+from infra.aws.props import OVERDUE_THRESHOLD_SECONDS, SharedProps, TierOptions
 
 __all__ = [
     "DEFAULT_DISPATCH_CONCURRENCY",
@@ -87,8 +85,6 @@ SERVICE = DEFAULT_SERVICE
 DEFAULT_TIMING = TierSettings()
 #: The ingest queue (``DELAYED_DELIVERY_BUCKET_INGEST_QUEUE``'s default).
 DEFAULT_INGEST_QUEUE = SqsSettings().bucket_ingest_queue
-#: A fine bucket still holding objects this long after its end raises the overdue alarm.
-OVERDUE_THRESHOLD_SECONDS = 120
 #: Ingest batching: up to this many records (or 6 MB), gathered for up to ``ingest_window_seconds`` (300 s by
 #: default): at low traffic an invocation's objects hold a few minutes of messages (fewer, bigger objects).
 INGEST_BATCH_SIZE = 1_000
@@ -136,23 +132,6 @@ def _grant_send(queue: sqs.IQueue, grantee: iam.IGrantable) -> None:
         queue.encryption_master_key.grant(grantee, "kms:GenerateDataKey", "kms:Decrypt")
 
 
-def _alarm(scope: Construct, construct_id: str, description: str, metric: cloudwatch.IMetric, **kw: Any) -> Any:
-    """An alarm at ``>= threshold`` (default 1) that treats missing data as fine."""
-    return cloudwatch.Alarm(
-        scope,
-        construct_id,
-        alarm_description=description,
-        metric=metric,
-        threshold=kw.pop("threshold", 1),
-        evaluation_periods=kw.pop("evaluation_periods", 1),
-        comparison_operator=kw.pop(
-            "comparison_operator", cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
-        ),
-        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        **kw,
-    )
-
-
 class TimeBucketTier(Construct):
     """S3 bucket, ingest queue and DLQ, error queue, ingest and timer functions, IAM, alarms for the tier."""
 
@@ -161,47 +140,30 @@ class TimeBucketTier(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        code: lambda_.Code,
+        shared: SharedProps,
         destinations: Mapping[str, sqs.IQueue],
-        layers: Sequence[lambda_.ILayerVersion] = (),
-        cancellation_table: dynamodb.ITable | None = None,
-        cancellation_cache_seconds: int = DEFAULT_CACHE_SECONDS,
-        encryption_key: kms.IKey | None = None,
-        alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
-        prefix: str = DEFAULT_PREFIX,
-        ingest_queue_name: str = DEFAULT_INGEST_QUEUE,
-        bucket_name: str | None = None,
-        max_native_delay: int = SqsSettings().max_native_delay,
-        fine_seconds: int = DEFAULT_TIMING.bucket_fine_seconds,
-        coarse_seconds: int = DEFAULT_TIMING.bucket_coarse_seconds,
-        dispatch_lead_seconds: int = DEFAULT_TIMING.bucket_dispatch_lead_seconds,
-        refused_retry_seconds: int = DEFAULT_TIMING.bucket_refused_retry_seconds,
-        overdue_threshold_seconds: int = OVERDUE_THRESHOLD_SECONDS,
         sender_arns: Sequence[str] = (),
-        ingest_window_seconds: int = INGEST_WINDOW_SECONDS,
-        dispatch_concurrency: int = DEFAULT_DISPATCH_CONCURRENCY,
-        release_rates: ReleaseRates | None = None,
-        release_table: dynamodb.ITable | None = None,
-        release_lag_alarm_seconds: int = RELEASE_LAG_ALARM_SECONDS,
+        options: TierOptions | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        levels = (fine_seconds, coarse_seconds, dispatch_lead_seconds)
-        _check(prefix, levels, ingest_queue_name, max_native_delay, ingest_window_seconds)
-        if not isinstance(dispatch_concurrency, int) or not 2 <= dispatch_concurrency <= 1_000:
-            raise ValueError(f"dispatch_concurrency {dispatch_concurrency!r}: 2 to 1,000 (the event source's limits)")
-        self.ingest_window = Duration.seconds(ingest_window_seconds)
+        opts = options or TierOptions()
+        levels = (opts.fine_seconds, opts.coarse_seconds, opts.dispatch_lead_seconds)
+        max_native_delay, prefix, ingest_queue_name = shared.max_native_delay, opts.prefix, opts.ingest_queue_name
+        _check(prefix, levels, ingest_queue_name, max_native_delay, opts.ingest_window_seconds)
+        concurrency = opts.dispatch_concurrency
+        if not isinstance(concurrency, int) or not 2 <= concurrency <= 1_000:
+            raise ValueError(f"dispatch_concurrency {concurrency!r}: 2 to 1,000 (the event source's limits)")
+        self.ingest_window = Duration.seconds(opts.ingest_window_seconds)
         #: How long an ingest record may wait before a message routed at the shortest long delay misses its
         #: bucket's first dispatch (the IngestFallingBehind alarm's threshold).
-        timing = TierSettings(
-            fine_seconds, coarse_seconds, dispatch_lead_seconds, bucket_refused_retry_seconds=refused_retry_seconds
-        )
+        timing = TierSettings(*levels, bucket_refused_retry_seconds=opts.refused_retry_seconds)
         self.ingest_slack_seconds = timing.levels.ingest_slack(max_native_delay)
         if not destinations:
             raise ValueError("the time-bucket tier needs at least one destination queue")
         self.prefix = prefix
-        self.encryption_key = encryption_key
+        self.encryption_key = shared.encryption_key
         self.destinations = dict(destinations)
-        self.bucket = self._bucket(bucket_name)
+        self.bucket = self._bucket(opts.bucket_name)
         self._queues(ingest_queue_name)
         self._dispatch_queues()
         self._senders = _Arns()
@@ -216,25 +178,24 @@ class TimeBucketTier(Construct):
             # The queues the tier may deliver to: an ingest record naming another is refused (docs/buckets.md).
             DESTINATIONS_ENV: ",".join(sorted(self.destinations)),
             setting_env(TierSettings, "bucket_dispatch_queue"): self.dispatch_queue.queue_name,
-            **settings_env(
-                timing.with_(bucket_dispatch_concurrency=dispatch_concurrency), "bucket_dispatch_concurrency"
-            ),
+            **settings_env(timing.with_(bucket_dispatch_concurrency=concurrency), "bucket_dispatch_concurrency"),
         }
+        cancellation_table, release_table = shared.cancellation_table, shared.release_table
         if cancellation_table is not None:
             environment[TABLE_ENV] = cancellation_table.table_name
-            environment[CACHE_SECONDS_ENV] = str(cancellation_cache_seconds)
+            environment[CACHE_SECONDS_ENV] = str(shared.cancellation_cache_seconds)
         #: Release control: the timer and the workers take capped destinations' slots from the release table.
-        self.release_rates = ReleaseRates.of(release_rates)
+        self.release_rates = shared.release_rates
         if self.release_rates:
             if release_table is None:
                 raise ValueError("release_rates caps destinations: the tier takes their slots from release_table")
             environment[RELEASE_RATES_ENV] = self.release_rates.to_json()
             environment[RELEASE_TABLE_ENV] = release_table.table_name
-        self._refused_retry = refused_retry_seconds
-        self._release_lag_seconds = release_lag_alarm_seconds
-        self.ingest = self._ingest(code, layers, environment)
-        self.timer = self._timer(code, layers, environment, cancellation_table)
-        self.dispatch = self._dispatch(code, layers, environment, cancellation_table, dispatch_concurrency)
+        self._refused_retry = opts.refused_retry_seconds
+        self._release_lag_seconds = shared.release_lag_alarm_seconds
+        self.ingest = self._ingest(shared.code, shared.layers, environment)
+        self.timer = self._timer(shared.code, shared.layers, environment, cancellation_table)
+        self.dispatch = self._dispatch(shared.code, shared.layers, environment, cancellation_table, concurrency)
         if self.release_rates and release_table is not None:
             for made in (self.timer, self.dispatch):
                 made.role.add_to_policy(
@@ -247,7 +208,7 @@ class TimeBucketTier(Construct):
         # Secure by default: only the tier's own roles, the senders named here and those granted later may send.
         self._senders.arns.extend([self.ingest.role.role_arn, self.timer.role.role_arn, *sender_arns])
         self._restrict_senders()
-        self.alarms = self._alarms(overdue_threshold_seconds, alarm_actions)
+        self.alarms = self._alarms(opts.overdue_threshold_seconds, shared.alarm_actions)
         self._suppress()
         for made in (self.ingest, self.timer, self.dispatch):
             self._acknowledge_prefix(made.role)
@@ -467,129 +428,121 @@ class TimeBucketTier(Construct):
         return made
 
     def _metric(self, name: str, statistic: str = "Sum") -> cloudwatch.Metric:
-        """One of the functions' own EMF metrics (namespace ``DelayedDelivery``, dimension ``service``)."""
-        return cloudwatch.Metric(
-            namespace=METRICS_NAMESPACE,
-            metric_name=name,
-            dimensions_map={"service": SERVICE},
-            statistic=statistic,
-            period=Duration.minutes(1),
-        )
+        """One of the tier functions' own EMF metrics, per minute."""
+        return product_metric(name, SERVICE, statistic)
 
     def _alarms(self, overdue_seconds: int, actions: Sequence[cloudwatch.IAlarmAction]) -> list[cloudwatch.Alarm]:
         """Overdue buckets, ingest age, the DLQ and error queue not empty, either function failing."""
-        over = {"comparison_operator": cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD}
         minute = {"period": Duration.minutes(1), "statistic": "Maximum"}
         age = self.ingest_slack_seconds
-        specs: list[tuple[str, str, cloudwatch.IMetric, dict[str, Any]]] = [
-            (
+        alerts = [
+            Alert(
                 "BucketOverdue",
                 f"A fine time bucket still held messages over {overdue_seconds} s after its end: the timer is not "
                 "dispatching (failing, throttled, or behind)",
                 self._metric("BucketOldestOverdueSeconds", "Maximum"),
-                {"threshold": overdue_seconds, **over},
+                threshold=overdue_seconds,
+                strictly=True,
             ),
-            (
+            Alert(
                 "IngestFallingBehind",
                 f"The oldest ingest message waited over {age} s for 5 minutes: long delays are not reaching S3 in "
                 "time for their bucket's first dispatch (the shortest ones go out a timer run later, or late)",
                 self.ingest_queue.metric_approximate_age_of_oldest_message(**minute),
-                {"threshold": age, "evaluation_periods": 5, **over},
+                threshold=age,
+                periods=5,
+                strictly=True,
             ),
-            (
+            Alert(
                 "IngestDlqNotEmpty",
                 f"Ingest records failed {INGEST_MAX_RECEIVES} times and reached the ingest DLQ (redrive them once "
                 "the cause is fixed)",
                 self.ingest_dlq.metric_approximate_number_of_messages_visible(**minute),
-                {"threshold": 0, **over},
+                threshold=0,
+                strictly=True,
             ),
-            (
+            Alert(
                 "ErrorQueueNotEmpty",
                 "Bucket-routed messages reached the tier's error queue",
                 self.error_queue.metric_approximate_number_of_messages_visible(**minute),
-                {},
             ),
-            (
+            Alert(
                 "TimerFailing",
                 "Timer runs failed three minutes running (BucketTimerFailures: the function catches these, so its "
                 "Errors metric does not count them); look for 'timer run failed' in its logs",
                 self._metric("BucketTimerFailures"),
-                {"evaluation_periods": 3},
+                periods=3,
             ),
-            (
+            Alert(
                 "DestinationRefused",
                 "A destination refused the tier's sends (the timer's or a dispatch worker's: access denied, or a KMS "
                 "key it may not use): its messages are written back, outside any plan, and tried again every run "
                 f"until {self._refused_retry} s past their due time, then go to the tier's error queue with the "
                 "reason (BucketRefusedToErrorQueue); fix the destination's access before then and they are delivered",
                 self._metric("BucketDestinationRefusals"),
-                {},
             ),
-            (
+            Alert(
                 "SendsWrittenBack",
                 "Messages were written back for a later run every minute for 15 minutes (BucketMessagesKeptForRetry, "
                 "the timer's and the dispatch workers'): a destination throttling (503) or failing, one refusing "
                 "(see DestinationRefused), or S3 or the release table failing; they are tried again every run, "
                 "never dropped, but arrive late",
                 self._metric("BucketMessagesKeptForRetry"),
-                {"evaluation_periods": 15},
+                periods=15,
             ),
+            *self._dispatch_alerts(minute),
         ]
-        specs += self._dispatch_alarms(over, minute)
         if self.release_rates:
             seconds = self._release_lag_seconds
-            specs.append(
-                (
+            alerts.append(
+                Alert(
                     "ReleaseLagHigh",
                     f"Release control (release_rates) held the tier's messages back more than "
                     f"{seconds} s: more falls due than the caps release (what has no slot within 900 s waits in "
                     "its destination's held area, BucketMessagesHeld, and later runs release it in due order, "
                     "BucketHeldReleased)",
-                    self._metric("ReleaseLag", "Maximum").with_(period=Duration.minutes(5)),
-                    {"threshold": seconds, **over},
+                    product_metric("ReleaseLag", SERVICE, "Maximum", Duration.minutes(5)),
+                    threshold=seconds,
+                    strictly=True,
                 )
             )
         for name, made in (("Ingest", self.ingest), ("Timer", self.timer), ("Dispatch", self.dispatch)):
             errors = made.function.metric_errors(period=Duration.minutes(5), statistic="Sum")
-            specs.append((f"{name}Errors", f"The time-bucket {name.lower()} function failed", errors, {}))
-        alarms = [_alarm(self, name, text, metric, **kw) for name, text, metric, kw in specs]
-        for alarm in alarms:
-            for action in actions:
-                alarm.add_alarm_action(action)
-        return alarms
+            alerts.append(Alert(f"{name}Errors", f"The time-bucket {name.lower()} function failed", errors))
+        return add_alarms(self, alerts, actions)
 
-    def _dispatch_alarms(
-        self, over: dict[str, Any], minute: dict[str, Any]
-    ) -> list[tuple[str, str, cloudwatch.IMetric, dict[str, Any]]]:
+    def _dispatch_alerts(self, minute: dict[str, Any]) -> list[Alert]:
         """The dispatch workers: tasks waiting too long, tasks given up on, runs failing, a partition too big."""
         age = DISPATCH_AGE_THRESHOLD_SECONDS
         return [
-            (
+            Alert(
                 "DispatchFallingBehind",
                 f"The oldest dispatch task waited over {age} s for 3 minutes: big buckets are not being sent (the "
                 "dispatch function failing or throttled, or dispatch_concurrency too low for the bursts)",
                 self.dispatch_queue.metric_approximate_age_of_oldest_message(**minute),
-                {"threshold": age, "evaluation_periods": 3, **over},
+                threshold=age,
+                periods=3,
+                strictly=True,
             ),
-            (
+            Alert(
                 "DispatchDlqNotEmpty",
                 f"Dispatch tasks failed {DISPATCH_MAX_RECEIVES} times and reached the dispatch DLQ; the timer hands "
                 "their partitions out again, but look for 'dispatch task failed' in the dispatch function's logs",
                 self.dispatch_dlq.metric_approximate_number_of_messages_visible(**minute),
-                {"threshold": 0, **over},
+                threshold=0,
+                strictly=True,
             ),
-            (
+            Alert(
                 "DispatchFailing",
                 "Dispatch runs failed three minutes running (BucketDispatchFailures, caught in the handler)",
                 self._metric("BucketDispatchFailures"),
-                {"evaluation_periods": 3},
+                periods=3,
             ),
-            (
+            Alert(
                 "DispatchPartitionTooBig",
                 "A dispatch worker met more ids in one partition than it remembers (BucketDispatchSeenOverflow): "
                 "a copy of one of them may be sent twice; lower bucket_partition_max_messages",
                 self._metric("BucketDispatchSeenOverflow"),
-                {},
             ),
         ]
 

@@ -10,7 +10,7 @@ The security model is described in docs/aws.md.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jsii
@@ -18,7 +18,6 @@ from aws_cdk import Acknowledgment, Duration, IStableListProducer, Lazy, Validat
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
@@ -27,7 +26,6 @@ from constructs import Construct
 
 from delayed_delivery.aws.config import (
     CACHE_SECONDS_ENV,
-    DEFAULT_CACHE_SECONDS,
     MAX_CACHE_SECONDS,
     RELEASE_TABLE_ENV,
     TABLE_ENV,
@@ -35,10 +33,12 @@ from delayed_delivery.aws.config import (
 from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.naming import sqs_delay_queue_name
 from delayed_delivery.planning import MAX_PARK_SECONDS
-from delayed_delivery.release import RELEASE_RATES_ENV, ReleaseRates
+from delayed_delivery.release import RELEASE_RATES_ENV
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.wheel import MAX_DELAY_SECONDS
+from infra.aws.alarms import Alert, add_alarms, product_metric
 from infra.aws.functions import METRICS_NAMESPACE, PowertoolsFunction, powertools_function, setting_env, settings_env
+from infra.aws.props import RELEASE_LAG_ALARM_SECONDS, SharedProps
 
 __all__ = [
     "BACKLOG_THRESHOLD",
@@ -58,8 +58,6 @@ RETENTION = Duration.days(14)
 ERROR_RETENTION = Duration.days(14)
 #: Visible (ready, not yet received) FIFO messages that, never fewer for 5 minutes, mean the requeue falls behind.
 BACKLOG_THRESHOLD = 1000
-#: Release lag (seconds, the ``ReleaseLag`` metric's maximum over 5 minutes) past which ``ReleaseLagHigh`` fires.
-RELEASE_LAG_ALARM_SECONDS = 300
 #: Messages a FIFO queue may have in flight: SQS stops receives beyond this.
 FIFO_MAX_IN_FLIGHT = 120_000
 #: The SQS route's settings when none are given: the functions' own defaults.
@@ -121,63 +119,51 @@ class DelayedDeliveryEndpoint(Construct):
         construct_id: str,
         *,
         queue_name: str,
-        code: lambda_.Code,
-        layers: Sequence[lambda_.ILayerVersion] = (),
+        shared: SharedProps,
         existing_queue: sqs.IQueue | None = None,
-        max_native_delay: int = DEFAULT_SQS.max_native_delay,
-        fifo_queue_delay: int = DEFAULT_SQS.fifo_queue_delay,
         runtime: lambda_.Runtime = lambda_.Runtime.PYTHON_3_13,
         function_timeout: Duration | None = None,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
-        alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
-        cancellation_table: dynamodb.ITable | None = None,
-        cancellation_cache_seconds: int = DEFAULT_CACHE_SECONDS,
-        max_park_seconds: int = MAX_PARK_SECONDS,
-        park_max_in_flight: int = DEFAULT_SQS.park_max_in_flight,
         backlog_threshold: int = BACKLOG_THRESHOLD,
-        encryption_key: kms.IKey | None = None,
         sender_arns: Sequence[str] = (),
         alarms: bool = True,
         event_source_enabled: bool = True,
-        release_rates: ReleaseRates | Mapping[str, float | None] | None = None,
-        release_table: dynamodb.ITable | None = None,
-        release_lag_alarm_seconds: int = RELEASE_LAG_ALARM_SECONDS,
     ) -> None:
         super().__init__(scope, construct_id)
         _check_limits(
             queue_name,
-            max_native_delay,
-            fifo_queue_delay,
-            max_park_seconds,
-            park_max_in_flight,
-            cancellation_cache_seconds,
+            shared.max_native_delay,
+            shared.fifo_queue_delay,
+            shared.max_park_seconds,
+            shared.park_max_in_flight,
+            shared.cancellation_cache_seconds,
         )
         timeout = function_timeout or Duration.seconds(30)
         self.queue_name = queue_name
         self.delay_queue_name = sqs_delay_queue_name(queue_name)
         self.service_name = f"delayed-delivery-{queue_name}"
-        self.encryption_key = encryption_key
+        self.encryption_key = shared.encryption_key
         self._senders = _Arns()
-        self._queues(existing_queue, fifo_queue_delay, timeout)
-        made = self._function(code, layers, runtime, timeout, log_retention)
+        self._queues(existing_queue, shared.fifo_queue_delay, timeout)
+        made = self._function(shared.code, shared.layers, runtime, timeout, log_retention)
         self.function, self.role, self.log_group = made.function, made.role, made.log_group
         sqs_settings = DEFAULT_SQS.with_(  # ConfigurationError (a ValueError) for what the function would refuse
-            max_native_delay=max_native_delay,
-            fifo_queue_delay=fifo_queue_delay,
-            max_park_seconds=max_park_seconds,
-            park_max_in_flight=park_max_in_flight,
+            max_native_delay=shared.max_native_delay,
+            fifo_queue_delay=shared.fifo_queue_delay,
+            max_park_seconds=shared.max_park_seconds,
+            park_max_in_flight=shared.park_max_in_flight,
         )
         for name, value in settings_env(
             sqs_settings, "max_native_delay", "fifo_queue_delay", "max_park_seconds", "park_max_in_flight"
         ).items():
             self.function.add_environment(name, value)
-        if cancellation_table is not None:
-            self._read_cancellations(cancellation_table, cancellation_cache_seconds)
+        if shared.cancellation_table is not None:
+            self._read_cancellations(shared.cancellation_table, shared.cancellation_cache_seconds)
         #: Release control (``release_rates``): the cap on this endpoint's queue, None when it has none.
-        self.release_rates = ReleaseRates.of(release_rates)  # ValueError names a bad entry
+        self.release_rates = shared.release_rates
         self.release_rate = self.release_rates.rate_for(queue_name)
         if self.release_rate is not None:
-            self._release_slots(release_table)
+            self._release_slots(shared.release_table)
         # The event source's grant (receive, delete, change visibility, attributes) covers this FIFO queue only:
         # parking changes visibility there, and reads its in-flight count, and nowhere else.
         # Off at rest (``event_source_enabled=False``) only for the verify probe, which switches it on while it runs.
@@ -192,9 +178,9 @@ class DelayedDeliveryEndpoint(Construct):
             _grant_send(queue, self.function)
         self._senders.arns.extend(sender_arns)
         self._restrict_senders()
-        self.alarms = self._alarms(backlog_threshold, alarm_actions) if alarms else []
+        self.alarms = self._alarms(backlog_threshold, shared.alarm_actions) if alarms else []
         if alarms and self.release_rate is not None:
-            self.alarms.append(self._release_alarm(release_lag_alarm_seconds, alarm_actions))
+            self.alarms.append(self._release_alarm(shared.release_lag_alarm_seconds, shared.alarm_actions))
         self._suppress()
 
     def grant_send_delayed(self, grantee: iam.IGrantable) -> iam.Grant:
@@ -301,85 +287,51 @@ class DelayedDeliveryEndpoint(Construct):
 
     def _release_alarm(self, seconds: int, actions: Sequence[cloudwatch.IAlarmAction]) -> cloudwatch.Alarm:
         """Release control holds messages back longer than ``seconds``: the capped queue has a backlog."""
-        alarm = cloudwatch.Alarm(
-            self,
+        alert = Alert(
             "ReleaseLagHigh",
-            alarm_description=(
-                f"{self.queue_name}: release control (release_rates, {self.release_rate:g}/s) held messages back "
-                f"more than {seconds} s: more falls due than the cap releases"
-            ),
-            metric=cloudwatch.Metric(
-                namespace=METRICS_NAMESPACE,
-                metric_name="ReleaseLag",
-                dimensions_map={"service": self.service_name},
-                statistic="Maximum",
-                period=Duration.minutes(5),
-            ),
+            f"{self.queue_name}: release control (release_rates, {self.release_rate:g}/s) held messages back "
+            f"more than {seconds} s: more falls due than the cap releases",
+            product_metric("ReleaseLag", self.service_name, "Maximum", Duration.minutes(5)),
             threshold=seconds,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            strictly=True,
         )
-        for action in actions:
-            alarm.add_alarm_action(action)
-        return alarm
+        return add_alarms(self, [alert], actions)[0]
 
     def _alarms(self, backlog_threshold: int, actions: Sequence[cloudwatch.IAlarmAction]) -> list[cloudwatch.Alarm]:
-        alarms = [
-            cloudwatch.Alarm(
-                self,
+        alerts = [
+            Alert(
                 "ErrorQueueNotEmpty",
-                alarm_description=f"{self.queue_name}: delayed messages reached the error queue",
-                metric=self.error_queue.metric_approximate_number_of_messages_visible(
+                f"{self.queue_name}: delayed messages reached the error queue",
+                self.error_queue.metric_approximate_number_of_messages_visible(
                     period=Duration.minutes(1), statistic="Maximum"
                 ),
-                threshold=1,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             ),
-            cloudwatch.Alarm(
-                self,
+            Alert(
                 "FunctionErrors",
-                alarm_description=f"{self.queue_name}: the requeue function failed",
-                metric=self.function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
-                threshold=1,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                f"{self.queue_name}: the requeue function failed",
+                self.function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
             ),
             # Not the age of the oldest message: a parked message is in flight for up to 12 h and counts towards
             # that age. Visible messages are the ones whose hop or park is over and that wait for the function: a
             # backlog that never drains below the threshold in 5 minutes means the requeue falls behind.
-            cloudwatch.Alarm(
-                self,
+            Alert(
                 "RequeueFallingBehind",
-                alarm_description=(
-                    f"{self.queue_name}: at least {backlog_threshold} delay-queue messages stayed ready and "
-                    "unreceived for 5 minutes, so hops are processed late"
-                ),
-                metric=self.delay_queue.metric_approximate_number_of_messages_visible(
+                f"{self.queue_name}: at least {backlog_threshold} delay-queue messages stayed ready and "
+                "unreceived for 5 minutes, so hops are processed late",
+                self.delay_queue.metric_approximate_number_of_messages_visible(
                     period=Duration.minutes(1), statistic="Minimum"
                 ),
                 threshold=backlog_threshold,
-                evaluation_periods=5,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                periods=5,
             ),
         ]
-        for alarm in alarms:
-            for action in actions:
-                alarm.add_alarm_action(action)
-        return alarms
+        return add_alarms(self, alerts, actions)
 
     def widgets(self) -> list[cloudwatch.IWidget]:
         """Dashboard widgets for this endpoint: queues, function, and the product's own metrics."""
-        dims = {"service": self.service_name}
 
         def custom(name: str, statistic: str = "Sum") -> cloudwatch.Metric:
-            return cloudwatch.Metric(
-                namespace=METRICS_NAMESPACE, metric_name=name, dimensions_map=dims, statistic=statistic
-            )
+            return product_metric(name, self.service_name, statistic, Duration.minutes(5))
 
         return [
             cloudwatch.TextWidget(markdown=f"## {self.queue_name}", width=24, height=1),

@@ -12,7 +12,10 @@ changes exactly when the code it holds does.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import shutil
+import tempfile
 from collections.abc import Sequence
 from importlib.util import find_spec
 from pathlib import Path
@@ -44,17 +47,51 @@ def function_modules(handlers: Sequence[str]) -> AssetModules:
 
 
 def prepare_function_asset(handlers: Sequence[str], destination: Path) -> Path:
-    """Write the asset serving ``handlers`` into ``destination`` (replaced if it exists) and return it."""
+    """Write the asset serving ``handlers`` into ``destination`` (replaced if it differs) and return it.
+
+    The folder is built beside ``destination`` and renamed into place, so two synths at once (test workers, two
+    shells) never see a half-written asset: the first rename wins and an identical second build is dropped.
+    """
     modules = function_modules(handlers)
-    if destination.exists():
-        shutil.rmtree(destination)
-    destination.mkdir(parents=True)
-    copy_asset(modules, destination)
-    for module, packages in DATA_PACKAGES.items():
-        if module in modules.modules:
-            for package in packages:
-                _copy_installed(package, destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
+    staging.chmod(0o755)  # as a plain mkdir would make it: the Lambda runtime reads the unzipped folder
+    try:
+        copy_asset(modules, staging)
+        for module, packages in DATA_PACKAGES.items():
+            if module in modules.modules:
+                for package in packages:
+                    _copy_installed(package, staging)
+        _move_into_place(staging, destination)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return destination
+
+
+def _move_into_place(staging: Path, destination: Path) -> None:
+    """Rename ``staging`` to ``destination``, unless an identical folder is there already; an old one is replaced."""
+    for _ in range(5):
+        try:
+            staging.rename(destination)
+            return
+        except OSError:
+            if not destination.exists():
+                continue  # another synth moved the old folder aside just now: try again
+        if _digest(destination) == _digest(staging):
+            return
+        retired = Path(tempfile.mkdtemp(prefix=f".{destination.name}.old.", dir=destination.parent))
+        with contextlib.suppress(FileNotFoundError):  # another synth replaced it first
+            destination.rename(retired / destination.name)
+        shutil.rmtree(retired, ignore_errors=True)
+    raise RuntimeError(f"could not put the asset in place at {destination}: other synths keep replacing it")
+
+
+def _digest(folder: Path) -> str:
+    """A hash of every file's relative path and bytes under ``folder``."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def _copy_installed(package: str, destination: Path) -> None:

@@ -10,12 +10,13 @@ on its ``-delay.fifo``: the stack's ``delaySenders`` and the ``verifyRoles`` (wh
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import replace
 
 from constructs import Construct
 
 from delayed_delivery.aws.verify.target import PROBE_QUEUE
 from infra.aws.endpoint import DelayedDeliveryEndpoint
+from infra.aws.props import SharedProps
 
 __all__ = ["PROBE_QUEUE", "VerifyProbe"]
 
@@ -28,19 +29,18 @@ class VerifyProbe(Construct):
         scope: Construct,
         construct_id: str,
         *,
+        shared: SharedProps,
         sender_arns: Sequence[str] = (),
         queue_name: str = PROBE_QUEUE,
-        **endpoint: Any,
     ) -> None:
         super().__init__(scope, construct_id)
-        endpoint.pop("alarm_actions", None)  # no alarms: they cost money every month
         self.endpoint = DelayedDeliveryEndpoint(
             self,
             "Endpoint",
             queue_name=queue_name,
+            shared=replace(shared, alarm_actions=()),  # no alarms: they cost money every month
             sender_arns=sender_arns,
             alarms=False,
             event_source_enabled=False,
-            **endpoint,
         )
         self.queue_name = queue_name

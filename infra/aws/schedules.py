@@ -8,7 +8,6 @@ its own error queue, and (with release control) take those destinations' slots f
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from aws_cdk import Acknowledgment, CfnOutput, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -27,7 +26,8 @@ from delayed_delivery.aws.schedules.table import SCHEDULE_TABLE_ENV
 from delayed_delivery.aws.schedules.timer import MAX_TIMER_LEAD_SECONDS
 from delayed_delivery.release import RELEASE_RATES_ENV, ReleaseRates
 from delayed_delivery.settings import DelayedDeliverySettings
-from infra.aws.functions import METRICS_NAMESPACE, PowertoolsFunction, powertools_function, setting_env
+from infra.aws.alarms import Alert, add_alarms, product_metric
+from infra.aws.functions import PowertoolsFunction, powertools_function, setting_env
 
 __all__ = ["SCHEDULE_TIMER_HANDLER", "SERVICE", "RecurringSchedules"]
 
@@ -169,69 +169,54 @@ class RecurringSchedules(Construct):
         return made
 
     def metric(self, name: str, statistic: str = "Sum", period: Duration | None = None) -> cloudwatch.Metric:
-        """One of the timer's EMF metrics (namespace ``DelayedDelivery``, dimension ``service``)."""
-        return cloudwatch.Metric(
-            namespace=METRICS_NAMESPACE,
-            metric_name=name,
-            dimensions_map={"service": SERVICE},
-            statistic=statistic,
-            period=period or Duration.minutes(1),
-        )
+        """One of the timer's EMF metrics, per minute unless ``period`` says."""
+        return product_metric(name, SERVICE, statistic, period)
 
     def _alarms(self, actions: Sequence[cloudwatch.IAlarmAction]) -> list[cloudwatch.Alarm]:
         """Missed occurrences, the timer failing, late occurrences, the error queue not empty, the function's errors."""
-        over = {"comparison_operator": cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD, "threshold": 0}
         five = Duration.minutes(5)
-        specs: list[tuple[str, str, cloudwatch.IMetric, dict[str, Any]]] = [
-            (
+        alerts = [
+            Alert(
                 "OccurrencesMissed",
                 "Schedule occurrences were recorded as missed (catch-up policy after the timer was down, or a "
                 "schedule's window/limit): their ids are in the timer's 'schedule_missed' log lines",
                 self.metric("ScheduleOccurrencesMissed", period=five),
-                over,
+                threshold=0,
+                strictly=True,
             ),
-            (
+            Alert(
                 "TimerFailing",
                 "Schedule timer passes or schedules failed three minutes running (ScheduleTimerFailures: the "
                 "function catches these); look for 'schedule_failed' in its logs",
                 self.metric("ScheduleTimerFailures"),
-                {**over, "evaluation_periods": 3},
+                threshold=0,
+                periods=3,
+                strictly=True,
             ),
-            (
+            Alert(
                 "OccurrencesLate",
                 f"An occurrence became visible over {LATE_ALARM_SECONDS} s after its fire time (the timer behind, "
                 "throttled, or a release cap holding a burst back)",
                 self.metric("ScheduleLateness", "Maximum", five),
-                {**over, "threshold": LATE_ALARM_SECONDS},
+                threshold=LATE_ALARM_SECONDS,
+                strictly=True,
             ),
-            (
+            Alert(
                 "ErrorQueueNotEmpty",
                 "Occurrences that cannot be delivered reached the schedules' error queue (with the reason)",
                 self.error_queue.metric_approximate_number_of_messages_visible(period=Duration.minutes(1)),
-                over,
+                threshold=0,
+                strictly=True,
             ),
-            (
+            Alert(
                 "TimerErrors",
                 "The schedule timer function failed",
                 self.timer.function.metric_errors(period=five, statistic="Sum"),
-                over,
+                threshold=0,
+                strictly=True,
             ),
         ]
-        alarms = []
-        for name, text, metric, kw in specs:
-            alarm = cloudwatch.Alarm(
-                self,
-                name,
-                alarm_description=text,
-                metric=metric,
-                evaluation_periods=kw.pop("evaluation_periods", 1),
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-                **{"comparison_operator": cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD, **kw},
-            )
-            for action in actions:
-                alarm.add_alarm_action(action)
-            alarms.append(alarm)
-        return alarms
+        return add_alarms(self, alerts, actions)
 
     def widgets(self) -> list[list[cloudwatch.IWidget]]:
         """Dashboard rows: occurrences fired / missed / skipped / DST-adjusted, lateness and failures, the function."""

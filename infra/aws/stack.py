@@ -5,7 +5,7 @@ delays. Each construct's functions get a code asset of their own (``packaging``)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from infra.aws.consumer import CONSUMER_HANDLER, ExampleConsumer
 from infra.aws.endpoint import HANDLER, RELEASE_LAG_ALARM_SECONDS, DelayedDeliveryEndpoint
 from infra.aws.packaging import REPO_ROOT, prepare_function_asset
 from infra.aws.probe import VerifyProbe
+from infra.aws.props import SharedProps, TierOptions
 from infra.aws.schedules import SCHEDULE_TIMER_HANDLER, RecurringSchedules
 
 __all__ = [
@@ -126,7 +127,7 @@ class DelayedDeliveryStack(Stack):
         senders: Sequence[str] = (),
         example_consumer: bool = False,
         long_delay_route: str = DEFAULT_SQS.long_delay_route,
-        bucket_tier: Mapping[str, Any] | None = None,
+        bucket_tier: TierOptions | Mapping[str, Any] | None = None,
         verify_probe: bool = True,
         verify_roles: Sequence[str] = (),
         release_rates: ReleaseRates | Mapping[str, float | None] | None = None,
@@ -165,23 +166,23 @@ class DelayedDeliveryStack(Stack):
         )
         if self.release_table is not None:
             CfnOutput(self, "ReleaseTable", value=self.release_table.table_name)
-        common: dict[str, Any] = {
-            "code": code["requeue"],
-            "layers": [layer],
-            "max_native_delay": max_native_delay,
-            "fifo_queue_delay": fifo_queue_delay,
-            "alarm_actions": actions,
-            "cancellation_table": self.cancellation_table,
-            "cancellation_cache_seconds": cancellation_cache_seconds,
-            "max_park_seconds": max_park_seconds,
-            "park_max_in_flight": park_max_in_flight,
-            "encryption_key": self.encryption_key,
-            "release_rates": rates,
-            "release_table": self.release_table,
-            "release_lag_alarm_seconds": release_lag_alarm_seconds,
-        }
-        self.endpoints = [self._endpoint(config, senders, common) for config in endpoints]
-        self.probe = self._probe([*senders, *verify_roles], common) if verify_probe else None
+        shared = SharedProps(
+            code=code["requeue"],
+            layers=[layer],
+            max_native_delay=max_native_delay,
+            fifo_queue_delay=fifo_queue_delay,
+            max_park_seconds=max_park_seconds,
+            park_max_in_flight=park_max_in_flight,
+            alarm_actions=actions,
+            cancellation_table=self.cancellation_table,
+            cancellation_cache_seconds=cancellation_cache_seconds,
+            encryption_key=self.encryption_key,
+            release_rates=rates,
+            release_table=self.release_table,
+            release_lag_alarm_seconds=release_lag_alarm_seconds,
+        )
+        self.endpoints = [self._endpoint(config, senders, shared) for config in endpoints]
+        self.probe = self._probe([*senders, *verify_roles], shared) if verify_probe else None
         self.consumers = [self._consumer(e, code["consumer"], layer) for e in self.endpoints if example_consumer]
         self.buckets = (
             None
@@ -190,8 +191,8 @@ class DelayedDeliveryStack(Stack):
                 long_delay_route,
                 endpoints,
                 [*senders, *verify_roles],
-                common | {"code": code["tier"]},
-                dict(bucket_tier or {}),
+                replace(shared, code=code["tier"]),
+                TierOptions.of(bucket_tier),
             )
         )
         #: Recurring schedules (``recurring_schedules``: None leaves them out; ``{}`` deploys them with defaults).
@@ -225,9 +226,9 @@ class DelayedDeliveryStack(Stack):
             layers=[layer],
         )
 
-    def _probe(self, senders: Sequence[str], common: dict[str, Any]) -> VerifyProbe:
+    def _probe(self, senders: Sequence[str], shared: SharedProps) -> VerifyProbe:
         """The endpoint `aws verify` probes through: no alarms, its event source off at rest (zero idle cost)."""
-        probe = VerifyProbe(self, "VerifyProbe", sender_arns=senders, **common)
+        probe = VerifyProbe(self, "VerifyProbe", shared=shared, sender_arns=senders)
         CfnOutput(self, "ProbeQueue", value=probe.queue_name, description="the probe endpoint of `aws verify`")
         return probe
 
@@ -254,26 +255,17 @@ class DelayedDeliveryStack(Stack):
         route: str,
         endpoints: Sequence[EndpointConfig],
         senders: Sequence[str],
-        common: dict[str, Any],
-        options: dict[str, Any],
+        shared: SharedProps,
+        options: TierOptions,
     ) -> TimeBucketTier:
         """The time-bucket tier dispatching to every endpoint's input queue, and what a sender needs from it."""
         tier = TimeBucketTier(
             self,
             "TimeBuckets",
-            code=common["code"],
-            layers=common["layers"],
+            shared=shared,
             destinations={e.queue_name: e.input_queue for e in self._destinations()},
-            cancellation_table=self.cancellation_table,
-            cancellation_cache_seconds=common["cancellation_cache_seconds"],
-            encryption_key=self.encryption_key,
-            alarm_actions=common["alarm_actions"],
-            max_native_delay=common["max_native_delay"],
             sender_arns=[*senders, *(s for e in endpoints for s in e.senders)],
-            release_rates=common["release_rates"],
-            release_table=common["release_table"],
-            release_lag_alarm_seconds=common["release_lag_alarm_seconds"],
-            **options,
+            options=options,
         )
         CfnOutput(self, "BucketName", value=tier.bucket.bucket_name, description=BUCKET_NAME_ENV)
         CfnOutput(self, "IngestQueueUrl", value=tier.ingest_queue.queue_url)
@@ -306,9 +298,7 @@ class DelayedDeliveryStack(Stack):
             removal_policy=RemovalPolicy.DESTROY,
         )
 
-    def _endpoint(
-        self, config: EndpointConfig, senders: Sequence[str], common: dict[str, Any]
-    ) -> DelayedDeliveryEndpoint:
+    def _endpoint(self, config: EndpointConfig, senders: Sequence[str], shared: SharedProps) -> DelayedDeliveryEndpoint:
         """One endpoint (adopting its input queue, and that queue's KMS key, when they exist) and its outputs."""
         existing = (
             sqs.Queue.from_queue_attributes(
@@ -324,9 +314,9 @@ class DelayedDeliveryStack(Stack):
             self,
             f"Endpoint-{config.name}",
             queue_name=config.name,
+            shared=shared,
             existing_queue=existing,
             sender_arns=[*senders, *config.senders],
-            **common,
         )
         CfnOutput(self, f"{config.name}-DelayQueueUrl", value=endpoint.delay_queue.queue_url)
         CfnOutput(self, f"{config.name}-ErrorQueueUrl", value=endpoint.error_queue.queue_url)

@@ -9,9 +9,9 @@ text; a field with ``parse`` in its metadata (``field(metadata={"parse": fn})``)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from .errors import ConfigurationError
 from .validation import is_number, is_whole
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENV_PREFIX",
+    "EnvSettings",
     "check_numbers",
     "env_name",
     "env_value",
@@ -122,3 +123,34 @@ def markdown_reference(rows: Iterator[tuple[str, str, str, str]]) -> str:
     lines = ["| setting | environment variable | default | meaning |", "|---|---|---|---|"]
     lines += [f"| {name} | `{env}` | `{default}` | {doc} |" for name, env, default, doc in rows]
     return "\n".join(lines)
+
+
+class EnvSettings:
+    """The shape every settings dataclass shares: ``with_``, ``from_env``, ``reference``, ``markdown_reference``.
+
+    A subclass is a frozen dataclass with ``DOCS``, each field's meaning for the configuration reference.
+    """
+
+    __slots__ = ()
+    DOCS: ClassVar[Mapping[str, str]] = {}
+    if TYPE_CHECKING:
+        __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    def with_(self, **changes: Any) -> Self:
+        """A copy with ``changes`` applied (validated)."""
+        return replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], prefix: str = ENV_PREFIX) -> Self:
+        """Build settings from ``env`` (e.g. ``os.environ``), reading ``<prefix><FIELD>`` names."""
+        return read_settings(cls, env, prefix)
+
+    @classmethod
+    def reference(cls) -> Iterator[tuple[str, str, str, str]]:
+        """Rows of (field, environment variable, default, description) for documentation."""
+        return reference(cls, cls.DOCS)
+
+    @classmethod
+    def markdown_reference(cls) -> str:
+        """The settings as a Markdown table (embedded in the README; a test checks it)."""
+        return markdown_reference(cls.reference())

@@ -7,12 +7,11 @@ Azure its storage and lease (``delayed_delivery.azure.config.AzureDelayedDeliver
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from . import envsettings
-from .envsettings import ENV_PREFIX, check_numbers, setting_label
+from .envsettings import ENV_PREFIX, EnvSettings, check_numbers, setting_label
 from .errors import ConfigurationError
 from .release import RELEASE_RATES_ENV, ReleaseRates
 
@@ -54,8 +53,10 @@ _NO_CAPS = ReleaseRates()
 
 
 @dataclass(frozen=True, slots=True)
-class DelayedDeliverySettings:
+class DelayedDeliverySettings(EnvSettings):
     """What every route reads; defaults follow NServiceBus (retries 0, breakers 30 s, 1 recovery failure/s)."""
+
+    DOCS: ClassVar[Mapping[str, str]] = _DOCS
 
     enabled: bool = True
     error_queue: str = "error"
@@ -86,25 +87,6 @@ class DelayedDeliverySettings:
                 raise ConfigurationError(f"{setting_label(name)} must be at least 1, got {getattr(self, name)!r}")
         if self.max_idle_sleep <= 0:
             raise ConfigurationError(f"{setting_label('max_idle_sleep')} must be positive, got {self.max_idle_sleep!r}")
-
-    def with_(self, **changes: Any) -> DelayedDeliverySettings:
-        """A copy with ``changes`` applied (validated)."""
-        return replace(self, **changes)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str], prefix: str = ENV_PREFIX) -> DelayedDeliverySettings:
-        """Build settings from ``env`` (e.g. ``os.environ``), reading ``<prefix><FIELD>`` names."""
-        return envsettings.read_settings(cls, env, prefix)
-
-    @classmethod
-    def markdown_reference(cls) -> str:
-        """The configuration reference as a Markdown table (embedded in the README; a test checks it)."""
-        return envsettings.markdown_reference(cls.reference())
-
-    @classmethod
-    def reference(cls) -> Iterator[tuple[str, str, str, str]]:
-        """Rows of (field, environment variable, default, description) for documentation."""
-        return envsettings.reference(cls, _DOCS)
 
 
 if __name__ == "__main__":

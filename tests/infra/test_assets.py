@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,22 @@ def test_no_lambda_asset_holds_another_functions_entry_point(tmp_path: Path) -> 
         held = asset_module_names(prepare_function_asset(handlers, tmp_path / asset))
         others = {entry_module(h) for name, hs in ASSETS.items() if name != asset for h in hs}
         assert not held & others, asset
+
+
+def test_synths_at_once_never_see_a_half_written_asset(tmp_path: Path) -> None:
+    """Test workers synthesize into one build folder at the same time: every call returns a whole asset."""
+    handlers = ASSETS["requeue"]
+    destination = tmp_path / "requeue"
+    stale = destination / "delayed_delivery" / "stale.py"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("# from an older synth\n")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        folders = list(pool.map(lambda _: prepare_function_asset(handlers, destination), range(12)))
+    assert folders == [destination] * 12
+    assert asset_module_names(destination) == set(function_modules(handlers).modules)
+    assert not stale.exists(), "an older asset is replaced, not merged"
+    assert [p.name for p in tmp_path.iterdir()] == ["requeue"], "no staging or retired folder is left behind"
+    assert destination.stat().st_mode & 0o777 == 0o755
 
 
 def test_the_requeue_asset_carries_no_tier_and_the_tier_no_requeue(tmp_path: Path) -> None:

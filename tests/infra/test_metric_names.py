@@ -8,8 +8,9 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The stacks' helpers that build one of our own EMF metrics from its name, and the CDK keyword that names one.
-HELPERS = {"_metric", "metric", "custom"}
+#: The stacks' helpers that build one of our own EMF metrics from its name (`infra/aws/alarms.py` and the
+#: constructs' wrappers over it), and the CDK keyword that names one.
+HELPERS = {"product_metric", "_metric", "metric", "custom"}
 
 
 def _stack_metrics() -> dict[str, set[str]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from delayed_delivery.aws.tier.config import BucketTierConfig, TierSettings
@@ -47,5 +49,5 @@ def test_partitions_follow_the_messages_up_to_the_concurrency_then_the_cap() -> 
 
 def test_the_reference_names_every_setting() -> None:
     table = TierSettings.markdown_reference()
-    assert table.count("\n| bucket_") == len(TierSettings.__dataclass_fields__) == 14
+    assert table.count("\n| bucket_") == len(dataclasses.fields(TierSettings)) == 14
     assert "`DELAYED_DELIVERY_BUCKET_DISPATCH_QUEUE`" in table

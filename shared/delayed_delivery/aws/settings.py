@@ -7,13 +7,12 @@ reads; the time-bucket tier's timing is ``aws.tier.config.TierSettings``. Enviro
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import ClassVar
 
-from .. import envsettings
-from ..envsettings import ENV_PREFIX, check_numbers, setting_label
+from ..envsettings import EnvSettings, check_numbers, setting_label
 from ..errors import ConfigurationError
 from ..naming import validate_sqs_queue_name
 from ..planning import MAX_PARK_SECONDS
@@ -65,8 +64,10 @@ _DOCS = {
 
 
 @dataclass(frozen=True, slots=True)
-class SqsSettings:
+class SqsSettings(EnvSettings):
     """What the SQS sender, the requeue function and the tier's route read beside the core settings."""
+
+    DOCS: ClassVar[Mapping[str, str]] = _DOCS
 
     max_native_delay: int = 900
     fifo_queue_delay: int = 900
@@ -101,25 +102,6 @@ class SqsSettings:
             validate_sqs_queue_name(self.bucket_ingest_queue)
         except ConfigurationError as exc:
             raise ConfigurationError(f"{setting_label('bucket_ingest_queue')}: {exc}") from None
-
-    def with_(self, **changes: Any) -> SqsSettings:
-        """A copy with ``changes`` applied (validated)."""
-        return replace(self, **changes)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str], prefix: str = ENV_PREFIX) -> SqsSettings:
-        """Build settings from ``env`` (e.g. ``os.environ``), reading ``<prefix><FIELD>`` names."""
-        return envsettings.read_settings(cls, env, prefix)
-
-    @classmethod
-    def markdown_reference(cls) -> str:
-        """The SQS settings as a Markdown table (embedded in the README; a test checks it)."""
-        return envsettings.markdown_reference(cls.reference())
-
-    @classmethod
-    def reference(cls) -> Iterator[tuple[str, str, str, str]]:
-        """Rows of (field, environment variable, default, description) for documentation."""
-        return envsettings.reference(cls, _DOCS)
 
 
 if __name__ == "__main__":

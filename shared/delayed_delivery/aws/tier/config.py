@@ -18,12 +18,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
-from ... import envsettings
-from ...envsettings import ENV_PREFIX, check_numbers, env_name, setting_label
+from ...envsettings import EnvSettings, check_numbers, env_name, setting_label
 from ...errors import ConfigurationError
 from ...naming import FIFO_SUFFIX, validate_sqs_queue_name
 from ...settings import DelayedDeliverySettings
@@ -127,9 +126,11 @@ _BOUNDS = {
 
 
 @dataclass(frozen=True, slots=True)
-class TierSettings:
+class TierSettings(EnvSettings):
     """The tier's timing (the wheel's bucket sizes and dispatch lead, the timer's send phase) and how it reads,
     plans and sends big buckets (docs/buckets.md, "Bursts")."""
+
+    DOCS: ClassVar[Mapping[str, str]] = _DOCS
 
     bucket_fine_seconds: int = 60
     bucket_coarse_seconds: int = 86_400
@@ -180,25 +181,6 @@ class TierSettings:
         wide = min(self.bucket_dispatch_concurrency, -(-messages // self.bucket_partition_messages))
         needed = -(-messages // self.bucket_partition_max_messages)
         return max(1, min(MAX_PARTITIONS, max(wide, needed)))
-
-    def with_(self, **changes: Any) -> TierSettings:
-        """A copy with ``changes`` applied (validated)."""
-        return replace(self, **changes)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str], prefix: str = ENV_PREFIX) -> TierSettings:
-        """Build settings from ``env`` (e.g. ``os.environ``), reading ``<prefix><FIELD>`` names."""
-        return envsettings.read_settings(cls, env, prefix)
-
-    @classmethod
-    def markdown_reference(cls) -> str:
-        """The tier's settings as a Markdown table (embedded in the README; a test checks it)."""
-        return envsettings.markdown_reference(cls.reference())
-
-    @classmethod
-    def reference(cls) -> Iterator[tuple[str, str, str, str]]:
-        """Rows of (field, environment variable, default, description) for documentation."""
-        return envsettings.reference(cls, _DOCS)
 
 
 def ingest_wait_seconds(
