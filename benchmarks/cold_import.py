@@ -69,7 +69,7 @@ def measure(statement: str, baseline: str, runs: int) -> tuple[tuple[float, ...]
 
 def run(smoke: bool = False, *, runs: int = 9) -> list[Row]:
     """The benchmark-runner entry point: one row per entry point (seconds, ratio to its SDK baseline)."""
-    runs = 3 if smoke else max(5, runs)
+    runs = 1 if smoke else max(5, runs)  # smoke: one pair after the warm-up pair
     rows: list[Row] = []
     for metric, statement, label, baseline in PAIRS:
         mine, base = measure(statement, baseline, runs)

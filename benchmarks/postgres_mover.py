@@ -134,7 +134,7 @@ def run(
 ) -> list[Row]:
     """Measure and return the rows (starts a throwaway cluster unless ``dsn`` is given)."""
     if smoke:
-        runs, rows = 1, 1_000
+        runs, rows, processes = 1, 1_000, (1, 2)  # every mode, alone and racing; 4 processes only in full runs
     cluster = None
     if dsn is None:
         cluster = ThrowawayCluster().start()

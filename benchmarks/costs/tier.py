@@ -314,7 +314,7 @@ class _Rig:
             clock,
             cancellations=CancellationCache(store, 0, clock=clock),
             owner=f"bench-{tag}",
-            send_phase_ms=timing.bucket_send_phase_ms,
+            tier=TierSettings().with_(bucket_send_phase_ms=timing.bucket_send_phase_ms),
         )
         sender = SqsDelayedSender(sqs, settings, sqs_settings=routing, clock=clock)
         sender.directory.get(dest)  # warm the sender's look-ups, as a long-lived sender has them

@@ -10,14 +10,18 @@ import pytest
 
 from delayed_delivery.app.routes import (
     AzureTableRoute,
+    CancelRequest,
     CancelResult,
     OperatorRoute,
     PendingReport,
+    RescheduleRequest,
     RescheduleResult,
     SendResult,
     SqsOperatorRoute,
     StoreOperatorRoute,
     UsageError,
+    check_pending,
+    check_request,
     open_route,
 )
 from delayed_delivery.planning import SqsRoute
@@ -56,13 +60,13 @@ def test_store_route_returns_the_result_dataclasses(tmp_path: Path) -> None:
         "backlog": [{"bucket": due.isoformat(), "count": 1}],
     }
     later = due + timedelta(days=1)
-    assert route.reschedule("m1", later) == RescheduleResult("m1", "store", later, moved=True)
-    assert route.cancel("m1") == CancelResult("m1", "store", cancelled=True)
-    assert route.cancel("m1").as_dict() == {"message_id": "m1", "cancelled": False, "route": "store"}
+    assert route.reschedule(RescheduleRequest("m1", later)) == RescheduleResult("m1", "store", later, moved=True)
+    assert route.cancel(CancelRequest("m1")) == CancelResult("m1", "store", cancelled=True)
+    assert route.cancel(CancelRequest("m1")).as_dict() == {"message_id": "m1", "cancelled": False, "route": "store"}
     with pytest.raises(UsageError, match="--cloud aws"):
-        route.cancel("m1", to="orders")
+        check_request(route, CancelRequest("m1", to="orders"))
     with pytest.raises(UsageError, match="--queue is for --cloud aws"):
-        route.pending(3600, queue="orders")
+        check_pending(route, "orders")
 
 
 def test_store_route_without_a_url_says_how_to_choose_one() -> None:

@@ -12,12 +12,18 @@ import pytest
 
 import delayed_delivery.app.cli.ops as ops
 from delayed_delivery.app.routes import (
+    AzureTableRoute,
+    CancelRequest,
     CancelResult,
+    Capability,
     OperatorRoute,
     RecordReceipt,
+    RescheduleRequest,
     RescheduleResult,
+    SqsOperatorRoute,
     StoreOperatorRoute,
     UsageError,
+    check_request,
 )
 from delayed_delivery.app.routes.buckets import BucketCancelResult, BucketRescheduleResult, BucketTierRoute
 from tests.cli.conftest import one_line_error, run
@@ -40,10 +46,43 @@ def test_the_tier_route_has_the_protocol_signature(method: str) -> None:
     "option", [{"current_due": DUE}, {"scan_limit": 5}, {"keep_record": True}], ids=["due", "scan", "keep"]
 )
 def test_a_route_without_the_tier_refuses_its_options_before_anything_else(option: dict[str, object]) -> None:
-    route = StoreOperatorRoute(None)  # no URL: any other check would say "give a route"
+    route = StoreOperatorRoute(None)  # no URL: the check opens nothing (it would say "give a route")
     with pytest.raises(UsageError) as refused:
-        route.reschedule("m", DUE, to="orders", **option)  # type: ignore[arg-type]
+        check_request(route, RescheduleRequest("m", DUE, to="orders", **option))  # type: ignore[arg-type]
     assert str(refused.value) == TIER_ONLY
+
+
+@pytest.mark.parametrize(
+    ("route", "request_", "refused"),
+    [
+        (StoreOperatorRoute(None), CancelRequest("m", to="orders"), "--to and --due are for --cloud aws"),
+        (StoreOperatorRoute(None), CancelRequest("m", due=DUE), "--to and --due are for --cloud aws"),
+        (StoreOperatorRoute(None), RescheduleRequest("m", DUE, to="orders"), "--to and --due are for --cloud aws"),
+        (StoreOperatorRoute(None), CancelRequest("m"), None),
+        (StoreOperatorRoute(None), RescheduleRequest("m", DUE), None),
+    ],
+)
+def test_each_route_declares_what_it_takes_and_one_check_refuses_the_rest(
+    route: OperatorRoute, request_: CancelRequest | RescheduleRequest, refused: str | None
+) -> None:
+    if refused is None:
+        check_request(route, request_)
+        return
+    with pytest.raises(UsageError, match=refused):
+        check_request(route, request_)
+
+
+def test_the_capabilities_of_every_route() -> None:
+    assert StoreOperatorRoute.capabilities == AzureTableRoute.capabilities == frozenset()
+    assert SqsOperatorRoute.capabilities == {Capability.HOP_CYCLE}
+    assert BucketTierRoute.capabilities == {Capability.HOP_CYCLE, Capability.TIER_SEARCH}
+    tier_request = RescheduleRequest("m", DUE, to="orders", current_due=DUE, scan_limit=3, keep_record=True)
+    assert tier_request.needs() == (Capability.TIER_SEARCH, Capability.HOP_CYCLE)
+    for sqs_route in (SqsOperatorRoute, BucketTierRoute):
+        check_request(sqs_route, CancelRequest("m", to="orders", due=DUE))  # type: ignore[arg-type]
+    check_request(BucketTierRoute, tier_request)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="time-bucket tier"):
+        check_request(SqsOperatorRoute, tier_request)  # type: ignore[arg-type]
 
 
 def test_the_cli_refuses_tier_options_on_a_store_in_one_line(tmp_path: Path) -> None:

@@ -7,11 +7,11 @@ asset its code comes from)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -217,6 +217,16 @@ def test_no_lambda_asset_holds_another_functions_entry_point(tmp_path: Path) -> 
         assert not held & others, asset
 
 
+#: One synth's asset step in a process of its own (as two test workers or two shells run them), three times over.
+_SYNTH = """
+import sys
+from infra.aws.packaging import prepare_function_asset
+from infra.aws.stack import ASSETS
+for _ in range(3):
+    assert prepare_function_asset(ASSETS["requeue"], __import__("pathlib").Path(sys.argv[1])).is_dir()
+"""
+
+
 def test_synths_at_once_never_see_a_half_written_asset(tmp_path: Path) -> None:
     """Test workers synthesize into one build folder at the same time: every call returns a whole asset."""
     handlers = ASSETS["requeue"]
@@ -224,9 +234,13 @@ def test_synths_at_once_never_see_a_half_written_asset(tmp_path: Path) -> None:
     stale = destination / "delayed_delivery" / "stale.py"
     stale.parent.mkdir(parents=True)
     stale.write_text("# from an older synth\n")
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        folders = list(pool.map(lambda _: prepare_function_asset(handlers, destination), range(12)))
-    assert folders == [destination] * 12
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "shared")])}
+    synths = [
+        subprocess.Popen([sys.executable, "-c", _SYNTH, str(destination)], env=env, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    failures = [err for p in synths if (err := p.communicate(timeout=600)[1]) and p.returncode != 0]
+    assert not failures, failures
     assert asset_module_names(destination) == set(function_modules(handlers).modules)
     assert not stale.exists(), "an older asset is replaced, not merged"
     assert [p.name for p in tmp_path.iterdir()] == ["requeue"], "no staging or retired folder is left behind"

@@ -23,6 +23,10 @@ within ``QUIET_TICKS`` ticks stops the soak with ``LabStalled`` (a lab bug, neve
 worker holds is handed out again after ``STALL_SECONDS`` simulated seconds (the timer's constant, compressed like
 the leases).
 
+The episodes that are not crashes (``EPISODES``, #31) are armed in the same cycle; ``restart_big_piece`` kills one
+worker deep in a partition of big bodies, and the lab then charges the restarted workers deadline steps for what they
+read, so reading again the lines before the progress is cut over several invocations; each must get further.
+
 Checked: every message reaches the destination at least once (lost = 0), never early (each successful dispatch's
 simulated time plus its ``DelaySeconds`` is at or after the message's due time), nothing reaches the error queue.
 Duplicates are counted at the destination. Each repeated dispatch is put down to a crash: the first one since the
@@ -49,7 +53,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -68,7 +72,7 @@ from delayed_delivery.aws.tier.held import HeldArea
 from delayed_delivery.aws.tier.ingest import BucketIngest
 from delayed_delivery.aws.tier.ingest_format import decode_ingest
 from delayed_delivery.aws.tier.operations import TierOperations
-from delayed_delivery.aws.tier.plan_store import SqsTaskQueue
+from delayed_delivery.aws.tier.plan_store import PlanStore, SqsTaskQueue
 from delayed_delivery.aws.tier.provision import ensure_bucket_tier
 from delayed_delivery.aws.tier.store import S3BucketStore
 from delayed_delivery.aws.tier.timer import BucketTimer
@@ -80,7 +84,8 @@ from delayed_delivery.errors import MessageInFlightError
 from delayed_delivery.release import ReleaseRates
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.format import BucketMessage, encoded_line_bytes
-from delayed_delivery.timebuckets.plans import decode_task
+from delayed_delivery.timebuckets.plans import DispatchTask, decode_task
+from delayed_delivery.timebuckets.seen import MAX_SEEN_BYTES
 from tests.reliability.crashlab import InjectedCrash
 
 REGION = "us-east-1"
@@ -111,7 +116,14 @@ DESTINATION_FAULTS = {
     "refused_kms": ("KMS.AccessDeniedException", 400),
     "throttled_503": ("ServiceUnavailable", 503),
 }
-EPISODES = (*DESTINATION_FAULTS, "release_cap", "operator_cancel", "operator_reschedule", "plan_expiry")
+EPISODES = (
+    *DESTINATION_FAULTS,
+    "release_cap",
+    "operator_cancel",
+    "operator_reschedule",
+    "plan_expiry",
+    "restart_big_piece",
+)
 #: A destination episode fails this many sends to the destination, then the destination heals.
 EPISODE_CALLS = 3
 #: The release cap of the ``release_cap`` episode, and how far ahead its calendar gives slots (compressed SQS 900 s).
@@ -159,6 +171,13 @@ DRAIN_EVERY = 10
 QUIET_TICKS = 600
 #: How far a reschedule episode moves its message (after its old due time: a later bucket, never a burst's second).
 RESCHEDULE_SECONDS = 4
+#: The ``restart_big_piece`` episode (#31, "a restart that cannot finish"): its bursts' bodies are this big, so a
+#: partition holds about ``BURST // 2 * BIG_BODY / PIECE_BYTES`` pieces; one invocation with no deadline sends
+#: ``KILL_AFTER`` of them and dies sending the next, before recording it (no seen snapshot written); while the
+#: partition is restarted, every ``PIECE_BYTES`` a worker reads of an object costs it one step of its deadline, so
+#: reading again the lines before the progress takes longer than one invocation (``WORKER_STEPS``).
+BIG_BODY = 3_000
+KILL_AFTER = 3
 
 
 def lab_config(run: str) -> BucketTierConfig:
@@ -210,6 +229,21 @@ def client(service: str, endpoint: str) -> Any:
     )
 
 
+class _CostlyBody:
+    """An object's body whose reads cost the worker reading it one deadline step per ``PIECE_BYTES``."""
+
+    def __init__(self, body: Any, lab: BucketLab) -> None:
+        self._body, self._lab = body, lab
+
+    def read(self, size: int = -1) -> bytes:
+        data: bytes = self._body.read(size)
+        self._lab.worker_steps += -(-len(data) // PIECE_BYTES)
+        return data
+
+    def close(self) -> None:
+        self._body.close()
+
+
 class LabStalled(RuntimeError):
     """The armed fault point was not reached for ``QUIET_TICKS`` ticks: the lab's work does not lead to it."""
 
@@ -259,6 +293,8 @@ class LabClient:
             reply = attr(*args, **kwargs)
             if step in ("dispatch_send", "worker_send"):
                 self._lab.dispatched(kwargs, reply)
+            if self._role == "worker" and name == "get_object":
+                reply = self._lab.charged(kwargs, reply)
             self._faults.point(step, "after")
             return reply
 
@@ -321,6 +357,12 @@ class LabResult:
     lines_reread: int = 0
     snapshots_read: int = 0
     inherited: int = 0
+    #: The big-piece restart: invocations of the killed partition after the kill, those cut by their deadline while
+    #: reading again, those that made no progress (must be 0), partitions finished after it.
+    restart_runs: int = 0
+    restart_cut_rereading: int = 0
+    restart_stalled: int = 0
+    restarts_finished: int = 0
     #: The fault point or episode armed now (progress lines).
     armed: str | None = None
     ticks: int = 0
@@ -389,6 +431,12 @@ class BucketLab:
         #: Operator episodes: cancelled for certain, maybe cancelled.
         self.certain_cancelled: set[str] = set()
         self.maybe_cancelled: set[str] = set()
+        #: The big-piece restart: whether the running invocation is the one to kill, its progress writes so far,
+        #: and the partition killed (bucket, plan, partition) while it is restarted; the plans, read past the faults.
+        self.killing = False
+        self.kill_writes = 0
+        self.restart_watch: tuple[str, int, int] | None = None
+        self.plans = PlanStore(S3BucketStore.from_config(self.s3, self.config))
         self.build(None)
 
     # --- the "process": ingest, its poller and the timer, rebuilt after every crash ---------------------------------
@@ -413,7 +461,6 @@ class BucketLab:
             self.clock,
             owner=owner,
             lease_seconds=LEASE_SECONDS,
-            send_phase_ms=tier.bucket_send_phase_ms,
             tier=tier,
             queue=SqsTaskQueue(sqs_timer, self.dispatch_name),
             cancellations=cache,
@@ -482,6 +529,12 @@ class BucketLab:
             code, status = DESTINATION_FAULTS[kind]
             error = {"Code": code, "Message": f"{kind}: the lab's destination fault"}
             raise ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": status}}, "SendMessageBatch")
+        if kind == "restart_big_piece" and role == "worker" and step == "worker_progress" and self.killing:
+            self.kill_writes += 1  # the claim, then one record per piece: die before recording piece KILL_AFTER + 1
+            if self.kill_writes > KILL_AFTER + 1:
+                self.fault(kind)
+                self.faults.fired = kind  # the process is dead: every later call of it dies too
+                raise InjectedCrash(kind)
         operator = kind in ("operator_cancel", "operator_reschedule") and role == "worker"
         if operator and step == "worker_progress" and self.operator(str(kind)):
             self.fault(str(kind))
@@ -630,7 +683,7 @@ class BucketLab:
         """Whether the armed fault point is on the burst path (only a planned bucket reaches it), or the armed
         episode needs a burst."""
         target = self.faults.target
-        if target == "release_cap":
+        if target in ("release_cap", "restart_big_piece"):
             return not self.episode_fired  # one burst under the cap, then it drains and the episode ends
         if target in ("operator_cancel", "operator_reschedule", "plan_expiry"):
             return True
@@ -699,7 +752,7 @@ class BucketLab:
             self.due_ms[message_id] = now_ms + delay_ms
             self.send_mark[message_id] = len(self.crash_log)
             delay = timedelta(milliseconds=delay_ms)
-            body = _body(message_id, BURST_BODY)
+            body = _body(message_id, BIG_BODY if self.episode() == "restart_big_piece" else BURST_BODY)
             sends.append(DelayedSend(f"{self.run}-orders", body, delay, message_id=message_id))
         for first in range(0, BURST, 30):
             self.sender.send_delayed_batch(sends[first : first + 30]).raise_for_failures()
@@ -723,10 +776,61 @@ class BucketLab:
         self.held_tasks = [m["ReceiptHandle"] for m in messages]  # all come back after a crash
         for message in messages:
             self.result.worker_runs += 1
-            done = self.worker.run(decode_task(message["Body"]), deadline=self.worker_steps + WORKER_STEPS + 0.5)
+            task = decode_task(message["Body"])
+            deadline = self.worker_steps + WORKER_STEPS + 0.5
+            self.killing, self.kill_writes = self.episode() == "restart_big_piece" and not self.episode_fired, 0
+            if self.killing:
+                deadline += 1_000_000  # no deadline: it sends piece after piece, then dies (see ``KILL_AFTER``)
+                self.restart_watch = (task.bucket.iso, task.plan_ms, task.partition)
+            watched = self.restart_watch == (task.bucket.iso, task.plan_ms, task.partition) and not self.killing
+            before = self._position(task) if watched else None
+            try:
+                done = self.worker.run(task, deadline=deadline)
+            finally:
+                if self.killing and not self.episode_fired:
+                    self.restart_watch = None  # done before it could die: the next burst's task is tried
+                self.killing = False
+            if watched:
+                self._judge_restart(task, before, done)
             self._worker_figures(done)
             self.sqs.delete_message(QueueUrl=self.dispatch_url, ReceiptHandle=message["ReceiptHandle"])
             self.held_tasks.remove(message["ReceiptHandle"])
+
+    def charged(self, request: dict[str, Any], reply: Any) -> Any:
+        """While a killed partition is restarted, a worker's reads of bucket objects cost it deadline steps."""
+        if self.restart_watch is None or "/plans/" in str(request.get("Key", "")):
+            return reply
+        return {**reply, "Body": _CostlyBody(reply["Body"], self)}
+
+    def _position(self, task: DispatchTask) -> tuple[bool, tuple[int, int], tuple[int, int]] | None:
+        """The partition's progress (done, place) and its seen snapshot's place; None when its plan is gone."""
+        plan = self.plans.read_plan(task.bucket)
+        if plan is None or plan.created_ms != task.plan_ms:
+            return None
+        progress = self.plans.read_progress(plan, task.partition).progress
+        seen = self.plans.read_seen(self.plans.seen_key(task.bucket, task.plan_ms, task.partition), MAX_SEEN_BYTES)
+        place = (progress.object, progress.line) if progress is not None else (0, 0)
+        return (progress is not None and progress.done, place, seen.position if seen is not None else (0, 0))
+
+    def _judge_restart(
+        self, task: DispatchTask, before: tuple[bool, tuple[int, int], tuple[int, int]] | None, done: WorkerResult
+    ) -> None:
+        """An invocation of the killed partition: it must get further (its progress or its snapshot) or finish."""
+        after = self._position(task)
+        if before is None or after is None:
+            self.restart_watch = None  # the plan is gone (finished, expired): nothing left to restart
+            return
+        if done.skipped or done.lost_partition:
+            return  # not its turn (held by another, a stale task): no invocation of the partition
+        result = self.result
+        result.restart_runs += 1
+        if done.continued and done.lines_reread and not done.dispatched:
+            result.restart_cut_rereading += 1
+        if not (after[0] or after[1] > before[1] or after[2] > before[2]):
+            result.restart_stalled += 1
+        if after[0]:
+            result.restarts_finished += 1
+            self.restart_watch = None
 
     def _worker_figures(self, done: WorkerResult) -> None:
         result = self.result
@@ -802,11 +906,12 @@ class BucketLab:
     def crashed(self) -> None:
         """Count the crash, let the held records' visibility pass and the lease expire, rebuild."""
         point = self.faults.fired or "unknown"
-        self.crash_log.append(point)
-        self.result.injected_crashes += 1
-        self.result.crashes_by_point[point] = self.result.crashes_by_point.get(point, 0) + 1
-        if point.split("_", 1)[1] in BURST_STEPS:
-            self.result.burst_crashes += 1
+        self.crash_log.append(point)  # an episode's kill too: the repeats it causes are put down to it
+        if point not in EPISODES:
+            self.result.injected_crashes += 1
+            self.result.crashes_by_point[point] = self.result.crashes_by_point.get(point, 0) + 1
+            if point.split("_", 1)[1] in BURST_STEPS:
+                self.result.burst_crashes += 1
         for handle in self.held:
             with contextlib.suppress(ClientError):  # deleted before the crash
                 self.sqs.change_message_visibility(QueueUrl=self.ingest_url, ReceiptHandle=handle, VisibilityTimeout=0)
@@ -846,10 +951,12 @@ def soak(
     window: int = 40,
     timeout: float = 3600.0,
     progress: Callable[[LabResult], None] | None = None,
+    first: Sequence[str] = (),
 ) -> LabResult:
-    """Crash the tier ``crashes`` times, then run it without faults until everything arrived (or ``timeout``)."""
+    """Crash the tier ``crashes`` times, then run it without faults until everything arrived (or ``timeout``);
+    ``first``: points or episodes armed before the shuffled cycle."""
     with _compressed_stall():
-        return _soak(endpoint, crashes, seed, window=window, timeout=timeout, progress=progress)
+        return _soak(endpoint, crashes, seed, window=window, timeout=timeout, progress=progress, first=first)
 
 
 @contextlib.contextmanager
@@ -867,9 +974,11 @@ def _soak(
     window: int,
     timeout: float,
     progress: Callable[[LabResult], None] | None,
+    first: Sequence[str],
 ) -> LabResult:
     started = time.monotonic()
     lab = BucketLab(endpoint, seed, window=window)
+    lab.cycle = list(reversed(first))
     lab.build(lab.next_target())
     last = started
     while lab.result.injected_crashes + lab.result.faults < crashes and time.monotonic() - started < timeout:
@@ -911,7 +1020,7 @@ def _finish(lab: BucketLab, started: float) -> LabResult:
     result.error_queue = int(attrs["Attributes"]["ApproximateNumberOfMessages"])
     result.simulated_seconds = (lab.clock.now() - START).total_seconds()
     result.seconds = round(time.monotonic() - started, 1)
-    result.per_crash = [result.duplicates_by_crash.get(n, 0) for n in range(result.injected_crashes)]
+    result.per_crash = [result.duplicates_by_crash.get(n, 0) for n in range(len(lab.crash_log))]
     return _summarised(result)
 
 
@@ -976,6 +1085,10 @@ _FAULT_FIGURES = (
     "lines_reread",
     "snapshots_read",
     "inherited",
+    "restart_runs",
+    "restart_cut_rereading",
+    "restart_stalled",
+    "restarts_finished",
 )
 
 
@@ -1020,6 +1133,9 @@ def table(result: LabResult, crashes: int) -> str:
          f"{result.held_released:,}"),
         ("restarts: lines read again / snapshots read / inherited from a lost plan", f"{result.lines_reread:,} / "
          f"{result.snapshots_read:,} / {result.inherited:,}"),
+        ("big-piece restart: invocations / cut while reading again / without progress / finished",
+         f"{result.restart_runs:,} / {result.restart_cut_rereading:,} / {result.restart_stalled:,} / "
+         f"{result.restarts_finished:,}"),
         ("ticks / simulated seconds / wall seconds", f"{result.ticks:,} / {result.simulated_seconds:,.0f} / "
          f"{result.seconds:,.0f}"),
     ]  # fmt: skip
@@ -1038,6 +1154,7 @@ def sound(result: LabResult, crashes: int) -> bool:
     return (
         result.injected_crashes + result.faults >= crashes
         and not (result.lost or result.early or result.error_queue or result.certain_cancels_delivered)
+        and not result.restart_stalled
         and "no_crash" not in result.duplicates_by_point
         and result.duplicates_per_crash_max <= result.piece_messages
     )

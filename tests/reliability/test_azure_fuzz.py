@@ -7,8 +7,8 @@ store, the Storage Queue transport and the destination guard the timer function 
 row, put the corrupted one on the error queue with a reason (or deliver it with exactly the body its row holds, when
 the row is still well-formed: a chunk replaced by other bytes is a valid row, since nothing records the original;
 to the queue the row names, when that is another queue of the account, which the guard allows), leave no row
-behind, and never stop. Other tests share the session's Azurite and create queues with fixed names (``error``), so
-whether a named queue exists is read before each dispatch, never assumed.
+behind, and never stop. The module has an Azurite of its own; whether a named queue (``error``) exists is still
+read before each dispatch, never assumed.
 """
 
 from __future__ import annotations
@@ -36,6 +36,12 @@ from tests.azure.test_dispatch import make_host
 from tests.fixtures.azurite import Azurite
 
 pytestmark = pytest.mark.azurite
+
+
+@pytest.fixture(scope="module")
+def azurite(own_azurite: Azurite) -> Azurite:
+    """This module's own Azurite (tests/fixtures/azurite.py: 30 examples of 6-8 queue calls each)."""
+    return own_azurite
 
 
 @pytest.fixture

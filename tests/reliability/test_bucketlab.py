@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.reliability.bucketlab import (
+    BIG_BODY,
     BURST,
     BURST_STEPS,
     EPISODES,
@@ -25,14 +26,16 @@ pytestmark = pytest.mark.moto
 def test_the_tier_dying_at_every_step_loses_nothing_and_repeats_at_most_one_piece(moto_endpoint: str) -> None:
     # one shuffled cycle over the 28 points (14 steps, before and after the request): ten of them on the burst path,
     # where bursts are planned and sent in pieces by dispatch workers that stop at their deadline and go on; and the
-    # 7 faults that are not crashes (#31): refused (AccessDenied, KMS) and throttled (503) destinations, a release cap
-    # under a burst, an operator's cancel and reschedule racing the workers, a plan expired half sent
+    # 8 faults that are not crashes (#31): refused (AccessDenied, KMS) and throttled (503) destinations, a release cap
+    # under a burst, an operator's cancel and reschedule racing the workers, a plan expired half sent, a worker killed
+    # deep in a big partition whose restart must read again more than one invocation can
     result = soak(moto_endpoint, crashes=len(POINTS) + len(EPISODES), seed=7, window=30, timeout=600)
     assert result.injected_crashes == len(POINTS), result
     assert set(result.crashes_by_point) == set(POINTS), result.crashes_by_point
     assert result.faults == len(EPISODES) and set(result.faults_by_kind) == set(EPISODES), result.faults_by_kind
     assert result.certain_cancels_delivered == 0 and result.cancels_certain + result.cancels_uncertain >= 1
     assert result.held_written >= 1, "the capped burst was held, then released"
+    _restarted_in_pieces(result)
     assert result.burst_crashes == 2 * len(BURST_STEPS)
     assert result.lost == 0, result.leftovers
     # every message arrived but those an operator cancelled (a cancel answered not certain may still arrive)
@@ -46,6 +49,28 @@ def test_the_tier_dying_at_every_step_loses_nothing_and_repeats_at_most_one_piec
     # a process holds one piece it has not recorded (16 KiB of burst lines), or one bucket of at most ten it sends
     assert result.piece_messages == piece_messages() < PIECE_BYTES // 1_000
     assert result.duplicates_per_crash_max <= result.piece_messages, result.duplicates_by_crash
+
+
+def _restarted_in_pieces(result: LabResult) -> None:
+    """The big-piece restart (#31): reading again the lines before the killed partition's progress took several
+    invocations, each of which got further, and the partition finished."""
+    figures = f"{result.restart_runs} runs, {result.restart_cut_rereading} cut while reading again"
+    assert result.faults_by_kind.get("restart_big_piece") == 1, result.faults_by_kind
+    assert result.restart_cut_rereading >= 2 and result.restart_runs > result.restart_cut_rereading, figures
+    assert result.restart_stalled == 0 and result.restarts_finished == 1, figures
+
+
+def test_a_worker_killed_deep_in_a_big_partition_restarts_under_its_deadline(moto_endpoint: str) -> None:
+    # #31, "a restart that cannot finish": one invocation sends KILL_AFTER pieces of a partition of big bodies and dies
+    # sending the next, before recording it; reading again what it sent costs the next workers more than one
+    # invocation, so they keep where they got to (seen snapshots) and each gets further until the partition is done
+    result = soak(moto_endpoint, crashes=1, seed=11, window=20, timeout=600, first=["restart_big_piece"])
+    _restarted_in_pieces(result)
+    assert result.lines_reread >= 1 and result.injected_crashes == 0
+    assert result.lost == 0 and result.early == 0 and result.error_queue == 0, result.leftovers
+    assert "no_crash" not in result.duplicates_by_point, result.duplicates_by_point
+    # the kill repeats at most the piece it had sent (fewer big bodies than the lab's bound of one piece)
+    assert result.per_crash == [result.duplicates] and result.duplicates <= PIECE_BYTES // BIG_BODY + 1, result
 
 
 def test_the_lab_sees_an_early_dispatch_and_a_repeat(moto_endpoint: str) -> None:

@@ -25,8 +25,6 @@ LONG_MODULES: dict[str, str] = {
 #: Functions still over the line limit (``path::qualified name``), and why.
 LONG_FUNCTIONS: dict[str, str] = {
     "shared/delayed_delivery/aws/schedules/timer.py::ScheduleTimer._batch": "one journaled batch step",
-    "shared/delayed_delivery/aws/tier/timer_handler.py::build_timer_handler": "wiring until one tier runtime (#33)",
-    "shared/delayed_delivery/aws/tier/worker_handler.py::build_dispatch_handler": "wiring until one tier runtime (#33)",
     "shared/delayed_delivery/postgres/mover.py::PostgresBatchMover.__init__": "validates each combination of options",
     "shared/delayed_delivery/schedules/materializer.py::Materializer.plan": "one walk of the recurrence",
 }

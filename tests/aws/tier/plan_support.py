@@ -138,7 +138,6 @@ class Tier:
             owner="timer",
             tier=self.settings,
             queue=self.queue,
-            send_phase_ms=self.settings.bucket_send_phase_ms,
             release=self.release,
         )
 

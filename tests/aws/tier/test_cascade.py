@@ -32,8 +32,10 @@ def _messages(first: int, count: int, body: int = 200) -> list[BucketMessage]:
 
 
 def _timer(store: S3BucketStore, sqs: Any, tier: TierSettings, group: int, **kw: Any) -> BucketTimer:
-    return BucketTimer(store, sqs, SETTINGS, ManualClock(START + timedelta(seconds=8)), owner="t", lease_seconds=30,
-                       cascade_group_bytes=group, send_phase_ms=tier.bucket_send_phase_ms, **kw)  # fmt: skip
+    timer = BucketTimer(store, sqs, SETTINGS, ManualClock(START + timedelta(seconds=8)), owner="t", lease_seconds=30,
+                        tier=TierSettings().with_(bucket_send_phase_ms=tier.bucket_send_phase_ms), **kw)  # fmt: skip
+    timer.cascade_group_bytes = group  # below the setting's floor: groups of a few lines
+    return timer
 
 
 def _fine_ids(store: S3BucketStore) -> Counter[str]:
@@ -143,8 +145,9 @@ def test_a_cancel_in_a_large_object_is_deleted_only_with_the_object(
         raise Crash
 
     monkeypatch.setattr(store, "delete", dies)
-    timer = BucketTimer(store, sqs, SETTINGS, clock, owner="t", lease_seconds=30, cascade_group_bytes=100 * line,
+    timer = BucketTimer(store, sqs, SETTINGS, clock, owner="t", lease_seconds=30,
                         cancellations=CancellationCache(records, 0, clock=clock))  # fmt: skip
+    timer.cascade_group_bytes = 100 * line
     with pytest.raises(Crash):
         timer.run()
     assert records.live("orders") != []  # three cuts written, the object not deleted: the record stays

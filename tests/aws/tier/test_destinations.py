@@ -120,7 +120,13 @@ def test_a_destination_that_refuses_the_timer_is_retried_for_a_bounded_time_then
     store.write_due([*neighbours, refused], START)
     denying = Denying(sqs, "locked", calls)
     timer = BucketTimer(  # no send waves: the clock moves only by the runs
-        store, denying, SETTINGS, clock, owner="t", lease_seconds=5, refused_retry_seconds=6, send_phase_ms=0
+        store,
+        denying,
+        SETTINGS,
+        clock,
+        owner="t",
+        lease_seconds=5,
+        tier=TierSettings().with_(bucket_refused_retry_seconds=6, bucket_send_phase_ms=0),
     )
     first = run_for(timer, clock, 8)  # due at +3 s: still within 6 s of its due time, retried
     assert sorted(s.message_id for s in recorder.to("orders")) == sorted(m.message_id for m in neighbours)

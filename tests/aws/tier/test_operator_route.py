@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from delayed_delivery.app.routes.base import CloudOptions
+from delayed_delivery.app.routes.base import CancelRequest, CloudOptions, RescheduleRequest
 from delayed_delivery.app.routes.buckets import PER_DESTINATION, BucketPendingReport, BucketTierRoute
 from delayed_delivery.aws.cancellations import TABLE_ENV, DynamoDbCancellationStore, ensure_cancellation_table
 from delayed_delivery.aws.tier.store import S3BucketStore
@@ -91,7 +91,7 @@ def test_a_v1_key_makes_the_total_a_lower_bound(route: BucketTierRoute, s3: Any,
 
 
 def test_cancel_writes_a_record_living_until_dispatch(route: BucketTierRoute, table: DynamoDbCancellationStore) -> None:
-    result = route.cancel("m-1", to="orders")
+    result = route.cancel(CancelRequest("m-1", to="orders"))
     (record,) = table.live("orders")
     assert record.kind is CancellationKind.CANCEL and record.message_id == "m-1"
     assert record.expires_at - record.requested_at >= MAX_DELAY  # no due time: it may wait up to 100 years
@@ -104,14 +104,14 @@ def test_cancel_with_a_due_time_lives_until_just_after_it(
     route: BucketTierRoute, table: DynamoDbCancellationStore
 ) -> None:
     due = datetime.now(UTC) + timedelta(days=40)
-    result = route.cancel("m-2", to="orders", due=due)
+    result = route.cancel(CancelRequest("m-2", to="orders", due=due))
     (record,) = table.live("orders")
     assert abs((record.expires_at - (due + RECORD_TTL)).total_seconds()) <= 2
     assert result.certain and result.as_dict()["warning"] is None
 
 
 def test_cancel_near_the_due_time_warns(route: BucketTierRoute, table: DynamoDbCancellationStore) -> None:
-    result = route.cancel("m-3", to="orders", due=datetime.now(UTC) + timedelta(minutes=5))
+    result = route.cancel(CancelRequest("m-3", to="orders", due=datetime.now(UTC) + timedelta(minutes=5)))
     warning = result.as_dict()["warning"]
     assert warning and "may already be on its way" in warning and not result.certain
     assert [r.message_id for r in table.live("orders")] == ["m-3"]  # written all the same
@@ -119,26 +119,26 @@ def test_cancel_near_the_due_time_warns(route: BucketTierRoute, table: DynamoDbC
 
 def test_cancel_for_an_unknown_queue_or_bucket_is_refused(route: BucketTierRoute, s3: Any, tier_bucket: str) -> None:
     with pytest.raises(DestinationNotFoundError, match="unknown queue 'nope'"):
-        route.cancel("m-4", to="nope")
+        route.cancel(CancelRequest("m-4", to="nope"))
     s3.delete_bucket(Bucket=tier_bucket)
     with pytest.raises(ConfigurationError, match="does not exist"):
-        route.cancel("m-4", to="orders")
+        route.cancel(CancelRequest("m-4", to="orders"))
 
 
 def test_reschedule_refuses_the_past_and_beyond_a_century(route: BucketTierRoute) -> None:
     now = datetime.now(UTC)
     with pytest.raises(InvalidMessageError, match="in the past"):
-        route.reschedule("m-5", now - timedelta(seconds=1), to="orders")
+        route.reschedule(RescheduleRequest("m-5", now - timedelta(seconds=1), to="orders"))
     with pytest.raises(InvalidMessageError, match="100 years"):
-        route.reschedule("m-5", now + MAX_DELAY + timedelta(days=2), to="orders")
+        route.reschedule(RescheduleRequest("m-5", now + MAX_DELAY + timedelta(days=2), to="orders"))
 
 
 def test_reschedule_writes_a_long_lived_record_and_pending_lists_it(
     route: BucketTierRoute, table: DynamoDbCancellationStore
 ) -> None:
     due = datetime.now(UTC) + timedelta(days=90)
-    result = route.reschedule("m-6", due, to="orders")
-    route.cancel("m-7", to="orders")
+    result = route.reschedule(RescheduleRequest("m-6", due, to="orders"))
+    route.cancel(CancelRequest("m-7", to="orders"))
     (moved,) = [r for r in table.live("orders") if r.message_id == "m-6"]
     assert moved.due_at == due and moved.expires_at - moved.requested_at > MAX_DELAY
     assert result.record is not None and "late" in result.record.note
@@ -194,7 +194,7 @@ def test_the_timer_applies_the_routes_cancel_record(
     sent = int((now - timedelta(seconds=5)).timestamp() * 1000)
     due = int((now + timedelta(seconds=1)).timestamp() * 1000)
     store.write_due([BucketMessage(i, "orders", i.encode(), due, sent_at_ms=sent) for i in ("gone", "kept")], now)
-    route.cancel("gone", to="orders")
+    route.cancel(CancelRequest("gone", to="orders"))
     timer = BucketTimer(
         store,
         sqs,
@@ -222,7 +222,7 @@ def test_reschedule_moves_a_bucketed_message_now(
     sent = int((now - timedelta(seconds=5)).timestamp() * 1000)
     old = now + timedelta(days=5)
     store.write_due([BucketMessage(i, "orders", b"x", int(old.timestamp() * 1000), sent_at_ms=sent) for i in "ab"], now)
-    result = route.reschedule("a", now + timedelta(hours=1), to="orders", current_due=old)
+    result = route.reschedule(RescheduleRequest("a", now + timedelta(hours=1), to="orders", current_due=old))
     assert isinstance(result, BucketRescheduleResult) and result.found and result.moved and not result.sent_now
     assert result.bucket is not None and result.bucket.startswith("fine") and result.objects_read == 1
     (record,) = table.live("orders")
@@ -232,7 +232,9 @@ def test_reschedule_moves_a_bucketed_message_now(
     assert "moved now into the fine bucket" in (result.record.note if result.record else "")
     counts = sorted((o.bucket.level, o.count) for level in (FINE, "coarse") for o in store.objects(level))
     assert counts == [("coarse", 1), ("fine", 1)]
-    kept = route.reschedule("b", now + timedelta(days=2), to="orders", current_due=old, keep_record=True)
+    kept = route.reschedule(
+        RescheduleRequest("b", now + timedelta(days=2), to="orders", current_due=old, keep_record=True)
+    )
     assert kept.moved and [
         r.expires_at >= now + timedelta(days=5) for r in table.live("orders") if r.message_id == "b"
     ] == [True]
@@ -244,21 +246,23 @@ def test_reschedule_not_in_the_tier(
     from delayed_delivery.app.routes.buckets import BucketRescheduleResult
 
     due = datetime.now(UTC) + timedelta(hours=3)
-    fifo = route.reschedule("x", due, to="orders")  # long_delay_route fifo: it may be on the hop cycle
+    fifo = route.reschedule(
+        RescheduleRequest("x", due, to="orders")
+    )  # long_delay_route fifo: it may be on the hop cycle
     assert isinstance(fifo, BucketRescheduleResult) and not fifo.found and not fifo.tier_only
     assert table.live("orders")[0].expires_at - datetime.now(UTC) > MAX_DELAY  # waits for its next hop
     monkeypatch.setenv("DELAYED_DELIVERY_LONG_DELAY_ROUTE", "buckets")
     tier_only = BucketTierRoute(
         CloudOptions("aws", endpoint_url=moto_endpoint, region="us-east-1"), route.config.bucket_name
     )
-    gone = tier_only.reschedule("y", due, to="orders")
+    gone = tier_only.reschedule(RescheduleRequest("y", due, to="orders"))
     assert isinstance(gone, BucketRescheduleResult) and not gone.found and gone.tier_only and not gone.moved
     assert gone.record is not None and "no message 'y' is waiting in the tier" in gone.record.note
     (short,) = [r for r in table.live("orders") if r.message_id == "y"]
     from delayed_delivery.aws.tier.provision import INGEST_VISIBILITY_SECONDS
 
     assert short.expires_at - short.requested_at <= timedelta(seconds=INGEST_VISIBILITY_SECONDS + 5)
-    tier_only.reschedule("z", due, to="orders", keep_record=True)
+    tier_only.reschedule(RescheduleRequest("z", due, to="orders", keep_record=True))
     (long,) = [r for r in table.live("orders") if r.message_id == "z"]
     assert long.expires_at - long.requested_at > MAX_DELAY
 
@@ -273,5 +277,5 @@ def test_a_scan_beyond_the_limit_is_refused_before_the_record(
     for n in range(3):
         store.write_due([_message(n, now + timedelta(days=2 + n))], now)
     with pytest.raises(ScanLimitError, match="--due"):
-        route.reschedule("m-0000", now + timedelta(hours=1), to="orders", scan_limit=2)
+        route.reschedule(RescheduleRequest("m-0000", now + timedelta(hours=1), to="orders", scan_limit=2))
     assert table.live("orders") == []

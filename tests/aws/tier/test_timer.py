@@ -164,7 +164,8 @@ def test_a_coarse_bucket_is_split_in_bounded_groups_and_a_repeat_is_harmless(
     for batch in batches:
         store.write(coarse, batch)
     store.write(coarse, batches[0][:1])  # the same message once more, in its own object
-    timer = BucketTimer(store, sqs, SETTINGS, clock, owner="t", lease_seconds=5, cascade_group_bytes=400)
+    timer = BucketTimer(store, sqs, SETTINGS, clock, owner="t", lease_seconds=5)
+    timer.cascade_group_bytes = 400
     clock.advance(8)  # cascade_window(now) is now the bucket at +20 s
     first = timer.run()
     assert first.cascaded_objects == 4 and first.cascaded_messages == 7  # groups of ~2 lines: the copy in another
@@ -183,9 +184,8 @@ def test_a_cascade_stops_before_its_lease_runs_out_and_the_next_run_goes_on(
     coarse = BucketKey(COARSE, START + timedelta(seconds=20))
     for n in range(3):
         store.write(coarse, [message(n, coarse.start + timedelta(seconds=n))])
-    timer = BucketTimer(
-        store, sqs, SETTINGS, clock, owner="t", lease_seconds=30, cascade_group_bytes=1
-    )  # a group is not started in the last quarter of the lease
+    timer = BucketTimer(store, sqs, SETTINGS, clock, owner="t", lease_seconds=30)
+    timer.cascade_group_bytes = 1  # a group is not started in the last quarter of the lease
     real_write_due = store.write_due
 
     def slow(messages: Any, now: Any) -> Any:  # each group takes 15 s of the 30 s lease

@@ -107,8 +107,8 @@ def test_a_cascade_cut_over_groups_gives_one_notice_per_bad_object(
     data = gzip.compress(("\n".join([lines[0].replace('"count":6', '"count":2006'), *mixed]) + "\n").encode(), mtime=0)
     key = f"{PREFIX}/coarse/{coarse.iso}/{hashlib.sha256(data).hexdigest()}-2006.jsonl.gz"
     s3.put_object(Bucket=tier_bucket, Key=key, Body=data)
-    timer = BucketTimer(store, sqs, SETTINGS, ManualClock(START + timedelta(seconds=8)), owner="t",
-                        lease_seconds=30, cascade_group_bytes=8_192)  # fmt: skip
+    timer = BucketTimer(store, sqs, SETTINGS, ManualClock(START + timedelta(seconds=8)), owner="t", lease_seconds=30)
+    timer.cascade_group_bytes = 8_192
     result = timer.run()  # the object is larger than a group: cut in many, one notice after its last line
     assert result.buckets_failed == 0 and result.cascaded_messages == 6 and result.to_error_queue == 1
     [notice] = drain(sqs, errors)

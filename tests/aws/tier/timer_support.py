@@ -93,7 +93,7 @@ def make_timer(
         cancellations=cache,
         owner=owner,
         lease_seconds=5,
-        send_phase_ms=tier.bucket_send_phase_ms,
+        tier=TierSettings().with_(bucket_send_phase_ms=tier.bucket_send_phase_ms),
     )
 
 

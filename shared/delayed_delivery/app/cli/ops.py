@@ -24,8 +24,12 @@ from delayed_delivery.app.cli.inputs import parse_headers, parse_instant, read_b
 from delayed_delivery.app.cli.output import emit_json, fail, instant, out, print_table, say, warn
 from delayed_delivery.app.cli.route_options import RouteOptions, with_route_options
 from delayed_delivery.app.routes import (  # no cloud SDK at import: the routes import theirs when used
+    CancelRequest,
     PendingReport,
+    RescheduleRequest,
     UsageError,
+    check_pending,
+    check_request,
 )
 from delayed_delivery.app.routes.buckets import BucketPendingReport
 from delayed_delivery.cancellations import UnreadableRecord
@@ -149,7 +153,9 @@ def pending(
     if by not in ("hour", "day"):
         raise UsageError("--by must be hour or day")
     rates = DelayedDeliverySettings.from_env(os.environ).release_rates  # what the dispatchers read
-    report = route.open().pending(3600 if by == "hour" else 86_400, queue=queue)
+    opened = route.open()
+    check_pending(opened, queue)
+    report = opened.pending(3600 if by == "hour" else 86_400, queue=queue)
     if route.as_json:
         emit_json({**report.as_dict(), **({"release_rates": rates.as_dict()} if rates else {})})
         return
@@ -305,7 +311,9 @@ def cancel(
       delayed-delivery cancel 3f2c… --cloud aws --local --to orders [--due 2027-01-31T09:00:00Z]
     """
     opened = route.open()
-    result = opened.cancel(message_id, to=to, due=parse_instant(due, "--due") if due is not None else None)
+    request = CancelRequest(message_id, to=to, due=parse_instant(due, "--due") if due is not None else None)
+    check_request(opened, request)
+    result = opened.cancel(request)
     if result.record is not None:
         if result.warning:
             warn(result.warning)
@@ -348,7 +356,7 @@ def reschedule(
     """
     new_due = _new_due(delay, at)
     opened = route.open()
-    result = opened.reschedule(
+    request = RescheduleRequest(
         message_id,
         new_due,
         to=to,
@@ -357,6 +365,8 @@ def reschedule(
         keep_record=keep_record,
         progress=_scan_progress,
     )
+    check_request(opened, request)
+    result = opened.reschedule(request)
     due_at = instant(result.due_at)
     if result.record is not None:
         if result.missing:

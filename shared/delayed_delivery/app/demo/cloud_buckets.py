@@ -142,6 +142,7 @@ class TierSide:
     def _timer_loop(self) -> None:
         """Run the timer every ``TIER_TIMER_PERIOD`` seconds, as its EventBridge schedule does every minute."""
         from delayed_delivery.aws.cancellations import DynamoDbCancellationStore
+        from delayed_delivery.aws.tier.config import TierSettings
         from delayed_delivery.aws.tier.store import S3BucketStore
         from delayed_delivery.aws.tier.timer import BucketTimer
         from delayed_delivery.cancellations import CancellationCache
@@ -155,7 +156,7 @@ class TierSide:
             SystemClock(),
             cancellations=records,
             owner="demo-timer",
-            send_phase_ms=self.tier.tier_settings.bucket_send_phase_ms,
+            tier=TierSettings().with_(bucket_send_phase_ms=self.tier.tier_settings.bucket_send_phase_ms),
         )
         while not self.stop.wait(TIER_TIMER_PERIOD):
             try:

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from delayed_delivery.app.routes.base import (
+    CancelRequest,
     CancelResult,
+    Capability,
     CloudOptions,
-    NewDue,
     PendingReport,
+    RescheduleRequest,
     RescheduleResult,
     SendResult,
     azure_connection,
     backlog_report,
-    refuse_sqs_options,
-    refuse_tier_options,
     require_endpoint,
     resolve_due,
     seconds_until,
@@ -29,7 +29,6 @@ from delayed_delivery.durations import new_due_time
 from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError
 
 if TYPE_CHECKING:
-    from delayed_delivery.aws.tier.relocate import ScanProgress
     from delayed_delivery.azure.table_store import TableDelayedMessageStore
 
 __all__ = ["AzureTableRoute"]
@@ -39,6 +38,7 @@ class AzureTableRoute:
     """Send through ``AzureDelayedSender``; pending, cancel and reschedule exactly on the endpoint's delays table."""
 
     name = "azure"
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
 
     def __init__(self, options: CloudOptions) -> None:
         from delayed_delivery.azure.config import ENV_CONNECTION, ENV_ENDPOINT, AzureClients, AzureDelayedDeliveryConfig
@@ -148,7 +148,6 @@ class AzureTableRoute:
         from delayed_delivery.azure import rows
         from delayed_delivery.azure.sdk_errors import translate
 
-        refuse_sqs_options(queue=queue)
         _ = self.store  # a process set to another shard count than the table's is refused, as for every command
         buckets: Counter[datetime] = Counter()
         earliest: datetime | None = None
@@ -201,27 +200,15 @@ class AzureTableRoute:
             return None
         return int(properties.approximate_message_count or 0)
 
-    def cancel(self, message_id: str, *, to: str | None = None, due: datetime | None = None) -> CancelResult:
+    def cancel(self, request: CancelRequest) -> CancelResult:
         """Delete the message's rows (exact)."""
-        refuse_sqs_options(to, due)
         self._check_table()
-        return CancelResult(message_id, "azure", cancelled=self.store.remove(message_id))
+        return CancelResult(request.message_id, "azure", cancelled=self.store.remove(request.message_id))
 
-    def reschedule(
-        self,
-        message_id: str,
-        due: NewDue,
-        *,
-        to: str | None = None,
-        current_due: datetime | None = None,
-        scan_limit: int | None = None,
-        keep_record: bool = False,
-        progress: Callable[[ScanProgress], None] | None = None,
-    ) -> RescheduleResult:
+    def reschedule(self, request: RescheduleRequest) -> RescheduleResult:
         """Move the message's due row (exact, one transaction)."""
-        refuse_tier_options(current_due, scan_limit, keep_record)
-        refuse_sqs_options(to)
         self._check_table()
         now = SystemClock().now()  # after connecting: a delay counts from the write
-        moment = new_due_time(resolve_due(due, now), now)
-        return RescheduleResult(message_id, "azure", moment, moved=self.store.reschedule(message_id, moment))
+        moment = new_due_time(resolve_due(request.due, now), now)
+        moved = self.store.reschedule(request.message_id, moment)
+        return RescheduleResult(request.message_id, "azure", moment, moved=moved)

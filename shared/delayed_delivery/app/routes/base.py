@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from delayed_delivery.app.emulators import azurite_connection_string
 from delayed_delivery.clock import SystemClock, utc
@@ -21,18 +22,23 @@ __all__ = [
     "LOCAL_MOTO_URL",
     "LOCAL_REGION",
     "BacklogPeriod",
+    "CancelRequest",
     "CancelResult",
+    "Capability",
     "CloudOptions",
     "NewDue",
     "OperatorRoute",
     "PendingReport",
     "QueueDepth",
     "RecordReceipt",
+    "RescheduleRequest",
     "RescheduleResult",
     "SendResult",
     "SqsCounts",
     "UsageError",
     "azure_connection",
+    "check_pending",
+    "check_request",
     "local_azure_connection_string",
     "require_endpoint",
     "resolve_due",
@@ -335,10 +341,66 @@ class RescheduleResult:
         }
 
 
+class Capability(StrEnum):
+    """What a route does beyond exact cancel and reschedule by id; an operator option needs one of them."""
+
+    #: Records kept per destination queue until the message's next hop (SQS): ``--to``, cancel's ``--due``,
+    #: pending's ``--queue``.
+    HOP_CYCLE = "hop-cycle"
+    #: Finding the message in the time-bucket tier's objects: reschedule's ``--due``, ``--scan-limit``,
+    #: ``--keep-record``.
+    TIER_SEARCH = "tier-search"
+
+
+#: What a command line that asks for a capability the route lacks is told.
+_NEEDS = {
+    Capability.HOP_CYCLE: "--to and --due are for --cloud aws (the SQS hop cycle)",
+    Capability.TIER_SEARCH: "--due, --scan-limit and --keep-record need the time-bucket tier (--cloud aws "
+    "--bucket-name)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequest:
+    """Cancel ``message_id``; on SQS ``to`` is its queue and ``due`` its due time, if known."""
+
+    message_id: str
+    to: str | None = None
+    due: datetime | None = None
+
+    def needs(self) -> tuple[Capability, ...]:
+        """The capabilities the options given here need."""
+        return (Capability.HOP_CYCLE,) if self.to is not None or self.due is not None else ()
+
+
+@dataclass(frozen=True, slots=True)
+class RescheduleRequest:
+    """Move ``message_id`` to ``due`` (a delay counts from the write).
+
+    ``to``: its queue (SQS); ``current_due``, ``scan_limit``, ``keep_record``: how the time-bucket tier finds it
+    (by its current due time, or a scan of at most ``scan_limit`` objects), reporting ``progress``.
+    """
+
+    message_id: str
+    due: NewDue
+    to: str | None = None
+    current_due: datetime | None = None
+    scan_limit: int | None = None
+    keep_record: bool = False
+    progress: Callable[[ScanProgress], None] | None = field(default=None, compare=False)
+
+    def needs(self) -> tuple[Capability, ...]:
+        """The capabilities the options given here need (the tier's first, as the command line reads them)."""
+        tier = self.current_due is not None or self.scan_limit is not None or self.keep_record
+        return (*((Capability.TIER_SEARCH,) if tier else ()), *((Capability.HOP_CYCLE,) if self.to else ()))
+
+
 class OperatorRoute(Protocol):
     """What the operator commands need of a route: a SQL store, the Azure delays table or SQS."""
 
     name: str
+    #: What it supports beyond exact cancel and reschedule by id (``check_request`` refuses the rest).
+    capabilities: ClassVar[frozenset[Capability]]
 
     def send(
         self,
@@ -358,25 +420,26 @@ class OperatorRoute(Protocol):
         """The backlog in buckets of ``bucket_seconds`` (``queue``: SQS only, one endpoint)."""
         ...
 
-    def cancel(self, message_id: str, *, to: str | None = None, due: datetime | None = None) -> CancelResult:
-        """Cancel ``message_id`` (``to`` / ``due``: SQS only, its queue and due time if known)."""
+    def cancel(self, request: CancelRequest) -> CancelResult:
+        """Cancel the request's message (checked by ``check_request`` first)."""
         ...
 
-    def reschedule(
-        self,
-        message_id: str,
-        due: NewDue,
-        *,
-        to: str | None = None,
-        current_due: datetime | None = None,
-        scan_limit: int | None = None,
-        keep_record: bool = False,
-        progress: Callable[[ScanProgress], None] | None = None,
-    ) -> RescheduleResult:
-        """Move ``message_id`` to ``due`` (a delay counts from the write; ``to``: SQS only, its queue; the rest: the
-        time-bucket tier only, which finds the message by ``current_due`` or a scan of at most ``scan_limit`` objects,
-        reporting ``progress``)."""
+    def reschedule(self, request: RescheduleRequest) -> RescheduleResult:
+        """Move the request's message (checked by ``check_request`` first)."""
         ...
+
+
+def check_request(route: OperatorRoute, request: CancelRequest | RescheduleRequest) -> None:
+    """``UsageError`` for an option of ``request`` that ``route`` does not take: the one check the CLI makes."""
+    for needed in request.needs():
+        if needed not in route.capabilities:
+            raise UsageError(_NEEDS[needed])
+
+
+def check_pending(route: OperatorRoute, queue: str | None) -> None:
+    """``UsageError`` for ``pending --queue`` on a route without per-queue records."""
+    if queue is not None and Capability.HOP_CYCLE not in route.capabilities:
+        raise UsageError("--queue is for --cloud aws")
 
 
 def require_queue(to: str | None) -> str:
@@ -384,17 +447,3 @@ def require_queue(to: str | None) -> str:
     if not to:
         raise UsageError("on --cloud aws give --to QUEUE: the destination queue the message was sent to")
     return to
-
-
-def refuse_tier_options(current_due: datetime | None, scan_limit: int | None, keep_record: bool) -> None:
-    """Raise ``UsageError`` for a reschedule option of the time-bucket tier on another route."""
-    if current_due is not None or scan_limit is not None or keep_record:
-        raise UsageError("--due, --scan-limit and --keep-record need the time-bucket tier (--cloud aws --bucket-name)")
-
-
-def refuse_sqs_options(to: str | None = None, due: datetime | None = None, queue: str | None = None) -> None:
-    """Raise ``UsageError`` for an SQS-only option on another route."""
-    if queue is not None:
-        raise UsageError("--queue is for --cloud aws")
-    if to is not None or due is not None:
-        raise UsageError("--to and --due are for --cloud aws (the SQS hop cycle)")

@@ -4,21 +4,23 @@ from the object listing, and cancel / reschedule records that live until the tie
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from delayed_delivery.app.routes.aws_clients import cli_client
 from delayed_delivery.app.routes.base import (
     LOCAL_MOTO_URL,
     BacklogPeriod,
+    CancelRequest,
     CancelResult,
+    Capability,
     CloudOptions,
-    NewDue,
     PendingReport,
     RecordReceipt,
+    RescheduleRequest,
     RescheduleResult,
     SqsCounts,
     require_queue,
@@ -31,7 +33,6 @@ from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError
 if TYPE_CHECKING:
     from delayed_delivery.aws.tier.config import BucketTierConfig
     from delayed_delivery.aws.tier.operations import PlanInFlight, TierOperations
-    from delayed_delivery.aws.tier.relocate import ScanProgress
     from delayed_delivery.aws.tier.store import S3BucketStore
     from delayed_delivery.cancellations import StoredRecord
     from delayed_delivery.timebuckets.census import BucketCensus, CensusPeriod
@@ -143,6 +144,8 @@ class BucketCancelResult(CancelResult):
 class BucketTierRoute(SqsOperatorRoute):
     """``SqsOperatorRoute`` plus the tier: exact counts from the S3 listing, records that wait for the dispatch."""
 
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.HOP_CYCLE, Capability.TIER_SEARCH})
+
     def __init__(self, options: CloudOptions, bucket_name: str, prefix: str | None = None) -> None:
         from delayed_delivery.aws.tier.config import BUCKET_NAME_ENV, BUCKET_PREFIX_ENV, BucketTierConfig
         from delayed_delivery.aws.tier.store import S3BucketStore
@@ -232,47 +235,37 @@ class BucketTierRoute(SqsOperatorRoute):
         except ConfigurationError:
             return [], False  # no table: no records (cancel says how to create it)
 
-    def cancel(self, message_id: str, *, to: str | None = None, due: datetime | None = None) -> CancelResult:
+    def cancel(self, request: CancelRequest) -> CancelResult:
         """Write a cancel record living until the message's dispatch; warn when ``due`` is within the reach."""
         from delayed_delivery.aws.cancellations import cache_seconds_from_env
 
-        to = require_queue(to)
+        to = require_queue(request.to)
         fifo_too = self.sqs_settings.long_delay_route != "buckets"
         operations = self._operations(cache_seconds_from_env(os.environ) if fifo_too else None)
         with _unknown_queue_is_to():
-            done = operations.cancel(to, message_id, due=due)
+            done = operations.cancel(to, request.message_id, due=request.due)
         receipt = RecordReceipt(to, done.table, done.record.expires_at, done.note)
-        return BucketCancelResult(message_id, "aws", False, receipt, done.certain, done.warning)
+        return BucketCancelResult(request.message_id, "aws", False, receipt, done.certain, done.warning)
 
-    def reschedule(
-        self,
-        message_id: str,
-        due: NewDue,
-        *,
-        to: str | None = None,
-        current_due: datetime | None = None,
-        scan_limit: int | None = None,
-        keep_record: bool = False,
-        progress: Callable[[ScanProgress], None] | None = None,
-    ) -> RescheduleResult:
+    def reschedule(self, request: RescheduleRequest) -> RescheduleResult:
         """Write a reschedule record, then move the message in the tier now (exact); a time in the past is refused."""
-        to = require_queue(to)
+        to = require_queue(request.to)
         operations = self._operations()
-        moment = resolve_due(due, operations.clock.now())  # after connecting: a delay counts from the write
+        moment = resolve_due(request.due, operations.clock.now())  # after connecting: a delay counts from the write
         with _unknown_queue_is_to():
             done = operations.reschedule(
                 to,
-                message_id,
+                request.message_id,
                 moment,
-                current_due=current_due,
-                scan_limit=scan_limit,
-                keep_record=keep_record,
-                progress=progress,
+                current_due=request.current_due,
+                scan_limit=request.scan_limit,
+                keep_record=request.keep_record,
+                progress=request.progress,
             )
         moved = done.relocation
         receipt = RecordReceipt(to, done.table, done.record.expires_at, done.note)
         return BucketRescheduleResult(
-            message_id,
+            request.message_id,
             "aws",
             utc(moment),
             moved=moved.found and not moved.already_sent,

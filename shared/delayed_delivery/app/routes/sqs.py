@@ -5,24 +5,25 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from delayed_delivery.app.routes.aws_clients import cli_client
 from delayed_delivery.app.routes.base import (
     LOCAL_MOTO_URL,
+    CancelRequest,
     CancelResult,
+    Capability,
     CloudOptions,
-    NewDue,
     PendingReport,
     QueueDepth,
     RecordReceipt,
+    RescheduleRequest,
     RescheduleResult,
     SendResult,
     SqsCounts,
     UsageError,
-    refuse_tier_options,
     require_queue,
     resolve_due,
     seconds_until,
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.literals import QueueAttributeNameType
 
     from delayed_delivery.aws.cancellations import DynamoDbCancellationStore
-    from delayed_delivery.aws.tier.relocate import ScanProgress
 
 __all__ = ["SqsOperatorRoute"]
 
@@ -46,6 +46,7 @@ class SqsOperatorRoute:
     """Send through ``SqsDelayedSender``; pending from queue attributes; cancel / reschedule by record on the cycle."""
 
     name = "aws"
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.HOP_CYCLE})
 
     def __init__(self, options: CloudOptions) -> None:
         from delayed_delivery.aws.settings import SqsSettings
@@ -236,16 +237,16 @@ class SqsOperatorRoute:
             f"{format_duration(cache)} record cache)"
         )
 
-    def cancel(self, message_id: str, *, to: str | None = None, due: datetime | None = None) -> CancelResult:
+    def cancel(self, request: CancelRequest) -> CancelResult:
         """Write a cancel record for ``message_id`` on ``to``'s hop cycle; refused when ``due`` is too near."""
         from delayed_delivery.cancellations import cancel_request
 
-        to = require_queue(to)
+        to, due = require_queue(request.to), request.due
         store = self._records(to)
         cache, reach = self._reach()
         record = cancel_request(
             to,
-            message_id,
+            request.message_id,
             now=SystemClock().now(),
             max_native_delay=self.sqs_settings.max_native_delay,
             max_age=cache,
@@ -260,29 +261,18 @@ class SqsOperatorRoute:
                 f"final native delay on {to!r} and is delivered (give --due to know for sure)"
             )
         receipt = RecordReceipt(to, store.table, record.expires_at, note + binding_note(record.requested_at))
-        return CancelResult(message_id, "aws", cancelled=False, record=receipt, certain=due is not None)
+        return CancelResult(request.message_id, "aws", cancelled=False, record=receipt, certain=due is not None)
 
-    def reschedule(
-        self,
-        message_id: str,
-        due: NewDue,
-        *,
-        to: str | None = None,
-        current_due: datetime | None = None,
-        scan_limit: int | None = None,
-        keep_record: bool = False,
-        progress: Callable[[ScanProgress], None] | None = None,
-    ) -> RescheduleResult:
+    def reschedule(self, request: RescheduleRequest) -> RescheduleResult:
         """Write a reschedule record: ``message_id`` moves to ``due`` at its next hop on ``to``'s cycle."""
-        refuse_tier_options(current_due, scan_limit, keep_record)
         from delayed_delivery.cancellations import reschedule_request
         from delayed_delivery.durations import format_duration
 
-        to = require_queue(to)
+        to = require_queue(request.to)
         store = self._records(to)
         _, reach = self._reach()
         now = SystemClock().now()  # after connecting: a delay counts from the write
-        record = reschedule_request(to, message_id, resolve_due(due, now), now=now)
+        record = reschedule_request(to, request.message_id, resolve_due(request.due, now), now=now)
         store.put(record)
         note = (
             f"it moves at its next hop (every {format_duration(self.sqs_settings.fifo_queue_delay)}), unless it is "
@@ -290,4 +280,4 @@ class SqsOperatorRoute:
         )
         receipt = RecordReceipt(to, store.table, record.expires_at, note + binding_note(record.requested_at))
         assert record.due_at is not None
-        return RescheduleResult(message_id, "aws", record.due_at, moved=False, record=receipt)
+        return RescheduleResult(request.message_id, "aws", record.due_at, moved=False, record=receipt)

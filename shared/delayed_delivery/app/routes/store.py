@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
 from delayed_delivery.app.routes.base import (
+    CancelRequest,
     CancelResult,
-    NewDue,
+    Capability,
     PendingReport,
+    RescheduleRequest,
     RescheduleResult,
     SendResult,
     UsageError,
     backlog_report,
-    refuse_sqs_options,
-    refuse_tier_options,
     resolve_due,
 )
 from delayed_delivery.app.stores import open_store
@@ -27,9 +27,6 @@ from delayed_delivery.errors import ConfigurationError, DelayedDeliveryError
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.ports import DelayedMessageStore, InspectableStore, ReschedulableStore
 from delayed_delivery.redact import redact
-
-if TYPE_CHECKING:
-    from delayed_delivery.aws.tier.relocate import ScanProgress
 
 __all__ = ["StoreOperatorRoute"]
 
@@ -41,6 +38,7 @@ class StoreOperatorRoute:
     """A SQL store opened from its URL on first use (so option mistakes are reported before any connection)."""
 
     name = "store"
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
 
     def __init__(self, url: str | None) -> None:
         self.url = url
@@ -104,7 +102,6 @@ class StoreOperatorRoute:
 
     def pending(self, bucket_seconds: int, *, queue: str | None = None) -> PendingReport:
         """Exact: the store's backlog by due time."""
-        refuse_sqs_options(queue=queue)
         s = self.store
         if not isinstance(s, InspectableStore):
             raise UsageError(f"{type(s).__name__} cannot list pending messages")
@@ -114,36 +111,23 @@ class StoreOperatorRoute:
             total = len(s)
         return backlog_report(buckets, earliest, pending=total, route="store")
 
-    def cancel(self, message_id: str, *, to: str | None = None, due: datetime | None = None) -> CancelResult:
+    def cancel(self, request: CancelRequest) -> CancelResult:
         """Remove the message's row (exact)."""
-        refuse_sqs_options(to, due)
         s = self.store
         with self.errors():
-            cancelled = s.remove(message_id)
-        return CancelResult(message_id, "store", cancelled=cancelled)
+            cancelled = s.remove(request.message_id)
+        return CancelResult(request.message_id, "store", cancelled=cancelled)
 
-    def reschedule(
-        self,
-        message_id: str,
-        due: NewDue,
-        *,
-        to: str | None = None,
-        current_due: datetime | None = None,
-        scan_limit: int | None = None,
-        keep_record: bool = False,
-        progress: Callable[[ScanProgress], None] | None = None,
-    ) -> RescheduleResult:
+    def reschedule(self, request: RescheduleRequest) -> RescheduleResult:
         """Move the message's due time (exact)."""
-        refuse_tier_options(current_due, scan_limit, keep_record)
-        refuse_sqs_options(to)
         s = self.store  # opened first: a delay counts from the write, not from before the connection
         if not isinstance(s, ReschedulableStore):
             raise UsageError(f"{type(s).__name__} cannot reschedule")
         now = SystemClock().now()
-        moment = new_due_time(resolve_due(due, now), now)
+        moment = new_due_time(resolve_due(request.due, now), now)
         with self.errors():
-            moved = s.reschedule(message_id, moment)
-        return RescheduleResult(message_id, "store", moment, moved=moved)
+            moved = s.reschedule(request.message_id, moment)
+        return RescheduleResult(request.message_id, "store", moment, moved=moved)
 
 
 def _sqlite_problem(url: str, table: str, exc: sqlite3.Error) -> str:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
 
-__all__ = ["BucketIngest", "IngestPoison", "IngestResult"]
+__all__ = ["BucketIngest", "IngestPoison", "IngestResult", "reported_id"]
 
 #: Longest reason put on an error-queue copy.
 _MAX_REASON = 1_024
@@ -140,7 +140,7 @@ class BucketIngest:
         now = self.clock.now()
         batch = _Batch()
         for index, record in enumerate(records):
-            self._add(batch, _record_id(record, index), _items(record), now)
+            self._add(batch, reported_id(record, index), _items(record), now)
         failures: dict[str, str] = {}
         written: dict[BucketKey, tuple[str, ...]] = {}
         ingested = 0
@@ -199,7 +199,8 @@ def _poison(record_id: str, message: BucketMessage, reason: str) -> IngestPoison
     return IngestPoison(record_id, message.message_id, reason, message.destination, body=body)
 
 
-def _record_id(record: Any, index: int) -> str:
+def reported_id(record: Any, index: int) -> str:
+    """The id a record is reported by: its ``messageId``, or ``record-<index>`` without one."""
     value = record.get("messageId") if isinstance(record, Mapping) else None
     return value if isinstance(value, str) and value else f"record-{index}"
 

@@ -1,4 +1,4 @@
-"""The ingest Lambda's handler: Powertools (``aws/powertools.py``) around ``BucketIngest``, partial batch responses.
+"""The ingest Lambda's handler: Powertools around ``BucketIngest`` over the tier runtime, partial batch responses.
 
 ``functions/aws/bucket_ingest.py`` (the deployed entry point) builds it once from the environment; tests, the
 demo and benchmarks build it with their own clients and clock.
@@ -6,19 +6,19 @@ demo and benchmarks build it with their own clients and clock.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ... import logfields as lf
 from ...clock import Clock
-from ..powertools import HandlerTools
 from .config import BucketTierConfig
-from .ingest import BucketIngest, IngestResult
-from .store import S3BucketStore, S3Client
+from .ingest import IngestResult, reported_id
+from .metrics import Failed, guarded, observe_ingest
+from .runtime import TierRuntime, partial_batch_response, sqs_records
+from .store import S3Client
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -39,77 +39,25 @@ def build_ingest_handler(
     clock: Clock | None = None,
     on_result: IngestHook | None = None,
 ) -> LambdaHandler:
-    """Wire the S3 and SQS clients, Powertools and ``BucketIngest``; ``config`` defaults to the environment's."""
-    if not isinstance(config, BucketTierConfig):
-        config = BucketTierConfig.from_env(os.environ if config is None else config)
-    if s3 is None or sqs is None:
-        import boto3
+    """``BucketIngest`` over the tier runtime (no records or calendar: it sends nothing on); ``config`` defaults to
+    the environment's."""
+    runtime = TierRuntime.build(config, s3=s3, sqs=sqs, clock=clock, sends=False)
+    tools, ingest = runtime.tools, runtime.ingest()
 
-        s3 = s3 if s3 is not None else boto3.client("s3")
-        sqs = sqs if sqs is not None else boto3.client("sqs")
-    tools = HandlerTools.for_service(config.service, config.metrics_namespace)
-    logger, metrics = tools.logger, tools.metrics
-    ingest = BucketIngest(
-        S3BucketStore.from_config(s3, config), sqs, config.settings, clock, destinations=config.destinations
-    )
+    def counted() -> None:
+        tools.metrics.add_metric(name="InvocationFailures", unit=MetricUnit.Count, value=1)
 
     @tools.around
     def entrypoint(event: dict[str, Any], context: Any) -> dict[str, Any]:
-        records = event.get("Records") if isinstance(event, Mapping) else None
-        records = records if isinstance(records, list) else []
-        result = _process_safely(ingest, records, logger, metrics)
+        records = sqs_records(event)
+        text = "the ingest batch could not be handled; every record will be retried"
+        result = guarded(partial(ingest.process, records), tools, counted, text, lf.EVENT_RETRY, fatal=())
+        if isinstance(result, Failed):  # never out of the handler: the batch is retried instead
+            ids = [r.get("messageId") if isinstance(r, Mapping) else None for r in records]
+            result = IngestResult(len(records), 0, failures={i: result.reason for i in ids if isinstance(i, str) and i})
         if on_result is not None:
             on_result(result)
-        _observe(result, logger, metrics)
-        return {"batchItemFailures": result.batch_item_failures()}
+        observe_ingest(result, tools.logger, tools.metrics)
+        return partial_batch_response([reported_id(r, n) for n, r in enumerate(records)], result.failures, context)
 
     return entrypoint
-
-
-def _process_safely(ingest: BucketIngest, records: list[Any], logger: Logger, metrics: Metrics) -> IngestResult:
-    """Run the ingest; an unexpected exception fails every record (retried by SQS), never the handler."""
-    try:
-        return ingest.process(records)
-    except Exception as exc:  # never out of the handler: the batch is retried instead
-        metrics.add_metric(name="InvocationFailures", unit=MetricUnit.Count, value=1)
-        reason = f"{type(exc).__name__}: {exc}"[:1024]
-        logger.exception(
-            "the ingest batch could not be handled; every record will be retried",
-            extra={lf.CLOUD: "aws", lf.EVENT: lf.EVENT_RETRY, lf.REASON: reason},
-        )
-        ids = [r.get("messageId") if isinstance(r, Mapping) else None for r in records]
-        failures = {str(i): reason for i in ids if isinstance(i, str) and i}
-        return IngestResult(len(records), 0, failures=failures)
-
-
-def _observe(result: IngestResult, logger: Logger, metrics: Metrics) -> None:
-    """The tier's metrics and one log line per poison entry and per failed record (fixed keys)."""
-    metrics.add_metric(name="BucketMessagesIngested", unit=MetricUnit.Count, value=result.ingested)
-    metrics.add_metric(name="BucketObjectsWritten", unit=MetricUnit.Count, value=result.objects_written)
-    metrics.add_metric(name="BucketIngestPoison", unit=MetricUnit.Count, value=len(result.poison))
-    if result.duplicates:
-        metrics.add_metric(name="BucketIngestDuplicates", unit=MetricUnit.Count, value=result.duplicates)
-    if result.failures:
-        metrics.add_metric(name="BucketIngestRetries", unit=MetricUnit.Count, value=len(result.failures))
-    for bucket, keys in result.written.items():
-        logger.info(
-            f"{len(keys)} object(s) written to the {bucket.level} bucket",
-            extra={lf.CLOUD: "aws", lf.EVENT: lf.EVENT_STORED, lf.DUE_AT: bucket.iso},
-        )
-    for poison in result.poison:
-        fields = {
-            lf.CLOUD: "aws",
-            lf.EVENT: lf.EVENT_ERROR_QUEUE,
-            lf.MESSAGE_ID: poison.message_id,
-            lf.DESTINATION: poison.destination,
-            lf.REASON: poison.reason[:1024],
-        }
-        if poison.sent:
-            logger.error("ingest entry moved to the error queue", extra=fields)
-        else:
-            logger.warning("ingest entry kept for the retry of its record", extra=fields)
-    for record_id, reason in result.failures.items():
-        logger.warning(
-            f"ingest record {record_id[:128]} will be retried",
-            extra={lf.CLOUD: "aws", lf.EVENT: lf.EVENT_RETRY, lf.REASON: reason[:1024]},
-        )

@@ -27,7 +27,7 @@ from ...timebuckets.format import MAX_DECODED_BYTES, MAX_OBJECT_MESSAGES, Bucket
 from ...timebuckets.plans import MAX_PLAN_OBJECTS, DispatchPlan, DispatchTask
 from ...timebuckets.wheel import COARSE, FINE, MAX_DELAY_SECONDS, BucketKey, cascade_window, dispatch_window
 from ..release_calendar import ReleaseCalendar
-from .config import DEFAULT_SEND_PHASE_MS, TierSettings
+from .config import TierSettings
 from .held import HeldArea
 from .lease import DEFAULT_LEASE_SECONDS, BucketLeases
 from .notices import BadLines
@@ -125,10 +125,7 @@ class BucketTimer:
         margin_seconds: float = DEADLINE_MARGIN_SECONDS,
         tier: TierSettings | None = None,
         queue: TaskQueue | None = None,
-        cascade_group_bytes: int | None = None,
         monotonic: Callable[[], float] = time.monotonic,
-        send_phase_ms: int = DEFAULT_SEND_PHASE_MS,
-        refused_retry_seconds: int | None = None,
         destinations: Collection[str] | None = None,
         release: ReleaseCalendar | None = None,
     ) -> None:
@@ -136,33 +133,22 @@ class BucketTimer:
         self.settings = settings
         self.clock = clock
         self.cancellations = cancellations
-        tier = tier or TierSettings()
-        if refused_retry_seconds is not None:
-            tier = tier.with_(bucket_refused_retry_seconds=refused_retry_seconds)
-        self.tier = tier
+        #: Every tier setting the timer reads (send phase, refused retry, cascade group, ...): one place.
+        self.tier = tier = tier or TierSettings()
         #: Where plans' tasks go; None: the timer sends its plans' pieces itself, after the small buckets.
         self.queue = queue
         self.owner = owner
         self.sqs_client = sqs_client
         self.plans = PlanStore(store)
-        self.send_phase_ms = send_phase_ms
         #: The queues the tier may deliver to (None: any): a message for another goes to the error queue.
         self.destinations = frozenset(destinations) if destinations is not None else None
-        self.sqs = TimerSqs(
-            sqs_client,
-            settings,
-            clock,
-            send_phase_ms=send_phase_ms,
-            refused_retry_seconds=tier.bucket_refused_retry_seconds,
-            destinations=self.destinations,
-            send_threads=tier.bucket_send_threads,
-            release=release,
-        )
+        self.sqs = TimerSqs.for_tier(sqs_client, settings, clock, tier, destinations=self.destinations, release=release)
         self.leases = BucketLeases(store, clock, owner, lease_seconds)
         #: Where messages a release cap holds wait, per destination, until the calendar has room (#31).
         self.held = HeldArea(store, release.rates if release is not None else None)
         self.margin_seconds = margin_seconds
-        self.cascade_group_bytes = cascade_group_bytes or self.tier.bucket_cascade_group_bytes
+        #: ``bucket_cascade_group_bytes``, as an attribute: tests shrink it below the setting's 1 MiB floor.
+        self.cascade_group_bytes = tier.bucket_cascade_group_bytes
         self.monotonic = monotonic
         #: Partitions of plans met in this run, sent by the timer itself when there is no dispatch queue.
         self._local: list[DispatchTask] = []

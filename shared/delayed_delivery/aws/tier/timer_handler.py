@@ -1,4 +1,4 @@
-"""The timer Lambda's handler: Powertools (``aws/powertools.py``) around ``BucketTimer.run``, run every minute.
+"""The timer Lambda's handler: Powertools around ``BucketTimer.run`` over the tier runtime, run every minute.
 
 ``functions/aws/bucket_timer.py`` (the deployed entry point) builds it once from the environment; tests, the demo
 and benchmarks build it with their own clients and clock.
@@ -6,23 +6,21 @@ and benchmarks build it with their own clients and clock.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ... import logfields as lf
-from ...clock import Clock, SystemClock
-from ...errors import ConfigurationError
+from ...clock import Clock
 from ..lambda_entry import invocation_deadline
-from ..powertools import HandlerTools
 from .config import BucketTierConfig
-from .plan_store import SqsTaskQueue
-from .store import S3BucketStore, S3Client
-from .timer import BucketTimer, TimerResult
+from .metrics import TIMER_METRICS as METRICS
+from .metrics import Failed, guarded, report
+from .runtime import TierRuntime, invocation_owner
+from .store import S3Client
+from .timer import TimerResult
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -32,32 +30,6 @@ __all__ = ["METRICS", "TimerHandler", "build_timer_handler"]
 
 #: ``handler(event, context) -> summary``
 TimerHandler = Callable[[Any, Any], dict[str, Any]]
-#: The EMF metric each ``TimerResult`` field is emitted as (with its unit).
-METRICS: Mapping[str, tuple[str, str]] = {
-    "dispatched": ("BucketMessagesDispatched", MetricUnit.Count.value),
-    "duplicates_skipped": ("BucketDuplicatesSkipped", MetricUnit.Count.value),
-    "to_error_queue": ("BucketErrorQueueSends", MetricUnit.Count.value),
-    "oldest_overdue_seconds": ("BucketOldestOverdueSeconds", MetricUnit.Seconds.value),
-    "cascaded_messages": ("BucketMessagesCascaded", MetricUnit.Count.value),
-    "cancelled": ("BucketMessagesCancelled", MetricUnit.Count.value),
-    "rescheduled": ("BucketMessagesRescheduled", MetricUnit.Count.value),
-    "kept_for_retry": ("BucketMessagesKeptForRetry", MetricUnit.Count.value),
-    "buckets_skipped_leased": ("BucketsSkippedLeased", MetricUnit.Count.value),
-    "buckets_failed": ("BucketFailures", MetricUnit.Count.value),
-    "dropped": ("BucketErrorQueueDrops", MetricUnit.Count.value),
-    "strays_set_aside": ("BucketStraysSetAside", MetricUnit.Count.value),
-    "refused": ("BucketDestinationRefusals", MetricUnit.Count.value),
-    "refused_given_up": ("BucketRefusedToErrorQueue", MetricUnit.Count.value),
-    "release_held": ("ReleaseWaits", MetricUnit.Count.value),
-    "release_lag_max_seconds": ("ReleaseLag", MetricUnit.Seconds.value),
-    "held_written": ("BucketMessagesHeld", MetricUnit.Count.value),
-    "held_released": ("BucketHeldReleased", MetricUnit.Count.value),
-    "held_rewritten": ("BucketHeldRewritten", MetricUnit.Count.value),
-    "buckets_planned": ("BucketsPlanned", MetricUnit.Count.value),
-    "tasks_enqueued": ("BucketDispatchTasksEnqueued", MetricUnit.Count.value),
-    "plans_finished": ("BucketPlansFinished", MetricUnit.Count.value),
-    "inline_over_bound": ("BucketsOverInlineBound", MetricUnit.Count.value),
-}
 _EVENT_TIMER = "bucket_timer_run"
 
 
@@ -71,7 +43,7 @@ def _event_problem(event: Any) -> str | None:
 
 
 def build_timer_handler(
-    config: BucketTierConfig | Mapping[str, str],
+    config: BucketTierConfig | Mapping[str, str] | None = None,
     *,
     s3: S3Client | None = None,
     sqs: SQSClient | None = None,
@@ -79,72 +51,25 @@ def build_timer_handler(
     clock: Clock | None = None,
     on_result: Callable[[TimerResult], None] | None = None,
 ) -> TimerHandler:
-    """Wire the store, the timer, the cancellation records and Powertools for one function instance.
+    """The timer over the tier runtime (``config``: one, or an environment mapping to read; missing clients made)."""
+    runtime = TierRuntime.build(config, s3=s3, sqs=sqs, dynamodb=dynamodb, clock=clock)
+    tools = runtime.tools
 
-    ``config`` is a ``BucketTierConfig`` or an environment mapping to read one from; missing clients are made.
-    """
-    if not isinstance(config, BucketTierConfig):
-        config = BucketTierConfig.from_env(config)
-    if s3 is None or sqs is None:
-        import boto3
-
-        s3 = s3 if s3 is not None else boto3.client("s3")
-        sqs = sqs if sqs is not None else boto3.client("sqs")
-    tools = HandlerTools.for_service(config.service, config.metrics_namespace)
-    logger, metrics = tools.logger, tools.metrics
-    store = S3BucketStore.from_config(s3, config)
-    # Records uncached (max age 0) and read strongly consistent: the timer reads them fresh for every bucket (#31).
-    cancellations = tools.cancellation_cache(config.cancellation_table, dynamodb, 0, consistent=True)
-    clock = clock or SystemClock()
-    tasks = config.tier_settings.bucket_dispatch_queue
-    queue = SqsTaskQueue(sqs, tasks) if tasks else None
-    release = config.release_calendar(dynamodb)  # ConfigurationError at the build: one clear error
+    def counted() -> None:
+        tools.metrics.add_metric(name="BucketTimerFailures", unit=MetricUnit.Count, value=1)
 
     @tools.around
     def entrypoint(event: Any, context: Any) -> dict[str, Any]:
-        problem = _event_problem(event)
-        if problem is not None:
-            logger.warning("not a scheduled event; running anyway", extra={lf.EVENT: _EVENT_TIMER, lf.REASON: problem})
-        owner = str(getattr(context, "aws_request_id", "") or uuid.uuid4().hex)
-        timer = BucketTimer(
-            store,
-            sqs,
-            config.settings,
-            clock,
-            cancellations=cancellations,
-            owner=owner,
-            send_phase_ms=config.tier_settings.bucket_send_phase_ms,
-            refused_retry_seconds=config.tier_settings.bucket_refused_retry_seconds,
-            destinations=config.destinations,
-            tier=config.tier_settings,
-            queue=queue,
-            release=release,
-        )
-        try:
-            result = timer.run(invocation_deadline(context))
-        except ConfigurationError:
-            metrics.add_metric(name="BucketTimerFailures", unit=MetricUnit.Count, value=1)
-            raise  # the deployment is wrong (bucket missing, access refused): fail the invocation loudly
-        except Exception as exc:  # never out of the handler: the next run starts over
-            metrics.add_metric(name="BucketTimerFailures", unit=MetricUnit.Count, value=1)
-            logger.exception(
-                "timer run failed; the next run starts over",
-                extra={lf.CLOUD: "aws", lf.EVENT: _EVENT_TIMER, lf.REASON: f"{type(exc).__name__}: {exc}"[:1024]},
-            )
-            return {"ok": False, "reason": f"{type(exc).__name__}: {exc}"[:1024]}
-        return _report(result, logger, metrics, on_result)
+        if (problem := _event_problem(event)) is not None:
+            extra = {lf.EVENT: _EVENT_TIMER, lf.REASON: problem}
+            tools.logger.warning("not a scheduled event; running anyway", extra=extra)
+        run = partial(runtime.timer(invocation_owner(context)).run, invocation_deadline(context))
+        result = guarded(run, tools, counted, "timer run failed; the next run starts over", _EVENT_TIMER)
+        if isinstance(result, Failed):  # the next run starts over
+            return {"ok": False, "reason": result.reason}
+        summary = report(result, METRICS, tools, "timer run", {lf.EVENT: _EVENT_TIMER})
+        if on_result is not None:
+            on_result(result)
+        return {"ok": True, **summary}
 
     return entrypoint
-
-
-def _report(
-    result: TimerResult, logger: Logger, metrics: Metrics, on_result: Callable[[TimerResult], None] | None
-) -> dict[str, Any]:
-    """Emit the metrics and one summary log line; the summary is also the invocation's response."""
-    summary = asdict(result)
-    for field_name, (metric, unit) in METRICS.items():
-        metrics.add_metric(name=metric, unit=MetricUnit(unit), value=float(summary[field_name]))
-    logger.info("timer run", extra={lf.CLOUD: "aws", lf.EVENT: _EVENT_TIMER, **summary})
-    if on_result is not None:
-        on_result(result)
-    return {"ok": True, **summary}

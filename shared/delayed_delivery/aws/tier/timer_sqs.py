@@ -39,7 +39,7 @@ from ..sqs import (
     sqs_text_problem,
     valid_attribute_name,
 )
-from .config import DEFAULT_REFUSED_RETRY_SECONDS, DEFAULT_SEND_PHASE_MS, outside_reason
+from .config import DEFAULT_REFUSED_RETRY_SECONDS, DEFAULT_SEND_PHASE_MS, TierSettings, outside_reason
 from .timer_plan import Rejected
 
 if TYPE_CHECKING:
@@ -185,6 +185,31 @@ class TimerSqs:
         self.directory = directory or QueueDirectory(client)
         #: SendMessageBatch calls kept in flight at once for one destination's messages.
         self.send_threads = max(1, send_threads)
+
+    @classmethod
+    def for_tier(
+        cls,
+        client: SQSClient,
+        settings: DelayedDeliverySettings,
+        clock: Clock,
+        tier: TierSettings,
+        *,
+        waves: bool = True,
+        destinations: Collection[str] | None = None,
+        release: ReleaseCalendar | None = None,
+    ) -> TimerSqs:
+        """An engine's send path, each setting read from ``tier``; ``waves`` False sends at once (the workers: a wave
+        waits up to a second, which each piece would pay again)."""
+        return cls(
+            client,
+            settings,
+            clock,
+            send_phase_ms=tier.bucket_send_phase_ms if waves else 0,
+            refused_retry_seconds=tier.bucket_refused_retry_seconds,
+            destinations=destinations,
+            send_threads=tier.bucket_send_threads,
+            release=release,
+        )
 
     def dispatch(self, messages: Sequence[BucketMessage], window: DispatchWindow) -> DispatchOutcome:
         """Send ``messages`` to their destinations with ``DelaySeconds`` the remainder at the moment of the send.

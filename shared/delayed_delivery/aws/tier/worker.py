@@ -148,16 +148,8 @@ class PartitionWorker:
         self.lease_seconds = lease_seconds
         self.margin_seconds = margin_seconds
         self.monotonic = monotonic
-        # Workers send at once (no waves): a wave waits up to a second, which each piece would pay again.
-        self.sqs = TimerSqs(
-            sqs_client,
-            settings,
-            clock,
-            send_phase_ms=0,
-            refused_retry_seconds=tier.bucket_refused_retry_seconds,
-            destinations=destinations,
-            send_threads=tier.bucket_send_threads,
-            release=release,
+        self.sqs = TimerSqs.for_tier(
+            sqs_client, settings, clock, tier, waves=False, destinations=destinations, release=release
         )
 
     def run(self, task: DispatchTask, deadline: float | None = None) -> WorkerResult:

@@ -1,35 +1,34 @@
 """The dispatch function's handler: Powertools around ``PartitionWorker.run`` for each task of an SQS event.
 
 The dispatch queue's event source hands it tasks (batch size 1). A task that cannot be read goes to the tier's
-error queue with the reason; a task whose run fails unexpectedly is reported as a partial batch failure, so SQS
-hands it out again after the queue's visibility timeout (the partition's progress says where to go on). A worker
-that stops near its deadline has enqueued its task again itself. ``functions/aws/bucket_dispatch.py`` (the deployed
-entry point) builds it once from the environment; tests and benchmarks build it with their own clients and clock.
+error queue with the reason; a task whose run fails unexpectedly is reported as a partial batch failure
+(Powertools' ``BatchProcessor``), so SQS hands it out again after the queue's visibility timeout (the partition's
+progress says where to go on). A worker that stops near its deadline has enqueued its task again itself.
+``functions/aws/bucket_dispatch.py`` (the deployed entry point) builds it once from the environment; tests and
+benchmarks build it with their own clients and clock.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from ... import logfields as lf
-from ...clock import Clock, SystemClock
+from ...clock import Clock
 from ...errors import ConfigurationError, InvalidMessageError
 from ...timebuckets.plans import MAX_TASK_BYTES, decode_task
 from ..lambda_entry import invocation_deadline
-from ..powertools import HandlerTools
 from .config import BucketTierConfig
-from .plan_store import SqsTaskQueue
-from .store import S3BucketStore, S3Client
-from .timer_sqs import Notice, TimerSqs
-from .worker import PartitionWorker, WorkerResult
+from .metrics import WORKER_METRICS as METRICS
+from .metrics import Failed, guarded, report
+from .runtime import TierRuntime, invocation_owner, partial_batch_response, sqs_records, tier_config
+from .store import S3Client
+from .timer_sqs import Notice
+from .worker import WorkerResult
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -37,29 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = ["METRICS", "build_dispatch_handler"]
 
-#: The EMF metric each ``WorkerResult`` field is emitted as (with its unit).
-METRICS: Mapping[str, tuple[str, str]] = {
-    "dispatched": ("BucketMessagesDispatched", MetricUnit.Count.value),
-    "duplicates_skipped": ("BucketDuplicatesSkipped", MetricUnit.Count.value),
-    "to_error_queue": ("BucketErrorQueueSends", MetricUnit.Count.value),
-    "cancelled": ("BucketMessagesCancelled", MetricUnit.Count.value),
-    "rescheduled": ("BucketMessagesRescheduled", MetricUnit.Count.value),
-    "kept_for_retry": ("BucketMessagesKeptForRetry", MetricUnit.Count.value),
-    "dropped": ("BucketErrorQueueDrops", MetricUnit.Count.value),
-    "pieces": ("BucketDispatchPieces", MetricUnit.Count.value),
-    "lines_read": ("BucketDispatchLinesRead", MetricUnit.Count.value),
-    "finished": ("BucketPartitionsFinished", MetricUnit.Count.value),
-    "continued": ("BucketPartitionsContinued", MetricUnit.Count.value),
-    "lost_partition": ("BucketPartitionsLost", MetricUnit.Count.value),
-    "seen_overflow": ("BucketDispatchSeenOverflow", MetricUnit.Count.value),
-    "refused": ("BucketDestinationRefusals", MetricUnit.Count.value),
-    "refused_given_up": ("BucketRefusedToErrorQueue", MetricUnit.Count.value),
-    "release_held": ("ReleaseWaits", MetricUnit.Count.value),
-    "release_lag_max_seconds": ("ReleaseLag", MetricUnit.Seconds.value),
-    "held_written": ("BucketMessagesHeld", MetricUnit.Count.value),
-    "lines_reread": ("BucketDispatchLinesReread", MetricUnit.Count.value),
-    "inherited": ("BucketDispatchInherited", MetricUnit.Count.value),
-}
 _EVENT_DISPATCH = "bucket_dispatch_run"
 #: How much of a task that cannot be read goes to the error queue with its reason.
 _POISON_CHARS = 4 * MAX_TASK_BYTES
@@ -74,97 +50,51 @@ def build_dispatch_handler(
     clock: Clock | None = None,
     on_result: Callable[[WorkerResult], None] | None = None,
 ) -> Callable[[Any, Any], dict[str, Any]]:
-    """Wire the store, the worker, the cancellation records and Powertools for one function instance."""
-    if not isinstance(config, BucketTierConfig):
-        config = BucketTierConfig.from_env(os.environ if config is None else config)
+    """The dispatch workers over the tier runtime, one task per record."""
+    config = tier_config(config)
     if not config.tier_settings.bucket_dispatch_queue:
         raise ConfigurationError("DELAYED_DELIVERY_BUCKET_DISPATCH_QUEUE is not set: the dispatch function needs it")
-    if s3 is None or sqs is None:
-        import boto3
+    runtime = TierRuntime.build(config, s3=s3, sqs=sqs, dynamodb=dynamodb, clock=clock)
+    tools = runtime.tools
 
-        s3 = s3 if s3 is not None else boto3.client("s3")
-        sqs = sqs if sqs is not None else boto3.client("sqs")
-    tools = HandlerTools.for_service(config.service, config.metrics_namespace)
-    logger, metrics = tools.logger, tools.metrics
-    store = S3BucketStore.from_config(s3, config)
-    cancellations = tools.cancellation_cache(config.cancellation_table, dynamodb, 0, consistent=True)
-    clock = clock or SystemClock()
-    queue = SqsTaskQueue(sqs, config.tier_settings.bucket_dispatch_queue)
-    errors = TimerSqs(sqs, config.settings, clock)
-    release = config.release_calendar(dynamodb)  # ConfigurationError at the build: one clear error
+    def counted() -> None:
+        tools.metrics.add_metric(name="BucketDispatchFailures", unit=MetricUnit.Count, value=1)
+
+    def done(record: Mapping[str, Any], deadline: float | None, owner: str) -> bool:
+        """Run one record's task; False when it failed (retried by SQS: its progress says where to go on)."""
+        body = record.get("body")
+        try:
+            task = decode_task(body if isinstance(body, str) else "")
+        except InvalidMessageError as exc:
+            _poison(runtime, body, str(exc))
+            return True
+        run = partial(runtime.worker(owner).run, task, deadline)
+        result = guarded(run, tools, counted, "dispatch task failed; SQS hands it out again", lf.EVENT_RETRY)
+        if isinstance(result, Failed):
+            return False
+        fields = {lf.EVENT: _EVENT_DISPATCH, "bucket": task.bucket.iso, "partition": task.partition}
+        report(result, METRICS, tools, "dispatch run", fields)
+        if on_result is not None:
+            on_result(result)
+        return True
 
     @tools.around
     def entrypoint(event: Any, context: Any) -> dict[str, Any]:
-        records = event.get("Records") if isinstance(event, Mapping) else None
-        records = records if isinstance(records, list) else []
-        deadline = invocation_deadline(context)
-        owner = str(getattr(context, "aws_request_id", "") or uuid.uuid4().hex)
-        failures: list[dict[str, str]] = []
-        for record in records:
-            record = record if isinstance(record, Mapping) else {}
-            body = record.get("body")
-            try:
-                task = decode_task(body if isinstance(body, str) else "")
-            except InvalidMessageError as exc:
-                _poison(errors, body, str(exc), logger, metrics)
-                continue
-            worker = PartitionWorker(
-                store,
-                sqs,
-                config.settings,
-                clock,
-                tier=config.tier_settings,
-                owner=owner,
-                cancellations=cancellations,
-                queue=queue,
-                destinations=config.destinations,
-                release=release,
-            )
-            try:
-                result = worker.run(task, deadline)
-            except ConfigurationError:
-                metrics.add_metric(name="BucketDispatchFailures", unit=MetricUnit.Count, value=1)
-                raise  # the deployment is wrong: fail the invocation loudly
-            except Exception as exc:  # retried by SQS: the partition's progress says where to go on
-                metrics.add_metric(name="BucketDispatchFailures", unit=MetricUnit.Count, value=1)
-                logger.exception(
-                    "dispatch task failed; SQS hands it out again",
-                    extra={lf.CLOUD: "aws", lf.EVENT: lf.EVENT_RETRY, lf.REASON: f"{type(exc).__name__}: {exc}"[:1024]},
-                )
-                failures.append({"itemIdentifier": str(record.get("messageId", ""))})
-                continue
-            _report(result, task.bucket.iso, task.partition, logger, metrics, on_result)
-        return {"batchItemFailures": failures}
+        deadline, owner = invocation_deadline(context), invocation_owner(context)
+        records = [r if isinstance(r, Mapping) else {} for r in sqs_records(event)]
+        failed = [str(r.get("messageId", "")) for r in records if not done(r, deadline, owner)]
+        return partial_batch_response([str(r.get("messageId", "")) for r in records], failed, context)
 
     return entrypoint
 
 
-def _poison(errors: TimerSqs, body: object, reason: str, logger: Logger, metrics: Metrics) -> None:
+def _poison(runtime: TierRuntime, body: object, reason: str) -> None:
     """A task that cannot be read: to the error queue with the reason (logged, and dropped if refused)."""
     text = body[:_POISON_CHARS] if isinstance(body, str) else f"(a {type(body).__name__}, not text)"
     document = json.dumps({"format": "delayed-delivery-dispatch-poison/1", "task": text, "reason": reason})
-    outcome = errors.to_error_queue([Notice(document, f"dispatch task cannot be read: {reason}")])
-    metrics.add_metric(name="BucketDispatchTaskPoison", unit=MetricUnit.Count, value=1)
-    logger.error(
+    outcome = runtime.send.to_error_queue([Notice(document, f"dispatch task cannot be read: {reason}")])
+    runtime.tools.metrics.add_metric(name="BucketDispatchTaskPoison", unit=MetricUnit.Count, value=1)
+    runtime.tools.logger.error(
         "a dispatch task cannot be read; it is sent to the error queue",
         extra={lf.CLOUD: "aws", lf.EVENT: lf.EVENT_ERROR_QUEUE, lf.REASON: reason[:1024], "sent": outcome.sent},
     )
-
-
-def _report(
-    result: WorkerResult,
-    bucket: str,
-    partition: int,
-    logger: Logger,
-    metrics: Metrics,
-    on_result: Callable[[WorkerResult], None] | None,
-) -> None:
-    summary = asdict(result)
-    for field_name, (metric, unit) in METRICS.items():
-        metrics.add_metric(name=metric, unit=MetricUnit(unit), value=float(summary[field_name]))
-    logger.info(
-        "dispatch run",
-        extra={lf.CLOUD: "aws", lf.EVENT: _EVENT_DISPATCH, "bucket": bucket, "partition": partition, **summary},
-    )
-    if on_result is not None:
-        on_result(result)
