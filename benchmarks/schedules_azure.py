@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from benchmarks.azure_dispatch import _KINDS, _host, azurite, counting_requests
 from benchmarks.common import Row, print_table, write_json
 from delayed_delivery.azure.schedules.config import schedule_table_name
+from delayed_delivery.azure.schedules.occurrence_rows import OccurrenceRows
 from delayed_delivery.azure.schedules.store import TableScheduleStore
 from delayed_delivery.azure.schedules.timer import AzureScheduleTimer
 from delayed_delivery.clock import ManualClock
@@ -43,7 +44,8 @@ def steady_pass(conn: str, schedules: int) -> dict[str, float]:
             sid = f"b-{uuid.uuid4().hex[:8]}-{i}"
             store.create(Schedule.new(sid, ScheduleDefinition("rate(1 minutes)", start=start), template))
         clock = ManualClock(start - timedelta(seconds=30))
-        timer = AzureScheduleTimer(store, host.store, host.container, clock=clock, lead_seconds=LEAD_SECONDS)
+        rows = OccurrenceRows(host.store)  # as the function app's timer writes: each occurrence with its marker
+        timer = AzureScheduleTimer(store, rows, host.container, clock=clock, lead_seconds=LEAD_SECONDS)
         timer.run()  # fills the lead
         clock.advance(60)
         with counting_requests() as counts:

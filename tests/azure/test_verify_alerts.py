@@ -38,10 +38,10 @@ def _listing(names: list[str], disabled: str | None = None) -> list[dict[str, An
 
 
 def test_verify_checks_every_rule_the_bicep_deploys() -> None:
-    """Before (issue 32): 6 checked, 7 deployed (release-lag never checked); schedule-missed came with #35; the burst
-    path's run-overrun, removal-failures and placement-not-withdrawn with #34."""
-    assert {"run-overrun", "removal-failures", "placement-not-withdrawn"} <= set(_bicep_rules())
-    assert len(_bicep_rules()) == len(ALERT_RULES) and sorted(ALERT_RULES) == sorted(_bicep_rules())
+    """Before (issue 32): 6 checked, 7 deployed (release-lag never checked); schedule-missed and schedule-failures
+    came with #35; the burst path's run-overrun, removal-failures and placement-not-withdrawn with #34."""
+    assert {"run-overrun", "removal-failures", "placement-not-withdrawn", "schedule-failures"} <= set(_bicep_rules())
+    assert len(_bicep_rules()) == len(ALERT_RULES) == 12 and sorted(ALERT_RULES) == sorted(_bicep_rules())
 
 
 def test_every_rule_present_and_enabled_passes() -> None:
@@ -54,8 +54,13 @@ def test_a_missing_release_lag_rule_fails() -> None:
     assert result.status is Status.FAIL and result.evidence == "missing alert rules: release-lag", result
 
 
-@pytest.mark.parametrize("rule", ["release-lag", "send-failures", "run-overrun"])
+@pytest.mark.parametrize("rule", ["release-lag", "send-failures", "run-overrun", "schedule-failures"])
 def test_a_disabled_rule_fails_with_the_command_that_enables_it(rule: str) -> None:
     result = _check(_listing(list(ALERT_RULES), disabled=rule))
     assert result.status is Status.FAIL and result.evidence == f"disabled: dd-{rule}", result
     assert result.fix == f"az monitor scheduled-query update -g rg -n dd-{rule} --disabled false"
+
+
+def test_a_missing_schedule_failures_rule_fails() -> None:
+    result = _check(_listing([r for r in ALERT_RULES if r != "schedule-failures"]))
+    assert result.status is Status.FAIL and result.evidence == "missing alert rules: schedule-failures", result

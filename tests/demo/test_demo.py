@@ -52,6 +52,13 @@ def test_cloud_demo_tiny_loses_nothing_and_reports_a_sane_summary() -> None:
     assert 1 <= capped["busiest_second"] <= capped["rate"]
     # 16 due at once at 2/s per shard: all but each shard's first wait for a slot
     assert 0 < capped["release_lag_p50"] <= capped["release_lag_p99"] <= capped["release_lag_max"]
+    # one recurring schedule per cloud, materialized by that cloud's schedule timer: every occurrence once, none missed
+    for c in (aws, azure):
+        r = c["recurring"]
+        assert r["expression"] == "rate(3 seconds)" and r["destination"] == "digest"
+        assert r["fired"] == r["expected"] >= 1 and r["missed"] == r["lost"] == r["duplicates"] == r["early"] == 0
+        assert len(r["occurrences"]) == r["fired"]
+        assert all(i.startswith(f"{r['schedule_id']}@") for i in r["occurrences"])
 
 
 def test_core_demo_is_still_there() -> None:
@@ -98,6 +105,35 @@ def test_the_summary_shows_the_capped_destination_and_a_broken_cap_fails_the_run
     assert "delivered / lost (must be 0), arrived over │ │ 16 / 0, 3.9 s" in text
     assert run(_capped(busiest_second=5))[0] == 1  # a second over the cap is a failed run
     assert run(_capped(lost=1, delivered=15))[0] == 1
+
+
+def _recurring(**changes: object) -> dict[str, object]:
+    recurring: dict[str, object] = {
+        "schedule_id": "demo-aws-1", "expression": "rate(3 seconds)", "destination": "digest", "expected": 2,
+        "fired": 2, "missed": 0, "lost": 0, "duplicates": 0, "early": 0, "lateness_p50": 0.4, "lateness_p99": 0.9,
+        "lateness_max": 0.9, "occurrences": ["demo-aws-1@2026-11-28T09:00:01Z", "demo-aws-1@2026-11-28T09:00:04Z"],
+    }  # fmt: skip
+    return {**recurring, **changes}
+
+
+def test_the_summary_shows_each_clouds_recurring_schedule_and_a_duplicate_fails_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import delayed_delivery.app.demo.cloud as cloud_demo
+
+    def run(azure: dict[str, object]) -> tuple[int, str]:
+        clouds = [_summary("aws", recurring=_recurring()), _summary("azure", recurring=azure)]
+        result = CloudDemoResult(clouds, 1e6, 30.0, {}, 1.0)
+        monkeypatch.setattr(cloud_demo, "run_cloud_demo", lambda config, **kwargs: result)
+        out = CliRunner().invoke(app, ["demo"])
+        return out.exit_code, " ".join(out.stdout.split())
+
+    code, text = run(_recurring(fired=1, missed=1, occurrences=["demo-azure-1@2026-11-28T09:00:04Z"]))
+    assert code == 0, text  # a missed occurrence is reported (catch-up policy), not a lost one
+    assert "recurring schedule rate(3 seconds) to digest: fired / expected / missed │ 2 / 2 / 0 │ 1 / 2 / 1" in text
+    assert "occurrences delivered (nominal, UTC) │ 09:00:01, 09:00:04 │ 09:00:04" in text
+    assert run(_recurring(duplicates=1))[0] == 1
+    assert run(_recurring(lost=1, fired=1))[0] == 1
 
 
 def _summary(cloud: str, **changes: object) -> CloudSummary:

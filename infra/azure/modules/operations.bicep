@@ -37,6 +37,7 @@ var queries = {
   'lease_holders.kql': loadTextContent('../queries/lease_holders.kql')
   'pending_by_due_hour.kql': loadTextContent('../queries/pending_by_due_hour.kql')
   'release_lag.kql': loadTextContent('../queries/release_lag.kql')
+  'schedules.kql': loadTextContent('../queries/schedules.kql')
   none: ''
 }
 
@@ -147,6 +148,17 @@ var rules = [
     description: 'Occurrences of a recurring schedule were recorded as missed (the timer was down past its catch-up policy).'
     severity: 2
     query: loadTextContent('../queries/alert_schedule_missed.kql')
+    timeAggregation: 'Count'
+    metricMeasureColumn: null
+    operator: 'GreaterThan'
+    threshold: 0
+    minutes: 15
+  }
+  {
+    name: 'schedule-failures'
+    description: 'The recurring-schedule timer failed on a schedule or a shard (retried every run; a schedule that keeps failing does not fire).'
+    severity: 2
+    query: loadTextContent('../queries/alert_schedule_failures.kql')
     timeAggregation: 'Count'
     metricMeasureColumn: null
     operator: 'GreaterThan'

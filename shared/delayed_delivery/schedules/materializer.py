@@ -29,7 +29,7 @@ from ..model import DelayedMessage
 from .catchup import split_late
 from .model import Schedule, ScheduleState
 from .occurrences import Occurrence, occurrence_of, utc_text
-from .ports import MessageCanceller, MessageWriter, ScheduleStore
+from .ports import MessageCanceller, MessageWriter, OccurrenceSink, ScheduleStore
 from .recurrence import Fire, Recurrence
 
 __all__ = [
@@ -48,6 +48,8 @@ _log = logging.getLogger("delayed_delivery.schedules")
 MAX_LEAD_SECONDS = 900
 #: Ids listed on one log line.
 IDS_PER_LINE = 100
+#: How long past its catch-up window an occurrence sink remembers a written occurrence (clocks of timers differ).
+KEEP_MARGIN = timedelta(hours=1)
 
 
 @dataclass(slots=True)
@@ -301,9 +303,16 @@ class Materializer:
     def _write(self, schedule: Schedule, occurrences: Sequence[Occurrence], report: MaterializeReport) -> list[str]:
         """Write each occurrence (their ids); an id pending with other content (an edited schedule) is left."""
         written: list[str] = []
+        sink = self.messages if isinstance(self.messages, OccurrenceSink) else None
+        # a re-plan can write an occurrence again until catch-up would drop it: nominal + window (+ clock skew)
+        keep = timedelta(seconds=schedule.definition.catch_up.window_seconds) + KEEP_MARGIN
         for occurrence in occurrences:
             try:
-                self.messages.store(occurrence_message(schedule, occurrence))
+                message = occurrence_message(schedule, occurrence)
+                if sink is not None:
+                    sink.store_occurrence(message, occurrence.nominal + keep)
+                else:
+                    self.messages.store(message)
             except MessageIdConflictError:
                 report.already_pending += 1
                 continue

@@ -10,7 +10,7 @@ from ..errors import InvalidMessageError
 from ..model import DelayedMessage
 from .model import Schedule
 
-__all__ = ["MessageCanceller", "MessageWriter", "ScheduleExistsError", "ScheduleStore"]
+__all__ = ["MessageCanceller", "MessageWriter", "OccurrenceSink", "ScheduleExistsError", "ScheduleStore"]
 
 
 class ScheduleExistsError(InvalidMessageError):
@@ -53,6 +53,15 @@ class MessageWriter(Protocol):
 
     def store(self, message: DelayedMessage) -> None:
         """Keep ``message``; the same message again is a no-op (the id policy)."""
+        ...
+
+
+@runtime_checkable
+class OccurrenceSink(Protocol):
+    """A writer that also remembers written occurrences: writing one again is a no-op even after it was sent."""
+
+    def store_occurrence(self, message: DelayedMessage, keep_until: datetime) -> None:
+        """Keep ``message`` unless this occurrence id was written before (remembered at least until ``keep_until``)."""
         ...
 
 

@@ -81,3 +81,18 @@ def test_the_function_app_registers_and_runs_the_schedule_timer(
     got = Counter(endpoint.deliver())
     assert len(got) >= 2 and set(got.values()) == {1}
     assert all(i.startswith("via-app@") for i in got)
+
+
+def test_a_shard_that_fails_is_counted_and_logged_and_the_run_goes_on(
+    endpoint: Endpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: reading a shard's due schedules failing (here: the table gone) raised out of the whole run, so no
+    run line, no metric and no ``schedule_failed`` line for the schedule-failures alert."""
+    endpoint.schedules.create(rate_schedule("gone", endpoint.queue, minutes_ago=1))
+    timer = endpoint.timer()
+    endpoint.schedules.drop()
+    with caplog.at_level("WARNING", logger="delayed_delivery.azure.schedules"):
+        run = timer.run()
+    assert run.failures == rows.SHARDS and run.shards_done == 0
+    failed = [r for r in caplog.records if getattr(r, "event", None) == "schedule_failed"]
+    assert sorted(getattr(r, "shard", None) for r in failed) == list(range(rows.SHARDS))

@@ -389,7 +389,18 @@ def _cloud_summary_table(result: CloudDemoResult) -> Table:
 
             for label, value in release_summary_rows(by["azure"].release):
                 t.add_row(label, *pad, value)
+    _recurring_rows(t, [by[n].recurring for n in names])
     return t
+
+
+def _recurring_rows(t: Table, recurring: list[dict[str, Any]]) -> None:
+    """Each cloud's recurring schedule (one column each; a cloud that did not run one shows a dash)."""
+    from delayed_delivery.app.demo.cloud_recurring import recurring_summary_rows
+
+    ran = [recurring_summary_rows(r) if r else None for r in recurring]
+    template = next((rows for rows in ran if rows is not None), None)
+    for i, (label, _) in enumerate(template or []):
+        t.add_row(label, *("-" if rows is None else rows[i][1] for rows in ran))
 
 
 def _aws_request_rows(t: Table, aws: dict[str, float], pad: list[str]) -> None:

@@ -88,6 +88,7 @@ def _run_sides(
                 summary.buckets = side.tier.finish()
             if isinstance(side, AzureSide):
                 summary.release = side.capped.summary(side.reports)
+            summary.recurring = side.recurring_summary()
             summaries.append(summary)
         return summaries
     finally:
@@ -96,10 +97,11 @@ def _run_sides(
 
 
 def _trackers(sides: list[_Side]) -> list[Tracker]:
-    """Every cloud's tracker, the S3 tier's beside AWS's and the capped burst's beside Azure's."""
+    """Every cloud's tracker, the S3 tier's beside AWS's, the capped burst's beside Azure's, each schedule's."""
     trackers = [side.tracker for side in sides]
     trackers += [side.tier.tracker for side in sides if isinstance(side, AwsSide) and side.tier is not None]
     trackers += [side.capped.tracker for side in sides if isinstance(side, AzureSide)]
+    trackers += [side.recurring.tracker for side in sides]
     return trackers
 
 

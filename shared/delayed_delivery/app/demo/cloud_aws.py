@@ -19,9 +19,11 @@ from delayed_delivery.app.demo.cloud_model import (
     CANCELLATION_TABLE,
     DESTINATIONS,
     ERROR_QUEUE,
+    FUNCTION_STDOUT_LOCK,
     YEAR,
     CloudDemoConfig,
 )
+from delayed_delivery.app.demo.cloud_recurring import RECURRING_QUEUE, RecurringSchedule
 from delayed_delivery.app.demo.cloud_tracking import Planned, Tracker, message_body, message_id_of
 from delayed_delivery.aws.settings import LongDelayRoute, SqsSettings
 from delayed_delivery.errors import DelayedDeliveryError
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
+    from delayed_delivery.aws.schedules.store import DynamoDbScheduleStore
+    from delayed_delivery.aws.schedules.timer import ScheduleTimer
     from delayed_delivery.aws.sender import SqsDelayedSender
 
 __all__ = ["AwsSide"]
@@ -39,6 +43,9 @@ __all__ = ["AwsSide"]
 #: moto accepts any credentials; fixed ones keep the demo away from real ones.
 _EMULATOR_KEY = "testing"
 _REGION = "us-east-1"
+#: The demo's schedules table, seconds between schedule-timer passes (the Lambda's rule is every minute; the demo's
+#: schedule fires every few seconds) and how far ahead a pass sends occurrences (with DelaySeconds).
+_SCHEDULE_TABLE, _SCHEDULE_PASS_EVERY, _SCHEDULE_LEAD = "demo-schedules", 2.0, 8
 
 
 class AwsSide:
@@ -65,7 +72,12 @@ class AwsSide:
         self.dynamodb.meta.events.register(
             "before-send.dynamodb.*", lambda **kw: self.record_requests.update([kw["event_name"].rsplit(".", 1)[-1]])
         )
-        self.collect_clients = {q: self._sqs() for q in (*DESTINATIONS, ERROR_QUEUE)}
+        self.collect_clients = {q: self._sqs() for q in (*DESTINATIONS, RECURRING_QUEUE, ERROR_QUEUE)}
+        #: The recurring schedule, sent straight to its queue by the schedule timer.
+        self.recurring = RecurringSchedule("aws", config.year_seconds * 0.6)
+        self.schedules: DynamoDbScheduleStore | None = None
+        self.schedule_timer: ScheduleTimer | None = None
+        self.recurring_shard = 0
         self.sends = RequestCounter().attach(self.sender_client)
         self.hops = RequestCounter().attach(self.lambda_client)
         self.polls = RequestCounter().attach(self.poll_client)
@@ -127,10 +139,41 @@ class AwsSide:
             self.pollers.append(
                 LocalEventSourcePoller(self.poll_client, endpoint.delay_url, endpoint.delay_arn, invoke)
             )
-        self.urls = {q: self.admin.get_queue_url(QueueName=q)["QueueUrl"] for q in (*DESTINATIONS, ERROR_QUEUE)}
+        self.admin.create_queue(QueueName=RECURRING_QUEUE)
+        self.urls = {
+            q: self.admin.get_queue_url(QueueName=q)["QueueUrl"] for q in (*DESTINATIONS, RECURRING_QUEUE, ERROR_QUEUE)
+        }
+        self._provision_schedules()
         self.delay_urls = {q: self.admin.get_queue_url(QueueName=f"{q}-delay.fifo")["QueueUrl"] for q in DESTINATIONS}
         if self.tier is not None:
             self.tier.provision(self.admin)
+
+    def _provision_schedules(self) -> None:
+        """The schedules table and the schedule timer (what the every-minute Lambda runs), on moto server."""
+        from delayed_delivery.aws.schedules.layout import shard_of
+        from delayed_delivery.aws.schedules.sends import OccurrenceSender
+        from delayed_delivery.aws.schedules.store import DynamoDbScheduleStore
+        from delayed_delivery.aws.schedules.timer import ScheduleTimer
+        from delayed_delivery.clock import SystemClock
+
+        clock = SystemClock()
+        self.schedules = DynamoDbScheduleStore(self._client("dynamodb"), _SCHEDULE_TABLE, clock=clock)
+        self.schedules.setup_infrastructure()
+        sender = OccurrenceSender(self._sqs(), ERROR_QUEUE, clock)
+        self.schedule_timer = ScheduleTimer(self.schedules, sender, clock, lead_seconds=_SCHEDULE_LEAD)
+        self.recurring_shard = shard_of(self.recurring.schedule_id)
+
+    def _schedule_passes(self) -> None:
+        """A schedule-timer pass every ``_SCHEDULE_PASS_EVERY`` seconds."""
+        while self.schedule_timer is not None and not self.stop.is_set():
+            with contextlib.suppress(Exception):  # the schedule's own shard only (the Lambda's pass works all 16)
+                self.schedule_timer.run(shards=range(self.recurring_shard, self.recurring_shard + 1))
+            self.stop.wait(_SCHEDULE_PASS_EVERY)
+
+    def recurring_summary(self) -> dict[str, Any]:
+        """The recurring schedule's figures, with the missed count its schedule recorded."""
+        stored = self.schedules.get(self.recurring.schedule_id) if self.schedules is not None else None
+        return self.recurring.summary(stored.missed if stored is not None else 0)
 
     def _lambda(self) -> Callable[[dict[str, Any], Any], Any]:
         """The requeue handler, as one Lambda sandbox runs it: one invocation at a time."""
@@ -146,10 +189,9 @@ class AwsSide:
                 dynamodb_client=self.dynamodb,
                 on_results=self._count_outcomes,
             )
-        lock = threading.Lock()
 
         def one_at_a_time(event: dict[str, Any], context: Any) -> Any:
-            with lock, contextlib.redirect_stdout(sink()):
+            with FUNCTION_STDOUT_LOCK, contextlib.redirect_stdout(sink()):
                 return handler(event, context)
 
         return one_at_a_time
@@ -165,7 +207,10 @@ class AwsSide:
             poller.start()
         if self.tier is not None:
             self.tier.start()
-        for queue in (*DESTINATIONS, ERROR_QUEUE):
+        schedules = threading.Thread(target=self._schedule_passes, name="aws-schedule-timer", daemon=True)
+        schedules.start()
+        self.threads.append(schedules)
+        for queue in (*DESTINATIONS, RECURRING_QUEUE, ERROR_QUEUE):
             thread = threading.Thread(target=self._collect, args=(queue,), name=f"collect-sqs-{queue}", daemon=True)
             thread.start()
             self.threads.append(thread)
@@ -189,6 +234,12 @@ class AwsSide:
             now = time.time()
             messages = reply.get("Messages", [])
             for m in messages:
+                if (
+                    queue == RECURRING_QUEUE
+                ):  # an occurrence: its id is in the delivery header; the body is the template
+                    with contextlib.suppress(DelayedDeliveryError):
+                        self.recurring.tracker.arrived(delivered_from_boto3(m, destination=queue).message_id, now)
+                    continue
                 message_id = message_id_of(m["Body"])
                 tracker = self._tracker_of(message_id)
                 if queue == ERROR_QUEUE:
@@ -210,7 +261,7 @@ class AwsSide:
         return self.tracker
 
     def send(self, planned: list[Planned]) -> None:
-        """Send the mix, the poison messages, one cancelled and one rescheduled message."""
+        """Send the mix, the poison messages, one cancelled and one rescheduled message; create the schedule."""
         from delayed_delivery.aws.sender import SqsDelayedSender
 
         sender = SqsDelayedSender(self.sender_client, self.settings, sqs_settings=self.sqs_settings)
@@ -223,6 +274,8 @@ class AwsSide:
         self._cancel_and_reschedule(sender)
         if self.tier is not None:
             self.tier.send()
+        if self.schedules is not None:
+            self.schedules.create(self.recurring.schedule())
 
     def _send_poison(self) -> None:
         """Records on a -delay.fifo queue without (or with a malformed) delay attribute: the error queue's."""

@@ -21,6 +21,7 @@ from delayed_delivery.app.demo.cloud_model import (
     YEAR,
     CloudDemoConfig,
 )
+from delayed_delivery.app.demo.cloud_recurring import RECURRING_QUEUE, RecurringSchedule
 from delayed_delivery.app.demo.cloud_release import CAPPED_QUEUE, CAPPED_RATE, CappedBurst, ReleaseReports
 from delayed_delivery.app.demo.cloud_tracking import Planned, Tracker, message_body
 from delayed_delivery.errors import DelayedDeliveryError
@@ -30,11 +31,16 @@ from delayed_delivery.settings import DelayedDeliverySettings
 if TYPE_CHECKING:
     from delayed_delivery.azure.config import AzureClients
     from delayed_delivery.azure.runner import AzureDispatcherHost
+    from delayed_delivery.azure.schedules.store import TableScheduleStore
+    from delayed_delivery.azure.schedules.timer import AzureScheduleTimer
 
 __all__ = ["TIMER_FUNCTION", "AzureSide", "registered_timer"]
 
 #: The one function the Azure function app registers (its timer).
 TIMER_FUNCTION = "dispatch_delayed_messages"
+#: Seconds between schedule-timer passes (the function app's runs every minute; the demo's schedule fires every few
+#: seconds) and how far ahead a pass writes occurrence rows.
+_SCHEDULE_PASS_EVERY, _SCHEDULE_LEAD = 2.0, 8
 #: How azure-functions' ``get_functions()`` starts the notice it logs on the root logger for an app without HTTP.
 _AUTH_LEVEL_NOTICE = "Auth level is not applied to non http function app"
 
@@ -151,6 +157,10 @@ class AzureSide:
         #: The capped destination's burst, and the shard runs' reports (its release lags and slots).
         self.capped = CappedBurst()
         self.reports = ReleaseReports()
+        #: The recurring schedule, materialized by the schedule timer into the delays table.
+        self.recurring = RecurringSchedule("azure", config.year_seconds * 0.6)
+        self.schedules: TableScheduleStore | None = None
+        self.schedule_timer: AzureScheduleTimer | None = None
         self.sender_clients = self._clients("sender")
         self.host_clients = self._clients("function")
         self.collector = QueueServiceClient.from_connection_string(connection_string)
@@ -191,8 +201,9 @@ class AzureSide:
         self.host = AzureDispatcherHost(self.azure_config, self.host_clients, metrics=self.reports)
         self.host.setup_infrastructure()
         transport = StorageQueueTransport(self.sender_clients.queues)
-        for queue in (*DESTINATIONS, CAPPED_QUEUE, ERROR_QUEUE):
+        for queue in (*DESTINATIONS, CAPPED_QUEUE, RECURRING_QUEUE, ERROR_QUEUE):
             transport.create_queue(queue)
+        self._provision_schedules()
         self.store = TableDelayedMessageStore(
             self.sender_clients.tables.get_table_client(self.azure_config.table_name),
             shards=self.azure_config.shards,
@@ -204,12 +215,54 @@ class AzureSide:
         self.timer_function = registered_timer(self.host)
         self.tally.reset()
 
+    def _provision_schedules(self) -> None:
+        """The schedules table beside the delays table, and the schedule timer on clients of its own (its requests are
+        not counted in the dispatcher's per-message figures)."""
+        from delayed_delivery.azure.schedules.config import schedule_table_name
+        from delayed_delivery.azure.schedules.occurrence_rows import OccurrenceRows
+        from delayed_delivery.azure.schedules.store import TableScheduleStore
+        from delayed_delivery.azure.schedules.timer import AzureScheduleTimer
+        from delayed_delivery.azure.table_store import TableDelayedMessageStore
+
+        clients = self._clients("schedules")
+        table = schedule_table_name(self.azure_config.table_name)
+        self.schedules = TableScheduleStore(clients.tables.get_table_client(table))
+        self.schedules.setup_infrastructure()
+        delays = TableDelayedMessageStore(
+            clients.tables.get_table_client(self.azure_config.table_name), shards=self.azure_config.shards
+        )
+        self.schedule_timer = AzureScheduleTimer(
+            self.schedules,
+            OccurrenceRows(delays),
+            clients.blobs.get_container_client(self.azure_config.container_name),
+            lead_seconds=_SCHEDULE_LEAD,
+            lease_seconds=15,
+            budget_seconds=_SCHEDULE_PASS_EVERY * 3,
+        )
+
+    def _schedule_passes(self) -> None:
+        """A schedule-timer pass every ``_SCHEDULE_PASS_EVERY`` seconds (the function app's second timer)."""
+        from delayed_delivery.azure.schedules.rows import shard_of
+
+        while self.schedule_timer is not None and not self.stop.is_set():
+            with contextlib.suppress(Exception):  # the schedule's own shard only (the function's pass works all 16)
+                self.schedule_timer.run_shard(shard_of(self.recurring.schedule_id), time.monotonic() + 5)
+            self.stop.wait(_SCHEDULE_PASS_EVERY)
+
+    def recurring_summary(self) -> dict[str, Any]:
+        """The recurring schedule's figures, with the missed count its schedule row recorded."""
+        stored = self.schedules.get(self.recurring.schedule_id) if self.schedules is not None else None
+        return self.recurring.summary(stored.missed if stored is not None else 0)
+
     def start(self) -> None:
-        """Start the timer and a collector per destination and error queue."""
+        """Start the timers and a collector per destination and error queue."""
         timer = threading.Thread(target=self._timer, name="azure-timer", daemon=True)
         timer.start()
         self.threads.append(timer)
-        for queue in (*DESTINATIONS, CAPPED_QUEUE, ERROR_QUEUE):
+        schedules = threading.Thread(target=self._schedule_passes, name="azure-schedule-timer", daemon=True)
+        schedules.start()
+        self.threads.append(schedules)
+        for queue in (*DESTINATIONS, CAPPED_QUEUE, RECURRING_QUEUE, ERROR_QUEUE):
             thread = threading.Thread(target=self._collect, args=(queue,), name=f"collect-azq-{queue}", daemon=True)
             thread.start()
             self.threads.append(thread)
@@ -233,7 +286,7 @@ class AzureSide:
         from delayed_delivery.azure.storage_queue import decode_envelope
 
         client = self.collector.get_queue_client(queue)
-        tracker = self.capped.tracker if queue == CAPPED_QUEUE else self.tracker
+        tracker = {CAPPED_QUEUE: self.capped.tracker, RECURRING_QUEUE: self.recurring.tracker}.get(queue, self.tracker)
         metrics = ConsumerMetrics()
         while not self.stop.is_set():
             try:
@@ -258,7 +311,8 @@ class AzureSide:
                 self.stop.wait(0.2)
 
     def send(self, planned: list[Planned]) -> None:
-        """Send the mix, the poison messages, one cancelled and one rescheduled message, and the capped burst."""
+        """Send the mix, the poison messages, one cancelled and one rescheduled message, the capped burst, and create
+        the recurring schedule."""
         for p in planned:
             body = message_body(p.message_id, p.label).encode()
             result = self.sender.send(p.destination, body, delay=p.delay, message_id=p.message_id)
@@ -277,6 +331,8 @@ class AzureSide:
             self.tracker.expect(message_id, "poison", result.due_at.timestamp(), result.route)
         self._cancel_and_reschedule()
         self.capped.send(self.sender)
+        if self.schedules is not None:
+            self.schedules.create(self.recurring.schedule())
 
     def _cancel_and_reschedule(self) -> None:
         """One cancellable "1 year" message cancelled at once, one "1 year" message moved to "90 days"."""

@@ -14,7 +14,7 @@ from dataclasses import asdict, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from delayed_delivery.app.demo.cloud_model import CANCELLATION_TABLE, YEAR, CloudDemoConfig
+from delayed_delivery.app.demo.cloud_model import CANCELLATION_TABLE, FUNCTION_STDOUT_LOCK, YEAR, CloudDemoConfig
 from delayed_delivery.app.demo.cloud_tracking import Planned, Tracker, message_body, percentile, plan_messages
 from delayed_delivery.settings import DelayedDeliverySettings
 
@@ -126,10 +126,9 @@ class TierSide:
 
         with contextlib.redirect_stdout(self._sink()):
             handler = build_ingest_handler(self.tier, s3=self.ingest_s3, sqs=self.ingest_sqs)
-        lock = threading.Lock()
 
         def one_at_a_time(event: dict[str, Any], context: Any) -> Any:
-            with lock, contextlib.redirect_stdout(self._sink()):
+            with FUNCTION_STDOUT_LOCK, contextlib.redirect_stdout(self._sink()):
                 return handler(event, context)
 
         return one_at_a_time

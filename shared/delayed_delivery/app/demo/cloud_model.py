@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -12,6 +13,7 @@ __all__ = [
     "DEMO_AZURE_CONCURRENCY",
     "DESTINATIONS",
     "ERROR_QUEUE",
+    "FUNCTION_STDOUT_LOCK",
     "TIMER_DUTY",
     "YEAR",
     "CloudDemoConfig",
@@ -19,6 +21,10 @@ __all__ = [
     "CloudProgress",
     "CloudSummary",
 ]
+
+#: Held by every in-process function invocation that redirects stdout (``redirect_stdout`` swaps the process's
+#: ``sys.stdout``: two invocations interleaving on different locks could leave a stale stream in place).
+FUNCTION_STDOUT_LOCK = threading.Lock()
 
 #: (label, logical delay in seconds) of the messages each cloud gets, in turn.
 CLOUD_DEMO_DELAYS: tuple[tuple[str, float], ...] = (
@@ -111,12 +117,20 @@ class CloudSummary:
     buckets: dict[str, Any] = field(default_factory=dict)
     #: Azure: the capped destination's burst under release control (cloud_release.py); empty when it did not run.
     release: dict[str, Any] = field(default_factory=dict)
+    #: The cloud's recurring schedule (cloud_recurring.py): fired / expected / missed, lateness; empty: did not run.
+    recurring: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tier_ok(self) -> bool:
         """The tier (when it ran) lost nothing, delivered no cancelled message and sent nothing to the error queue."""
         b = self.buckets
         return not b or (b["lost"] == 0 and b["cancelled_but_delivered"] == 0 and not b["error_queue"])
+
+    @property
+    def recurring_ok(self) -> bool:
+        """The recurring schedule (when it ran) lost no occurrence and sent none twice."""
+        r = self.recurring
+        return not r or (r["lost"] == 0 and r["duplicates"] == 0)
 
     @property
     def release_ok(self) -> bool:
@@ -138,7 +152,10 @@ class CloudDemoResult:
     @property
     def lost(self) -> int:
         """Messages lost across clouds (must be 0)."""
-        return sum(c.lost + int(c.buckets.get("lost", 0)) + int(c.release.get("lost", 0)) for c in self.clouds)
+        return sum(
+            c.lost + int(c.buckets.get("lost", 0)) + int(c.release.get("lost", 0)) + int(c.recurring.get("lost", 0))
+            for c in self.clouds
+        )
 
     @property
     def ok(self) -> bool:
@@ -149,6 +166,7 @@ class CloudDemoResult:
             and c.error_queue == c.expected_error_queue
             and c.tier_ok
             and c.release_ok
+            and c.recurring_ok
             for c in self.clouds
         )
 

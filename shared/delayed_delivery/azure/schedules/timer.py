@@ -6,12 +6,12 @@ this run), then run the core ``Materializer`` over the shard's due schedules, wr
 lead as a row of the endpoint's **delays table** under its occurrence id. The dispatcher sends it when due, as any
 delayed message: release caps, retries and the error queue apply, and ``pending`` and ``cancel`` see it.
 
-Exactly once per occurrence id: the rows are written first, then the schedule's cursor moves by a conditional write
-(its row's ETag). A timer killed between the two leaves the cursor where it was: the next pass writes the same ids and
-content again, a no-op for each still pending (the delays table's id rule); one that was already delivered (a
-catch-up occurrence due at once, sent in between) is delivered again, so a kill re-sends at most the occurrences of the
-one schedule it was writing. Two timers never work on a shard together while the lease holds; a holder that lost it
-stops before its next schedule, and a frozen one that wakes past its lease loses its cursor write.
+Exactly once per occurrence id: the rows are written first, each occurrence with a marker row beside it in one
+transaction (``occurrence_rows``), then the schedule's cursor moves by a conditional write (its row's ETag). A timer
+killed between the two leaves the cursor where it was: the next pass plans the same ids again and finds their markers,
+a no-op whether each is still pending or was sent in between. Two timers never work on a shard together while the
+lease holds; a holder that lost it stops before its next schedule, and a frozen one that wakes past its lease finds
+the markers too and loses its cursor write. Each run sweeps the expired markers of one delays-table partition.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from ...schedules.ports import MessageWriter
 from ..blob_lease import BlobLease
 from . import rows
 from .config import AzureScheduleConfig
+from .occurrence_rows import OccurrenceRows
 from .store import TableScheduleStore
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class ScheduleRun:
     lost_races: int = 0
     failures: int = 0
     dst_adjusted: int = 0
+    markers_swept: int = 0
     ids: list[str] = field(default_factory=list)
 
     def add(self, report: MaterializeReport) -> None:
@@ -137,6 +139,8 @@ class AzureScheduleTimer:
         self.renew_every = renew_every
         self.metrics = metrics_sink
         self._monotonic = monotonic
+        #: Where occurrence markers are swept (the delays table the timer writes to, when it writes markers).
+        self.markers = messages if isinstance(messages, OccurrenceRows) else None
 
     def lease(self, shard: int) -> BlobLease:
         """A fresh lease object for schedule shard ``shard``."""
@@ -161,6 +165,9 @@ class AzureScheduleTimer:
         with ThreadPoolExecutor(max_workers=self.shard_threads, thread_name_prefix="schedule-shard") as pool:
             for part in pool.map(lambda shard: self.run_shard(shard, deadline), range(rows.SHARDS)):
                 result.merge(part)
+        if self.markers is not None:
+            now = self.clock.now()
+            result.markers_swept = self.markers.sweep(now, int(now.timestamp()) // 60)
         if self.metrics is not None:
             self.metrics.record(result)
         _log.info("schedule timer run", extra={lf.CLOUD: "azure", lf.EVENT: _EVENT, **result.summary()})
@@ -169,10 +176,13 @@ class AzureScheduleTimer:
     def run_shard(self, shard: int, deadline: float) -> ScheduleRun:
         """Hold ``shard``'s lease and materialize its due schedules (a full pass again while one filled its limit)."""
         result = ScheduleRun()
-        lease = self.lease(shard)
-        if not lease.try_acquire():
-            result.shards_skipped_leased += 1
-            return result
+        try:
+            lease = self.lease(shard)
+            if not lease.try_acquire():
+                result.shards_skipped_leased += 1
+                return result
+        except Exception as exc:  # one shard's failure never stops the others; it is tried again next run
+            return _shard_failed(result, shard, exc)
         try:
             materializer = self.materializer(shard)
             while True:
@@ -185,8 +195,20 @@ class AzureScheduleTimer:
                     break
             result.shards_done += 1
             return result
+        except Exception as exc:  # reading the shard's due schedules failed (throttled, table gone)
+            return _shard_failed(result, shard, exc)
         finally:
             lease.release()
+
+
+def _shard_failed(result: ScheduleRun, shard: int, exc: Exception) -> ScheduleRun:
+    """Count and log a shard the run could not work on (the ``schedule-failures`` alert reads the line)."""
+    result.failures += 1
+    _log.warning(
+        "a schedule shard failed; it is tried again next run",
+        extra={lf.CLOUD: "azure", lf.EVENT: lf.EVENT_SCHEDULE_FAILED, lf.SHARD: shard, lf.REASON: repr(exc)},
+    )
+    return result
 
 
 #: Schedules tables this process has made sure exist.
@@ -204,7 +226,7 @@ def timer_for_host(host: AzureDispatcherHost, env: Mapping[str, str], **kwargs: 
         _made.add(config.table_name)
     return AzureScheduleTimer(
         schedules,
-        host.store,
+        OccurrenceRows(host.store),
         host.container,
         clock=host.clock,
         lead_seconds=config.lead_seconds,

@@ -34,6 +34,7 @@ ALERT_RULES = (
     "lease-loss",
     "no-timer-run",
     "schedule-missed",
+    "schedule-failures",
     "send-failures",
 )
 _DEPLOY = "deploy infra/azure (az deployment group create …)"
