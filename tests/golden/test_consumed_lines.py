@@ -57,16 +57,15 @@ def _delivered() -> dict[str, Any]:
     occurrence_id, due = f"{sid}@{nominal:%Y-%m-%dT%H:%M:%SZ}", nominal + timedelta(seconds=jitter)
     delivery = encode_delivery(message_id=occurrence_id, due_ms=epoch_ms(due),
                                sent_ms=epoch_ms(due - timedelta(minutes=4)), route="native")  # fmt: skip
+    attributes = {DELIVERY_HEADER: delivery, **_occurrence_headers(sid, nominal)}
     aws_occurrence = delivered_from_boto3(
-        _sqs_message(occurrence_id, {DELIVERY_HEADER: delivery, **_occurrence_headers(sid, nominal)},
-                     due + timedelta(seconds=1.25)),  # fmt: skip
-        destination="reports",
+        _sqs_message(occurrence_id, attributes, due + timedelta(seconds=1.25)), destination="reports"
     )
     sid, nominal, _ = AZURE_OCCURRENCE
     occurrence_id = f"{sid}@{nominal:%Y-%m-%dT%H:%M:%SZ}"
     delivery = encode_delivery(message_id=occurrence_id, due_ms=epoch_ms(nominal), route="table")
-    text = encode_envelope(DelayedMessage(occurrence_id, "reports", b"digest", nominal,
-                                          {**_occurrence_headers(sid, nominal), DELIVERY_HEADER: delivery}))  # fmt: skip
+    headers = {**_occurrence_headers(sid, nominal), DELIVERY_HEADER: delivery}
+    text = encode_envelope(DelayedMessage(occurrence_id, "reports", b"digest", nominal, headers))
     queue_message = SimpleNamespace(content=text, id="azure-queue-id", inserted_on=nominal)
     azure_occurrence = delivered_from_queue_message(
         queue_message, destination="reports", clock=ManualClock(nominal + timedelta(seconds=0.5))
