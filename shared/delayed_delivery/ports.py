@@ -11,6 +11,7 @@ from .model import DelayedMessage
 
 __all__ = [
     "BatchRemovingStore",
+    "BoundedTransport",
     "ClaimedMessage",
     "CriticalErrorCallback",
     "DeferringStore",
@@ -286,6 +287,16 @@ class Transport(Protocol):
         Raise ``TransientError`` for failures worth retrying and ``PermanentError``
         (e.g. ``DestinationNotFoundError``) for ones that are not.
         """
+        ...
+
+
+@runtime_checkable
+class BoundedTransport(Transport, Protocol):
+    """A transport whose every send ends (done, failed or timed out, its retries included) within a bound."""
+
+    @property
+    def send_timeout(self) -> float:
+        """The longest one send takes, in seconds (the dispatcher starts none its claim could not outlast)."""
         ...
 
 

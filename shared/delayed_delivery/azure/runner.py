@@ -108,7 +108,10 @@ class AzureDispatcherHost:
             claim_timeout=config.claim_timeout,
         )
         self.container = self.clients.blobs.get_container_client(config.container_name)
-        self.transport = StorageQueueTransport(self.clients.queues, route="table")
+        # every put ends within the send timeout (its retries included), and none starts that its claim cannot outlast
+        self.transport = StorageQueueTransport(
+            self.clients.queues, route="table", bound=config.send_bound, budget=self.clients.budget
+        )
         #: The hosts dispatching this table (each run takes ⌈shards / hosts alive⌉ at once: ``host_share.py``).
         self.hosts = HostRegistry(self.container, uuid.uuid4().hex, self.clock.now)
         self.settings: DelayedDeliverySettings = config.settings.with_(
