@@ -388,6 +388,66 @@ def test_azure_table_store_refuses_operators_on_golden_placing_rows_and_sends_th
             store.drop()
 
 
+@pytest.mark.azurite
+@pytest.mark.parametrize("golden", wire.versions("azure_table_sending"))
+def test_azure_table_store_refuses_operators_on_golden_sending_rows_and_sends_them_keeping_the_mark(
+    azurite: Any, golden: str
+) -> None:
+    from delayed_delivery.errors import MessageInFlightError, MessagePlacedError
+    from tests.azure.conftest import make_store, new_name
+
+    document = wire.load(golden)
+    slot = datetime.fromisoformat(document["slot"])
+    claim_ends = rows.from_due_key(document["rows"][0]["due"]["AvailableAt"])
+    # claimed (its claim lasts until after the due time), given back with its outcome unknown, deferred with a mark
+    fetch_at = [claim_ends + timedelta(seconds=1), wire.STORE_DUE, slot]
+    for pair, at in zip(document["rows"], fetch_at, strict=True):
+        row = pair["due"]
+        store = make_store(azurite.connection_string, new_name(), shards=document["shards"])
+        try:
+            store.table.create_entity(row)
+            store.table.create_entity(pair["index"])
+            _same_message(rows.message_from_entity(row), STORED)
+            for change, args in (
+                (store.remove, ()),
+                (store.reschedule, (wire.STORE_DUE + timedelta(days=1),)),
+            ):
+                with pytest.raises(MessageInFlightError, match=STORED.message_id) as refused:
+                    change(STORED.message_id, *args)
+                # its claim lasts (the operator's clock is before 2031): in flight; a claim that ended: may be sent
+                assert isinstance(refused.value, MessagePlacedError) == (not row.get("ClaimToken"))
+            [message] = store.fetch_due(at, 10)
+            _same_message(message, STORED)
+            located = store._rows.locate(STORED.message_id)
+            assert located is not None and store.table.get_entity(*located)[rows.SENDING] == row[rows.SENDING]
+        finally:
+            store.drop()
+
+
+@pytest.mark.azurite
+@pytest.mark.parametrize("golden", wire.versions("azure_table"))
+def test_a_golden_row_claimed_by_a_dispatcher_before_the_sending_mark_refuses_operators(
+    azurite: Any, golden: str
+) -> None:
+    from delayed_delivery.errors import MessagePlacedError
+    from tests.azure.conftest import make_store, new_name
+
+    document = wire.load(golden)
+    pair = document["rows"][0]
+    # what an older dispatcher's claim wrote on it (no Sending property), its claim long over
+    claimed = {**pair["due"], "AvailableAt": rows.due_key(wire.STORE_DUE), "ClaimToken": "5" * 32}
+    store = make_store(azurite.connection_string, new_name(), shards=document["shards"])
+    try:
+        store.table.create_entity(claimed)
+        store.table.create_entity(pair["index"])
+        with pytest.raises(MessagePlacedError, match="may already be on its way"):
+            store.remove(STORED.message_id)
+        [message] = store.fetch_due(wire.STORE_DUE, 10)
+        assert store.remove(STORED.message_id, claim_of(message)) is True, "its dispatcher delivers and removes it"
+    finally:
+        store.drop()
+
+
 @pytest.mark.parametrize("golden", wire.versions("azure_table_layout"))
 def test_azure_layout_reader_reads_the_golden_layout(golden: str) -> None:
     from delayed_delivery.azure.layout import Layout, layout_of
@@ -481,5 +541,6 @@ def test_postgres_store_reads_a_golden_row(postgres_conninfo: str, postgres_tabl
 def test_every_kind_of_golden_exists() -> None:
     kinds = ("sqs_send", "sqs_requeue", "sqs_envelope", "sqs_error_queue", "sqs_ingest", "azure_queue", "azure_table")
     kinds = (*kinds, "azure_table_deferred", "azure_table_layout", "azure_table_placed", "azure_table_placing")
+    kinds = (*kinds, "azure_table_sending")
     for kind in (*kinds, "sqlite_row", "postgres_row"):
         assert wire.versions(kind), f"no golden file for {kind}: its reader tests would not run"
