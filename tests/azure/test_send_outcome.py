@@ -29,10 +29,12 @@ from delayed_delivery.azure.runner import AzureDispatcherHost, RunSummary
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
 from delayed_delivery.errors import MessageInFlightError, MessagePlacedError
 from delayed_delivery.model import DelayedMessage
+from delayed_delivery.naming import azure_delays_table_name
 from delayed_delivery.ports import claimed_until
 from delayed_delivery.settings import DelayedDeliverySettings
 from tests.azure.conftest import new_name
 from tests.azure.harness import drain
+from tests.cli.conftest import run
 from tests.fixtures.azurite import Azurite
 from tests.fixtures.outage import TcpProxy
 
@@ -175,7 +177,8 @@ class _Killed(BaseException):
 def test_a_dispatcher_killed_between_its_put_and_its_delete_never_gets_a_true_cancel(
     azurite: Azurite, queues: QueueServiceClient, queue: str
 ) -> None:
-    table = new_name()
+    endpoint = new_name("ep")
+    table = azure_delays_table_name(endpoint)
     bound = (0.5, 1.0, 1.5)
     doomed = _host(azurite.connection_string, table, claim=4.0, send=bound)
     operator = TableDelayedMessageStore.from_connection_string(azurite.connection_string, table)
@@ -195,6 +198,11 @@ def test_a_dispatcher_killed_between_its_put_and_its_delete_never_gets_a_true_ca
     assert arrived == ["m-dead"], "the killed dispatcher's put was made"
     assert answers[0] != "cancelled", f"answered cancelled, then delivered: {arrived}"
     assert answers[0].startswith("refused: ") and "may already be on its way" in answers[0], answers
+    where = ["--cloud", "azure", "--connection-string", azurite.connection_string, "--endpoint", endpoint]
+    for command in (["cancel", "m-dead"], ["reschedule", "m-dead", "--delay", "1h"]):
+        said = run(*command, *where)
+        assert said.exit_code == 1 and "may already be on its way" in said.stderr, (command, said.output)
+        assert "Traceback" not in said.output and len(said.stderr.strip().splitlines()) == 1, said.stderr
     survivor = _host(azurite.connection_string, table, claim=4.0, send=bound)
     assert survivor.run(3.0).dispatched == 1, "the next host sends it again (the one duplicate a crash may cause)"
     assert _cancel(operator, "m-dead") == "not pending", "and removes its row"
