@@ -56,6 +56,7 @@ __all__ = [
     "from_due_key",
     "id_hash",
     "index_row_key",
+    "legacy_mark",
     "maybe_sent",
     "message_from_entity",
     "partition_key",
@@ -292,6 +293,12 @@ def maybe_sent(row: Mapping[str, Any]) -> bool:
         return True
     legacy = SENDING not in row and bool(row.get(_CLAIM)) and not row.get(PLACING)
     return legacy and row.get("AvailableAt") != PLACED_KEY
+
+
+def legacy_mark(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``Sending`` mark a row claimed before the mark existed stands for (its claim token), to write when its claim
+    is cleared (``reshard``); nothing for any other row."""
+    return sending_mark(str(row[_CLAIM])) if maybe_sent(row) and not row.get(SENDING) else {}
 
 
 def placed_patch(partition: str, row_key: str, queue_message_id: str, pop_receipt: str) -> dict[str, Any]:
