@@ -244,61 +244,52 @@ class AzureClients:
         from azure.storage.blob import BlobServiceClient
         from azure.storage.queue import QueueServiceClient
 
-        from .storage_queue import BudgetedRetry
-
-        pool = _pool_size(config)  # parallel puts must not queue for connections
-        lease_timeouts, timeouts = (_FAIL_FAST_TIMEOUTS, _FAIL_FAST_TIMEOUTS) if fail_fast else (_LEASE_TIMEOUTS, {})
-        # every queue request ends within its timeouts (the SDK's default is 300 s each)
-        bound = config.send_bound
-        queue_timeouts = timeouts or {"connection_timeout": bound.connect_timeout, "read_timeout": bound.read_timeout}
-        options: dict[str, Any] = {"retry_total": 0} if fail_fast else {}
-        # Storage queues and blobs wait 15 s before their first retry by default (tables 0.8 s).
-        storage = {**options, "initial_backoff": 1, "increment_base": 1} if fail_fast else {}
         budget = RunBudget()
-        # a host's puts: the SDK's back-offs, capped by the time left in the run
-        queue_options = storage if fail_fast else {"retry_policy": BudgetedRetry(budget)}
+        table, blob, queue = _client_options(config, budget, fail_fast)
+        services: list[tuple[Any, str, dict[str, Any]]] = [
+            (TableServiceClient, "table", table),
+            (BlobServiceClient, "blob", blob),
+            (QueueServiceClient, "queue", queue),
+        ]
         if config.connection_string:
-            conn = config.connection_string
             try:
-                return cls(
-                    TableServiceClient.from_connection_string(
-                        conn, transport=http_transport(pool, **timeouts), **options
-                    ),
-                    BlobServiceClient.from_connection_string(
-                        conn, transport=http_transport(10, **lease_timeouts), **storage
-                    ),
-                    QueueServiceClient.from_connection_string(
-                        conn, transport=http_transport(pool, **queue_timeouts), **queue_options
-                    ),
-                    budget,
-                )
+                made = [kind.from_connection_string(config.connection_string, **kw) for kind, _, kw in services]
             except ValueError as exc:  # the SDK's parser: malformed, or missing the account, key or endpoints
                 raise ConfigurationError(f"{_UNUSABLE_CONNECTION}: {redact(str(exc))}") from None
-        from azure.identity import DefaultAzureCredential  # only needed in Azure
+        else:
+            from azure.identity import DefaultAzureCredential  # only needed in Azure
 
-        credential = DefaultAzureCredential(managed_identity_client_id=config.managed_identity_client_id)
-        account = config.account_name
-        return cls(
-            TableServiceClient(
-                f"https://{account}.table.core.windows.net",
-                credential=credential,
-                transport=http_transport(pool, **timeouts),
-                **options,
-            ),
-            BlobServiceClient(
-                f"https://{account}.blob.core.windows.net",
-                credential=credential,
-                transport=http_transport(10, **lease_timeouts),
-                **storage,
-            ),
-            QueueServiceClient(
-                f"https://{account}.queue.core.windows.net",
-                credential=credential,
-                transport=http_transport(pool, **queue_timeouts),
-                **queue_options,
-            ),
-            budget,
-        )
+            credential = DefaultAzureCredential(managed_identity_client_id=config.managed_identity_client_id)
+            account = config.account_name
+            made = [
+                kind(f"https://{account}.{name}.core.windows.net", credential=credential, **kw)
+                for kind, name, kw in services
+            ]
+        tables, blobs, queues = made
+        return cls(tables, blobs, queues, budget)
+
+
+def _client_options(
+    config: AzureDelayedDeliveryConfig, budget: RunBudget, fail_fast: bool
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The table, blob and queue clients' keyword arguments: HTTP transports with their timeouts, retry policies."""
+    from .storage_queue import BudgetedRetry
+
+    pool = _pool_size(config)  # parallel puts must not queue for connections
+    lease_timeouts, timeouts = (_FAIL_FAST_TIMEOUTS, _FAIL_FAST_TIMEOUTS) if fail_fast else (_LEASE_TIMEOUTS, {})
+    # every queue request ends within its timeouts (the SDK's default is 300 s each)
+    bound = config.send_bound
+    queue_timeouts = timeouts or {"connection_timeout": bound.connect_timeout, "read_timeout": bound.read_timeout}
+    options: dict[str, Any] = {"retry_total": 0} if fail_fast else {}
+    # Storage queues and blobs wait 15 s before their first retry by default (tables 0.8 s).
+    storage = {**options, "initial_backoff": 1, "increment_base": 1} if fail_fast else {}
+    # a host's puts: the SDK's back-offs, capped by the time left in the run and in the put
+    queue_options = storage if fail_fast else {"retry_policy": BudgetedRetry(budget)}
+    return (
+        {"transport": http_transport(pool, **timeouts), **options},
+        {"transport": http_transport(10, **lease_timeouts), **storage},
+        {"transport": http_transport(pool, **queue_timeouts), **queue_options},
+    )
 
 
 def _pool_size(config: AzureDelayedDeliveryConfig) -> int:
