@@ -16,7 +16,7 @@ from . import headers as hdr
 from . import logfields as lf
 from .breaker import FailureRateCircuitBreaker, RepeatedFailuresCircuitBreaker
 from .clock import Clock
-from .errors import PermanentError
+from .errors import PermanentError, ThrottledError
 from .model import DelayedMessage
 from .pacing import Release
 from .ports import (
@@ -26,6 +26,7 @@ from .ports import (
     PlacingTransport,
     ReschedulableStore,
     Transport,
+    UnsentFailureStore,
     claim_of,
     claimed_until,
 )
@@ -209,11 +210,12 @@ class Outcomes:
             self.dispatch_breaker.failure(exc)
         self.recovery_breaker.record(exc)
         claim = claim_of(message)
-        counted = (
-            self.store.increment_failure_count(message.message_id)
-            if claim is None
-            else self.store.increment_failure_count(message.message_id, claim)
-        )
+        if claim is None:
+            counted = self.store.increment_failure_count(message.message_id)
+        elif isinstance(exc, PermanentError | ThrottledError) and isinstance(self.store, UnsentFailureStore):
+            counted = self.store.count_unsent_failure(message.message_id, claim)  # refused: nothing was put
+        else:  # a timeout or reset may have put it all the same
+            counted = self.store.increment_failure_count(message.message_id, claim)
         if not counted:  # gone, or superseded: whoever holds the row now settles it
             return
         failures = message.failure_count + 1

@@ -25,6 +25,7 @@ __all__ = [
     "ReschedulableStore",
     "SharedReleaseState",
     "Transport",
+    "UnsentFailureStore",
     "claim_of",
     "claimed_until",
     "id_conflict",
@@ -187,6 +188,16 @@ class BatchRemovingStore(Protocol):
 
         With ``claims`` (one per id, from ``claim_of``): each only while its row still holds that claim.
         """
+        ...
+
+
+@runtime_checkable
+class UnsentFailureStore(Protocol):
+    """A store that tells a failed send that certainly put nothing from one whose outcome is unknown."""
+
+    def count_unsent_failure(self, message_id: str, claim: str) -> bool:
+        """``increment_failure_count`` under ``claim`` of a send the destination refused (nothing was put): the row
+        may then be cancelled exactly again. False when gone or superseded."""
         ...
 
 

@@ -30,7 +30,7 @@ from delayed_delivery.azure.table_store import TableDelayedMessageStore
 from delayed_delivery.errors import MessageInFlightError, MessagePlacedError
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.naming import azure_delays_table_name
-from delayed_delivery.ports import claimed_until
+from delayed_delivery.ports import claim_of, claimed_until
 from delayed_delivery.settings import DelayedDeliverySettings
 from tests.azure.conftest import new_name
 from tests.azure.harness import drain
@@ -207,3 +207,18 @@ def test_a_dispatcher_killed_between_its_put_and_its_delete_never_gets_a_true_ca
     assert survivor.run(3.0).dispatched == 1, "the next host sends it again (the one duplicate a crash may cause)"
     assert _cancel(operator, "m-dead") == "not pending", "and removes its row"
     assert [e.message_id for e in drain(queues, queue)] == ["m-dead"]
+
+
+def test_a_refused_send_clears_its_claims_mark_and_a_send_of_unknown_outcome_keeps_it(
+    azurite: Azurite, queue: str
+) -> None:
+    table = new_name()
+    store = TableDelayedMessageStore.from_connection_string(azurite.connection_string, table, claim_timeout=30)
+    store.setup_infrastructure()
+    now = datetime.now(UTC)
+    store.store_many([DelayedMessage(f"m-{n}", queue, b"z", now) for n in ("timeout", "refused")])
+    fetched = {m.message_id: claim_of(m) or "" for m in store.fetch_due(now, 10)}
+    assert store.increment_failure_count("m-timeout", fetched["m-timeout"])  # a timeout: it may have been put
+    assert store.count_unsent_failure("m-refused", fetched["m-refused"])  # 403 or 503: nothing was put
+    assert _cancel(store, "m-timeout").startswith("refused: ")
+    assert _cancel(store, "m-refused") == "cancelled"

@@ -528,3 +528,38 @@ def test_a_send_starts_only_while_its_claim_outlasts_the_transports_bound_on_a_s
     assert len(left) == 10 and min(left) > needed, f"a send began with only {min(left)} of its claim left"
     # claims of 10 s, sends of 1 s and a bound of 3 s (+2 s margin): 5 start per claim, not the 8 without the bound
     assert report.claims_ran_out == 5
+
+
+class OutcomeStore(SayingStore):
+    """Records whether each failure was counted as a send that certainly put nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(claim_timeout=60)
+        self.unsent: list[str] = []
+        self.unknown: list[str] = []
+
+    def increment_failure_count(self, message_id: str, claim: str | None = None) -> bool:
+        self.unknown.append(message_id)
+        return super().increment_failure_count(message_id, claim)
+
+    def count_unsent_failure(self, message_id: str, claim: str) -> bool:
+        self.unsent.append(message_id)
+        return super().increment_failure_count(message_id, claim)
+
+
+def test_a_refused_or_throttled_send_is_counted_as_unsent_and_a_timeout_as_unknown() -> None:
+    from delayed_delivery.errors import PermanentError, ThrottledError
+
+    clock = ManualClock(T0)
+    store = OutcomeStore()
+    for i in range(3):
+        store.store(msg(i, 0))
+    errors = {"m-0": PermanentError("403"), "m-1": ThrottledError("503"), "m-2": TransientError("timed out")}
+
+    class Failing(InMemoryTransport):
+        def send(self, message: DelayedMessage) -> None:
+            raise errors[message.message_id]
+
+    settings = DelayedDeliverySettings(max_concurrency=1, number_of_retries=5)
+    Dispatcher(store, Failing(clock), settings, clock=clock).dispatch_due(1)
+    assert sorted(store.unsent) == ["m-0", "m-1"] and store.unknown == ["m-2"]

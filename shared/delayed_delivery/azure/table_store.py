@@ -452,7 +452,16 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 pause = min(2 * pause, _REMOVAL_MAX_PAUSE)
 
     def increment_failure_count(self, message_id: str, claim: str | None = None) -> bool:
-        """Count one failed delivery and make the row fetchable again at its due time (the claim token stays)."""
+        """Count one failed delivery and make the row fetchable again at its due time (the claim token stays, and so
+        does the ``Sending`` mark: the put may have been made)."""
+        return self._count_failure(message_id, claim, unsent=False)
+
+    def count_unsent_failure(self, message_id: str, claim: str) -> bool:
+        """``increment_failure_count`` of a send the destination refused: nothing was put, so the ``Sending`` mark this
+        claim wrote is cleared (an earlier claim's stays) and operators may cancel the row exactly again."""
+        return self._count_failure(message_id, claim, unsent=True)
+
+    def _count_failure(self, message_id: str, claim: str | None, *, unsent: bool) -> bool:
         what = f"counting a failure of {message_id!r}"
         for _ in range(_CONFLICT_RETRIES):
             located = self._rows.locate(message_id) or self._restore_index(message_id)
@@ -460,7 +469,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 return False
             pk, rk = located
             try:
-                row = self._rows.get(pk, rk, select=["FailureCount", CLAIM])
+                row = self._rows.get(pk, rk, select=["FailureCount", CLAIM, rows.SENDING])
                 if claim is not None and not self._holds(row, claim):
                     return False
                 patch = {
@@ -469,6 +478,8 @@ class TableDelayedMessageStore(DelayedMessageStore):
                     "FailureCount": int(row.get("FailureCount", 0)) + 1,
                     "AvailableAt": _available_of(rk),
                 }
+                if unsent and claim is not None and row.get(rows.SENDING) == claim:
+                    patch.update(rows.sending_mark(""))
                 self._rows.merge(patch, row.metadata["etag"])
                 with self._lock:
                     self._handed.pop(message_id, None)  # the claim is released; its token stays for the settling
