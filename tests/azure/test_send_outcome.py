@@ -32,9 +32,9 @@ from delayed_delivery.model import DelayedMessage
 from delayed_delivery.naming import azure_delays_table_name
 from delayed_delivery.ports import claim_of, claimed_until
 from delayed_delivery.settings import DelayedDeliverySettings
+from tests.app.cli.conftest import run
 from tests.azure.conftest import new_name
 from tests.azure.harness import drain
-from tests.cli.conftest import run
 from tests.fixtures.azurite import Azurite
 from tests.fixtures.outage import TcpProxy
 
