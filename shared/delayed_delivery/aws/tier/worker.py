@@ -6,8 +6,9 @@ admitted once (``Seen``: the first copy in plan order wins; the same message aga
 different one goes to the error queue). When a piece's lines reach ``bucket_piece_bytes``, the piece is sent
 (records applied, ``DelaySeconds`` for the rest), what failed for a passing reason is written back into the bucket,
 and the progress is recorded: the next line, the counts, the lease renewed. Near its deadline the worker records
-where it is, lets the partition go and enqueues the task again; a kill repeats at most the piece in hand. A worker
-that starts again first rebuilds the ids met from the lines before its progress (read again, not sent).
+where it is, lets the partition go and enqueues the task again; a kill repeats at most the piece in hand. What the
+partition met is kept after every piece (``worker_seen``: a snapshot on hand-over, else a delta), so a worker that
+starts again, or a later plan of the bucket, meets it again without sending it.
 The design is in docs/buckets.md ("Bursts").
 """
 

@@ -112,6 +112,8 @@ class PartitionSeen:
         handed = Seen(self.seen.limit)
         start = (0, 0)
         for position, key in sorted(keys, key=lambda item: item[0] or (-1, -1)):  # the snapshot first
+            if position is not None and position < start:
+                continue  # the snapshot holds it
             snapshot = self._read(key, delta=position is not None)
             if snapshot is None or snapshot.plan_ms == self.plan.created_ms or snapshot.position < start:
                 continue
