@@ -28,8 +28,8 @@ test: bootstrap  ## every test; emulators are started by the test fixtures
 # The second AWS emulator (docs/testing.md): LocalStack (SQS, S3) from its own locked environment, DynamoDB on moto
 # server; one pytest process, LocalStack on a free port for the session. The requeue tests, the semantics probes,
 # the README's AWS commands and the compressed `aws verify --full`.
-LOCALSTACK_TESTS = tests/aws/test_requeue.py tests/aws/test_requeue_containment.py tests/aws/test_cancel_requeue.py \
-	tests/aws/test_release_requeue.py tests/aws/test_cli_requeue.py tests/aws/test_emulator_semantics.py tests/localstack
+LOCALSTACK_TESTS = tests/aws/requeue/test_requeue.py tests/aws/requeue/test_containment.py tests/aws/requeue/test_cancel.py \
+	tests/aws/requeue/test_release.py tests/aws/requeue/test_cli.py tests/aws/test_emulator_semantics.py tests/localstack
 test-localstack: bootstrap  ## the AWS subset on LocalStack; fails (never skips) in CI when LocalStack cannot start
 	@scripts/localstack/bootstrap.sh >/dev/null
 	.venv/bin/python -m pytest -n 0 --aws-emulator=localstack $(LOCALSTACK_TESTS) $(ARGS)

@@ -26,10 +26,10 @@ from delayed_delivery.errors import MessageInFlightError
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.naming import azure_delays_table_name
 from delayed_delivery.settings import DelayedDeliverySettings
+from tests.app.cli.conftest import run
 from tests.azure.conftest import new_name
 from tests.azure.harness import drain
 from tests.azure.test_dispatch import make_host
-from tests.cli.conftest import run
 from tests.fixtures.azurite import Azurite
 
 pytestmark = pytest.mark.azurite

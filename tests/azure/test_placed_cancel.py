@@ -28,10 +28,10 @@ from delayed_delivery.azure.table_store import TableDelayedMessageStore
 from delayed_delivery.errors import MessageInFlightError, MessagePlacedError
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.naming import azure_delays_table_name
+from tests.app.cli.conftest import run
 from tests.azure.conftest import new_name
 from tests.azure.harness import drain
 from tests.azure.test_placement import _placer, _Transport, _visible
-from tests.cli.conftest import run
 from tests.fixtures.azurite import Azurite
 
 pytestmark = pytest.mark.azurite

@@ -35,9 +35,9 @@ from delayed_delivery.model import DelayedMessage
 from delayed_delivery.naming import azure_delays_table_name
 from delayed_delivery.release import busiest_window
 from delayed_delivery.settings import DelayedDeliverySettings
+from tests.app.cli.conftest import ok_json
 from tests.azure.conftest import new_name
 from tests.azure.harness import drain
-from tests.cli.conftest import ok_json
 from tests.fixtures.azurite import Azurite
 
 pytestmark = pytest.mark.azurite

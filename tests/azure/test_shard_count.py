@@ -18,9 +18,9 @@ from delayed_delivery.azure.table_store import TableDelayedMessageStore
 from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.naming import azure_delays_table_name
+from tests.app.cli.conftest import ok_json, run
 from tests.azure.conftest import new_name
 from tests.azure.harness import drain
-from tests.cli.conftest import ok_json, run
 from tests.fixtures.azurite import Azurite
 
 pytestmark = pytest.mark.azurite

@@ -248,7 +248,7 @@ def test_auto_prices_the_tier_at_the_traffic_set(sqs: SQSClient, monkeypatch: py
 
     from delayed_delivery.cost import load_measured_figures
     from delayed_delivery.timebuckets.cost import estimate_bucket_cost
-    from tests.unit.test_bucket_cost import MEASURED_AT
+    from tests.timebuckets.test_cost import MEASURED_AT
 
     _queues(sqs, "orders", "ingest")
     sqs.create_queue(QueueName="orders-delay.fifo", Attributes={"FifoQueue": "true", "DelaySeconds": "2"})

@@ -12,7 +12,7 @@ from azure.storage.queue import QueueServiceClient
 
 from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.settings import DelayedDeliverySettings
-from tests.cli.conftest import one_line_error, run
+from tests.app.cli.conftest import one_line_error, run
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

@@ -10,7 +10,7 @@ import pytest
 from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
-from tests.cli.conftest import ok_json, one_line_error, run
+from tests.app.cli.conftest import ok_json, one_line_error, run
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

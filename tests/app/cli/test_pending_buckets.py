@@ -12,9 +12,9 @@ from delayed_delivery.aws.cancellations import TABLE_ENV, ensure_cancellation_ta
 from delayed_delivery.aws.tier.store import S3BucketStore
 from delayed_delivery.timebuckets.format import BucketMessage
 from delayed_delivery.timebuckets.wheel import BucketLevel
+from tests.app.cli.conftest import ok_json, one_line_error, run
 from tests.aws.test_cancel_dynamodb import dynamodb_client
 from tests.aws.tier.conftest import s3 as s3  # the S3 client fixture on moto
-from tests.cli.conftest import ok_json, one_line_error, run
 
 pytestmark = pytest.mark.moto
 

@@ -16,7 +16,7 @@ from delayed_delivery.app.routes import azure as azure_route
 from delayed_delivery.app.routes import sqs as sqs_route
 from delayed_delivery.app.routes import store as store_route
 from delayed_delivery.clock import SystemClock
-from tests.cli.conftest import ok_json, one_line_error, run
+from tests.app.cli.conftest import ok_json, one_line_error, run
 
 #: How long the command takes to connect in these tests: a loaded machine, a far region, a cold SDK import.
 SLOW = timedelta(seconds=5)

@@ -20,7 +20,7 @@ from delayed_delivery.app.cli import _configure_logging
 from delayed_delivery.app.stores import open_store
 from delayed_delivery.errors import MessageIdConflictError, MessageInFlightError
 from delayed_delivery.model import DelayedMessage
-from tests.cli.conftest import one_line_error, run
+from tests.app.cli.conftest import one_line_error, run
 from tests.fixtures.services import free_port
 
 SEND = ("--to", "orders", "--delay", "1h", "--body", "a")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import one_line_error, run
+from tests.app.cli.conftest import one_line_error, run
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import one_line_error, run
+from tests.app.cli.conftest import one_line_error, run
 from tests.fixtures.processes import descendants, kill_tree
 
 pytestmark = [pytest.mark.moto, pytest.mark.azurite]

@@ -15,7 +15,7 @@ from delayed_delivery.clock import ManualClock
 from delayed_delivery.schedules.materializer import Materializer
 from delayed_delivery.schedules.sqlite_store import SqliteScheduleStore
 from delayed_delivery.sqlite_store import SqliteDelayedMessageStore
-from tests.cli.conftest import ok_json, one_line_error, run
+from tests.app.cli.conftest import ok_json, one_line_error, run
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

@@ -31,8 +31,8 @@ from delayed_delivery.timebuckets.plans import (
 )
 from delayed_delivery.timebuckets.wheel import COARSE, BucketKey
 from tests.golden.test_plans import BUCKET, OBJECTS, PLAN, PLAN_MS, PROGRESS, TASK
-from tests.unit.test_bucket_format import BUCKET as BUCKET_FOR_LINES
-from tests.unit.test_bucket_format import START_MS, messages
+from tests.timebuckets.test_format import BUCKET as BUCKET_FOR_LINES
+from tests.timebuckets.test_format import START_MS, messages
 
 
 def test_round_trips() -> None:

@@ -11,7 +11,7 @@ from benchmarks.__main__ import refresh_measured
 from benchmarks.common import Row
 from delayed_delivery.cost import MeasuredFigures, load_measured_figures
 from delayed_delivery.errors import ConfigurationError
-from tests.cli.conftest import ok_json, one_line_error, run
+from tests.app.cli.conftest import ok_json, one_line_error, run
 
 
 def test_measured_figure_beats_the_nservicebus_formula_and_scheduler_is_flat() -> None:

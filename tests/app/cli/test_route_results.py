@@ -26,7 +26,7 @@ from delayed_delivery.app.routes import (
     check_request,
 )
 from delayed_delivery.app.routes.buckets import BucketCancelResult, BucketRescheduleResult, BucketTierRoute
-from tests.cli.conftest import one_line_error, run
+from tests.app.cli.conftest import one_line_error, run
 
 DUE = datetime(2031, 1, 1, tzinfo=UTC)
 RECEIPT = RecordReceipt("orders", "records", DUE, "note")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from azure.storage.queue import QueueServiceClient
 
-from tests.cli.conftest import run
+from tests.app.cli.conftest import run
 
 pytestmark = pytest.mark.azurite
 

@@ -17,7 +17,7 @@ from delayed_delivery.app.demo.cloud_azure import TIMER_FUNCTION, registered_tim
 from delayed_delivery.azure import function_host
 from delayed_delivery.azure.app_files import function_app
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NOTICE = "Auth level is not applied to non http function app. Ref: https://docs.microsoft.com/azure/azure-functions"
 #: What a stray line looks like: a Python warning, a log record in logging's default formats, a traceback.
 STRAY = re.compile(r"\w*Warning: |^(WARNING|ERROR|CRITICAL|INFO|DEBUG)[: ]|^Traceback|Auth level", re.MULTILINE)

@@ -22,9 +22,9 @@ from delayed_delivery.cancellations import Cancellation
 from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery, epoch_ms
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalEventSourcePoller
+from tests.app.cli.conftest import ok_json, one_line_error, run
 from tests.aws.conftest import collect, handler_env
 from tests.aws.test_cancel_dynamodb import dynamodb_client
-from tests.cli.conftest import ok_json, one_line_error, run
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

@@ -14,7 +14,7 @@ import pytest
 
 from delayed_delivery.ports import claim_of
 from delayed_delivery.sqlite_store import SqliteDelayedMessageStore
-from tests.cli.conftest import ok_json, one_line_error, run
+from tests.app.cli.conftest import ok_json, one_line_error, run
 
 #: The markup a careless producer may put in its data: a style tag, a closing tag Rich refuses, Rich's escape.
 IDS = ("job[bold]42", "job[/x]43", "job\\[44")

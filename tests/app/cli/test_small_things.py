@@ -19,7 +19,7 @@ from rich.table import Table
 from delayed_delivery.app.cli import build_command
 from delayed_delivery.app.cli.output import plain_console, print_table
 from delayed_delivery.durations import parse_duration
-from tests.cli.conftest import ok_json, one_line_error, run
+from tests.app.cli.conftest import ok_json, one_line_error, run
 
 
 def test_a_table_into_a_pipe_keeps_each_row_on_one_line() -> None:

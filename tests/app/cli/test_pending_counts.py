@@ -13,8 +13,8 @@ from delayed_delivery.aws.sender import DelayedSend, SqsDelayedSender
 from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.aws.tier.config import BucketTierConfig
 from delayed_delivery.aws.tier.provision import ensure_bucket_tier
+from tests.app.cli.conftest import ok_json, run
 from tests.aws.tier.conftest import s3 as s3  # the S3 client fixture on moto
-from tests.cli.conftest import ok_json, run
 
 pytestmark = pytest.mark.moto
 

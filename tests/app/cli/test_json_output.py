@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.conftest import run
+from tests.app.cli.conftest import run
 
 
 def one_document(text: str) -> Any:

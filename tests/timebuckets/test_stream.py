@@ -25,7 +25,7 @@ from delayed_delivery.timebuckets.format import (
     line_id,
 )
 from tests.golden import wire
-from tests.unit.test_bucket_format import BUCKET, GOOD, HEADER, START_MS, _object, messages
+from tests.timebuckets.test_format import BUCKET, GOOD, HEADER, START_MS, _object, messages
 
 
 def _chunked(data: bytes, cuts: list[int]) -> Iterator[bytes]:

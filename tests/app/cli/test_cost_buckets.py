@@ -6,7 +6,7 @@ import pytest
 
 from delayed_delivery.cost import choose_long_delay_route, load_measured_figures
 from delayed_delivery.timebuckets.cost import estimate_bucket_cost
-from tests.cli.conftest import ok_json, run
+from tests.app.cli.conftest import ok_json, run
 
 
 def test_json_carries_the_bucket_estimate_and_the_auto_route() -> None:

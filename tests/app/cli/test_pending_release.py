@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from delayed_delivery.release import RELEASE_RATES_ENV
-from tests.cli.conftest import ok_json, one_line_error, run
+from tests.app.cli.conftest import ok_json, one_line_error, run
 
 RATES = '{"orders": 200, "*": 1000, "audit": null, "billing": 2.5}'
 

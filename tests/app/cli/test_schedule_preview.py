@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from tests.cli.conftest import ok_json, one_line_error, run
+from tests.app.cli.conftest import ok_json, one_line_error, run
 
 NEXT = ("schedule", "next")
 CATCH_UP = ("schedule", "catch-up")

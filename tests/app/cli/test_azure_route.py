@@ -9,7 +9,7 @@ from azure.storage.queue import QueueServiceClient
 
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
 from delayed_delivery.ports import claim_of
-from tests.cli.conftest import ok_json, one_line_error, run
+from tests.app.cli.conftest import ok_json, one_line_error, run
 
 pytestmark = pytest.mark.azurite
 

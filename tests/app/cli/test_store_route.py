@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.cli.conftest import ok_json, run
+from tests.app.cli.conftest import ok_json, run
 
 
 def test_send_pending_reschedule_cancel_on_sqlite(tmp_path: Path) -> None:
