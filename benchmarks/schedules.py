@@ -27,7 +27,9 @@ skips (measured against moto), on a simulated clock.
   $1.00 per million invocations plus the send ($1.40 as ``aws_costs`` counts it).
 
 Run: ``python -m benchmarks.schedules [--smoke] [--burst 100000] [--stored 1000000]``; prints a table and
-writes ``benchmarks/results/schedules[-smoke].json``. Figures: benchmarks/aws.md and docs/schedules.md.
+writes ``benchmarks/results/schedules[-smoke].json``. ``--memory-only [--stored N] [--traced]`` runs the memory
+part alone (the RSS runs; ``--traced`` adds the ``tracemalloc`` ones) and writes ``schedules-memory.json``.
+Figures: benchmarks/aws.md and docs/schedules.md.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +56,15 @@ from benchmarks.costs.tier import order_body
 from benchmarks.fakeaws import FakeAws, Sends, SimClock, SimTime, calibrate_client_cpu
 from benchmarks.fakedynamo import FakeDynamo
 from benchmarks.sqs_hops import _moto
-from delayed_delivery.aws.schedules.layout import SHARDS, entry_of, minute_key, page_item, row_item, shard_of
+from delayed_delivery.aws.schedules.layout import (
+    SHARDS,
+    entry_of,
+    minute_key,
+    page_item,
+    row_item,
+    row_pk,
+    shard_of,
+)
 from delayed_delivery.aws.schedules.sends import OccurrenceSender
 from delayed_delivery.aws.schedules.store import DynamoDbScheduleStore
 from delayed_delivery.aws.schedules.timer import ScheduleTimer
@@ -88,31 +99,46 @@ PAGE = 1000
 # -- the table as the timer leaves it ----------------------------------------------------------------------------
 
 
-def _schedules(n: int, start: int = 0) -> Iterator[tuple[Schedule, datetime]]:
+#: A schedule's id, its next occurrence, its shape and how to build it: schedules of one shape differ only in their
+#: id, so their rows and due-page entries are the same but for the keys (``load`` builds each shape's row once, and
+#: every ``SAMPLE``-th schedule in full to check it).
+Stored = tuple[str, datetime, tuple[Any, ...], Callable[[], Schedule]]
+SAMPLE = 997
+
+
+def _schedules(n: int, start: int = 0) -> Iterator[Stored]:
     """Schedule ``b<i>`` (daily at 09:00 in one of the zones) fired yesterday, and its next occurrence."""
     body = {i: order_body(i).encode() for i in range(16)}
     since = NINE - timedelta(days=7)
     definitions = {z: ScheduleDefinition("0 9 * * *", start=since, zone=z) for z in ZONES}
+    templates = {(d, b): MessageTemplate(f"reports-{d}", body[b]) for d in range(DESTINATIONS) for b in range(16)}
     for i in range(start, start + n):
-        template = MessageTemplate(f"reports-{i % DESTINATIONS}", body[i % 16])
-        s = Schedule(f"b{i:07d}", definitions[ZONES[i % len(ZONES)]], template, cursor=NINE - timedelta(days=1),
-                     next_at=NINE, version=2, fired=1, last_fired=NINE - timedelta(days=1))  # fmt: skip
-        yield s, NINE
+        sid, zone, shape = f"b{i:07d}", ZONES[i % len(ZONES)], (i % DESTINATIONS, i % 16)
+        yield sid, NINE, ("b", zone, *shape), partial(
+            Schedule, sid, definitions[zone], templates[shape], cursor=NINE - timedelta(days=1), next_at=NINE,
+            version=2, fired=1, last_fired=NINE - timedelta(days=1),
+        )  # fmt: skip
 
 
-def _spread(n: int, start: int) -> Iterator[tuple[Schedule, datetime]]:
+def _spread(n: int, start: int) -> Iterator[Stored]:
     """Schedules ``q<i>``: daily at a minute spread over the day (UTC), 100-byte bodies, next one after 07:00Z."""
     since = NINE - timedelta(days=7)
+    minutes: dict[int, tuple[ScheduleDefinition, datetime]] = {}
+    templates = {d: MessageTemplate(f"reports-{d}", b"x" * 100) for d in range(DESTINATIONS)}
     for i in range(start, start + n):
         minute = (i * 7) % 1440
-        at = NINE.replace(hour=minute // 60, minute=minute % 60) + timedelta(days=1 if minute < 420 else 0)
-        definition = ScheduleDefinition(f"{minute % 60} {minute // 60} * * *", start=since)
-        s = Schedule(f"q{i:07d}", definition, MessageTemplate(f"reports-{i % DESTINATIONS}", b"x" * 100),
-                     cursor=at - timedelta(days=1), next_at=at, version=2, fired=1)  # fmt: skip
-        yield s, at
+        if minute not in minutes:
+            at = NINE.replace(hour=minute // 60, minute=minute % 60) + timedelta(days=1 if minute < 420 else 0)
+            minutes[minute] = (ScheduleDefinition(f"{minute % 60} {minute // 60} * * *", start=since), at)
+        definition, at = minutes[minute]
+        sid = f"q{i:07d}"
+        yield sid, at, ("q", minute, i % DESTINATIONS), partial(
+            Schedule, sid, definition, templates[i % DESTINATIONS], cursor=at - timedelta(days=1), next_at=at,
+            version=2, fired=1,
+        )  # fmt: skip
 
 
-def _hourly(n: int) -> Iterator[tuple[Schedule, datetime]]:
+def _hourly(n: int) -> Iterator[Stored]:
     """Schedules ``h<i>``: hourly at minute ``i % 60`` (1,000 a minute at 60,000), 1 KiB bodies."""
     since = NINE - timedelta(days=7)
     body = {i: order_body(i).encode() for i in range(16)}
@@ -122,12 +148,17 @@ def _hourly(n: int) -> Iterator[tuple[Schedule, datetime]]:
         definition = ScheduleDefinition(f"{minute} * * * *", start=since)
         s = Schedule(f"h{i:07d}", definition, MessageTemplate(f"reports-{i % DESTINATIONS}", body[i % 16]),
                      cursor=at - timedelta(hours=1), next_at=at, version=2, fired=1)  # fmt: skip
-        yield s, at
+        yield s.schedule_id, at, ("h", i), partial(lambda s: s, s)  # every one its own shape (60,000 at most)
 
 
-def load(fake: FakeDynamo, schedules: Iterator[tuple[Schedule, datetime]], chunk: int = 20_000) -> int:
-    """Write rows and packed due pages (1,000 entries a page per shard and minute), as the timer writes them."""
+def load(fake: FakeDynamo, schedules: Iterator[Stored], chunk: int = 20_000) -> int:
+    """Write rows and packed due pages (1,000 entries a page per shard and minute), as the timer writes them.
+
+    A shape's row and entry are built once (``row_item``: 0.2 ms a schedule, most of a million schedules' load) and
+    copied with each schedule's keys; every ``SAMPLE``-th schedule's row is built in full and must equal its copy.
+    """
     pages: dict[tuple[int, str], dict[str, Any]] = {}
+    shapes: dict[tuple[Any, ...], tuple[dict[str, Any], Any]] = {}
     rows: list[dict[str, Any]] = []
     count, seq = 0, 0
 
@@ -139,10 +170,19 @@ def load(fake: FakeDynamo, schedules: Iterator[tuple[Schedule, datetime]], chunk
             items.append(page_item(key[0], f"{key[1]}#m.bench{seq:08d}", 0, pages.pop(key)))
         fake.put_many(items)
 
-    for schedule, at in schedules:
-        shard = shard_of(schedule.schedule_id)
-        rows.append(row_item(schedule, 1))
-        pages.setdefault((shard, minute_key(at)), {})[schedule.schedule_id] = entry_of(schedule, 1)
+    for sid, at, shape, build in schedules:
+        shard = shard_of(sid)
+        if shape not in shapes:
+            schedule = build()
+            shapes[shape] = (row_item(schedule, 1), entry_of(schedule, 1))
+        row, entry = shapes[shape]
+        row = {**row, "pk": {"S": row_pk(shard)}, "sk": {"S": sid}}
+        if count % SAMPLE == 0:
+            schedule = build()
+            if (schedule.schedule_id, row, entry) != (sid, row_item(schedule, 1), entry_of(schedule, 1)):
+                raise AssertionError(f"schedule {sid}: its shape {shape} does not give its row")
+        rows.append(row)
+        pages.setdefault((shard, minute_key(at)), {})[sid] = entry
         count += 1
         if len(rows) >= chunk:
             fake.put_many(rows)
@@ -339,8 +379,9 @@ def memory_step(db: str, at: str, count: int, traced: bool) -> dict[str, Any]:
             "rss_before_mib": before_rss, "hwm_before_mib": before_max}  # fmt: skip
 
 
-def memory(stored: int, smoke: bool) -> dict[str, float]:
-    """``stored`` schedules in a SQLite file; a burst run and a quiet run, each in fresh processes."""
+def memory(stored: int, smoke: bool, traced: bool = True) -> dict[str, float]:
+    """``stored`` schedules in a SQLite file; a burst run and a quiet run, each in fresh processes (and again under
+    ``tracemalloc`` when ``traced``)."""
     burst_n = min(100_000, stored // 10)
     with tempfile.TemporaryDirectory(prefix="schedules-mem-") as tmp:
         db = str(Path(tmp) / "table.db")
@@ -354,19 +395,19 @@ def memory(stored: int, smoke: bool) -> dict[str, float]:
         out: dict[str, float] = {"stored": float(stored), "due_in_burst": float(burst_n)}
         for label, at in (("busy", (NINE - timedelta(minutes=4, seconds=58)).isoformat()),
                           ("quiet", (NINE - timedelta(minutes=59, seconds=58)).isoformat())):  # fmt: skip
-            for traced in (False, True):
-                copy = Path(tmp) / f"{label}-{traced}.db"
+            for under_tracemalloc in (False, True) if traced else (False,):
+                copy = Path(tmp) / f"{label}-{under_tracemalloc}.db"
                 shutil.copyfile(db, copy)  # each run on the same state
                 child = subprocess.run(
                     [sys.executable, "-m", "benchmarks.schedules", "--memory-step", str(copy), at,
-                     str(stored), "traced" if traced else "rss"],
+                     str(stored), "traced" if under_tracemalloc else "rss"],
                     capture_output=True, text=True, check=True,
                 )  # fmt: skip
                 step = json.loads(child.stdout.strip().splitlines()[-1])
                 copy.unlink()
-                key = "traced_peak_mib" if traced else "rss_growth_mib"
+                key = "traced_peak_mib" if under_tracemalloc else "rss_growth_mib"
                 out[f"{label}_{key}"] = step[key]
-                if not traced:
+                if not under_tracemalloc:
                     out[f"{label}_max_rss_mib"] = step["max_rss_mib"]
                     out[f"{label}_fired"] = float(step["fired"])
                     out[f"{label}_seconds"] = step["seconds"]
@@ -374,6 +415,21 @@ def memory(stored: int, smoke: bool) -> dict[str, float]:
 
 
 # -- the command ----------------------------------------------------------------------------------------------------
+
+
+def _memory_met(memory: dict[str, float]) -> float:
+    """1.0 when the runs' resident growth and (if measured) Python peak are within ``TARGET_MIB``."""
+    keys = ("busy_rss_growth_mib", "busy_traced_peak_mib", "quiet_rss_growth_mib")
+    return float(max(memory[k] for k in keys if k in memory) <= TARGET_MIB)
+
+
+def memory_only(stored: int, traced: bool) -> list[Row]:
+    """The memory part alone (``--memory-only``): no calibration, burst or steady run; RSS only unless ``traced``."""
+    figures = {"memory": memory(stored, False, traced)}
+    figures["targets"] = {"memory_met": _memory_met(figures["memory"])}
+    note = {"memory": f"{stored:,} schedules stored (SQLite file); a run at the burst and at a quiet minute"}
+    run.last = {"figures": figures}  # type: ignore[attr-defined]
+    return _rows(figures, note)
 
 
 def _rows(figures: dict[str, dict[str, float]], note: dict[str, str]) -> list[Row]:
@@ -414,8 +470,7 @@ def run(
     figures["targets"] = {
         "burst_p99_met": float(figures["burst"]["lateness_p99_s"] <= TARGET_P99_S
                                and figures["burst"]["lost"] == 0 and figures["burst"]["duplicates"] == 0),
-        "memory_met": float(max(figures["memory"]["busy_rss_growth_mib"], figures["memory"]["busy_traced_peak_mib"],
-                                figures["memory"]["quiet_rss_growth_mib"]) <= TARGET_MIB),
+        "memory_met": _memory_met(figures["memory"]),
         "cost_met": float(figures["burst"]["usd_per_million"] <= TARGET_USD
                           and figures["steady"]["usd_per_million_with_fixed"] <= TARGET_USD),
         "eventbridge_usd_per_million": SCHEDULER,
@@ -443,7 +498,14 @@ def main() -> None:
     parser.add_argument("--per-minute", type=int, default=1_000)
     parser.add_argument("--memory-mb", type=int, default=FULL_CORE_MB)
     parser.add_argument("--lanes", type=int, default=8)
+    parser.add_argument("--memory-only", action="store_true", help="only the timer's memory over --stored schedules")
+    parser.add_argument("--traced", action="store_true", help="with --memory-only: also the tracemalloc runs")
     a = parser.parse_args()
+    if a.memory_only:
+        rows = memory_only(a.stored, a.traced)
+        print_table(rows, f"Recurring schedules on AWS: the timer's memory over {a.stored:,} stored schedules")
+        print(write_json(f"{NAME}-memory", rows, run.last))  # type: ignore[attr-defined]
+        return
     rows = run(a.smoke, burst_count=a.burst, stored=a.stored, per_minute=a.per_minute, memory_mb=a.memory_mb,
                lanes=a.lanes)  # fmt: skip
     print_table(rows, "Recurring schedules on AWS: burst, memory, cost (simulated invocations, counted requests)")

@@ -11,6 +11,8 @@ from urllib.parse import quote, unquote
 
 from . import logfields as lf
 from .headers import HEADER_PREFIX, is_reserved
+from .headers import OCCURRENCE as OCCURRENCE_HEADER
+from .headers import SCHEDULE_ID as SCHEDULE_ID_HEADER
 from .validation import is_whole
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "epoch_ms",
     "from_epoch_ms",
     "longest_delivery",
+    "occurrence_of",
     "user_headers",
 ]
 
@@ -42,6 +45,9 @@ BROKER_FIELDS = ("body", "received_at", "broker_sent_at")
 _VERSION = "v1"
 _MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 _INT = re.compile(r"^\d{1,15}$")
+_INSTANT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+#: Longest schedule id an occurrence header may name (``schedules.occurrences.MAX_SCHEDULE_ID_LENGTH``).
+_MAX_SCHEDULE_ID = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +154,9 @@ class DeliveredMessage:
     destination: str | None = None
     broker_sent_at: datetime | None = None
     trusted: tuple[str, ...] = field(default=BROKER_FIELDS)
+    #: A recurring schedule's occurrence: its schedule and nominal instant (``None`` for any other message).
+    schedule_id: str | None = None
+    occurrence_at: datetime | None = None
 
     @property
     def lateness_s(self) -> float | None:
@@ -177,8 +186,10 @@ class DeliveredMessage:
         broker_sent_at: datetime | None = None,
     ) -> DeliveredMessage:
         """A delivered message from a decoded header, ``fallback_id`` standing in for a missing id."""
+        message_id = info.message_id or fallback_id
+        schedule_id, occurrence_at = occurrence_of(message_id, headers)
         return cls(
-            message_id=info.message_id or fallback_id,
+            message_id=message_id,
             body=body,
             headers=user_headers(headers),
             due_at=from_epoch_ms(info.due_ms),
@@ -189,7 +200,33 @@ class DeliveredMessage:
             cloud=cloud,
             destination=destination,
             broker_sent_at=broker_sent_at,
+            schedule_id=schedule_id,
+            occurrence_at=occurrence_at,
         )
+
+
+def _text(value: Any) -> str | None:
+    """A header's text: a plain string (Azure envelope) or an SQS string attribute (``StringValue``)."""
+    if isinstance(value, Mapping):
+        value = value.get("StringValue")
+    return value if isinstance(value, str) else None
+
+
+def occurrence_of(message_id: str, headers: Mapping[str, Any]) -> tuple[str | None, datetime | None]:
+    """The schedule id and nominal instant when the message is a recurring occurrence, else ``(None, None)``.
+
+    An occurrence carries ``DelayedDelivery.ScheduleId`` and ``DelayedDelivery.Occurrence`` (the nominal instant,
+    ``YYYY-MM-DDThh:mm:ssZ``) and its id is ``<schedule-id>@<nominal instant>``; anything else is not one.
+    """
+    schedule_id, nominal = _text(headers.get(SCHEDULE_ID_HEADER)), _text(headers.get(OCCURRENCE_HEADER))
+    if not schedule_id or not nominal or len(schedule_id) > _MAX_SCHEDULE_ID or not _INSTANT.match(nominal):
+        return None, None
+    if message_id != f"{schedule_id}@{nominal}":
+        return None, None
+    try:
+        return schedule_id, datetime.fromisoformat(nominal).astimezone(UTC)
+    except ValueError:
+        return None, None
 
 
 def consumed_fields(delivered: DeliveredMessage) -> dict[str, Any]:
@@ -207,4 +244,8 @@ def consumed_fields(delivered: DeliveredMessage) -> dict[str, Any]:
         lf.ROUTE: delivered.route,
         lf.CONSUMER_LATENESS_S: round(lateness, 3) if lateness is not None else None,
         lf.DELAY_S: round(delay, 3) if delay is not None else None,
+        lf.SCHEDULE_ID: delivered.schedule_id,
+        lf.OCCURRENCE: (
+            delivered.occurrence_at.strftime("%Y-%m-%dT%H:%M:%SZ") if delivered.occurrence_at is not None else None
+        ),
     }

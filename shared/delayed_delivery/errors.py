@@ -17,6 +17,7 @@ __all__ = [
     "MessageInFlightError",
     "MessagePlacedError",
     "PermanentError",
+    "ThrottledError",
     "TransientError",
     "batch_failure",
     "extra_missing",
@@ -62,6 +63,10 @@ class TransientError(DelayedDeliveryError):
     """A failure that may go away: throttling, timeouts, a service briefly down."""
 
     retryable = True
+
+
+class ThrottledError(TransientError):
+    """The service refused the request for now (throttled, busy: 429, 503) and did nothing; retry later."""
 
 
 class PermanentError(DelayedDeliveryError):

@@ -66,3 +66,6 @@ SENT_AT = "sent_at"
 ROUTE = "route"
 DELAY_S = "delay_s"
 CONSUMER_LATENESS_S = "consumer_lateness_s"
+#: A recurring occurrence's nominal instant (``YYYY-MM-DDThh:mm:ssZ``) on its ``consumed`` line, beside
+#: ``SCHEDULE_ID``; null for any other message (lines logged before #35 have neither key).
+OCCURRENCE = "occurrence"

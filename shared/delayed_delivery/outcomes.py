@@ -16,15 +16,17 @@ from . import headers as hdr
 from . import logfields as lf
 from .breaker import FailureRateCircuitBreaker, RepeatedFailuresCircuitBreaker
 from .clock import Clock
-from .errors import PermanentError
+from .errors import PermanentError, ThrottledError
 from .model import DelayedMessage
 from .pacing import Release
 from .ports import (
     BatchRemovingStore,
+    BoundedTransport,
     DelayedMessageStore,
     PlacingTransport,
     ReschedulableStore,
     Transport,
+    UnsentFailureStore,
     claim_of,
     claimed_until,
 )
@@ -34,8 +36,10 @@ __all__ = ["CLAIM_MARGIN", "DispatchReport", "Outcomes"]
 
 _log = logging.getLogger("delayed_delivery.dispatcher")
 
-#: A fetched message is not sent once its claim has less than this left (seconds): another dispatcher may fetch it
-#: the moment the claim runs out, so sending it then could deliver it twice.
+#: A fetched message is not sent once its claim has less than this left (seconds), beyond the longest a send takes
+#: (``BoundedTransport.send_timeout``): another dispatcher may fetch it the moment the claim runs out, and an operator
+#: may then be told it is cancelled, so a send that could still be under way then could deliver it twice, or after a
+#: "cancelled".
 CLAIM_MARGIN = 2.0
 
 
@@ -95,6 +99,8 @@ class Outcomes:
         self.clock = clock
         self.dispatch_breaker, self.recovery_breaker = breakers
         self._log_fields = dict(log_fields)
+        #: Seconds of claim a send needs: the transport's bound on one send (0 when it says none) and the margin.
+        self.claim_needed = CLAIM_MARGIN + (transport.send_timeout if isinstance(transport, BoundedTransport) else 0.0)
 
     def settle(self, sent: list[tuple[DelayedMessage, float, float | None]]) -> DispatchReport:
         """Remove sent messages in one ``remove_many`` call and log each outcome."""
@@ -143,12 +149,14 @@ class Outcomes:
         return report
 
     def claim_ran_out(self, message: DelayedMessage) -> bool:
-        """Whether ``message``'s claim has less than ``CLAIM_MARGIN`` left (logged): then it is not sent."""
+        """Whether too little of ``message``'s claim is left for a send to end within it (the transport's bound on one
+        send plus ``CLAIM_MARGIN``; logged): then it is not sent."""
         until = claimed_until(message)
-        if until is None or self.clock.now() < until - timedelta(seconds=CLAIM_MARGIN):
+        if until is None or self.clock.now() < until - timedelta(seconds=self.claim_needed):
             return False
         _log.warning(
-            "not sent: its claim ran out before its turn (a slow batch); its row is fetched again",
+            "not sent: too little of its claim is left for a send to end within it (a slow batch); its row is fetched"
+            " again",
             extra={**self._about(message), lf.EVENT: lf.EVENT_CLAIM_RAN_OUT},
         )
         return True
@@ -202,11 +210,12 @@ class Outcomes:
             self.dispatch_breaker.failure(exc)
         self.recovery_breaker.record(exc)
         claim = claim_of(message)
-        counted = (
-            self.store.increment_failure_count(message.message_id)
-            if claim is None
-            else self.store.increment_failure_count(message.message_id, claim)
-        )
+        if claim is None:
+            counted = self.store.increment_failure_count(message.message_id)
+        elif isinstance(exc, PermanentError | ThrottledError) and isinstance(self.store, UnsentFailureStore):
+            counted = self.store.count_unsent_failure(message.message_id, claim)  # refused: nothing was put
+        else:  # a timeout or reset may have put it all the same
+            counted = self.store.increment_failure_count(message.message_id, claim)
         if not counted:  # gone, or superseded: whoever holds the row now settles it
             return
         failures = message.failure_count + 1

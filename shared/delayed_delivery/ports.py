@@ -11,6 +11,7 @@ from .model import DelayedMessage
 
 __all__ = [
     "BatchRemovingStore",
+    "BoundedTransport",
     "ClaimedMessage",
     "CriticalErrorCallback",
     "DeferringStore",
@@ -24,6 +25,7 @@ __all__ = [
     "ReschedulableStore",
     "SharedReleaseState",
     "Transport",
+    "UnsentFailureStore",
     "claim_of",
     "claimed_until",
     "id_conflict",
@@ -190,6 +192,16 @@ class BatchRemovingStore(Protocol):
 
 
 @runtime_checkable
+class UnsentFailureStore(Protocol):
+    """A store that tells a failed send that certainly put nothing from one whose outcome is unknown."""
+
+    def count_unsent_failure(self, message_id: str, claim: str) -> bool:
+        """``increment_failure_count`` under ``claim`` of a send the destination refused (nothing was put): the row
+        may then be cancelled exactly again. False when gone or superseded."""
+        ...
+
+
+@runtime_checkable
 class DeferringStore(Protocol):
     """A store that can keep a claimed row back until its release slot (release control), due time unchanged."""
 
@@ -286,6 +298,16 @@ class Transport(Protocol):
         Raise ``TransientError`` for failures worth retrying and ``PermanentError``
         (e.g. ``DestinationNotFoundError``) for ones that are not.
         """
+        ...
+
+
+@runtime_checkable
+class BoundedTransport(Transport, Protocol):
+    """A transport whose every send ends (done, failed or timed out, its retries included) within a bound."""
+
+    @property
+    def send_timeout(self) -> float:
+        """The longest one send takes, in seconds (the dispatcher starts none its claim could not outlast)."""
         ...
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import ModuleType
@@ -48,6 +49,17 @@ def drain(queues: QueueServiceClient, name: str) -> list[Envelope]:
         if not batch:
             return out
         out.extend(decode_envelope(m.content) for m in batch)
+
+
+def drain_until(queues: QueueServiceClient, name: str, expect: int, timeout: float = 30.0) -> list[Envelope]:
+    """What becomes visible on queue ``name`` until ``expect`` came or ``timeout`` passed (a poll, not a sleep)."""
+    out: list[Envelope] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        out += drain(queues, name)
+        if len(out) >= expect or time.monotonic() > deadline:
+            return out
+        time.sleep(0.1)
 
 
 class RecordingTransport:

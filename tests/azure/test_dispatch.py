@@ -24,6 +24,7 @@ from delayed_delivery.settings import DelayedDeliverySettings
 from tests.azure.conftest import new_name
 from tests.azure.harness import RecordingTransport, drain, fire_timer, timer_schedule
 from tests.fixtures.azurite import Azurite
+from tests.fixtures.polling import wait_for
 
 pytestmark = pytest.mark.azurite
 
@@ -147,7 +148,7 @@ def test_lease_loss_mid_run_stops_dispatching_at_once(
     result: list[Any] = []
     runner = threading.Thread(target=lambda: result.append(host.run()))
     runner.start()
-    time.sleep(2.0)
+    assert wait_for(lambda: len(recorder.sent) >= 5), "the host sends before its lease is broken"
     blob = blobs.get_blob_client(table, lease_blob_name(0))
     BlobLeaseClient(blob).break_lease(lease_break_period=0)
     usurper = BlobLeaseClient(blob)

@@ -10,6 +10,7 @@ from azure.storage.blob import BlobServiceClient
 
 from delayed_delivery.azure.blob_lease import BlobLease
 from tests.azure.conftest import new_name
+from tests.fixtures.polling import wait_for
 
 pytestmark = pytest.mark.azurite
 
@@ -32,8 +33,7 @@ def test_renewal_keeps_it_and_a_failed_renewal_stops_at_once(blobs: BlobServiceC
     lease = BlobLease(container, duration=15, renew_every=0.2)
     lease.setup_infrastructure()
     assert lease.try_acquire()
-    time.sleep(1.0)
-    assert lease.renewals >= 2 and lease.keep_going()
+    assert wait_for(lambda: lease.renewals >= 2) and lease.keep_going()
     client = lease._client
     assert client is not None
 

@@ -19,11 +19,12 @@ from azure.storage.queue import QueueServiceClient
 
 from delayed_delivery import logfields as lf
 from delayed_delivery.azure.config import AzureClients, AzureDelayedDeliveryConfig
-from delayed_delivery.azure.run_budget import RunBudget
+from delayed_delivery.azure.run_budget import RunBudget, SendBound
 from delayed_delivery.azure.runner import AzureDispatcherHost
 from delayed_delivery.azure.storage_queue import BudgetedRetry
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
 from delayed_delivery.clock import SystemClock
+from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.settings import DelayedDeliverySettings
 from tests.azure.conftest import new_name
@@ -183,3 +184,56 @@ def test_a_hosts_queue_client_retries_with_the_budgeted_policy(azurite: Azurite)
     clients = AzureClients.create(config)
     policies = [p for p in clients.queues._pipeline._impl_policies if isinstance(p, BudgetedRetry)]
     assert [p.budget for p in policies] == [clients.budget]
+
+
+def test_a_retry_starts_only_while_a_whole_attempt_still_fits_in_its_send() -> None:
+    budget = RunBudget()
+    policy = BudgetedRetry(budget)
+    settings = {"total": 3, "count": 0, "connect": 3, "read": 3, "status": 3, "history": [], "mode": None}
+    with budget.send_within(60.0, attempt=8.0):  # 52 s of room: the SDK's back-off (15 s ± 3) as it is
+        room = budget.retry_room()
+        assert room is not None and 50.0 < room <= 52.0
+        assert policy.get_backoff_time({"count": 0}) >= 12.0
+    with budget.send_within(10.0, attempt=8.0):  # 2 s of room: a back-off of at most that, then one attempt
+        assert policy.get_backoff_time({"count": 0}) <= 2.0
+    with budget.send_within(5.0, attempt=8.0):  # not even one more attempt fits
+        assert policy.increment(dict(settings), request=None) is False, "no retry that could outlast its send"
+    assert budget.retry_room() is None, "outside a send"
+
+
+def test_a_hosts_queue_requests_have_the_configured_timeouts_and_its_puts_the_send_bound(azurite: Azurite) -> None:
+    name = new_name()
+    config = AzureDelayedDeliveryConfig(
+        table_name=name,
+        container_name=name,
+        connection_string=azurite.connection_string,
+        queue_connect_timeout=1.5,
+        queue_read_timeout=4.0,
+        send_timeout=7.0,
+    )
+    host = AzureDispatcherHost(config, heartbeat=False)
+    connection = host.clients.queues._pipeline._transport.connection_config
+    assert (connection.timeout, connection.read_timeout) == (1.5, 4.0), "not the SDK's 300 s each"
+    assert host.transport.send_timeout == 7.0 and host.transport.bound == config.send_bound
+
+
+def test_the_send_bound_must_fit_an_attempt_and_leave_the_claim_room() -> None:
+    def config(**kw: float) -> AzureDelayedDeliveryConfig:
+        return AzureDelayedDeliveryConfig(table_name="tsb", container_name="tsb", connection_string="x", **kw)
+
+    assert config().send_bound.attempt == 8.0 and config().send_timeout == 10.0
+    with pytest.raises(ConfigurationError, match=r"DELAYED_DELIVERY_SEND_TIMEOUT .* must be at least"):
+        config(queue_connect_timeout=3.0, queue_read_timeout=8.0, send_timeout=10.0)
+    with pytest.raises(ConfigurationError, match=r"DELAYED_DELIVERY_CLAIM_TIMEOUT .* must exceed"):
+        config(claim_timeout=12.0)
+    with pytest.raises(ConfigurationError, match="DELAYED_DELIVERY_QUEUE_READ_TIMEOUT"):
+        config(queue_read_timeout=float("nan"))
+    env = {
+        "DELAYED_DELIVERY_TABLE_NAME": "tsb",
+        "DELAYED_DELIVERY_CONTAINER_NAME": "tsb",
+        "DELAYED_DELIVERY_STORAGE_CONNECTION_STRING": "x",
+        "DELAYED_DELIVERY_QUEUE_CONNECT_TIMEOUT": "1",
+        "DELAYED_DELIVERY_QUEUE_READ_TIMEOUT": "2",
+        "DELAYED_DELIVERY_SEND_TIMEOUT": "4",
+    }
+    assert AzureDelayedDeliveryConfig.from_env(env).send_bound == SendBound(4.0, 1.0, 2.0)

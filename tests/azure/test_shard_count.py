@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from azure.data.tables import TableServiceClient
+from azure.data.tables import TableServiceClient, UpdateMode
 from azure.storage.queue import QueueServiceClient
 
 from delayed_delivery.azure.config import ENV_CONNECTION, ENV_ENDPOINT, ENV_SHARDS, AzureDelayedDeliveryConfig
@@ -15,7 +15,7 @@ from delayed_delivery.azure.reshard import reshard
 from delayed_delivery.azure.runner import AzureDispatcherHost
 from delayed_delivery.azure.sender import AzureDelayedSender
 from delayed_delivery.azure.table_store import TableDelayedMessageStore
-from delayed_delivery.errors import ConfigurationError
+from delayed_delivery.errors import ConfigurationError, MessagePlacedError
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.naming import azure_delays_table_name
 from tests.app.cli.conftest import ok_json, run
@@ -137,6 +137,10 @@ def test_reshard_moves_every_message_to_its_new_partition(
     host.store.store_many(soon + later)
     claimed = host.store.for_shards(range(before), exclusive=True).fetch_due(now, 3)  # a dead dispatcher's claims
     assert len(claimed) == 3
+    located = host.store._rows.locate(later[0].message_id)  # and a claim written before the Sending mark existed
+    assert located is not None
+    legacy = {"PartitionKey": located[0], "RowKey": located[1], "ClaimToken": "5" * 32}
+    host.store.table.update_entity(legacy, mode=UpdateMode.MERGE)
     where = ["--connection-string", azurite.connection_string, "--endpoint", endpoint]
     result = run("azure", "reshard", *where, "--to", str(after), "--wait", "30")
     assert result.exit_code == 0, result.output
@@ -148,6 +152,9 @@ def test_reshard_moves_every_message_to_its_new_partition(
     for m in soon + later:  # each found by id where the new count puts it, unchanged
         got = store.get(m.message_id)
         assert got == m, m.message_id
+    for mid in [m.message_id for m in claimed] + [later[0].message_id]:  # their sends may have been made
+        with pytest.raises(MessagePlacedError, match="may already be on its way"):
+            store.remove(mid)
     with pytest.raises(ConfigurationError, match=f"records {after} shard"):
         _host(azurite, endpoint, shards=before).run()
     summary = _host(azurite, endpoint).run()  # no setting: the new count; the dead claims were cleared

@@ -30,6 +30,7 @@ def _lease_holder(store: TableDelayedMessageStore) -> TableDelayedMessageStore:
 
 class TestTableStore(StoreContract, ReschedulableStoreContract, MultiProcessStoreContract, DeferringStoreContract):
     claim_timeout = 45.0
+    unsettled_claims_refuse_operators = True
     #: The largest body one entity holds beside the contract's id, destination and headers.
     max_body_bytes = 780_000 // 256 * 256
     processes = 3
@@ -57,6 +58,7 @@ class TestShardedTableStore(StoreContract, ReschedulableStoreContract, Deferring
     """Three shards, all owned: earliest-first must hold across partitions."""
 
     claim_timeout = 30.0
+    unsettled_claims_refuse_operators = True
     max_body_bytes = 300_000
 
     def dispatcher_view(self, store: TableDelayedMessageStore) -> TableDelayedMessageStore:

@@ -16,6 +16,7 @@ from delayed_delivery.azure.rows import (
     due_key,
     placed_patch,
     placing_mark,
+    sending_mark,
     shard_of,
     to_entities,
 )
@@ -164,6 +165,36 @@ def azure_table_placing() -> dict[str, Any]:
         "rows": [
             {"due": {**due, **claim, **placing_mark(token)}, "index": index},
             {"due": {**due, **placed, "ClaimToken": "2" * 32, **placing_mark(token)}, "index": index},
+        ],
+    }
+
+
+def azure_table_sending() -> dict[str, Any]:
+    """The store message's due row as a dispatcher's claim leaves it before its put (claimed, ``Sending`` marked), as
+    the run gives it back with its send's outcome unknown (the mark kept), and as release control defers it with an
+    earlier claim's mark (kept on the re-keyed row)."""
+    from azure.data.tables import TableClient
+
+    from delayed_delivery.azure.rows import DueRow
+    from delayed_delivery.azure.table_gateway import TableGateway
+
+    message = store_message()
+    due, index = to_entities(message, shard_of(message.message_id, wire.TABLE_SHARDS))
+    token, earlier = "3" * 32, "4" * 32
+    claimed = {**due, "AvailableAt": due_key(wire.STORE_DUE + timedelta(seconds=60)), "ClaimToken": token}
+    claimed.update(sending_mark(token))
+    gateway = TableGateway(TableClient.from_connection_string(wire.OFFLINE_ACCOUNT, "goldenrows"), wire.TABLE_SHARDS)
+    row = DueRow(due["PartitionKey"], due["RowKey"], "etag", claimed["AvailableAt"], message)  # its claim marked it
+    [(_, given_back, _)] = gateway.release_ops(row)
+    remarked = DueRow(row.partition_key, row.row_key, "etag", row.available_at, message, sending=earlier)
+    create, upsert = gateway.defer_ops(remarked, wire.DEFERRED_SLOT)[:2]  # an earlier claim's mark: kept
+    return {
+        "shards": wire.TABLE_SHARDS,
+        "slot": wire.DEFERRED_SLOT.isoformat(),
+        "rows": [
+            {"due": claimed, "index": index},
+            {"due": {**claimed, **given_back}, "index": index},
+            {"due": create[1], "index": upsert[1]},
         ],
     }
 

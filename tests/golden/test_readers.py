@@ -8,6 +8,8 @@ attributes, due time or remaining delay, hop.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -356,6 +358,27 @@ def test_azure_table_store_never_fetches_a_golden_placed_row_refuses_operators_a
         store.drop()
 
 
+@contextmanager
+def _table_holding(azurite: Any, shards: int, due: dict[str, Any], index: dict[str, Any]) -> Iterator[Any]:
+    """A store on a fresh table holding one golden pair of rows (dropped afterwards)."""
+    from tests.azure.conftest import make_store, new_name
+
+    store = make_store(azurite.connection_string, new_name(), shards=shards)
+    try:
+        store.table.create_entity(due)
+        store.table.create_entity(index)
+        yield store
+    finally:
+        store.drop()
+
+
+def _mark_on_table(store: Any, name: str) -> Any:
+    """The property ``name`` of the stored message's due row as the table has it now."""
+    located = store._rows.locate(STORED.message_id)
+    assert located is not None
+    return store.table.get_entity(*located)[name]
+
+
 @pytest.mark.azurite
 @pytest.mark.parametrize("golden", wire.versions("azure_table_placing"))
 def test_azure_table_store_refuses_operators_on_golden_placing_rows_and_sends_them_when_due(
@@ -363,15 +386,11 @@ def test_azure_table_store_refuses_operators_on_golden_placing_rows_and_sends_th
 ) -> None:
     from delayed_delivery.azure.placed_ops import is_placed
     from delayed_delivery.errors import MessageInFlightError
-    from tests.azure.conftest import make_store, new_name
 
     document = wire.load(golden)
     for pair in document["rows"]:
         row = pair["due"]
-        store = make_store(azurite.connection_string, new_name(), shards=document["shards"])
-        try:
-            store.table.create_entity(row)
-            store.table.create_entity(pair["index"])
+        with _table_holding(azurite, document["shards"], row, pair["index"]) as store:
             _same_message(rows.message_from_entity(row), STORED)
             with pytest.raises(MessageInFlightError, match=STORED.message_id):  # a copy may wait on its queue
                 store.remove(STORED.message_id)
@@ -382,10 +401,54 @@ def test_azure_table_store_refuses_operators_on_golden_placing_rows_and_sends_th
             else:  # its placer's claim expired: the dispatcher sends it when due; the mark stays
                 [message] = store.fetch_due(wire.STORE_DUE, 10)
                 _same_message(message, STORED)
-                located = store._rows.locate(STORED.message_id)
-                assert located is not None and store.table.get_entity(*located)[rows.PLACING] == row[rows.PLACING]
-        finally:
-            store.drop()
+                assert _mark_on_table(store, rows.PLACING) == row[rows.PLACING]
+
+
+@pytest.mark.azurite
+@pytest.mark.parametrize("golden", wire.versions("azure_table_sending"))
+def test_azure_table_store_refuses_operators_on_golden_sending_rows_and_sends_them_keeping_the_mark(
+    azurite: Any, golden: str
+) -> None:
+    from delayed_delivery.errors import MessageInFlightError, MessagePlacedError
+
+    document = wire.load(golden)
+    slot = datetime.fromisoformat(document["slot"])
+    claim_ends = rows.from_due_key(document["rows"][0]["due"]["AvailableAt"])
+    # claimed (its claim lasts until after the due time), given back with its outcome unknown, deferred with a mark
+    fetch_at = [claim_ends + timedelta(seconds=1), wire.STORE_DUE, slot]
+    for pair, at in zip(document["rows"], fetch_at, strict=True):
+        row = pair["due"]
+        with _table_holding(azurite, document["shards"], row, pair["index"]) as store:
+            _same_message(rows.message_from_entity(row), STORED)
+            for change, args in (
+                (store.remove, ()),
+                (store.reschedule, (wire.STORE_DUE + timedelta(days=1),)),
+            ):
+                with pytest.raises(MessageInFlightError, match=STORED.message_id) as refused:
+                    change(STORED.message_id, *args)
+                # its claim lasts (the operator's clock is before 2031): in flight; a claim that ended: may be sent
+                assert isinstance(refused.value, MessagePlacedError) == (not row.get("ClaimToken"))
+            [message] = store.fetch_due(at, 10)
+            _same_message(message, STORED)
+            assert _mark_on_table(store, rows.SENDING) == row[rows.SENDING]
+
+
+@pytest.mark.azurite
+@pytest.mark.parametrize("golden", wire.versions("azure_table"))
+def test_a_golden_row_claimed_by_a_dispatcher_before_the_sending_mark_refuses_operators(
+    azurite: Any, golden: str
+) -> None:
+    from delayed_delivery.errors import MessagePlacedError
+
+    document = wire.load(golden)
+    pair = document["rows"][0]
+    # what an older dispatcher's claim wrote on it (no Sending property), its claim long over
+    claimed = {**pair["due"], "AvailableAt": rows.due_key(wire.STORE_DUE), "ClaimToken": "5" * 32}
+    with _table_holding(azurite, document["shards"], claimed, pair["index"]) as store:
+        with pytest.raises(MessagePlacedError, match="may already be on its way"):
+            store.remove(STORED.message_id)
+        [message] = store.fetch_due(wire.STORE_DUE, 10)
+        assert store.remove(STORED.message_id, claim_of(message)) is True, "its dispatcher delivers and removes it"
 
 
 @pytest.mark.parametrize("golden", wire.versions("azure_table_layout"))
@@ -481,5 +544,6 @@ def test_postgres_store_reads_a_golden_row(postgres_conninfo: str, postgres_tabl
 def test_every_kind_of_golden_exists() -> None:
     kinds = ("sqs_send", "sqs_requeue", "sqs_envelope", "sqs_error_queue", "sqs_ingest", "azure_queue", "azure_table")
     kinds = (*kinds, "azure_table_deferred", "azure_table_layout", "azure_table_placed", "azure_table_placing")
+    kinds = (*kinds, "azure_table_sending")
     for kind in (*kinds, "sqlite_row", "postgres_row"):
         assert wire.versions(kind), f"no golden file for {kind}: its reader tests would not run"

@@ -81,6 +81,10 @@ def test_azure_placing_rows_are_the_golden_ones() -> None:
     _check("azure_table_placing", captures.azure_table_placing())
 
 
+def test_azure_sending_rows_are_the_golden_ones() -> None:
+    _check("azure_table_sending", captures.azure_table_sending())
+
+
 def test_azure_table_layout_is_the_golden_one() -> None:
     _check("azure_table_layout", captures.azure_table_layout())
 

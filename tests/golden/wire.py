@@ -59,6 +59,8 @@ BIG_ID = "golden-stored-big"
 TABLE_SHARDS = 16
 #: The release slot the deferred-row golden keeps the store message back until (Azure table).
 DEFERRED_SLOT = datetime(2031, 3, 5, 6, 7, 8, 123456, tzinfo=UTC)
+#: A connection string that builds clients without reaching anything (writers that need a client object).
+OFFLINE_ACCOUNT = "UseDevelopmentStorage=true"
 #: The queue message id and pop receipt the placed-row golden records (Azure table, placed ahead).
 PLACED_QUEUE_MESSAGE_ID = "7c1c2a4e-3f0b-4a59-9d0e-2b8f1f0c5e11"
 PLACED_POP_RECEIPT = "AgAAAAMAAAAAAAAAGoVjb0YO3QE="

@@ -234,12 +234,20 @@ def test_synthesised_one_cloud_logs_without_lateness_or_delay(spark: Any, tmp_pa
 
 
 def consumed(
-    mid: str, t: float, destination: str, lateness: float | None, delay: float | None, cloud: str | None = "aws"
+    mid: str,
+    t: float,
+    destination: str,
+    lateness: float | None,
+    delay: float | None,
+    cloud: str | None = "aws",
+    **occurrence: str,
 ) -> str:
-    """A consumer's ``consumed`` line, as ``observe_lateness`` writes it (docs/receiving.md)."""
+    """A consumer's ``consumed`` line, as ``observe_lateness`` writes it (docs/receiving.md); an occurrence's names
+    its ``schedule_id`` and ``occurrence`` (lines logged before #35 had neither key)."""
     return json.dumps({"timestamp": at(t), "level": "INFO", "message": "consumed", "event": "consumed",
                        "cloud": cloud, "destination": destination, "message_id": mid, "due_at": at(t - (lateness or 0)),
-                       "hop": 1, "route": "fifo", "consumer_lateness_s": lateness, "delay_s": delay})  # fmt: skip
+                       "hop": 1, "route": "fifo", "consumer_lateness_s": lateness, "delay_s": delay,
+                       **occurrence})  # fmt: skip
 
 
 def test_consumer_lines_give_end_to_end_lateness_and_leave_the_other_tables_alone(
@@ -284,21 +292,33 @@ def test_consumer_lines_give_end_to_end_lateness_and_leave_the_other_tables_alon
 
 
 def test_a_consumed_line_gives_a_dispatched_message_its_delay_and_cloud(spark: Any, tmp_path: Path) -> None:
-    """Dispatcher lines without a send time (a store dispatcher's) get their band and cloud from the consumer."""
+    """Dispatcher lines without a send time (a store dispatcher's) get their band and cloud from the consumer; an
+    occurrence of a recurring schedule has the band ``recurring``, whatever its delay (the timer's lead)."""
     logs = tmp_path / "logs"
     logs.mkdir()
+    azure_occurrence = {"schedule_id": "s1", "occurrence": "2026-01-01T00:10:00Z"}
+    aws_occurrence = {"schedule_id": "s2", "occurrence": "2026-01-01T00:20:00Z"}
     (logs / "a.jsonl").write_text(
         "\n".join(
             [
                 line("d1", "dispatched", 90_000, lateness_s=0.2),  # no stored line, no delay_s: band unknown alone
                 line("d2", "dispatched", 500, lateness_s=0.1),
                 consumed("d1", 90_001, "q-A", 1.0, 90_000, "azure"),
+                # An Azure occurrence: dispatched from the table (no delay known), then consumed 0.7 s after it fired.
+                line("s1@2026-01-01T00:10:00Z", "dispatched", 600.4, lateness_s=0.4, cloud="azure"),
+                consumed("s1@2026-01-01T00:10:00Z", 600.7, "q-A", 0.7, None, "azure", **azure_occurrence),
+                # An AWS occurrence: sent straight to its queue 240 s ahead (no dispatch-side line), 1.5 s late.
+                consumed("s2@2026-01-01T00:20:00Z", 1201.5, "q-B", 1.5, 240, **aws_occurrence),
             ]
         )
         + "\n"
     )
     r = build_report(spark, str(logs), str(tmp_path / "report"))
     bands = {row["band"]: row["messages"] for row in r.tables["lateness_by_band"]}
-    assert bands == {"1 d–30 d": 1, "unknown": 1}
-    assert "Clouds named in these logs: azure." in r.notes
-    assert any("1 message(s) have no delay in these logs" in note for note in r.notes)
+    assert bands == {"1 d–30 d": 1, "recurring": 1, "unknown": 1}
+    assert r.tables["consumer_lateness_by_band"] == [
+        {"band": "1 d–30 d", "messages": 1, "p50_s": 1.0, "p95_s": 1.0, "p99_s": 1.0, "max_s": 1.0},
+        {"band": "recurring", "messages": 2, "p50_s": 0.7, "p95_s": 1.5, "p99_s": 1.5, "max_s": 1.5},
+    ]
+    assert "Clouds named in these logs: aws, azure." in r.notes  # aws: the AWS occurrence's consumed line
+    assert any("1 message(s) have no delay in these logs" in note for note in r.notes)  # d2; not the occurrence

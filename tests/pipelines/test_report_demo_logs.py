@@ -36,9 +36,10 @@ def test_the_report_turns_the_demo_logs_into_end_to_end_lateness(spark: Any, tmp
     for cloud in clouds:
         if cloud.get("release"):
             delivered[cloud["cloud"]] += cloud["release"]["delivered"]
-    # Each cloud's recurring schedule (to `digest`) has its own figures; only Azure's consumer logs its occurrences
-    # (the AWS side counts them from the queue), so they are checked apart.
-    fired = {c["cloud"]: c["recurring"]["fired"] for c in clouds if c.get("recurring")}
+    # Each cloud's recurring schedule (to `digest`) has its own figures: its consumer logs each occurrence too,
+    # naming its schedule and nominal instant.
+    fired = {c["cloud"]: c["recurring"]["fired"] for c in clouds}
+    occurrences = {c["cloud"]: set(c["recurring"]["occurrences"]) for c in clouds}
 
     consumed: dict[str, set[str]] = defaultdict(set)
     lateness: list[float] = []
@@ -49,9 +50,11 @@ def test_the_report_turns_the_demo_logs_into_end_to_end_lateness(spark: Any, tmp
             kind = "recurring" if record["destination"] == "digest" else "mix"
             consumed[f"{record['cloud']}-{kind}"].add(record["message_id"])
             lateness.append(record["consumer_lateness_s"])
+            named = f"{record['schedule_id']}@{record['occurrence']}" if record["occurrence"] else None
+            assert named == (record["message_id"] if kind == "recurring" else None), record
     assert {cloud: len(consumed[f"{cloud}-mix"]) for cloud in delivered} == delivered
-    assert len(consumed["azure-recurring"]) == fired["azure"] > 0
-    assert len(consumed["aws-recurring"]) in (0, fired["aws"])
+    assert {cloud: consumed[f"{cloud}-recurring"] for cloud in fired} == occurrences
+    assert {cloud: len(ids) for cloud, ids in occurrences.items()} == fired and min(fired.values()) > 0, fired
     assert lateness and min(lateness) >= 0
 
     report = build_report(spark, str(logs), str(tmp_path / "report"))
@@ -61,11 +64,13 @@ def test_the_report_turns_the_demo_logs_into_end_to_end_lateness(spark: Any, tmp
     assert all(0 <= r["p50_s"] <= r["max_s"] for r in rows)
     assert not any("No `consumed` line" in note for note in report.notes)
 
-    # Worth reading: every delivered message of the mix has its band (the logs carry the delays; only poison and
-    # cancelled messages, never delivered, may lack one), both clouds named, bars per minute, one page. A schedule's
-    # occurrences carry no delay, so they are the one "unknown" band (a gap of the report: #35).
+    # Worth reading: every delivered message has its band (the logs carry the delays; only poison and cancelled
+    # messages, never delivered, may lack one; the schedules' occurrences are "recurring", both clouds'), both clouds
+    # named, bars per minute, one page.
     bands = [r["band"] for name in ("lateness_by_band", "consumer_lateness_by_band") for r in report.tables[name]]
-    assert [b for b in bands if b != "unknown"] and (fired or "unknown" not in bands), bands
+    assert "recurring" in bands and "unknown" not in bands, bands
+    by_band = {r["band"]: r["messages"] for r in report.tables["consumer_lateness_by_band"]}
+    assert by_band["recurring"] == sum(fired.values())
     assert "Clouds named in these logs: aws, azure." in report.notes
     assert sum(r["dispatched"] for r in report.tables["throughput"]) > 0
     out = tmp_path / "report"

@@ -287,6 +287,9 @@ def azure_outage(messages: int = 100, outages: int = 1, down: float = 12.0, spre
         lease_seconds=15,
         run_seconds=30.0,
         claim_timeout=5.0,
+        queue_connect_timeout=0.5,  # a put ends within 2 s: the claim must outlast it (by 2 s)
+        queue_read_timeout=1.0,
+        send_timeout=2.0,
         settings=_settings(error_queue=f"{name}e"),
     )
     stop = threading.Event()

@@ -238,6 +238,9 @@ def test_azure_early_delivery_is_bounded_by_the_dispatcher_lead_plus_the_sender_
         connection_string=azurite_conn,
         lease_seconds=15,
         claim_timeout=10.0,
+        queue_connect_timeout=1.0,  # a put ends within 4 s: the claim must outlast it (by 2 s)
+        queue_read_timeout=2.0,
+        send_timeout=4.0,
         settings=DelayedDeliverySettings(error_queue=f"{unique_name}e"),
     )
     host = AzureDispatcherHost(config, clock=SkewedClock(dispatcher_skew))

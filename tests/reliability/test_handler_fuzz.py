@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.headers import FAILURE_REASON
 from delayed_delivery.testing.aws import LocalLambdaContext
+from delayed_delivery.testing.aws.sqs import drain, fifo_record, sqs_event
 from tests.reliability.sqslab import LAB_SQS, handler_env, lab_settings
 
 if TYPE_CHECKING:
@@ -98,45 +98,14 @@ def envelopes(draw: st.DrawFn, first: int) -> tuple[str, list[Entry], bool]:
 
 
 def _record(arn: str, body: str) -> dict[str, Any]:
-    group = f"g{uuid.uuid4().hex[:12]}"
-    now_ms = str(int(time.time() * 1000))
-    return {
-        "messageId": str(uuid.uuid4()),
-        "receiptHandle": f"rh-{group}",
-        "body": body,
-        "attributes": {
-            "ApproximateReceiveCount": "1",
-            "SentTimestamp": now_ms,
-            "ApproximateFirstReceiveTimestamp": now_ms,
-            "MessageGroupId": group,
-            "MessageDeduplicationId": f"{group}:0",
-        },
-        "messageAttributes": {ENVELOPE_ATTRIBUTE: {"dataType": "String", "stringValue": "1"}},
-        "md5OfBody": "",
-        "eventSource": "aws:sqs",
-        "eventSourceARN": arn,
-        "awsRegion": "us-east-1",
-    }
+    return fifo_record(
+        body, arn=arn, group=f"g{uuid.uuid4().hex[:12]}", attributes={ENVELOPE_ATTRIBUTE: ("String", "1")}
+    )
 
 
 def _drain(sqs: SQSClient, url: str, expect: int = 0) -> list[dict[str, Any]]:
     """Everything on ``url``; waits up to 3 s for ``expect`` messages (a forward may carry DelaySeconds 1)."""
-    out: list[dict[str, Any]] = []
-    deadline = time.monotonic() + 3
-    while True:
-        reply = sqs.receive_message(
-            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0, MessageAttributeNames=["All"]
-        )
-        messages = reply.get("Messages", [])
-        if not messages and (len(out) >= expect or time.monotonic() > deadline):
-            return out
-        if not messages:
-            time.sleep(0.1)
-            continue
-        out.extend(messages)  # type: ignore[arg-type]
-        sqs.delete_message_batch(
-            QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
-        )
+    return drain(sqs, url, expect=expect, timeout=3)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -150,7 +119,7 @@ def test_crafted_envelopes_never_take_the_handler_or_their_neighbours_down(
     for url in (ep.input_url, ep.error_url):
         sqs.set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": str(SMALL_QUEUE)})
     handler = build_handler(handler_env(lab_settings("hfuzz")), sqs_client=sqs)
-    response = handler({"Records": [_record(ep.delay_arn, body) for body, _, _ in batch]}, LocalLambdaContext())
+    response = handler(sqs_event([_record(ep.delay_arn, body) for body, _, _ in batch]), LocalLambdaContext())
     assert response == {"batchItemFailures": []}
     expected_delivered = sorted(e.delivers for _, es, whole in batch if not whole for e in es if e.delivers)
     expected_errors = sum(1 if whole else sum(e.delivers is None for e in es) for _, es, whole in batch)

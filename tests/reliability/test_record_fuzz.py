@@ -37,6 +37,7 @@ from delayed_delivery.delivery import epoch_ms
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalLambdaContext
+from delayed_delivery.testing.aws.sqs import drain, fifo_record
 from delayed_delivery.timebuckets.format import BucketMessage
 from delayed_delivery.timebuckets.wheel import BucketLevel
 from tests.fixtures.moto import REGION
@@ -355,45 +356,11 @@ def _put_items(dynamodb: Any, endpoint: str, records: list[dict[str, Any]]) -> d
 
 def _fifo_record(arn: str, message_id: str, body: str, sent: datetime) -> dict[str, Any]:
     """A ``-delay.fifo`` record of the sender's first hop with 1 s left (it moves on now)."""
-    sent_ms = str(epoch_ms(sent))
-    return {
-        "messageId": str(uuid.uuid4()),
-        "receiptHandle": f"rh-{message_id}",
-        "body": body,
-        "attributes": {
-            "ApproximateReceiveCount": "1",
-            "SentTimestamp": sent_ms,
-            "ApproximateFirstReceiveTimestamp": sent_ms,
-            "SenderId": "AIDAFUZZ",
-            "MessageGroupId": message_id,
-            "MessageDeduplicationId": f"{message_id}:0",
-            "SequenceNumber": "1",
-        },
-        "messageAttributes": {
-            DELAY_SECONDS_ATTRIBUTE: {
-                "stringValue": "1",
-                "dataType": "Number",
-                "stringListValues": [],
-                "binaryListValues": [],
-            }
-        },
-        "md5OfBody": "",
-        "eventSource": "aws:sqs",
-        "eventSourceARN": arn,
-        "awsRegion": "us-east-1",
-    }
+    attributes = {DELAY_SECONDS_ATTRIBUTE: ("Number", "1")}
+    return fifo_record(body, arn=arn, group=message_id, sent_ms=epoch_ms(sent), attributes=attributes)
 
 
 def _drain(sqs: Any, url: str) -> dict[str, str]:
     """Every message on the queue at ``url``: body -> failure reason (empty when it has none)."""
-    out: dict[str, str] = {}
-    while True:
-        reply = sqs.receive_message(
-            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0, MessageAttributeNames=["All"]
-        )
-        messages = reply.get("Messages", [])
-        if not messages:
-            return out
-        for m in messages:
-            out[m["Body"]] = m.get("MessageAttributes", {}).get(FAILURE_REASON, {}).get("StringValue", "")
-            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    got = drain(sqs, url, timeout=0)
+    return {m["Body"]: m.get("MessageAttributes", {}).get(FAILURE_REASON, {}).get("StringValue", "") for m in got}

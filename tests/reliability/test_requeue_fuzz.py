@@ -22,7 +22,8 @@ from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON
 from delayed_delivery.testing.aws import LocalLambdaContext
-from tests.fixtures.moto import queue_depth
+from delayed_delivery.testing.aws.sqs import drain
+from tests.fixtures.moto import settled_depth
 from tests.reliability.sqslab import LAB_SQS, handler_env, lab_settings
 
 if TYPE_CHECKING:
@@ -104,18 +105,7 @@ bodies = st.one_of(garbage_text, st.binary(max_size=30).map(lambda b: base64.b64
 
 
 def _drain(sqs: SQSClient, url: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    while True:
-        reply = sqs.receive_message(
-            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0, MessageAttributeNames=["All"]
-        )
-        messages = reply.get("Messages", [])
-        if not messages:
-            return out
-        out.extend(messages)
-        sqs.delete_message_batch(
-            QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
-        )
+    return drain(sqs, url, timeout=0)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -136,7 +126,7 @@ def test_malformed_records_end_on_the_error_queue_and_never_take_the_batch_down(
     response = handler({"Records": [bad, good]}, LocalLambdaContext())
     assert response.get("batchItemFailures") == [], response
     errors = _drain(sqs, ep.error_url)
-    moved = queue_depth(sqs, ep.input_url) + queue_depth(sqs, ep.delay_url)
+    moved = settled_depth(sqs, (ep.input_url, ep.delay_url), 2 - len(errors))
     for m in errors:
         assert m["MessageAttributes"][FAILURE_REASON]["StringValue"], m
     assert len(errors) + moved == 2, (len(errors), moved)  # every record went somewhere, exactly once
@@ -153,7 +143,8 @@ def _run_one(sqs: SQSClient, bad: dict[str, Any] | None = None) -> tuple[dict[st
     if bad is not None:
         records.insert(0, {**bad, "eventSourceARN": ep.delay_arn})
     response = dict(handler({"Records": records}, LocalLambdaContext()))
-    return response, _drain(sqs, ep.error_url), queue_depth(sqs, ep.input_url) + queue_depth(sqs, ep.delay_url)
+    errors = _drain(sqs, ep.error_url)
+    return response, errors, settled_depth(sqs, (ep.input_url, ep.delay_url), len(records) - len(errors))
 
 
 def test_undecodable_binary_attribute_goes_to_the_error_queue_alone(sqs: SQSClient) -> None:

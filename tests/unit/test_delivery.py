@@ -14,6 +14,7 @@ from delayed_delivery.delivery import (
     decode_delivery,
     encode_delivery,
     longest_delivery,
+    occurrence_of,
     user_headers,
 )
 
@@ -96,5 +97,44 @@ def test_delivered_message_lateness_delay_and_log_fields() -> None:
         "route": "fifo",
         "consumer_lateness_s": 1.5,
         "delay_s": 7200.0,
+        "schedule_id": None,
+        "occurrence": None,
     }
     assert user_headers({"delayeddelivery.x": "1", "DelayedDelivery.Delivery": "2", "a": "3"}) == {"a": "3"}
+
+
+OCCURRENCE_ID = "sched-42@2027-03-14T07:30:00Z"
+NAMES = {"DelayedDelivery.ScheduleId": "sched-42", "DelayedDelivery.Occurrence": "2027-03-14T07:30:00Z"}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [NAMES, {k: {"DataType": "String", "StringValue": v} for k, v in NAMES.items()}],  # Azure envelope, SQS attribute
+)
+def test_an_occurrence_is_read_from_its_headers_and_logged_on_its_consumed_line(headers: dict[str, object]) -> None:
+    d = DeliveredMessage.build(
+        fallback_id=OCCURRENCE_ID, body=b"", headers={**headers, "k": "v"}, info=DeliveryInfo(),
+        received_at=None, cloud="azure",
+    )  # fmt: skip
+    assert (d.schedule_id, d.occurrence_at) == ("sched-42", datetime(2027, 3, 14, 7, 30, tzinfo=UTC))
+    assert d.headers == {"k": "v"}
+    fields = consumed_fields(d)
+    assert (fields["schedule_id"], fields["occurrence"]) == ("sched-42", "2027-03-14T07:30:00Z")
+
+
+@pytest.mark.parametrize(
+    ("message_id", "headers"),
+    [
+        ("sched-42@2027-03-14T07:31:00Z", NAMES),  # another instant than the id's
+        ("other@2027-03-14T07:30:00Z", NAMES),  # another schedule than the id's
+        ("plain-message", NAMES),
+        (OCCURRENCE_ID, {"DelayedDelivery.ScheduleId": "sched-42"}),
+        (OCCURRENCE_ID, {**NAMES, "DelayedDelivery.Occurrence": "2027-03-14 07:30:00"}),
+        ("sched-42@2027-02-30T07:30:00Z", {**NAMES, "DelayedDelivery.Occurrence": "2027-02-30T07:30:00Z"}),
+        ("s" * 101 + "@2027-03-14T07:30:00Z", {**NAMES, "DelayedDelivery.ScheduleId": "s" * 101}),
+        (OCCURRENCE_ID, {**NAMES, "DelayedDelivery.Occurrence": {"DataType": "Binary", "BinaryValue": b"x"}}),
+        (OCCURRENCE_ID, {**NAMES, "DelayedDelivery.ScheduleId": 42}),
+    ],
+)
+def test_anything_else_is_not_an_occurrence(message_id: str, headers: dict[str, object]) -> None:
+    assert occurrence_of(message_id, headers) == (None, None)

@@ -24,7 +24,8 @@ from delayed_delivery import (
 )
 from delayed_delivery import headers as hdr
 from delayed_delivery import logfields as lf
-from delayed_delivery.ports import ClaimedMessage, claim_of
+from delayed_delivery.outcomes import CLAIM_MARGIN
+from delayed_delivery.ports import ClaimedMessage, claim_of, claimed_until
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -496,3 +497,69 @@ def test_a_message_whose_claim_runs_out_before_its_turn_is_not_sent_but_fetched_
     assert report.claims_ran_out == 6 + 2 and report.dispatched == 10 and len(store) == 0
     assert sorted(m.message_id for m in transport.to("orders")) == sorted(f"m-{i}" for i in range(10)), "once each"
     assert {r.event for r in caplog.records if hasattr(r, "event")} == {lf.EVENT_CLAIM_RAN_OUT}  # type: ignore[attr-defined]
+
+
+class BoundedSlowTransport(SlowTransport):
+    """A slow transport that says each send ends within ``send_timeout`` seconds, and records when each began."""
+
+    send_timeout = 3.0
+
+    def __init__(self, clock: ManualClock, seconds: float) -> None:
+        super().__init__(clock, seconds)
+        self.starts: list[tuple[datetime, datetime | None]] = []
+
+    def send(self, message: DelayedMessage) -> None:
+        self.starts.append((self.clock.now(), claimed_until(message)))  # type: ignore[attr-defined]
+        super().send(message)
+
+
+def test_a_send_starts_only_while_its_claim_outlasts_the_transports_bound_on_a_send() -> None:
+    clock = ManualClock(T0)
+    store = SayingStore(claim_timeout=10)
+    for i in range(10):
+        store.store(msg(i, 0))
+    transport = BoundedSlowTransport(clock, 1.0)
+    settings = DelayedDeliverySettings(max_concurrency=1, batch_size=10)
+    report = Dispatcher(store, transport, settings, clock=clock).dispatch_due(300, wait_for_due=True)
+    assert report.dispatched == 10 and len(store) == 0
+    assert sorted(m.message_id for m in transport.to("orders")) == sorted(f"m-{i}" for i in range(10)), "once each"
+    needed = timedelta(seconds=transport.send_timeout + CLAIM_MARGIN)
+    left = [until - started for started, until in transport.starts if until is not None]
+    assert len(left) == 10 and min(left) > needed, f"a send began with only {min(left)} of its claim left"
+    # claims of 10 s, sends of 1 s and a bound of 3 s (+2 s margin): 5 start per claim, not the 8 without the bound
+    assert report.claims_ran_out == 5
+
+
+class OutcomeStore(SayingStore):
+    """Records whether each failure was counted as a send that certainly put nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(claim_timeout=60)
+        self.unsent: list[str] = []
+        self.unknown: list[str] = []
+
+    def increment_failure_count(self, message_id: str, claim: str | None = None) -> bool:
+        self.unknown.append(message_id)
+        return super().increment_failure_count(message_id, claim)
+
+    def count_unsent_failure(self, message_id: str, claim: str) -> bool:
+        self.unsent.append(message_id)
+        return super().increment_failure_count(message_id, claim)
+
+
+def test_a_refused_or_throttled_send_is_counted_as_unsent_and_a_timeout_as_unknown() -> None:
+    from delayed_delivery.errors import PermanentError, ThrottledError
+
+    clock = ManualClock(T0)
+    store = OutcomeStore()
+    for i in range(3):
+        store.store(msg(i, 0))
+    errors = {"m-0": PermanentError("403"), "m-1": ThrottledError("503"), "m-2": TransientError("timed out")}
+
+    class Failing(InMemoryTransport):
+        def send(self, message: DelayedMessage) -> None:
+            raise errors[message.message_id]
+
+    settings = DelayedDeliverySettings(max_concurrency=1, number_of_retries=5)
+    Dispatcher(store, Failing(clock), settings, clock=clock).dispatch_due(1)
+    assert sorted(store.unsent) == ["m-0", "m-1"] and store.unknown == ["m-2"]

@@ -25,10 +25,6 @@ LONG_MODULES: dict[str, str] = {
 #: Functions still over the line limit (``path::qualified name``), and why.
 LONG_FUNCTIONS: dict[str, str] = {
     "shared/delayed_delivery/aws/schedules/timer.py::ScheduleTimer._batch": "one journaled batch step",
-    "shared/delayed_delivery/azure/config.py::AzureClients.create": "three clients, each from a connection string or "
-    "a managed identity, with their timeouts and retry policies",
-    "shared/delayed_delivery/azure/runner.py::AzureDispatcherHost.run_shard": "one shard's run under its lease and "
-    "budget (#34: the budget and fair-share steps came in last; to split)",
     "shared/delayed_delivery/postgres/mover.py::PostgresBatchMover.__init__": "validates each combination of options",
     "shared/delayed_delivery/schedules/materializer.py::Materializer.plan": "one walk of the recurrence",
 }

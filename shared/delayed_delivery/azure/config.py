@@ -13,8 +13,14 @@ App settings (all optional unless noted):
 | ``DELAYED_DELIVERY_LEASE_SECONDS`` | ``30`` | blob lease duration, 15–60 |
 | ``DELAYED_DELIVERY_RUN_SECONDS`` | ``50`` | how long one timer run dispatches |
 | ``DELAYED_DELIVERY_CLAIM_TIMEOUT`` | ``60`` | seconds a claimed row stays invisible to other dispatchers |
+| ``DELAYED_DELIVERY_QUEUE_CONNECT_TIMEOUT`` | ``3`` | seconds a queue request may take to connect |
+| ``DELAYED_DELIVERY_QUEUE_READ_TIMEOUT`` | ``5`` | seconds a queue request waits for its answer (also the service's) |
+| ``DELAYED_DELIVERY_SEND_TIMEOUT`` | ``10`` | seconds one put may take, its retries included (below) |
 | ``DELAYED_DELIVERY_ALLOWED_DESTINATIONS`` | any queue of the account | comma-separated queue names / patterns |
 | ``DELAYED_DELIVERY_PLACE_AHEAD`` | ``0`` (off) | seconds ahead of due that rows go on their queues, hidden |
+
+``SEND_TIMEOUT`` is at least connect + read (one attempt fits) and below the claim timeout less 2 s: a put starts only
+while that much of its claim is left, and a retry only while a whole attempt still fits.
 
 plus every core setting (``DelayedDeliverySettings.from_env``). When neither storage variable is set,
 ``AzureWebJobsStorage`` (a connection string) or ``AzureWebJobsStorage__accountName`` is used.
@@ -36,7 +42,7 @@ from ..settings import DelayedDeliverySettings
 from ..validation import is_number, is_whole
 from .blob_lease import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
 from .destinations import DestinationPolicy, parse_patterns
-from .run_budget import RunBudget
+from .run_budget import RunBudget, SendBound
 
 if TYPE_CHECKING:  # the SDKs load when clients are made, so reading settings (and the CLI's start) stays light
     from azure.core.pipeline.transport import RequestsTransport
@@ -58,6 +64,11 @@ ENV_RUN = "DELAYED_DELIVERY_RUN_SECONDS"
 ENV_CLAIM = "DELAYED_DELIVERY_CLAIM_TIMEOUT"
 ENV_ALLOWED = "DELAYED_DELIVERY_ALLOWED_DESTINATIONS"
 ENV_PLACE_AHEAD = "DELAYED_DELIVERY_PLACE_AHEAD"
+ENV_QUEUE_CONNECT = "DELAYED_DELIVERY_QUEUE_CONNECT_TIMEOUT"
+ENV_QUEUE_READ = "DELAYED_DELIVERY_QUEUE_READ_TIMEOUT"
+ENV_SEND_TIMEOUT = "DELAYED_DELIVERY_SEND_TIMEOUT"
+#: Seconds of claim kept beyond a put's bound (``outcomes.CLAIM_MARGIN``; the core is not imported for one number).
+_CLAIM_MARGIN = 2.0
 #: The longest lead: a queue hides a message for at most 7 days (a minute kept for clock differences).
 MAX_PLACE_AHEAD = 7 * 24 * 3600 - 60
 ENV_HOST_STORAGE = "AzureWebJobsStorage"
@@ -97,6 +108,10 @@ class AzureDelayedDeliveryConfig:
     allowed_destinations: tuple[str, ...] = ()
     #: Seconds before their due time rows are put on their queues, hidden until due (0: at the due time only).
     place_ahead: float = 0.0
+    #: A queue request's connection and read timeouts, and the longest one put takes with its retries (seconds).
+    queue_connect_timeout: float = 3.0
+    queue_read_timeout: float = 5.0
+    send_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         validate_azure_table_name(self.table_name)
@@ -120,9 +135,35 @@ class AzureDelayedDeliveryConfig:
                 f"{ENV_PLACE_AHEAD} must be from 0 to {MAX_PLACE_AHEAD} seconds (a queue hides a message for at most "
                 f"7 days), got {self.place_ahead!r}"
             )
+        self._check_send_bound()
         object.__setattr__(
             self, "allowed_destinations", parse_patterns(",".join(self.allowed_destinations), ENV_ALLOWED)
         )
+
+    def _check_send_bound(self) -> None:
+        """Positive timeouts; a send long enough for one attempt, and short enough that a claim can outlast it."""
+        for name, value in (
+            (ENV_QUEUE_CONNECT, self.queue_connect_timeout),
+            (ENV_QUEUE_READ, self.queue_read_timeout),
+            (ENV_SEND_TIMEOUT, self.send_timeout),
+        ):
+            if not (is_number(value) and 0 < value < math.inf):
+                raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.send_timeout < self.send_bound.attempt:
+            raise ConfigurationError(
+                f"{ENV_SEND_TIMEOUT} ({self.send_timeout:g} s) must be at least {ENV_QUEUE_CONNECT} + {ENV_QUEUE_READ} "
+                f"({self.send_bound.attempt:g} s): one attempt must fit"
+            )
+        if self.claim_timeout <= self.send_timeout + _CLAIM_MARGIN:
+            raise ConfigurationError(
+                f"{ENV_CLAIM} ({self.claim_timeout:g} s) must exceed {ENV_SEND_TIMEOUT} ({self.send_timeout:g} s) by "
+                f"more than {_CLAIM_MARGIN:g} s: a put starts only while its claim outlasts it"
+            )
+
+    @property
+    def send_bound(self) -> SendBound:
+        """How long a queue put may take (its attempts' timeouts, and the whole put with its retries)."""
+        return SendBound(self.send_timeout, self.queue_connect_timeout, self.queue_read_timeout)
 
     def with_shards(self, shards: int) -> AzureDelayedDeliveryConfig:
         """This configuration with the table's shard count."""
@@ -176,6 +217,9 @@ class AzureDelayedDeliveryConfig:
             settings=settings,
             allowed_destinations=parse_patterns(env.get(ENV_ALLOWED, ""), ENV_ALLOWED),
             place_ahead=env_value(env, ENV_PLACE_AHEAD, float, 0.0),
+            queue_connect_timeout=env_value(env, ENV_QUEUE_CONNECT, float, 3.0),
+            queue_read_timeout=env_value(env, ENV_QUEUE_READ, float, 5.0),
+            send_timeout=env_value(env, ENV_SEND_TIMEOUT, float, 10.0),
         )
 
 
@@ -200,58 +244,52 @@ class AzureClients:
         from azure.storage.blob import BlobServiceClient
         from azure.storage.queue import QueueServiceClient
 
-        from .storage_queue import BudgetedRetry
-
-        pool = _pool_size(config)  # parallel puts must not queue for connections
-        lease_timeouts, timeouts = (_FAIL_FAST_TIMEOUTS, _FAIL_FAST_TIMEOUTS) if fail_fast else (_LEASE_TIMEOUTS, {})
-        options: dict[str, Any] = {"retry_total": 0} if fail_fast else {}
-        # Storage queues and blobs wait 15 s before their first retry by default (tables 0.8 s).
-        storage = {**options, "initial_backoff": 1, "increment_base": 1} if fail_fast else {}
         budget = RunBudget()
-        # a host's puts: the SDK's back-offs, capped by the time left in the run
-        queue_options = storage if fail_fast else {"retry_policy": BudgetedRetry(budget)}
+        table, blob, queue = _client_options(config, budget, fail_fast)
+        services: list[tuple[Any, str, dict[str, Any]]] = [
+            (TableServiceClient, "table", table),
+            (BlobServiceClient, "blob", blob),
+            (QueueServiceClient, "queue", queue),
+        ]
         if config.connection_string:
-            conn = config.connection_string
             try:
-                return cls(
-                    TableServiceClient.from_connection_string(
-                        conn, transport=http_transport(pool, **timeouts), **options
-                    ),
-                    BlobServiceClient.from_connection_string(
-                        conn, transport=http_transport(10, **lease_timeouts), **storage
-                    ),
-                    QueueServiceClient.from_connection_string(
-                        conn, transport=http_transport(pool, **timeouts), **queue_options
-                    ),
-                    budget,
-                )
+                made = [kind.from_connection_string(config.connection_string, **kw) for kind, _, kw in services]
             except ValueError as exc:  # the SDK's parser: malformed, or missing the account, key or endpoints
                 raise ConfigurationError(f"{_UNUSABLE_CONNECTION}: {redact(str(exc))}") from None
-        from azure.identity import DefaultAzureCredential  # only needed in Azure
+        else:
+            from azure.identity import DefaultAzureCredential  # only needed in Azure
 
-        credential = DefaultAzureCredential(managed_identity_client_id=config.managed_identity_client_id)
-        account = config.account_name
-        return cls(
-            TableServiceClient(
-                f"https://{account}.table.core.windows.net",
-                credential=credential,
-                transport=http_transport(pool, **timeouts),
-                **options,
-            ),
-            BlobServiceClient(
-                f"https://{account}.blob.core.windows.net",
-                credential=credential,
-                transport=http_transport(10, **lease_timeouts),
-                **storage,
-            ),
-            QueueServiceClient(
-                f"https://{account}.queue.core.windows.net",
-                credential=credential,
-                transport=http_transport(pool, **timeouts),
-                **queue_options,
-            ),
-            budget,
-        )
+            credential = DefaultAzureCredential(managed_identity_client_id=config.managed_identity_client_id)
+            account = config.account_name
+            made = [
+                kind(f"https://{account}.{name}.core.windows.net", credential=credential, **kw)
+                for kind, name, kw in services
+            ]
+        tables, blobs, queues = made
+        return cls(tables, blobs, queues, budget)
+
+
+def _client_options(
+    config: AzureDelayedDeliveryConfig, budget: RunBudget, fail_fast: bool
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The table, blob and queue clients' keyword arguments: HTTP transports with their timeouts, retry policies."""
+    from .storage_queue import BudgetedRetry
+
+    pool = _pool_size(config)  # parallel puts must not queue for connections
+    lease_timeouts, timeouts = (_FAIL_FAST_TIMEOUTS, _FAIL_FAST_TIMEOUTS) if fail_fast else (_LEASE_TIMEOUTS, {})
+    # every queue request ends within its timeouts (the SDK's default is 300 s each)
+    bound = config.send_bound
+    queue_timeouts = timeouts or {"connection_timeout": bound.connect_timeout, "read_timeout": bound.read_timeout}
+    options: dict[str, Any] = {"retry_total": 0} if fail_fast else {}
+    # Storage queues and blobs wait 15 s before their first retry by default (tables 0.8 s).
+    storage = {**options, "initial_backoff": 1, "increment_base": 1} if fail_fast else {}
+    # a host's puts: the SDK's back-offs, capped by the time left in the run and in the put
+    queue_options = storage if fail_fast else {"retry_policy": BudgetedRetry(budget)}
+    return (
+        {"transport": http_transport(pool, **timeouts), **options},
+        {"transport": http_transport(10, **lease_timeouts), **storage},
+        {"transport": http_transport(pool, **queue_timeouts), **queue_options},
+    )
 
 
 def _pool_size(config: AzureDelayedDeliveryConfig) -> int:

@@ -20,7 +20,7 @@ from fnmatch import fnmatchcase
 from .. import headers as hdr
 from ..errors import ConfigurationError, InvalidMessageError, PermanentError
 from ..model import DelayedMessage
-from ..ports import PlacingTransport, Transport
+from ..ports import BoundedTransport, PlacingTransport, Transport
 
 __all__ = ["DestinationPolicy", "GuardedTransport", "parse_patterns"]
 
@@ -73,6 +73,11 @@ class GuardedTransport:
     def max_delay_seconds(self) -> int:
         """The inner transport's longest placement (0: it cannot hide what it sends)."""
         return self.inner.max_delay_seconds if isinstance(self.inner, PlacingTransport) else 0
+
+    @property
+    def send_timeout(self) -> float:
+        """The inner transport's longest send (0: it says none)."""
+        return self.inner.send_timeout if isinstance(self.inner, BoundedTransport) else 0.0
 
     def send_delayed(self, message: DelayedMessage, delay_seconds: int) -> None:
         """``send``, the message hidden on its queue for ``delay_seconds`` (release control's placement)."""

@@ -27,7 +27,7 @@ from .sdk_errors import is_status, translate
 from .storage_queue import MAX_NATIVE_DELAY_SECONDS, StorageQueueTransport
 from .table_gateway import CLAIM, TableGateway
 
-__all__ = ["VISIBLE_MARGIN", "PlacedMessages", "is_placed", "unrecorded_placement"]
+__all__ = ["VISIBLE_MARGIN", "PlacedMessages", "is_placed", "unrecorded_placement", "unrecorded_send"]
 
 #: A placed message due within this many seconds counts as visible (clock skew, the time a request takes).
 VISIBLE_MARGIN = 2.0
@@ -58,6 +58,18 @@ def unrecorded_placement(message_id: str, row: Any) -> MessagePlacedError:
         message_id,
         row,
         "a copy put there may not be recorded (its placer stopped between its put and its record) and may still arrive",
+    )
+
+
+def unrecorded_send(message_id: str, row: Any) -> MessagePlacedError:
+    """The refusal for a row whose ``Sending`` mark is set and whose claim has ended: a dispatcher may have put it on
+    its queue with no outcome recorded (the wording of the AWS tier's uncertain cancel)."""
+    destination = str(row.get("Destination"))[:80]
+    return MessagePlacedError(
+        f"message {message_id!r} may already be on its way to queue {destination!r} and then is delivered: a "
+        "dispatcher took it to send and no outcome of that send is recorded (a send slower than its claim, or a "
+        "dispatcher stopped between its put and its record); the next run sends it (again), so it can no longer be "
+        "cancelled or rescheduled; have the consumer drop it by id"
     )
 
 

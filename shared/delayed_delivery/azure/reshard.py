@@ -193,7 +193,7 @@ def _move(table: Any, due: Any, message_id: str, target: str) -> None:
     for _ in range(_RETRIES):
         copy = {k: v for k, v in due.items() if k not in ("PartitionKey", "RowKey")}
         if due.get("AvailableAt") != rows.PLACED_KEY:  # a placed row stays placed: its message is on its queue
-            copy.update(AvailableAt=rk[len(rows.DUE_PREFIX) :][:20], **{CLAIM: ""})
+            copy.update(AvailableAt=rk[len(rows.DUE_PREFIX) :][:20], **{CLAIM: ""}, **rows.legacy_mark(due))
         copy.update(PartitionKey=target, RowKey=rk)
         index = {"PartitionKey": target, "RowKey": index_rk, "DueRowKey": rk}
         same = {"etag": due.metadata["etag"], "match_condition": MatchConditions.IfNotModified}
@@ -240,6 +240,7 @@ def _unclaim(table: Any, due: Any) -> None:
     if not due.get(CLAIM) and str(due.get("AvailableAt", own)) <= own:
         return
     patch = {"PartitionKey": due["PartitionKey"], "RowKey": due["RowKey"], "AvailableAt": own, CLAIM: ""}
+    patch.update(rows.legacy_mark(due))  # a claim from before the Sending mark: its send may have been made
     try:
         table.update_entity(
             patch, mode=UpdateMode.MERGE, etag=due.metadata["etag"], match_condition=MatchConditions.IfNotModified

@@ -15,6 +15,10 @@ Due-row properties: ``MessageId``, ``Destination``, ``Headers`` (JSON), ``Failur
 ``AvailableAt`` (same 20-digit format: the claim; a row is fetchable when ``AvailableAt <= now``),
 ``ClaimToken`` (the claim's token while a dispatcher holds the row, else empty or missing),
 ``BodyChunks`` (Int32) and ``Body00``, ``Body01``, … binary properties of at most 64 KiB each.
+A dispatcher's claim also writes ``Sending`` (its token) on a row that carries none, before any put: from then on a copy
+may be on its queue that no outcome records, so operators are refused until the row is delivered and removed. Only
+giving the row back unsent (release control's deferral) restores the value the claim found; a row read back without
+the property that holds a ``ClaimToken`` (claimed before the mark existed, not placed) counts as marked.
 A row release control keeps back until its release slot (``deferred_entities``) is keyed by the slot instead of
 the due time, so it is read only once its slot has come, and carries ``DueAt`` (the message's own due time, same
 20-digit format); a reader that does not know ``DueAt`` sees the slot as the due time.
@@ -52,10 +56,13 @@ __all__ = [
     "from_due_key",
     "id_hash",
     "index_row_key",
+    "legacy_mark",
+    "maybe_sent",
     "message_from_entity",
     "partition_key",
     "placed_patch",
     "placing_mark",
+    "sending_mark",
     "shard_of",
     "stored_size",
     "to_entities",
@@ -81,6 +88,12 @@ POP_RECEIPT = "PopReceipt"
 #: own record: a copy may wait on the queue that the row does not name, so operators are refused while it is set.
 #: Cleared only by the record (or give-back) of the placement that set it; a later claim never overwrites it.
 PLACING = "Placing"
+#: The token of the dispatcher's claim that first took the row for sending (written with the claim, before any put) and
+#: not followed by a recorded outcome: a copy may be on its queue, so operators are refused while it is set. Later
+#: claims keep it; only giving the row back unsent restores what its claim found. Cleared in effect by the removal.
+SENDING = "Sending"
+#: The due row's claim token property (``table_gateway.CLAIM``).
+_CLAIM = "ClaimToken"
 #: One character after ``_``: ``"d_" <= RowKey < "d`"`` selects every due row.
 DUE_END = "d`"
 _KEY_LEN = 20
@@ -202,6 +215,8 @@ class DueRow:
     message: DelayedMessage
     #: The release slot the row was deferred to (``deferred_entities``), or None.
     slot: datetime | None = None
+    #: The ``Sending`` mark the row carried when it was read (an earlier claim's; "" when none).
+    sending: str = ""
 
 
 def to_entities(message: DelayedMessage, shard: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -264,6 +279,26 @@ def deferred_entities(message: DelayedMessage, shard: int, slot: datetime) -> tu
 def placing_mark(token: str) -> dict[str, Any]:
     """What a placer's claim writes besides the claim (before its put): the ``Placing`` mark, ``""`` to clear it."""
     return {PLACING: token}
+
+
+def sending_mark(token: str) -> dict[str, Any]:
+    """What a dispatcher's claim writes besides the claim on a row without a mark: the ``Sending`` mark (its token)."""
+    return {SENDING: token}
+
+
+def maybe_sent(row: Mapping[str, Any]) -> bool:
+    """Whether a dispatcher may have put ``row``'s message on its queue with no outcome recorded: its ``Sending`` mark,
+    or (a row claimed before the mark existed) a claim token on a row neither placed nor being placed."""
+    if row.get(SENDING):
+        return True
+    legacy = SENDING not in row and bool(row.get(_CLAIM)) and not row.get(PLACING)
+    return legacy and row.get("AvailableAt") != PLACED_KEY
+
+
+def legacy_mark(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``Sending`` mark a row claimed before the mark existed stands for (its claim token), to write when its claim
+    is cleared (``reshard``); nothing for any other row."""
+    return sending_mark(str(row[_CLAIM])) if maybe_sent(row) and not row.get(SENDING) else {}
 
 
 def placed_patch(partition: str, row_key: str, queue_message_id: str, pop_receipt: str) -> dict[str, Any]:

@@ -108,7 +108,10 @@ class AzureDispatcherHost:
             claim_timeout=config.claim_timeout,
         )
         self.container = self.clients.blobs.get_container_client(config.container_name)
-        self.transport = StorageQueueTransport(self.clients.queues, route="table")
+        # every put ends within the send timeout (its retries included), and none starts that its claim cannot outlast
+        self.transport = StorageQueueTransport(
+            self.clients.queues, route="table", bound=config.send_bound, budget=self.clients.budget
+        )
         #: The hosts dispatching this table (each run takes ⌈shards / hosts alive⌉ at once: ``host_share.py``).
         self.hosts = HostRegistry(self.container, uuid.uuid4().hex, self.clock.now)
         self.settings: DelayedDeliverySettings = config.settings.with_(
@@ -229,22 +232,7 @@ class AzureDispatcherHost:
         ``deadline``."""
         result = ShardRun(shard)
         lease = self.lease(shard)
-        guarded = GuardedTransport(self.transport, self.config.destination_policy)  # allow-list: destinations.py
-        # the lease makes this the shard's only dispatcher: its fetches skip what it holds, removal overlaps the next
-        # batch; its claims are written to the table all the same (the in-flight marks operators see)
-        view = self.store.for_shards([shard], exclusive=True)
-        schedule, share = self.release_schedule(shard)
-        dispatcher = Dispatcher(
-            view,
-            guarded,
-            self.settings,
-            clock=self.clock,
-            overlap_removal=True,
-            release_share=share,
-            release_state=schedule,
-            log_fields={lf.CLOUD: "azure"},
-        )
-        dispatcher.seconds_per_message = self._pace.get(shard, 0.0)
+        view, dispatcher = self._dispatcher(shard)
         try:
             while (remaining := deadline - self._monotonic()) > 0:
                 if gate is not None and not gate.reserve():
@@ -276,17 +264,42 @@ class AzureDispatcherHost:
             self._pace[shard] = dispatcher.seconds_per_message
             dispatcher.close()
             self.metrics.record(result.report, shard, lease_lost=result.lease_lost)
-        _log.info(
-            "shard run finished",
-            extra={
-                lf.CLOUD: "azure",
-                lf.EVENT: "shard_run",
-                lf.SHARD: shard,
-                "dispatched": result.report.dispatched,
-                "placed": result.placement.placed,
-                "failed_attempts": result.report.failed_attempts,
-                "moved_to_error_queue": result.report.moved_to_error_queue,
-                "lease_lost": result.lease_lost,
-            },
-        )
+        _log_shard_run(result)
         return result
+
+    def _dispatcher(self, shard: int) -> tuple[TableDelayedMessageStore, Dispatcher]:
+        """``shard``'s exclusive view of the table and the dispatcher over it (its pace carried from the last run)."""
+        guarded = GuardedTransport(self.transport, self.config.destination_policy)  # allow-list: destinations.py
+        # the lease makes this the shard's only dispatcher: its fetches skip what it holds, removal overlaps the next
+        # batch; its claims are written to the table all the same (the in-flight marks operators see)
+        view = self.store.for_shards([shard], exclusive=True)
+        schedule, share = self.release_schedule(shard)
+        dispatcher = Dispatcher(
+            view,
+            guarded,
+            self.settings,
+            clock=self.clock,
+            overlap_removal=True,
+            release_share=share,
+            release_state=schedule,
+            log_fields={lf.CLOUD: "azure"},
+        )
+        dispatcher.seconds_per_message = self._pace.get(shard, 0.0)
+        return view, dispatcher
+
+
+def _log_shard_run(result: ShardRun) -> None:
+    """The ``shard_run`` line of one shard's run."""
+    _log.info(
+        "shard run finished",
+        extra={
+            lf.CLOUD: "azure",
+            lf.EVENT: "shard_run",
+            lf.SHARD: result.shard,
+            "dispatched": result.report.dispatched,
+            "placed": result.placement.placed,
+            "failed_attempts": result.report.failed_attempts,
+            "moved_to_error_queue": result.report.moved_to_error_queue,
+            "lease_lost": result.lease_lost,
+        },
+    )

@@ -15,7 +15,7 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 
-from ..errors import ConfigurationError, DelayedDeliveryError, PermanentError, TransientError
+from ..errors import ConfigurationError, DelayedDeliveryError, PermanentError, ThrottledError, TransientError
 
 __all__ = ["is_status", "sdk_errors", "translate"]
 
@@ -53,6 +53,8 @@ def translate(exc: AzureError, what: str) -> DelayedDeliveryError:
         status = exc.status_code or 0
         if status == 404:
             return ConfigurationError(f"{what}: not found (run setup_infrastructure first?): {exc.message}")
+        if status in (429, 503):  # the service refused it for now: nothing was done
+            return ThrottledError(f"{what}: storage returned {status}: {exc.message}")
         if status in _RETRYABLE_STATUS:
             return TransientError(f"{what}: storage returned {status}: {exc.message}")
         return PermanentError(f"{what}: storage returned {status}: {exc.message}")

@@ -28,7 +28,7 @@ from ..headers import FAILURE_REASON
 from ..jsonbounds import headers_from_json, loads_bounded
 from ..model import DelayedMessage, Headers
 from ..naming import validate_azure_queue_name
-from .run_budget import RunBudget
+from .run_budget import RunBudget, SendBound
 from .sdk_errors import translate
 
 __all__ = [
@@ -108,10 +108,21 @@ def _with_delivery(message: DelayedMessage, route: str, sent_at: datetime | None
 class StorageQueueTransport:
     """``Transport`` that puts each message on the Storage Queue named by its destination."""
 
-    def __init__(self, service: QueueServiceClient, *, route: str = "store") -> None:
+    def __init__(
+        self,
+        service: QueueServiceClient,
+        *,
+        route: str = "store",
+        bound: SendBound | None = None,
+        budget: RunBudget | None = None,
+    ) -> None:
         self.service = service
         #: The route named in the delivery header of what the dispatcher sends (``table`` or ``store``).
         self.route = route
+        #: How long one put may take, its retries included (None: the client's own timeouts and retries). ``budget``
+        #: is what the service client's ``BudgetedRetry`` reads; each put is bounded there.
+        self.bound = bound
+        self._budget = budget if bound is not None else None
         self._queues: dict[str, QueueClient] = {}
         self._lock = threading.Lock()
 
@@ -145,6 +156,11 @@ class StorageQueueTransport:
     def max_delay_seconds(self) -> int:
         """The longest a queue hides a message it is sent (Put Message's visibility timeout: 7 days)."""
         return MAX_NATIVE_DELAY_SECONDS
+
+    @property
+    def send_timeout(self) -> float:
+        """The longest one put takes, its retries included (0: not bounded here)."""
+        return self.bound.send_timeout if self._budget is not None and self.bound is not None else 0.0
 
     def send_delayed(self, message: DelayedMessage, delay_seconds: int) -> None:
         """Put ``message`` on its queue, invisible for ``delay_seconds`` (release control places it at its slot)."""
@@ -184,11 +200,13 @@ class StorageQueueTransport:
             )
         queue = self.queue(message.destination)
         try:
-            sent = queue.send_message(
-                text,
-                visibility_timeout=visibility_timeout or None,
-                time_to_live=NEVER_EXPIRE,
-            )
+            hide = visibility_timeout or None
+            if self._budget is None or self.bound is None:
+                sent = queue.send_message(text, visibility_timeout=hide, time_to_live=NEVER_EXPIRE)
+            else:  # ends within ``send_timeout``: the service gives up when we do, and no retry starts that cannot end
+                with self._budget.send_within(self.bound.send_timeout, self.bound.attempt):
+                    timeout = self.bound.server_timeout
+                    sent = queue.send_message(text, visibility_timeout=hide, time_to_live=NEVER_EXPIRE, timeout=timeout)
         except ResourceNotFoundError as exc:
             raise DestinationNotFoundError(f"queue {message.destination!r} does not exist") from exc
         except AzureError as exc:
@@ -234,21 +252,25 @@ class StorageQueueTransport:
 
 
 class BudgetedRetry(ExponentialRetry):
-    """The SDK's exponential retry, each back-off capped by the run's time left; no retry once the run is over."""
+    """The SDK's exponential retry, each back-off capped by the run's time left and by its send's (``RunBudget``): no
+    retry once the run is over, nor one whose attempt could not end within its send's bound."""
 
     def __init__(self, budget: RunBudget, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.budget = budget
 
     def get_backoff_time(self, settings: dict[str, Any]) -> float:
-        """The SDK's back-off, capped by the time left in the run."""
+        """The SDK's back-off, capped by the time left in the run and before the send's last attempt must start."""
         backoff = float(super().get_backoff_time(settings))
-        left = self.budget.left()
-        return backoff if left is None else max(0.0, min(backoff, left))
+        for left in (self.budget.left(), self.budget.retry_room()):
+            if left is not None:
+                backoff = max(0.0, min(backoff, left))
+        return backoff
 
     def increment(self, settings: dict[str, Any], request: Any, response: Any = None, error: Any = None) -> bool:
-        """Whether to retry: never once the run is over; else as the SDK decides."""
-        left = self.budget.left()
-        if left is not None and left <= 0:
+        """Whether to retry: never once the run is over or when another attempt could not end within the send's
+        bound; else as the SDK decides."""
+        left, room = self.budget.left(), self.budget.retry_room()
+        if (left is not None and left <= 0) or (room is not None and room < 0):
             return False
         return bool(super().increment(settings, request, response=response, error=error))

@@ -207,20 +207,29 @@ class TableGateway:
         claimed.sort(key=lambda r: (r.row_key[: len(rows.DUE_PREFIX) + 20], r.message.message_id))
         return claimed
 
-    def release_ops(self, row: rows.DueRow) -> list[Operation]:
-        """Give a claimed row back, fetchable at once (its RowKey's time), if unchanged since ``row.etag``."""
+    def release_ops(self, row: rows.DueRow, *, unsent: bool = False) -> list[Operation]:
+        """Give a claimed row back, fetchable at once (its RowKey's time), if unchanged since ``row.etag``.
+
+        Its ``Sending`` mark stays (a copy may have been put), unless ``unsent``: nothing was put under this claim, so
+        the row gets back the mark the claim found.
+        """
         patch = {"PartitionKey": row.partition_key, "RowKey": row.row_key, "AvailableAt": _time_of(row.row_key)}
+        if unsent:
+            patch.update(rows.sending_mark(row.sending))
         return [("update", {**patch, CLAIM: ""}, _if_match(row.etag, UpdateMode.MERGE))]
 
     def defer_ops(self, row: rows.DueRow, slot: datetime) -> list[Operation]:
         """Keep a claimed row back until ``slot``, unclaimed: re-keyed by the slot (``rows.deferred_entities``).
 
         One transaction with the row's index row, applying only while the row is unchanged since ``row.etag``; a
-        slot no later than the row's key only releases the claim. ``InvalidMessageError`` when it cannot fit.
+        slot no later than the row's key only releases the claim. Nothing was put under the claim, so the row keeps only
+        the ``Sending`` mark the claim found. ``InvalidMessageError`` when it cannot fit.
         """
         if rows.due_key(slot) <= _time_of(row.row_key):
-            return self.release_ops(row)
+            return self.release_ops(row, unsent=True)
         due, index = rows.deferred_entities(row.message, rows.shard_of(row.message.message_id, self.shards), slot)
+        if row.sending:  # an earlier claim's copy may still arrive (this claim put nothing: it defers before sending)
+            due.update(rows.sending_mark(row.sending))
         return [
             ("create", due, {}),
             ("upsert", index, {"mode": UpdateMode.REPLACE}),
@@ -256,12 +265,15 @@ class TableGateway:
         return done
 
     def move_ops(self, pk: str, index: Any, old: Any, due_at: datetime) -> list[Operation]:
-        """The transaction moving the due row ``old`` (whose index row is ``index``) to ``due_at``, unclaimed."""
+        """The transaction moving the due row ``old`` (whose index row is ``index``) to ``due_at``, unclaimed (its
+        ``Sending`` mark kept: a dispatcher's back-off after a failed put that may have been made)."""
         message = rows.message_from_entity(old)
         moved = DelayedMessage(
             message.message_id, message.destination, message.body, due_at, message.headers, message.failure_count
         )
         new_due, new_index = rows.to_entities(moved, rows.shard_of(message.message_id, self.shards))
+        if old.get(rows.SENDING):
+            new_due.update(rows.sending_mark(str(old[rows.SENDING])))
         if new_due["RowKey"] == old["RowKey"]:
             patch = {"PartitionKey": pk, "RowKey": old["RowKey"], "AvailableAt": rows.due_key(due_at), CLAIM: ""}
             if rows.DUE_AT in old:  # a row kept back until this very time: it is now simply due then

@@ -52,7 +52,7 @@ from ..model import DelayedMessage
 from ..naming import validate_azure_table_name
 from ..ports import ClaimedMessage, DelayedMessageStore, ReleaseBacklog, in_flight
 from . import rows
-from .placed_ops import PlacedMessages, is_placed, unrecorded_placement
+from .placed_ops import PlacedMessages, is_placed, unrecorded_placement, unrecorded_send
 from .sdk_errors import is_status, translate
 from .storage_queue import StorageQueueTransport
 from .table_gateway import CLAIM, MAX_TRANSACTION_OPERATIONS, Operation, Pair, TableGateway
@@ -290,7 +290,9 @@ class TableDelayedMessageStore(DelayedMessageStore):
                     break
             if not wanted:
                 break
-            won = self._rows.claim(wanted, claim_until, token)
+            # the Sending mark goes on with the claim, before any put; an earlier claim's stays (its copy may arrive)
+            marks = {r.row_key: rows.sending_mark(token) for r in wanted if not r.sending}
+            won = self._rows.claim(wanted, claim_until, token, marks)
             claimed.extend(won)
             if len(won) == len(wanted):
                 break
@@ -347,6 +349,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 available_at=str(entity["AvailableAt"]),
                 message=message,
                 slot=rows.deferred_slot(entity),
+                sending=str(entity.get(rows.SENDING) or ""),
             )
             yield row.row_key, row
 
@@ -449,7 +452,16 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 pause = min(2 * pause, _REMOVAL_MAX_PAUSE)
 
     def increment_failure_count(self, message_id: str, claim: str | None = None) -> bool:
-        """Count one failed delivery and make the row fetchable again at its due time (the claim token stays)."""
+        """Count one failed delivery and make the row fetchable again at its due time (the claim token stays, and so
+        does the ``Sending`` mark: the put may have been made)."""
+        return self._count_failure(message_id, claim, unsent=False)
+
+    def count_unsent_failure(self, message_id: str, claim: str) -> bool:
+        """``increment_failure_count`` of a send the destination refused: nothing was put, so the ``Sending`` mark this
+        claim wrote is cleared (an earlier claim's stays) and operators may cancel the row exactly again."""
+        return self._count_failure(message_id, claim, unsent=True)
+
+    def _count_failure(self, message_id: str, claim: str | None, *, unsent: bool) -> bool:
         what = f"counting a failure of {message_id!r}"
         for _ in range(_CONFLICT_RETRIES):
             located = self._rows.locate(message_id) or self._restore_index(message_id)
@@ -457,7 +469,7 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 return False
             pk, rk = located
             try:
-                row = self._rows.get(pk, rk, select=["FailureCount", CLAIM])
+                row = self._rows.get(pk, rk, select=["FailureCount", CLAIM, rows.SENDING])
                 if claim is not None and not self._holds(row, claim):
                     return False
                 patch = {
@@ -466,6 +478,8 @@ class TableDelayedMessageStore(DelayedMessageStore):
                     "FailureCount": int(row.get("FailureCount", 0)) + 1,
                     "AvailableAt": _available_of(rk),
                 }
+                if unsent and claim is not None and row.get(rows.SENDING) == claim:
+                    patch.update(rows.sending_mark(""))
                 self._rows.merge(patch, row.metadata["etag"])
                 with self._lock:
                     self._handed.pop(message_id, None)  # the claim is released; its token stays for the settling
@@ -560,7 +574,11 @@ class TableDelayedMessageStore(DelayedMessageStore):
                 message = rows.message_from_entity(entity)
             except (KeyError, ValueError, TypeError):
                 return False
-            row = rows.DueRow(pk, rk, str(entity.metadata["etag"]), str(entity.get("AvailableAt")), message)
+            earlier = str(entity.get(rows.SENDING) or "")  # the mark as the claim found it (its own is its token)
+            row = rows.DueRow(
+                pk, rk, str(entity.metadata["etag"]), str(entity.get("AvailableAt")), message,
+                sending="" if earlier == claim else earlier,
+            )  # fmt: skip
             try:
                 if self._rows.commit_each(pk, [self._rows.defer_ops(row, slot)])[0]:
                     return True
@@ -611,12 +629,15 @@ class TableDelayedMessageStore(DelayedMessageStore):
         return str(row.get(CLAIM) or "") == claim
 
     def _refuse_unrecorded(self, message_id: str, row: Any) -> None:
-        """Refuse an operator while ``row`` carries a ``Placing`` mark: a copy may wait on its queue unnamed."""
-        if not row.get(rows.PLACING):
-            return
-        if not is_placed(row):
-            self._refuse_in_flight(message_id, row)  # its placer's claim lasts: under way, try again
-        raise unrecorded_placement(message_id, row)
+        """Refuse an operator while ``row`` carries a ``Placing`` or ``Sending`` mark: a copy may wait on its queue
+        that no record names (in flight while the claim lasts, then refused for good: it is delivered)."""
+        if row.get(rows.PLACING):
+            if not is_placed(row):
+                self._refuse_in_flight(message_id, row)  # its placer's claim lasts: under way, try again
+            raise unrecorded_placement(message_id, row)
+        if rows.maybe_sent(row):
+            self._refuse_in_flight(message_id, row)  # its dispatcher's claim lasts: under way, try again
+            raise unrecorded_send(message_id, row)
 
     def _refuse_in_flight(self, message_id: str, row: Any) -> None:
         """Raise ``MessageInFlightError`` while a dispatcher's claim on ``row`` lasts (this host's clock)."""

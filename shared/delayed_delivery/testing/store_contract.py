@@ -17,6 +17,10 @@ Use it from your own test module::
 Fetched messages carry the fetch's claim token (``ports.claim_of``); ``remove``, ``increment_failure_count``
 and ``reschedule`` given that token act only while the row still holds it.
 
+A store that refuses operators (``MessagePlacedError``) on a row whose dispatcher's claim ran out unsettled, since
+its send may have been made (the Azure table), sets ``unsettled_claims_refuse_operators``: the cases that cancel or
+reschedule after a claim expired then expect the refusal, or supersede the claim through a later dispatcher's.
+
 When your dispatcher fetches through something other than the store an operator uses (the Azure lease holder's
 exclusive view of its shard, say), override ``dispatcher_view``: the cases about a dispatcher sending while an
 operator cancels or reschedules then fetch and settle through it, and operate through the store.
@@ -38,7 +42,7 @@ from typing import Any
 
 import pytest
 
-from ..errors import MessageIdConflictError, MessageInFlightError
+from ..errors import MessageIdConflictError, MessageInFlightError, MessagePlacedError
 from ..model import DelayedMessage
 from ..ports import BatchRemovingStore, DeferringStore, DelayedMessageStore, ReschedulableStore, claim_of, slot_of
 
@@ -91,6 +95,8 @@ class StoreContract:
     claim_timeout: float = 60.0
     #: Largest body the store promises to keep.
     max_body_bytes: int = 1024 * 1024
+    #: Operators are refused on a row whose dispatcher's claim ran out unsettled (its send may have been made).
+    unsettled_claims_refuse_operators: bool = False
 
     @pytest.fixture
     def store(self) -> DelayedMessageStore:
@@ -154,7 +160,10 @@ class StoreContract:
         again = store.fetch_next_due(T0)
         assert again is not None and again.failure_count == 1
         assert store.increment_failure_count("m-1") is True
-        assert store.remove("m-1") is True
+        if self.unsettled_claims_refuse_operators:  # a failed send may have been made: only a dispatcher removes it
+            assert store.remove("m-1", _claim(store.fetch_next_due(T0))) is True
+        else:
+            assert store.remove("m-1") is True
         assert store.increment_failure_count("m-1") is False
 
     def test_claim_expires_so_a_crashed_dispatcher_loses_nothing(self, store: DelayedMessageStore) -> None:
@@ -293,7 +302,10 @@ class StoreContract:
         store.store(_msg(1, late))
         view = self.dispatcher_view(store)
         stale = _claim(view.fetch_next_due(late + _s(1)))
-        assert store.remove("m-1") is True, "an expired claim is no longer in flight"
+        if self.unsettled_claims_refuse_operators:  # a later dispatcher's claim removes it (operators are refused)
+            assert store.remove("m-1", _claim(store.fetch_next_due(now))) is True
+        else:
+            assert store.remove("m-1") is True, "an expired claim is no longer in flight"
         store.store(_msg(1, late))  # the same message again: the same due time, the same row key where keys exist
         if isinstance(view, BatchRemovingStore):
             assert list(view.remove_many(["m-1"], [stale])) == [False]
@@ -306,6 +318,10 @@ class StoreContract:
         now = _now()
         store.store(_msg(1, now - _s(self.claim_timeout + 10)))
         assert store.fetch_next_due(now - _s(self.claim_timeout + 5)) is not None
+        if self.unsettled_claims_refuse_operators:  # its send may have been made: never "cancelled"
+            with pytest.raises(MessagePlacedError, match="m-1"):
+                store.remove("m-1")
+            return
         assert store.remove("m-1") is True
 
     def test_large_binary_body(self, store: DelayedMessageStore) -> None:
@@ -358,6 +374,8 @@ class ReschedulableStoreContract:
 
     #: The claim timeout (seconds) the ``store`` fixture configures.
     claim_timeout: float = 60.0
+    #: As ``StoreContract.unsettled_claims_refuse_operators``.
+    unsettled_claims_refuse_operators: bool = False
 
     @pytest.fixture
     def store(self) -> ReschedulableStore:
@@ -392,7 +410,10 @@ class ReschedulableStoreContract:
         store.store(_msg(1, late))
         view = self.dispatcher_view(store)
         stale = _claim(view.fetch_next_due(late + _s(1)))
-        assert store.reschedule("m-1", now + _s(3600)) is True, "an expired claim is no longer in flight"
+        if self.unsettled_claims_refuse_operators:  # a later dispatcher's claim moves it (operators are refused)
+            assert store.reschedule("m-1", now + _s(3600), _claim(store.fetch_next_due(now))) is True
+        else:
+            assert store.reschedule("m-1", now + _s(3600)) is True, "an expired claim is no longer in flight"
         if isinstance(view, BatchRemovingStore):
             assert list(view.remove_many(["m-1"], [stale])) == [False]
         assert view.remove("m-1", stale) is False

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from delayed_delivery.aws.settings import SqsSettings
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalLambdaContext
+from delayed_delivery.testing.aws.sqs import drain, fifo_record, sqs_event
 from tests.aws.conftest import ERRORS, handler_env
 from tests.fixtures.partial_batch import PartialBatch
 
@@ -29,25 +29,10 @@ pytestmark = pytest.mark.moto
 
 def record(endpoint: EndpointQueues, rid: str, body: str, *, envelope: bool, count: int = 1) -> dict[str, Any]:
     """A Lambda SQS record as the event source would hand it over (delay 1 s, so entries forward)."""
-    now = str(int(time.time() * 1000))
-    name, value = (ENVELOPE_ATTRIBUTE, "1") if envelope else (DELAY_SECONDS_ATTRIBUTE, "1")
-    return {
-        "messageId": rid,
-        "receiptHandle": f"rh-{rid}",
-        "body": body,
-        "attributes": {
-            "SentTimestamp": now,
-            "ApproximateFirstReceiveTimestamp": now,
-            "ApproximateReceiveCount": str(count),
-            "MessageGroupId": rid,
-            "MessageDeduplicationId": f"{rid}:0",
-        },
-        "messageAttributes": {name: {"dataType": "String" if envelope else "Number", "stringValue": value}},
-        "md5OfBody": "",
-        "eventSource": "aws:sqs",
-        "eventSourceARN": endpoint.delay_arn,
-        "awsRegion": "us-east-1",
-    }
+    name, kind = (ENVELOPE_ATTRIBUTE, "String") if envelope else (DELAY_SECONDS_ATTRIBUTE, "Number")
+    return fifo_record(
+        body, arn=endpoint.delay_arn, message_id=rid, receive_count=count, attributes={name: (kind, "1")}
+    )
 
 
 def envelope(entries: list[str]) -> str:
@@ -57,33 +42,6 @@ def envelope(entries: list[str]) -> str:
 
 def entry(mid: str, body: str, remaining: str = "0") -> str:
     return f'{{"i":"{mid}","h":1,"d":{remaining},"b":{json.dumps(body)}}}'
-
-
-def drain(
-    sqs: SQSClient, url: str, *, expect: int = 0, timeout: float = 20.0, linger: float = 0.5
-) -> list[dict[str, Any]]:
-    """Receive (and delete) from ``url`` until ``expect`` messages came or ``timeout`` passed, then ``linger`` more.
-
-    A polling deadline, never the exact delay: a 1 s delayed message may show up later than 1 s (LocalStack moves
-    delayed messages once a second; SQS promises no sub-second timing either).
-    """
-    got: list[dict[str, Any]] = []
-    give_up = time.monotonic() + timeout
-    deadline = time.monotonic() + linger
-    while True:
-        if len(got) < expect and time.monotonic() < give_up:
-            deadline = time.monotonic() + linger
-        reply = sqs.receive_message(
-            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0, MessageAttributeNames=["All"]
-        )
-        batch = reply.get("Messages", [])
-        got += batch  # type: ignore[arg-type]
-        for m in batch:
-            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
-        if not batch and time.monotonic() > deadline:
-            return got
-        if not batch:
-            time.sleep(0.1)
 
 
 def reason_of(message: dict[str, Any]) -> str:
@@ -128,11 +86,11 @@ def test_a_poison_entry_goes_to_the_error_queue_and_its_neighbours_are_forwarded
 ) -> None:
     handle, _ = handler
     body = envelope([entry("good-1", "one"), poison, entry("good-2", "two")])
-    response = handle({"Records": [record(endpoint, "env-1", body, envelope=True)]}, LocalLambdaContext())
+    response = handle(sqs_event([record(endpoint, "env-1", body, envelope=True)]), LocalLambdaContext())
     assert response == {"batchItemFailures": []}, label
-    delivered = sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2))
+    delivered = sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2, linger=0.5))
     assert delivered == ["one", "two"]
-    errors = drain(sqs, _error_url(sqs), expect=1)
+    errors = drain(sqs, _error_url(sqs), expect=1, linger=0.5)
     assert len(errors) == 1
     assert "malformed envelope entry 1" in reason_of(errors[0])
 
@@ -150,11 +108,11 @@ def test_a_refused_error_queue_send_leaves_a_reduced_form_and_no_failed_record(
     results: list[RecordResult] = []
     handle = build_handler(env_of(settings, sqs_settings), sqs_client=wrapped, on_results=results.extend)  # type: ignore[arg-type]
     body = envelope([entry("good-1", "one"), '{"i":"bad","h":1,"d":0,"b":"a\\u0000b"}', entry("good-2", "two")])
-    response = handle({"Records": [record(endpoint, "env-1", body, envelope=True)]}, LocalLambdaContext())
+    response = handle(sqs_event([record(endpoint, "env-1", body, envelope=True)]), LocalLambdaContext())
     assert response == {"batchItemFailures": []}
     assert wrapped.failed, "the wrapper must have refused the full form"
-    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2)) == ["one", "two"]
-    errors = drain(sqs, _error_url(sqs), expect=1)
+    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2, linger=0.5)) == ["one", "two"]
+    errors = drain(sqs, _error_url(sqs), expect=1, linger=0.5)
     assert len(errors) == 1
     reduced = json.loads(errors[0]["Body"])
     assert reduced["id"] == "bad"
@@ -173,9 +131,9 @@ def test_when_even_the_reduced_form_is_refused_the_entry_is_dropped_not_looped(
     wrapped = refusing_error_queue(sqs, lambda e: True)
     handle = build_handler(env_of(settings, sqs_settings), sqs_client=wrapped)  # type: ignore[arg-type]
     body = envelope([entry("good-1", "one"), '{"i":"bad","h":1,"d":0,"b":"a\\u0000b"}', entry("good-2", "two")])
-    response = handle({"Records": [record(endpoint, "env-1", body, envelope=True)]}, LocalLambdaContext())
+    response = handle(sqs_event([record(endpoint, "env-1", body, envelope=True)]), LocalLambdaContext())
     assert response == {"batchItemFailures": []}
-    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2)) == ["one", "two"]
+    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2, linger=0.5)) == ["one", "two"]
     assert len(wrapped.failed) == 2  # the full form, then the reduced form
     assert "dropped" in caplog.text
 
@@ -187,9 +145,9 @@ def test_a_plain_record_bigger_than_the_error_queue_takes_goes_there_reduced(
     sqs.set_queue_attributes(QueueUrl=_error_url(sqs), Attributes={"MaximumMessageSize": "1024"})
     poison = record(endpoint, "big", "x" * 5000, envelope=False)
     poison["messageAttributes"] = {}  # no control attribute: poison
-    response = handle({"Records": [poison]}, LocalLambdaContext())
+    response = handle(sqs_event([poison]), LocalLambdaContext())
     assert response == {"batchItemFailures": []}
-    errors = drain(sqs, _error_url(sqs), expect=1)
+    errors = drain(sqs, _error_url(sqs), expect=1, linger=0.5)
     assert len(errors) == 1
     reduced = json.loads(errors[0]["Body"])
     assert reduced["id"] == "big"
@@ -207,12 +165,12 @@ def test_a_record_received_too_often_goes_to_the_error_queue_with_the_count(
     limit = receive_limit(5, sqs_settings.max_park_seconds)  # park returns are receives too: allowed on top
     again = record(endpoint, "again", "payload", envelope=False, count=limit + 1)
     fine = record(endpoint, "fine", "ok", envelope=False, count=limit)
-    response = handle({"Records": [again, fine]}, LocalLambdaContext())
+    response = handle(sqs_event([again, fine]), LocalLambdaContext())
     assert response == {"batchItemFailures": []}
-    errors = drain(sqs, _error_url(sqs), expect=1)
+    errors = drain(sqs, _error_url(sqs), expect=1, linger=0.5)
     assert [m["Body"] for m in errors] == ["payload"]
     assert f"received {limit + 1} times without success" in reason_of(errors[0])
-    assert [m["Body"] for m in drain(sqs, endpoint.input_url, expect=1)] == ["ok"]
+    assert [m["Body"] for m in drain(sqs, endpoint.input_url, expect=1, linger=0.5)] == ["ok"]
 
 
 def test_an_exception_in_one_records_processing_fails_only_that_record(
@@ -233,9 +191,9 @@ def test_an_exception_in_one_records_processing_fails_only_that_record(
     monkeypatch.setattr(requeue_pkg, "parse_record", explode)
     handle, _ = handler
     records = [record(endpoint, rid, rid, envelope=False) for rid in ("a", "boom", "b")]
-    response = handle({"Records": records}, LocalLambdaContext())
+    response = handle(sqs_event(records), LocalLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": "boom"}]}
-    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2)) == ["a", "b"]
+    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2, linger=0.5)) == ["a", "b"]
 
 
 def test_the_handler_survives_process_raising_and_fails_the_whole_batch(
@@ -251,7 +209,7 @@ def test_the_handler_survives_process_raising_and_fails_the_whole_batch(
     monkeypatch.setattr(FifoRequeuer, "process", broken)
     handle, _ = handler
     records = [record(endpoint, rid, rid, envelope=False) for rid in ("a", "b")]
-    response = handle({"Records": records}, LocalLambdaContext())
+    response = handle(sqs_event(records), LocalLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": "a"}, {"itemIdentifier": "b"}]}
     assert "the batch could not be handled; every record will be retried" in caplog.text
     assert '"InvocationFailures":[1.0]' in capsys.readouterr().out
@@ -269,9 +227,9 @@ def test_an_envelope_received_too_often_sends_every_entry_to_the_error_queue(
     handle = build_handler(env_of(settings, sqs_settings, DELAYED_DELIVERY_MAX_RECEIVE_COUNT="5"), sqs_client=sqs)
     body = envelope([entry("one", "1"), entry("two", "2")])
     count = receive_limit(5, sqs_settings.max_park_seconds) + 1
-    response = handle({"Records": [record(endpoint, "env", body, envelope=True, count=count)]}, LocalLambdaContext())
+    response = handle(sqs_event([record(endpoint, "env", body, envelope=True, count=count)]), LocalLambdaContext())
     assert response == {"batchItemFailures": []}
-    errors = drain(sqs, _error_url(sqs), expect=2)
+    errors = drain(sqs, _error_url(sqs), expect=2, linger=0.5)
     assert sorted(m["Body"] for m in errors) == ["1", "2"]
     assert all("without success" in reason_of(m) for m in errors)
     assert drain(sqs, endpoint.input_url, linger=3) == []  # a forward is due 1 s after the send
@@ -304,7 +262,7 @@ def test_the_record_by_record_pass_stops_when_the_invocations_time_is_almost_up(
     monkeypatch.setattr(requeue_pkg, "parse_record", explode)
     handle, _ = handler
     records = [record(endpoint, rid, rid, envelope=False) for rid in ("boom", "a", "b")]
-    response = handle({"Records": records}, Hurried())
+    response = handle(sqs_event(records), Hurried())
     assert response == {"batchItemFailures": [{"itemIdentifier": r} for r in ("boom", "a", "b")]}
     assert drain(sqs, endpoint.input_url, linger=3) == []  # a forward is due 1 s after the send
 
@@ -321,10 +279,10 @@ def test_entries_failed_inside_a_successful_batch_are_refused_or_retried_alone(
     results: list[RecordResult] = []
     handle = build_handler(env_of(settings, sqs_settings), sqs_client=wrapped, on_results=results.extend)  # type: ignore[arg-type]
     records = [record(endpoint, rid, rid, envelope=False) for rid in ("a", "bad", "lost", "b")]
-    response = handle({"Records": records}, LocalLambdaContext())
+    response = handle(sqs_event(records), LocalLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": "lost"}]}  # unknown: the record comes back
-    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2)) == ["a", "b"]
-    errors = drain(sqs, _error_url(sqs), expect=1)
+    assert sorted(m["Body"] for m in drain(sqs, endpoint.input_url, expect=2, linger=0.5)) == ["a", "b"]
+    errors = drain(sqs, _error_url(sqs), expect=1, linger=0.5)
     assert [m["Body"] for m in errors] == ["bad"]
     assert "InvalidMessageContents" in reason_of(errors[0]) and "'orders' refused" in reason_of(errors[0])
     assert {r.message_id: r.outcome for r in results}["lost"] is HopOutcome.FAILED

@@ -18,6 +18,7 @@ from delayed_delivery.errors import ConfigurationError, DelayedDeliveryDisabledE
 from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalLambdaContext, lambda_sqs_record
+from delayed_delivery.testing.aws.sqs import fifo_record, sqs_event
 from tests.aws.conftest import handler_env
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def _event(sqs: SQSClient, endpoint: EndpointQueues, expect: int) -> dict[str, A
         )
         messages += reply.get("Messages", [])
     assert len(messages) == expect
-    return {"Records": [lambda_sqs_record(m, endpoint.delay_arn, "us-east-1") for m in messages]}
+    return sqs_event([lambda_sqs_record(m, endpoint.delay_arn, "us-east-1") for m in messages])
 
 
 @pytest.fixture
@@ -128,19 +129,10 @@ def test_disabled_receiver_fails_the_invocation_and_keeps_the_records(
 
 
 def test_a_mapping_on_a_queue_that_is_not_a_delay_queue_is_refused(env: dict[str, str]) -> None:
-    record = {
-        "messageId": "1",
-        "receiptHandle": "r",
-        "body": "x",
-        "attributes": {"SentTimestamp": "1", "ApproximateFirstReceiveTimestamp": "1", "ApproximateReceiveCount": "1"},
-        "messageAttributes": {DELAY_SECONDS_ATTRIBUTE: {"dataType": "Number", "stringValue": "5"}},
-        "md5OfBody": "",
-        "eventSource": "aws:sqs",
-        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:payments",
-        "awsRegion": "us-east-1",
-    }
+    arn = "arn:aws:sqs:us-east-1:123456789012:payments"
+    record = fifo_record("x", arn=arn, message_id="1", attributes={DELAY_SECONDS_ATTRIBUTE: ("Number", "5")})
     with pytest.raises(ConfigurationError, match=r"-delay\.fifo"):
-        requeue.handler({"Records": [record]}, LocalLambdaContext())
+        requeue.handler(sqs_event([record]), LocalLambdaContext())
 
 
 def test_concurrent_invocations_of_one_handler_keep_their_batches_apart(

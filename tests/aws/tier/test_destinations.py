@@ -18,19 +18,10 @@ from delayed_delivery.clock import ManualClock
 from delayed_delivery.delivery import epoch_ms
 from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.headers import FAILURE_REASON
+from delayed_delivery.testing.aws.sqs import drain
 from delayed_delivery.timebuckets.format import BucketMessage
 from delayed_delivery.timebuckets.wheel import FINE
-from tests.aws.tier.timer_support import (
-    SETTINGS,
-    START,
-    Recorder,
-    drain,
-    make_store,
-    message,
-    queue_url,
-    run_for,
-    total,
-)
+from tests.aws.tier.timer_support import SETTINGS, START, Recorder, make_store, message, queue_url, run_for, total
 
 pytestmark = pytest.mark.moto
 

@@ -22,6 +22,7 @@ from delayed_delivery.aws.tier.worker import PartitionWorker
 from delayed_delivery.cancellations import CancellationCache, InMemoryCancellationStore, cancel_request
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.headers import FAILURE_REASON
+from delayed_delivery.testing.aws.sqs import drain
 from delayed_delivery.timebuckets.format import BucketMessage, encode_bucket, encoded_line_bytes
 from delayed_delivery.timebuckets.plans import DispatchTask, decode_task
 from delayed_delivery.timebuckets.wheel import FINE, BucketKey
@@ -31,7 +32,6 @@ from tests.aws.tier.timer_support import (
     SETTINGS,
     START,
     Recorder,
-    drain,
     make_store,
     message,
     queue_url,

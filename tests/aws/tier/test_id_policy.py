@@ -22,10 +22,11 @@ from delayed_delivery.delivery import epoch_ms
 from delayed_delivery.errors import InvalidMessageError
 from delayed_delivery.headers import FAILURE_REASON
 from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.testing.aws.sqs import drain
 from delayed_delivery.timebuckets.format import BucketMessage
 from delayed_delivery.timebuckets.identity import content_digest
 from delayed_delivery.timebuckets.wheel import FINE, bucket_of
-from tests.aws.tier.timer_support import Recorder, drain
+from tests.aws.tier.timer_support import Recorder
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

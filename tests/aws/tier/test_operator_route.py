@@ -22,10 +22,10 @@ from delayed_delivery.cancellations import (
 )
 from delayed_delivery.durations import MAX_DELAY
 from delayed_delivery.errors import ConfigurationError, DestinationNotFoundError, InvalidMessageError
+from delayed_delivery.testing.aws.sqs import drain
 from delayed_delivery.timebuckets.format import BucketMessage
 from delayed_delivery.timebuckets.wheel import FINE, BucketKey, BucketLevel
 from tests.aws.test_cancel_dynamodb import dynamodb_client
-from tests.aws.tier.timer_support import drain
 
 pytestmark = pytest.mark.moto
 

@@ -20,12 +20,12 @@ from delayed_delivery.cancellations import (
 )
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.errors import MessageInFlightError
+from delayed_delivery.testing.aws.sqs import drain
 from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey
 from tests.aws.tier.timer_support import (
     SETTINGS,
     START,
     Recorder,
-    drain,
     make_store,
     make_timer,
     message,

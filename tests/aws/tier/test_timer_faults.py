@@ -17,13 +17,13 @@ from delayed_delivery.aws.tier.config import TierSettings
 from delayed_delivery.aws.tier.lease import BucketLeases
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.errors import TransientError
+from delayed_delivery.testing.aws.sqs import drain
 from delayed_delivery.timebuckets.format import encode_bucket
 from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey, bucket_of
 from tests.aws.tier.timer_support import (
     PREFIX,
     START,
     Recorder,
-    drain,
     make_store,
     make_timer,
     message,

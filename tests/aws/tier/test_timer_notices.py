@@ -20,6 +20,7 @@ from delayed_delivery.aws.tier.notices import NOTICE_FORMAT, NOTICE_IDS, NOTICE_
 from delayed_delivery.aws.tier.timer import BucketTimer
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.headers import FAILURE_REASON
+from delayed_delivery.testing.aws.sqs import drain
 from delayed_delivery.timebuckets.format import encode_bucket
 from delayed_delivery.timebuckets.wheel import COARSE, FINE, BucketKey, bucket_of
 from tests.aws.tier.timer_support import (
@@ -27,7 +28,6 @@ from tests.aws.tier.timer_support import (
     SETTINGS,
     START,
     Recorder,
-    drain,
     make_store,
     make_timer,
     message,

@@ -11,8 +11,9 @@ import pytest
 
 from delayed_delivery.aws.tier.config import TierSettings
 from delayed_delivery.clock import ManualClock
+from delayed_delivery.testing.aws.sqs import drain
 from delayed_delivery.timebuckets.wheel import FINE
-from tests.aws.tier.timer_support import START, Recorder, drain, make_store, make_timer, message, queue_url
+from tests.aws.tier.timer_support import START, Recorder, make_store, make_timer, message, queue_url
 from tests.fixtures.partial_batch import PartialBatch
 
 pytestmark = pytest.mark.moto

@@ -16,12 +16,12 @@ from delayed_delivery.aws.tier.config import TierSettings
 from delayed_delivery.cancellations import CancellationCache, UnreadableRecord, reschedule_request
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.headers import FAILURE_REASON, ORIGINAL_DESTINATION
+from delayed_delivery.testing.aws.sqs import drain
 from delayed_delivery.timebuckets.wheel import COARSE, FINE
 from tests.aws.test_cancel_dynamodb import dynamodb_client
 from tests.aws.tier.timer_support import (
     START,
     Recorder,
-    drain,
     make_store,
     make_timer,
     message,

@@ -20,8 +20,9 @@ from delayed_delivery.aws.tier.worker_handler import METRICS, build_dispatch_han
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.errors import ConfigurationError
 from delayed_delivery.testing.aws import LocalLambdaContext
+from delayed_delivery.testing.aws.sqs import drain
 from tests.aws.tier.test_fanout import BIG, _big
-from tests.aws.tier.timer_support import SETTINGS, START, drain, make_store, queue_url
+from tests.aws.tier.timer_support import SETTINGS, START, make_store, queue_url
 
 pytestmark = pytest.mark.moto
 

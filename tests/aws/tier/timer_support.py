@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -122,28 +121,6 @@ def total(results: list[TimerResult], name: str) -> float:
 
 def queue_url(sqs: Any, name: str) -> str:
     return str(sqs.create_queue(QueueName=name)["QueueUrl"])
-
-
-def drain(sqs: Any, url: str, *, expect: int = 0, timeout: float = 20.0) -> list[dict[str, Any]]:
-    """Every message in the queue at ``url``: polls until ``expect`` came (or ``timeout``), then takes what is there.
-
-    A deadline, not a sleep for the delay: a delayed message may show up later than its delay (LocalStack moves
-    delayed messages once a second; SQS promises no sub-second timing either).
-    """
-    got: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    while True:
-        reply = sqs.receive_message(
-            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0, MessageAttributeNames=["All"]
-        )
-        messages = reply.get("Messages", [])
-        if not messages and (len(got) >= expect or time.monotonic() > deadline):
-            return got
-        if not messages:
-            time.sleep(0.1)
-        for m in messages:
-            got.append(m)
-            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
 
 
 def settled(records: Any, endpoint: str, latest_due: datetime) -> bool:

@@ -301,6 +301,9 @@ def cancel(
 ) -> None:
     """Cancel a delayed message that has not been delivered yet (SQL stores and the Azure table: exact).
 
+    On Azure a message being sent is refused (exit 1: try again shortly), and so is one a dispatcher may already
+    have put on its queue without recording it (exit 1: it is delivered; never reported cancelled).
+
     On SQS a record is written and the message is dropped at its next hop, unless it already waits out its
     final native delay (due within 15 minutes). With the time-bucket tier (--bucket-name) the record is kept until
     the message's bucket is dispatched; --at warns when it may already be on its way.

@@ -155,6 +155,7 @@ def _context(
 ) -> AzureVerifyContext:
     from azure.core.exceptions import AzureError
 
+    from delayed_delivery.azure.schedules.config import ENV_SCHEDULES, AzureScheduleConfig
     from delayed_delivery.azure.sdk_errors import translate
     from delayed_delivery.azure.verify import AzureTarget, AzureVerifyContext
 
@@ -162,6 +163,7 @@ def _context(
     local = local or clients.queues.account_name == AZURITE_ACCOUNT  # Azurite's account: an emulator, whatever says
     cleanup = Cleanup()
     where = "Azurite" if local else f"storage account {clients.queues.account_name}"
+    schedules = AzureScheduleConfig.from_env(os.environ, config.table_name)
     target = AzureTarget(
         config=config,
         description=f"{where}, delays table {config.table_name}",
@@ -169,6 +171,8 @@ def _context(
         probe_queue=probe_queue,
         role_assignments=_listing(listings[0], "--role-assignments"),
         alert_rules=_listing(listings[1], "--alert-rules"),
+        schedules_table=schedules.table_name,
+        schedules_on=os.environ.get(ENV_SCHEDULES, "").strip().lower() == "true",
         cli_options=cli_options,
     )
     _reach(clients, where, local, probe_queue)

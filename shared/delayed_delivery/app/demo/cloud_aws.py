@@ -234,11 +234,11 @@ class AwsSide:
             now = time.time()
             messages = reply.get("Messages", [])
             for m in messages:
-                if (
-                    queue == RECURRING_QUEUE
-                ):  # an occurrence: its id is in the delivery header; the body is the template
-                    with contextlib.suppress(DelayedDeliveryError):
-                        self.recurring.tracker.arrived(delivered_from_boto3(m, destination=queue).message_id, now)
+                if queue == RECURRING_QUEUE:  # an occurrence: its id is in the delivery header (the body is the
+                    with contextlib.suppress(DelayedDeliveryError):  # template); logged `consumed` as Azure's is
+                        delivered = delivered_from_boto3(m, destination=queue)
+                        self.recurring.tracker.arrived(delivered.message_id, now)
+                        observe_lateness(delivered)
                     continue
                 message_id = message_id_of(m["Body"])
                 tracker = self._tracker_of(message_id)

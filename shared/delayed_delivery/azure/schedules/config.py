@@ -20,12 +20,15 @@ from ...naming import validate_azure_table_name
 from ...schedules.materializer import MAX_LEAD_SECONDS
 
 __all__ = [
+    "ENV_SCHEDULES",
     "ENV_SCHEDULE_LEAD",
     "ENV_SCHEDULE_TABLE",
     "AzureScheduleConfig",
     "schedule_table_name",
 ]
 
+#: ``true`` turns recurring schedules on (the function app registers the timer; ``azure verify`` requires them).
+ENV_SCHEDULES = "DELAYED_DELIVERY_SCHEDULES"
 ENV_SCHEDULE_TABLE = "DELAYED_DELIVERY_SCHEDULE_TABLE_NAME"
 ENV_SCHEDULE_LEAD = "DELAYED_DELIVERY_SCHEDULE_LEAD_SECONDS"
 _SUFFIX = "sched"

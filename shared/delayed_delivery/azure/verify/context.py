@@ -39,6 +39,10 @@ class AzureTarget:
     role_assignments: Sequence[Mapping[str, Any]] | None = None
     #: Scheduled query rules of the resource group (``az monitor scheduled-query list -g <rg>``), if given.
     alert_rules: Sequence[Mapping[str, Any]] | None = None
+    #: The schedules table (recurring schedules) and whether they must be on (``DELAYED_DELIVERY_SCHEDULES``); when
+    #: not, a missing table means schedules are off and its checks are skipped.
+    schedules_table: str | None = None
+    schedules_on: bool = False
     #: The options that name this deployment to the other ``delayed-delivery azure`` commands (for the fixes).
     cli_options: str = "--endpoint <endpoint>"
 

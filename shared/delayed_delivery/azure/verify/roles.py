@@ -3,7 +3,8 @@
 The listing is what ``az role assignment list --assignee <identity client id> --all -o json`` prints. Each expected
 role must be assigned on its narrowest scope: the delays table, the lease container, each destination queue and
 the error queue (or the whole delays account when the destinations are patterns), the host storage account and
-Application Insights. A role on a wider scope than that, or a broad role anywhere, is a finding with its fix.
+Application Insights, and with recurring schedules on the schedules table. A role on a wider scope than that, or a
+broad role anywhere, is a finding with its fix.
 """
 
 from __future__ import annotations
@@ -138,6 +139,11 @@ def role_checks(ctx: AzureVerifyContext) -> list[CheckResult]:
             principal,
         ),
     ]
+    if ctx.notes.get("schedules") and ctx.target.schedules_table:  # schedule_checks found them on
+        name = ctx.target.schedules_table
+        wanted = f"{account}/{_SERVICES['table']}/{name}"
+        results.append(_check_one("role-schedules", "Storage Table Data Contributor", wanted,
+                                  f"schedules table {name}", found, principal))  # fmt: skip
     results += _queue_checks(ctx, found, principal, account)
     return [*results, _host_check(found, account), _broad_check(found)]
 

@@ -13,6 +13,7 @@ from . import configuration as config
 from .context import AzureVerifyContext
 from .probes import run_probes
 from .roles import role_checks
+from .schedules import schedule_checks
 from .semantics import lease_semantics, visibility_semantics
 from .shards import shard_count
 
@@ -44,7 +45,7 @@ def verify_azure(ctx: AzureVerifyContext) -> VerifyReport:
         found: list[CheckResult] = []
         for check in (config.table, config.lease_container, config.queues, config.heartbeat):
             found += _safe(check, ctx)
-        found += _safe(shard_count, ctx)
+        found += _safe(shard_count, ctx) + _safe(schedule_checks, ctx)
         return found + _safe(role_checks, ctx, Group.PERMISSIONS) + _safe(config.alert_rules, ctx)
 
     behaviour = [

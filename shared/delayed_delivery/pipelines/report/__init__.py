@@ -11,12 +11,14 @@ write and CloudWatch Logs or Application Insights export; unknown fields are ign
   ``requeued`` or ``forwarded``;
 * ``message_id``, ``destination``, ``endpoint`` (optional; the destination stands in), ``due_at`` (ISO-8601),
   ``lateness_s``, ``hop``, ``remaining_delay_s``, ``reason``, ``cloud`` (``aws``/``azure``/``local``),
-  and optionally ``delay_s`` and ``requests``; consumers' ``consumed`` lines add ``consumer_lateness_s``.
+  and optionally ``delay_s`` and ``requests``; consumers' ``consumed`` lines add ``consumer_lateness_s`` and, for a
+  recurring schedule's occurrence, ``occurrence`` (its nominal instant).
 
 Definitions: the messages are those of the dispatch-side lines (every event but ``consumed``); a message's delay
 is ``delay_s`` if its lines log it, else ``due_at`` minus the time of its ``stored`` event, else the ``delay_s`` of
 its ``consumed`` line (the consumer knows its due and send times); its cloud is the first ``cloud`` its lines name,
-else its ``consumed`` line's;
+else its ``consumed`` line's; a message whose ``consumed`` line names an ``occurrence`` has the band ``recurring``
+whatever its delay (the timer's lead);
 its lateness is the ``lateness_s`` of its first ``dispatched`` event; a duplicate delivery is every
 ``dispatched``/``already_removed`` event after the first; its hops are its ``requeued``/``forwarded``
 events (SQS FIFO cycles); its SQS requests are the logged ``requests`` sum, else 2 per hop (send and
@@ -113,6 +115,7 @@ def _log_schema() -> Any:
                 ("delay_s", d),
                 ("requests", d),
                 ("consumer_lateness_s", d),
+                ("occurrence", s),
             )
         ]
     )
@@ -186,7 +189,7 @@ def build_report(spark: Any, logs: str, output: str) -> ReportResult:
         charts = _charts(out, tables)
         events, messages = events_all.count(), per_msg.count()
         clouds = sorted(r[0] for r in events_all.select("cloud").distinct().collect() if r[0])
-        unbanded = per_msg.filter(F.col("delay_s").isNull()).count()
+        unbanded = per_msg.filter(F.col("band") == "unknown").count()
         notes = _notes(logs, tables, lines, events, clouds, unbanded)
         summary = markdown(tables, (lines, events, messages), notes, charts)
         (out / "summary.md").write_text(summary, encoding="utf-8")
@@ -206,7 +209,9 @@ def _per_message(F: Any, ev: Any, consumed: Any) -> Any:
 
     first = F.first
     facts = consumed.groupBy("message_id").agg(
-        F.max("delay_s").alias("consumed_delay"), first("cloud", ignorenulls=True).alias("consumed_cloud")
+        F.max("delay_s").alias("consumed_delay"),
+        first("cloud", ignorenulls=True).alias("consumed_cloud"),
+        first("occurrence", ignorenulls=True).alias("occurrence"),
     )
     return (
         ev.groupBy("message_id")
@@ -235,7 +240,7 @@ def _per_message(F: Any, ev: Any, consumed: Any) -> Any:
             ),
         )
         .withColumn("hops", F.greatest(F.col("hop_events"), F.coalesce(F.col("max_hop"), F.lit(0))).cast("long"))
-        .withColumn("band", band_expr(F, F.col("delay_s")))
+        .withColumn("band", band_expr(F, F.col("delay_s"), F.col("occurrence")))
         .withColumn("duplicates", F.greatest(F.col("deliveries") - 1, F.lit(0)))
         .withColumn(
             "requests",
@@ -243,7 +248,9 @@ def _per_message(F: Any, ev: Any, consumed: Any) -> Any:
                 F.col("cloud") == "aws", (F.col("hops") * 2 + 1).cast("double")
             ),
         )
-        .drop("logged_delay", "hop_events", "max_hop", "logged_requests", "consumed_delay", "consumed_cloud")
+        .drop(
+            "logged_delay", "hop_events", "max_hop", "logged_requests", "consumed_delay", "consumed_cloud", "occurrence"
+        )
     )
 
 

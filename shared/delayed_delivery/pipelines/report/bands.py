@@ -2,7 +2,8 @@
 
 A ``consumed`` line (``delayed_delivery.aws.receive`` / ``azure.receive`` ``observe_lateness``) carries
 ``consumer_lateness_s`` (received − due) and ``delay_s`` (due − sent, for the band). A message consumed twice counts
-once, with the lateness of its first consumption.
+once, with the lateness of its first consumption. A recurring schedule's occurrence (its line names the
+``occurrence``) has the band ``recurring``, whatever its delay: that is only how far ahead the timer wrote it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ __all__ = [
     "CONSUMER_TABLE_COLUMNS",
     "LATENESS_COLUMNS",
     "PERCENTILE_ACCURACY",
+    "RECURRING",
     "band_expr",
     "band_order",
     "consumer_frames",
@@ -29,6 +31,8 @@ BANDS: tuple[tuple[str, float], ...] = (
     ("1 d–30 d", 30 * 86_400),
     ("over 30 d", float("inf")),
 )
+#: The band of a recurring schedule's occurrences (docs/pipelines.md), after the delay bands and before ``unknown``.
+RECURRING = "recurring"
 PERCENTILE_ACCURACY = 1_000_000
 
 LATENESS_COLUMNS = (
@@ -45,17 +49,20 @@ CONSUMER_TABLE_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
-def band_expr(F: Any, col: Any) -> Any:
-    """The band label of a delay column (``unknown`` when null)."""
+def band_expr(F: Any, col: Any, occurrence: Any = None) -> Any:
+    """The band label of a delay column (``unknown`` when null); ``recurring`` where ``occurrence`` is not null."""
     expr = F.when(col.isNull(), F.lit("unknown"))
+    if occurrence is not None:
+        expr = F.when(occurrence.isNotNull(), F.lit(RECURRING)).when(col.isNull(), F.lit("unknown"))
     for label, upper in BANDS:
         expr = expr.when(col <= F.lit(upper), F.lit(label)) if upper != float("inf") else expr.otherwise(label)
     return expr
 
 
 def band_order(F: Any) -> Any:
-    """Sort key of the ``band`` column: shortest band first, ``unknown`` last."""
-    return F.array_position(F.array(*[F.lit(b) for b, _ in BANDS], F.lit("unknown")), F.col("band"))
+    """Sort key of the ``band`` column: shortest band first, then ``recurring``, ``unknown`` last."""
+    labels = [*(b for b, _ in BANDS), RECURRING, "unknown"]
+    return F.array_position(F.array(*[F.lit(b) for b in labels]), F.col("band"))
 
 
 def pct(F: Any, column: str) -> list[Any]:
@@ -79,6 +86,7 @@ def consumer_frames(F: Any, consumed: Any, known_delays: Any = None) -> dict[str
             ),
             F.min_by("consumer_lateness_s", F.col("ts")).alias("lateness_s"),
             F.min_by("delay_s", F.col("ts")).alias("delay_s"),
+            F.first("occurrence", ignorenulls=True).alias("occurrence"),
         )
     )
     if known_delays is not None:
@@ -87,7 +95,7 @@ def consumer_frames(F: Any, consumed: Any, known_delays: Any = None) -> dict[str
             .withColumn("delay_s", F.coalesce(F.col("delay_s"), F.col("known_delay")))
             .drop("known_delay")
         )
-    per_msg = per_msg.withColumn("band", band_expr(F, F.col("delay_s")))
+    per_msg = per_msg.withColumn("band", band_expr(F, F.col("delay_s"), F.col("occurrence")))
     by = {
         "consumer_lateness_by_endpoint": ("endpoint", F.col("endpoint")),
         "consumer_lateness_by_band": ("band", band_order(F)),
