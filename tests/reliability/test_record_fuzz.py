@@ -30,7 +30,6 @@ from delayed_delivery.aws.queues import ensure_endpoint
 from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.tier.store import S3BucketStore
 from delayed_delivery.aws.tier.timer import BucketTimer
-from delayed_delivery.aws.tier.timer_plan import Found, plan_bucket
 from delayed_delivery.cancellations import CancellationCache, StoredRecord, is_live
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.delivery import epoch_ms
@@ -38,6 +37,7 @@ from delayed_delivery.headers import DELAY_SECONDS_ATTRIBUTE, FAILURE_REASON
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.testing.aws import LocalLambdaContext
 from delayed_delivery.testing.aws.sqs import drain, fifo_record
+from delayed_delivery.timebuckets.apply import Found, plan_bucket
 from delayed_delivery.timebuckets.format import BucketMessage
 from delayed_delivery.timebuckets.wheel import BucketLevel
 from tests.fixtures.moto import REGION

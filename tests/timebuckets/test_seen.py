@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 import pytest
 
 from delayed_delivery.aws.tier.plan_store import SeenName, seen_name
-from delayed_delivery.aws.tier.timer_plan import Seen
 from delayed_delivery.errors import InvalidMessageError
+from delayed_delivery.timebuckets.apply import Seen
 from delayed_delivery.timebuckets.format import BucketMessage, encode_bucket_object
 from delayed_delivery.timebuckets.seen import SeenSnapshot, decode_seen, encode_seen
 from delayed_delivery.timebuckets.wheel import FINE, BucketKey, parse_object_key_count

@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 SEEN_FORMAT = "delayed-delivery-seen/1"
-#: The most messages one snapshot holds (a partition remembers at most ``timer_plan.SEEN_LIMIT``).
+#: The most messages one snapshot holds (a partition remembers at most ``apply.SEEN_LIMIT``).
 MAX_SEEN_ENTRIES = 1_000_000
 #: The most bytes a snapshot holds once decompressed (an entry is at most about 300).
 MAX_SEEN_BYTES = 320 * 1024 * 1024

@@ -23,6 +23,7 @@ from ...clock import Clock
 from ...delivery import epoch_ms
 from ...errors import ConfigurationError, DelayedDeliveryError
 from ...settings import DelayedDeliverySettings
+from ...timebuckets.apply import Found
 from ...timebuckets.format import MAX_DECODED_BYTES, MAX_OBJECT_MESSAGES, BucketMessage, read_line
 from ...timebuckets.plans import MAX_PLAN_OBJECTS, DispatchPlan, DispatchTask
 from ...timebuckets.wheel import COARSE, FINE, MAX_DELAY_SECONDS, BucketKey, cascade_window, dispatch_window
@@ -34,7 +35,6 @@ from .notices import BadLines
 from .plan_store import PlanStore, TaskQueue
 from .store import ObjectMissingError, S3BucketStore, StoredObject
 from .timer_cascade import Cascade
-from .timer_plan import Found
 from .timer_sqs import Notice, TimerSqs
 from .timer_work import BucketWork, Tally
 from .worker import DEFAULT_WORKER_LEASE_SECONDS, PartitionWorker

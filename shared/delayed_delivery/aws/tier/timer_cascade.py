@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...cancellations import StoredRecord
+from ...timebuckets.apply import Found
 from ...timebuckets.format import BucketMessage, read_line
 from .notices import BadLines
 from .store import ObjectMissingError, StoredObject
-from .timer_plan import Found
 from .timer_sqs import Notice
 from .timer_work import BucketWork, Tally
 

@@ -21,6 +21,7 @@ from ...errors import (
 )
 from ...headers import BODY_ENCODING, FAILED_AT, FAILURE_REASON, ORIGINAL_DESTINATION, is_reserved
 from ...settings import DelayedDeliverySettings
+from ...timebuckets.apply import Rejected
 from ...timebuckets.format import BucketMessage
 from ...timebuckets.wheel import DispatchWindow
 from ..errorqueue import REDUCED_MAX_BYTES, reduced_body, sqs_safe
@@ -40,7 +41,6 @@ from ..sqs import (
     valid_attribute_name,
 )
 from .config import DEFAULT_REFUSED_RETRY_SECONDS, DEFAULT_SEND_PHASE_MS, TierSettings, outside_reason
-from .timer_plan import Rejected
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

@@ -22,11 +22,11 @@ from ...cancellations import Cancellation, CancellationCache, StoredRecord, is_l
 from ...clock import Clock
 from ...delivery import from_epoch_ms
 from ...errors import DelayedDeliveryError, TransientError
+from ...timebuckets.apply import BucketPlan, Found, Rejected, plan_bucket
 from ...timebuckets.format import BucketMessage
 from ...timebuckets.wheel import BucketKey
 from .notices import BadLines, object_notice
 from .store import S3BucketStore
-from .timer_plan import BucketPlan, Found, Rejected, plan_bucket
 from .timer_sqs import ErrorQueueOutcome, Notice, TimerSqs
 
 __all__ = ["SETTLE_SECONDS", "BucketWork", "Tally"]

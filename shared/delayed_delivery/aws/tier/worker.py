@@ -27,6 +27,7 @@ from ...cancellations import CancellationCache
 from ...clock import Clock
 from ...delivery import epoch_ms
 from ...settings import DelayedDeliverySettings
+from ...timebuckets.apply import Admission, Found, Rejected, Seen
 from ...timebuckets.format import BucketMessage, BucketStream, PoisonEntry, read_line
 from ...timebuckets.plans import (
     DispatchPlan,
@@ -43,7 +44,6 @@ from .held import HeldArea
 from .notices import BadLines
 from .plan_store import PlanStore, TaskQueue
 from .store import ObjectMissingError, S3BucketStore
-from .timer_plan import Admission, Found, Rejected, Seen
 from .timer_sqs import DispatchOutcome, Notice, TimerSqs
 from .timer_work import BucketWork, Tally
 from .worker_seen import PartitionSeen

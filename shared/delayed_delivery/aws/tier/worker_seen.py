@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...timebuckets.apply import Seen
 from ...timebuckets.plans import DispatchPlan, partition_of
 from ...timebuckets.seen import MAX_SEEN_BYTES, SeenEntry, SeenSnapshot
 from .plan_store import PlanStore, seen_name
-from .timer_plan import Seen
 from .timer_work import Tally
 
 __all__ = ["PartitionSeen"]

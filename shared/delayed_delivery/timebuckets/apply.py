@@ -1,6 +1,7 @@
 """What the timer does with the messages of one bucket: duplicates dropped by id, cancel and reschedule applied.
 
-Pure: no client, no clock. The timer (``timer.py``) reads the objects, asks this module what to send, and sends.
+Pure: no client, no clock. The tier's timer (``aws/tier/timer.py``) reads the objects, asks this module what to
+send, and sends.
 A record that cannot be used (unreadable, or a due time no bucket holds) holds its one message for the error queue;
 planning never raises for what a record or a message holds.
 """
@@ -11,12 +12,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from ...cancellations import Cancellation, CancellationKind, StoredRecord, UnreadableRecord
-from ...delivery import epoch_ms, from_epoch_ms
-from ...errors import InvalidMessageError
-from ...timebuckets.format import BucketMessage
-from ...timebuckets.identity import conflict_reason, content_digest, digest_conflict_reason, same_message
-from ...timebuckets.seen import SeenEntry
+from ..cancellations import Cancellation, CancellationKind, StoredRecord, UnreadableRecord
+from ..delivery import epoch_ms, from_epoch_ms
+from ..errors import InvalidMessageError
+from .format import BucketMessage
+from .identity import conflict_reason, content_digest, digest_conflict_reason, same_message
+from .seen import SeenEntry
 
 __all__ = ["SEEN_LIMIT", "Admission", "BucketPlan", "Found", "Lookup", "Rejected", "Seen", "plan_bucket"]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from delayed_delivery.aws.tier.timer_plan import Found, plan_bucket
 from delayed_delivery.cancellations import (
     Cancellation,
     CancellationKind,
@@ -14,6 +13,7 @@ from delayed_delivery.cancellations import (
     reschedule_request,
 )
 from delayed_delivery.delivery import epoch_ms
+from delayed_delivery.timebuckets.apply import Found, plan_bucket
 from delayed_delivery.timebuckets.format import BucketMessage
 from delayed_delivery.timebuckets.identity import content_digest, same_message
 
