@@ -70,6 +70,8 @@ class HostClock(SystemClock):
         self.shift = 0.0
         self.parked, self.go = threading.Event(), threading.Event()
         self.hold = False
+        #: Waits before this instant are not held: the host's idle polls before it can fetch the held message.
+        self.park_from: datetime | None = None
 
     def now(self) -> datetime:
         return super().now() + timedelta(seconds=self.shift)
@@ -78,7 +80,8 @@ class HostClock(SystemClock):
         return time.monotonic() + self.shift
 
     def wait(self, event: threading.Event, timeout: float) -> bool:
-        if self.hold and not self.go.is_set():  # the dispatcher waits for a held message's due time: park it here
+        ready = self.park_from is None or super().now() >= self.park_from
+        if self.hold and ready and not self.go.is_set():  # the dispatcher waits for a held message's due time: park
             self.parked.set()
             assert self.go.wait(REACH), "the test never let the dispatcher go on"
         return super().wait(event, min(timeout, 0.2))
@@ -140,7 +143,10 @@ def test_an_operator_is_told_the_message_is_in_flight_and_it_arrives_once(
     parking = Parking(host.transport, "m-1")
     host.transport = parking  # type: ignore[assignment]
     now = datetime.now(UTC)
-    due = now + timedelta(seconds=0.5) if mode == "held for its due time" else now - timedelta(seconds=1)
+    # due 3 s ahead, parked from 0.5 s before it: the host fetches it up to 1 s ahead (the pacer's look-ahead) and
+    # holds it; at 0.5 s ahead a host slow to start under load fetched it already due and sent it without holding
+    due = now + timedelta(seconds=3) if mode == "held for its due time" else now - timedelta(seconds=1)
+    clock.park_from = due - timedelta(seconds=0.5)
     host.store.store(DelayedMessage("m-1", queue, b"hello", due))
     gate = clock if mode == "held for its due time" else parking
     clock.hold = gate is clock

@@ -57,9 +57,11 @@ def process_kill_soak(
         store = PostgresDelayedMessageStore(conninfo, table=table)
         store.setup_infrastructure()
         now = SystemClock().now()
-        spread = max(3.0, kills * 1.2)
+        # due over 2 s per kill, from when the workers have started (under load a start takes seconds): every
+        # kill lands while messages are still due (at 1.2 s per kill, a loaded run emptied the store after 9 of 10)
+        spread, start = max(3.0, kills * 2.0), now + timedelta(seconds=3)
         batch = [
-            DelayedMessage(f"pg-{i:06d}", "orders", b"x", now + timedelta(seconds=spread * i / messages))
+            DelayedMessage(f"pg-{i:06d}", "orders", b"x", start + timedelta(seconds=spread * i / messages))
             for i in range(messages)
         ]
         store.store_many(batch)
