@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from delayed_delivery.aws.tier.plan_store import SeenName, seen_name
 from delayed_delivery.timebuckets.plans import (
     DispatchPlan,
     DispatchTask,
@@ -64,7 +66,9 @@ SEEN = SeenSnapshot(
         ('a "quoted" id é', 1_927_857_905_999, 0xFFFFFFFFFFFFFFFF, False),
     ),
 )
-KINDS = ("s3_plan", "s3_progress", "sqs_dispatch_task", "s3_seen")
+#: What one piece met, kept after it (#31): written at ``<plan ms>-<k>-<object>-<line>.jsonl.gz``.
+SEEN_DELTA = replace(SEEN, entries=SEEN.entries[1:], delta=True)
+KINDS = ("s3_plan", "s3_progress", "sqs_dispatch_task", "s3_seen", "s3_seen_delta")
 
 
 def _today(kind: str) -> dict[str, Any]:
@@ -75,6 +79,9 @@ def _today(kind: str) -> dict[str, Any]:
     if kind == "s3_seen":
         text = gzip.decompress(encode_seen(SEEN)).decode("ascii")
         return {"key_suffix": f"seen/fine/{BUCKET.iso}/{PLAN_MS}-3.jsonl.gz", "text": text}
+    if kind == "s3_seen_delta":
+        text = gzip.decompress(encode_seen(SEEN_DELTA)).decode("ascii")
+        return {"key_suffix": f"seen/fine/{BUCKET.iso}/{PLAN_MS}-3-1-250.jsonl.gz", "text": text}
     return {"MessageBody": encode_task(TASK)}
 
 
@@ -91,7 +98,11 @@ def test_every_golden_burst_format_is_read(golden: str) -> None:
         assert decode_plan(stored["text"]).keys("p")[0] == f"p/fine/2031-02-03T04:05:00Z/{OBJECTS[0]}"
     elif golden.startswith("s3_progress"):
         assert decode_progress(stored["text"]) == PROGRESS
+    elif golden.startswith("s3_seen_delta"):
+        assert decode_seen(gzip.compress(stored["text"].encode("ascii"))) == SEEN_DELTA
+        assert seen_name(stored["key_suffix"]) == SeenName(PLAN_MS, 3, (1, 250))
     elif golden.startswith("s3_seen"):
+        assert seen_name(stored["key_suffix"]) == SeenName(PLAN_MS, 3, None)
         assert decode_seen(gzip.compress(stored["text"].encode("ascii"))) == SEEN
     else:
         assert decode_task(stored["MessageBody"]) == TASK

@@ -9,10 +9,13 @@ from datetime import UTC, datetime
 
 import pytest
 
+from delayed_delivery.aws.tier.plan_store import SeenName, seen_name
+from delayed_delivery.aws.tier.timer_plan import Seen
 from delayed_delivery.errors import InvalidMessageError
 from delayed_delivery.timebuckets.format import BucketMessage, encode_bucket_object
 from delayed_delivery.timebuckets.seen import SeenSnapshot, decode_seen, encode_seen
 from delayed_delivery.timebuckets.wheel import FINE, BucketKey, parse_object_key_count
+from tests.aws.tier.timer_support import message
 
 BUCKET = BucketKey(FINE, datetime(2031, 2, 3, 4, 5, tzinfo=UTC))
 SNAPSHOT = SeenSnapshot(BUCKET, 1_927_857_300_000, 1, 4, 2, 17, False, 3, (("a", 1, 2, False), ("b", 3, 4, True)))
@@ -71,3 +74,37 @@ def test_a_write_back_key_is_apart_from_the_same_content_unsalted_and_read_as_an
     assert parse_object_key_count(salted) == parse_object_key_count(plain)._replace(
         content_hash=parse_object_key_count(salted).content_hash
     )
+
+
+def test_a_delta_reads_back_and_a_whole_snapshot_keeps_its_bytes() -> None:
+    delta = SeenSnapshot(BUCKET, 1_927_857_300_000, 1, 4, 2, 17, False, 3, (("b", 3, 4, True),), delta=True)
+    assert decode_seen(encode_seen(delta)) == delta
+    assert '"delta"' not in _text()[0]  # a whole snapshot is written as before deltas
+    header = json.loads(gzip.decompress(encode_seen(delta)).decode("ascii").splitlines()[0])
+    with pytest.raises(InvalidMessageError, match="delta must be true or false"):
+        decode_seen(_encoded([json.dumps({**header, "delta": 1}), '["b",3,"0000000000000004",1]']))
+
+
+def test_seen_keys_name_their_plan_partition_and_point() -> None:
+    assert seen_name("p/seen/fine/2031-02-03T04:05:00Z/1927857300000-3.jsonl.gz") == SeenName(1927857300000, 3, None)
+    assert seen_name("p/seen/fine/x/1927857300000-12-4-250.jsonl.gz") == SeenName(1927857300000, 12, (4, 250))
+    for stranger in ("p/seen/fine/x/notes.txt", "p/seen/fine/x/1-2-3.jsonl.gz", "p/seen/fine/x/-1-2.jsonl.gz"):
+        assert seen_name(stranger) is None
+
+
+def test_what_a_partition_met_since_its_last_delta_is_fresh_once() -> None:
+    due = datetime(2031, 2, 3, 4, 5, 30, tzinfo=UTC)
+    seen = Seen()
+    a, b = message(1, due), message(2, due)
+    seen.admit(a)
+    [entry] = seen.take_fresh()
+    assert entry[:2] == (a.message_id, a.due_at_ms) and entry[3] is False and seen.take_fresh() == ()
+    seen.admit(b)
+    seen.admit(a)  # met before: not fresh again
+    seen.written_back([a])  # but marked written back since: in the next delta, marked
+    fresh = {e[0]: e[3] for e in seen.take_fresh()}
+    assert fresh == {a.message_id: True, b.message_id: False}
+    again = Seen()
+    again.load([(a.message_id, a.due_at_ms, entry[2], False)])
+    again.load([(a.message_id, a.due_at_ms, entry[2], True)])  # a later delta's mark holds
+    assert again.take_fresh() == () and again.entries()[0][3] is True

@@ -11,9 +11,15 @@ starts its workers with every message the old plan's workers handed on (sent, ca
 so finished partitions are not sent again. A message written back into the bucket (it waits in another object) is
 marked, and the new plan sends that copy.
 
+Between two snapshots a worker writes a *delta* after every piece it sent, before the progress that names the piece:
+the messages met since the snapshot or delta before it (``delta`` true in the header; the same format, so a reader
+that knows no deltas takes one for a small snapshot). A snapshot and the deltas after it hold everything met up to
+the last delta's point, so a plan lost after a kill repeats at most the piece in hand.
+
 The object is gzip-compressed JSON lines: a header, then one line per message met, ``[id, due ms, digest, written
 back (0 or 1)]``, ``digest`` being the first 16 hex characters of ``identity.content_digest``. Bounded and validated
-when read (``InvalidMessageError`` with the reason); ``tests/golden/s3_seen.v1.json`` pins it.
+when read (``InvalidMessageError`` with the reason); ``tests/golden/s3_seen.v1.json`` and
+``tests/golden/s3_seen_delta.v1.json`` pin it.
 """
 
 from __future__ import annotations
@@ -68,6 +74,8 @@ class SeenSnapshot:
     #: Messages met but not remembered (the partition met more than it keeps).
     overflow: int
     entries: tuple[SeenEntry, ...]
+    #: Only what was met since the snapshot or delta before it (written after a piece), not everything.
+    delta: bool = False
 
     def __post_init__(self) -> None:
         what = "seen snapshot"
@@ -84,6 +92,8 @@ class SeenSnapshot:
         require_whole(checks, what)
         if not isinstance(self.done, bool):
             raise InvalidMessageError(f"{what}: done must be true or false")
+        if not isinstance(self.delta, bool):
+            raise InvalidMessageError(f"{what}: delta must be true or false")
         if len(self.entries) > MAX_SEEN_ENTRIES:
             raise InvalidMessageError(f"{what}: more than {MAX_SEEN_ENTRIES:,} entries")
 
@@ -107,6 +117,8 @@ def encode_seen(snapshot: SeenSnapshot) -> bytes:
         "overflow": snapshot.overflow,
         "count": len(snapshot.entries),
     }
+    if snapshot.delta:  # absent from a whole snapshot: its bytes are those of before deltas
+        header["delta"] = True
     lines = [json.dumps(header, separators=(",", ":"))]
     for message_id, due_ms, digest, written in snapshot.entries:
         entry = [message_id, due_ms, f"{digest:0{DIGEST_CHARS}x}", 1 if written else 0]
@@ -162,4 +174,5 @@ def decode_seen(data: bytes) -> SeenSnapshot:
     if missing:
         raise InvalidMessageError(f"{what}: missing {', '.join(missing)}")
     entries = tuple(_entry(line, n) for n, line in enumerate(lines[1:], 1))
-    return SeenSnapshot(BucketKey.parse(FINE, start), **{name: header[name] for name in names}, entries=entries)
+    fields = {name: header[name] for name in names}
+    return SeenSnapshot(BucketKey.parse(FINE, start), **fields, entries=entries, delta=header.get("delta", False))

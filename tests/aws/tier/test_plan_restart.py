@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from delayed_delivery.aws.tier.plan_store import PlanStore
+from delayed_delivery.aws.tier.plan_store import PlanStore, seen_name
 from delayed_delivery.aws.tier.worker import PartitionWorker, WorkerResult
 from delayed_delivery.timebuckets.format import encoded_line_bytes
 from delayed_delivery.timebuckets.seen import decode_seen
@@ -97,11 +97,13 @@ def test_a_worker_continuing_a_big_partition_starts_from_the_last_ones_snapshot(
     assert slow.reads <= OBJECTS + 2 * len(results), f"{slow.reads} object reads for {OBJECTS} objects"
 
 
+@pytest.mark.parametrize("deltas", ["kept", "gone"])
 def test_a_worker_killed_mid_partition_is_followed_by_workers_that_each_make_progress(
-    s3: Any, sqs: Any, tier_bucket: str
+    s3: Any, sqs: Any, tier_bucket: str, deltas: str
 ) -> None:
-    # killed without a snapshot: the next worker reads the lines before the progress again, within its deadline,
-    # keeps where it got to as a snapshot, and the one after goes on from there
+    # killed without a snapshot: the next worker starts from the deltas the killed one kept after each piece; without
+    # them (a partition under way before workers wrote deltas) it reads the lines before the progress again, within
+    # its deadline, keeps where it got to as a snapshot, and the one after goes on from there
     tier = Tier(s3, sqs, tier_bucket)
     _planned(tier)
     ticks = [0.0]
@@ -122,6 +124,11 @@ def test_a_worker_killed_mid_partition_is_followed_by_workers_that_each_make_pro
         worker.run(task, deadline=ticks[0] + 10_000)  # no deadline: it dies first
     del tier.flaky.send_message_batch
     before = Counter(tier.sent())
+    plan = PlanStore(tier.store)
+    kept = [k for k in plan.seen_keys(fine(DUE, tier.settings)) if (name := seen_name(k)) and name.position]
+    assert kept, "the killed worker kept a delta after every piece it recorded"
+    if deltas == "gone":
+        tier.store.delete(kept)
     tier.clock.advance(200)  # its lease runs out; the task comes back
     tier.queue.send([task])
     ticks[0] += 1_000
@@ -135,8 +142,9 @@ def test_a_worker_killed_mid_partition_is_followed_by_workers_that_each_make_pro
     piece = tier.settings.bucket_piece_bytes // encoded_line_bytes(burst(1, DUE)[0]) + 1
     assert sum(sent.values()) - len(sent) <= piece, f"at most the piece in hand when it died ({piece}): {figures}"
     assert len(before) < OBJECTS * PER_OBJECT
-    plan = PlanStore(tier.store)
-    seen = [k for k in plan.seen_keys(fine(DUE, tier.settings))]
+    reread = sum(r.lines_reread for r in results)
+    assert (reread > 0) if deltas == "gone" else (reread == 0 and results[0].deltas_read == len(kept)), figures
+    seen = [k for k in plan.seen_keys(fine(DUE, tier.settings)) if (name := seen_name(k)) and name.position is None]
     assert len(seen) == 1
     done = decode_seen(s3.get_object(Bucket=tier_bucket, Key=seen[0])["Body"].read())
     assert done.done and len(done.entries) == OBJECTS * PER_OBJECT

@@ -5,13 +5,15 @@ progress of its partition ``k`` ``<prefix>/plans/fine/<start ISO>/<k>.json``, ea
 read before it (``IfMatch``, or ``IfNoneMatch`` for the first), so of two workers on one partition only one goes on.
 A task is one SQS message on the dispatch queue. What a partition met up to a recorded point (its seen snapshot,
 ``timebuckets/seen.py``) is kept at ``<prefix>/seen/fine/<start ISO>/<plan ms>-<k>.jsonl.gz``, apart from the plans:
-it must outlive a plan lost or expired (the 7-day lifecycle of ``plans/``). The design is in docs/buckets.md
+it must outlive a plan lost or expired (the 7-day lifecycle of ``plans/``); the delta written after a piece that ends
+at ``(object, line)`` beside it, at ``<plan ms>-<k>-<object>-<line>.jsonl.gz``. The design is in docs/buckets.md
 ("Bursts").
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -40,7 +42,7 @@ from .store import S3BucketStore, translate_s3_error
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["PlanStore", "SqsTaskQueue", "StoredProgress", "TaskQueue"]
+__all__ = ["PlanStore", "SeenName", "SqsTaskQueue", "StoredProgress", "TaskQueue", "seen_name"]
 
 _log = logging.getLogger(__name__)
 _LOST_RACE = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
@@ -50,6 +52,29 @@ _JSON = "application/json"
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+_SEEN_NAME = re.compile(r"(\d{1,15})-(\d{1,3})(?:-(\d{1,7})-(\d{1,8}))?\.jsonl\.gz")
+
+
+@dataclass(frozen=True, slots=True)
+class SeenName:
+    """What a seen object's key names: its plan and partition, and for a delta the point it was written at."""
+
+    plan_ms: int
+    partition: int
+    #: None: the partition's snapshot; else the delta's (object, line).
+    position: tuple[int, int] | None
+
+
+def seen_name(key: str) -> SeenName | None:
+    """The plan, partition and (for a delta) point a seen key names; None for a key that is none of ours."""
+    found = _SEEN_NAME.fullmatch(key.rsplit("/", 1)[-1])
+    if found is None:
+        return None
+    plan_ms, partition, obj, line = found.groups()
+    position = None if obj is None else (int(obj), int(line))
+    return SeenName(int(plan_ms), int(partition), position)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,9 +225,17 @@ class PlanStore:
         """The key of a partition's seen snapshot."""
         return f"{self.seen_root}/{bucket.iso}/{plan_ms}-{partition}.jsonl.gz"
 
+    def seen_delta_key(self, bucket: BucketKey, plan_ms: int, partition: int, position: tuple[int, int]) -> str:
+        """The key of a partition's delta written after the piece that ends at ``position``."""
+        return f"{self.seen_root}/{bucket.iso}/{plan_ms}-{partition}-{position[0]}-{position[1]}.jsonl.gz"
+
     def write_seen(self, snapshot: SeenSnapshot) -> None:
-        """Write a partition's seen snapshot (over the one before)."""
-        key = self.seen_key(snapshot.bucket, snapshot.plan_ms, snapshot.partition)
+        """Write a partition's seen snapshot (over the one before), or a delta (at its own key)."""
+        key = (
+            self.seen_delta_key(snapshot.bucket, snapshot.plan_ms, snapshot.partition, snapshot.position)
+            if snapshot.delta
+            else self.seen_key(snapshot.bucket, snapshot.plan_ms, snapshot.partition)
+        )
         try:
             self.store.client.put_object(
                 Bucket=self.store.bucket_name, Key=key, Body=encode_seen(snapshot), ContentType="application/gzip"

@@ -91,6 +91,8 @@ class Seen:
         self._written: set[tuple[str, int]] = set()
         #: Messages not remembered because the limit was reached (a copy of one of them would be sent again).
         self.overflow = 0
+        #: What was met or marked since the last snapshot or delta was written (``take_fresh``): the next delta.
+        self._fresh: dict[tuple[str, int], None] = {}
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -103,6 +105,7 @@ class Seen:
         if first is None:
             if len(self._ids) < self.limit:
                 self._ids[key] = digest
+                self._fresh[key] = None
             else:
                 self.overflow += 1
             return Admission.NEW, digest
@@ -110,7 +113,16 @@ class Seen:
 
     def written_back(self, messages: Iterable[BucketMessage]) -> None:
         """Mark ``messages`` written back into the bucket."""
-        self._written.update((m.message_id, m.due_at_ms) for m in messages)
+        keys = [(m.message_id, m.due_at_ms) for m in messages]
+        self._written.update(keys)
+        self._fresh.update((key, None) for key in keys if key in self._ids)
+
+    def take_fresh(self) -> tuple[SeenEntry, ...]:
+        """The entries met or marked since the last call (a delta), forgotten as fresh."""
+        ids, written = self._ids, self._written
+        fresh = tuple((key[0], key[1], ids[key], key in written) for key in self._fresh if key in ids)
+        self._fresh = {}
+        return fresh
 
     def entries(self) -> tuple[SeenEntry, ...]:
         """What was met, for a snapshot (``timebuckets/seen.py``)."""
@@ -125,6 +137,8 @@ class Seen:
                 continue
             key = (message_id, due_ms)
             if key in self._ids:
+                if written:  # a later delta marks one met before as written back
+                    self._written.add(key)
                 continue
             if len(self._ids) >= self.limit:
                 self.overflow += 1

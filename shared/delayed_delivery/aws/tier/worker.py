@@ -6,8 +6,9 @@ admitted once (``Seen``: the first copy in plan order wins; the same message aga
 different one goes to the error queue). When a piece's lines reach ``bucket_piece_bytes``, the piece is sent
 (records applied, ``DelaySeconds`` for the rest), what failed for a passing reason is written back into the bucket,
 and the progress is recorded: the next line, the counts, the lease renewed. Near its deadline the worker records
-where it is, lets the partition go and enqueues the task again; a kill repeats at most the piece in hand. A worker
-that starts again first rebuilds the ids met from the lines before its progress (read again, not sent).
+where it is, lets the partition go and enqueues the task again; a kill repeats at most the piece in hand. What the
+partition met is kept after every piece (``worker_seen``: a snapshot on hand-over, else a delta), so a worker that
+starts again, or a later plan of the bucket, meets it again without sending it.
 The design is in docs/buckets.md ("Bursts").
 """
 
@@ -33,9 +34,7 @@ from ...timebuckets.plans import (
     PartitionProgress,
     PieceCounts,
     line_partition,
-    partition_of,
 )
-from ...timebuckets.seen import MAX_SEEN_BYTES, SeenSnapshot
 from ...timebuckets.wheel import MAX_DELAY_SECONDS, DispatchWindow, dispatch_window
 from ..release_calendar import ReleaseCalendar
 from ..sqs import MAX_BATCH_ENTRIES
@@ -47,6 +46,7 @@ from .store import ObjectMissingError, S3BucketStore
 from .timer_plan import Admission, Found, Rejected, Seen
 from .timer_sqs import DispatchOutcome, Notice, TimerSqs
 from .timer_work import BucketWork, Tally
+from .worker_seen import PartitionSeen
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -80,6 +80,9 @@ class WorkerResult:
     #: Seen snapshots read (this partition's, and earlier plans' of the bucket) and written (#31).
     snapshots_read: int = 0
     snapshots_written: int = 0
+    #: Deltas (what a piece met, written after it) read and written (#31).
+    deltas_read: int = 0
+    deltas_written: int = 0
     #: Messages an earlier plan of the bucket (lost, or expired) handed on: met, so not sent again.
     inherited: int = 0
     #: 1: the partition is done; 1: stopped near the deadline (the task enqueued again).
@@ -207,7 +210,8 @@ class _Run:
         self.tally = tally
         self.deadline = deadline
         self.keys = plan.keys(worker.store.prefix)
-        self.seen = Seen()
+        self.kept = PartitionSeen(worker.plans, plan, task.partition, tally)
+        self.seen = self.kept.seen
         self.partition = task.partition
         self.lines_read = 0
         #: Where the snapshot this run started from was taken.
@@ -274,40 +278,11 @@ class _Run:
 
     def _restore(self, last_object: int, last_line: int) -> bool:
         """Meet again what the partition met before its progress (read, not sent), so no message is sent twice: what
-        earlier plans of the bucket handed on, this partition's snapshot, then the lines after the snapshot. False
-        when the deadline came first (the place reached is kept as a snapshot, the partition let go)."""
-        plans, plan = self.worker.plans, self.plan
-        own = plans.seen_key(plan.bucket, plan.created_ms, self.partition)
-        start = (0, 0)
-        for key in plans.seen_keys(plan.bucket):
-            if key == own and (last_object, last_line) != (0, 0):
-                snapshot = plans.read_seen(key, MAX_SEEN_BYTES)
-                if snapshot is not None and self._ours(snapshot) and snapshot.position <= (last_object, last_line):
-                    self.seen.load(snapshot.entries)
-                    start = snapshot.position
-                    self.tally.add(snapshots_read=1)
-            elif not key.rsplit("/", 1)[-1].startswith(f"{plan.created_ms}-"):
-                self._inherit(key)  # a plan of this bucket before this one (lost, or expired): what it handed on
-        self.restored = start
-        return self._rebuild(start, (last_object, last_line))
-
-    def _ours(self, snapshot: SeenSnapshot) -> bool:
-        plan = self.plan
-        return (snapshot.bucket, snapshot.plan_ms, snapshot.partition, snapshot.partitions) == (
-            plan.bucket,
-            plan.created_ms,
-            self.partition,
-            plan.partitions,
-        )
-
-    def _inherit(self, key: str) -> None:
-        """Meet the messages an earlier plan of the bucket handed on that belong to this partition."""
-        snapshot = self.worker.plans.read_seen(key, MAX_SEEN_BYTES)
-        if snapshot is None or snapshot.plan_ms == self.plan.created_ms:
-            return
-        partitions, k = self.plan.partitions, self.partition
-        mine = (e for e in snapshot.entries if partition_of(e[0], partitions) == k)
-        self.tally.add(inherited=self.seen.load(mine, handed_on_only=True), snapshots_read=1)
+        earlier plans of the bucket handed on, this partition's snapshot and deltas, then the lines after the last of
+        them. False when the deadline came first (the place reached is kept as a snapshot, the partition let go)."""
+        last = (last_object, last_line)
+        self.restored = self.kept.restore(last)
+        return self._rebuild(self.restored, last)
 
     def _rebuild(self, start: tuple[int, int], last: tuple[int, int]) -> bool:
         """Meet again the partition's lines from ``start`` up to ``last`` (read, not sent), stopping for the deadline:
@@ -351,30 +326,13 @@ class _Run:
         """The deadline came while restoring: keep what was met up to ``reached``, let the partition go, enqueue the
         task again. Always False (nothing is sent in this invocation)."""
         if reached > self.restored:
-            self._snapshot(reached, done=False)
+            self.kept.snapshot(reached, done=False)
         position = (self.progress.object, self.progress.line)
         if self._record(*position, PieceCounts(), done=False, keep=False):
             self.tally.add(continued=1)
             if self.worker.queue is not None:
                 self.worker.queue.send([self.task])
         return False
-
-    def _snapshot(self, position: tuple[int, int], *, done: bool) -> None:
-        """Keep what was met up to ``position`` (written before the progress that names it)."""
-        plan = self.plan
-        snapshot = SeenSnapshot(
-            plan.bucket,
-            plan.created_ms,
-            self.partition,
-            plan.partitions,
-            position[0],
-            position[1],
-            done,
-            self.seen.overflow,
-            self.seen.entries(),
-        )
-        self.worker.plans.write_seen(snapshot)
-        self.tally.add(snapshots_written=1)
 
     def _take(self, piece: _Piece, item: BucketMessage | PoisonEntry, key: str, bad: BadLines) -> None:
         """Admit one line of the partition into the piece."""
@@ -435,8 +393,12 @@ class _Run:
             release_held=sent.release_held,
         )
         tally.most(seen_overflow=self.seen.overflow, release_lag_max_seconds=max(sent.release_lags, default=0.0))
-        if done or not keep:  # the next worker starts from here without reading the lines again (#31)
-            self._snapshot((piece.object, piece.line), done=done)
+        # The next worker (or a later plan, if this one is lost) starts from here without reading the lines again:
+        # a whole snapshot on hand-over, else the delta of this piece (#31).
+        if done or not keep:
+            self.kept.snapshot((piece.object, piece.line), done=done)
+        else:
+            self.kept.delta((piece.object, piece.line))
         if not self._record(piece.object, piece.line, counts, done=done, keep=keep):
             return False
         work.applied(work.releasable(plan.applied, rewrite), plan.applied_until)

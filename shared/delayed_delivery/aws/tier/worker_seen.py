@@ -1,0 +1,124 @@
+"""What one dispatch worker's partition met, kept on S3 and met again (``timebuckets/seen.py``, #31).
+
+A partition keeps a whole *snapshot* when its worker hands it over or finishes it, and a *delta* after every other
+piece: what the piece met (sent, cancelled, moved, to the error queue, or written back: marked), written after the
+piece's sends and before the progress that names it, in one request of a piece's size. A worker that takes the
+partition again loads the snapshot, then the deltas after it in order up to its progress; it reads lines again only
+after the last of them. A later plan of the bucket (this one lost, or expired) loads every earlier plan's snapshot and
+deltas, so a kill followed by a lost plan repeats at most the piece in hand. The design is in docs/buckets.md
+("Bursts").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...timebuckets.plans import DispatchPlan, partition_of
+from ...timebuckets.seen import MAX_SEEN_BYTES, SeenEntry, SeenSnapshot
+from .plan_store import PlanStore, seen_name
+from .timer_plan import Seen
+from .timer_work import Tally
+
+__all__ = ["PartitionSeen"]
+
+#: A partition's seen objects: (None for the snapshot, or the delta's (object, line)), key.
+_Chain = list[tuple[tuple[int, int] | None, str]]
+
+
+class PartitionSeen:
+    """The ``Seen`` of one partition of a plan, with its snapshots and deltas on S3."""
+
+    def __init__(self, plans: PlanStore, plan: DispatchPlan, partition: int, tally: Tally[Any]) -> None:
+        self.plans = plans
+        self.plan = plan
+        self.partition = partition
+        self.tally = tally
+        self.seen = Seen()
+
+    def restore(self, last: tuple[int, int]) -> tuple[int, int]:
+        """Meet what earlier plans of the bucket handed on and what this partition kept up to ``last`` (its progress);
+        the point up to which that is known (the lines after it must be read again)."""
+        plan = self.plan
+        chains: dict[tuple[int, int], _Chain] = {}
+        for key in self.plans.seen_keys(plan.bucket):
+            name = seen_name(key)
+            if name is not None:
+                chains.setdefault((name.plan_ms, name.partition), []).append((name.position, key))
+        start = (0, 0)
+        for (plan_ms, partition), keys in chains.items():
+            if plan_ms != plan.created_ms:
+                self._inherit(keys)  # a plan of this bucket before this one (lost, or expired): what it handed on
+            elif partition == self.partition and last != (0, 0):
+                start = self._restore_own(keys, last)
+        return start
+
+    def snapshot(self, position: tuple[int, int], *, done: bool) -> None:
+        """Keep everything met up to ``position`` (written before the progress that names it)."""
+        entries = self.seen.entries()
+        self.seen.take_fresh()
+        self._write(position, entries, done=done, delta=False)
+
+    def delta(self, position: tuple[int, int]) -> None:
+        """Keep what was met since the last snapshot or delta, up to ``position`` (before the progress names it)."""
+        entries = self.seen.take_fresh()
+        if entries:
+            self._write(position, entries, done=False, delta=True)
+
+    def _write(self, position: tuple[int, int], entries: tuple[SeenEntry, ...], *, done: bool, delta: bool) -> None:
+        plan, seen = self.plan, self.seen
+        at, line = position
+        snapshot = SeenSnapshot(
+            plan.bucket, plan.created_ms, self.partition, plan.partitions, at, line, done, seen.overflow, entries, delta
+        )
+        self.plans.write_seen(snapshot)
+        self.tally.add(**({"deltas_written": 1} if delta else {"snapshots_written": 1}))
+
+    def _read(self, key: str, *, delta: bool) -> SeenSnapshot | None:
+        snapshot = self.plans.read_seen(key, MAX_SEEN_BYTES)
+        if snapshot is None or snapshot.delta != delta:
+            return None
+        self.tally.add(**({"deltas_read": 1} if delta else {"snapshots_read": 1}))
+        return snapshot
+
+    def _ours(self, snapshot: SeenSnapshot) -> bool:
+        plan = self.plan
+        return (snapshot.bucket, snapshot.plan_ms, snapshot.partition, snapshot.partitions) == (
+            plan.bucket,
+            plan.created_ms,
+            self.partition,
+            plan.partitions,
+        )
+
+    def _restore_own(self, keys: _Chain, last: tuple[int, int]) -> tuple[int, int]:
+        """Load this partition's snapshot, then its deltas in order up to ``last`` (the first unreadable one ends it:
+        the lines after it are read again); where the lines must be read again from."""
+        start = (0, 0)
+        for position, key in keys:
+            snapshot = self._read(key, delta=False) if position is None else None
+            if snapshot is not None and self._ours(snapshot) and snapshot.position <= last:
+                self.seen.load(snapshot.entries)
+                start = snapshot.position
+        for position, key in sorted((p, k) for p, k in keys if p is not None and start < p <= last):
+            delta = self._read(key, delta=True)
+            if delta is None or not self._ours(delta) or delta.position != position:
+                break
+            self.seen.load(delta.entries)
+            start = position
+        return start
+
+    def _inherit(self, keys: _Chain) -> None:
+        """Meet the messages one partition of an earlier plan handed on (its snapshot, then the deltas after it) that
+        belong to this partition; a message a later delta marks written back waits in the bucket and is not met."""
+        handed = Seen(self.seen.limit)
+        start = (0, 0)
+        for position, key in sorted(keys, key=lambda item: item[0] or (-1, -1)):  # the snapshot first
+            if position is not None and position < start:
+                continue  # the snapshot holds it
+            snapshot = self._read(key, delta=position is not None)
+            if snapshot is None or snapshot.plan_ms == self.plan.created_ms or snapshot.position < start:
+                continue
+            handed.load(snapshot.entries)
+            start = snapshot.position if position is None else start
+        partitions, k = self.plan.partitions, self.partition
+        mine = (e for e in handed.entries() if partition_of(e[0], partitions) == k)
+        self.tally.add(inherited=self.seen.load(mine, handed_on_only=True))
