@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+from functools import cache
 from typing import Any
+from unittest import mock
 
+import typer.main
+import typer.testing
 from typer.testing import CliRunner, Result
 
 from delayed_delivery.app.cli import app
@@ -12,9 +16,18 @@ from delayed_delivery.app.cli import app
 runner = CliRunner()
 
 
+@cache
+def _command() -> Any:
+    """The click command of ``app``, built once: typer rebuilds it (reading every command's signature) per invoke."""
+    return typer.main.get_command(app)
+
+
 def run(*args: str) -> Result:
-    """Invoke ``delayed-delivery ARGS``."""
-    return runner.invoke(app, list(args))
+    """Invoke ``delayed-delivery ARGS`` (on the command built once; the invocation itself is the runner's)."""
+    with mock.patch.object(
+        typer.testing, "_get_command", lambda given: _command() if given is app else typer.main.get_command(given)
+    ):
+        return runner.invoke(app, list(args))
 
 
 def ok_json(*args: str) -> Any:

@@ -25,20 +25,17 @@ from tests.aws.tier.timer_support import SETTINGS, START
 pytestmark = pytest.mark.moto
 
 DUE = START + timedelta(hours=1, seconds=5)
-#: A backlog past what the slots up to 900 s ahead hold at the cap (about half of it waits in the held area), kept
-#: small: each simulated minute runs the real timer against moto.
-BACKLOG = 1_000
-RATE = 1.0
+#: A backlog past what the slots up to 900 s ahead hold at the cap: about half of it waits in the held area (481 s
+#: of slots from 420 s to 900 s ahead hold 120 at 0.25/s). Backlog and rate scale together (1,000 at 1/s holds the
+#: same half back and takes the same minutes); kept small, as every message costs calendar and SQS round trips on
+#: moto, and a second of no capacity costs none.
+BACKLOG = 250
+RATE = 0.25
 
 
 @pytest.fixture
 def calendar(moto_endpoint: str) -> ReleaseCalendar:
     return release_calendar(moto_endpoint, {"orders": RATE})
-
-
-@pytest.fixture
-def one_a_second(moto_endpoint: str) -> ReleaseCalendar:
-    return release_calendar(moto_endpoint, {"orders": 1.0})
 
 
 class Rewrites:
@@ -95,30 +92,30 @@ def test_a_held_backlog_costs_its_size_in_rewrites_not_its_square(
 
 
 def test_a_held_message_is_cancelled_rescheduled_and_counted_where_it_waits(
-    moto_endpoint: str, s3: Any, sqs: Any, tier_bucket: str, one_a_second: ReleaseCalendar
+    moto_endpoint: str, s3: Any, sqs: Any, tier_bucket: str, calendar: ReleaseCalendar
 ) -> None:
     client = dynamodb_client(moto_endpoint)
     ensure_cancellation_table(client, "held-records")
     records = DynamoDbCancellationStore(client, "held-records")
-    tier = Tier(s3, sqs, tier_bucket, release=one_a_second, cache=CancellationCache(records, 0))
-    tier.store.write(fine(DUE, tier.settings), burst(1_000, DUE))
+    tier = Tier(s3, sqs, tier_bucket, release=calendar, cache=CancellationCache(records, 0))
+    tier.store.write(fine(DUE, tier.settings), burst(BACKLOG, DUE))
     tier.clock.set(DUE - timedelta(seconds=420))
-    tier.minute()  # planned and sent: 900 s of slots at 1/s, the rest held
+    tier.minute()  # planned and sent: the slots up to 900 s ahead at RATE, the rest held
     held = sum(o.count or 0 for o in HeldArea(tier.store).objects())
-    assert held > 0 and len(tier.sent()) + held == 1_000  # 481 slots from 420 s ahead to 900 s ahead at 1/s
+    assert held > 0 and len(tier.sent()) + held == BACKLOG  # 481 s of slots from 420 s to 900 s ahead
     routes = SqsSettings(long_delay_route="buckets")
     operations = TierOperations(tier.store, sqs, records, SETTINGS, sqs_settings=routes, clock=tier.clock)
     census = operations.census("hour")
     # pending counts the held messages (and the plan's object, listed until the plan is finished)
-    assert census.messages == 1_000 + held
+    assert census.messages == BACKLOG + held
     waiting = [m for o in HeldArea(tier.store).objects() for m in tier.store.read(o.key).messages]
     cancel, move = waiting[-1].message_id, waiting[-2].message_id
     assert operations.cancel("orders", cancel, due=DUE + timedelta(days=1)).record is not None
-    later = DUE + timedelta(minutes=30)  # after the last slot of the burst (1,000 at 1/s)
+    later = DUE + timedelta(minutes=30)  # after the last slot of the burst (BACKLOG at RATE: 1,000 s)
     moved = operations.reschedule("orders", move, later, current_due=waiting[-2].due_at)
     assert moved.relocation.found and not moved.relocation.already_sent
     tier.run_until(later + timedelta(minutes=10))
     sent = tier.sent()
-    assert cancel not in sent and sent[move] == 1 and len(sent) == 999 and max(sent.values()) == 1
+    assert cancel not in sent and sent[move] == 1 and len(sent) == BACKLOG - 1 and max(sent.values()) == 1
     [arrival] = [s.arrives for s in tier.recorder.to("orders") if s.message_id == move]
     assert arrival >= later

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from functools import cache
 from typing import Any
 from urllib.parse import urlparse
 
@@ -26,6 +27,15 @@ def _on_this_machine(endpoint_url: str | None, local: bool) -> bool:
     return local or host in _LOOPBACK
 
 
+@cache
+def _known_regions() -> frozenset[str]:
+    """The regions AWS has for SQS, from botocore's endpoint data (parsed once a process: it is large)."""
+    import boto3
+
+    session = boto3.session.Session()
+    return frozenset(r for p in session.get_available_partitions() for r in session.get_available_regions("sqs", p))
+
+
 def cli_region(endpoint_url: str | None, region: str | None, *, local: bool = False) -> str | None:
     """``region``, else boto's configured one (None: boto finds it), else us-east-1 for a local endpoint.
 
@@ -35,7 +45,7 @@ def cli_region(endpoint_url: str | None, region: str | None, *, local: bool = Fa
 
     session = boto3.session.Session()
     if region is not None and _on_this_machine(endpoint_url, local):
-        known = {r for p in session.get_available_partitions() for r in session.get_available_regions("sqs", p)}
+        known = _known_regions()
         if known and region not in known:
             raise ConfigurationError(
                 f"unknown AWS region {region!r}: the emulators serve the regions AWS has (e.g. {LOCAL_REGION}, "
