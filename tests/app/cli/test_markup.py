@@ -141,11 +141,12 @@ def _azure_round_trip(azurite_conn: str, unique_name: str, message_id: str) -> N
     sent = ok_json(*send, "--id", message_id)
     assert sent["message_id"] == message_id
 
+    # read as stored, not fetched: a fetch claims the row for sending, and a row a dispatcher may have put on its
+    # queue is refused to operators from then on (#34)
     store = TableDelayedMessageStore.from_connection_string(azurite_conn, sent["table"])
-    [stored] = store.fetch_due(datetime.now(UTC) + timedelta(days=41), 10)
-    assert stored.message_id == message_id and stored.body == BODY.encode()
+    stored = store.get(message_id)
+    assert stored is not None and stored.message_id == message_id and stored.body == BODY.encode()
     assert dict(stored.headers)[HEADER[0]] == HEADER[1]
-    store.reschedule(message_id, stored.due_at, claim=claim_of(stored))  # release the test's claim
 
     assert _ok("reschedule", message_id, *azure, "--delay", "41d").startswith(f"rescheduled {message_id} to ")
     assert _ok("cancel", message_id, *azure) == f"cancelled {message_id} (route: azure)\n"
