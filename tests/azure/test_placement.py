@@ -232,6 +232,7 @@ def test_a_placer_killed_between_its_puts_and_their_record_repeats_only_those_an
 
     seen = _visible(queues, [queue], 25)
     assert sorted(seen) == sorted(f"m-{i}" for i in range(20)), "nothing lost"
-    assert sorted(mid for mid, v in seen.items() if len(v) > 1) == sorted(put_before_crash), (
-        "only the messages put between the crash's last record and the crash arrive twice"
-    )
+    twice = {mid for mid, v in seen.items() if len(v) > 1}
+    # only messages put before the crash arrive twice, the one it died on among them; a put that finished early
+    # enough may have had its record written before the placer died (seen under load: m-0 of 14 put), and is not
+    assert put_before_crash[4] in twice and twice <= set(put_before_crash), (sorted(twice), put_before_crash)
