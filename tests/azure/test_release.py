@@ -250,10 +250,10 @@ def test_the_shared_schedule_continues_after_what_the_shards_booked_on_their_own
     container = blobs.get_container_client(host.config.container_name)
     container.upload_blob(release_blob_name(1), encode_schedule(1, 2, start, {queue: legacy}), overwrite=True)
     _burst(host, queue, 10, start)
-    host.run(2)
+    host.run(10)  # 2 s sent 8 of the 10 in a loaded CI run
     placed: Placed = host.transport  # type: ignore[assignment]
     times = placed.at(queue)
-    assert len(times) == 10 and min(times) >= legacy, "no slot beside what was placed before"
+    assert len(times) == 10 and min(times) >= legacy, ("no slot beside what was placed before", times, legacy)
     assert read_release_lags(host.container, 2, start)[queue] == pytest.approx(30.0 + 10 / 10)
 
 
