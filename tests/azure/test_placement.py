@@ -236,3 +236,38 @@ def test_a_placer_killed_between_its_puts_and_their_record_repeats_only_those_an
     # only messages put before the crash arrive twice, the one it died on among them; a put that finished early
     # enough may have had its record written before the placer died (seen under load: m-0 of 14 put), and is not
     assert put_before_crash[4] in twice and twice <= set(put_before_crash), (sorted(twice), put_before_crash)
+
+
+def test_a_record_whose_answer_was_lost_keeps_its_placement_on_the_queue(
+    azurite: Azurite, queues: QueueServiceClient, queue: str
+) -> None:
+    # the crash lab's find (azurecrashlab, seed 2): the record transaction took effect and its answer was lost (a reset
+    # or read timeout after the service applied it); the retry then failed its ETag condition (412: the first attempt
+    # had changed the row), the placer took the rows for lost claims and deleted their messages from the queue while
+    # the rows stayed marked placed, so the sweep deleted them after their due time and nothing was ever delivered
+    store = TableDelayedMessageStore.from_connection_string(azurite.connection_string, new_name())
+    store.setup_infrastructure()
+    due = datetime.now(UTC) + timedelta(seconds=300)
+    store.store_many([DelayedMessage(f"m-{i}", queue, b"x", due) for i in range(3)])
+    placer = _placer(store, _Transport(queues))
+    real = placer.rows.commit_each
+    answers: list[str] = []
+
+    def answer_lost_once(pk: str, changes: Any) -> list[bool]:
+        done = real(pk, changes)
+        if not answers:
+            answers.append("lost")
+            raise TransientError("the connection was reset after the service took the transaction")
+        return done
+
+    placer.rows.commit_each = answer_lost_once  # type: ignore[method-assign]
+    report = PlacementReport()
+    with ThreadPoolExecutor(2) as pool:
+        placer.place_batch(pool, lambda: True, report)
+    assert answers == ["lost"]
+    props = queues.get_queue_client(queue).get_queue_properties()
+    assert props.approximate_message_count == 3, f"placed messages withdrawn: {report}"
+    assert (report.placed, report.revoked) == (3, 0), report
+    for i in range(3):
+        row = store.table.get_entity(rows.partition_key(0), rows.due_row_key(due, f"m-{i}"))
+        assert row["AvailableAt"] == rows.PLACED_KEY and row.get(rows.QUEUE_MESSAGE_ID), row

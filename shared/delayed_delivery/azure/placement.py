@@ -224,11 +224,24 @@ class Placer:
                 _log.warning("recording placements failed; retrying", extra={lf.REASON: repr(exc)})
                 time.sleep(0.5 * 2**attempt)
                 continue
+            # after a failed attempt the first write may have taken effect (its answer lost): such a row fails the
+            # retry's condition but names this placement, so it is recorded, not lost
+            done = [ok or (attempt > 0 and self._recorded(p)) for p, ok in zip(pending, done, strict=True)]
             report.placed += sum(done)
             lost = [p for p, ok in zip(pending, done, strict=True) if not ok]
             self._revoke(lost, report)
             return
-        self._revoke(pending, report)
+        self._revoke([p for p in pending if not self._recorded(p)], report)
+
+    def _recorded(self, put: _Put) -> bool:
+        """Whether ``put``'s row names its placement (a record whose answer was lost took effect); a row that cannot
+        be read counts as recorded (its message stays on the queue: a duplicate at worst, never a loss)."""
+        assert put.placed is not None
+        try:
+            row = self.rows.read(put.row.partition_key, put.row.row_key, "reading a placed row")
+        except DelayedDeliveryError:
+            return True
+        return row is not None and row.get(rows.QUEUE_MESSAGE_ID) == put.placed[0]
 
     def _revoke(self, puts: Sequence[_Put], report: PlacementReport) -> None:
         """Delete placed messages whose rows were not marked (another dispatcher owns them now)."""
