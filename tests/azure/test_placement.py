@@ -271,3 +271,41 @@ def test_a_record_whose_answer_was_lost_keeps_its_placement_on_the_queue(
     for i in range(3):
         row = store.table.get_entity(rows.partition_key(0), rows.due_row_key(due, f"m-{i}"))
         assert row["AvailableAt"] == rows.PLACED_KEY and row.get(rows.QUEUE_MESSAGE_ID), row
+
+
+class _Counting(StorageQueueTransport):
+    """The real transport, counting its puts."""
+
+    def __init__(self, queues: QueueServiceClient) -> None:
+        super().__init__(queues, route="table")
+        self.puts = 0
+
+    def place(self, message: DelayedMessage, visibility_timeout: int, **kw: Any) -> tuple[str, str]:
+        self.puts += 1
+        return super().place(message, visibility_timeout, **kw)
+
+
+def test_a_placer_that_ends_its_run_with_a_backlog_reports_how_far_inside_its_lead_it_is(
+    azurite: Azurite, queues: QueueServiceClient, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the placement-lag alert's figure: a run that ends before its placer caught up logs how far inside the lead the
+    # earliest row still unplaced is due (here 600 s lead, rows due in 300 s: about 300 s behind); caught up, 0
+    store = TableDelayedMessageStore.from_connection_string(azurite.connection_string, new_name())
+    store.setup_infrastructure()
+    due = datetime.now(UTC) + timedelta(seconds=300)
+    store.store_many([DelayedMessage(f"m-{i:02d}", queue, b"x", due) for i in range(30)])
+    transport = _Counting(queues)
+    placer = Placer(
+        store.table, 1, 0, transport, DestinationPolicy("error"), lead=600.0, clock=SystemClock(),
+        claim_timeout=30.0, concurrency=4, batch=10,
+    )  # fmt: skip
+    with caplog.at_level("INFO", logger="delayed_delivery.azure.placement"):
+        report = placer.run(lambda: transport.puts < 10, every=0.1)  # the run ends within the first batch
+    assert report.placed == 10, report
+    assert 250 <= report.behind_s <= 310, report
+    lines = [r for r in caplog.records if getattr(r, "event", None) == "placement_lag"]
+    assert [getattr(r, "behind_s", None) for r in lines] == [round(report.behind_s, 1)], lines
+    with ThreadPoolExecutor(4) as pool:
+        while placer.place_batch(pool, lambda: True, PlacementReport()):
+            pass
+    assert transport.puts == 30 and placer.behind() == 0.0, "caught up: nothing of the lead left unplaced"
