@@ -38,8 +38,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from psycopg import sql
-
 from .. import logfields as lf
 from ..clock import Clock, SystemClock
 from ..dispatcher import Dispatcher
@@ -51,6 +49,7 @@ from ..release import ReleaseRates
 from ..settings import DelayedDeliverySettings
 from ..validation import is_whole
 from .connection import same_database
+from .move_sql import move_statement, paced_statements
 from .notify import DueListener
 from .queue import PostgresQueueTransport
 from .release import SharedReleaseSchedule
@@ -229,8 +228,8 @@ class PostgresBatchMover:
             self.release.setup()
         if self.exactly_once:
             assert isinstance(transport, PostgresQueueTransport)
-            self._sql_move = _move_statement(store, transport)
-            self._sql_paced = _paced_statements(store, transport)
+            self._sql_move = move_statement(store, transport)
+            self._sql_paced = paced_statements(store, transport)
 
     # -- one batch -------------------------------------------------------------
 
@@ -440,50 +439,3 @@ def _sending_transport(
     if isinstance(transport, Transport):
         return None, transport
     raise ConfigurationError(f"{type(transport).__name__} has no send(message)")
-
-
-@dataclass(frozen=True, slots=True)
-class _PacedStatements:
-    """The exactly-once move in steps, for release control (one transaction: ``_move_paced_once``)."""
-
-    claim: sql.Composed
-    defer: sql.Composed
-    move: sql.Composed
-
-
-def _paced_statements(store: PostgresDelayedMessageStore, transport: PostgresQueueTransport) -> _PacedStatements:
-    """Lock the due rows (naming a deferred row's slot), defer rows to their slots, move the rest."""
-    d = sql.Identifier(store.schema, store.table)
-    return _PacedStatements(
-        claim=sql.SQL(
-            "SELECT message_id, destination, due_at,"
-            " CASE WHEN claim_token IS NULL AND available_at > due_at THEN available_at END, now() FROM {d}"
-            " WHERE due_at <= now() AND available_at <= now()"
-            ' ORDER BY due_at, message_id COLLATE "C" LIMIT %(limit)s FOR UPDATE SKIP LOCKED'
-        ).format(d=d),
-        defer=sql.SQL(
-            "UPDATE {d} AS d SET available_at = c.slot, claim_token = NULL"
-            " FROM unnest(%(ids)s::text[], %(slots)s::timestamptz[]) AS c(id, slot) WHERE d.message_id = c.id"
-        ).format(d=d),
-        move=sql.SQL(
-            "WITH moved AS (DELETE FROM {d} WHERE message_id = ANY(%(ids)s)"
-            " RETURNING message_id, destination, body, headers, due_at),"
-            " queued AS (INSERT INTO {q} (message_id, destination, body, headers, due_at)"
-            " SELECT message_id, destination, body, headers, due_at FROM moved ORDER BY due_at RETURNING due_at)"
-            " SELECT message_id, destination, extract(epoch FROM now() - due_at)::float8 FROM moved"
-        ).format(d=d, q=transport.identifier),
-    )
-
-
-def _move_statement(store: PostgresDelayedMessageStore, transport: PostgresQueueTransport) -> sql.Composed:
-    """The exactly-once move: delete due rows and insert them into the queue table in one statement."""
-    return sql.SQL(
-        "WITH due AS ("
-        " SELECT message_id FROM {d} WHERE due_at <= now() AND available_at <= now()"
-        ' ORDER BY due_at, message_id COLLATE "C" LIMIT %(limit)s FOR UPDATE SKIP LOCKED),'
-        " moved AS (DELETE FROM {d} AS d USING due WHERE d.message_id = due.message_id"
-        " RETURNING d.message_id, d.destination, d.body, d.headers, d.due_at)"
-        " INSERT INTO {q} (message_id, destination, body, headers, due_at)"
-        " SELECT message_id, destination, body, headers, due_at FROM moved ORDER BY due_at"
-        " RETURNING extract(epoch FROM now() - due_at)::float8"
-    ).format(d=sql.Identifier(store.schema, store.table), q=transport.identifier)
