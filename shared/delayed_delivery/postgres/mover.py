@@ -181,32 +181,17 @@ class PostgresBatchMover:
     ) -> None:
         self.settings = settings or DelayedDeliverySettings()
         self.batch_size = batch_size if batch_size is not None else self.settings.batch_size
-        if self.batch_size < 1:
-            raise ConfigurationError("batch_size must be at least 1")
-        if not is_whole(max_native_delay, 1):
-            raise ConfigurationError(f"max_native_delay must be a whole number of seconds, got {max_native_delay!r}")
+        _check_sizes(self.batch_size, max_native_delay, look_ahead)
         #: The delaying transport's longest native delay (SQS: 900 s).
         self.max_native_delay = max_native_delay
-        if not 0 <= look_ahead <= max_native_delay:
-            raise ConfigurationError(f"look_ahead must be between 0 and max_native_delay ({max_native_delay} s)")
         self.store = store
         self.transport = transport
         self.look_ahead = float(look_ahead)
         self.schedule = schedule or PollSchedule(cap=self.settings.max_idle_sleep)
         self.clock = clock or SystemClock()
         same_db = isinstance(transport, PostgresQueueTransport) and same_database(store.conninfo, transport.conninfo)
-        if exactly_once and not same_db:
-            raise ConfigurationError("exactly_once needs a PostgresQueueTransport on the store's own database")
-        self.exactly_once = same_db if exactly_once is None else exactly_once
-        if self.exactly_once and look_ahead:
-            raise ConfigurationError("look_ahead needs a transport with native delays, not the queue table")
         rates = self.settings.release_rates
-        if rates and look_ahead:
-            raise ConfigurationError(
-                "look_ahead sends messages before they are due, release control plans them once due: with "
-                "release_rates (DELAYED_DELIVERY_RELEASE_RATES) use look_ahead=0 (a transport with native delays "
-                "still places each capped message at its slot)"
-            )
+        self.exactly_once = _exactly_once(exactly_once, same_db=same_db, look_ahead=look_ahead, paced=bool(rates))
         self._sender, sending = _sending_transport(transport, look_ahead)
         #: Release control places capped messages at their slots through a delaying transport.
         self._placing = bool(rates) and isinstance(transport, DelayingTransport) and not self.exactly_once
@@ -425,6 +410,33 @@ class PostgresBatchMover:
             remaining = end - time.monotonic()
             if remaining <= 0 or self._wake.wait(min(remaining, 0.25)):
                 return
+
+
+def _check_sizes(batch_size: int, max_native_delay: int, look_ahead: float) -> None:
+    """Refuse a batch size, native delay cap or look-ahead out of range."""
+    if batch_size < 1:
+        raise ConfigurationError("batch_size must be at least 1")
+    if not is_whole(max_native_delay, 1):
+        raise ConfigurationError(f"max_native_delay must be a whole number of seconds, got {max_native_delay!r}")
+    if not 0 <= look_ahead <= max_native_delay:
+        raise ConfigurationError(f"look_ahead must be between 0 and max_native_delay ({max_native_delay} s)")
+
+
+def _exactly_once(asked: bool | None, *, same_db: bool, look_ahead: float, paced: bool) -> bool:
+    """Whether moves are exactly once (by default when the queue table shares the store's database), refusing the
+    combinations that cannot work: exactly once elsewhere, or look-ahead with exactly once or with release rates."""
+    if asked and not same_db:
+        raise ConfigurationError("exactly_once needs a PostgresQueueTransport on the store's own database")
+    exactly_once = same_db if asked is None else asked
+    if exactly_once and look_ahead:
+        raise ConfigurationError("look_ahead needs a transport with native delays, not the queue table")
+    if paced and look_ahead:
+        raise ConfigurationError(
+            "look_ahead sends messages before they are due, release control plans them once due: with "
+            "release_rates (DELAYED_DELIVERY_RELEASE_RATES) use look_ahead=0 (a transport with native delays "
+            "still places each capped message at its slot)"
+        )
+    return exactly_once
 
 
 def _sending_transport(
