@@ -269,8 +269,8 @@ def azurite_burst(conn: str, n: int, ahead: float) -> dict[str, Any]:
 
 
 def lookup_probe(conn: str, sizes: tuple[int, ...], reads: int) -> dict[str, float]:
-    """Azurite's point read (ms) in a partition of each size: it grows with the partition (the emulator scans it;
-    Azure's documented target is per partition, not per row), which is what bounds the Azurite burst's size."""
+    """Azurite's point read and three-row transaction (ms) in a partition of each size: whether the emulator's time
+    per request grows with the partition (Azure documents a rate per partition, not a cost per row)."""
     from azure.data.tables import TableServiceClient
 
     table = TableServiceClient.from_connection_string(conn).create_table(_name("probe"))
@@ -285,6 +285,10 @@ def lookup_probe(conn: str, sizes: tuple[int, ...], reads: int) -> dict[str, flo
             for k in range(reads):
                 table.get_entity(pk, f"r{(k * 7919) % size:07d}")
             out[f"point_read_ms_partition_{size}"] = 1000 * (time.perf_counter() - started) / reads
+            started = time.perf_counter()
+            for k in range(reads):  # as an occurrence's rows: three created in one transaction
+                table.submit_transaction([("create", {"PartitionKey": pk, "RowKey": f"t{k:05d}{j}"}) for j in "abc"])
+            out[f"transaction_ms_partition_{size}"] = 1000 * (time.perf_counter() - started) / reads
     finally:
         table.delete_table()
     return out
