@@ -8,11 +8,13 @@ schedule as the timer leaves it after the day before.
   function app builds it) and ``AzureDispatcherHost`` (Bicep's defaults: 1 shard, placement 7,200 s ahead) on one
   Azurite, on a clock shifted so that the first timer run starts ``ahead`` seconds before 09:00 (not 280 s: the run
   stays short; a later start only makes the figures worse). The timer runs alone until it has written everything
-  (its CPU per occurrence is measured then: ``time.process_time`` over its runs), runs again every 60 s if not;
-  then the dispatcher runs and a consumer drains the queues. Per occurrence: when its row was written (its
-  transaction returned), when it became visible on its queue (the put's time plus its visibility timeout, from the
-  delivery header), lost (never received), duplicates (received more than once), early. Requests are counted as
-  they leave this process, by thread (timer, dispatcher; the consumer's not) and kind (``azure_dispatch``'s).
+  or 09:00 is 20 s away (its CPU per occurrence is measured over that stretch: ``time.process_time``), and again
+  every 60 s while some are left; then dispatcher runs follow one another beside it until every occurrence was
+  received, and a consumer drains the queues. Per occurrence: when its row was written (its transaction returned),
+  when it became visible on its queue (the put's time plus its visibility timeout, from the delivery header), lost
+  (never received), duplicates (received more than once), early. Requests are counted as they leave this process,
+  by thread (timer, dispatcher; the consumer's not) and kind (``azure_dispatch``'s). A probe times a point read and
+  a three-row transaction in partitions of growing size (what bounds the emulator, not Azure).
 * **Model** (``--burst N``, default 100,000): the same burst second by second at Azure's documented scalability
   targets, 2,000 entities a second per partition and 20,000 requests a second per account, with the timer's CPU per
   occurrence measured above (or ``--timer-cpu-ms``) and the dispatcher's per put (``--put-cpu-ms``, default 3.64 ms:
@@ -29,7 +31,7 @@ schedule as the timer leaves it after the day before.
   list is in the team's research folder, so check them for your region.
 
 Run: ``python -m benchmarks.schedules_azure_burst [--smoke] [--schedules 2000] [--burst 100000]``; prints a table and
-writes ``benchmarks/results/schedules_azure_burst[-smoke].json``. Figures: docs/schedules.md ("On Azure").
+writes ``benchmarks/results/schedules_azure_burst[-smoke].json``. Figures: docs/schedules.md ("Costs and bursts").
 """
 
 from __future__ import annotations
