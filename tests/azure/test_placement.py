@@ -159,13 +159,19 @@ def _placer(
     )
 
 
-def test_a_placement_whose_row_changed_is_withdrawn_and_a_failed_put_gives_the_row_back(
-    azurite: Azurite, queues: QueueServiceClient, queue: str
-) -> None:
+def _stored(azurite: Azurite, queue: str, count: int) -> tuple[TableDelayedMessageStore, datetime]:
+    """A fresh table holding ``count`` messages ``m-0``… for ``queue``, all due in 300 s; and that due time."""
     store = TableDelayedMessageStore.from_connection_string(azurite.connection_string, new_name())
     store.setup_infrastructure()
     due = datetime.now(UTC) + timedelta(seconds=300)
-    store.store_many([DelayedMessage(f"m-{i}", queue, b"x", due) for i in range(3)])
+    store.store_many([DelayedMessage(f"m-{i}", queue, b"x", due) for i in range(count)])
+    return store, due
+
+
+def test_a_placement_whose_row_changed_is_withdrawn_and_a_failed_put_gives_the_row_back(
+    azurite: Azurite, queues: QueueServiceClient, queue: str
+) -> None:
+    store, due = _stored(azurite, queue, 3)
 
     def rival(message: DelayedMessage) -> None:  # the claim is lost: another writer changes the row
         if message.message_id == "m-1":
@@ -245,10 +251,7 @@ def test_a_record_whose_answer_was_lost_keeps_its_placement_on_the_queue(
     # or read timeout after the service applied it); the retry then failed its ETag condition (412: the first attempt
     # had changed the row), the placer took the rows for lost claims and deleted their messages from the queue while
     # the rows stayed marked placed, so the sweep deleted them after their due time and nothing was ever delivered
-    store = TableDelayedMessageStore.from_connection_string(azurite.connection_string, new_name())
-    store.setup_infrastructure()
-    due = datetime.now(UTC) + timedelta(seconds=300)
-    store.store_many([DelayedMessage(f"m-{i}", queue, b"x", due) for i in range(3)])
+    store, due = _stored(azurite, queue, 3)
     placer = _placer(store, _Transport(queues))
     real = placer.rows.commit_each
     answers: list[str] = []
@@ -290,10 +293,7 @@ def test_a_placer_that_ends_its_run_with_a_backlog_reports_how_far_inside_its_le
 ) -> None:
     # the placement-lag alert's figure: a run that ends before its placer caught up logs how far inside the lead the
     # earliest row still unplaced is due (here 600 s lead, rows due in 300 s: about 300 s behind); caught up, 0
-    store = TableDelayedMessageStore.from_connection_string(azurite.connection_string, new_name())
-    store.setup_infrastructure()
-    due = datetime.now(UTC) + timedelta(seconds=300)
-    store.store_many([DelayedMessage(f"m-{i:02d}", queue, b"x", due) for i in range(30)])
+    store, _ = _stored(azurite, queue, 30)
     transport = _Counting(queues)
     placer = Placer(
         store.table, 1, 0, transport, DestinationPolicy("error"), lead=600.0, clock=SystemClock(),
