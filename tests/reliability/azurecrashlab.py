@@ -62,7 +62,7 @@ from unittest import mock
 from urllib.parse import urlparse
 
 import requests
-from azure.core.exceptions import ResourceNotFoundError, ServiceRequestError, ServiceResponseError
+from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceRequestError, ServiceResponseError
 from azure.core.pipeline.transport import HttpTransport, RequestsTransportResponse
 from azure.data.tables import TableServiceClient
 from azure.storage.blob import BlobLeaseClient, BlobServiceClient
@@ -315,6 +315,7 @@ class LabResult:
     placed: int = 0
     pass_errors: int = 0
     receipts_after_receive: int = 0
+    drain_errors: int = 0
     unlogged_copies: int = 0
     unparsed_puts: int = 0
     dispatched_puts: int = 0
@@ -584,7 +585,14 @@ class AzureCrashLab:
             messages.append(DelayedMessage(mid, destination, mid.encode(), when))
             self.due[mid] = when
             self.by_hash[rows.id_hash(mid)] = mid
-        self.sender.store_many(messages)
+        for attempt in range(5):  # the sender's own trouble (Azurite drops idle connections): store again, idempotent
+            try:
+                self.sender.store_many(messages)
+                break
+            except DelayedDeliveryError:
+                if attempt == 4:
+                    raise
+                time.sleep(0.5)
         self.stored.extend(m.message_id for m in messages)
         self.result.messages += len(messages)
 
@@ -711,14 +719,23 @@ class AzureCrashLab:
                 stop()
 
     def drain(self) -> None:
-        """Receive and delete what is visible on the destination queues and the error queue."""
+        """Receive and delete what is visible on the destination queues and the error queue (a failed call: the
+        next tick drains again; a copy received and not deleted comes back after its visibility timeout: same id)."""
+        try:
+            self._drain()
+        except AzureError:
+            self.result.drain_errors += 1
+
+    def _drain(self) -> None:
         for name in (*self.queues, self.config.settings.error_queue):
             queue = self.clean.queues.get_queue_client(name)
             for message in queue.receive_messages(messages_per_page=32, visibility_timeout=60):
                 if name == self.config.settings.error_queue:
                     self.result.error_queue += 1
                 else:
-                    self.copies.setdefault(decode_envelope(message.content).message_id, []).append(message.id)
+                    copies = self.copies.setdefault(decode_envelope(message.content).message_id, [])
+                    if message.id not in copies:  # received again after a failed delete: the same copy
+                        copies.append(message.id)
                 try:
                     queue.delete_message(message)
                 except ResourceNotFoundError:  # deleted since the receive, by another receipt (``verdict``)
