@@ -205,3 +205,60 @@ def test_a_chain_of_deltas_longer_than_an_invocation_is_loaded_over_several(
     piece = tier.settings.bucket_piece_bytes // encoded_line_bytes(burst(1, DUE)[0]) + 1
     assert sum(sent.values()) - len(sent) <= piece, figures
     assert sum(r.deltas_read for r in runs if r is not None) == len(chain), f"each delta loaded once: {figures}"
+
+
+class DiesAfterSnapshot(SlowReads):
+    """``SlowReads`` whose process dies at the progress record after the partition's last snapshot (done)."""
+
+    def __init__(self, client: Any, ticks: list[float]) -> None:
+        super().__init__(client, ticks)
+        self.armed = True
+        self.snapshot_written = False
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "put_object" or not self.armed:
+            return super().__getattr__(name)
+        real = getattr(self._client, name)
+
+        def put(**kwargs: Any) -> Any:
+            key = str(kwargs.get("Key", ""))
+            name_ = seen_name(key) if "/seen/" in key else None
+            if name_ is not None and name_.position is None and decode_seen(kwargs["Body"]).done:
+                self.snapshot_written = True
+            elif "/plans/" in key and self.snapshot_written:
+                self.armed = False
+                raise Killed  # the snapshot is on S3, the record that names its piece is not
+            return real(**kwargs)
+
+        return put
+
+
+def test_a_worker_killed_between_its_snapshot_and_its_record_repeats_nothing(
+    s3: Any, sqs: Any, tier_bucket: str
+) -> None:
+    # #31 (the crash lab's new point after the seen write): a worker sent the partition's last piece, wrote its whole
+    # snapshot (done) and died before the progress record. The snapshot is past the progress, and the next worker
+    # left it out: it sent that piece again and rebuilt what was met from the deltas alone, which skip the pieces
+    # that ended at a hand-over. Everything in a snapshot was handed on before it was written: it is loaded.
+    tier = Tier(s3, sqs, tier_bucket)
+    _planned(tier)
+    ticks = [0.0]
+    dies = DiesAfterSnapshot(s3, ticks)
+    worker = _worker(tier, dies, ticks)
+    runs: list[WorkerResult] = []
+    killed = 0
+    while tier.queue.tasks and len(runs) < 12:
+        [task] = tier.queue.take()
+        try:
+            runs.append(worker.run(task, deadline=ticks[0] + INVOCATION_SECONDS))
+        except Killed:
+            killed += 1
+            tier.queue.send([task])
+        tier.clock.advance(INVOCATION_SECONDS)
+    sent = tier.sent()
+    figures = f"{killed} killed; {sum(sent.values()) - len(sent)} sent twice; invocations: " + ", ".join(
+        f"{r.dispatched} sent / {r.lines_reread} read again / {r.duplicates_skipped} skipped" for r in runs
+    )
+    assert killed == 1 and len(sent) == OBJECTS * PER_OBJECT and runs[-1].finished == 1, figures
+    assert max(sent.values()) == 1, figures
+    assert sum(r.lines_reread for r in runs) == 0, figures

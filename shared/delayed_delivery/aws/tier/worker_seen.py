@@ -57,7 +57,7 @@ class PartitionSeen:
             if name is not None:
                 chains.setdefault((name.plan_ms, name.partition), []).append((name.position, key))
         own = chains.get((plan.created_ms, self.partition), [])
-        snapshot = self._own_snapshot(own, last)
+        snapshot = self._own_snapshot(own)
         if snapshot is None:
             for (plan_ms, _), keys in chains.items():
                 if plan_ms != plan.created_ms:
@@ -104,14 +104,18 @@ class PartitionSeen:
             plan.partitions,
         )
 
-    def _own_snapshot(self, keys: _Chain, last: tuple[int, int]) -> SeenSnapshot | None:
-        """This partition's whole snapshot, if it is at or before ``last``.
+    def _own_snapshot(self, keys: _Chain) -> SeenSnapshot | None:
+        """This partition's whole snapshot, wherever it was taken.
 
-        A snapshot past ``last`` (written by a worker that died, or lost the partition, before recording the piece)
-        is not loaded: the piece it ends with is sent again."""
+        One past the progress was written by a worker that died, or lost the partition, after a piece's sends and
+        before the record that names it. It is loaded all the same: a snapshot is written only once everything in it
+        was handed on (sent, written back, held, to the error queue), and it holds everything met before it (it
+        replaced the one before). Left out, the piece it ends with was sent again, and what was met before it was
+        rebuilt from the deltas alone, which do not cover the pieces that ended at a hand-over: a later copy of a
+        message met in one of those, or a later plan of the bucket, sent it again."""
         for position, key in keys:
             snapshot = self._read(key, delta=False) if position is None else None
-            if snapshot is not None and self._ours(snapshot) and snapshot.position <= last:
+            if snapshot is not None and self._ours(snapshot):
                 return snapshot
         return None
 
