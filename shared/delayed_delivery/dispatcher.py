@@ -3,7 +3,8 @@
 One loop: every fetched batch goes through the pacer (``pacing.py``), which releases it at once without
 ``release_rates`` and otherwise at each message's release slot (capped destinations get at most their rate, and the
 lag that adds is reported apart from transport lateness). What becomes of each message (removed, retried, or past
-``number_of_retries`` moved to the error queue with the reason in a header) is ``outcomes.py``. Store, fetch and
+``number_of_retries`` moved to the error queue with the reason in a header) is ``outcomes.py``; removing a sent
+batch (inline or in the background) ``settling.py``; one call's bounds ``dispatch_run.py``. Store, fetch and
 dispatch each sit behind a breaker that raises a critical error after failing continuously for its configured time,
 and a rate breaker watches failed deliveries (as NServiceBus's recovery circuit breaker does).
 """
@@ -13,13 +14,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
 from . import logfields as lf
 from .breaker import FailureRateCircuitBreaker, RepeatedFailuresCircuitBreaker
 from .clock import Clock, SystemClock
+from .dispatch_run import DispatchRun
 from .errors import CircuitBreakerTrippedError, DelayedDeliveryDisabledError, InvalidMessageError
 from .model import DelayedMessage
 from .outcomes import DispatchReport, Outcomes
@@ -35,6 +36,7 @@ from .ports import (
 )
 from .release import ReleasePlanner
 from .settings import DelayedDeliverySettings
+from .settling import Sent, Settler
 
 __all__ = ["DispatchReport", "Dispatcher"]
 
@@ -46,26 +48,6 @@ PACE_TICK = 0.02
 #: this host's, or rows are claimed elsewhere): retry at once, then 50 ms doubling to 1 s, never spin.
 _DISAGREEMENT_FIRST = 0.05
 _DISAGREEMENT_MAX = 1.0
-
-
-@dataclass(slots=True)
-class _Run:
-    """One ``dispatch_due`` (or ``run``) call as it goes: its report, bounds and when to fetch next."""
-
-    report: DispatchReport
-    deadline: datetime | None
-    keep_going: Callable[[], bool] | None
-    wait_for_due: bool
-    ahead: timedelta
-    may_send: bool = True  # False once ``keep_going`` said no: nothing more is sent
-    poll_at: datetime | None = None  # None: fetch at once
-    within: bool = False  # the deadline bounds sends too, and no batch is fetched that the time left cannot cover
-
-    def sends_go_on(self, clock: Clock) -> bool:
-        """Whether a send may start now (``keep_going``, and the deadline when it bounds sends)."""
-        if self.keep_going is not None and not self.keep_going():
-            return False
-        return not self.within or self.deadline is None or clock.now() < self.deadline
 
 
 def _log_critical(error: CircuitBreakerTrippedError) -> None:
@@ -117,9 +99,7 @@ class Dispatcher:
         self._per_message = 0.0  # measured seconds per message sent (moving average; 0 until a batch is measured)
         self._pool = ThreadPoolExecutor(s.max_concurrency) if s.max_concurrency > 1 else None
         overlap = overlap_removal and isinstance(store, BatchRemovingStore)
-        self._settler = ThreadPoolExecutor(1, thread_name_prefix="settle") if overlap else None
-        self._settling: Future[DispatchReport] | None = None
-        self._settled = DispatchReport()
+        self._settler = Settler(self.outcomes, self.store_breaker, background=overlap)
         # the one loop runs through a pacer: without release_rates it releases every fetched message at once
         self._pacer = Pacer(ReleasePlanner(s.release_rates, share=release_share), transport, store, state=release_state)
 
@@ -197,21 +177,17 @@ class Dispatcher:
     def seconds_per_message(self, seconds: float) -> None:
         self._per_message = max(0.0, seconds)
 
-    def _fetch_limit(self, now: datetime, run: _Run) -> int:
+    def _fetch_limit(self, now: datetime, run: DispatchRun) -> int:
         """How many messages the next fetch may take: a batch, or (within the budget) what the time left covers."""
-        size = self.settings.batch_size
-        if not run.within or run.deadline is None or self._per_message <= 0:
-            return size
-        return max(0, min(size, int((run.deadline - now).total_seconds() / self._per_message)))
+        return run.fetch_limit(now, self.settings.batch_size, self._per_message)
 
     def _then_settle(self, loop: Callable[[], DispatchReport]) -> DispatchReport:
         """``loop()`` (when enabled), then every removal finished and its report merged in."""
         try:
             report = loop() if self.settings.enabled else DispatchReport()
         finally:
-            self._finish_settling()
-        report.merge(self._settled)
-        self._settled = DispatchReport()
+            self._settler.finish()
+        report.merge(self._settler.collect())
         return report
 
     def dispatch_batch(
@@ -227,7 +203,7 @@ class Dispatcher:
         id, from release pacing): the delay each is sent with and the release lag it carries.
         """
         batched = isinstance(self.store_port, BatchRemovingStore)
-        sent: list[tuple[DelayedMessage, float, float | None]] = []
+        sent: list[Sent] = []
         sent_lock = threading.Lock()
 
         def one(message: DelayedMessage) -> DispatchReport:
@@ -247,20 +223,8 @@ class Dispatcher:
         total = DispatchReport()
         for part in parts:
             total.merge(part)
-        if batched and self._settler is not None:
-            error: Exception | None = None
-            try:  # the previous batch's removal, which ran while this batch was fetched and sent
-                total.merge(self._wait_settling())
-            except Exception as exc:
-                error = exc
-            if sent:
-                self._settling = self._settler.submit(self.outcomes.settle, sent)
-            if error is not None:
-                raise error
-            return total
-        if batched and sent:
-            assert isinstance(self.store_port, BatchRemovingStore)
-            total.merge(self.outcomes.settle(sent))
+        if batched:
+            total.merge(self._settler.settle(sent))
         return total
 
     def _loop(
@@ -282,7 +246,7 @@ class Dispatcher:
         """
         deadline = self.clock.now() + timedelta(seconds=budget) if budget is not None else None
         ahead = timedelta(seconds=self._pacer.lookahead if wait_for_due else 0.0)
-        run = _Run(DispatchReport(), deadline, keep_going, wait_for_due, ahead, within=within)
+        run = DispatchRun(DispatchReport(), deadline, keep_going, wait_for_due, ahead, within=within)
         self._pacer.load_state()
         try:
             while (stop is None or not stop.is_set()) and self._turn(run):
@@ -291,7 +255,7 @@ class Dispatcher:
             self._end_run(run)
         return run.report
 
-    def _turn(self, run: _Run) -> bool:
+    def _turn(self, run: DispatchRun) -> bool:
         """One turn of the loop: send what is released, else fetch, else wait; False when the run is over."""
         now = self.clock.now()
         if run.deadline is not None and now >= run.deadline:
@@ -323,7 +287,7 @@ class Dispatcher:
         self._wait(now, run)
         return True
 
-    def _fetch(self, now: datetime, run: _Run) -> bool | None:
+    def _fetch(self, now: datetime, run: DispatchRun) -> bool | None:
         """Fetch a batch into the pacer: True when one came, False when nothing did, None when the fetch failed."""
         self._wakeup.clear()
         try:
@@ -332,7 +296,7 @@ class Dispatcher:
             run.report.fetch_failures += 1
             self.fetch_breaker.failure(exc)
             _log.warning("fetching due messages failed: %r", exc, extra={lf.REASON: repr(exc)})
-            self.clock.sleep(self._bounded(self.fetch_breaker.failure_delay, run.deadline))
+            self.clock.sleep(run.bounded(self.fetch_breaker.failure_delay, self.clock))
             return None
         self.fetch_breaker.success()
         if not batch:
@@ -343,7 +307,7 @@ class Dispatcher:
         run.poll_at = None
         return True
 
-    def _wait(self, now: datetime, run: _Run) -> None:
+    def _wait(self, now: datetime, run: DispatchRun) -> None:
         """Sleep until the next poll or the next held message's tick, whichever is first (or a wake-up)."""
         wake = run.poll_at if self._pacer.has_room() and run.poll_at is not None else None
         held = self._pacer.next_at()
@@ -351,10 +315,10 @@ class Dispatcher:
             held = max(held, now + timedelta(seconds=PACE_TICK))
             wake = held if wake is None else min(wake, held)
         seconds = self.settings.max_idle_sleep if wake is None else (wake - now).total_seconds()
-        self._finish_settling()
-        self.clock.wait(self._wakeup, self._bounded(max(0.0, seconds), run.deadline))
+        self._settler.finish()
+        self.clock.wait(self._wakeup, run.bounded(max(0.0, seconds), self.clock))
 
-    def _end_run(self, run: _Run) -> None:
+    def _end_run(self, run: DispatchRun) -> None:
         """Empty the pacer: send what may go now (placed), defer the rest, and save the schedule."""
         sends, deferrals = self._pacer.drain(self.clock.now(), may_send=run.may_send)
         if sends:
@@ -366,7 +330,7 @@ class Dispatcher:
     def _next_poll(self, now: datetime) -> datetime:
         """After an empty fetch at ``now``: when the store may have something to fetch (backing off while the store
         says something is due that a fetch does not return), at most ``max_idle_sleep`` away."""
-        self._finish_settling()  # before asking for the next due row: it must not be one being removed
+        self._settler.finish()  # before asking for the next due row: it must not be one being removed
         try:
             next_due = self.store_port.next_due()
             self.fetch_breaker.success()
@@ -391,7 +355,7 @@ class Dispatcher:
         self._disagreements += 1
         return now + timedelta(seconds=backoff)
 
-    def _send_released(self, released: Sequence[Release], now: datetime, run: _Run) -> None:
+    def _send_released(self, released: Sequence[Release], now: datetime, run: DispatchRun) -> None:
         """Send what the pacer released (each with its delay), in batches of ``batch_size``, and settle them."""
         size = self.settings.batch_size
         for start in range(0, len(released), size):
@@ -405,13 +369,13 @@ class Dispatcher:
                 # settling failed (store down after the sends): unsettled claims expire and are sent again
                 self.store_breaker.failure(exc)
                 _log.warning("settling a dispatched batch failed: %r", exc, extra={lf.REASON: repr(exc)})
-                self.clock.sleep(self._bounded(self.store_breaker.failure_delay, run.deadline))
+                self.clock.sleep(run.bounded(self.store_breaker.failure_delay, self.clock))
                 continue
             self.store_breaker.success()
             run.report.merge(part)
             if part.failed_attempts and not part.dispatched:
                 # every send in the batch failed: pause as NServiceBus does (1 s armed, 10 s tripped)
-                self.clock.sleep(self._bounded(self.dispatch_breaker.failure_delay, run.deadline))
+                self.clock.sleep(run.bounded(self.dispatch_breaker.failure_delay, self.clock))
 
     def _measure(self, messages: int, seconds: float) -> None:
         """Fold a batch's time per message (its fetch to its last send) into the moving average ``_fetch_limit``
@@ -450,32 +414,10 @@ class Dispatcher:
 
     def close(self) -> None:
         """Release the worker threads."""
-        self._finish_settling()
+        self._settler.finish()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
-        if self._settler is not None:
-            self._settler.shutdown(wait=True)
-
-    def _wait_settling(self) -> DispatchReport:
-        """Wait for the background removal, if any; its report (or its exception)."""
-        pending, self._settling = self._settling, None
-        return DispatchReport() if pending is None else pending.result()
-
-    def _finish_settling(self) -> None:
-        """Wait for the background removal and keep its report; a failure trips the store breaker, as inline."""
-        try:
-            self._settled.merge(self._wait_settling())
-        except Exception as exc:
-            # unsettled rows keep their claims, which expire: they are sent again (a duplicate, never a loss)
-            self.store_breaker.failure(exc)
-            _log.warning("settling a dispatched batch failed: %r", exc, extra={lf.REASON: repr(exc)})
-
-    # -- internals -------------------------------------------------------
-
-    def _bounded(self, seconds: float, deadline: datetime | None) -> float:
-        if deadline is None:
-            return seconds
-        return max(0.0, min(seconds, (deadline - self.clock.now()).total_seconds()))
+        self._settler.close()
 
 
 def ensure_enabled(settings: DelayedDeliverySettings) -> None:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from delayed_delivery.errors import InvalidMessageError
 from delayed_delivery.timebuckets import format as bucket_format
+from delayed_delivery.timebuckets import object_reader, object_writer
 from delayed_delivery.timebuckets.format import (
     FORMAT_VERSION,
     MAX_OBJECT_MESSAGES,
@@ -154,7 +155,7 @@ def test_a_bad_object_is_a_problem_never_an_exception(data: bytes, problem: str)
 
 
 def test_reading_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bucket_format, "MAX_DECODED_BYTES", 1_000)
+    monkeypatch.setattr(object_reader, "MAX_DECODED_BYTES", 1_000)  # the bound where the reader reads it
     contents = decode_bucket(gzip.compress(b"\n".join([json.dumps(HEADER).encode()] + [b"x" * 100] * 100_000)))
     assert contents.problem is not None and "1,000 bytes" in contents.problem
     assert len(contents.poison) < 20  # read only as far as the bound
@@ -174,14 +175,14 @@ def _lines(data: bytes) -> list[dict[str, object]]:
 
 def _v1_line(message: BucketMessage) -> bytes:
     """The line a v1 writer wrote for ``message`` (the body always base64)."""
-    line = bucket_format._line(message)
+    line = object_writer._line(message)
     line.pop("t", None)
     line = {
         "id": line["id"],
         "destination": line["destination"],
         "body": base64.b64encode(message.body).decode(),
     } | line
-    return bucket_format._dumps(line).encode("utf-8")
+    return object_writer._dumps(line).encode("utf-8")
 
 
 def test_v2_writes_a_text_body_as_text_and_other_bytes_as_base64() -> None:

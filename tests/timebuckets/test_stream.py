@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delayed_delivery.timebuckets import format as bucket_format
+from delayed_delivery.timebuckets import object_reader
 from delayed_delivery.timebuckets.format import (
     MAX_LINE_BYTES,
     MAX_POISON_RAW_BYTES,
@@ -110,7 +110,7 @@ def test_a_line_longer_than_a_reader_holds_is_poison_read_past() -> None:
 
 
 def test_the_stored_bytes_are_bounded_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bucket_format, "MAX_DECODED_BYTES", 1_000)
+    monkeypatch.setattr(object_reader, "MAX_DECODED_BYTES", 1_000)  # the bound where the reader reads it
     empty_blocks = zlib.compressobj(wbits=31)
     head = empty_blocks.compress(json.dumps(HEADER).encode() + b"\n")
     head += empty_blocks.flush(zlib.Z_FULL_FLUSH)

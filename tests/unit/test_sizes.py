@@ -14,20 +14,12 @@ FUNCTION_LINES = 60
 
 #: Modules still over the line limit, and why.
 LONG_MODULES: dict[str, str] = {
-    "shared/delayed_delivery/app/cli/__init__.py": "the CLI root still holds the send/pending commands (#33 split)",
     "shared/delayed_delivery/azure/table_store.py": "claims, reads and writes of one table; the Azure burst work "
     "(#34) splits placement out",
-    "shared/delayed_delivery/testing/store_contract.py": "one contract suite, one case per rule the port promises",
-    "shared/delayed_delivery/timebuckets/format.py": "the object format's reader and writer kept side by side, one "
-    "wire contract (golden files)",
 }
 
 #: Functions still over the line limit (``path::qualified name``), and why.
-LONG_FUNCTIONS: dict[str, str] = {
-    "shared/delayed_delivery/aws/schedules/timer.py::ScheduleTimer._batch": "one journaled batch step",
-    "shared/delayed_delivery/postgres/mover.py::PostgresBatchMover.__init__": "validates each combination of options",
-    "shared/delayed_delivery/schedules/materializer.py::Materializer.plan": "one walk of the recurrence",
-}
+LONG_FUNCTIONS: dict[str, str] = {}
 
 
 def _sources() -> list[Path]:
@@ -66,3 +58,12 @@ def test_functions_over_the_line_limit_are_named() -> None:
     assert not unnamed, f"functions over {FUNCTION_LINES} lines: split them or name them in LONG_FUNCTIONS: {unnamed}"
     stale = sorted(set(LONG_FUNCTIONS) - set(long))
     assert not stale, f"no longer over {FUNCTION_LINES} lines, remove from LONG_FUNCTIONS: {stale}"
+
+
+def test_the_dispatcher_loop_stays_small() -> None:
+    """#33: ``dispatcher.py`` holds the one loop only (≤ 450 lines, no method over 50); it grew back to 486 once."""
+    path = ROOT / "shared" / "delayed_delivery" / "dispatcher.py"
+    text = path.read_text()
+    assert len(text.splitlines()) <= 450, "dispatcher.py over 450 lines: move a concern into a module of its own"
+    long = {name: n for name, n in _functions(ast.parse(text)) if n > 50}
+    assert not long, f"dispatcher.py methods over 50 lines: {long}"

@@ -6,8 +6,9 @@ is not a pointer one process keeps but a calendar all invocations share: one ite
 ``taken`` counting the messages placed to become visible in that second. A second holds ``second_capacity(rate,
 second)`` messages (``release.py``: the rate per second on average, whole numbers).
 
-Reserving is one atomic ``UpdateItem ADD taken :n`` returning the new count: of the ``n`` asked, those still under
-the second's capacity are granted and the rest given back (``ADD -excess``) and asked of the next second. Concurrent
+Reserving is one atomic ``UpdateItem ADD taken :n`` returning the new count, ``n`` never above the second's
+capacity: of the ``n`` asked, those still under the capacity are granted and the rest given back (``ADD -excess``,
+only when another invocation took part of the second first) and asked of the next second. Concurrent
 invocations never grant more than a second's capacity between them (each grant is decided from the count its own
 atomic add returned), with no conditional failures and no lock; what a failed invocation reserved and never sent
 only leaves that capacity unused. The item ``second = -1`` holds ``full_from`` / ``full_to``: the seconds last seen
@@ -145,10 +146,13 @@ class ReleaseCalendar:
         return [None if p is None else now_ms / 1000 + p.delay_seconds for p in placed]
 
     def _take(self, destination: str, second: int, n: int, rate: float) -> int:
-        """Ask ``n`` places of ``second``; how many were granted (the rest are given back)."""
+        """Ask ``n`` places of ``second``; how many were granted (the rest are given back). No more than the
+        second's capacity is asked, so an empty second costs one call however many wait: at a low rate a burst
+        costs one round trip per second it fills, not two."""
         capacity = second_capacity(rate, second)
         if capacity <= 0:
             return 0
+        n = min(n, capacity)
         key = {"destination": {"S": destination}, "second": {"N": str(second)}}
         reply = self.client.update_item(
             TableName=self.table,

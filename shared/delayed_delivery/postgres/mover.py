@@ -38,8 +38,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from psycopg import sql
-
 from .. import logfields as lf
 from ..clock import Clock, SystemClock
 from ..dispatcher import Dispatcher
@@ -51,6 +49,7 @@ from ..release import ReleaseRates
 from ..settings import DelayedDeliverySettings
 from ..validation import is_whole
 from .connection import same_database
+from .move_sql import move_statement, paced_statements
 from .notify import DueListener
 from .queue import PostgresQueueTransport
 from .release import SharedReleaseSchedule
@@ -182,32 +181,17 @@ class PostgresBatchMover:
     ) -> None:
         self.settings = settings or DelayedDeliverySettings()
         self.batch_size = batch_size if batch_size is not None else self.settings.batch_size
-        if self.batch_size < 1:
-            raise ConfigurationError("batch_size must be at least 1")
-        if not is_whole(max_native_delay, 1):
-            raise ConfigurationError(f"max_native_delay must be a whole number of seconds, got {max_native_delay!r}")
+        _check_sizes(self.batch_size, max_native_delay, look_ahead)
         #: The delaying transport's longest native delay (SQS: 900 s).
         self.max_native_delay = max_native_delay
-        if not 0 <= look_ahead <= max_native_delay:
-            raise ConfigurationError(f"look_ahead must be between 0 and max_native_delay ({max_native_delay} s)")
         self.store = store
         self.transport = transport
         self.look_ahead = float(look_ahead)
         self.schedule = schedule or PollSchedule(cap=self.settings.max_idle_sleep)
         self.clock = clock or SystemClock()
         same_db = isinstance(transport, PostgresQueueTransport) and same_database(store.conninfo, transport.conninfo)
-        if exactly_once and not same_db:
-            raise ConfigurationError("exactly_once needs a PostgresQueueTransport on the store's own database")
-        self.exactly_once = same_db if exactly_once is None else exactly_once
-        if self.exactly_once and look_ahead:
-            raise ConfigurationError("look_ahead needs a transport with native delays, not the queue table")
         rates = self.settings.release_rates
-        if rates and look_ahead:
-            raise ConfigurationError(
-                "look_ahead sends messages before they are due, release control plans them once due: with "
-                "release_rates (DELAYED_DELIVERY_RELEASE_RATES) use look_ahead=0 (a transport with native delays "
-                "still places each capped message at its slot)"
-            )
+        self.exactly_once = _exactly_once(exactly_once, same_db=same_db, look_ahead=look_ahead, paced=bool(rates))
         self._sender, sending = _sending_transport(transport, look_ahead)
         #: Release control places capped messages at their slots through a delaying transport.
         self._placing = bool(rates) and isinstance(transport, DelayingTransport) and not self.exactly_once
@@ -229,8 +213,8 @@ class PostgresBatchMover:
             self.release.setup()
         if self.exactly_once:
             assert isinstance(transport, PostgresQueueTransport)
-            self._sql_move = _move_statement(store, transport)
-            self._sql_paced = _paced_statements(store, transport)
+            self._sql_move = move_statement(store, transport)
+            self._sql_paced = paced_statements(store, transport)
 
     # -- one batch -------------------------------------------------------------
 
@@ -428,6 +412,33 @@ class PostgresBatchMover:
                 return
 
 
+def _check_sizes(batch_size: int, max_native_delay: int, look_ahead: float) -> None:
+    """Refuse a batch size, native delay cap or look-ahead out of range."""
+    if batch_size < 1:
+        raise ConfigurationError("batch_size must be at least 1")
+    if not is_whole(max_native_delay, 1):
+        raise ConfigurationError(f"max_native_delay must be a whole number of seconds, got {max_native_delay!r}")
+    if not 0 <= look_ahead <= max_native_delay:
+        raise ConfigurationError(f"look_ahead must be between 0 and max_native_delay ({max_native_delay} s)")
+
+
+def _exactly_once(asked: bool | None, *, same_db: bool, look_ahead: float, paced: bool) -> bool:
+    """Whether moves are exactly once (by default when the queue table shares the store's database), refusing the
+    combinations that cannot work: exactly once elsewhere, or look-ahead with exactly once or with release rates."""
+    if asked and not same_db:
+        raise ConfigurationError("exactly_once needs a PostgresQueueTransport on the store's own database")
+    exactly_once = same_db if asked is None else asked
+    if exactly_once and look_ahead:
+        raise ConfigurationError("look_ahead needs a transport with native delays, not the queue table")
+    if paced and look_ahead:
+        raise ConfigurationError(
+            "look_ahead sends messages before they are due, release control plans them once due: with "
+            "release_rates (DELAYED_DELIVERY_RELEASE_RATES) use look_ahead=0 (a transport with native delays "
+            "still places each capped message at its slot)"
+        )
+    return exactly_once
+
+
 def _sending_transport(
     transport: Transport | DelayingTransport, look_ahead: float
 ) -> tuple[_LookAheadSender | None, Transport]:
@@ -440,50 +451,3 @@ def _sending_transport(
     if isinstance(transport, Transport):
         return None, transport
     raise ConfigurationError(f"{type(transport).__name__} has no send(message)")
-
-
-@dataclass(frozen=True, slots=True)
-class _PacedStatements:
-    """The exactly-once move in steps, for release control (one transaction: ``_move_paced_once``)."""
-
-    claim: sql.Composed
-    defer: sql.Composed
-    move: sql.Composed
-
-
-def _paced_statements(store: PostgresDelayedMessageStore, transport: PostgresQueueTransport) -> _PacedStatements:
-    """Lock the due rows (naming a deferred row's slot), defer rows to their slots, move the rest."""
-    d = sql.Identifier(store.schema, store.table)
-    return _PacedStatements(
-        claim=sql.SQL(
-            "SELECT message_id, destination, due_at,"
-            " CASE WHEN claim_token IS NULL AND available_at > due_at THEN available_at END, now() FROM {d}"
-            " WHERE due_at <= now() AND available_at <= now()"
-            ' ORDER BY due_at, message_id COLLATE "C" LIMIT %(limit)s FOR UPDATE SKIP LOCKED'
-        ).format(d=d),
-        defer=sql.SQL(
-            "UPDATE {d} AS d SET available_at = c.slot, claim_token = NULL"
-            " FROM unnest(%(ids)s::text[], %(slots)s::timestamptz[]) AS c(id, slot) WHERE d.message_id = c.id"
-        ).format(d=d),
-        move=sql.SQL(
-            "WITH moved AS (DELETE FROM {d} WHERE message_id = ANY(%(ids)s)"
-            " RETURNING message_id, destination, body, headers, due_at),"
-            " queued AS (INSERT INTO {q} (message_id, destination, body, headers, due_at)"
-            " SELECT message_id, destination, body, headers, due_at FROM moved ORDER BY due_at RETURNING due_at)"
-            " SELECT message_id, destination, extract(epoch FROM now() - due_at)::float8 FROM moved"
-        ).format(d=d, q=transport.identifier),
-    )
-
-
-def _move_statement(store: PostgresDelayedMessageStore, transport: PostgresQueueTransport) -> sql.Composed:
-    """The exactly-once move: delete due rows and insert them into the queue table in one statement."""
-    return sql.SQL(
-        "WITH due AS ("
-        " SELECT message_id FROM {d} WHERE due_at <= now() AND available_at <= now()"
-        ' ORDER BY due_at, message_id COLLATE "C" LIMIT %(limit)s FOR UPDATE SKIP LOCKED),'
-        " moved AS (DELETE FROM {d} AS d USING due WHERE d.message_id = due.message_id"
-        " RETURNING d.message_id, d.destination, d.body, d.headers, d.due_at)"
-        " INSERT INTO {q} (message_id, destination, body, headers, due_at)"
-        " SELECT message_id, destination, body, headers, due_at FROM moved ORDER BY due_at"
-        " RETURNING extract(epoch FROM now() - due_at)::float8"
-    ).format(d=sql.Identifier(store.schema, store.table), q=transport.identifier)

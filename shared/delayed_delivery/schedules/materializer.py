@@ -217,21 +217,7 @@ class Materializer:
             occurrences.append(occurrence)
             fires.append(nxt)
             nxt = following
-        decided = [f.nominal for f in fires[-1:]] + ([missed.last] if missed.last else [])
-        cursor = max(decided) if decided else schedule.cursor
-        if nxt is not None:  # the first occurrence after the cursor (not chosen)
-            next_at: datetime | None = nxt.nominal
-        elif by_fire:  # the walk was bounded by the end only: none is left
-            next_at = None
-        else:
-            next_at = schedule.following(recurrence, cursor)
-        updated = schedule.next_version(
-            cursor=cursor,
-            next_at=next_at,
-            fired=schedule.fired + len(occurrences),
-            missed=schedule.missed + missed.count,
-            last_fired=fires[-1].nominal if fires else schedule.last_fired,
-        )
+        updated = _next_version(schedule, recurrence, fires, len(occurrences), missed, nxt, by_fire=by_fire)
         adjusted = sum(1 for f in fires if f.note is not None)
         return Plan(
             schedule,
@@ -319,6 +305,35 @@ class Materializer:
             assert occurrence.id is not None
             written.append(occurrence.id)
         return written
+
+
+def _next_version(
+    schedule: Schedule,
+    recurrence: Recurrence,
+    fires: Sequence[Fire],
+    fired: int,
+    missed: _Missed,
+    nxt: Fire | None,
+    *,
+    by_fire: bool,
+) -> Schedule:
+    """The schedule after a plan: its cursor past what was decided (fired or missed), the next occurrence after it
+    (``nxt``, the first one not chosen), the counts moved on by ``fired`` and what was missed."""
+    decided = [f.nominal for f in fires[-1:]] + ([missed.last] if missed.last else [])
+    cursor = max(decided) if decided else schedule.cursor
+    if nxt is not None:  # the first occurrence after the cursor (not chosen)
+        next_at: datetime | None = nxt.nominal
+    elif by_fire:  # the walk was bounded by the end only: none is left
+        next_at = None
+    else:
+        next_at = schedule.following(recurrence, cursor)
+    return schedule.next_version(
+        cursor=cursor,
+        next_at=next_at,
+        fired=schedule.fired + fired,
+        missed=schedule.missed + missed.count,
+        last_fired=fires[-1].nominal if fires else schedule.last_fired,
+    )
 
 
 def fire_time(schedule: Schedule, nominal: datetime) -> datetime:

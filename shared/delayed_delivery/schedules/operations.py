@@ -12,17 +12,21 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from .. import logfields as lf
 from ..clock import utc
 from ..errors import InvalidMessageError, InvalidScheduleError, MessageIdConflictError, MessageInFlightError
-from .materializer import occurrence_message
+from .materializer import IDS_PER_LINE, occurrence_message
 from .model import Schedule, ScheduleState
-from .occurrences import expand
+from .occurrences import expand, utc_text
 from .ports import MessageCanceller, MessageWriter, ScheduleStore
 from .recurrence import Recurrence
+
+_log = logging.getLogger("delayed_delivery.schedules")
 
 __all__ = [
     "MAX_BACKFILL",
@@ -112,24 +116,48 @@ def resume(store: ScheduleStore, schedule_id: str, now: datetime, *, catch_up: b
     """Resume from ``now`` (the paused span counted ``skipped_paused``), or with the catch-up policy."""
     now = utc(now)
 
+    decided: list[tuple[Schedule, int]] = []  # the version the write replaced and what it recorded missed
+
     def to_active(s: Schedule) -> Schedule | None:
+        decided.clear()
         if s.state is ScheduleState.ACTIVE:
             return None
         if catch_up:
             return s.next_version(state=ScheduleState.ACTIVE, paused_at=None)
         recurrence = s.definition.recurrence()
-        skipped = _count(recurrence, s, now)
-        if skipped == 0:
+        # due before the pause but never written (the timer was down): missed, never silent; after it: paused
+        missed = _count(recurrence, s, s.paused_at) if s.paused_at is not None else 0
+        skipped = _count(recurrence, s, now) - missed
+        if skipped + missed == 0:
             return s.next_version(state=ScheduleState.ACTIVE, paused_at=None)
+        decided.append((s, missed))
         return s.next_version(
             state=ScheduleState.ACTIVE,
             paused_at=None,
             cursor=now,
             next_at=s.following(recurrence, now),
             skipped_paused=s.skipped_paused + skipped,
+            missed=s.missed + missed,
         )
 
-    return _update(store, schedule_id, to_active)
+    resumed = _update(store, schedule_id, to_active)
+    for replaced, missed in decided:
+        if missed:
+            _log_missed_before_pause(replaced, missed)
+    return resumed
+
+
+def _log_missed_before_pause(s: Schedule, count: int) -> None:
+    """The ``schedule_missed`` line for occurrences a resume recorded as missed (the first ``IDS_PER_LINE`` ids)."""
+    begin = s.definition.start if s.cursor is None else s.cursor + timedelta(microseconds=1)
+    assert s.paused_at is not None
+    fires = s.definition.recurrence().fires(begin, s.paused_at + timedelta(microseconds=1))
+    ids = [f"{s.schedule_id}@{utc_text(f.nominal)}" for _, f in zip(range(IDS_PER_LINE), fires, strict=False)]
+    _log.warning(
+        "occurrences due before the pause were never written (the timer was down), recorded as missed",
+        extra={lf.EVENT: lf.EVENT_SCHEDULE_MISSED, lf.SCHEDULE_ID: s.schedule_id, lf.COUNT: count,
+               lf.OCCURRENCE_IDS: ids},
+    )  # fmt: skip
 
 
 def _count(recurrence: Recurrence, s: Schedule, now: datetime) -> int:

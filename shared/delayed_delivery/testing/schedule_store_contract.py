@@ -18,6 +18,7 @@ second timer losing the conditional write, catch-up after downtime, pause / resu
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -247,6 +248,20 @@ class ScheduleStoreContract:
         assert resumed.state is ScheduleState.ACTIVE and resumed.skipped_paused == 6  # 00:10 .. 01:00
         assert resumed.missed == 0 and resumed.next_at == _h(1) + timedelta(minutes=10)
         assert m.run_once(_h(1) + timedelta(minutes=2)).ids == ["sched-1@2030-01-01T01:10:00Z"]
+
+    def test_resume_counts_what_was_due_before_the_pause_as_missed_not_paused(
+        self, schedules: ScheduleStore, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        schedules.create(hourly())  # no timer ran: 00:00, 01:00, 02:00 were due before the pause, never written
+        pause(schedules, InMemoryDelayedMessageStore(), "sched-1", _h(2) + timedelta(minutes=30))
+        with caplog.at_level(logging.WARNING, logger="delayed_delivery.schedules"):
+            resumed = resume(schedules, "sched-1", _h(4) + timedelta(minutes=1))
+        assert (resumed.missed, resumed.skipped_paused) == (3, 2)  # 03:00 and 04:00 fell in the paused span
+        assert resumed.cursor == _h(4) + timedelta(minutes=1) and resumed.next_at == _h(5)
+        lines = [r for r in caplog.records if getattr(r, "event", None) == "schedule_missed"]
+        assert [(r.count, r.occurrence_ids) for r in lines] == [  # type: ignore[attr-defined]
+            (3, [f"sched-1@2030-01-01T0{h}:00:00Z" for h in range(3)])
+        ]
 
     def test_resume_with_catch_up_applies_the_policy_to_the_span(self, schedules: ScheduleStore) -> None:
         schedules.create(hourly(catch_up=CatchUp(CatchUpPolicy.LATEST)))

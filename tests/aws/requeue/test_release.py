@@ -109,6 +109,19 @@ def test_a_burst_fills_whole_seconds_at_the_rate_in_due_order(release_table: tup
     assert calendar.lag("orders", now + 3000) == pytest.approx(8 - 3.25, abs=0.01), "from 3 s on, seconds 3-7 are full"
 
 
+def test_a_burst_at_a_low_rate_costs_one_update_per_second_it_fills(release_table: tuple[DynamoDBClient, str]) -> None:
+    """At 1 a second, 30 messages due at once fill 30 seconds: one ``UpdateItem`` each (and one to record the full
+    run), never an ask for all that wait followed by a give-back of the excess (60 calls before)."""
+    client, table = release_table
+    calendar = ReleaseCalendar(client, table, ReleaseRates.of({"slow": 1}))
+    updates: list[str] = []
+    client.meta.events.register("before-call.dynamodb.UpdateItem", lambda **_: updates.append("update"))
+    placed = calendar.place("slow", [T0_MS] * 30, T0_MS)
+    assert [p.delay_seconds for p in placed if p is not None] == list(range(30)), "one a second, from now"
+    assert len(updates) <= 31, f"{len(updates)} UpdateItem calls for 30 seconds filled"
+    assert sum(_taken(client, table, "slow").values()) == 30
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_concurrent_invocations_never_overfill_a_second(release_table: tuple[DynamoDBClient, str], seed: int) -> None:
     """12 invocations placing 10 messages each, their requests interleaved in an order the seed decides (one request

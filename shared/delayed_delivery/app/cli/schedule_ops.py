@@ -308,12 +308,14 @@ def resume_schedule(
     now = SystemClock().now()
     before = _get(opened, schedule_id)
     resumed = resume(opened.store, schedule_id, now, catch_up=catch_up)
-    skipped = resumed.skipped_paused - before.skipped_paused
+    skipped, missed = resumed.skipped_paused - before.skipped_paused, resumed.missed - before.missed
     if route.as_json:
-        emit_json({"id": schedule_id, "state": str(resumed.state), "skipped_paused": skipped,
+        emit_json({"id": schedule_id, "state": str(resumed.state), "skipped_paused": skipped, "missed": missed,
                    "catch_up": catch_up, "next_fire": schedule_doc(resumed, now)["next_fire"]})  # fmt: skip
         return
     how = "the catch-up policy applies to the paused span" if catch_up else f"{skipped} occurrence(s) skipped_paused"
+    if missed:
+        how += f"; {missed} due before the pause and never written recorded as missed"
     say(f"resumed {schedule_id}: {how}")
 
 

@@ -246,15 +246,35 @@ class ScheduleTimer:
         if not journaled:
             self.store.leases.journal(held, [p.sk for p in pages], begin)
         result.pages += len(pages)
-        entries: dict[str, Entry] = {}
-        for page in pages:
-            for sid, entry in page.entries.items():
-                current = entries.get(sid)
-                if current is None or (entry.rev, entry.version) > (current.rev, current.version):
-                    entries[sid] = entry
-        rows = self._rows(entries, consistent, result)
-        plans: list[tuple[Plan, Row]] = []
+        entries = _newest_entries(pages)
         carried: dict[str, dict[str, Entry]] = {}  # target minute key -> entries
+        plans = self._plans(entries, self._rows(entries, consistent, result), now, horizon, result, carried)
+        outgoing = [Outgoing(o, plan.schedule) for plan, _ in plans for o in plan.occurrences]
+        outcome = self.sender.send(outgoing) if outgoing else None
+        for plan, row in plans:
+            decided = self._decided(plan, outcome.fates if outcome else {})
+            result.schedules += 1
+            self._count(plan, decided, result)
+            if decided < len(plan.occurrences) or plan.updated.next_at is None:
+                self._settle(plan, row, decided, result)
+            else:
+                carried.setdefault(self._target(plan), {})[plan.schedule.schedule_id] = entry_of(plan.updated, row.rev)
+        if outcome is not None:
+            self._measured(outcome, result, self.keep_lateness)
+        self._write_pages(held, pages, now, carried, result)
+
+    def _plans(
+        self,
+        entries: dict[str, Entry],
+        rows: dict[str, Any],
+        now: datetime,
+        horizon: datetime,
+        result: TimerResult,
+        carried: dict[str, dict[str, Entry]],
+    ) -> list[tuple[Plan, Row]]:
+        """Plan each entry whose schedule row is current and active; a stale one is dropped, one that cannot be
+        planned is carried to a page an hour later."""
+        plans: list[tuple[Plan, Row]] = []
         for sid, entry in entries.items():
             row = rows.get(sid)
             if row is None or (isinstance(row, Row) and (row.rev != entry.rev or row.schedule.state is not
@@ -275,18 +295,12 @@ class ScheduleTimer:
                 continue
             plans.append((plan, row))
             result.skipped_paused += entry.skipped_report
-        outgoing = [Outgoing(o, plan.schedule) for plan, _ in plans for o in plan.occurrences]
-        outcome = self.sender.send(outgoing) if outgoing else None
-        for plan, row in plans:
-            decided = self._decided(plan, outcome.fates if outcome else {})
-            result.schedules += 1
-            self._count(plan, decided, result)
-            if decided < len(plan.occurrences) or plan.updated.next_at is None:
-                self._settle(plan, row, decided, result)
-            else:
-                carried.setdefault(self._target(plan), {})[plan.schedule.schedule_id] = entry_of(plan.updated, row.rev)
-        if outcome is not None:
-            self._measured(outcome, result, self.keep_lateness)
+        return plans
+
+    def _write_pages(
+        self, held: Held, pages: list[DuePage], now: datetime, carried: dict[str, dict[str, Entry]], result: TimerResult
+    ) -> None:
+        """Write the carried entries into their minutes' pages (unreadable ones set aside), then delete the batch's."""
         tag = hashlib.sha256(f"{held.shard}/{micros(now)}/{pages[0].sk}".encode()).hexdigest()[:16]
         items = [page_item(held.shard, f"{minute}#m.{tag}", 0, moved) for minute, moved in sorted(carried.items())]
         unreadable = {f"{p.sk}/{sid}": value for p in pages for sid, value in p.unreadable.items()}
@@ -403,6 +417,17 @@ class _NoWrites:
 #: The most entries one batch consumes (so each minute's new page from a batch holds at most as many), and pages.
 BATCH_ENTRIES = MAX_PAGE_ENTRIES
 BATCH_PAGES = 100
+
+
+def _newest_entries(pages: list[DuePage]) -> dict[str, Entry]:
+    """Each schedule's newest entry (by revision, then version) across a batch's pages."""
+    entries: dict[str, Entry] = {}
+    for page in pages:
+        for sid, entry in page.entries.items():
+            current = entries.get(sid)
+            if current is None or (entry.rev, entry.version) > (current.rev, current.version):
+                entries[sid] = entry
+    return entries
 
 
 def _batches(pages: Iterator[DuePage]) -> Iterator[list[DuePage]]:
