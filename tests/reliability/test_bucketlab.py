@@ -23,6 +23,7 @@ from tests.reliability.bucketlab import (
 pytestmark = pytest.mark.moto
 
 
+@pytest.mark.timeout(1800)
 def test_the_tier_dying_at_every_step_loses_nothing_and_repeats_at_most_one_piece(moto_endpoint: str) -> None:
     # one shuffled cycle over the 30 points (15 steps, before and after the request): twelve of them on the burst path,
     # where bursts are planned and sent in pieces by dispatch workers that stop at their deadline and go on; and the
