@@ -11,6 +11,10 @@ export CDK_DISABLE_CLI_TELEMETRY = true
 export SPARK_LOCAL_IP = 127.0.0.1
 export POWERTOOLS_TRACE_DISABLED = true
 export POWERTOOLS_METRICS_NAMESPACE = DelayedDelivery
+# Python's default: each module compiled once and its bytecode kept (.venv and __pycache__, both ignored by git). An
+# inherited PYTHONDONTWRITEBYTECODE=1 made every process (test workers, emulators, labs, CLI runs) compile every
+# module it imports from source again: `import aws_cdk` 4.7 s of CPU instead of 1.2 s.
+unexport PYTHONDONTWRITEBYTECODE
 
 bootstrap:
 	@scripts/bootstrap.sh

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from delayed_delivery.aws.cancellations import (
     DynamoDbCancellationStore,
     ensure_cancellation_table,
 )
+from delayed_delivery.aws.powertools import LAMBDA_FUNCTION_ENV
 from delayed_delivery.aws.queues import EndpointQueues, ensure_endpoint
 from delayed_delivery.aws.requeue.handler import build_handler
 from delayed_delivery.aws.sender import SqsDelayedSender
@@ -31,6 +33,17 @@ if TYPE_CHECKING:
 #: Time compression: the 900 s native cap and FIFO hop become 2 s.
 CAP = 2
 ERRORS = "errors"
+
+
+@pytest.fixture
+def in_a_lambda(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Handlers built in this test believe they run in a Lambda (``AWS_LAMBDA_FUNCTION_NAME`` set): the package's
+    own log lines go through Powertools' JSON handler; the package logger is restored afterwards."""
+    package = logging.getLogger("delayed_delivery")
+    saved = (package.handlers[:], package.propagate)
+    monkeypatch.setenv(LAMBDA_FUNCTION_ENV, "test-function")
+    yield
+    package.handlers, package.propagate = saved
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from typing import Any
 
@@ -44,6 +45,36 @@ def test_around_logs_with_the_lambda_context_and_flushes_the_metrics(capsys: pyt
     again = next(line for line in lines if line.get("message") == "inside")
     assert "during" not in again, "the keys of the previous invocation leaked into this one"
     assert not any("ColdStart" in line for line in lines), "a warm invocation counted a cold start"
+
+
+@pytest.mark.usefixtures("in_a_lambda")
+def test_in_a_lambda_the_packages_own_lines_go_out_as_json_with_their_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    """The tier's engines log through standard-library loggers (``delayed_delivery.aws.tier.timer``'s "bucket left
+    for a later run"); in a Lambda the runtime's text format would keep only the message, not its event, bucket and
+    reason. Every handler's tools, built in a Lambda, send them through Powertools' JSON handler."""
+    tools = HandlerTools.for_service(f"tools-{uuid.uuid4().hex[:8]}", "NS")
+    engine = logging.getLogger("delayed_delivery.aws.tier.timer")
+
+    @tools.around
+    def invocation(event: Any, context: Any) -> dict[str, Any]:
+        engine.warning("bucket left for a later run", extra={"event": "retry", "bucket": "m/2030-01-01T00:00"})
+        return {}
+
+    capsys.readouterr()
+    invocation({}, LocalLambdaContext(function_name="tier-timer"))
+    lines = _lines(capsys)
+    line = next(x for x in lines if x.get("message") == "bucket left for a later run")
+    assert line["event"] == "retry" and line["bucket"] == "m/2030-01-01T00:00" and line["level"] == "WARNING"
+    assert line["function_name"] == "tier-timer", "the invocation's keys, as on the handler's own lines"
+
+
+def test_outside_a_lambda_the_packages_logging_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo and the local functions run handlers in threads beside the consumers' loggers: nothing rerouted."""
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
+    package = logging.getLogger("delayed_delivery")
+    before = (package.handlers[:], package.propagate)
+    HandlerTools.for_service(f"tools-{uuid.uuid4().hex[:8]}", "NS")
+    assert (package.handlers, package.propagate) == before
 
 
 def test_no_table_means_no_cache() -> None:

@@ -12,20 +12,22 @@ invocations (each continuation enqueues its task again).
 
 Every boto3 call of the ingest step, the lab's ingest poller, the timer and the workers goes through ``LabClient``,
 which names the step the call belongs to (ingest write, ingest delete, cascade lease/write/delete, dispatch
-lease/send/delete, lease release, plan write, task enqueue, a worker's progress record, send, write-back and
-continuation) and can die at it, **before** the request or **after** it took effect. The crash is a
-``BaseException`` nothing catches; once dead, every further call of that "process" dies too (so no ``finally``
-gets to release a lease), the objects are rebuilt, the ingest records and dispatch tasks held come back (their
-visibility timeout passes) and the clock moves past the leases. One fault point is armed at a time, in a seeded
-shuffled cycle; the armed point is reached by the work the lab sends: while a point of the burst path (plan write,
-task enqueue, a worker's steps) is armed and no burst is on its way, the next round sends one. A point not reached
-within ``QUIET_TICKS`` ticks stops the soak with ``LabStalled`` (a lab bug, never a silent wait). A partition no
-worker holds is handed out again after ``STALL_SECONDS`` simulated seconds (the timer's constant, compressed like
-the leases).
+lease/send/delete, lease release, plan write, task enqueue, a worker's progress record, send, seen write (what a piece
+met: a delta, or the snapshot at a hand-over), write-back and continuation) and can die at it, **before** the request
+or **after** it took effect. The crash is a ``BaseException`` nothing catches; once dead, every further call of that
+"process" dies too (so no ``finally`` gets to release a lease), the objects are rebuilt, the ingest records and
+dispatch tasks held come back (their visibility timeout passes) and the clock moves past the leases. One fault point
+is armed at a time, in a seeded shuffled cycle; the armed point is reached by the work the lab sends: while a point of
+the burst path (plan write, task enqueue, a worker's steps) is armed and no burst is on its way, the next round sends
+one. A point not reached within ``QUIET_TICKS`` ticks stops the soak with ``LabStalled`` (a lab bug, never a silent
+wait). A partition no worker holds is handed out again after ``STALL_SECONDS`` simulated seconds (the timer's
+constant, compressed like the leases).
 
 The episodes that are not crashes (``EPISODES``, #31) are armed in the same cycle; ``restart_big_piece`` kills one
 worker deep in a partition of big bodies, and the lab then charges the restarted workers deadline steps for what they
-read, so reading again the lines before the progress is cut over several invocations; each must get further.
+read, so reading again the lines before the progress is cut over several invocations; each must get further: its
+progress, or the place the next worker restores what was met to (snapshot and deltas up to the progress), must move.
+The lab expires no plan while that reading again is under way (the upgrade gap, docs/buckets.md), only after.
 
 Checked: every message reaches the destination at least once (lost = 0), never early (each successful dispatch's
 simulated time plus its ``DelaySeconds`` is at or after the message's due time), nothing reaches the error queue.
@@ -80,7 +82,9 @@ from delayed_delivery.aws.tier.plan_store import PlanStore, SqsTaskQueue
 from delayed_delivery.aws.tier.provision import ensure_bucket_tier
 from delayed_delivery.aws.tier.store import S3BucketStore
 from delayed_delivery.aws.tier.timer import BucketTimer
+from delayed_delivery.aws.tier.timer_work import Tally
 from delayed_delivery.aws.tier.worker import PartitionWorker, WorkerResult
+from delayed_delivery.aws.tier.worker_seen import PartitionSeen
 from delayed_delivery.cancellations import CancellationCache
 from delayed_delivery.clock import ManualClock
 from delayed_delivery.delivery import epoch_ms, from_epoch_ms
@@ -89,7 +93,6 @@ from delayed_delivery.release import ReleaseRates
 from delayed_delivery.settings import DelayedDeliverySettings
 from delayed_delivery.timebuckets.format import BucketMessage, encoded_line_bytes
 from delayed_delivery.timebuckets.plans import DispatchTask, decode_task
-from delayed_delivery.timebuckets.seen import MAX_SEEN_BYTES
 from tests.reliability.crashlab import InjectedCrash
 
 REGION = "us-east-1"
@@ -107,6 +110,7 @@ STEPS = (
     "plan_enqueue",
     "worker_progress",
     "worker_send",
+    "worker_seen",
     "worker_enqueue",
 )
 POINTS = tuple(f"{when}_{step}" for step in STEPS for when in ("before", "after"))
@@ -166,7 +170,7 @@ BURSTS_ARMED = 2
 #: Simulated seconds before the timer hands out again a partition nobody holds (the product's 180 s, compressed).
 STALL_SECONDS = 2 * LEASE_SECONDS
 #: The steps only a burst reaches (planned buckets and their workers).
-BURST_STEPS = ("plan_write", "plan_enqueue", "worker_progress", "worker_send", "worker_enqueue")
+BURST_STEPS = ("plan_write", "plan_enqueue", "worker_progress", "worker_send", "worker_seen", "worker_enqueue")
 #: Regular messages due in one second at most (a bucket the timer sends itself).
 REGULAR_PER_SECOND = 10
 #: The destination is drained every this many ticks (arrivals are only counted; the final drain takes the rest).
@@ -445,6 +449,9 @@ class BucketLab:
         self.killing = False
         self.kill_writes = 0
         self.restart_watch: tuple[str, int, int] | None = None
+        #: The killed partition's task and its progress at the kill (its workers read the lines before it again).
+        self.restart_task: DispatchTask | None = None
+        self.kill_place = (0, 0)
         self.plans = PlanStore(S3BucketStore.from_config(self.s3, self.config))
         self.build(None)
 
@@ -602,9 +609,11 @@ class BucketLab:
     def expire_plans(self) -> None:
         """The ``plan_expiry`` episode: once a planned burst has a partition's progress, ``plans/`` goes as the
         7-day lifecycle would take it."""
-        if self.episode() != "plan_expiry" or self.restart_watch is not None:
-            # not while a big-piece restart reads again (its deltas taken away): a partition from before deltas whose
-            # plan is lost then repeats the pieces since its snapshot (up to 23 found, seed 52), a gap of the upgrade
+        if self.episode() != "plan_expiry" or self.rereading():
+            # not while a big-piece restart reads again the lines before its progress at the kill (its deltas taken
+            # away, as for a partition under way before the workers wrote deltas): its plan lost then, it repeats the
+            # pieces since its snapshot (23 in seed 52), the gap of the upgrade docs/buckets.md describes; once caught
+            # up the worker keeps a whole snapshot, and a plan lost after that repeats at most the piece in hand
             return
         pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.run, Prefix="lab/plans/")
         keys = [str(o["Key"]) for page in pages for o in page.get("Contents", [])]
@@ -612,6 +621,13 @@ class BucketLab:
             self.s3.delete_objects(Bucket=self.run, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True})
             self.fault("plan_expiry")
             self.next_episode()
+
+    def rereading(self) -> bool:
+        """Whether the big-piece restart's workers still read again the lines before the progress at the kill."""
+        if self.restart_watch is None or self.restart_task is None:
+            return False
+        position = self._position(self.restart_task)
+        return position is not None and not position[0] and position[2] < self.kill_place
 
     def release_cap_over(self) -> None:
         """The ``release_cap`` episode ends once the burst it capped is sent and nothing is held any more, or
@@ -652,8 +668,11 @@ class BucketLab:
 
     def _worker_step(self, op: str, kwargs: dict[str, Any]) -> str | None:
         if op == "put_object":
-            # a write-back is no fault point: the lab's sends never fail for a passing reason (test_fanout covers it)
-            return "worker_progress" if "/plans/" in str(kwargs.get("Key", "")) else None
+            # what a piece met (a delta, or the snapshot at a hand-over), written after its sends and before the
+            # progress that names it; a write-back is no fault point: the lab's sends never fail for a passing reason
+            # (test_fanout covers it)
+            key = str(kwargs.get("Key", ""))
+            return "worker_progress" if "/plans/" in key else "worker_seen" if "/seen/" in key else None
         if op == "send_message_batch":
             url = kwargs.get("QueueUrl")
             return "worker_send" if url == self.dest_url else "worker_enqueue" if url == self.dispatch_url else None
@@ -803,6 +822,8 @@ class BucketLab:
                     self.restart_watch = None  # done before it could die: the next burst's task is tried
                 elif self.killing:
                     self._forget_deltas(task)
+                    position = self._position(task)
+                    self.restart_task, self.kill_place = task, position[1] if position is not None else (0, 0)
                 self.killing = False
             if watched:
                 self._judge_restart(task, before, done)
@@ -825,19 +846,24 @@ class BucketLab:
         return {**reply, "Body": _CostlyBody(reply["Body"], self)}
 
     def _position(self, task: DispatchTask) -> tuple[bool, tuple[int, int], tuple[int, int]] | None:
-        """The partition's progress (done, place) and its seen snapshot's place; None when its plan is gone."""
+        """The partition's progress (done, place) and the place its next worker restores what it met to (its seen
+        snapshot and deltas up to the progress, loaded as a worker loads them); None when its plan is gone.
+
+        Not the snapshot's own place: a snapshot past the progress (its worker died after writing it, before the
+        record) is not loaded, and the snapshot a restarted worker writes over it, behind it, is a step forward."""
         plan = self.plans.read_plan(task.bucket)
         if plan is None or plan.created_ms != task.plan_ms:
             return None
         progress = self.plans.read_progress(plan, task.partition).progress
-        seen = self.plans.read_seen(self.plans.seen_key(task.bucket, task.plan_ms, task.partition), MAX_SEEN_BYTES)
         place = (progress.object, progress.line) if progress is not None else (0, 0)
-        return (progress is not None and progress.done, place, seen.position if seen is not None else (0, 0))
+        restored = PartitionSeen(self.plans, plan, task.partition, Tally(WorkerResult)).restore(place)
+        return (progress is not None and progress.done, place, restored)
 
     def _judge_restart(
         self, task: DispatchTask, before: tuple[bool, tuple[int, int], tuple[int, int]] | None, done: WorkerResult
     ) -> None:
-        """An invocation of the killed partition: it must get further (its progress or its snapshot) or finish."""
+        """An invocation of the killed partition: it must get further (its progress, or where the next worker restores
+        to) or finish."""
         after = self._position(task)
         if before is None or after is None:
             self.restart_watch = None  # the plan is gone (finished, expired): nothing left to restart

@@ -23,13 +23,15 @@ from tests.reliability.bucketlab import (
 pytestmark = pytest.mark.moto
 
 
+@pytest.mark.timeout(1800)
 def test_the_tier_dying_at_every_step_loses_nothing_and_repeats_at_most_one_piece(moto_endpoint: str) -> None:
-    # one shuffled cycle over the 28 points (14 steps, before and after the request): ten of them on the burst path,
+    # one shuffled cycle over the 30 points (15 steps, before and after the request): twelve of them on the burst path,
     # where bursts are planned and sent in pieces by dispatch workers that stop at their deadline and go on; and the
     # 8 faults that are not crashes (#31): refused (AccessDenied, KMS) and throttled (503) destinations, a release cap
     # under a burst, an operator's cancel and reschedule racing the workers, a plan expired half sent, a worker killed
     # deep in a big partition whose restart must read again more than one invocation can
-    result = soak(moto_endpoint, crashes=len(POINTS) + len(EPISODES), seed=7, window=30, timeout=600)
+    # (timeout: wall seconds before it stops injecting; at load 22 the 38 took 688 s, so 600 stopped it at 21 crashes)
+    result = soak(moto_endpoint, crashes=len(POINTS) + len(EPISODES), seed=7, window=30, timeout=1500)
     assert result.injected_crashes == len(POINTS), result
     assert set(result.crashes_by_point) == set(POINTS), result.crashes_by_point
     assert result.faults == len(EPISODES) and set(result.faults_by_kind) == set(EPISODES), result.faults_by_kind
@@ -71,6 +73,31 @@ def test_a_worker_killed_deep_in_a_big_partition_restarts_under_its_deadline(mot
     assert "no_crash" not in result.duplicates_by_point, result.duplicates_by_point
     # the kill repeats at most the piece it had sent (fewer big bodies than the lab's bound of one piece)
     assert result.per_crash == [result.duplicates] and result.duplicates <= PIECE_BYTES // BIG_BODY + 1, result
+
+
+def test_a_restart_that_replaces_a_snapshot_past_its_progress_gets_further(moto_endpoint: str) -> None:
+    # the second kill dies at the partition's last record, after its done snapshot was written: the restarted worker
+    # rightly ignores that snapshot (past its progress) and writes its own behind it. The lab judged that invocation
+    # "without progress" (the snapshot's place went back); it counts where the next worker restores to (before: 1)
+    first = ["restart_big_piece", "before_worker_send", "restart_big_piece"]
+    result = soak(moto_endpoint, crashes=3, seed=1, window=20, timeout=600, first=first)
+    figures = f"{result.restart_runs} runs, {result.restart_stalled} without progress"
+    assert result.faults_by_kind.get("restart_big_piece") == 2 and result.restart_runs >= 2, figures
+    assert result.restart_stalled == 0, figures
+    assert result.lost == 0 and result.duplicates_per_crash_max <= result.piece_messages, result
+
+
+def test_a_plan_expired_after_a_restart_caught_up_repeats_nothing_and_stalls_nothing(moto_endpoint: str) -> None:
+    # the lab now expires a plan once the killed partition's workers caught up with its progress (a whole snapshot
+    # there). Before the worker read earlier plans' seen objects only until it kept a snapshot of its own, every
+    # invocation of the new plan read them all again; at one deadline step an object that filled invocation after
+    # invocation and none got further (seed 1 looped until its timeout)
+    first = ["restart_big_piece", "plan_expiry", "restart_big_piece"]
+    result = soak(moto_endpoint, crashes=3, seed=1, window=20, timeout=600, first=first)
+    figures = f"{result.restart_runs} runs, {result.restart_stalled} without progress, {result.inherited} inherited"
+    assert result.faults_by_kind.get("plan_expiry") == 1 and result.inherited > 0, figures
+    assert result.restart_stalled == 0, figures
+    assert result.lost == 0 and result.duplicates_per_crash_max <= result.piece_messages, result
 
 
 def test_the_lab_sees_an_early_dispatch_and_a_repeat(moto_endpoint: str) -> None:

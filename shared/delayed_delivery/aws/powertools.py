@@ -7,6 +7,8 @@ with short timeouts, and a table that cannot be read is logged and counted, neve
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,8 +24,10 @@ from .cancellations import DynamoDbCancellationStore
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["HandlerTools", "Invocation"]
+__all__ = ["LAMBDA_FUNCTION_ENV", "HandlerTools", "Invocation", "route_package_lines"]
 
+#: Set by the Lambda runtime in every function's environment: its presence means the handler runs in a Lambda.
+LAMBDA_FUNCTION_ENV = "AWS_LAMBDA_FUNCTION_NAME"
 #: ``invocation(event, context) -> response``
 Invocation = Callable[[Any, Any], dict[str, Any]]
 
@@ -39,7 +43,10 @@ class HandlerTools:
     @classmethod
     def for_service(cls, service: str, namespace: str) -> HandlerTools:
         """The three tools for ``service`` (logs, metrics and traces carry it), metrics in ``namespace``."""
-        return cls(Logger(service=service), Metrics(namespace=namespace, service=service), Tracer(service=service))
+        tools = cls(Logger(service=service), Metrics(namespace=namespace, service=service), Tracer(service=service))
+        if os.environ.get(LAMBDA_FUNCTION_ENV):
+            route_package_lines(tools.logger)
+        return tools
 
     def around(self, invocation: Invocation) -> Invocation:
         """``invocation`` with the Lambda context on each log line (state cleared per call), a trace segment
@@ -78,3 +85,14 @@ class HandlerTools:
             f"cancellation records: {operation} failed; messages go on as planned",
             extra={lf.CLOUD: "aws", lf.EVENT: lf.EVENT_CANCELLATION_UNAVAILABLE, lf.REASON: str(error)},
         )
+
+
+def route_package_lines(logger: Logger) -> None:
+    """The package's own log lines (``delayed_delivery.*``: standard-library loggers, such as the tier's "bucket
+    left for a later run" or the schedule timer's ``schedule_missed``) go out through ``logger``'s Powertools JSON
+    handler, their keys and the invocation's included, instead of the Lambda runtime's text format (level, time,
+    request id and message only: keys dropped). Done for the process, once its handler is built in a Lambda (one
+    handler per process there); levels are left as they are. Never done outside a Lambda (the demo and the local
+    functions run handlers in threads beside other loggers)."""
+    package = logging.getLogger("delayed_delivery")
+    package.handlers, package.propagate = [*logger.handlers], False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -65,6 +64,7 @@ def test_a_run_sends_and_emits_the_schedule_metrics(
     assert any(x.get("message") == "schedule timer run" for x in lines), lines
 
 
+@pytest.mark.usefixtures("in_a_lambda")
 def test_missed_occurrences_are_one_json_line_with_their_ids(
     schedule_db: DynamoDBClient, sqs: SQSClient, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -90,7 +90,6 @@ def test_missed_occurrences_are_one_json_line_with_their_ids(
     assert missed[0]["schedule_id"] == "down-3d" and missed[0]["count"] == 3
     assert missed[0]["occurrence_ids"] == [f"down-3d@2030-01-0{d}T08:00:00Z" for d in (5, 6, 7)]
     assert missed[0]["function_name"] == "schedule-timer"  # the invocation's keys, as on the handler's own lines
-    assert logging.getLogger("delayed_delivery").propagate  # the process's logging is left as it was
 
 
 def test_release_rates_without_a_table_is_one_clear_error() -> None:

@@ -37,6 +37,8 @@ class SlowReads:
     def __init__(self, client: Any, ticks: list[float]) -> None:
         self._client, self._ticks = client, ticks
         self.reads = 0
+        #: The invocation's timeout (the platform kills it there): a read that ends past it dies.
+        self.timeout = float("inf")
 
     def __getattr__(self, name: str) -> Any:
         real = getattr(self._client, name)
@@ -47,6 +49,8 @@ class SlowReads:
             if "/fine/" in str(kwargs.get("Key", "")) and "/plans/" not in str(kwargs.get("Key", "")):
                 self._ticks[0] += READ_SECONDS
                 self.reads += 1
+                if self._ticks[0] > self.timeout:
+                    raise Killed
             return real(**kwargs)
 
         return get
@@ -148,3 +152,113 @@ def test_a_worker_killed_mid_partition_is_followed_by_workers_that_each_make_pro
     assert len(seen) == 1
     done = decode_seen(s3.get_object(Bucket=tier_bucket, Key=seen[0])["Body"].read())
     assert done.done and len(done.entries) == OBJECTS * PER_OBJECT
+
+
+def test_a_chain_of_deltas_longer_than_an_invocation_is_loaded_over_several(
+    s3: Any, sqs: Any, tier_bucket: str
+) -> None:
+    # #31: a restarted worker loaded every delta after its snapshot before it looked at its deadline. Killed before
+    # its hand-over in invocation after invocation (an SQS brownout: each dies at its timeout), a partition's chain of
+    # deltas grows until loading it takes longer than an invocation; from then on every invocation died loading it and
+    # none got further. Here one kill, late in the partition, leaves the chain (9 deltas), and an invocation (the
+    # platform kills it at its timeout) has time for four object reads (20 s before the worker's 15 s margin).
+    tier = Tier(s3, sqs, tier_bucket)
+    _planned(tier)
+    ticks = [0.0]
+    slow = SlowReads(s3, ticks)
+    worker = _worker(tier, slow, ticks)
+    real_send = tier.flaky.send_message_batch
+    calls = [0]
+
+    def dies(**kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 110:
+            raise Killed
+        return real_send(**kwargs)
+
+    tier.flaky.send_message_batch = dies  # type: ignore[method-assign]
+    [task] = tier.queue.take()
+    with pytest.raises(Killed):
+        worker.run(task, deadline=ticks[0] + 10_000)
+    del tier.flaky.send_message_batch
+    plan = PlanStore(tier.store)
+    chain = [k for k in plan.seen_keys(fine(DUE, tier.settings)) if (name := seen_name(k)) and name.position]
+    assert len(chain) * READ_SECONDS > 35.0, f"{len(chain)} deltas: more than one invocation can load"
+    runs: list[WorkerResult | None] = []
+    while len(runs) < 40 and (runs == [] or tier.queue.tasks):
+        tier.clock.advance(200)  # a killed one's lease runs out; its task comes back
+        if not tier.queue.tasks:
+            tier.queue.send([task])
+        [task] = tier.queue.take()
+        slow.timeout = ticks[0] + 35.0
+        try:
+            runs.append(worker.run(task, deadline=slow.timeout))
+        except Killed:
+            runs.append(None)
+            tier.queue.send([task])
+    sent = tier.sent()
+    figures = f"{len(chain)} deltas; invocations: " + ", ".join(
+        "killed" if r is None else f"{r.deltas_read} deltas / {r.dispatched} sent" for r in runs
+    )
+    assert len(sent) == OBJECTS * PER_OBJECT and runs[-1] is not None and runs[-1].finished == 1, figures
+    assert None not in runs, f"no invocation outlived its timeout: {figures}"
+    piece = tier.settings.bucket_piece_bytes // encoded_line_bytes(burst(1, DUE)[0]) + 1
+    assert sum(sent.values()) - len(sent) <= piece, figures
+    assert sum(r.deltas_read for r in runs if r is not None) == len(chain), f"each delta loaded once: {figures}"
+
+
+class DiesAfterSnapshot(SlowReads):
+    """``SlowReads`` whose process dies at the progress record after the partition's last snapshot (done)."""
+
+    def __init__(self, client: Any, ticks: list[float]) -> None:
+        super().__init__(client, ticks)
+        self.armed = True
+        self.snapshot_written = False
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "put_object" or not self.armed:
+            return super().__getattr__(name)
+        real = getattr(self._client, name)
+
+        def put(**kwargs: Any) -> Any:
+            key = str(kwargs.get("Key", ""))
+            name_ = seen_name(key) if "/seen/" in key else None
+            if name_ is not None and name_.position is None and decode_seen(kwargs["Body"]).done:
+                self.snapshot_written = True
+            elif "/plans/" in key and self.snapshot_written:
+                self.armed = False
+                raise Killed  # the snapshot is on S3, the record that names its piece is not
+            return real(**kwargs)
+
+        return put
+
+
+def test_a_worker_killed_between_its_snapshot_and_its_record_repeats_nothing(
+    s3: Any, sqs: Any, tier_bucket: str
+) -> None:
+    # #31 (the crash lab's new point after the seen write): a worker sent the partition's last piece, wrote its whole
+    # snapshot (done) and died before the progress record. The snapshot is past the progress, and the next worker
+    # left it out: it sent that piece again and rebuilt what was met from the deltas alone, which skip the pieces
+    # that ended at a hand-over. Everything in a snapshot was handed on before it was written: it is loaded.
+    tier = Tier(s3, sqs, tier_bucket)
+    _planned(tier)
+    ticks = [0.0]
+    dies = DiesAfterSnapshot(s3, ticks)
+    worker = _worker(tier, dies, ticks)
+    runs: list[WorkerResult] = []
+    killed = 0
+    while tier.queue.tasks and len(runs) < 12:
+        [task] = tier.queue.take()
+        try:
+            runs.append(worker.run(task, deadline=ticks[0] + INVOCATION_SECONDS))
+        except Killed:
+            killed += 1
+            tier.queue.send([task])
+        tier.clock.advance(INVOCATION_SECONDS)
+    sent = tier.sent()
+    figures = f"{killed} killed; {sum(sent.values()) - len(sent)} sent twice; invocations: " + ", ".join(
+        f"{r.dispatched} sent / {r.lines_reread} read again / {r.duplicates_skipped} skipped" for r in runs
+    )
+    assert killed == 1 and len(sent) == OBJECTS * PER_OBJECT and runs[-1].finished == 1, figures
+    assert max(sent.values()) == 1, figures
+    assert sum(r.lines_reread for r in runs) == 0, figures

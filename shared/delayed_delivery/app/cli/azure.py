@@ -145,7 +145,7 @@ def dispatch(
 
     try:
         host = AzureDispatcherHost(_config(connection, endpoint, local))
-        materialized: dict[str, int] | None = None
+        materialized: dict[str, float] | None = None
         if schedules:
             from delayed_delivery.azure.schedules.timer import timer_for_host
 

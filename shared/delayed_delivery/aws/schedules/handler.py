@@ -9,10 +9,8 @@ benchmarks build it with their own clients and clock. Metrics (EMF, namespace ``
 
 from __future__ import annotations
 
-import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -84,8 +82,7 @@ def build_schedule_timer_handler(
         timer = ScheduleTimer(store, sender, clock, lead_seconds=config.lead_seconds,
                               shard_threads=config.shard_threads, owner=owner)  # fmt: skip
         try:
-            with _package_lines_as_json(logger):
-                result = timer.run(invocation_deadline(context))
+            result = timer.run(invocation_deadline(context))
         except Exception as exc:  # never out of the handler: the next run starts over (passes replay)
             metrics.add_metric(name="ScheduleTimerFailures", unit=MetricUnit.Count, value=1)
             logger.exception(
@@ -102,17 +99,3 @@ def build_schedule_timer_handler(
         return {"ok": True, **summary}
 
     return entrypoint
-
-
-@contextmanager
-def _package_lines_as_json(logger: Any) -> Iterator[None]:
-    """For one invocation, the package's own log lines (``delayed_delivery.*``, standard-library loggers: the timer's
-    ``schedule_missed`` with its ids) go out through Powertools' JSON handler, keys included, instead of the Lambda
-    runtime's text format (level, time, request id and message only); their levels are left as they are."""
-    package = logging.getLogger("delayed_delivery")
-    saved = (package.handlers[:], package.propagate)
-    package.handlers, package.propagate = [*logger.handlers], False
-    try:
-        yield
-    finally:
-        package.handlers, package.propagate = saved

@@ -214,7 +214,7 @@ class _Run:
         self.seen = self.kept.seen
         self.partition = task.partition
         self.lines_read = 0
-        #: Where the snapshot this run started from was taken.
+        #: Where the whole snapshot on S3 stands (a hand-over while restoring writes one only past it).
         self.restored = (0, 0)
 
     def go(self) -> None:
@@ -279,10 +279,24 @@ class _Run:
     def _restore(self, last_object: int, last_line: int) -> bool:
         """Meet again what the partition met before its progress (read, not sent), so no message is sent twice: what
         earlier plans of the bucket handed on, this partition's snapshot and deltas, then the lines after the last of
-        them. False when the deadline came first (the place reached is kept as a snapshot, the partition let go)."""
+        them; kept as a whole snapshot when that took more than the snapshot. False when the deadline came first (the
+        place reached is kept as a snapshot, the partition let go)."""
         last = (last_object, last_line)
-        self.restored = self.kept.restore(last)
-        return self._rebuild(self.restored, last)
+        kept = self.kept
+        start = kept.restore(last, lambda: self.worker.time_left(self.deadline))
+        self.restored = kept.base
+        if kept.cut:  # the deadline came while loading deltas: keep what they hold as a snapshot, let go
+            return self._hand_over_restoring(start)
+        if not self._rebuild(start, last):
+            return False
+        if self.restored < last:
+            # Caught up by deltas or lines read again: all of it in one snapshot before anything is sent. The next
+            # restart reads one object, not the chain again (a kill in every invocation, a brownout, would make it
+            # longer each time until loading it took a whole invocation); and a partition under way before the
+            # workers wrote deltas is covered from here, should its plan be lost.
+            kept.snapshot(last, done=False)
+            self.restored = last
+        return True
 
     def _rebuild(self, start: tuple[int, int], last: tuple[int, int]) -> bool:
         """Meet again the partition's lines from ``start`` up to ``last`` (read, not sent), stopping for the deadline:

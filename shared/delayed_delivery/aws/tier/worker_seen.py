@@ -11,6 +11,7 @@ deltas, so a kill followed by a lost plan repeats at most the piece in hand. The
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ...timebuckets.apply import Seen
@@ -34,23 +35,37 @@ class PartitionSeen:
         self.partition = partition
         self.tally = tally
         self.seen = Seen()
+        #: After ``restore``: where the whole snapshot it loaded stands, how many deltas it loaded after it, and
+        #: whether the deadline stopped it before the last of them.
+        self.base = (0, 0)
+        self.deltas_loaded = 0
+        self.cut = False
 
-    def restore(self, last: tuple[int, int]) -> tuple[int, int]:
-        """Meet what earlier plans of the bucket handed on and what this partition kept up to ``last`` (its progress);
-        the point up to which that is known (the lines after it must be read again)."""
+    def restore(self, last: tuple[int, int], time_left: Callable[[], bool] = lambda: True) -> tuple[int, int]:
+        """Meet what this partition kept up to ``last`` (its progress) and what earlier plans of the bucket handed on;
+        the point up to which that is known (the lines after it must be read again). ``time_left`` is asked before
+        each delta but the first: when it says no, the deltas after stay unread (``cut``).
+
+        Earlier plans' objects are read only while this partition has kept no snapshot: its snapshot holds what they
+        handed on (a worker writes it from everything it met, inherited too), so an invocation does not read them
+        all again (in the crash lab, that alone filled invocation after invocation)."""
         plan = self.plan
+        self.base, self.deltas_loaded, self.cut = (0, 0), 0, False
         chains: dict[tuple[int, int], _Chain] = {}
         for key in self.plans.seen_keys(plan.bucket):
             name = seen_name(key)
             if name is not None:
                 chains.setdefault((name.plan_ms, name.partition), []).append((name.position, key))
-        start = (0, 0)
-        for (plan_ms, partition), keys in chains.items():
-            if plan_ms != plan.created_ms:
-                self._inherit(keys)  # a plan of this bucket before this one (lost, or expired): what it handed on
-            elif partition == self.partition and last != (0, 0):
-                start = self._restore_own(keys, last)
-        return start
+        own = chains.get((plan.created_ms, self.partition), [])
+        snapshot = self._own_snapshot(own)
+        if snapshot is None:
+            for (plan_ms, _), keys in chains.items():
+                if plan_ms != plan.created_ms:
+                    self._inherit(keys)  # a plan of this bucket before this one (lost, or expired): what it handed on
+        else:
+            self.seen.load(snapshot.entries)
+            self.base = snapshot.position
+        return self._load_deltas(own, last, time_left)
 
     def snapshot(self, position: tuple[int, int], *, done: bool) -> None:
         """Keep everything met up to ``position`` (written before the progress that names it)."""
@@ -89,20 +104,34 @@ class PartitionSeen:
             plan.partitions,
         )
 
-    def _restore_own(self, keys: _Chain, last: tuple[int, int]) -> tuple[int, int]:
-        """Load this partition's snapshot, then its deltas in order up to ``last`` (the first unreadable one ends it:
-        the lines after it are read again); where the lines must be read again from."""
-        start = (0, 0)
+    def _own_snapshot(self, keys: _Chain) -> SeenSnapshot | None:
+        """This partition's whole snapshot, wherever it was taken.
+
+        One past the progress was written by a worker that died, or lost the partition, after a piece's sends and
+        before the record that names it. It is loaded all the same: a snapshot is written only once everything in it
+        was handed on (sent, written back, held, to the error queue), and it holds everything met before it (it
+        replaced the one before). Left out, the piece it ends with was sent again, and what was met before it was
+        rebuilt from the deltas alone, which do not cover the pieces that ended at a hand-over: a later copy of a
+        message met in one of those, or a later plan of the bucket, sent it again."""
         for position, key in keys:
             snapshot = self._read(key, delta=False) if position is None else None
-            if snapshot is not None and self._ours(snapshot) and snapshot.position <= last:
-                self.seen.load(snapshot.entries)
-                start = snapshot.position
+            if snapshot is not None and self._ours(snapshot):
+                return snapshot
+        return None
+
+    def _load_deltas(self, keys: _Chain, last: tuple[int, int], time_left: Callable[[], bool]) -> tuple[int, int]:
+        """Load this partition's deltas after its snapshot in order up to ``last`` while ``time_left`` (the first
+        unreadable one ends it: the lines after it are read again); where the lines must be read again from."""
+        start = self.base
         for position, key in sorted((p, k) for p, k in keys if p is not None and start < p <= last):
+            if self.deltas_loaded and not time_left():  # at least one each invocation: it gets further
+                self.cut = True
+                break
             delta = self._read(key, delta=True)
             if delta is None or not self._ours(delta) or delta.position != position:
                 break
             self.seen.load(delta.entries)
+            self.deltas_loaded += 1
             start = position
         return start
 

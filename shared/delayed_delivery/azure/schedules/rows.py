@@ -8,7 +8,9 @@ shard being the first 4 bytes of SHA-256 of its id modulo 16. A partition holds 
   a key): ``Format`` (1), ``Version`` (Int64), ``Definition`` (the definition's JSON document), ``Destination``,
   ``Headers`` (JSON), ``BodyChunks`` and ``Body00``… (binary, at most 64 KiB each), ``State`` (``active`` or
   ``paused``), the instants ``Cursor``, ``NextAt``, ``PausedAt``, ``LastFired`` (20-digit UTC
-  ``YYYYMMDDhhmmssffffff``, "" for none) and the counters ``Fired``, ``Missed``, ``SkippedPaused`` (Int64);
+  ``YYYYMMDDhhmmssffffff``, "" for none), the counters ``Fired``, ``Missed``, ``SkippedPaused`` (Int64) and
+  ``SkippedReported`` (Int64: how much of ``SkippedPaused`` a timer run has reported as its ``skipped_paused``
+  metric; a row written before it had none reads as all reported);
 * its due row while it is active and has a next occurrence, ``RowKey = "n_" + NextAt + "_" + schedule id``:
   ``ScheduleId`` and ``Version``. "Everything due by T" is the key range ``"n_" <= RowKey < "n_" + key(T + 1 µs)``
   inside each partition, so a pass reads only what is due.
@@ -54,6 +56,7 @@ __all__ = [
     "number",
     "partition_key",
     "partition_of",
+    "reported_of",
     "row_key",
     "schedule_entity",
     "schedule_of",
@@ -112,8 +115,8 @@ def _instant(value: datetime | None) -> str:
     return "" if value is None else due_key(value)
 
 
-def schedule_entity(schedule: Schedule) -> dict[str, Any]:
-    """The schedule's row."""
+def schedule_entity(schedule: Schedule, skipped_reported: int | None = None) -> dict[str, Any]:
+    """The schedule's row (``skipped_reported``: None for all of ``skipped_paused``)."""
     t = schedule.template
     chunks = [t.body[i : i + CHUNK_BYTES] for i in range(0, len(t.body), CHUNK_BYTES)]
     entity: dict[str, Any] = {
@@ -133,6 +136,8 @@ def schedule_entity(schedule: Schedule) -> dict[str, Any]:
         entity[prop] = _instant(getattr(schedule, name))
     for prop, name in _COUNTERS.items():
         entity[prop] = _int64(getattr(schedule, name))
+    reported = schedule.skipped_paused if skipped_reported is None else skipped_reported
+    entity["SkippedReported"] = _int64(min(max(0, reported), schedule.skipped_paused))
     return entity
 
 
@@ -205,6 +210,14 @@ def _read(entity: Mapping[str, Any]) -> Schedule:
         state=ScheduleState(_text(entity, "State", 10)),
         **values,
     )
+
+
+def reported_of(entity: Mapping[str, Any]) -> int:
+    """How much of the row's ``SkippedPaused`` a timer has reported (none recorded, or unreadable: all of it)."""
+    skipped, reported = number(entity.get("SkippedPaused")), number(entity.get("SkippedReported"))
+    if not is_whole(skipped, 0, _MAX_COUNT):
+        return 0
+    return reported if is_whole(reported, 0, skipped) else skipped
 
 
 def number(value: Any) -> Any:

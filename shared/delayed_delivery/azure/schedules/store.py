@@ -6,6 +6,10 @@ write on ``version`` either moves both or neither, and two writers that read one
 ``due`` reads the due rows' key ranges (only what is due), then each schedule's row; a due row whose schedule moved on
 meanwhile is passed over (the row read is what counts). A row that cannot be read is logged and passed over by
 ``due`` and ``list`` (never a crash of a pass), and refused in one line by ``get``.
+
+A resume counts its paused span in ``SkippedPaused``; the timer's view (``reports_skipped``) reports it once: its
+cursor write sets ``SkippedReported`` to ``SkippedPaused`` and, once the write landed, adds the difference to
+``skipped_reported`` (the run's ``skipped_paused`` metric, as the AWS timer's). Every other write keeps the value.
 """
 
 from __future__ import annotations
@@ -43,20 +47,25 @@ _Op = tuple[str, dict[str, Any], dict[str, Any]]
 class TableScheduleStore(ScheduleStore):
     """Schedules in one Azure table; ``shards`` restricts ``due`` to some partitions (one timer's leased shard)."""
 
-    def __init__(self, table: TableClient, *, shards: Iterable[int] | None = None) -> None:
+    def __init__(
+        self, table: TableClient, *, shards: Iterable[int] | None = None, reports_skipped: bool = False
+    ) -> None:
         validate_azure_table_name(table.table_name)
         self.table = table
         owned = tuple(range(rows.SHARDS)) if shards is None else tuple(sorted(set(shards)))
         if not owned or any(not 0 <= s < rows.SHARDS for s in owned):
             raise ConfigurationError(f"schedule shards must be a non-empty subset of 0..{rows.SHARDS - 1}")
         self.shards = owned
-        #: What this store last read of each schedule, by id: ``(version, ETag, due row key)``. A conditional write
-        #: after a read of that version uses it instead of reading the row again (a pass's second read).
-        self._etags: dict[str, tuple[int, str, str | None]] = {}
+        #: What this store last read of each schedule, by id: ``(version, ETag, due row key, SkippedReported)``. A
+        #: conditional write after a read of that version uses it instead of reading the row again (a pass's second).
+        self._etags: dict[str, tuple[int, str, str | None, int]] = {}
+        self.reports_skipped = reports_skipped
+        #: Occurrences skipped while paused that this view's writes reported (``reports_skipped`` only).
+        self.skipped_reported = 0
 
-    def for_shards(self, shards: Iterable[int]) -> TableScheduleStore:
+    def for_shards(self, shards: Iterable[int], *, reports_skipped: bool = False) -> TableScheduleStore:
         """A view whose ``due`` reads only ``shards`` (what a timer holding their leases materializes)."""
-        return TableScheduleStore(self.table, shards=shards)
+        return TableScheduleStore(self.table, shards=shards, reports_skipped=reports_skipped)
 
     def setup_infrastructure(self) -> None:
         """Create the table if missing (a 403: provisioned by infrastructure code, fine)."""
@@ -93,7 +102,7 @@ class TableScheduleStore(ScheduleStore):
         if len(self._etags) >= _REMEMBERED:
             self._etags.clear()
         if isinstance(etag, str) and etag:
-            self._etags[schedule_id] = (schedule.version, etag, rows.due_row_key(schedule))
+            self._etags[schedule_id] = (schedule.version, etag, rows.due_row_key(schedule), rows.reported_of(found))
         return schedule
 
     def replace(self, schedule: Schedule, expected_version: int) -> bool:
@@ -106,13 +115,15 @@ class TableScheduleStore(ScheduleStore):
         known = self._etags.pop(sid, None)
         if known is not None and known[0] == expected_version:
             # read at this version by this store: its row's ETag and due row key follow from what was read
-            etag, old = known[1], known[2]
+            etag, old, reported = known[1], known[2], known[3]
         else:
             entity = self._read(sid)
             if entity is None or rows.number(entity.get("Version")) != expected_version:
                 return False
-            etag, old = str(entity.metadata["etag"]), _stored_due_key(entity)
-        ops: list[_Op] = [("update", rows.schedule_entity(schedule), _if_match(etag, UpdateMode.REPLACE))]
+            etag, old, reported = str(entity.metadata["etag"]), _stored_due_key(entity), rows.reported_of(entity)
+        now_reported = schedule.skipped_paused if self.reports_skipped else reported
+        row = rows.schedule_entity(schedule, now_reported)
+        ops: list[_Op] = [("update", row, _if_match(etag, UpdateMode.REPLACE))]
         new = rows.due_entity(schedule)
         if old is not None and (new is None or new["RowKey"] != old):
             ops.append(("delete", {"PartitionKey": rows.partition_of(sid), "RowKey": old}, {}))
@@ -126,6 +137,8 @@ class TableScheduleStore(ScheduleStore):
             raise translate(exc, what) from exc
         except AzureError as exc:
             raise translate(exc, what) from exc
+        if self.reports_skipped:
+            self.skipped_reported += max(0, schedule.skipped_paused - reported)
         return True
 
     def due(self, horizon: datetime, limit: int) -> Sequence[Schedule]:

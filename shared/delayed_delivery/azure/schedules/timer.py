@@ -12,6 +12,11 @@ killed between the two leaves the cursor where it was: the next pass plans the s
 a no-op whether each is still pending or was sent in between. Two timers never work on a shard together while the
 lease holds; a holder that lost it stops before its next schedule, and a frozen one that wakes past its lease finds
 the markers too and loses its cursor write. Each run sweeps the expired markers of one delays-table partition.
+
+Metrics, as the AWS timer's: besides the counts, ``lateness`` (the most an occurrence written this run was late: the
+time its row was written past its fire time, 0 when written ahead; an occurrence written again after a kill counts
+from the second write) and ``skipped_paused`` (the occurrences a resume counted skipped while paused, reported by the
+run that next moves the schedule's cursor, once).
 """
 
 from __future__ import annotations
@@ -21,14 +26,16 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics
 
 from ... import logfields as lf
 from ...clock import Clock, SystemClock
+from ...model import DelayedMessage
 from ...schedules.materializer import Materializer, MaterializeReport
-from ...schedules.ports import MessageWriter
+from ...schedules.ports import MessageCanceller, MessageWriter, OccurrenceSink
 from ..blob_lease import BlobLease
 from . import rows
 from .config import AzureScheduleConfig
@@ -66,7 +73,10 @@ class ScheduleRun:
     lost_races: int = 0
     failures: int = 0
     dst_adjusted: int = 0
+    skipped_paused: int = 0
     markers_swept: int = 0
+    #: The most an occurrence written was late (seconds; 0 when none was).
+    lateness_max_seconds: float = 0.0
     ids: list[str] = field(default_factory=list)
 
     def add(self, report: MaterializeReport) -> None:
@@ -84,28 +94,34 @@ class ScheduleRun:
     def merge(self, other: ScheduleRun) -> None:
         """Add another shard's run."""
         for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            setattr(self, f.name, max(mine, theirs) if f.name.endswith("_max_seconds") else mine + theirs)
 
-    def summary(self) -> dict[str, int]:
+    def summary(self) -> dict[str, float]:
         """The counts (for the log line and the metrics)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "ids"}
 
 
 class ScheduleMetrics:
-    """OpenTelemetry counters of the schedule timer (Application Insights customMetrics)."""
+    """OpenTelemetry metrics of the schedule timer (Application Insights customMetrics): counters, and
+    ``delayed_delivery.schedule.lateness`` (histogram, seconds: each run's ``lateness_max_seconds``)."""
+
+    COUNTERS = ("fired", "fired_late", "missed", "skipped_paused", "dst_adjusted", "failures", "shards_skipped_leased")
 
     def __init__(self, meter_provider: metrics.MeterProvider | None = None) -> None:
         meter = (meter_provider or metrics.get_meter_provider()).get_meter("delayed_delivery")
         self.counters = {
             name: meter.create_counter(f"delayed_delivery.schedule.{name}", unit="{occurrence}")
-            for name in ("fired", "fired_late", "missed", "dst_adjusted", "failures", "shards_skipped_leased")
+            for name in self.COUNTERS
         }
+        self.lateness = meter.create_histogram("delayed_delivery.schedule.lateness", unit="s")
 
     def record(self, run: ScheduleRun) -> None:
-        """Add one run's counts."""
+        """Add one run's counts and its lateness."""
         summary = run.summary()
         for name, counter in self.counters.items():
-            counter.add(summary[name])
+            counter.add(int(summary[name]))
+        self.lateness.record(run.lateness_max_seconds)
 
 
 class AzureScheduleTimer:
@@ -148,10 +164,11 @@ class AzureScheduleTimer:
                          blob_name=schedule_lease_name(shard))  # fmt: skip
 
     def materializer(self, shard: int) -> Materializer:
-        """The core materializer over one shard's schedules."""
+        """The core materializer over one shard's schedules (the view reports resumed spans, the writer notes
+        lateness: ``_counted``)."""
         return Materializer(
-            self.schedules.for_shards([shard]),
-            self.messages,
+            self.schedules.for_shards([shard], reports_skipped=True),
+            _Noting(self.messages, self.clock),
             clock=self.clock,
             lead_seconds=self.lead_seconds,
             schedules_per_pass=self.schedules_per_pass,
@@ -188,6 +205,7 @@ class AzureScheduleTimer:
             while True:
                 report = materializer.run_once(self.clock.now(), keep_going=lease.keep_going)
                 result.add(report)
+                _counted(materializer, report, result)
                 if report.stopped:
                     result.shards_stopped += 1
                     return result
@@ -199,6 +217,45 @@ class AzureScheduleTimer:
             return _shard_failed(result, shard, exc)
         finally:
             lease.release()
+
+
+class _Noting:
+    """The timer's writer: writes through ``inner`` and notes how late each occurrence was written (seconds)."""
+
+    def __init__(self, inner: MessageWriter, clock: Clock) -> None:
+        self.inner = inner
+        self.clock = clock
+        self.late: dict[str, float] = {}
+        #: Where the materializer cancels what a lost cursor write left (as it finds it on ``inner``).
+        self.store_port = inner if isinstance(inner, MessageCanceller) else getattr(inner, "store_port", None)
+
+    def store(self, message: DelayedMessage) -> None:
+        """Keep ``message`` (through ``inner``)."""
+        self.inner.store(message)
+        self._note(message)
+
+    def store_occurrence(self, message: DelayedMessage, keep_until: datetime) -> None:
+        """Keep the occurrence once (``inner``'s markers, or its id rule when it keeps none)."""
+        if isinstance(self.inner, OccurrenceSink):
+            self.inner.store_occurrence(message, keep_until)
+        else:
+            self.inner.store(message)
+        self._note(message)
+
+    def _note(self, message: DelayedMessage) -> None:
+        self.late[message.message_id] = max(0.0, (self.clock.now() - message.due_at).total_seconds())
+
+
+def _counted(materializer: Materializer, report: MaterializeReport, result: ScheduleRun) -> None:
+    """Add a pass's lateness (of the occurrences whose cursor write landed) and the resumed spans it reported."""
+    writer, view = materializer.messages, materializer.schedules
+    if isinstance(writer, _Noting):
+        late = [writer.late[i] for i in report.ids if i in writer.late]
+        result.lateness_max_seconds = max([result.lateness_max_seconds, *late])
+        writer.late.clear()
+    if isinstance(view, TableScheduleStore):
+        result.skipped_paused += view.skipped_reported
+        view.skipped_reported = 0
 
 
 def _shard_failed(result: ScheduleRun, shard: int, exc: Exception) -> ScheduleRun:
