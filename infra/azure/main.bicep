@@ -78,6 +78,10 @@ param releaseLagAlertSeconds int = 300
 @minValue(1)
 param runOverrunAlertSeconds int = 5
 
+@description('Alert when placing ahead ends a timer run this many seconds inside its lead (placeAheadSeconds) with rows left to place: a backlog that, at the lead, is sent late from the due second.')
+@minValue(1)
+param placementLagAlertSeconds int = 3600
+
 @description('Action group (resource id) every alert notifies. Empty: the alerts are created and show in the portal, but notify no one.')
 param alertActionGroupId string = ''
 
@@ -207,6 +211,7 @@ module operations 'modules/operations.bicep' = {
     oldestOverdueSeconds: oldestOverdueAlertSeconds
     releaseLagSeconds: releaseLagAlertSeconds
     runOverrunSeconds: runOverrunAlertSeconds
+    placementLagSeconds: placementLagAlertSeconds
   }
 }
 

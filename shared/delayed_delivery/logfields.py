@@ -56,6 +56,10 @@ EVENT_TIMER_RUN = "timer_run"
 EVENT_REMOVAL_FAILED = "removal_failed"
 EVENT_PLACE_NOT_WITHDRAWN = "place_not_withdrawn"
 OVERRUN_S = "overrun_s"
+#: A placer's run that ended with rows of its lead still unplaced (``BEHIND_S``: how far inside the lead the earliest
+#: of them is due; 0 when it caught up).
+EVENT_PLACEMENT_LAG = "placement_lag"
+BEHIND_S = "behind_s"
 EVENT_SCHEDULE_RACE_LOST = "schedule_race_lost"
 EVENT_SCHEDULE_FAILED = "schedule_failed"
 #: ``long_delay_route = auto`` chose the time-bucket tier, which is not deployed: the message took the FIFO route.

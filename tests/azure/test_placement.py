@@ -159,13 +159,19 @@ def _placer(
     )
 
 
-def test_a_placement_whose_row_changed_is_withdrawn_and_a_failed_put_gives_the_row_back(
-    azurite: Azurite, queues: QueueServiceClient, queue: str
-) -> None:
+def _stored(azurite: Azurite, queue: str, count: int) -> tuple[TableDelayedMessageStore, datetime]:
+    """A fresh table holding ``count`` messages ``m-0``… for ``queue``, all due in 300 s; and that due time."""
     store = TableDelayedMessageStore.from_connection_string(azurite.connection_string, new_name())
     store.setup_infrastructure()
     due = datetime.now(UTC) + timedelta(seconds=300)
-    store.store_many([DelayedMessage(f"m-{i}", queue, b"x", due) for i in range(3)])
+    store.store_many([DelayedMessage(f"m-{i}", queue, b"x", due) for i in range(count)])
+    return store, due
+
+
+def test_a_placement_whose_row_changed_is_withdrawn_and_a_failed_put_gives_the_row_back(
+    azurite: Azurite, queues: QueueServiceClient, queue: str
+) -> None:
+    store, due = _stored(azurite, queue, 3)
 
     def rival(message: DelayedMessage) -> None:  # the claim is lost: another writer changes the row
         if message.message_id == "m-1":
@@ -236,3 +242,70 @@ def test_a_placer_killed_between_its_puts_and_their_record_repeats_only_those_an
     # only messages put before the crash arrive twice, the one it died on among them; a put that finished early
     # enough may have had its record written before the placer died (seen under load: m-0 of 14 put), and is not
     assert put_before_crash[4] in twice and twice <= set(put_before_crash), (sorted(twice), put_before_crash)
+
+
+def test_a_record_whose_answer_was_lost_keeps_its_placement_on_the_queue(
+    azurite: Azurite, queues: QueueServiceClient, queue: str
+) -> None:
+    # the crash lab's find (azurecrashlab, seed 2): the record transaction took effect and its answer was lost (a reset
+    # or read timeout after the service applied it); the retry then failed its ETag condition (412: the first attempt
+    # had changed the row), the placer took the rows for lost claims and deleted their messages from the queue while
+    # the rows stayed marked placed, so the sweep deleted them after their due time and nothing was ever delivered
+    store, due = _stored(azurite, queue, 3)
+    placer = _placer(store, _Transport(queues))
+    real = placer.rows.commit_each
+    answers: list[str] = []
+
+    def answer_lost_once(pk: str, changes: Any) -> list[bool]:
+        done = real(pk, changes)
+        if not answers:
+            answers.append("lost")
+            raise TransientError("the connection was reset after the service took the transaction")
+        return done
+
+    placer.rows.commit_each = answer_lost_once  # type: ignore[method-assign]
+    report = PlacementReport()
+    with ThreadPoolExecutor(2) as pool:
+        placer.place_batch(pool, lambda: True, report)
+    assert answers == ["lost"]
+    props = queues.get_queue_client(queue).get_queue_properties()
+    assert props.approximate_message_count == 3, f"placed messages withdrawn: {report}"
+    assert (report.placed, report.revoked) == (3, 0), report
+    for i in range(3):
+        row = store.table.get_entity(rows.partition_key(0), rows.due_row_key(due, f"m-{i}"))
+        assert row["AvailableAt"] == rows.PLACED_KEY and row.get(rows.QUEUE_MESSAGE_ID), row
+
+
+class _Counting(StorageQueueTransport):
+    """The real transport, counting its puts."""
+
+    def __init__(self, queues: QueueServiceClient) -> None:
+        super().__init__(queues, route="table")
+        self.puts = 0
+
+    def place(self, message: DelayedMessage, visibility_timeout: int, **kw: Any) -> tuple[str, str]:
+        self.puts += 1
+        return super().place(message, visibility_timeout, **kw)
+
+
+def test_a_placer_that_ends_its_run_with_a_backlog_reports_how_far_inside_its_lead_it_is(
+    azurite: Azurite, queues: QueueServiceClient, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the placement-lag alert's figure: a run that ends before its placer caught up logs how far inside the lead the
+    # earliest row still unplaced is due (here 600 s lead, rows due in 300 s: about 300 s behind); caught up, 0
+    store, _ = _stored(azurite, queue, 30)
+    transport = _Counting(queues)
+    placer = Placer(
+        store.table, 1, 0, transport, DestinationPolicy("error"), lead=600.0, clock=SystemClock(),
+        claim_timeout=30.0, concurrency=4, batch=10,
+    )  # fmt: skip
+    with caplog.at_level("INFO", logger="delayed_delivery.azure.placement"):
+        report = placer.run(lambda: transport.puts < 10, every=0.1)  # the run ends within the first batch
+    assert report.placed == 10, report
+    assert 250 <= report.behind_s <= 310, report
+    lines = [r for r in caplog.records if getattr(r, "event", None) == "placement_lag"]
+    assert [getattr(r, "behind_s", None) for r in lines] == [round(report.behind_s, 1)], lines
+    with ThreadPoolExecutor(4) as pool:
+        while placer.place_batch(pool, lambda: True, PlacementReport()):
+            pass
+    assert transport.puts == 30 and placer.behind() == 0.0, "caught up: nothing of the lead left unplaced"

@@ -40,8 +40,10 @@ def _listing(names: list[str], disabled: str | None = None) -> list[dict[str, An
 def test_verify_checks_every_rule_the_bicep_deploys() -> None:
     """Before (issue 32): 6 checked, 7 deployed (release-lag never checked); schedule-missed and schedule-failures
     came with #35; the burst path's run-overrun, removal-failures and placement-not-withdrawn with #34."""
-    assert {"run-overrun", "removal-failures", "placement-not-withdrawn", "schedule-failures"} <= set(_bicep_rules())
-    assert len(_bicep_rules()) == len(ALERT_RULES) == 12 and sorted(ALERT_RULES) == sorted(_bicep_rules())
+    assert {"run-overrun", "removal-failures", "placement-not-withdrawn", "placement-lag", "schedule-failures"} <= set(
+        _bicep_rules()
+    )
+    assert len(_bicep_rules()) == len(ALERT_RULES) == 13 and sorted(ALERT_RULES) == sorted(_bicep_rules())
 
 
 def test_every_rule_present_and_enabled_passes() -> None:

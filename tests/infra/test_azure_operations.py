@@ -41,6 +41,7 @@ EVENTS = {
     lf.EVENT_TIMER_RUN,  # azure/runner.py, at the end of each timer run (with overrun_s)
     lf.EVENT_REMOVAL_FAILED,  # azure/table_store.py, a removal given up after its retries
     lf.EVENT_PLACE_NOT_WITHDRAWN,  # azure/placement.py, a placed copy that could not be withdrawn
+    lf.EVENT_PLACEMENT_LAG,  # azure/placement.py, a placer's run end (with behind_s)
     lf.EVENT_SCHEDULE_FAILED,  # schedules/materializer.py and azure/schedules/timer.py, a schedule or shard failed
 }
 RULES = {
@@ -55,6 +56,7 @@ RULES = {
     "run-overrun",
     "removal-failures",
     "placement-not-withdrawn",
+    "placement-lag",
     "schedule-failures",
 }
 
@@ -84,7 +86,7 @@ def test_every_loaded_file_exists() -> None:
         base = (INFRA / module).parent
         for path in loaded_files(source(module)):
             assert (base / path).is_file(), f"{module} loads {path}, which does not exist"
-    assert len(loaded_files(source("modules/operations.bicep"))) == 22  # 9 workbook + 12 alert queries + workbook
+    assert len(loaded_files(source("modules/operations.bicep"))) == 23  # 9 workbook + 13 alert queries + workbook
 
 
 def test_main_passes_the_operations_parameters() -> None:

@@ -21,6 +21,8 @@ param oldestOverdueSeconds int
 param releaseLagSeconds int
 @description('Alert when a timer run lasted more than this (seconds) beyond its budget (the next run is late).')
 param runOverrunSeconds int
+@description('Alert when placement ends a run this far (seconds) inside its lead: rows near the end of it go out late.')
+param placementLagSeconds int
 
 resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: appInsightsName
@@ -86,6 +88,17 @@ var rules = [
     metricMeasureColumn: 'overrun_s'
     operator: 'GreaterThan'
     threshold: runOverrunSeconds
+    minutes: 15
+  }
+  {
+    name: 'placement-lag'
+    description: 'Placement ended a run ${placementLagSeconds} s or more inside its lead (placeAheadSeconds): rows it has not reached by their due time are sent from then, late.'
+    severity: 2
+    query: loadTextContent('../queries/alert_placement_lag.kql')
+    timeAggregation: 'Maximum'
+    metricMeasureColumn: 'behind_s'
+    operator: 'GreaterThan'
+    threshold: placementLagSeconds
     minutes: 15
   }
   {

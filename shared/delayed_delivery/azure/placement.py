@@ -68,13 +68,16 @@ class PlacementReport:
     given_back: int = 0
     revoked: int = 0
     swept: int = 0
+    #: How far inside the lead (seconds) the earliest row still unplaced was due when the run ended (0: caught up).
+    behind_s: float = 0.0
 
     def merge(self, other: PlacementReport) -> None:
-        """Add ``other``'s counts."""
+        """Add ``other``'s counts (the larger lag)."""
         self.placed += other.placed
         self.given_back += other.given_back
         self.revoked += other.revoked
         self.swept += other.swept
+        self.behind_s = max(self.behind_s, other.behind_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,7 @@ class Placer:
         batch: int = 100,
     ) -> None:
         self.rows = TableGateway(table, shards)
+        self.shard = shard
         self.pk = rows.partition_key(shard)
         self.transport = transport
         self.policy = policy
@@ -118,18 +122,40 @@ class Placer:
     def run(self, keep_going: Callable[[], bool], every: float = PLACE_EVERY) -> PlacementReport:
         """Sweep, then place and sweep every ``every`` seconds while ``keep_going()``."""
         report = PlacementReport()
+        caught_up = True
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="place") as pool:
             while keep_going():
                 report.swept += self.sweep()
+                caught_up = False
                 try:
                     while keep_going() and self.place_batch(pool, keep_going, report):
                         pass
+                    caught_up = keep_going()  # the last batch was not full: nothing of the lead was left
                 except DelayedDeliveryError as exc:  # storage trouble: the next pass tries again
                     _log.warning("placement pass failed", extra={lf.EVENT: "place_failed", lf.REASON: repr(exc)})
                 wake = time.monotonic() + every
                 while keep_going() and time.monotonic() < wake:
                     time.sleep(min(0.2, max(0.0, wake - time.monotonic())))
+        report.behind_s = 0.0 if caught_up else self.behind()
+        _log.info(
+            "placement run finished",
+            extra={lf.EVENT: lf.EVENT_PLACEMENT_LAG, lf.SHARD: self.shard, lf.BEHIND_S: round(report.behind_s, 1)},
+        )
         return report
+
+    def behind(self) -> float:
+        """How far inside the lead the earliest row placement may take is due (seconds; 0 when there is none): a
+        placer that ends its run with a backlog is that far behind. Rows sent less than the lead ahead count too,
+        so this is read only when a run ends before its placer caught up."""
+        now = self.clock.now()
+        try:
+            first = self._candidates(now, limit=1)
+        except DelayedDeliveryError:
+            return 0.0
+        if not first:
+            return 0.0
+        ahead = (first[0][0].message.due_at - now).total_seconds()
+        return max(0.0, self.lead.total_seconds() - ahead)
 
     def place_batch(self, pool: ThreadPoolExecutor, keep_going: Callable[[], bool], report: PlacementReport) -> bool:
         """Place up to one batch of the rows due within the lead; whether a full batch was found (look again)."""
@@ -147,9 +173,10 @@ class Placer:
         self._record([p for p in puts if p.placed is not None], report)
         return len(candidates) >= self.batch and keep_going()
 
-    def _candidates(self, now: datetime) -> list[tuple[rows.DueRow, bool]]:
-        """Unclaimed rows due between ``MIN_AHEAD`` and the lead from ``now`` that placement may take, each with
-        whether it carries an earlier placement's ``Placing`` mark."""
+    def _candidates(self, now: datetime, limit: int | None = None) -> list[tuple[rows.DueRow, bool]]:
+        """Unclaimed rows due between ``MIN_AHEAD`` and the lead from ``now`` that placement may take (at most
+        ``limit``, default a batch), each with whether it carries an earlier placement's ``Placing`` mark."""
+        limit = limit or self.batch
         lo = rows.DUE_PREFIX + rows.due_key(now + timedelta(seconds=MIN_AHEAD))
         hi = rows.DUE_PREFIX + rows.due_key(now + self.lead)
         found: list[tuple[rows.DueRow, bool]] = []
@@ -158,7 +185,7 @@ class Placer:
             self.rows.query(
                 "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi and AvailableAt lt @placed",
                 {"pk": self.pk, "lo": lo, "hi": hi, "placed": rows.PLACED_KEY},
-                page_size=self.batch,
+                page_size=limit,
             )
         ):
             # unclaimed: available at its own due time (never claimed, given back, or after a failure), or a claim
@@ -167,7 +194,7 @@ class Placer:
             row = self._placeable(entity) if available in (own, min(available, now_key)) else None
             if row is not None:
                 found.append((row, bool(entity.get(rows.PLACING))))
-            if len(found) >= self.batch or n >= _SCAN:
+            if len(found) >= limit or n >= _SCAN:
                 break
         return found
 
@@ -224,11 +251,24 @@ class Placer:
                 _log.warning("recording placements failed; retrying", extra={lf.REASON: repr(exc)})
                 time.sleep(0.5 * 2**attempt)
                 continue
+            # after a failed attempt the first write may have taken effect (its answer lost): such a row fails the
+            # retry's condition but names this placement, so it is recorded, not lost
+            done = [ok or (attempt > 0 and self._recorded(p)) for p, ok in zip(pending, done, strict=True)]
             report.placed += sum(done)
             lost = [p for p, ok in zip(pending, done, strict=True) if not ok]
             self._revoke(lost, report)
             return
-        self._revoke(pending, report)
+        self._revoke([p for p in pending if not self._recorded(p)], report)
+
+    def _recorded(self, put: _Put) -> bool:
+        """Whether ``put``'s row names its placement (a record whose answer was lost took effect); a row that cannot
+        be read counts as recorded (its message stays on the queue: a duplicate at worst, never a loss)."""
+        assert put.placed is not None
+        try:
+            row = self.rows.read(put.row.partition_key, put.row.row_key, "reading a placed row")
+        except DelayedDeliveryError:
+            return True
+        return row is not None and row.get(rows.QUEUE_MESSAGE_ID) == put.placed[0]
 
     def _revoke(self, puts: Sequence[_Put], report: PlacementReport) -> None:
         """Delete placed messages whose rows were not marked (another dispatcher owns them now)."""

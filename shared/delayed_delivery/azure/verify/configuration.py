@@ -28,6 +28,7 @@ ALERT_RULES = (
     "oldest-overdue",
     "release-lag",
     "run-overrun",
+    "placement-lag",
     "removal-failures",
     "placement-not-withdrawn",
     "error-queue",
