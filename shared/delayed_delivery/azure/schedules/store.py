@@ -18,6 +18,7 @@ import heapq
 import itertools
 import logging
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -31,9 +32,11 @@ from ...errors import ConfigurationError, InvalidScheduleError, TransientError
 from ...naming import validate_azure_table_name
 from ...schedules.model import Schedule, ScheduleState
 from ...schedules.ports import ScheduleExistsError, ScheduleStore
+from .. import transactions
 from ..sdk_errors import is_status, translate
 from ..table_gateway import TableGateway
 from . import rows
+from .groups import chunks, entity_size
 
 __all__ = ["TableScheduleStore"]
 
@@ -108,9 +111,67 @@ class TableScheduleStore(ScheduleStore):
     def replace(self, schedule: Schedule, expected_version: int) -> bool:
         """Store ``schedule`` if the stored one has ``expected_version``: its row (If-Match the ETag read) and due
         row in one transaction; False when another writer got there first or the schedule is gone."""
+        what = f"writing schedule {schedule.schedule_id!r}"
+        write = self._write_of(schedule, expected_version)
+        if write is None:
+            return False
+        try:
+            transactions.submit(self.table, write.ops)
+        except TableTransactionError as exc:
+            if is_status(exc, 404, 409, 412):
+                return False  # changed or gone since it was read
+            raise translate(exc, what) from exc
+        except AzureError as exc:
+            raise translate(exc, what) from exc
+        self._landed(write)
+        return True
+
+    def replace_many(self, writes: Sequence[tuple[Schedule, int]]) -> list[bool | Exception]:
+        """``replace`` for each ``(schedule, expected_version)``, in few transactions: the writes of one partition
+        together (``MAX_GROUP_OPS`` operations, ``MAX_GROUP_BYTES`` at most each). A transaction that fails changes
+        nothing; its schedules are then written one by one (so one lost race costs only its own write). Per write:
+        True, False (another writer got there first) or the error."""
+        out: list[bool | Exception] = [False] * len(writes)
+        groups: dict[str, list[tuple[int, _Write]]] = {}
+        for n, (schedule, expected) in enumerate(writes):
+            try:
+                write = self._write_of(schedule, expected)
+            except Exception as exc:  # reading the row failed: this one only
+                out[n] = exc
+                continue
+            if write is not None:
+                groups.setdefault(rows.partition_of(schedule.schedule_id), []).append((n, write))
+        for group in groups.values():
+            for chunk in chunks(group, lambda item: (len(item[1].ops), item[1].size)):
+                try:
+                    transactions.submit(self.table, [op for _, w in chunk for op in w.ops])
+                except Exception:  # a conflict or a fault: one by one, each judged alone
+                    for n, w in chunk:
+                        out[n] = self._replace_alone(w)
+                    continue
+                for n, w in chunk:
+                    self._landed(w)
+                    out[n] = True
+        return out
+
+    def _replace_alone(self, write: _Write) -> bool | Exception:
+        """One write of a failed group again, on its own (conditional on the same ETag)."""
+        try:
+            transactions.submit(self.table, write.ops)
+        except TableTransactionError as exc:
+            if is_status(exc, 404, 409, 412):
+                return False
+            return translate(exc, f"writing schedule {write.schedule.schedule_id!r}")
+        except AzureError as exc:
+            return translate(exc, f"writing schedule {write.schedule.schedule_id!r}")
+        self._landed(write)
+        return True
+
+    def _write_of(self, schedule: Schedule, expected_version: int) -> _Write | None:
+        """The operations that store ``schedule`` over ``expected_version`` (its row If-Match the ETag read, its due
+        row moved); None when the stored row is not at that version (or is gone)."""
         if schedule.version != expected_version + 1:
             raise ValueError(f"a write after version {expected_version} stores version {expected_version + 1}")
-        what = f"writing schedule {schedule.schedule_id!r}"
         sid = schedule.schedule_id
         known = self._etags.pop(sid, None)
         if known is not None and known[0] == expected_version:
@@ -119,7 +180,7 @@ class TableScheduleStore(ScheduleStore):
         else:
             entity = self._read(sid)
             if entity is None or rows.number(entity.get("Version")) != expected_version:
-                return False
+                return None
             etag, old, reported = str(entity.metadata["etag"]), _stored_due_key(entity), rows.reported_of(entity)
         now_reported = schedule.skipped_paused if self.reports_skipped else reported
         row = rows.schedule_entity(schedule, now_reported)
@@ -129,17 +190,11 @@ class TableScheduleStore(ScheduleStore):
             ops.append(("delete", {"PartitionKey": rows.partition_of(sid), "RowKey": old}, {}))
         if new is not None:
             ops.append(("upsert", new, {"mode": UpdateMode.REPLACE}))
-        try:
-            self.table.submit_transaction(ops)
-        except TableTransactionError as exc:
-            if is_status(exc, 404, 409, 412):
-                return False  # changed or gone since it was read
-            raise translate(exc, what) from exc
-        except AzureError as exc:
-            raise translate(exc, what) from exc
+        return _Write(schedule, ops, reported, entity_size(row) + 512 * len(ops))
+
+    def _landed(self, write: _Write) -> None:
         if self.reports_skipped:
-            self.skipped_reported += max(0, schedule.skipped_paused - reported)
-        return True
+            self.skipped_reported += max(0, write.schedule.skipped_paused - write.reported)
 
     def due(self, horizon: datetime, limit: int) -> Sequence[Schedule]:
         """Up to ``limit`` active schedules of this view's shards with ``next_at`` at or before ``horizon``."""
@@ -238,6 +293,16 @@ class TableScheduleStore(ScheduleStore):
         entries = self._query(rows.partition_key(shard), lo, rows.ROW_END, limit, None)
         for entity in itertools.islice(entries, limit):
             yield str(entity["RowKey"]), entity
+
+
+@dataclass(frozen=True, slots=True)
+class _Write:
+    """One schedule's conditional write: its operations, the skipped count its row had, its size (bytes, bound)."""
+
+    schedule: Schedule
+    ops: list[_Op]
+    reported: int
+    size: int
 
 
 def _stored_due_key(entity: Any) -> str | None:
