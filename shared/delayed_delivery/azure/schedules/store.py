@@ -144,7 +144,7 @@ class TableScheduleStore(ScheduleStore):
         for group in groups.values():
             for chunk in chunks(group, lambda item: (len(item[1].ops), item[1].size)):
                 try:
-                    transactions.submit(self.table, [op for _, w in chunk for op in w.ops])
+                    self._submit([op for _, w in chunk for op in w.ops])
                 except Exception:  # a conflict or a fault: one by one, each judged alone
                     for n, w in chunk:
                         out[n] = self._replace_alone(w)
@@ -153,6 +153,10 @@ class TableScheduleStore(ScheduleStore):
                     self._landed(w)
                     out[n] = True
         return out
+
+    def _submit(self, ops: list[_Op]) -> None:
+        """Commit one group's writes as one transaction."""
+        transactions.submit(self.table, ops)
 
     def _replace_alone(self, write: _Write) -> bool | Exception:
         """One write of a failed group again, on its own (conditional on the same ETag)."""
