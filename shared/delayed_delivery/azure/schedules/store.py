@@ -44,6 +44,8 @@ _log = logging.getLogger("delayed_delivery.azure.schedules")
 _TRIES = 5
 #: Schedules whose last read a store remembers (then it forgets them all and reads again).
 _REMEMBERED = 100_000
+#: Due schedules of one partition read by a range read (fewer: point reads).
+_RANGE_MIN = 8
 _Op = tuple[str, dict[str, Any], dict[str, Any]]
 
 
@@ -98,8 +100,10 @@ class TableScheduleStore(ScheduleStore):
     def get(self, schedule_id: str) -> Schedule | None:
         """The schedule, or None; ``InvalidScheduleError`` for a row this cannot read."""
         found = self._read(schedule_id)
-        if found is None:
-            return None
+        return None if found is None else self._remember(schedule_id, found)
+
+    def _remember(self, schedule_id: str, found: Any) -> Schedule:
+        """The schedule a row read holds, its ETag remembered for a conditional write after it."""
         schedule = rows.schedule_of(found)
         etag = found.metadata.get("etag")
         if len(self._etags) >= _REMEMBERED:
@@ -205,20 +209,25 @@ class TableScheduleStore(ScheduleStore):
         if limit < 1:
             return []
         bound = rows.due_bound(utc(horizon))
-        heads = [self._due_keys(s, bound, limit) for s in self.shards]
+        keys = heapq.merge(*[self._due_keys(s, bound, limit) for s in self.shards])
         found: list[Schedule] = []
-        for key, schedule_id in heapq.merge(*heads):
-            try:
-                schedule = self.get(schedule_id)
-            except InvalidScheduleError as exc:
-                _log.warning("a schedule row cannot be read; it is passed over",
-                             extra={lf.SCHEDULE_ID: schedule_id, lf.REASON: str(exc)})  # fmt: skip
-                continue
-            if schedule is None or rows.due_row_key(schedule) != key:
-                continue  # moved on since its due row was read
-            found.append(schedule)
-            if len(found) >= limit:
+        while len(found) < limit:
+            batch = list(itertools.islice(keys, limit - len(found)))
+            if not batch:
                 break
+            read = self._read_many([schedule_id for _, schedule_id in batch])
+            for key, schedule_id in batch:
+                entity = read.get(schedule_id)
+                if entity is None:
+                    continue  # deleted since its due row was read
+                try:
+                    schedule = self._remember(schedule_id, entity)
+                except InvalidScheduleError as exc:
+                    _log.warning("a schedule row cannot be read; it is passed over",
+                                 extra={lf.SCHEDULE_ID: schedule_id, lf.REASON: str(exc)})  # fmt: skip
+                    continue
+                if rows.due_row_key(schedule) == key:  # else moved on since its due row was read
+                    found.append(schedule)
         return found
 
     def delete(self, schedule_id: str) -> bool:
@@ -270,6 +279,33 @@ class TableScheduleStore(ScheduleStore):
             return None
         except AzureError as exc:
             raise translate(exc, f"reading schedule {schedule_id!r}") from exc
+
+    def _read_many(self, schedule_ids: Sequence[str]) -> dict[str, Any]:
+        """The rows of ``schedule_ids`` that exist, by id. Per partition, a range read over their row keys (a page of
+        up to 1,000 rows a request: a burst's due schedules are most of their range); when the range turns out
+        sparse (fewer than half of the rows read are wanted), the rest by point reads."""
+        out: dict[str, Any] = {}
+        by_partition: dict[str, dict[str, str]] = {}
+        for sid in schedule_ids:
+            by_partition.setdefault(rows.partition_of(sid), {})[rows.row_key(sid)] = sid
+        for pk, wanted in by_partition.items():
+            keys, i = sorted(wanted), 0  # keys[:i]: read or passed (absent from the range: gone)
+            if len(keys) >= _RANGE_MIN:
+                page = min(1000, 2 * len(keys))
+                scanned = hits = 0
+                for entity in self._query(pk, keys[0], keys[-1] + "\x00", page, None):
+                    key, scanned = str(entity["RowKey"]), scanned + 1
+                    while i < len(keys) and keys[i] < key:
+                        i += 1
+                    if i < len(keys) and keys[i] == key:
+                        out[wanted[key]], hits, i = entity, hits + 1, i + 1
+                    if i >= len(keys) or (scanned >= page and 2 * hits < scanned):
+                        break  # all read, or sparse: the rest one by one
+            for key in keys[i:]:
+                entity = self._read(wanted[key])
+                if entity is not None:
+                    out[wanted[key]] = entity
+        return out
 
     def _query(self, pk: str, lo: str, hi: str, page: int, select: Sequence[str] | None) -> Iterator[Any]:
         try:
