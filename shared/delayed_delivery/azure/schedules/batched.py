@@ -1,15 +1,16 @@
 """The Azure timer's materializer: the core materializer's decisions, written in entity-group transactions.
 
-A pass takes the due schedules in chunks of ``CHUNK`` (99: three cursor transactions of 33). For each chunk it plans
-every schedule (``Materializer.plan``), writes all their occurrences (rows and markers of one delays-table partition
-together, 33 occurrences a transaction: ``OccurrenceRows.store_occurrences``), and only then moves their cursors
-(33 schedules a transaction per schedules partition, each conditional on its row's ETag:
-``TableScheduleStore.replace_many``). The order is the core's: every occurrence of a schedule is written before its
-cursor moves. So a crash between any two transactions leaves cursors at most where they were: the next pass plans the
-same ids, finds their markers (its transaction fails and its occurrences are written one by one, each a no-op) and
-moves the cursors. A cursor transaction that fails (a second timer's write, a pause, a delete) changes nothing; its
-schedules are written one by one, and the one that lost counts a lost race as the core does (what it wrote is
-cancelled when the schedule is now paused or gone). A writer without ``store_occurrences`` is written one at a time.
+A pass plans the due schedules (``Materializer.plan``) in chunks of ``CHUNK`` (99: three cursor transactions of 33;
+fewer when their occurrences reach ``CHUNK_BYTES``). For each chunk it writes all their occurrences (rows and markers
+of one delays-table partition together, 33 occurrences a transaction: ``OccurrenceRows.store_occurrences``), and
+only then moves their cursors (33 schedules a transaction per schedules partition, each conditional on its row's
+ETag: ``TableScheduleStore.replace_many``). The order is the core's: every occurrence of a schedule is written before
+its cursor moves. So a crash between any two transactions leaves cursors at most where they were: the next pass
+plans the same ids, finds their markers (its transaction fails and its occurrences are written one by one, each a
+no-op) and moves the cursors. A cursor transaction that fails (a second timer's write, a pause, a delete) changes
+nothing; its schedules are written one by one, and the one that lost counts a lost race as the core does (what it
+wrote is cancelled when the schedule is now paused or gone). A writer without ``store_occurrences`` is written one
+at a time. A lease lost stops the pass before its next schedule; what it planned and did not write is left.
 """
 
 from __future__ import annotations
@@ -30,10 +31,14 @@ from ...schedules.materializer import (
 )
 from ...schedules.model import Schedule
 
-__all__ = ["CHUNK", "BatchedMaterializer", "OccurrenceBatchSink"]
+__all__ = ["CHUNK", "CHUNK_BYTES", "BatchedMaterializer", "OccurrenceBatchSink"]
 
 #: Schedules planned and written together (three cursor transactions of 33).
 CHUNK = 99
+#: Or fewer, when their occurrences' bodies reach this many bytes (memory bounded by bytes, not by count).
+CHUNK_BYTES = 8 * 1024 * 1024
+#: Bytes counted per occurrence besides its body (id, headers, rows).
+_MESSAGE_OVERHEAD = 2048
 
 
 @runtime_checkable
@@ -56,27 +61,33 @@ class BatchedMaterializer(Materializer):
     def run_once(
         self, now: datetime | None = None, *, keep_going: Callable[[], bool] | None = None
     ) -> MaterializeReport:
-        """One pass over the schedules due by ``now + lead``, ``CHUNK`` at a time; ``keep_going`` False stops it
-        before the next chunk (a lease lost: what is left is the next holder's)."""
+        """One pass over the schedules due by ``now + lead``, written ``CHUNK`` schedules (or ``CHUNK_BYTES`` of
+        occurrences) at a time; ``keep_going`` False stops it before the next schedule (a lease lost: what is left,
+        planned or not, is the next holder's)."""
         at = now if now is not None else self.clock.now()
         report = MaterializeReport()
-        due = list(self.schedules.due(at + self.lead, self.schedules_per_pass))
-        for start in range(0, len(due), CHUNK):
+        plans: list[Plan] = []
+        size = 0
+        for schedule in self.schedules.due(at + self.lead, self.schedules_per_pass):
             if keep_going is not None and not keep_going():
                 report.stopped = True
-                break
-            self._chunk(due[start : start + CHUNK], at, report)
-        return report
-
-    def _chunk(self, schedules: Sequence[Schedule], at: datetime, report: MaterializeReport) -> None:
-        """Plan each schedule, write every occurrence, then the cursors of those whose occurrences were all kept."""
-        plans: list[Plan] = []
-        for schedule in schedules:
+                return report
             report.schedules += 1
             try:
-                plans.append(self.plan(schedule, at))
+                plan = self.plan(schedule, at)
             except Exception as exc:  # one schedule's failure never stops the others; its cursor stays
                 count_failure(report, schedule.schedule_id, exc)
+                continue
+            plans.append(plan)
+            size += len(plan.occurrences) * (len(schedule.template.body) + _MESSAGE_OVERHEAD)
+            if len(plans) >= CHUNK or size >= CHUNK_BYTES:
+                self._commit(plans, report)
+                plans, size = [], 0
+        self._commit(plans, report)
+        return report
+
+    def _commit(self, plans: Sequence[Plan], report: MaterializeReport) -> None:
+        """Write every planned occurrence, then the cursors of the schedules whose occurrences were all kept."""
         written = self._write_plans(plans, report)
         ready = [(plan, ids) for plan, ids in zip(plans, written, strict=True) if ids is not None]
         for (plan, ids), landed in zip(ready, self._replace_all([plan for plan, _ in ready]), strict=True):
