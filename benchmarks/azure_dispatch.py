@@ -220,7 +220,7 @@ def counting_requests() -> AbstractContextManager[Counter[Hashable]]:
 
 def requests_per_message(conn: str, queue: str, n: int, concurrency: int) -> dict[str, float]:
     """Requests of each kind per message while one lease-holding dispatcher drains ``n`` due rows."""
-    counts: dict[str, int] = {}
+    counts: Counter[Hashable] = Counter()
 
     @contextmanager
     def counted() -> Iterator[None]:
