@@ -9,10 +9,10 @@ from delayed_delivery.azure.schedules import rows as schedule_rows
 
 
 def test_the_model_writes_a_burst_within_the_lead_when_the_timer_is_fast_and_late_when_it_is_slow() -> None:
-    deployed = bench.SETUPS[0]
-    fast = bench.model(deployed, 2_000, 0.001, 0.00364, 0.010, 3.2)
+    short_lead = bench.SETUPS[0]
+    fast = bench.model(short_lead, 2_000, 0.001, 0.00364, 0.010, 3.2)
     assert fast["written_last_s"] == 0 and fast["visible_last_s"] == 0  # all placed ahead, visible at 09:00
-    slow = bench.model(deployed, 100_000, 0.005, 0.00364, 0.010, 3.2)
+    slow = bench.model(short_lead, 100_000, 0.005, 0.00364, 0.010, 3.2)
     # 4 shards side by side, 3.2 sequential requests of 10 ms + 5 ms CPU: 108 a second, 50 s of each minute
     assert 600 < slow["written_last_s"] < 900 and slow["visible_p99_s"] > slow["visible_p50_s"] > 0
     longer = bench.model(bench.SETUPS[1], 100_000, 0.005, 0.00364, 0.010, 3.2)
