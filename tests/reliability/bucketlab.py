@@ -327,6 +327,15 @@ class LabResult:
     duplicates_by_crash: dict[int, int] = field(default_factory=dict)
     #: The duplicates of every crash, in crash order (zeros included): what the medians are taken over.
     per_crash: list[int] = field(default_factory=list)
+    #: The point (or episode that killed) of every crash, in crash order beside ``per_crash``, and the tick it came
+    #: at ("unknown" and -1 in a JSON written before they were recorded).
+    crash_points: list[str] = field(default_factory=list)
+    crash_ticks: list[int] = field(default_factory=list)
+    #: Every fault that is not a crash, in order: its kind, tick and how many crashes came before it.
+    fault_log: list[dict[str, Any]] = field(default_factory=list)
+    #: The crashes that caused the most duplicates (at most ``WORST``), most first: seed, crash (its index in its own
+    #: soak's crash log), point, tick, duplicates; what to reproduce when one is over the bound.
+    worst_crashes: list[dict[str, Any]] = field(default_factory=list)
     bursts: int = 0
     #: Dispatch tasks the workers ran (a task cut by a crash counts once per run).
     worker_runs: int = 0
@@ -525,6 +534,8 @@ class BucketLab:
             self.episode_fired = True
             self.result.faults += 1
             self.result.faults_by_kind[kind] = self.result.faults_by_kind.get(kind, 0) + 1
+            fault = {"kind": kind, "tick": self.result.ticks, "after_crashes": len(self.crash_log)}
+            self.result.fault_log.append(fault)
             self.quiet_ticks = 0
 
     def next_episode(self) -> None:
@@ -956,6 +967,7 @@ class BucketLab:
         """Count the crash, let the held records' visibility pass and the lease expire, rebuild."""
         point = self.faults.fired or "unknown"
         self.crash_log.append(point)  # an episode's kill too: the repeats it causes are put down to it
+        self.result.crash_ticks.append(self.result.ticks)
         if point not in EPISODES:
             self.result.injected_crashes += 1
             self.result.crashes_by_point[point] = self.result.crashes_by_point.get(point, 0) + 1
@@ -1052,6 +1064,7 @@ def _soak(
             checkpoint(_so_far(lab, started))
         if progress is not None and time.monotonic() - last > 10:
             lab.result.armed = lab.faults.target
+            lab.result.crash_points = list(lab.crash_log)
             progress(lab.result)
             last = time.monotonic()
     lab.calendar.rates = lab._rates(UNCAPPED_RATE)
@@ -1084,6 +1097,7 @@ def _so_far(lab: BucketLab, started: float) -> LabResult:
     result.simulated_seconds = (lab.clock.now() - START).total_seconds()
     result.seconds = round(time.monotonic() - started, 1)
     result.per_crash = [result.duplicates_by_crash.get(n, 0) for n in range(len(lab.crash_log))]
+    result.crash_points = list(lab.crash_log)
     return _summarised(result)
 
 
@@ -1099,6 +1113,7 @@ def _finish(lab: BucketLab, started: float) -> LabResult:
     result.simulated_seconds = (lab.clock.now() - START).total_seconds()
     result.seconds = round(time.monotonic() - started, 1)
     result.per_crash = [result.duplicates_by_crash.get(n, 0) for n in range(len(lab.crash_log))]
+    result.crash_points = list(lab.crash_log)
     return _summarised(result)
 
 
@@ -1112,7 +1127,31 @@ def _summarised(result: LabResult) -> LabResult:
     result.duplicates_per_crash_median_when_any = statistics.median(caused) if caused else 0.0
     result.duplicates_per_crash_max = max(per_crash, default=0)
     result.piece_messages = piece_messages()
+    result.worst_crashes = _worst([result])
     return result
+
+
+#: How many of the crashes that caused the most duplicates a result names.
+WORST = 5
+
+
+def _worst(runs: list[LabResult]) -> list[dict[str, Any]]:
+    """The ``WORST`` crashes of ``runs`` that caused the most duplicates (any), most first, each with its seed, index
+    in its own soak, point and tick (a run loaded from a JSON written before points were kept: "unknown", -1)."""
+    crashes = [
+        {
+            "seed": r.seed,
+            "crash": n,
+            "point": r.crash_points[n] if n < len(r.crash_points) else "unknown",
+            "tick": r.crash_ticks[n] if n < len(r.crash_ticks) else -1,
+            "duplicates": copies,
+        }
+        for r in runs
+        for n, copies in enumerate(r.per_crash)
+        if copies
+    ]
+    crashes.sort(key=lambda c: -c["duplicates"])  # stable: the earlier crash first among equals
+    return crashes[:WORST]
 
 
 def merged(results: list[LabResult]) -> LabResult:
@@ -1145,7 +1184,12 @@ def merged(results: list[LabResult]) -> LabResult:
             key = offset + index if index >= 0 else -1  # -1: repeats with no crash to put them down to
             total.duplicates_by_crash[key] = total.duplicates_by_crash.get(key, 0) + n
         total.per_crash += r.per_crash
-    return _summarised(total)
+        total.crash_points += [*r.crash_points, *["unknown"] * (len(r.per_crash) - len(r.crash_points))]
+        total.crash_ticks += [*r.crash_ticks, *[-1] * (len(r.per_crash) - len(r.crash_ticks))]
+        total.fault_log += [{"seed": r.seed, **fault} for fault in r.fault_log]
+    total = _summarised(total)
+    total.worst_crashes = _worst(results)  # each with its own soak's seed and index
+    return total
 
 
 #: The figures of the faults that are not crashes, added up when soaks are merged.
@@ -1201,6 +1245,7 @@ def table(result: LabResult, crashes: int) -> str:
         ("duplicates per crash: median / p99 / max", _per_crash(result)),
         ("duplicates per crash that caused any: median", f"{result.duplicates_per_crash_median_when_any:g}"),
         ("bound: one piece (or a bucket the timer sends itself), messages", f"{result.piece_messages:,}"),
+        (f"the {WORST} crashes with the most duplicates: copies (point, seed, crash index, tick)", _worst_cell(result)),
         ("copies skipped inside a bucket", f"{result.timer_duplicates_skipped:,}"),
         ("faults that are not crashes (#31)", f"{result.faults:,}: " + ", ".join(
             f"{kind} {n:,}" for kind, n in sorted(result.faults_by_kind.items()))),
@@ -1223,6 +1268,16 @@ def table(result: LabResult, crashes: int) -> str:
     return "\n".join(lines)
 
 
+def _worst_cell(result: LabResult) -> str:
+    return (
+        "; ".join(
+            f"{c['duplicates']} ({c['point']}, seed {c['seed']}, #{c['crash']}, tick {c['tick']})"
+            for c in result.worst_crashes
+        )
+        or "none"
+    )
+
+
 def _per_crash(result: LabResult) -> str:
     r = result
     return f"{r.duplicates_per_crash_median:g} / {r.duplicates_per_crash_p99:g} / {r.duplicates_per_crash_max}"
@@ -1242,11 +1297,12 @@ def sound(result: LabResult, crashes: int) -> bool:
 
 def _report(prefix: str) -> Callable[[LabResult], None]:
     def report(r: LabResult) -> None:
-        most = max(r.duplicates_by_crash.values(), default=0)
+        most = max(r.duplicates_by_crash.items(), key=lambda item: item[1], default=(-1, 0))
+        point = "" if most[0] < 0 or most[0] >= len(r.crash_points) else f" at #{most[0]} {r.crash_points[most[0]]}"
         print(
             f"{prefix}crashes {r.injected_crashes} faults {r.faults} {r.faults_by_kind} armed {r.armed} messages "
             f"{r.messages} ticks {r.ticks} duplicates so far "
-            f"{sum(r.duplicates_by_point.values())} (most for one crash {most})",
+            f"{sum(r.duplicates_by_point.values())} (most for one crash {most[1]}{point})",
             file=sys.stderr,
             flush=True,
         )

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+from pathlib import Path
+
 import pytest
 
 from tests.reliability.bucketlab import (
@@ -15,6 +19,7 @@ from tests.reliability.bucketlab import (
     BucketLab,
     Faults,
     LabResult,
+    _merge_files,
     merged,
     piece_messages,
     soak,
@@ -146,3 +151,33 @@ def test_soaks_side_by_side_merge_into_one_result() -> None:
     assert both.duplicates_by_crash == {1: 15, 2: 9, -1: 1}
     assert (both.duplicates_per_crash_median, both.duplicates_per_crash_max, both.crashes_with_duplicates) == (0, 15, 2)
     assert both.duplicates_per_crash_median_when_any == 12
+
+
+def test_a_merged_result_names_the_point_and_seed_of_its_worst_crashes(tmp_path: Path) -> None:
+    # each crash's point is kept beside its duplicates, so a crash over the bound can be reproduced (seed, index);
+    # a JSON written before points were kept merges with them unknown
+    old = LabResult(61, injected_crashes=2, per_crash=[16, 0], duplicates_by_crash={0: 16})
+    new = LabResult(71, injected_crashes=3, per_crash=[0, 15, 3], duplicates_by_crash={1: 15, 2: 3},
+                    crash_points=["before_plan_write", "after_worker_seen", "restart_big_piece"],
+                    crash_ticks=[5, 9, 40])  # fmt: skip
+    new.fault_log.append({"kind": "plan_expiry", "tick": 7, "after_crashes": 1})
+    both = merged([old, new])
+    assert both.crash_points == ["unknown", "unknown", "before_plan_write", "after_worker_seen", "restart_big_piece"]
+    assert [(c["seed"], c["crash"], c["point"], c["tick"], c["duplicates"]) for c in both.worst_crashes] == [
+        (61, 0, "unknown", -1, 16),
+        (71, 1, "after_worker_seen", 9, 15),
+        (71, 2, "restart_big_piece", 40, 3),
+    ]
+    assert both.fault_log == [{"seed": 71, "kind": "plan_expiry", "tick": 7, "after_crashes": 1}]
+    assert merged([new]).worst_crashes[0]["point"] == "after_worker_seen"
+    # --merge of a JSON without the new fields (as the soaks before wrote) and one with them
+    old_json = {k: v for k, v in asdict(old).items() if k not in ("crash_points", "crash_ticks", "fault_log",
+                                                                  "worst_crashes")}  # fmt: skip
+    (tmp_path / "old.json").write_text(json.dumps({"crashes_asked": 2, "seeds": [61], "runs": [old_json]}))
+    (tmp_path / "new.json").write_text(json.dumps({"crashes_asked": 3, "seeds": [71], "runs": [asdict(new)]}))
+    out = tmp_path / "both.json"
+    with pytest.raises(SystemExit):  # 16 is over the bound of one piece: not sound
+        _merge_files([tmp_path / "old.json", tmp_path / "new.json"], out)
+    written = json.loads(out.read_text())
+    assert written["worst_crashes"][1] == {"seed": 71, "crash": 1, "point": "after_worker_seen", "tick": 9,
+                                           "duplicates": 15}  # fmt: skip

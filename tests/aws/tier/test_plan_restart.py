@@ -6,6 +6,7 @@ here (a bucket of gigabytes at S3's pace); an invocation has 180 s."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from delayed_delivery.aws.tier.plan_store import PlanStore, seen_name
 from delayed_delivery.aws.tier.worker import PartitionWorker, WorkerResult
 from delayed_delivery.timebuckets.format import encoded_line_bytes
+from delayed_delivery.timebuckets.plans import DispatchTask
 from delayed_delivery.timebuckets.seen import decode_seen
 from tests.aws.tier.plan_support import Tier, burst, fine
 from tests.aws.tier.timer_support import SETTINGS, START
@@ -80,6 +82,53 @@ def _invocations(tier: Tier, worker: PartitionWorker, ticks: list[float], most: 
     return results
 
 
+@dataclass(frozen=True)
+class KilledMidPartition:
+    """A planned partition whose first worker was killed at one of its sends, and what the next ones run with."""
+
+    tier: Tier
+    ticks: list[float]
+    slow: SlowReads
+    worker: PartitionWorker
+    task: DispatchTask
+
+
+def _killed_at_send(s3: Any, sqs: Any, tier_bucket: str, nth: int) -> KilledMidPartition:
+    """Plan the partition and run its first worker (no deadline) until it dies at its ``nth`` send to the
+    destination, a piece's sends under way."""
+    tier = Tier(s3, sqs, tier_bucket)
+    _planned(tier)
+    ticks = [0.0]
+    slow = SlowReads(s3, ticks)
+    worker = _worker(tier, slow, ticks)
+    real_send = tier.flaky.send_message_batch
+    calls = [0]
+
+    def dies(**kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == nth:
+            raise Killed
+        return real_send(**kwargs)
+
+    tier.flaky.send_message_batch = dies  # type: ignore[method-assign]
+    [task] = tier.queue.take()
+    with pytest.raises(Killed):
+        worker.run(task, deadline=ticks[0] + 10_000)  # no deadline: it dies first
+    del tier.flaky.send_message_batch
+    return KilledMidPartition(tier, ticks, slow, worker, task)
+
+
+def _deltas(tier: Tier) -> list[str]:
+    """The keys of the partition's deltas (what one piece met, named by the position it ended at)."""
+    plan = PlanStore(tier.store)
+    return [k for k in plan.seen_keys(fine(DUE, tier.settings)) if (name := seen_name(k)) and name.position]
+
+
+def _piece(tier: Tier) -> int:
+    """The most messages of one piece (the shortest line gives the most): what a kill may send again."""
+    return tier.settings.bucket_piece_bytes // encoded_line_bytes(burst(1, DUE)[0]) + 1
+
+
 def test_a_worker_continuing_a_big_partition_starts_from_the_last_ones_snapshot(
     s3: Any, sqs: Any, tier_bucket: str
 ) -> None:
@@ -108,28 +157,11 @@ def test_a_worker_killed_mid_partition_is_followed_by_workers_that_each_make_pro
     # killed without a snapshot: the next worker starts from the deltas the killed one kept after each piece; without
     # them (a partition under way before workers wrote deltas) it reads the lines before the progress again, within
     # its deadline, keeps where it got to as a snapshot, and the one after goes on from there
-    tier = Tier(s3, sqs, tier_bucket)
-    _planned(tier)
-    ticks = [0.0]
-    slow = SlowReads(s3, ticks)
-    worker = _worker(tier, slow, ticks)
-    real_send = tier.flaky.send_message_batch
-    calls = [0]
-
-    def dies(**kwargs: Any) -> Any:
-        calls[0] += 1
-        if calls[0] == 60:  # well into the partition, a piece's sends under way
-            raise Killed
-        return real_send(**kwargs)
-
-    tier.flaky.send_message_batch = dies  # type: ignore[method-assign]
-    [task] = tier.queue.take()
-    with pytest.raises(Killed):
-        worker.run(task, deadline=ticks[0] + 10_000)  # no deadline: it dies first
-    del tier.flaky.send_message_batch
+    killed = _killed_at_send(s3, sqs, tier_bucket, 60)  # well into the partition
+    tier, ticks, worker, task = killed.tier, killed.ticks, killed.worker, killed.task
     before = Counter(tier.sent())
     plan = PlanStore(tier.store)
-    kept = [k for k in plan.seen_keys(fine(DUE, tier.settings)) if (name := seen_name(k)) and name.position]
+    kept = _deltas(tier)
     assert kept, "the killed worker kept a delta after every piece it recorded"
     if deltas == "gone":
         tier.store.delete(kept)
@@ -143,7 +175,7 @@ def test_a_worker_killed_mid_partition_is_followed_by_workers_that_each_make_pro
     )
     assert len(sent) == OBJECTS * PER_OBJECT and results[-1].finished == 1, figures
     assert all(r.dispatched > 0 or r.lines_reread > 0 for r in results), figures
-    piece = tier.settings.bucket_piece_bytes // encoded_line_bytes(burst(1, DUE)[0]) + 1
+    piece = _piece(tier)
     assert sum(sent.values()) - len(sent) <= piece, f"at most the piece in hand when it died ({piece}): {figures}"
     assert len(before) < OBJECTS * PER_OBJECT
     reread = sum(r.lines_reread for r in results)
@@ -162,27 +194,9 @@ def test_a_chain_of_deltas_longer_than_an_invocation_is_loaded_over_several(
     # deltas grows until loading it takes longer than an invocation; from then on every invocation died loading it and
     # none got further. Here one kill, late in the partition, leaves the chain (9 deltas), and an invocation (the
     # platform kills it at its timeout) has time for four object reads (20 s before the worker's 15 s margin).
-    tier = Tier(s3, sqs, tier_bucket)
-    _planned(tier)
-    ticks = [0.0]
-    slow = SlowReads(s3, ticks)
-    worker = _worker(tier, slow, ticks)
-    real_send = tier.flaky.send_message_batch
-    calls = [0]
-
-    def dies(**kwargs: Any) -> Any:
-        calls[0] += 1
-        if calls[0] == 110:
-            raise Killed
-        return real_send(**kwargs)
-
-    tier.flaky.send_message_batch = dies  # type: ignore[method-assign]
-    [task] = tier.queue.take()
-    with pytest.raises(Killed):
-        worker.run(task, deadline=ticks[0] + 10_000)
-    del tier.flaky.send_message_batch
-    plan = PlanStore(tier.store)
-    chain = [k for k in plan.seen_keys(fine(DUE, tier.settings)) if (name := seen_name(k)) and name.position]
+    killed = _killed_at_send(s3, sqs, tier_bucket, 110)
+    tier, ticks, slow, worker, task = killed.tier, killed.ticks, killed.slow, killed.worker, killed.task
+    chain = _deltas(tier)
     assert len(chain) * READ_SECONDS > 35.0, f"{len(chain)} deltas: more than one invocation can load"
     runs: list[WorkerResult | None] = []
     while len(runs) < 40 and (runs == [] or tier.queue.tasks):
@@ -202,8 +216,7 @@ def test_a_chain_of_deltas_longer_than_an_invocation_is_loaded_over_several(
     )
     assert len(sent) == OBJECTS * PER_OBJECT and runs[-1] is not None and runs[-1].finished == 1, figures
     assert None not in runs, f"no invocation outlived its timeout: {figures}"
-    piece = tier.settings.bucket_piece_bytes // encoded_line_bytes(burst(1, DUE)[0]) + 1
-    assert sum(sent.values()) - len(sent) <= piece, figures
+    assert sum(sent.values()) - len(sent) <= _piece(tier), figures
     assert sum(r.deltas_read for r in runs if r is not None) == len(chain), f"each delta loaded once: {figures}"
 
 
