@@ -26,6 +26,7 @@ import statistics
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -57,17 +58,22 @@ def _raw_rate(service: QueueServiceClient, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def _visible_at(due: float, sent: float) -> float:
-    """When a message became visible: its put plus the visibility timeout, or (no send time: the dispatcher's
-    sends) now, when the consumer saw it, an upper bound."""
+def visible_at(due: float, sent: float, now: Callable[[], float] = time.time) -> float:
+    """When a message became visible: its put plus the visibility timeout (whole seconds), or (no send time: the
+    dispatcher's sends) ``now()``, when the consumer saw it, an upper bound."""
     if not sent:
-        return time.time()
+        return now()
     return sent + math.ceil(due - sent) if sent < due else sent
 
 
-def _consume(
-    service: QueueServiceClient, names: list[str], seen: list[tuple[str, float]], stop: threading.Event
+def drain_queues(
+    service: QueueServiceClient,
+    names: list[str],
+    seen: list[tuple[str, float]],
+    stop: threading.Event,
+    now: Callable[[], float] = time.time,
 ) -> None:
+    """Drain the queues until ``stop``: each message's id and when it became visible (``visible_at``)."""
     clients = [service.get_queue_client(n) for n in names]
     while not stop.is_set():
         got = 0
@@ -76,13 +82,11 @@ def _consume(
                 envelope = decode_envelope(m.content)
                 info = decode_delivery(envelope.headers.get(DELIVERY_HEADER))
                 due, sent = (info.due_ms or 0) / 1000, (info.sent_ms or 0) / 1000
-                # visible: the put's time plus its visibility timeout (rounded up to whole seconds), or the put
-                visible = _visible_at(due, sent)
-                seen.append((envelope.message_id, visible))
+                seen.append((envelope.message_id, visible_at(due, sent, now)))
                 client.delete_message(m)
                 got += 1
         if not got:
-            time.sleep(0.2)
+            stop.wait(0.2)
 
 
 def burst(conn: str, messages: int, lead: float) -> dict[str, Any]:
@@ -109,7 +113,7 @@ def burst(conn: str, messages: int, lead: float) -> dict[str, Any]:
         host.store.store_many(rows[start : start + 500])
     seen: list[tuple[str, float]] = []
     stop = threading.Event()
-    consumer = threading.Thread(target=_consume, args=(service, names, seen, stop), daemon=True)
+    consumer = threading.Thread(target=drain_queues, args=(service, names, seen, stop), daemon=True)
     consumer.start()
     runner = threading.Thread(target=host.run)
     runner.start()

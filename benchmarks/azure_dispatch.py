@@ -33,9 +33,10 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -49,6 +50,7 @@ from delayed_delivery.azure.storage_queue import StorageQueueTransport, encode_e
 from delayed_delivery.dispatcher import Dispatcher
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.testing.request_counter import counting_requests as counting
 
 BODY = b"x" * 256
 NAME = "azure_dispatch"
@@ -211,30 +213,14 @@ def _kind(request: Any) -> str:
     return "other"
 
 
-@contextmanager
-def counting_requests() -> Iterator[dict[str, int]]:
+def counting_requests() -> AbstractContextManager[Counter[Hashable]]:
     """Counts the HTTP requests leaving this process by kind (``_KINDS``) while the block runs."""
-    import requests
-
-    counts = dict.fromkeys(_KINDS, 0)
-    lock = threading.Lock()
-    original = requests.Session.send
-
-    def send(self: Any, request: Any, **kwargs: Any) -> Any:
-        with lock:
-            counts[_kind(request)] += 1
-        return original(self, request, **kwargs)
-
-    requests.Session.send = send  # type: ignore[method-assign]
-    try:
-        yield counts
-    finally:
-        requests.Session.send = original  # type: ignore[method-assign]
+    return counting(_kind)
 
 
 def requests_per_message(conn: str, queue: str, n: int, concurrency: int) -> dict[str, float]:
     """Requests of each kind per message while one lease-holding dispatcher drains ``n`` due rows."""
-    counts: dict[str, int] = {}
+    counts: Counter[Hashable] = Counter()
 
     @contextmanager
     def counted() -> Iterator[None]:

@@ -19,12 +19,14 @@ schedule as the timer leaves it after the day before.
   targets, 2,000 entities a second per partition and 20,000 requests a second per account, with the timer's CPU per
   occurrence measured above (or ``--timer-cpu-ms``) and the dispatcher's per put (``--put-cpu-ms``, default 3.64 ms:
   ``benchmarks/azure_put_cpu``), both in the function app's one Python process. The timer runs at second 20 of each
-  minute for its 50 s budget, ``shard_threads`` shards side by side, each writing one schedule at a time: three
-  requests in sequence per occurrence (the row's read, the occurrence's transaction, the cursor's) at
-  ``--latency-ms`` each (assumed, 10 ms: no latency is documented), so ``threads / (3 × latency + CPU)`` occurrences a
-  second at most; the delays table's partition (1 shard) takes 3 entities per occurrence row (marker, index, due),
-  then 4 per row placed ahead (claim, record, sweep of two) or 3 per row sent at due. A row written more than 2 s
-  before its fire time is placed ahead and becomes visible at it; a later one becomes visible when sent.
+  minute for its 50 s budget, ``shard_threads`` shards side by side, each sending its requests in sequence: the
+  timer's requests per occurrence measured on Azurite (the schedule row's read and its share of the transactions:
+  rows and markers 33 occurrences a transaction, cursors 33 schedules a transaction; 3 before they were batched) at
+  ``--latency-ms`` each (assumed, 10 ms: no latency is documented), so ``threads / (requests × latency + CPU)``
+  occurrences a second at most; the delays table's partition (1 shard) takes 3 entities per occurrence row (marker,
+  index, due), then 4 per row placed ahead (claim, record, sweep of two) or 3 per row sent at due. A row written
+  more than 2 s before its fire time is placed ahead and becomes visible at it; a later one becomes visible when
+  sent.
 * **Costs**: storage requests per occurrence (timer + dispatcher, counted on Azurite) priced as
   ``benchmarks/azure_burst_model`` prices them (assumed list prices, USD 0.00036 per 10,000 table transactions and
   0.004 per 10,000 queue operations, standard LRS; a ``$batch`` request billed as one transaction): no Azure price
@@ -41,14 +43,14 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from azure.storage.queue import QueueServiceClient
 
+from benchmarks.azure_burst_azurite import drain_queues
 from benchmarks.azure_burst_model import (
     ACCOUNT_REQUESTS_PER_S,
     MIN_AHEAD,
@@ -67,12 +69,11 @@ from delayed_delivery.azure.schedules.config import schedule_table_name
 from delayed_delivery.azure.schedules.occurrence_rows import OccurrenceRows
 from delayed_delivery.azure.schedules.store import TableScheduleStore
 from delayed_delivery.azure.schedules.timer import AzureScheduleTimer
-from delayed_delivery.azure.storage_queue import decode_envelope
 from delayed_delivery.clock import SystemClock
-from delayed_delivery.delivery import DELIVERY_HEADER, decode_delivery
 from delayed_delivery.model import DelayedMessage
 from delayed_delivery.schedules.model import MessageTemplate, Schedule, ScheduleDefinition
 from delayed_delivery.settings import DelayedDeliverySettings
+from delayed_delivery.testing.request_counter import counting_requests
 
 NAME = "schedules_azure_burst"
 QUEUES = 4
@@ -80,9 +81,6 @@ LEAD = 300
 PLACE_AHEAD = 7200
 #: Entities the timer touches per occurrence in the delays table's partition: marker, index row, due row.
 ROW_ENTITIES = 3
-#: Requests the timer makes one after another per occurrence: the schedule row's read, the occurrence's
-#: transaction, the cursor's transaction (``benchmarks/schedules_azure``: 3.22 a steady occurrence).
-SEQUENTIAL_REQUESTS = 3
 TIMER_SECOND, TIMER_BUDGET, DISPATCH_RUN = 20, 50, 50
 #: Storage requests the dispatcher makes per message (``azure_burst_model``: about 1.05 with placement).
 DISPATCH_REQUESTS = 1.05
@@ -117,9 +115,20 @@ class StampedRows(OccurrenceRows):
     def store_occurrence(self, message: DelayedMessage, keep_until: datetime) -> None:
         """Write as the product does, then note the time."""
         super().store_occurrence(message, keep_until)
+        self._stamp([message.message_id])
+
+    def store_occurrences(self, items: Sequence[tuple[DelayedMessage, datetime]]) -> list[Exception | None]:
+        """Write as the product does (in transactions), then note the time of those written."""
+        out = super().store_occurrences(items)
+        self._stamp([m.message_id for (m, _), error in zip(items, out, strict=True) if error is None])
+        return out
+
+    def _stamp(self, ids: list[str]) -> None:
+        at = self.clock.now().timestamp()
         with self._lock:
-            self.calls[message.message_id] += 1
-            self.written.setdefault(message.message_id, self.clock.now().timestamp())
+            for i in ids:
+                self.calls[i] += 1
+                self.written.setdefault(i, at)
 
 
 def _schedules(n: int, queues: list[str]) -> Iterator[Schedule]:
@@ -152,53 +161,12 @@ def load(store: TableScheduleStore, schedules: Iterator[Schedule]) -> int:
     return count
 
 
-@contextmanager
-def counting_by_thread() -> Iterator[dict[str, Counter[str]]]:
-    """HTTP requests leaving this process by part (the thread's name: timer, consumer, else dispatcher) and kind."""
-    import requests
-
-    counts: dict[str, Counter[str]] = {"timer": Counter(), "dispatcher": Counter(), "consumer": Counter()}
-    lock = threading.Lock()
-    original = requests.Session.send
-
-    def send(self: Any, request: Any, **kwargs: Any) -> Any:
-        name = threading.current_thread().name
-        part = "timer" if name.startswith(("bench-timer", "schedule-shard")) else (
-            "consumer" if name.startswith("bench-consumer") else "dispatcher")  # fmt: skip
-        with lock:
-            counts[part][_kind(request)] += 1
-        return original(self, request, **kwargs)
-
-    requests.Session.send = send  # type: ignore[method-assign]
-    try:
-        yield counts
-    finally:
-        requests.Session.send = original  # type: ignore[method-assign]
-
-
-def _visible_at(due: float, sent: float, clock: ShiftedClock) -> float:
-    """The put's time plus its visibility timeout (whole seconds), or, with no send time in the header, now."""
-    if not sent:
-        return clock.now().timestamp()
-    return sent + math.ceil(due - sent) if sent < due else sent
-
-
-def _consume(service: QueueServiceClient, names: list[str], seen: list[tuple[str, float]], stop: threading.Event,
-             clock: ShiftedClock) -> None:  # fmt: skip
-    """Drain the queues; each message's id and when it became visible (shifted clock)."""
-    clients = [service.get_queue_client(n) for n in names]
-    while not stop.is_set():
-        got = 0
-        for client in clients:
-            for m in client.receive_messages(messages_per_page=32, max_messages=32, visibility_timeout=600):
-                envelope = decode_envelope(m.content)
-                info = decode_delivery(envelope.headers.get(DELIVERY_HEADER))
-                due, sent = (info.due_ms or 0) / 1000, (info.sent_ms or 0) / 1000
-                seen.append((envelope.message_id, _visible_at(due, sent, clock)))
-                client.delete_message(m)
-                got += 1
-        if not got:
-            stop.wait(0.2)
+def _by_thread(request: Any) -> tuple[str, str]:
+    """``(part, kind)`` of a request: the thread's name says timer, consumer, else dispatcher."""
+    name = threading.current_thread().name
+    part = "timer" if name.startswith(("bench-timer", "schedule-shard")) else (
+        "consumer" if name.startswith("bench-consumer") else "dispatcher")  # fmt: skip
+    return part, _kind(request)
 
 
 def _timer_runs(timer: AzureScheduleTimer, n: int, until: float, done: threading.Event) -> dict[str, float]:
@@ -248,7 +216,7 @@ def azurite_burst(conn: str, n: int, ahead: float) -> dict[str, Any]:
     seen: list[tuple[str, float]] = []
     stop, done = threading.Event(), threading.Event()
     box: dict[str, Any] = {}
-    with counting_by_thread() as counts:
+    with counting_requests(_by_thread) as counts:
         cpu0 = time.process_time()
         worker = threading.Thread(target=lambda: box.update(t=_timer_runs(timer, n, time.monotonic() + 900, done)),
                                   name="bench-timer")  # fmt: skip
@@ -256,7 +224,9 @@ def azurite_burst(conn: str, n: int, ahead: float) -> dict[str, Any]:
         # the timer alone (its CPU measured) until it is done or 09:00 is 20 s away; then the dispatcher beside it
         done.wait(max(0.0, NINE.timestamp() - 20 - clock.now().timestamp()))
         box["alone"] = (time.process_time() - cpu0, len(rows.written))
-        consumer = threading.Thread(target=_consume, args=(service, names, seen, stop, clock), name="bench-consumer")
+        shifted = lambda: clock.now().timestamp()  # noqa: E731
+        consumer = threading.Thread(target=drain_queues, args=(service, names, seen, stop, shifted),
+                                    name="bench-consumer")  # fmt: skip
         consumer.start()
         box["dispatcher_runs"] = _dispatch_until_seen(host, clock, n, seen)
         worker.join()
@@ -301,7 +271,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _figures(n: int, ahead: float, timer: dict[str, float], rows: StampedRows, seen: list[tuple[str, float]],
-             counts: dict[str, Counter[str]]) -> dict[str, Any]:  # fmt: skip
+             counts: Counter[Any]) -> dict[str, Any]:  # fmt: skip
     """Lateness of rows written and of messages visible, lost, duplicates, requests per occurrence, CPU."""
     due = NINE.timestamp()
     written = sorted(at - due for at in rows.written.values())
@@ -313,8 +283,8 @@ def _figures(n: int, ahead: float, timer: dict[str, float], rows: StampedRows, s
     per: dict[str, float] = {}
     for part in ("timer", "dispatcher"):
         for kind in _KINDS:
-            per[f"{part}: {kind}"] = counts[part][kind] / n
-        per[f"{part}: all"] = sum(counts[part].values()) / n
+            per[f"{part}: {kind}"] = counts[part, kind] / n
+        per[f"{part}: all"] = sum(v for (p, _), v in counts.items() if p == part) / n
     queue_ops = per["dispatcher: put message"]
     table_ops = per["timer: all"] + per["dispatcher: all"] - queue_ops
     return {
@@ -361,7 +331,7 @@ def model(s: Setup, n: int, timer_cpu: float, put_cpu: float, latency: float, re
             to_send, placeable = to_send + placeable, 0.0  # placement's window closed: sent at due
         w = d = 0.0
         if to_write > 1e-9 and (t - TIMER_SECOND) % 60 < TIMER_BUDGET:
-            w = min(to_write, s.shard_threads / (SEQUENTIAL_REQUESTS * latency + timer_cpu), entities / ROW_ENTITIES,
+            w = min(to_write, s.shard_threads / (requests * latency + timer_cpu), entities / ROW_ENTITIES,
                     account / requests)  # fmt: skip
         ops = PLACED_ENTITY_OPS if placing else SENT_ENTITY_OPS
         if t % 60 < DISPATCH_RUN and (placing or t >= 0):
@@ -406,8 +376,8 @@ def _weighted(label: str, pairs: list[tuple[float, float]], n: int) -> dict[str,
 
 
 SETUPS = (
-    Setup("as deployed (Bicep: lead 300 s, 4 shards side by side, 1 delays shard)"),
-    Setup("lead 900 s (the most), 4 side by side", lead=900),
+    Setup("the code's default lead 300 s, 4 shards side by side, 1 delays shard"),
+    Setup("as deployed (Bicep: lead 900 s, the most), 4 side by side", lead=900),
     Setup("lead 900 s, 16 side by side", lead=900, shard_threads=16),
 )
 

@@ -103,6 +103,7 @@ def test_burst_moto_sends_a_planned_bucket_once_and_the_next_minute_on_time_at_s
 
 def test_held_backlog_costs_about_one_rewrite_per_message_not_one_per_run_at_smoke_size() -> None:
     from benchmarks import held_backlog
+    from delayed_delivery.aws.tier.held import MIN_HELD_OBJECT
 
     n = held_backlog.SMOKE_MESSAGES
     rows = {r.metric: r.median for r in held_backlog.run(smoke=True)}
@@ -111,3 +112,6 @@ def test_held_backlog_costs_about_one_rewrite_per_message_not_one_per_run_at_smo
     assert 0 < held <= 2
     # the old rule rewrote every held message every run (33 runs here): the square of the backlog
     assert before > 5 * held
+    # a run reads what it releases plus at most one held object (100 messages at 1/s), whatever the backlog
+    spare = rows[f"held_{n}_lines_read_beyond_sent_per_run"]
+    assert 0 < spare <= MIN_HELD_OBJECT < rows[f"before_{n}_lines_read_beyond_sent_per_run"]

@@ -125,10 +125,10 @@ param verifyProbeQueue string = 'delayed-delivery-probe'
 @description('Recurring schedules (`delayed-delivery schedule create --cloud azure`): a schedules table beside the delays table and a second timer in the function app that writes each occurrence due within scheduleLeadSeconds as a row of the delays table (docs/schedules.md, "On Azure").')
 param recurringSchedules bool = false
 
-@description('How far ahead (seconds) the schedule timer writes occurrences as rows of the delays table.')
+@description('How far ahead (seconds) the schedule timer writes occurrences as rows of the delays table. 900 (the most): a burst of schedules due together (100,000 at 09:00) is written and placed ahead before it is due (docs/schedules.md, "Costs and bursts").')
 @minValue(0)
 @maxValue(900)
-param scheduleLeadSeconds int = 300
+param scheduleLeadSeconds int = 900
 
 param tags object = {}
 

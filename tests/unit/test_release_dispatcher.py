@@ -273,3 +273,41 @@ def test_dispatchers_sharing_a_schedule_share_the_cap_by_what_each_has_due() -> 
     assert shared.conflicts == 0, "the booking that lost the race was made again on the schedule that won"
     # another dispatcher booked 1 s while the first attempt was made: the whole cap from there, not half of it
     assert times == pytest.approx([T0.timestamp() + 1.0 + k / 10 for k in range(50)])
+
+
+class StallingArrivals(PlacingArrivals):
+    """A placing queue whose ``stall_at``-th put takes ``seconds`` before the queue takes it (a retry, a pause)."""
+
+    def __init__(self, clock: ManualClock, stall_at: int, seconds: float) -> None:
+        super().__init__(clock)
+        self.stall_at, self.seconds, self.puts = stall_at, seconds, 0
+        self.stalled = ""
+
+    def send_delayed(self, message: DelayedMessage, delay_seconds: int) -> None:
+        self.puts += 1
+        if self.puts == self.stall_at:
+            self.clock.advance(self.seconds)
+            self.stalled = message.message_id
+        super().send_delayed(message, delay_seconds)
+
+
+def test_a_late_put_still_shows_at_its_slot_and_one_past_its_slot_is_booked_again() -> None:
+    """#34: the delay is read from the slot at the put; a put more than a second after its slot books it again after
+    what is booked. Before, every put behind the stall kept the delay planned at hold and showed 3 s late."""
+    clock = ManualClock(T0)
+    store = InMemoryDelayedMessageStore()
+    transport = StallingArrivals(clock, stall_at=20, seconds=3.0)
+    burst(store, 100)
+    settings = DelayedDeliverySettings(release_rates={"orders": 10}, batch_size=100, max_concurrency=1)  # type: ignore[arg-type]
+    Dispatcher(store, transport, settings, clock=clock).dispatch_due(30, wait_for_due=True)
+    arrived = {i: t - T0.timestamp() for i, _, t in transport.arrivals}
+    assert sorted(arrived) == [f"orders-{i:05d}" for i in range(100)] and len(transport.arrivals) == 100
+    on_slot = {i for i, t in arrived.items() if int(i[-5:]) / 10 - 1e-3 <= t < int(i[-5:]) / 10 + 1}
+    again = {i for i, t in arrived.items() if t >= 10.0 and i not in on_slot}
+    assert set(arrived) - on_slot - again == {transport.stalled}, (
+        "each at its slot, booked again after the rest, or the stalled"
+    )
+    assert again, "the puts that came more than a second after their slots were booked again"
+    # a second holds its own slots and those of the second before that were put late within it (whole seconds)
+    assert busiest_window(arrived.values(), 1.0) <= 2 * 10 + 2
+    assert busiest_window(arrived.values(), 10.0) <= 11 * 10 + 2

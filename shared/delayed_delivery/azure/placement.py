@@ -126,12 +126,12 @@ class Placer:
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="place") as pool:
             while keep_going():
                 report.swept += self.sweep()
-                caught_up = False
                 try:
                     while keep_going() and self.place_batch(pool, keep_going, report):
                         pass
                     caught_up = keep_going()  # the last batch was not full: nothing of the lead was left
                 except DelayedDeliveryError as exc:  # storage trouble: the next pass tries again
+                    caught_up = False
                     _log.warning("placement pass failed", extra={lf.EVENT: "place_failed", lf.REASON: repr(exc)})
                 wake = time.monotonic() + every
                 while keep_going() and time.monotonic() < wake:

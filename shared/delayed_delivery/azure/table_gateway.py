@@ -1,8 +1,9 @@
 """The Azure table store's storage primitives: rows, transactions, and a message's pair (write, locate, delete).
 
 ``TableGateway`` knows the row design (``rows.py``) and the Table service (ETag-conditional writes, entity-group
-transactions, SDK errors turned into core errors) and keeps no state between calls. What to fetch, claim and
-settle, and the in-memory claims, belong to ``TableDelayedMessageStore`` (``table_store``), its one user.
+transactions, SDK errors turned into core errors) and keeps no state between calls. What to fetch and claim, and
+the in-memory claims, belong to ``TableView`` (``table_view``); what to settle to ``TableDelayedMessageStore``
+(``table_store``, built on the view).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from azure.core.rest import HttpRequest
-from azure.data.tables import TableClient, UpdateMode
+from azure.data.tables import EdmType, EntityProperty, TableClient, UpdateMode
 
 __all__ = ["Operation", "submit"]
 
@@ -54,8 +54,8 @@ def _etag_of(result: object) -> str | None:
 def _lean_body(table: TableClient, operations: Sequence[Operation]) -> tuple[str, bytes] | None:
     """``(batch boundary, body)``, or None when an operation is outside what the lean form covers.
 
-    Covered: ``delete`` (with or without an ETag), ``update`` in merge mode, ``create`` and ``upsert`` in
-    replace mode, over entities whose values are strings, 32-bit integers or bytes.
+    Covered: ``delete`` (with or without an ETag), ``update`` in merge or replace mode, ``create`` and ``upsert`` in
+    replace mode, over entities whose values are strings, 32-bit integers, bytes or ``Edm.Int64`` properties.
     """
     try:
         if getattr(table, "_query_str", "") or not operations:
@@ -86,6 +86,8 @@ def _lean_body(table: TableClient, operations: Sequence[Operation]) -> tuple[str
             continue
         if kind == "update" and kwargs.get("mode") == UpdateMode.MERGE:
             request = f"PATCH {url} HTTP/1.1\r\nIf-Match: {etag or '*'}\r\n"
+        elif kind == "update" and kwargs.get("mode") == UpdateMode.REPLACE:
+            request = f"PUT {url} HTTP/1.1\r\nIf-Match: {etag or '*'}\r\n"
         elif kind == "create" and not kwargs:
             request = f"POST {base} HTTP/1.1\r\nPrefer: return-no-content\r\n"
         elif kind == "upsert" and kwargs == {"mode": UpdateMode.REPLACE}:
@@ -108,7 +110,7 @@ def _entity_json(entity: dict[str, Any]) -> bytes | None:
     """The entity as the service's JSON (ASCII-escaped), or None for a value this form does not write.
 
     Strings and 32-bit integers need no type annotation (they are ``Edm.String`` and ``Edm.Int32``);
-    bytes are base64 with ``Edm.Binary``.
+    bytes are base64 with ``Edm.Binary``; an ``EntityProperty`` of ``Edm.Int64`` is its decimal text with the type.
     """
     out: dict[str, Any] = {}
     for key, value in entity.items():
@@ -116,12 +118,19 @@ def _entity_json(entity: dict[str, Any]) -> bytes | None:
             return None
         if isinstance(value, str) or (isinstance(value, int) and -(2**31) <= value < 2**31):
             out[key] = value
+        elif isinstance(value, EntityProperty) and value.edm_type == EdmType.INT64 and _is_int(value.value):
+            out[key] = str(value.value)
+            out[f"{key}@odata.type"] = "Edm.Int64"
         elif isinstance(value, bytes):
             out[key] = base64.b64encode(value).decode("ascii")
             out[f"{key}@odata.type"] = "Edm.Binary"
         else:
             return None
     return json.dumps(out, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
 
 
 def _send(table: TableClient, boundary: str, body: bytes, expected: int) -> list[str | None] | None:

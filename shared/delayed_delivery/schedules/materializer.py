@@ -37,7 +37,9 @@ __all__ = [
     "MaterializeReport",
     "Materializer",
     "Plan",
+    "count_failure",
     "fire_time",
+    "keep_for",
     "log_decided",
     "occurrence_message",
 ]
@@ -166,15 +168,7 @@ class Materializer:
             try:
                 self.materialize(schedule, at, report)
             except Exception as exc:  # one schedule's failure never stops the others; its cursor stays
-                report.failures += 1
-                _log.warning(
-                    "materializing a schedule failed; it is tried again next pass",
-                    extra={
-                        lf.EVENT: lf.EVENT_SCHEDULE_FAILED,
-                        lf.SCHEDULE_ID: schedule.schedule_id,
-                        lf.REASON: repr(exc),
-                    },
-                )
+                count_failure(report, schedule.schedule_id, exc)
         return report
 
     def plan(self, schedule: Schedule, now: datetime, *, until: datetime | None = None, by_fire: bool = False) -> Plan:
@@ -234,7 +228,13 @@ class Materializer:
         """Write one schedule's due occurrences and advance its cursor; False when another writer won."""
         plan = self.plan(schedule, now)
         written = self._write(schedule, plan.occurrences, report)
-        if not self.schedules.replace(plan.updated, schedule.version):
+        return self.settle(plan, written, self.schedules.replace(plan.updated, schedule.version), report)
+
+    def settle(self, plan: Plan, written: Sequence[str], landed: bool, report: MaterializeReport) -> bool:
+        """Count a plan whose occurrences ``written`` were written and whose cursor write ``landed`` (or lost to
+        another writer: what it wrote is cancelled if the schedule is now paused or gone); ``landed``."""
+        schedule = plan.schedule
+        if not landed:
             report.lost_races += 1
             _log.info(
                 "another writer changed this schedule first (a second timer: the same messages; a pause or a "
@@ -290,8 +290,7 @@ class Materializer:
         """Write each occurrence (their ids); an id pending with other content (an edited schedule) is left."""
         written: list[str] = []
         sink = self.messages if isinstance(self.messages, OccurrenceSink) else None
-        # a re-plan can write an occurrence again until catch-up would drop it: nominal + window (+ clock skew)
-        keep = timedelta(seconds=schedule.definition.catch_up.window_seconds) + KEEP_MARGIN
+        keep = keep_for(schedule)
         for occurrence in occurrences:
             try:
                 message = occurrence_message(schedule, occurrence)
@@ -305,6 +304,21 @@ class Materializer:
             assert occurrence.id is not None
             written.append(occurrence.id)
         return written
+
+
+def keep_for(schedule: Schedule) -> timedelta:
+    """How long past its nominal instant an occurrence of ``schedule`` is remembered by a sink: a re-plan can write
+    it again until catch-up would drop it (the window), plus clock skew."""
+    return timedelta(seconds=schedule.definition.catch_up.window_seconds) + KEEP_MARGIN
+
+
+def count_failure(report: MaterializeReport, schedule_id: str, exc: Exception) -> None:
+    """Count and log a schedule whose pass failed (its cursor stays; tried again next pass)."""
+    report.failures += 1
+    _log.warning(
+        "materializing a schedule failed; it is tried again next pass",
+        extra={lf.EVENT: lf.EVENT_SCHEDULE_FAILED, lf.SCHEDULE_ID: schedule_id, lf.REASON: repr(exc)},
+    )
 
 
 def _next_version(

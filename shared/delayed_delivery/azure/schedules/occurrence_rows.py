@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +27,7 @@ from ...model import DelayedMessage
 from .. import rows, transactions
 from ..sdk_errors import is_status, translate
 from ..table_store import MAX_TRANSACTION_OPERATIONS, TableDelayedMessageStore
+from .groups import chunks, entity_size
 
 __all__ = ["MARKER_PREFIX", "OccurrenceRows", "marker_entity"]
 
@@ -58,11 +60,10 @@ class OccurrenceRows:
     def store_occurrence(self, message: DelayedMessage, keep_until: datetime) -> None:
         """Write the occurrence's rows and its marker in one transaction; nothing when its marker exists already."""
         store = self.store_port
-        due, index = rows.to_entities(message, rows.shard_of(message.message_id, store.shards))
-        marker = marker_entity(str(due["PartitionKey"]), message.message_id, keep_until)
+        ops = self._ops(message, keep_until)
+        marker = ops[0][1]
         what = f"storing occurrence {message.message_id!r}"
         try:
-            ops = [("create", marker, {}), ("create", index, {}), ("upsert", due, {"mode": UpdateMode.REPLACE})]
             transactions.submit(store.table, ops)
             return
         except TableTransactionError as exc:
@@ -79,6 +80,44 @@ class OccurrenceRows:
             pass
         except AzureError as exc:
             raise translate(exc, what) from exc
+
+    def store_occurrences(self, items: Sequence[tuple[DelayedMessage, datetime]]) -> list[Exception | None]:
+        """``store_occurrence`` for each ``(message, keep_until)``, in few transactions: the rows and markers of one
+        partition together (33 occurrences, ``MAX_GROUP_BYTES`` at most each). A transaction that fails changes
+        nothing (a marker found, a fault): its occurrences are then written one by one, each finding its own marker.
+        Per item: None (written now or before) or the error (``MessageIdConflictError``: pending with other
+        content)."""
+        out: list[Exception | None] = [None] * len(items)
+        groups: dict[str, list[tuple[int, list[Any], int]]] = {}
+        for n, (message, keep_until) in enumerate(items):
+            ops = self._ops(message, keep_until)
+            size = sum(entity_size(entity) for _, entity, _ in ops)
+            groups.setdefault(str(ops[0][1]["PartitionKey"]), []).append((n, ops, size))
+        for group in groups.values():
+            for chunk in chunks(group, lambda item: (len(item[1]), item[2])):
+                try:
+                    self._submit([op for _, ops, _ in chunk for op in ops])
+                except Exception:  # one marker found or a fault: one by one, each judged alone
+                    for n, _, _ in chunk:
+                        out[n] = self._alone(*items[n])
+        return out
+
+    def _submit(self, ops: list[Any]) -> None:
+        """Commit one group's operations as one transaction."""
+        transactions.submit(self.store_port.table, ops)
+
+    def _alone(self, message: DelayedMessage, keep_until: datetime) -> Exception | None:
+        try:
+            self.store_occurrence(message, keep_until)
+        except Exception as exc:  # this occurrence's failure only: its schedule's cursor stays
+            return exc
+        return None
+
+    def _ops(self, message: DelayedMessage, keep_until: datetime) -> list[Any]:
+        """The occurrence's marker (created), index row (created) and due row (upserted): one partition."""
+        due, index = rows.to_entities(message, rows.shard_of(message.message_id, self.store_port.shards))
+        marker = marker_entity(str(due["PartitionKey"]), message.message_id, keep_until)
+        return [("create", marker, {}), ("create", index, {}), ("upsert", due, {"mode": UpdateMode.REPLACE})]
 
     def _marked(self, marker: dict[str, Any], message_id: str) -> bool:
         """Whether the occurrence's marker exists (a re-plan computes the same keep-until, so the same key)."""

@@ -18,6 +18,7 @@ import heapq
 import itertools
 import logging
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -31,9 +32,11 @@ from ...errors import ConfigurationError, InvalidScheduleError, TransientError
 from ...naming import validate_azure_table_name
 from ...schedules.model import Schedule, ScheduleState
 from ...schedules.ports import ScheduleExistsError, ScheduleStore
+from .. import transactions
 from ..sdk_errors import is_status, translate
 from ..table_gateway import TableGateway
 from . import rows
+from .groups import chunks, entity_size
 
 __all__ = ["TableScheduleStore"]
 
@@ -41,6 +44,8 @@ _log = logging.getLogger("delayed_delivery.azure.schedules")
 _TRIES = 5
 #: Schedules whose last read a store remembers (then it forgets them all and reads again).
 _REMEMBERED = 100_000
+#: Due schedules of one partition read by a range read (fewer: point reads).
+_RANGE_MIN = 8
 _Op = tuple[str, dict[str, Any], dict[str, Any]]
 
 
@@ -95,8 +100,10 @@ class TableScheduleStore(ScheduleStore):
     def get(self, schedule_id: str) -> Schedule | None:
         """The schedule, or None; ``InvalidScheduleError`` for a row this cannot read."""
         found = self._read(schedule_id)
-        if found is None:
-            return None
+        return None if found is None else self._remember(schedule_id, found)
+
+    def _remember(self, schedule_id: str, found: Any) -> Schedule:
+        """The schedule a row read holds, its ETag remembered for a conditional write after it."""
         schedule = rows.schedule_of(found)
         etag = found.metadata.get("etag")
         if len(self._etags) >= _REMEMBERED:
@@ -108,9 +115,71 @@ class TableScheduleStore(ScheduleStore):
     def replace(self, schedule: Schedule, expected_version: int) -> bool:
         """Store ``schedule`` if the stored one has ``expected_version``: its row (If-Match the ETag read) and due
         row in one transaction; False when another writer got there first or the schedule is gone."""
+        what = f"writing schedule {schedule.schedule_id!r}"
+        write = self._write_of(schedule, expected_version)
+        if write is None:
+            return False
+        try:
+            transactions.submit(self.table, write.ops)
+        except TableTransactionError as exc:
+            if is_status(exc, 404, 409, 412):
+                return False  # changed or gone since it was read
+            raise translate(exc, what) from exc
+        except AzureError as exc:
+            raise translate(exc, what) from exc
+        self._landed(write)
+        return True
+
+    def replace_many(self, writes: Sequence[tuple[Schedule, int]]) -> list[bool | Exception]:
+        """``replace`` for each ``(schedule, expected_version)``, in few transactions: the writes of one partition
+        together (``MAX_GROUP_OPS`` operations, ``MAX_GROUP_BYTES`` at most each). A transaction that fails changes
+        nothing; its schedules are then written one by one (so one lost race costs only its own write). Per write:
+        True, False (another writer got there first) or the error."""
+        out: list[bool | Exception] = [False] * len(writes)
+        groups: dict[str, list[tuple[int, _Write]]] = {}
+        for n, (schedule, expected) in enumerate(writes):
+            try:
+                write = self._write_of(schedule, expected)
+            except Exception as exc:  # reading the row failed: this one only
+                out[n] = exc
+                continue
+            if write is not None:
+                groups.setdefault(rows.partition_of(schedule.schedule_id), []).append((n, write))
+        for group in groups.values():
+            for chunk in chunks(group, lambda item: (len(item[1].ops), item[1].size)):
+                try:
+                    self._submit([op for _, w in chunk for op in w.ops])
+                except Exception:  # a conflict or a fault: one by one, each judged alone
+                    for n, w in chunk:
+                        out[n] = self._replace_alone(w)
+                    continue
+                for n, w in chunk:
+                    self._landed(w)
+                    out[n] = True
+        return out
+
+    def _submit(self, ops: list[_Op]) -> None:
+        """Commit one group's writes as one transaction."""
+        transactions.submit(self.table, ops)
+
+    def _replace_alone(self, write: _Write) -> bool | Exception:
+        """One write of a failed group again, on its own (conditional on the same ETag)."""
+        try:
+            transactions.submit(self.table, write.ops)
+        except TableTransactionError as exc:
+            if is_status(exc, 404, 409, 412):
+                return False
+            return translate(exc, f"writing schedule {write.schedule.schedule_id!r}")
+        except AzureError as exc:
+            return translate(exc, f"writing schedule {write.schedule.schedule_id!r}")
+        self._landed(write)
+        return True
+
+    def _write_of(self, schedule: Schedule, expected_version: int) -> _Write | None:
+        """The operations that store ``schedule`` over ``expected_version`` (its row If-Match the ETag read, its due
+        row moved); None when the stored row is not at that version (or is gone)."""
         if schedule.version != expected_version + 1:
             raise ValueError(f"a write after version {expected_version} stores version {expected_version + 1}")
-        what = f"writing schedule {schedule.schedule_id!r}"
         sid = schedule.schedule_id
         known = self._etags.pop(sid, None)
         if known is not None and known[0] == expected_version:
@@ -119,7 +188,7 @@ class TableScheduleStore(ScheduleStore):
         else:
             entity = self._read(sid)
             if entity is None or rows.number(entity.get("Version")) != expected_version:
-                return False
+                return None
             etag, old, reported = str(entity.metadata["etag"]), _stored_due_key(entity), rows.reported_of(entity)
         now_reported = schedule.skipped_paused if self.reports_skipped else reported
         row = rows.schedule_entity(schedule, now_reported)
@@ -129,37 +198,36 @@ class TableScheduleStore(ScheduleStore):
             ops.append(("delete", {"PartitionKey": rows.partition_of(sid), "RowKey": old}, {}))
         if new is not None:
             ops.append(("upsert", new, {"mode": UpdateMode.REPLACE}))
-        try:
-            self.table.submit_transaction(ops)
-        except TableTransactionError as exc:
-            if is_status(exc, 404, 409, 412):
-                return False  # changed or gone since it was read
-            raise translate(exc, what) from exc
-        except AzureError as exc:
-            raise translate(exc, what) from exc
+        return _Write(schedule, ops, reported, entity_size(row) + 512 * len(ops))
+
+    def _landed(self, write: _Write) -> None:
         if self.reports_skipped:
-            self.skipped_reported += max(0, schedule.skipped_paused - reported)
-        return True
+            self.skipped_reported += max(0, write.schedule.skipped_paused - write.reported)
 
     def due(self, horizon: datetime, limit: int) -> Sequence[Schedule]:
         """Up to ``limit`` active schedules of this view's shards with ``next_at`` at or before ``horizon``."""
         if limit < 1:
             return []
         bound = rows.due_bound(utc(horizon))
-        heads = [self._due_keys(s, bound, limit) for s in self.shards]
+        keys = heapq.merge(*[self._due_keys(s, bound, limit) for s in self.shards])
         found: list[Schedule] = []
-        for key, schedule_id in heapq.merge(*heads):
-            try:
-                schedule = self.get(schedule_id)
-            except InvalidScheduleError as exc:
-                _log.warning("a schedule row cannot be read; it is passed over",
-                             extra={lf.SCHEDULE_ID: schedule_id, lf.REASON: str(exc)})  # fmt: skip
-                continue
-            if schedule is None or rows.due_row_key(schedule) != key:
-                continue  # moved on since its due row was read
-            found.append(schedule)
-            if len(found) >= limit:
+        while len(found) < limit:
+            batch = list(itertools.islice(keys, limit - len(found)))
+            if not batch:
                 break
+            read = self._read_many([schedule_id for _, schedule_id in batch])
+            for key, schedule_id in batch:
+                entity = read.get(schedule_id)
+                if entity is None:
+                    continue  # deleted since its due row was read
+                try:
+                    schedule = self._remember(schedule_id, entity)
+                except InvalidScheduleError as exc:
+                    _log.warning("a schedule row cannot be read; it is passed over",
+                                 extra={lf.SCHEDULE_ID: schedule_id, lf.REASON: str(exc)})  # fmt: skip
+                    continue
+                if rows.due_row_key(schedule) == key:  # else moved on since its due row was read
+                    found.append(schedule)
         return found
 
     def delete(self, schedule_id: str) -> bool:
@@ -212,6 +280,33 @@ class TableScheduleStore(ScheduleStore):
         except AzureError as exc:
             raise translate(exc, f"reading schedule {schedule_id!r}") from exc
 
+    def _read_many(self, schedule_ids: Sequence[str]) -> dict[str, Any]:
+        """The rows of ``schedule_ids`` that exist, by id. Per partition, a range read over their row keys (a page of
+        up to 1,000 rows a request: a burst's due schedules are most of their range); when the range turns out
+        sparse (fewer than half of the rows read are wanted), the rest by point reads."""
+        out: dict[str, Any] = {}
+        by_partition: dict[str, dict[str, str]] = {}
+        for sid in schedule_ids:
+            by_partition.setdefault(rows.partition_of(sid), {})[rows.row_key(sid)] = sid
+        for pk, wanted in by_partition.items():
+            keys, i = sorted(wanted), 0  # keys[:i]: read or passed (absent from the range: gone)
+            if len(keys) >= _RANGE_MIN:
+                page = min(1000, 2 * len(keys))
+                scanned = hits = 0
+                for entity in self._query(pk, keys[0], keys[-1] + "\x00", page, None):
+                    key, scanned = str(entity["RowKey"]), scanned + 1
+                    while i < len(keys) and keys[i] < key:
+                        i += 1
+                    if i < len(keys) and keys[i] == key:
+                        out[wanted[key]], hits, i = entity, hits + 1, i + 1
+                    if i >= len(keys) or (scanned >= page and 2 * hits < scanned):
+                        break  # all read, or sparse: the rest one by one
+            for key in keys[i:]:
+                entity = self._read(wanted[key])
+                if entity is not None:
+                    out[wanted[key]] = entity
+        return out
+
     def _query(self, pk: str, lo: str, hi: str, page: int, select: Sequence[str] | None) -> Iterator[Any]:
         try:
             pages = self.table.query_entities(
@@ -238,6 +333,16 @@ class TableScheduleStore(ScheduleStore):
         entries = self._query(rows.partition_key(shard), lo, rows.ROW_END, limit, None)
         for entity in itertools.islice(entries, limit):
             yield str(entity["RowKey"]), entity
+
+
+@dataclass(frozen=True, slots=True)
+class _Write:
+    """One schedule's conditional write: its operations, the skipped count its row had, its size (bytes, bound)."""
+
+    schedule: Schedule
+    ops: list[_Op]
+    reported: int
+    size: int
 
 
 def _stored_due_key(entity: Any) -> str | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -38,6 +38,7 @@ from ...schedules.materializer import Materializer, MaterializeReport
 from ...schedules.ports import MessageCanceller, MessageWriter, OccurrenceSink
 from ..blob_lease import BlobLease
 from . import rows
+from .batched import BatchedMaterializer, OccurrenceBatchSink
 from .config import AzureScheduleConfig
 from .occurrence_rows import OccurrenceRows
 from .store import TableScheduleStore
@@ -166,7 +167,7 @@ class AzureScheduleTimer:
     def materializer(self, shard: int) -> Materializer:
         """The core materializer over one shard's schedules (the view reports resumed spans, the writer notes
         lateness: ``_counted``)."""
-        return Materializer(
+        return BatchedMaterializer(
             self.schedules.for_shards([shard], reports_skipped=True),
             _Noting(self.messages, self.clock),
             clock=self.clock,
@@ -242,8 +243,31 @@ class _Noting:
             self.inner.store(message)
         self._note(message)
 
+    def store_occurrences(self, items: Sequence[tuple[DelayedMessage, datetime]]) -> list[Exception | None]:
+        """Keep each occurrence once (in transactions when ``inner`` can, else one at a time); per item None or its
+        error."""
+        if isinstance(self.inner, OccurrenceBatchSink):
+            out = self.inner.store_occurrences(items)
+        else:
+            out = [_one(self.store_occurrence, message, keep) for message, keep in items]
+            return out  # noted one by one
+        for (message, _), error in zip(items, out, strict=True):
+            if error is None:
+                self._note(message)
+        return out
+
     def _note(self, message: DelayedMessage) -> None:
         self.late[message.message_id] = max(0.0, (self.clock.now() - message.due_at).total_seconds())
+
+
+def _one(
+    write: Callable[[DelayedMessage, datetime], None], message: DelayedMessage, keep: datetime
+) -> Exception | None:
+    try:
+        write(message, keep)
+    except Exception as exc:  # this occurrence only
+        return exc
+    return None
 
 
 def _counted(materializer: Materializer, report: MaterializeReport, result: ScheduleRun) -> None:
