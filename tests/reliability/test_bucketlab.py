@@ -218,3 +218,17 @@ def test_a_stall_is_a_finding_and_the_soak_still_counts_its_losses(moto_endpoint
     assert result.lost == 0 and result.early == 0 and result.error_queue == 0, result.leftovers
     assert not sound(result, 0)
     assert "(seed 3, tick" in table(result, 1_000)
+
+
+def test_a_message_an_operator_moves_and_sends_itself_is_seen_by_the_lab(moto_endpoint: str) -> None:
+    # a reschedule within SQS's 900 s sends the moved message straight to its queue (Relocator._place). The lab's
+    # operator used the plain client, so that send was never seen: the message stayed "unsent", its burst pending for
+    # ever, and with two such bursts (seed 71 moved 3) no burst was sent again: "release_cap not reached in 600 ticks"
+    lab = BucketLab(moto_endpoint, seed=1)
+    lab.send_burst()
+    for _ in range(6):  # its ingest records into S3 (up to 10 records a poll)
+        lab.ingest_once()
+    assert lab.operator("operator_reschedule")
+    assert lab.result.reschedules_moved == 1, lab.result
+    (moved,) = [m for m in lab.bursts_on_their_way[0] if lab.sent_ok[m]]
+    assert lab.result.early == 0 and lab.bursts_pending() == 1  # the rest of the burst is still on its way
