@@ -230,5 +230,6 @@ def test_a_message_an_operator_moves_and_sends_itself_is_seen_by_the_lab(moto_en
         lab.ingest_once()
     assert lab.operator("operator_reschedule")
     assert lab.result.reschedules_moved == 1, lab.result
-    (moved,) = [m for m in lab.bursts_on_their_way[0] if lab.sent_ok[m]]
+    moved = [m for m in lab.bursts_on_their_way[0] if lab.sent_ok[m]]
+    assert len(moved) == 1, moved  # the operator's send, seen (before: none of the burst marked sent)
     assert lab.result.early == 0 and lab.bursts_pending() == 1  # the rest of the burst is still on its way
