@@ -320,13 +320,10 @@ class Dispatcher:
 
     def _end_run(self, run: DispatchRun) -> None:
         """Empty the pacer: send what may go now (placed), defer the rest, and save the schedule."""
-        for _ in range(2):  # the second pass: what the first put too late for its slot and booked again
-            sends, deferrals = self._pacer.drain(self.clock.now(), may_send=run.may_send)
-            if sends:
-                self._send_released(sends, self.clock.now(), run)
-            run.report.deferred += self._defer(deferrals, run.report)
-            if not len(self._pacer):
-                break
+        sends, deferrals = self._pacer.drain(self.clock.now(), may_send=run.may_send)
+        if sends:
+            self._send_released(sends, self.clock.now(), run)
+        run.report.deferred += self._defer(deferrals, run.report)
         if run.may_send:
             self._pacer.save_state(self.clock.now(), force=True)
 
@@ -375,10 +372,7 @@ class Dispatcher:
                 self.clock.sleep(run.bounded(self.store_breaker.failure_delay, self.clock))
                 continue
             self.store_breaker.success()
-            missed, part.missed_slots = part.missed_slots, []
             run.report.merge(part)
-            if missed:  # put too late for their slots: booked again after what is booked (pacing.Release.missed)
-                run.report.deferred += self._defer(self._pacer.take(missed, self.clock.now(), again=True), run.report)
             if part.failed_attempts and not part.dispatched:
                 # every send in the batch failed: pause as NServiceBus does (1 s armed, 10 s tripped)
                 self.clock.sleep(run.bounded(self.dispatch_breaker.failure_delay, self.clock))

@@ -63,9 +63,6 @@ class DispatchReport:
     deferred: int = 0
     #: Fetched messages not sent because their claims had run out (their rows are fetched again).
     claims_ran_out: int = 0
-    #: Capped messages not put because their release slot had passed (``Release.missed``): the dispatcher books them
-    #: again; it takes them out of the report before merging it into a run's.
-    missed_slots: list[DelayedMessage] = field(default_factory=list)
 
     def merge(self, other: DispatchReport) -> None:
         """Add ``other``'s counts to this report."""
@@ -82,7 +79,6 @@ class DispatchReport:
             self.release_slots.setdefault(destination, []).extend(slots)
         self.deferred += other.deferred
         self.claims_ran_out += other.claims_ran_out
-        self.missed_slots.extend(other.missed_slots)
 
 
 class Outcomes:
@@ -124,11 +120,7 @@ class Outcomes:
         self, message: DelayedMessage, now: datetime, *, remove: bool = True, release: Release | None = None
     ) -> DispatchReport:
         report = DispatchReport()
-        put_at = self.clock.now()
-        if release is not None and release.missed(put_at.timestamp()) and self._capped(message.destination):
-            report.missed_slots.append(message)  # shown now it would pile onto later slots: booked again
-            return report
-        delay = release.delay_at(put_at.timestamp()) if release is not None else 0
+        delay = release.delay if release is not None else 0
         lag = release.lag if release is not None else None
         try:
             if hdr.UNREADABLE in message.headers:  # a store row that could not be read: never to its destination
@@ -143,7 +135,7 @@ class Outcomes:
             self._on_send_failure(message, exc, report)
             return report
         self.dispatch_breaker.success()
-        arrival = max(now, put_at).timestamp() + delay
+        arrival = now.timestamp() + delay
         due = message.due_at.timestamp()
         lateness = release.lateness(arrival) if release is not None else max(0.0, arrival - due)
         report.lateness_seconds.append(lateness)

@@ -7,10 +7,7 @@ at its rate; an uncapped destination's message: its due time) and decides how th
 * the slot has come: it is sent now;
 * the transport can hide what it sends (``PlacingTransport``: SQS ``DelaySeconds``, Azure's visibility timeout):
   it is sent, with a whole-second delay, at the moment its slot is a whole number of seconds away, which is
-  within a second, so it becomes visible at its slot and the dispatcher holds it for under a second. The delay is
-  read again from the slot at the put (``Release.delay_at``), so a put later than planned still shows at its slot;
-  a capped message put more than ``MISSED_SLOT_SECONDS`` after its slot is booked again, not shown on top of later
-  slots;
+  within a second, so it becomes visible at its slot and the dispatcher holds it for under a second;
 * the slot is within ``hold_seconds``: it is held (claimed, in memory) and sent at the slot;
 * otherwise the store keeps it (``DeferringStore.defer``: the row keeps its due time and becomes fetchable at
   the slot); when it comes back the store names its slot and it is sent then, not planned again.
@@ -47,11 +44,6 @@ HOLD_SECONDS = 1.0
 MAX_HELD = 20_000
 #: Most body bytes held in memory at once.
 MAX_HELD_BYTES = 64 * 1024 * 1024
-#: A capped message whose slot has passed by more than this when it is put is booked again (after what is booked),
-#: not shown at once on top of later slots; less late than this, it is shown at the put.
-MISSED_SLOT_SECONDS = 1.0
-#: Seconds a put may show before its slot for rounding (the slot and the clock are floats; delays whole seconds).
-_SLOT_TOLERANCE = 1e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,19 +59,6 @@ class Release:
     lag: float | None = None
     #: Seconds it was already late when it was planned (transport lateness before release control).
     late: float = 0.0
-
-    def delay_at(self, now: float) -> int:
-        """The whole-second delay that shows it at its slot when put at ``now`` (epoch seconds): read at the put, so
-        a put made later than planned (a slow pool, a retry, a back-off) still shows at its slot rather than that much
-        after it, on top of slots others booked; never more than planned, 0 once the slot has come."""
-        if self.delay <= 0 or self.slot is None:
-            return self.delay
-        return max(0, min(self.delay, math.ceil(self.slot - now - _SLOT_TOLERANCE)))
-
-    def missed(self, now: float) -> bool:
-        """Whether its slot passed more than ``MISSED_SLOT_SECONDS`` before the put at ``now``: then a capped message
-        is booked again, not put (shown at once, it would pile onto later slots)."""
-        return self.slot is not None and now - self.slot > MISSED_SLOT_SECONDS
 
     def lateness(self, arrival: float) -> float:
         """Transport lateness of an arrival at ``arrival``: what it was late before planning, plus after its slot."""
@@ -173,7 +152,7 @@ class Pacer:
         """When the earliest held message is to be sent, or None."""
         return datetime.fromtimestamp(self._heap[0].send_at, UTC) if self._heap else None
 
-    def take(self, batch: Sequence[DelayedMessage], now: datetime, *, again: bool = False) -> list[Deferral]:
+    def take(self, batch: Sequence[DelayedMessage], now: datetime) -> list[Deferral]:
         """Book slots for a fetched batch and hold it; what the batch booked is saved before any of it is sent.
 
         With a shared schedule (``SharedReleaseState``: every shard of a table books from one) a batch with a capped
@@ -186,7 +165,7 @@ class Pacer:
             return []
         shared = self.state if isinstance(self.state, SharedReleaseState) else None
         if shared is None or not any(self.planner.rate_for(m.destination) is not None for m in batch):
-            deferrals = self.hold(self.plan(batch, now, again=again), now)
+            deferrals = self.hold(self.plan(batch, now), now)
             self.save_state(now)
             return deferrals
         before = self.planner.snapshot()
@@ -195,7 +174,7 @@ class Pacer:
         def plan(latest: Mapping[str, float]) -> Mapping[str, float]:
             self.planner.restore(before)
             self.planner.load(latest)
-            planned[:] = self.plan(batch, now, again=again)
+            planned[:] = self.plan(batch, now)
             self.planner.forget_before(now.timestamp())
             return self.planner.state()
 
@@ -206,7 +185,7 @@ class Pacer:
             _log.warning("booking release slots in the shared schedule failed: %r", exc, extra={lf.REASON: repr(exc)})
             if not planned:
                 self.planner.restore(before)
-                planned = self.plan(batch, now, again=again)
+                planned = self.plan(batch, now)
         return self.hold(planned, now)
 
     def load_state(self) -> None:
@@ -239,13 +218,13 @@ class Pacer:
             return
         self._saved = state
 
-    def plan(self, batch: Sequence[DelayedMessage], now: datetime, *, again: bool = False) -> list[Planned]:
+    def plan(self, batch: Sequence[DelayedMessage], now: datetime) -> list[Planned]:
         """Book a slot for each message of ``batch`` in the planner (in due order), holding nothing yet."""
         n = _epoch(now)
         planned: list[Planned] = []
         for message in sorted(batch, key=lambda m: m.due_at):
             due = _epoch(message.due_at)
-            kept = None if again else slot_of(message)  # again: its slot was missed, book a new one
+            kept = slot_of(message)
             capped = self.planner.rate_for(message.destination) is not None
             lag: float | None = None
             late = 0.0

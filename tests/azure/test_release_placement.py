@@ -1,7 +1,7 @@
 """Release caps under placement (#34), on Azurite: with ``place_ahead`` on, four shards and a late put, a capped
-burst is put by the dispatchers (not the placer), each message once, never early, and within the cap's window: a put
-made later than planned still shows at its slot (its visibility timeout read from the slot at the put), and one
-made more than a second after its slot is booked again rather than shown at once on top of later slots.
+burst is placed by the dispatchers (not the placer), each message once and never early, within the cap over 10 s;
+but a put made later than planned shows that much after its slot, on top of slots other shards booked, so the
+busiest second goes over the cap and a shard's due order breaks (a known fault: the second test is a strict xfail).
 
 The placer leaves capped rows to the dispatchers (``placement.Placer._placeable``); each shard's dispatcher books its
 slots in the table's one schedule (``release_state.SharedBlobReleaseState``) and puts each message hidden until its
@@ -37,8 +37,8 @@ from tests.fixtures.azurite import Azurite
 pytestmark = pytest.mark.azurite
 
 SHARDS = 4
-RATE = 10.0
-CAPPED = 200
+RATE = 20.0
+CAPPED = 160
 UNCAPPED = 40
 LEAD = 120.0
 #: Seconds a late put takes before the queue takes it, and which capped put it is.
@@ -64,31 +64,30 @@ class Visible:
     def send_timeout(self) -> float:
         return self.inner.send_timeout
 
-    def _note(self, message: DelayedMessage, at: float, delay: int, how: str) -> None:
+    def _note(self, message: DelayedMessage, delay: int, how: str) -> None:
         with self._lock:
-            self.seen.append((message.message_id, message.destination, at + delay, how))
+            self.seen.append((message.message_id, message.destination, self.clock.now().timestamp() + delay, how))
 
-    def _put_at(self, message: DelayedMessage) -> float:
-        """When the queue takes the put (the clock as it starts; the stalled one's ``STALL`` seconds later)."""
+    def _maybe_stall(self, message: DelayedMessage) -> None:
+        if message.destination != self.capped:
+            return
         with self._lock:
-            self._puts += message.destination == self.capped
-            stall = message.destination == self.capped and self._puts == self.stall_at
+            self._puts += 1
+            stall = self._puts == self.stall_at
         if stall:
             self.clock.advance(STALL)
-        return self.clock.now().timestamp()
 
     def send(self, message: DelayedMessage, *, visibility_timeout: int = 0) -> None:
         self.send_delayed(message, visibility_timeout)
 
     def send_delayed(self, message: DelayedMessage, delay_seconds: int) -> None:
-        at = self._put_at(message)
+        self._maybe_stall(message)
         self.inner.send_delayed(message, delay_seconds)
-        self._note(message, at, delay_seconds, "dispatched")
+        self._note(message, delay_seconds, "dispatched")
 
     def place(self, message: DelayedMessage, hidden: int, *, sent_at: datetime) -> tuple[str, str]:
-        at = self._put_at(message)
         placed = self.inner.place(message, hidden, sent_at=sent_at)
-        self._note(message, at, hidden, "placed")
+        self._note(message, hidden, "placed")
         return placed
 
     def revoke(self, destination: str, message_id: str, pop_receipt: str) -> bool:
@@ -182,20 +181,30 @@ def _burst(azurite: Azurite, queues: QueueServiceClient, stall_at: int | None) -
         busiest_10s=busiest_window(times, 10.0),
         span=max(times) - due.timestamp(),
         early=[mid for mid, at in capped_seen if at < due.timestamp() + 0.01 * int(mid[2:]) - 1e-6],
-        inversions=sum(1 for s in by_shard.values() for (_, a), (_, b) in itertools.pairwise(s) if b < a - 1.0),
+        inversions=sum(1 for s in by_shard.values() for (_, a), (_, b) in itertools.pairwise(s) if b < a - 1e-6),
     )
     print(f"\nstall_at={stall_at}: {figures} (cap {RATE}/s: 1 s allows {int(RATE) + 1}, 10 s {int(RATE * 10) + 1}; "
           f"ideal span {CAPPED / RATE:.2f} s)")  # fmt: skip
     return figures
 
 
-def test_a_late_put_keeps_the_caps_window_across_shards(azurite: Azurite, queues: QueueServiceClient) -> None:
-    """Every message shows at its slot or within the second after it (visibility timeouts are whole seconds; read
-    from the slot at the put), or, if its put came more than a second after its slot, it is booked again after what
-    is booked: so any 10 s holds the slots of 11 s at most (11 x cap + 1), plus the stalled put itself. Before, the
-    delay was fixed when the message was held, and the puts behind the stall showed that much late: 121-124."""
+def test_a_capped_burst_under_placement_is_put_by_the_dispatchers_once_never_early_within_10_s_of_cap(
+    azurite: Azurite, queues: QueueServiceClient
+) -> None:
     figures = _burst(azurite, queues, STALL_AT)
     assert not figures.early, f"visible before due: {figures.early[:5]}"
-    assert figures.busiest_10s <= RATE * 11 + 2, figures
-    assert figures.busiest_1s <= RATE * 2 + 2, figures
+    assert figures.busiest_10s <= RATE * 10 + 1, figures
     assert figures.span <= CAPPED / RATE + 2 * STALL, figures
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="#34, open: the dispatcher's delay is fixed when it holds a message, so a late put shows late, on top of "
+    "slots other shards booked (busiest second 34-35 against a cap of 20/s here); a fix books the slot at the put",
+)
+def test_a_late_put_keeps_the_busiest_second_within_the_cap_and_each_shards_due_order(
+    azurite: Azurite, queues: QueueServiceClient
+) -> None:
+    figures = _burst(azurite, queues, STALL_AT)
+    assert figures.busiest_1s <= RATE + 1, figures
+    assert figures.inversions == 0, figures
